@@ -1,0 +1,54 @@
+// One error type for the whole server. `code` is the status class (Triton's
+// TRITONSERVER_Error codes plus FAILED_PRECONDITION); each frontend maps it to its
+// protocol's status with a single table (frontends/http/error-status.ts,
+// frontends/grpc/error-status.ts). Messages are written for the client: they name the
+// model, input, sequence or field at fault, and keep Triton's wording where Triton has one.
+
+export const ERROR_CODES = [
+  "INVALID_ARG",
+  "NOT_FOUND",
+  "ALREADY_EXISTS",
+  "FAILED_PRECONDITION",
+  "UNAVAILABLE",
+  "UNSUPPORTED",
+  "INTERNAL",
+  "CANCELLED",
+  "RESOURCE_EXHAUSTED",
+  "UNKNOWN",
+] as const;
+
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+export interface ServerErrorOptions {
+  /** For UNAVAILABLE: when the client may retry (HTTP Retry-After). */
+  readonly retryAfterSeconds?: number;
+  readonly cause?: unknown;
+}
+
+export class ServerError extends Error {
+  readonly code: ErrorCode;
+  readonly retryAfterSeconds: number | undefined;
+
+  constructor(code: ErrorCode, message: string, options: ServerErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = "ServerError";
+    this.code = code;
+    this.retryAfterSeconds = options.retryAfterSeconds;
+  }
+}
+
+export const invalidArg = (message: string): ServerError => new ServerError("INVALID_ARG", message);
+export const notFound = (message: string): ServerError => new ServerError("NOT_FOUND", message);
+export const unavailable = (message: string, retryAfterSeconds?: number): ServerError =>
+  new ServerError("UNAVAILABLE", message, retryAfterSeconds === undefined ? {} : { retryAfterSeconds });
+export const internal = (message: string, cause?: unknown): ServerError =>
+  new ServerError("INTERNAL", message, { cause });
+export const cancelled = (message = "request cancelled"): ServerError =>
+  new ServerError("CANCELLED", message);
+
+/** Any thrown value as a ServerError; unknown failures become INTERNAL. */
+export function asServerError(error: unknown): ServerError {
+  if (error instanceof ServerError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  return new ServerError("INTERNAL", message, { cause: error });
+}

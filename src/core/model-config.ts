@@ -1,0 +1,144 @@
+import type { DataType, NumericDataType } from "./datatype.ts";
+
+// The model configuration as the core uses it: validated, with every default applied,
+// frozen. It is produced by src/config from a Triton config.pbtxt / config.json (or an
+// OpenVINO Model Server config.json) and completed from the model file's own metadata.
+// Field meanings follow Triton's model_config.proto; names are camelCase here, and the
+// wire/JSON form (snake_case, TYPE_FP32 spellings) is produced by src/config again.
+
+export type VersionPolicy =
+  | { readonly kind: "latest"; readonly numVersions: number }
+  | { readonly kind: "all" }
+  | { readonly kind: "specific"; readonly versions: readonly number[] };
+
+export interface InputConfig {
+  readonly name: string;
+  readonly datatype: DataType;
+  /** Dims without the implicit batch dimension (when maxBatchSize > 0); -1 = variable. */
+  readonly dims: readonly number[];
+  /** The shape the model sees, when it differs from `dims` (Triton's `reshape`). */
+  readonly reshape?: readonly number[];
+  readonly optional: boolean;
+  readonly allowRaggedBatch: boolean;
+  /**
+   * Not batched: one value shared by every request of a batch (Silero VAD's scalar `sr`).
+   * Requests that disagree on its value go to different batches. seqserve extension,
+   * declared with the model parameter `shared_inputs`, or inferred for an input that the
+   * model file declares with no room for a batch dimension.
+   */
+  readonly shared: boolean;
+}
+
+export interface OutputConfig {
+  readonly name: string;
+  readonly datatype: DataType;
+  readonly dims: readonly number[];
+  readonly reshape?: readonly number[];
+  readonly labelFilename?: string;
+}
+
+export type InstanceKind = "KIND_AUTO" | "KIND_CPU" | "KIND_GPU" | "KIND_MODEL";
+
+export interface InstanceGroupConfig {
+  readonly name: string;
+  readonly count: number;
+  readonly kind: InstanceKind;
+}
+
+export interface DynamicBatchingConfig {
+  readonly preferredBatchSizes: readonly number[];
+  readonly maxQueueDelayUs: number;
+  readonly preserveOrdering: boolean;
+  /** 0 = unbounded (Triton's default_queue_policy.max_queue_size). */
+  readonly maxQueueSize: number;
+}
+
+export type ControlKind = "START" | "END" | "READY" | "CORRID";
+
+/** One control tensor the sequence batcher feeds the model (Triton `control_input`). */
+export interface ControlInputConfig {
+  readonly name: string;
+  readonly kind: ControlKind;
+  /** For CORRID: UINT64, INT64, UINT32, INT32 or BYTES. For flags: the false/true datatype. */
+  readonly datatype: DataType;
+  /** For START/END/READY: the [false, true] values (from *_false_true). */
+  readonly falseTrue?: readonly [number, number];
+}
+
+export type InitialState =
+  | { readonly kind: "zero"; readonly datatype: NumericDataType; readonly dims: readonly number[] }
+  | {
+      readonly kind: "file";
+      readonly datatype: NumericDataType;
+      readonly dims: readonly number[];
+      /** Absolute path of `<model>/initial_state/<data_file>`. */
+      readonly path: string;
+    };
+
+/**
+ * One implicit state tensor: the model's output `outputName` of step i is fed back as
+ * input `inputName` at step i+1 of the same sequence. The state kept per sequence has
+ * size 1 on `batchAxis`; a batch concatenates sequences along that axis.
+ */
+export interface StateConfig {
+  readonly inputName: string;
+  readonly outputName: string;
+  readonly datatype: NumericDataType;
+  /** Full dims as the model sees them with the batch axis at `batchAxis` (-1 = variable). */
+  readonly dims: readonly number[];
+  /** Axis of the batch in the model's state tensor; undefined when the model does not batch. */
+  readonly batchAxis: number | undefined;
+  /** Fresh state on START; undefined = zeros, variable dims starting at 1. */
+  readonly initialState?: InitialState;
+}
+
+export type SequenceStrategy =
+  | {
+      readonly kind: "direct";
+      readonly maxQueueDelayUs: number;
+      readonly minimumSlotUtilization: number;
+    }
+  | {
+      readonly kind: "oldest";
+      readonly maxCandidateSequences: number;
+      readonly preferredBatchSizes: readonly number[];
+      readonly maxQueueDelayUs: number;
+      readonly preserveOrdering: boolean;
+    };
+
+export interface SequenceBatchingConfig {
+  readonly strategy: SequenceStrategy;
+  /** Idle time after which a sequence is ended; undefined = never (seqserve extension). */
+  readonly maxSequenceIdleUs: number | undefined;
+  readonly controlInputs: readonly ControlInputConfig[];
+  readonly states: readonly StateConfig[];
+  /** Sequences allowed to wait for a slot; a start beyond it is refused with UNAVAILABLE. */
+  readonly backlogLimit: number;
+  /** Keep FP32 state as FP16 between steps (ONNX stateful backend's store_states_as_fp16). */
+  readonly storeStatesAsFp16: boolean;
+  /** false: an END request frees state without running the model (infer_end_requests: 0). */
+  readonly inferEndRequests: boolean;
+}
+
+export interface ModelConfig {
+  readonly name: string;
+  readonly platform: string;
+  readonly backend: string;
+  readonly versionPolicy: VersionPolicy;
+  /** 0 = the model does not batch; its dims are full shapes. */
+  readonly maxBatchSize: number;
+  readonly inputs: readonly InputConfig[];
+  readonly outputs: readonly OutputConfig[];
+  readonly instanceGroups: readonly InstanceGroupConfig[];
+  readonly defaultModelFilename: string;
+  readonly dynamicBatching?: DynamicBatchingConfig;
+  readonly sequenceBatching?: SequenceBatchingConfig;
+  /** Triton `parameters { key value { string_value } }`. */
+  readonly parameters: Readonly<Record<string, string>>;
+}
+
+export function instanceCount(config: ModelConfig): number {
+  let count = 0;
+  for (const group of config.instanceGroups) count += group.count;
+  return Math.max(1, count);
+}

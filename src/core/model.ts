@@ -1,0 +1,116 @@
+import type { DataType } from "./datatype.ts";
+import type { InferRequest, InferResponse, SequenceId } from "./infer.ts";
+import type { ModelConfig } from "./model-config.ts";
+import type { ModelStatisticsSnapshot } from "./statistics.ts";
+
+// The interfaces the frontends program against. The repository implements
+// ModelRegistry; each loaded model version is a ServedModel.
+
+export interface TensorMetadata {
+  readonly name: string;
+  readonly datatype: DataType;
+  /** Full shape as the client sends it: the batch dimension included as -1; variable dims -1. */
+  readonly shape: readonly number[];
+}
+
+export interface ModelMetadata {
+  readonly name: string;
+  readonly versions: readonly string[];
+  readonly platform: string;
+  readonly inputs: readonly TensorMetadata[];
+  readonly outputs: readonly TensorMetadata[];
+}
+
+/** Why a sequence ended; every end goes through one place and is counted by reason. */
+export const SEQUENCE_END_REASONS = [
+  "end",
+  "timeout",
+  "restart",
+  "forced",
+  "cancelled",
+  "backlog_timeout",
+  "evicted",
+  "shutdown",
+] as const;
+export type SequenceEndReason = (typeof SEQUENCE_END_REASONS)[number];
+
+export interface SequenceInfo {
+  readonly id: SequenceId;
+  readonly status: "active" | "backlogged" | "ending";
+  readonly ageMs: number;
+  readonly idleMs: number;
+  /** Requests of this sequence that have run. */
+  readonly steps: number;
+  /** Requests accepted and not yet run. */
+  readonly queued: number;
+  readonly stateBytes: number;
+  /** Instance and slot holding the sequence; undefined while backlogged. */
+  readonly instance: string | undefined;
+  readonly slot: number | undefined;
+}
+
+export interface SequenceSummary {
+  readonly live: number;
+  readonly backlog: number;
+  readonly stateBytes: number;
+  readonly ended: Readonly<Record<SequenceEndReason, number>>;
+}
+
+export interface SequenceAdmin {
+  list(): SequenceInfo[];
+  summary(): SequenceSummary;
+  /** Ends a live or backlogged sequence now (reason "forced"); false when the id is unknown. */
+  end(id: SequenceId): boolean;
+}
+
+/** One loaded, ready model version. */
+export interface ServedModel {
+  readonly name: string;
+  readonly version: string;
+  readonly config: ModelConfig;
+  readonly inputs: readonly TensorMetadata[];
+  readonly outputs: readonly TensorMetadata[];
+  infer(request: InferRequest): Promise<InferResponse>;
+  statistics(): ModelStatisticsSnapshot;
+  /** Present for models served with sequence batching. */
+  readonly sequences: SequenceAdmin | undefined;
+}
+
+export type ModelState = "READY" | "UNAVAILABLE" | "LOADING" | "UNLOADING";
+
+export interface RepositoryIndexEntry {
+  readonly name: string;
+  readonly version?: string;
+  readonly state?: ModelState;
+  readonly reason?: string;
+}
+
+export interface ModelRegistry {
+  /** A ready version: the given one, or the highest ready one. Throws NOT_FOUND / UNAVAILABLE. */
+  model(name: string, version?: string): ServedModel;
+  metadata(name: string, version?: string): ModelMetadata;
+  /** The Triton JSON form of the model's config (for `/config` and gRPC ModelConfig). */
+  configJson(name: string, version?: string): Record<string, unknown>;
+  isReady(name: string, version?: string): boolean;
+  index(readyOnly?: boolean): RepositoryIndexEntry[];
+  load(name: string, options?: { readonly config?: string }): Promise<void>;
+  unload(name: string): Promise<void>;
+  /** Statistics of one model (all its versions, or one), or of every model. */
+  statistics(name?: string, version?: string): ModelStatisticsSnapshot[];
+  /** Every ready model version. */
+  served(): ServedModel[];
+}
+
+export interface ServerMetadata {
+  readonly name: string;
+  readonly version: string;
+  readonly extensions: readonly string[];
+}
+
+/** What a frontend is given: the models, and the server's health. */
+export interface ServerContext {
+  readonly registry: ModelRegistry;
+  readonly metadata: ServerMetadata;
+  isLive(): boolean;
+  isReady(): boolean;
+}

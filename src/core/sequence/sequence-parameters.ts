@@ -1,0 +1,58 @@
+import { invalidArg } from "../errors.ts";
+import type { Parameters, ParameterValue, SequenceControl, SequenceId } from "../infer.ts";
+
+// The KServe v2 sequence extension's request parameters, read the way Triton reads them:
+// `sequence_id` is an unsigned integer or a string (0 and "" mean "no sequence id"),
+// `sequence_start` / `sequence_end` are booleans, `timeout` is in microseconds.
+
+export const SEQUENCE_PARAMETERS = ["sequence_id", "sequence_start", "sequence_end", "timeout"] as const;
+
+const UINT64_MAX = (1n << 64n) - 1n;
+
+function parseSequenceId(value: ParameterValue): SequenceId | undefined {
+  if (typeof value === "string") return value === "" ? undefined : value;
+  if (typeof value === "bigint") {
+    if (value < 0n || value > UINT64_MAX) throw invalidArg("Unable to parse 'sequence_id'");
+    return value === 0n ? undefined : value;
+  }
+  if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) {
+    return value === 0 ? undefined : BigInt(value);
+  }
+  throw invalidArg("Unable to parse 'sequence_id'");
+}
+
+function parseFlag(parameters: Parameters, name: string): boolean {
+  const value = parameters[name];
+  if (value === undefined) return false;
+  if (typeof value !== "boolean") throw invalidArg(`Unable to parse '${name}'`);
+  return value;
+}
+
+function parseTimeout(value: ParameterValue | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = typeof value === "bigint" ? Number(value) : value;
+  if (typeof n !== "number" || !Number.isInteger(n) || n < 0) throw invalidArg("Unable to parse 'timeout'");
+  return n === 0 ? undefined : n;
+}
+
+/** The sequence fields of a request, or undefined when it carries none. */
+export function readSequenceControl(parameters: Parameters): SequenceControl | undefined {
+  const hasAny =
+    parameters.sequence_id !== undefined ||
+    parameters.sequence_start !== undefined ||
+    parameters.sequence_end !== undefined ||
+    parameters.timeout !== undefined;
+  if (!hasAny) return undefined;
+  const raw = parameters.sequence_id;
+  return {
+    id: raw === undefined ? undefined : parseSequenceId(raw),
+    start: parseFlag(parameters, "sequence_start"),
+    end: parseFlag(parameters, "sequence_end"),
+    timeoutUs: parseTimeout(parameters.timeout),
+  };
+}
+
+/** How an id is written in messages and listings: uint64 ids in decimal, strings as they are. */
+export function formatSequenceId(id: SequenceId): string {
+  return typeof id === "bigint" ? id.toString() : id;
+}

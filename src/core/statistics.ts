@@ -1,0 +1,149 @@
+// Per model-version inference statistics in the shape of Triton's ModelStatistics
+// (the `/v2/models/{m}/stats` body and the gRPC ModelStatistics reply). They are the one
+// source of truth: the Prometheus metrics read them at scrape time.
+
+export interface StatDuration {
+  count: number;
+  ns: number;
+}
+
+export interface BatchStats {
+  readonly batch_size: number;
+  readonly compute_input: StatDuration;
+  readonly compute_infer: StatDuration;
+  readonly compute_output: StatDuration;
+}
+
+export interface InferenceStats {
+  readonly success: StatDuration;
+  readonly fail: StatDuration;
+  readonly queue: StatDuration;
+  readonly compute_input: StatDuration;
+  readonly compute_infer: StatDuration;
+  readonly compute_output: StatDuration;
+  readonly cache_hit: StatDuration;
+  readonly cache_miss: StatDuration;
+}
+
+export interface ModelStatisticsSnapshot {
+  readonly name: string;
+  readonly version: string;
+  /** Milliseconds since the epoch of the last inference; 0 when none. */
+  readonly last_inference: number;
+  /** Requests inferred (padding rows excluded). */
+  readonly inference_count: number;
+  /** Model executions (a batch counts once). */
+  readonly execution_count: number;
+  readonly inference_stats: InferenceStats;
+  readonly batch_stats: readonly BatchStats[];
+}
+
+/** Timings of one request's life, in nanoseconds. */
+export interface RequestTimings {
+  readonly queueNs: number;
+  readonly computeInputNs: number;
+  readonly computeInferNs: number;
+  readonly computeOutputNs: number;
+  readonly totalNs: number;
+}
+
+const duration = (): StatDuration => ({ count: 0, ns: 0 });
+
+function add(stat: StatDuration, ns: number): void {
+  stat.count++;
+  stat.ns += Math.round(ns);
+}
+
+export class ModelStatistics {
+  readonly name: string;
+  readonly version: string;
+  #lastInference = 0;
+  #inferenceCount = 0;
+  #executionCount = 0;
+  readonly #inference: InferenceStats = {
+    success: duration(),
+    fail: duration(),
+    queue: duration(),
+    compute_input: duration(),
+    compute_infer: duration(),
+    compute_output: duration(),
+    cache_hit: duration(),
+    cache_miss: duration(),
+  };
+  readonly #batches = new Map<number, BatchStats>();
+
+  constructor(name: string, version: string) {
+    this.name = name;
+    this.version = version;
+  }
+
+  /** A request answered with outputs. */
+  recordSuccess(timings: RequestTimings): void {
+    const s = this.#inference;
+    add(s.success, timings.totalNs);
+    add(s.queue, timings.queueNs);
+    add(s.compute_input, timings.computeInputNs);
+    add(s.compute_infer, timings.computeInferNs);
+    add(s.compute_output, timings.computeOutputNs);
+    this.#inferenceCount++;
+    this.#lastInference = Date.now();
+  }
+
+  /** A request answered with an error after it reached the model's scheduler. */
+  recordFailure(totalNs: number): void {
+    add(this.#inference.fail, totalNs);
+  }
+
+  /** One model execution of `batchSize` rows (padding included, as Triton counts it). */
+  recordExecution(
+    batchSize: number,
+    computeInputNs: number,
+    computeInferNs: number,
+    computeOutputNs: number,
+  ): void {
+    this.#executionCount++;
+    let batch = this.#batches.get(batchSize);
+    if (batch === undefined) {
+      batch = {
+        batch_size: batchSize,
+        compute_input: duration(),
+        compute_infer: duration(),
+        compute_output: duration(),
+      };
+      this.#batches.set(batchSize, batch);
+    }
+    add(batch.compute_input, computeInputNs);
+    add(batch.compute_infer, computeInferNs);
+    add(batch.compute_output, computeOutputNs);
+  }
+
+  snapshot(): ModelStatisticsSnapshot {
+    const copy = (d: StatDuration): StatDuration => ({ count: d.count, ns: d.ns });
+    const s = this.#inference;
+    return {
+      name: this.name,
+      version: this.version,
+      last_inference: this.#lastInference,
+      inference_count: this.#inferenceCount,
+      execution_count: this.#executionCount,
+      inference_stats: {
+        success: copy(s.success),
+        fail: copy(s.fail),
+        queue: copy(s.queue),
+        compute_input: copy(s.compute_input),
+        compute_infer: copy(s.compute_infer),
+        compute_output: copy(s.compute_output),
+        cache_hit: copy(s.cache_hit),
+        cache_miss: copy(s.cache_miss),
+      },
+      batch_stats: [...this.#batches.values()]
+        .sort((a, b) => a.batch_size - b.batch_size)
+        .map((b) => ({
+          batch_size: b.batch_size,
+          compute_input: copy(b.compute_input),
+          compute_infer: copy(b.compute_infer),
+          compute_output: copy(b.compute_output),
+        })),
+    };
+  }
+}
