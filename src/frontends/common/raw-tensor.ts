@@ -1,0 +1,78 @@
+import { type DataType, elementByteSize, viewArray } from "../../core/datatype.ts";
+import { invalidArg } from "../../core/errors.ts";
+import { type BytesElements, elementCount, type NumericTensor, type Tensor } from "../../core/tensor.ts";
+
+// The raw tensor layout shared by the HTTP binary extension and gRPC
+// `raw_input_contents` / `raw_output_contents`: little-endian, row-major; a BYTES tensor is
+// each element as a 4-byte little-endian length followed by its bytes.
+
+/**
+ * Reads a raw tensor. Numeric data is a view over `bytes` (no copy unless misaligned), so
+ * the tensor lives as long as the buffer it came from.
+ */
+export function decodeRawTensor(name: string, datatype: DataType, shape: readonly number[], bytes: Uint8Array): Tensor {
+  const count = elementCount(shape);
+  if (datatype === "BYTES") {
+    return { datatype, shape, data: decodeBytesElements(name, count, bytes) };
+  }
+  const width = elementByteSize(datatype) as number;
+  const expected = count * width;
+  if (bytes.byteLength !== expected) {
+    throw invalidArg(
+      `unexpected total byte size ${bytes.byteLength} for input '${name}', expecting ${expected} for shape [${shape.join(",")}] of ${datatype}`,
+    );
+  }
+  return { datatype, shape, data: viewArray(datatype, bytes.buffer, bytes.byteOffset, bytes.byteLength) };
+}
+
+function decodeBytesElements(name: string, count: number, bytes: Uint8Array): BytesElements {
+  const elements: Uint8Array[] = new Array(count);
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  let offset = 0;
+  for (let i = 0; i < count; i++) {
+    if (offset + 4 > bytes.byteLength) {
+      throw invalidArg(`unexpected end of BYTES data for input '${name}': expected ${count} elements, found ${i}`);
+    }
+    const length = view.getUint32(offset, true);
+    offset += 4;
+    if (offset + length > bytes.byteLength) {
+      throw invalidArg(`BYTES element ${i} of input '${name}' claims ${length} bytes, past the end of its data`);
+    }
+    elements[i] = bytes.subarray(offset, offset + length);
+    offset += length;
+  }
+  if (offset !== bytes.byteLength) {
+    throw invalidArg(
+      `unexpected total byte size ${bytes.byteLength} for input '${name}', its ${count} BYTES elements use ${offset}`,
+    );
+  }
+  return elements;
+}
+
+/** The raw bytes of a tensor: a view of numeric data (no copy), or the length-prefixed BYTES layout. */
+export function encodeRawTensor(tensor: Tensor): Uint8Array {
+  if (tensor.datatype !== "BYTES") {
+    const data = (tensor as NumericTensor).data;
+    return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+  }
+  const elements = tensor.data as BytesElements;
+  let total = 0;
+  for (const element of elements) total += 4 + element.byteLength;
+  const out = new Uint8Array(total);
+  const view = new DataView(out.buffer);
+  let offset = 0;
+  for (const element of elements) {
+    view.setUint32(offset, element.byteLength, true);
+    out.set(element, offset + 4);
+    offset += 4 + element.byteLength;
+  }
+  return out;
+}
+
+/** Byte length of a tensor in raw layout (without encoding it). */
+export function rawByteLength(tensor: Tensor): number {
+  if (tensor.datatype !== "BYTES") return (tensor as NumericTensor).data.byteLength;
+  let total = 0;
+  for (const element of tensor.data as BytesElements) total += 4 + element.byteLength;
+  return total;
+}
