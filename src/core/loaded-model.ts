@@ -1,0 +1,126 @@
+import { asServerError } from "./errors.ts";
+import type { ModelExecutor } from "./executor.ts";
+import type { InferRequest, InferResponse, NamedTensor } from "./infer.ts";
+import type { SequenceAdmin, ServedModel, TensorMetadata } from "./model.ts";
+import type { ModelConfig } from "./model-config.ts";
+import { validateRequest } from "./request-validation.ts";
+import { DynamicBatcher } from "./scheduler/dynamic-batcher.ts";
+import { nowNs, PendingRequest } from "./scheduler/pending-request.ts";
+import type { Scheduler } from "./scheduler/scheduler.ts";
+import { SequenceBatcher } from "./sequence/sequence-batcher.ts";
+import { MemoryStateStore, type StateStore } from "./sequence/state-store.ts";
+import { ModelStatistics, type ModelStatisticsSnapshot } from "./statistics.ts";
+
+// A loaded model version: its frozen config, its instances, and the scheduler the config
+// asks for. This is what the frontends call `infer` on.
+
+export interface LoadedModelOptions {
+  readonly config: ModelConfig;
+  readonly version: string;
+  readonly executors: readonly ModelExecutor[];
+  readonly store?: StateStore;
+  readonly warn?: (message: string) => void;
+}
+
+function tensorMetadata(config: ModelConfig): { inputs: TensorMetadata[]; outputs: TensorMetadata[] } {
+  const batching = config.maxBatchSize > 0;
+  return {
+    inputs: config.inputs.map((i) => ({
+      name: i.name,
+      datatype: i.datatype,
+      shape: batching && !i.shared ? [-1, ...i.dims] : [...i.dims],
+    })),
+    outputs: config.outputs.map((o) => ({
+      name: o.name,
+      datatype: o.datatype,
+      shape: batching ? [-1, ...o.dims] : [...o.dims],
+    })),
+  };
+}
+
+export class LoadedModel implements ServedModel {
+  readonly name: string;
+  readonly version: string;
+  readonly config: ModelConfig;
+  readonly inputs: readonly TensorMetadata[];
+  readonly outputs: readonly TensorMetadata[];
+  readonly sequences: SequenceAdmin | undefined;
+  readonly #executors: readonly ModelExecutor[];
+  readonly #scheduler: Scheduler;
+  readonly #statistics: ModelStatistics;
+
+  constructor(options: LoadedModelOptions) {
+    const { config } = options;
+    this.name = config.name;
+    this.version = options.version;
+    this.config = config;
+    const metadata = tensorMetadata(config);
+    this.inputs = metadata.inputs;
+    this.outputs = metadata.outputs;
+    this.#executors = options.executors;
+    this.#statistics = new ModelStatistics(config.name, options.version);
+    if (config.sequenceBatching !== undefined) {
+      const batcher = new SequenceBatcher({
+        config,
+        executors: options.executors,
+        statistics: this.#statistics,
+        store: options.store ?? new MemoryStateStore(),
+        ...(options.warn === undefined ? {} : { warn: options.warn }),
+      });
+      this.#scheduler = batcher;
+      this.sequences = batcher;
+    } else {
+      this.#scheduler = new DynamicBatcher({
+        config,
+        executors: options.executors,
+        statistics: this.#statistics,
+      });
+      this.sequences = undefined;
+    }
+  }
+
+  async infer(request: InferRequest): Promise<InferResponse> {
+    const startNs = nowNs();
+    try {
+      const pending = new PendingRequest(request, validateRequest(this.config, request));
+      this.#scheduler.enqueue(pending);
+      const result = await pending.promise;
+      this.#statistics.recordSuccess(result.timings);
+      const outputs: NamedTensor[] = [];
+      for (const name of pending.validated.outputNames) {
+        const tensor = result.outputs.get(name);
+        if (tensor !== undefined) outputs.push({ name, ...tensor });
+      }
+      return {
+        modelName: this.name,
+        modelVersion: this.version,
+        id: request.id,
+        parameters: { ...result.parameters, ...pending.responseParameters },
+        outputs,
+      };
+    } catch (error) {
+      this.#statistics.recordFailure(nowNs() - startNs);
+      throw asServerError(error);
+    }
+  }
+
+  statistics(): ModelStatisticsSnapshot {
+    return this.#statistics.snapshot();
+  }
+
+  /** Requests accepted and not yet answered. */
+  get pending(): number {
+    return this.#scheduler.pending;
+  }
+
+  /** Stops new sequences, lets accepted work finish until `deadlineMs`, then frees the instances. */
+  async unload(deadlineMs: number): Promise<void> {
+    this.#scheduler.beginShutdown();
+    await this.#scheduler.drain(deadlineMs);
+    await Promise.all(this.#executors.map((e) => e.close()));
+  }
+
+  beginShutdown(): void {
+    this.#scheduler.beginShutdown();
+  }
+}

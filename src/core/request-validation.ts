@@ -1,0 +1,162 @@
+import { invalidArg } from "./errors.ts";
+import type { InferRequest } from "./infer.ts";
+import type { InputConfig, ModelConfig } from "./model-config.ts";
+import { type BytesElements, elementCount, formatShape, type NumericTensor, type Tensor } from "./tensor.ts";
+
+// Checks a request against its model's config before it is queued, with Triton's
+// messages and in Triton's order (outputs, input count, batch size, then each input's
+// datatype and shape), and prepares what the schedulers need: the inputs as the model
+// sees them (reshaped), the rows the request contributes to a batch, and a key that only
+// requests which can share a batch have in common.
+
+export interface ValidatedRequest {
+  /** Rows this request adds to a batch (1 for a model that does not batch). */
+  readonly rows: number;
+  /** Model-facing inputs: reshaped, with the batch dimension when the model batches. */
+  readonly inputs: ReadonlyMap<string, Tensor>;
+  readonly outputNames: readonly string[];
+  /** Requests with equal keys can be concatenated into one batch. */
+  readonly batchKey: string;
+}
+
+function describeNames(names: Iterable<string>): string {
+  const list = [...names].map((n) => `'${n}'`);
+  return list.length === 0 ? "[]" : `[${list.join(",")}]`;
+}
+
+function checkInputCount(config: ModelConfig, request: InferRequest): void {
+  const required = config.inputs.filter((i) => !i.optional);
+  const given = request.inputs.size;
+  if (given <= config.inputs.length && given >= required.length) return;
+  const missing = required.filter((i) => !request.inputs.has(i.name)).map((i) => i.name);
+  const expected =
+    required.length === config.inputs.length
+      ? `expected ${config.inputs.length} inputs`
+      : `expected number of inputs between ${required.length} and ${config.inputs.length}`;
+  throw invalidArg(
+    `${expected} but got ${given} inputs for model '${config.name}'. Got inputs ${describeNames(request.inputs.keys())}, but missing required inputs ${describeNames(missing)}. Please provide all required inputs.`,
+  );
+}
+
+function matchesDims(dims: readonly number[], shape: readonly number[]): boolean {
+  if (dims.length !== shape.length) return false;
+  for (let i = 0; i < dims.length; i++) if (dims[i] !== -1 && dims[i] !== shape[i]) return false;
+  return true;
+}
+
+function reshaped(dims: readonly number[], target: readonly number[], shape: readonly number[]): number[] {
+  const variable: number[] = [];
+  for (let i = 0; i < dims.length; i++) if (dims[i] === -1) variable.push(shape[i]!);
+  return target.map((d) => (d === -1 ? (variable.shift() ?? 1) : d));
+}
+
+/** A short fingerprint of a shared input's value (shared inputs are small: scalars, flags). */
+function valueKey(tensor: Tensor): string {
+  if (tensor.datatype === "BYTES") {
+    return (tensor.data as BytesElements).map((e) => Buffer.from(e).toString("hex")).join(",");
+  }
+  const data = (tensor as NumericTensor).data;
+  return Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString("hex");
+}
+
+export function validateRequest(config: ModelConfig, request: InferRequest): ValidatedRequest {
+  const model = config.name;
+  const outputNames: string[] = [];
+  if (request.outputs === undefined) {
+    for (const output of config.outputs) outputNames.push(output.name);
+  } else {
+    for (const name of request.outputs) {
+      if (!config.outputs.some((o) => o.name === name)) {
+        throw invalidArg(`unexpected inference output '${name}' for model '${model}'`);
+      }
+      outputNames.push(name);
+    }
+  }
+
+  const byName = new Map<string, InputConfig>();
+  for (const input of config.inputs) byName.set(input.name, input);
+  for (const name of request.inputs.keys()) {
+    if (!byName.has(name)) throw invalidArg(`unexpected inference input '${name}' for model '${model}'`);
+  }
+  checkInputCount(config, request);
+
+  const batching = config.maxBatchSize > 0;
+  let batch = 0;
+  if (batching) {
+    for (const [name, tensor] of request.inputs) {
+      if (byName.get(name)!.shared) continue;
+      if (tensor.shape.length === 0) {
+        throw invalidArg(`input '${name}' has no shape but model requires batch dimension for '${model}'`);
+      }
+      const rows = tensor.shape[0]!;
+      if (batch === 0) batch = rows;
+      else if (rows !== batch)
+        throw invalidArg(`input '${name}' batch size does not match other inputs for '${model}'`);
+    }
+    if (batch === 0 && config.inputs.some((i) => !i.shared && request.inputs.has(i.name))) {
+      throw invalidArg(`inference request batch-size must be > 0 for '${model}'`);
+    }
+    if (batch > config.maxBatchSize) {
+      throw invalidArg(`inference request batch-size must be <= ${config.maxBatchSize} for '${model}'`);
+    }
+    if (batch > 1 && config.sequenceBatching !== undefined) {
+      throw invalidArg(
+        `inference request to model '${model}' must specify batch-size 1 due to requirements of sequence batcher`,
+      );
+    }
+  }
+
+  const inputs = new Map<string, Tensor>();
+  const keyParts: string[] = [];
+  for (const input of config.inputs) {
+    const tensor = request.inputs.get(input.name);
+    if (tensor === undefined) continue;
+    if (tensor.datatype !== input.datatype) {
+      throw invalidArg(
+        `inference input '${input.name}' data-type is '${tensor.datatype}', but model '${model}' expects '${input.datatype}'`,
+      );
+    }
+    const batched = batching && !input.shared;
+    const shape = batched ? tensor.shape.slice(1) : tensor.shape;
+    for (const dim of tensor.shape) {
+      if (dim < 0) {
+        throw invalidArg(
+          `All input dimensions should be specified for input '${input.name}' for model '${model}', got ${formatShape(tensor.shape)}`,
+        );
+      }
+    }
+    if (!matchesDims(input.dims, shape)) {
+      const expected = batched ? [-1, ...input.dims] : input.dims;
+      const note = batched
+        ? " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size."
+        : "";
+      throw invalidArg(
+        `unexpected shape for input '${input.name}' for model '${model}'. Expected ${formatShape(expected)}, got ${formatShape(tensor.shape)}.${note}`,
+      );
+    }
+    const count = elementCount(tensor.shape);
+    const length =
+      tensor.datatype === "BYTES"
+        ? (tensor.data as BytesElements).length
+        : (tensor as NumericTensor).data.length;
+    if (length !== count) {
+      throw invalidArg(
+        `input '${input.name}' for model '${model}' has ${length} elements, but its shape ${formatShape(tensor.shape)} needs ${count}`,
+      );
+    }
+    let modelShape: readonly number[] = shape;
+    if (input.reshape !== undefined) modelShape = reshaped(input.dims, input.reshape, shape);
+    const fullShape = batched ? [batch, ...modelShape] : modelShape;
+    inputs.set(input.name, fullShape === tensor.shape ? tensor : { ...tensor, shape: fullShape });
+    keyParts.push(
+      input.shared ? `${input.name}=${valueKey(tensor)}` : `${input.name}${formatShape(modelShape)}`,
+    );
+  }
+
+  return {
+    rows: batching ? Math.max(batch, 1) : 1,
+    inputs,
+    outputNames,
+    batchKey: keyParts.join("|"),
+  };
+}

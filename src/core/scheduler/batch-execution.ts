@@ -1,0 +1,125 @@
+import { concatAlongAxis, splitAlongAxis } from "../batch/tensor-batching.ts";
+import { asServerError } from "../errors.ts";
+import type { ModelExecutor } from "../executor.ts";
+import type { ModelConfig } from "../model-config.ts";
+import type { ModelStatistics } from "../statistics.ts";
+import type { Tensor } from "../tensor.ts";
+import { nowNs, type PendingRequest } from "./pending-request.ts";
+
+// Running one batch of stateless requests: concatenate their inputs along the batch
+// axis, run, split the outputs back into per-request views, and account for the time.
+
+/** The model-facing batch inputs of `requests` (all share a batch key). */
+export function concatRequestInputs(
+  config: ModelConfig,
+  requests: readonly PendingRequest[],
+): Map<string, Tensor> {
+  const inputs = new Map<string, Tensor>();
+  const first = requests[0]!;
+  if (requests.length === 1) return new Map(first.validated.inputs);
+  for (const input of config.inputs) {
+    const tensor = first.validated.inputs.get(input.name);
+    if (tensor === undefined) continue;
+    if (input.shared) {
+      inputs.set(input.name, tensor);
+      continue;
+    }
+    inputs.set(
+      input.name,
+      concatAlongAxis(
+        requests.map((r) => r.validated.inputs.get(input.name)!),
+        0,
+      ),
+    );
+  }
+  return inputs;
+}
+
+/** Every output any of the requests asked for, in config order. */
+export function requestedOutputNames(
+  config: ModelConfig,
+  requests: readonly PendingRequest[],
+  extra: readonly string[] = [],
+): string[] {
+  const wanted = new Set<string>(extra);
+  for (const r of requests) for (const name of r.validated.outputNames) wanted.add(name);
+  const names = config.outputs.map((o) => o.name).filter((n) => wanted.has(n));
+  for (const name of extra) if (!names.includes(name)) names.push(name);
+  return names;
+}
+
+/**
+ * The client's shape for a model output: the model may produce the output in its
+ * `reshape` shape; clients see the configured `dims` (with the batch dim when batching).
+ */
+export function clientOutputShape(config: ModelConfig, name: string, tensor: Tensor): Tensor {
+  const output = config.outputs.find((o) => o.name === name);
+  if (output?.reshape === undefined) return tensor;
+  const batching = config.maxBatchSize > 0;
+  const rows = batching ? tensor.shape[0]! : 1;
+  let perRow = 1;
+  for (let i = batching ? 1 : 0; i < tensor.shape.length; i++) perRow *= tensor.shape[i]!;
+  let known = 1;
+  for (const d of output.dims) if (d !== -1) known *= d;
+  const dims = output.dims.map((d) => (d === -1 ? perRow / known : d));
+  return { ...tensor, shape: batching ? [rows, ...dims] : dims };
+}
+
+/**
+ * Runs `requests` as one batch on `executor` and settles each of them: each gets views
+ * of its own rows of every output it asked for.
+ */
+export async function runStatelessBatch(
+  config: ModelConfig,
+  executor: ModelExecutor,
+  statistics: ModelStatistics,
+  requests: readonly PendingRequest[],
+): Promise<void> {
+  const startNs = nowNs();
+  for (const r of requests) r.markDispatched();
+  const batching = config.maxBatchSize > 0;
+  let inputs: Map<string, Tensor>;
+  let outputNames: string[];
+  try {
+    inputs = concatRequestInputs(config, requests);
+    outputNames = requestedOutputNames(config, requests);
+  } catch (error) {
+    for (const r of requests) r.reject(asServerError(error));
+    return;
+  }
+  const assembledNs = nowNs();
+  let result: Awaited<ReturnType<ModelExecutor["run"]>>;
+  try {
+    result = await executor.run(inputs, outputNames);
+  } catch (error) {
+    const failure = asServerError(error);
+    for (const r of requests) r.reject(failure);
+    return;
+  }
+  const splitStartNs = nowNs();
+  const rows = requests.map((r) => r.validated.rows);
+  const perRequest: Map<string, Tensor>[] = requests.map(() => new Map());
+  for (const name of outputNames) {
+    const output = result.outputs.get(name);
+    if (output === undefined) continue;
+    const pieces = batching ? splitAlongAxis(output, 0, rows) : [output];
+    for (let i = 0; i < requests.length; i++) {
+      if (requests[i]!.validated.outputNames.includes(name)) {
+        perRequest[i]!.set(name, clientOutputShape(config, name, pieces[i]!));
+      }
+    }
+  }
+  const endNs = nowNs();
+  const inputNs = assembledNs - startNs + result.timings.inputNs;
+  const outputNs = endNs - splitStartNs + result.timings.outputNs;
+  const totalRows = rows.reduce((a, b) => a + b, 0);
+  statistics.recordExecution(batching ? totalRows : 1, inputNs, result.timings.inferNs, outputNs);
+  for (let i = 0; i < requests.length; i++) {
+    const r = requests[i]!;
+    r.resolve({
+      outputs: perRequest[i]!,
+      parameters: {},
+      timings: r.timings(inputNs, result.timings.inferNs, outputNs),
+    });
+  }
+}

@@ -1,0 +1,175 @@
+import { unavailable } from "../errors.ts";
+import type { ModelExecutor } from "../executor.ts";
+import type { ModelConfig } from "../model-config.ts";
+import type { ModelStatistics } from "../statistics.ts";
+import { runStatelessBatch } from "./batch-execution.ts";
+import { OrderedRelease } from "./ordered-release.ts";
+import type { PendingRequest } from "./pending-request.ts";
+import { Deque } from "./request-queue.ts";
+import type { Scheduler } from "./scheduler.ts";
+
+// The scheduler of stateless models. Without `dynamic_batching` each request runs alone
+// on the next free instance (Triton's default scheduler). With it, requests that can
+// share a batch are concatenated up to max_batch_size: a batch leaves as soon as it
+// reaches the largest preferred size, or when its oldest request has waited
+// max_queue_delay_microseconds, or at once when no delay is configured. Instances take
+// batches as they become free, so work spreads over all of them.
+
+export interface DynamicBatcherOptions {
+  readonly config: ModelConfig;
+  readonly executors: readonly ModelExecutor[];
+  readonly statistics: ModelStatistics;
+}
+
+export class DynamicBatcher implements Scheduler {
+  readonly #config: ModelConfig;
+  readonly #statistics: ModelStatistics;
+  readonly #idle: ModelExecutor[];
+  readonly #queue = new Deque<PendingRequest>();
+  readonly #merge: boolean;
+  readonly #maxRows: number;
+  readonly #targetRows: number;
+  readonly #delayNs: number;
+  readonly #maxQueueSize: number;
+  readonly #ordering: OrderedRelease | undefined;
+  #pending = 0;
+  #scheduled = false;
+  #timer: NodeJS.Timeout | undefined;
+  #drained: (() => void) | undefined;
+
+  constructor(options: DynamicBatcherOptions) {
+    const { config } = options;
+    this.#config = config;
+    this.#statistics = options.statistics;
+    this.#idle = [...options.executors];
+    const dynamic = config.dynamicBatching;
+    this.#merge = dynamic !== undefined && config.maxBatchSize > 0;
+    this.#maxRows = Math.max(1, config.maxBatchSize);
+    const preferred = dynamic?.preferredBatchSizes ?? [];
+    this.#targetRows = preferred.length > 0 ? Math.max(...preferred) : this.#maxRows;
+    this.#delayNs = (dynamic?.maxQueueDelayUs ?? 0) * 1000;
+    this.#maxQueueSize = dynamic?.maxQueueSize ?? 0;
+    this.#ordering = dynamic?.preserveOrdering ? new OrderedRelease() : undefined;
+  }
+
+  get pending(): number {
+    return this.#pending;
+  }
+
+  enqueue(pending: PendingRequest): void {
+    if (this.#maxQueueSize > 0 && this.#queue.length >= this.#maxQueueSize) {
+      throw unavailable(
+        `Exceeds maximum queue size of ${this.#maxQueueSize} for model '${this.#config.name}'`,
+        1,
+      );
+    }
+    this.#pending++;
+    if (this.#ordering !== undefined) {
+      const ticket = this.#ordering.issue();
+      const ordering = this.#ordering;
+      pending.deliverThrough((deliver) => ordering.complete(ticket, deliver));
+    }
+    pending.promise.then(
+      () => this.#settled(),
+      () => this.#settled(),
+    );
+    pending.onCancel((p) => {
+      this.#queue.remove((q) => q === p);
+      p.cancel();
+    });
+    this.#queue.push(pending);
+    this.#schedule();
+  }
+
+  beginShutdown(): void {
+    // Stateless requests already accepted simply finish.
+  }
+
+  drain(deadlineMs: number): Promise<void> {
+    if (this.#pending === 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(
+        () => {
+          for (const p of this.#queue.drain()) p.reject(unavailable("the server is shutting down"));
+          resolve();
+        },
+        Math.max(0, deadlineMs - Date.now()),
+      );
+      timer.unref();
+      this.#drained = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+
+  #settled(): void {
+    this.#pending--;
+    if (this.#pending === 0) this.#drained?.();
+  }
+
+  /** Coalesces the requests that arrive in one turn of the event loop into one decision. */
+  #schedule(): void {
+    if (this.#scheduled) return;
+    this.#scheduled = true;
+    setImmediate(() => {
+      this.#scheduled = false;
+      this.#dispatch();
+    });
+  }
+
+  #dispatch(): void {
+    while (this.#idle.length > 0) {
+      this.#dropSettledHead();
+      const head = this.#queue.peek();
+      if (head === undefined) return;
+      const batch = this.#merge ? this.#collect(head) : [this.#queue.shift()!];
+      if (batch.length === 0) return;
+      const executor = this.#idle.shift()!;
+      runStatelessBatch(this.#config, executor, this.#statistics, batch).finally(() => {
+        this.#idle.push(executor);
+        this.#schedule();
+      });
+    }
+  }
+
+  #dropSettledHead(): void {
+    while (this.#queue.peek()?.settled) this.#queue.shift();
+  }
+
+  /**
+   * Takes the requests that can join the head's batch, or none if the batch should wait
+   * for more (a timer then brings the decision back).
+   */
+  #collect(head: PendingRequest): PendingRequest[] {
+    let rows = 0;
+    const chosen: PendingRequest[] = [];
+    for (const p of this.#queue) {
+      if (p.settled || p.validated.batchKey !== head.validated.batchKey) continue;
+      if (rows + p.validated.rows > this.#maxRows) break;
+      chosen.push(p);
+      rows += p.validated.rows;
+      if (rows >= this.#targetRows) break;
+    }
+    const waitedNs = performance.now() * 1e6 - head.arrivalNs;
+    if (rows < this.#targetRows && this.#delayNs > 0 && waitedNs < this.#delayNs) {
+      this.#armTimer(this.#delayNs - waitedNs);
+      return [];
+    }
+    const taken = new Set(chosen);
+    const rest = this.#queue.drain().filter((p) => !taken.has(p) && !p.settled);
+    for (const p of rest) this.#queue.push(p);
+    return chosen;
+  }
+
+  #armTimer(ns: number): void {
+    if (this.#timer !== undefined) return;
+    this.#timer = setTimeout(
+      () => {
+        this.#timer = undefined;
+        this.#dispatch();
+      },
+      Math.max(1, Math.ceil(ns / 1e6)),
+    );
+  }
+}

@@ -1,0 +1,22 @@
+// Releases completions in the order their requests were accepted (Triton's
+// `preserve_ordering`): a request that finishes early waits for those accepted before it.
+
+export class OrderedRelease {
+  #next = 0;
+  #issued = 0;
+  readonly #ready = new Map<number, () => void>();
+
+  /** A ticket for a newly accepted request. */
+  issue(): number {
+    return this.#issued++;
+  }
+
+  /** Runs `release` once every earlier ticket has been released. */
+  complete(ticket: number, release: () => void): void {
+    this.#ready.set(ticket, release);
+    for (let run = this.#ready.get(this.#next); run !== undefined; run = this.#ready.get(this.#next)) {
+      this.#ready.delete(this.#next++);
+      run();
+    }
+  }
+}

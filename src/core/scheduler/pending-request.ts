@@ -1,0 +1,113 @@
+import { cancelled, type ServerError } from "../errors.ts";
+import type { InferRequest, Parameters, ParameterValue } from "../infer.ts";
+import type { ValidatedRequest } from "../request-validation.ts";
+import type { RequestTimings } from "../statistics.ts";
+import type { Tensor } from "../tensor.ts";
+
+export interface RequestResult {
+  readonly outputs: ReadonlyMap<string, Tensor>;
+  readonly parameters: Parameters;
+  readonly timings: RequestTimings;
+}
+
+const nowNs = (): number => performance.now() * 1e6;
+
+/**
+ * One request on its way through a scheduler: settles exactly once, records its own
+ * timings, and reports cancellation by its client while it has not started to run.
+ */
+export class PendingRequest {
+  readonly request: InferRequest;
+  readonly validated: ValidatedRequest;
+  readonly arrivalNs = nowNs();
+  /** Parameters the scheduler adds to the response (e.g. a server-assigned `sequence_id`). */
+  readonly responseParameters: Record<string, ParameterValue> = {};
+  /** Set when the request is handed to an executor; after that it can no longer be cancelled. */
+  dispatchNs = 0;
+  readonly promise: Promise<RequestResult>;
+  #resolve!: (result: RequestResult) => void;
+  #reject!: (error: ServerError) => void;
+  #settled = false;
+  #onAbort: (() => void) | undefined;
+  #gate: ((deliver: () => void) => void) | undefined;
+
+  constructor(request: InferRequest, validated: ValidatedRequest) {
+    this.request = request;
+    this.validated = validated;
+    this.promise = new Promise<RequestResult>((resolve, reject) => {
+      this.#resolve = resolve;
+      this.#reject = reject;
+    });
+  }
+
+  get settled(): boolean {
+    return this.#settled;
+  }
+
+  get dispatched(): boolean {
+    return this.dispatchNs !== 0;
+  }
+
+  /** Calls `handler` if the client aborts before dispatch (once; never after settling). */
+  onCancel(handler: (request: PendingRequest) => void): void {
+    const signal = this.request.signal;
+    if (signal === undefined) return;
+    if (signal.aborted) {
+      queueMicrotask(() => {
+        if (!this.#settled && !this.dispatched) handler(this);
+      });
+      return;
+    }
+    this.#onAbort = () => {
+      if (!this.#settled && !this.dispatched) handler(this);
+    };
+    signal.addEventListener("abort", this.#onAbort, { once: true });
+  }
+
+  /** Delivers the outcome through `gate` (used to release responses in arrival order). */
+  deliverThrough(gate: (deliver: () => void) => void): void {
+    this.#gate = gate;
+  }
+
+  markDispatched(): void {
+    this.dispatchNs = nowNs();
+  }
+
+  resolve(result: RequestResult): void {
+    if (this.#settle()) this.#deliver(() => this.#resolve(result));
+  }
+
+  reject(error: ServerError): void {
+    if (this.#settle()) this.#deliver(() => this.#reject(error));
+  }
+
+  #deliver(deliver: () => void): void {
+    if (this.#gate === undefined) deliver();
+    else this.#gate(deliver);
+  }
+
+  cancel(message = "request cancelled by the client"): void {
+    this.reject(cancelled(message));
+  }
+
+  /** Queue time plus the batch's compute split, for statistics. */
+  timings(computeInputNs: number, computeInferNs: number, computeOutputNs: number): RequestTimings {
+    const end = nowNs();
+    return {
+      queueNs: (this.dispatchNs || end) - this.arrivalNs,
+      computeInputNs,
+      computeInferNs,
+      computeOutputNs,
+      totalNs: end - this.arrivalNs,
+    };
+  }
+
+  #settle(): boolean {
+    if (this.#settled) return false;
+    this.#settled = true;
+    if (this.#onAbort !== undefined) this.request.signal?.removeEventListener("abort", this.#onAbort);
+    return true;
+  }
+}
+
+export { nowNs };

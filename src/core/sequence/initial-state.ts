@@ -1,0 +1,44 @@
+import { readFileSync } from "node:fs";
+import { allocateArray, elementByteSize, viewArray } from "../datatype.ts";
+import { internal } from "../errors.ts";
+import type { StateConfig } from "../model-config.ts";
+import { elementCount, type NumericTensor } from "../tensor.ts";
+
+// The state a sequence starts with: Triton's `initial_state` (zeros, or the contents of
+// `<model>/initial_state/<data_file>`), or zeros with every variable dim at 1 when none is
+// configured. Its shape has 1 on the batch axis: one sequence's share of a batch.
+
+function withBatchAxis(dims: readonly number[], batchAxis: number | undefined): number[] {
+  if (batchAxis === undefined) return [...dims];
+  const shape = [...dims];
+  shape.splice(batchAxis, 0, 1);
+  return shape;
+}
+
+/** Computed once per model load; every START copies from it. */
+export function initialStateTensor(state: StateConfig): NumericTensor {
+  const initial = state.initialState;
+  if (initial === undefined) {
+    const shape = state.dims.map((d, axis) => (axis === state.batchAxis || d === -1 ? 1 : d));
+    return { datatype: state.datatype, shape, data: allocateArray(state.datatype, elementCount(shape)) };
+  }
+  // initial_state dims exclude the batch dimension, as in Triton.
+  const shape = withBatchAxis(initial.dims, state.batchAxis);
+  const count = elementCount(shape);
+  if (initial.kind === "zero") {
+    return { datatype: state.datatype, shape, data: allocateArray(state.datatype, count) };
+  }
+  const bytes = readFileSync(initial.path);
+  const expected = count * (elementByteSize(state.datatype) ?? 0);
+  if (bytes.byteLength !== expected) {
+    throw internal(
+      `initial state file '${initial.path}' for state '${state.inputName}' has ${bytes.byteLength} bytes, expected ${expected}`,
+    );
+  }
+  const owned = new Uint8Array(bytes).slice();
+  return {
+    datatype: state.datatype,
+    shape,
+    data: viewArray(state.datatype, owned.buffer, 0, owned.byteLength),
+  };
+}

@@ -1,0 +1,230 @@
+import { concatAlongAxis, splitAlongAxis } from "../batch/tensor-batching.ts";
+import { asServerError, internal } from "../errors.ts";
+import type { ModelExecutor } from "../executor.ts";
+import { fromFloat16Array, toFloat16Array } from "../float16.ts";
+import type { ModelConfig, StateConfig } from "../model-config.ts";
+import { clientOutputShape, requestedOutputNames } from "../scheduler/batch-execution.ts";
+import { nowNs, type PendingRequest } from "../scheduler/pending-request.ts";
+import type { ModelStatistics } from "../statistics.ts";
+import { cloneTensor, formatShape, type NumericTensor, type Tensor, zeroTensor } from "../tensor.ts";
+import { controlTensors } from "./control-tensors.ts";
+import type { Sequence } from "./sequence.ts";
+import type { SequenceState, StateStore } from "./state-store.ts";
+
+// One step of a batch of sequences: gather each sequence's state into the batch along
+// the state's batch axis, add the control tensors, run, then scatter the new state back
+// into the store and split the outputs into each request's rows. State never leaves the
+// core: clients only see a state tensor that the config also lists as an output.
+
+export interface SequenceRow {
+  readonly sequence: Sequence;
+  readonly request: PendingRequest;
+}
+
+export interface SequenceModel {
+  readonly config: ModelConfig;
+  readonly statistics: ModelStatistics;
+  readonly store: StateStore;
+  /** Per state input name: the tensor a START begins from. */
+  readonly initialStates: ReadonlyMap<string, NumericTensor>;
+}
+
+const isStart = (row: SequenceRow): boolean => row.request.request.sequence?.start === true;
+const isEnd = (row: SequenceRow): boolean => row.request.request.sequence?.end === true;
+
+/** The state a row runs with: fresh on START (or when none was kept), else the stored one (FP32). */
+function stateOf(model: SequenceModel, row: SequenceRow, state: StateConfig): Tensor {
+  const stored = isStart(row) ? undefined : model.store.get(row.sequence.key)?.get(state.inputName);
+  if (stored === undefined) return model.initialStates.get(state.inputName)!;
+  if (stored.datatype === "FP16" && state.datatype === "FP32") {
+    return { datatype: "FP32", shape: stored.shape, data: fromFloat16Array(stored.data as Uint16Array) };
+  }
+  return stored;
+}
+
+/** The part of a batch key that comes from state: sequences whose state shapes differ cannot share a batch. */
+export function stateKey(model: SequenceModel, row: SequenceRow): string {
+  const states = model.config.sequenceBatching?.states ?? [];
+  if (states.length === 0) return "";
+  let key = "";
+  for (const state of states) {
+    const stored = isStart(row) ? undefined : model.store.get(row.sequence.key)?.get(state.inputName);
+    key += `#${formatShape((stored ?? model.initialStates.get(state.inputName)!).shape)}`;
+  }
+  return key;
+}
+
+export function rowKey(model: SequenceModel, row: SequenceRow): string {
+  return row.request.validated.batchKey + stateKey(model, row);
+}
+
+function paddingLike(tensor: Tensor, axis: number): Tensor {
+  const shape = [...tensor.shape];
+  shape[axis] = 1;
+  return zeroTensor(tensor.datatype, shape);
+}
+
+function gather(parts: (Tensor | undefined)[], axis: number | undefined): Tensor {
+  const template = parts.find((p) => p !== undefined)!;
+  if (axis === undefined) return cloneTensor(template);
+  return concatAlongAxis(
+    parts.map((p) => p ?? paddingLike(template, axis)),
+    axis,
+  );
+}
+
+function storedForm(tensor: Tensor, state: StateConfig, fp16: boolean): Tensor {
+  if (fp16 && state.datatype === "FP32") {
+    return { datatype: "FP16", shape: tensor.shape, data: toFloat16Array(tensor.data as Float32Array) };
+  }
+  return tensor;
+}
+
+export interface StepOutcome {
+  /** The step ran and its state was kept (or dropped, for an END). */
+  readonly ok: boolean;
+}
+
+/**
+ * Runs one batch. `rows[i]` is batch row i; `undefined` rows are padding (Direct
+ * strategy's empty slots: READY false, CORRID 0, zero inputs and state). Settles every
+ * request and updates the store; returns whether the step succeeded.
+ */
+export async function runSequenceBatch(
+  model: SequenceModel,
+  executor: ModelExecutor,
+  rows: readonly (SequenceRow | undefined)[],
+): Promise<StepOutcome> {
+  const { config, store } = model;
+  const sequencing = config.sequenceBatching!;
+  const batching = config.maxBatchSize > 0;
+  const real = rows.filter((r): r is SequenceRow => r !== undefined);
+  const startNs = nowNs();
+  for (const row of real) row.request.markDispatched();
+
+  let inputs: Map<string, Tensor>;
+  let outputNames: string[];
+  try {
+    inputs = new Map<string, Tensor>();
+    const first = real[0]!.request.validated.inputs;
+    for (const input of config.inputs) {
+      const tensor = first.get(input.name);
+      if (tensor === undefined) continue;
+      if (input.shared || !batching) inputs.set(input.name, tensor);
+      else
+        inputs.set(
+          input.name,
+          gather(
+            rows.map((r) => r?.request.validated.inputs.get(input.name)),
+            0,
+          ),
+        );
+    }
+    for (const state of sequencing.states) {
+      inputs.set(
+        state.inputName,
+        gather(
+          rows.map((r) => (r === undefined ? undefined : stateOf(model, r, state))),
+          state.batchAxis,
+        ),
+      );
+    }
+    const controls = controlTensors(
+      sequencing.controlInputs,
+      rows.map((r) =>
+        r === undefined ? undefined : { id: r.sequence.id, start: isStart(r), end: isEnd(r) },
+      ),
+      batching,
+    );
+    for (const [name, tensor] of controls) inputs.set(name, tensor);
+    outputNames = requestedOutputNames(
+      config,
+      real.map((r) => r.request),
+      sequencing.states.map((s) => s.outputName),
+    );
+  } catch (error) {
+    return fail(model, real, asServerError(error));
+  }
+
+  const assembledNs = nowNs();
+  let result: Awaited<ReturnType<ModelExecutor["run"]>>;
+  try {
+    result = await executor.run(inputs, outputNames);
+  } catch (error) {
+    return fail(model, real, asServerError(error));
+  }
+
+  const scatterStartNs = nowNs();
+  const ones = rows.map(() => 1);
+  const perRow: (Map<string, Tensor> | undefined)[] = rows.map((r) =>
+    r === undefined ? undefined : new Map(),
+  );
+  const newStates: (Map<string, Tensor> | undefined)[] = rows.map((r) =>
+    r === undefined ? undefined : new Map(),
+  );
+  try {
+    for (const state of sequencing.states) {
+      const output = result.outputs.get(state.outputName);
+      if (output === undefined) {
+        throw internal(`model '${config.name}' did not produce state output '${state.outputName}'`);
+      }
+      // Copies: a sequence's state must not keep the whole batch buffer alive.
+      const pieces =
+        state.batchAxis === undefined
+          ? [cloneTensor(output)]
+          : splitAlongAxis(output, state.batchAxis, ones, true);
+      for (let i = 0; i < rows.length; i++) {
+        newStates[i]?.set(state.inputName, storedForm(pieces[i]!, state, sequencing.storeStatesAsFp16));
+      }
+    }
+    for (const name of outputNames) {
+      const output = result.outputs.get(name);
+      if (output === undefined) continue;
+      const state = sequencing.states.find((s) => s.outputName === name);
+      const axis = state !== undefined ? state.batchAxis : batching ? 0 : undefined;
+      const pieces = axis === undefined ? [output] : splitAlongAxis(output, axis, ones);
+      for (let i = 0; i < rows.length; i++) {
+        const row = rows[i];
+        if (row?.request.validated.outputNames.includes(name)) {
+          perRow[i]!.set(name, clientOutputShape(config, name, pieces[i]!));
+        }
+      }
+    }
+  } catch (error) {
+    return fail(model, real, asServerError(error));
+  }
+
+  for (let i = 0; i < rows.length; i++) {
+    const row = rows[i];
+    if (row === undefined) continue;
+    if (isEnd(row)) store.delete(row.sequence.key);
+    else if (sequencing.states.length > 0) store.set(row.sequence.key, newStates[i] as SequenceState);
+  }
+  const endNs = nowNs();
+  const inputNs = assembledNs - startNs + result.timings.inputNs;
+  const outputNs = endNs - scatterStartNs + result.timings.outputNs;
+  model.statistics.recordExecution(batching ? rows.length : 1, inputNs, result.timings.inferNs, outputNs);
+  for (let i = 0; i < rows.length; i++) {
+    const row = rows[i];
+    if (row === undefined) continue;
+    row.request.resolve({
+      outputs: perRow[i]!,
+      parameters: {},
+      timings: row.request.timings(inputNs, result.timings.inferNs, outputNs),
+    });
+  }
+  return { ok: true };
+}
+
+/** A failed step keeps every sequence's previous state, except that an END still frees it. */
+function fail(
+  model: SequenceModel,
+  rows: readonly SequenceRow[],
+  error: ReturnType<typeof asServerError>,
+): StepOutcome {
+  for (const row of rows) {
+    if (isEnd(row)) model.store.delete(row.sequence.key);
+    row.request.reject(error);
+  }
+  return { ok: false };
+}

@@ -1,0 +1,438 @@
+import { cancelled, invalidArg, ServerError, unavailable } from "../errors.ts";
+import type { ModelExecutor } from "../executor.ts";
+import type { SequenceId } from "../infer.ts";
+import {
+  SEQUENCE_END_REASONS,
+  type SequenceAdmin,
+  type SequenceEndReason,
+  type SequenceInfo,
+  type SequenceSummary,
+} from "../model.ts";
+import type { ModelConfig, SequenceBatchingConfig } from "../model-config.ts";
+import { OrderedRelease } from "../scheduler/ordered-release.ts";
+import type { PendingRequest } from "../scheduler/pending-request.ts";
+import { Deque } from "../scheduler/request-queue.ts";
+import type { Scheduler } from "../scheduler/scheduler.ts";
+import type { ModelStatistics } from "../statistics.ts";
+import type { NumericTensor } from "../tensor.ts";
+import { checkCorrelationIdType } from "./control-tensors.ts";
+import { DirectInstance } from "./direct-instance.ts";
+import { initialStateTensor } from "./initial-state.ts";
+import { OldestInstance } from "./oldest-instance.ts";
+import { Sequence } from "./sequence.ts";
+import type { SequenceModel } from "./sequence-batch-execution.ts";
+import type { SequenceInstance, SequenceOwner } from "./sequence-instance.ts";
+import { formatSequenceId } from "./sequence-parameters.ts";
+import type { StateStore } from "./state-store.ts";
+
+// The scheduler of stateful models (Triton's sequence batcher). It admits requests with
+// Triton's checks and messages, in Triton's order; gives each new sequence a slot on an
+// instance, or a place in a bounded FIFO backlog when every slot is taken; keeps each
+// sequence's requests in arrival order on the instance that holds it; and ends sequences
+// on END, idle timeout, restart, cancellation, a forced end or shutdown — always through
+// #finish, the one place that frees state and slots and counts the end by reason.
+
+export interface SequenceBatcherOptions {
+  readonly config: ModelConfig;
+  readonly executors: readonly ModelExecutor[];
+  readonly statistics: ModelStatistics;
+  readonly store: StateStore;
+  /** Logs sequence ends that clients may wonder about (restarts, timeouts). */
+  readonly warn?: (message: string) => void;
+}
+
+const idKey = (id: SequenceId): string => (typeof id === "bigint" ? `u${id}` : `s${id}`);
+
+/** Server-assigned ids start high in the uint64 range, away from ids clients usually pick. */
+const FIRST_ASSIGNED_ID = 1n << 62n;
+
+export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner {
+  readonly #config: ModelConfig;
+  readonly #sequencing: SequenceBatchingConfig;
+  readonly #model: SequenceModel;
+  readonly #instances: SequenceInstance[];
+  readonly #warn: (message: string) => void;
+  /** Ids in use, each owned by the live sequence that answers to it. */
+  readonly #live = new Map<string, Sequence>();
+  /** Every sequence not yet finished (live, backlogged, or ending after its id was released). */
+  readonly #all = new Set<Sequence>();
+  readonly #backlog = new Deque<Sequence>();
+  readonly #backlogTimers = new Map<Sequence, NodeJS.Timeout>();
+  /** Live sequences by last arrival, oldest first (re-inserted on each arrival). */
+  readonly #byArrival = new Map<Sequence, true>();
+  readonly #idleMs: number | undefined;
+  #idleTimer: NodeJS.Timeout | undefined;
+  readonly #ended: Record<SequenceEndReason, number>;
+  readonly #ordering: OrderedRelease | undefined;
+  #nextAssignedId = FIRST_ASSIGNED_ID;
+  #pending = 0;
+  #shuttingDown = false;
+  #idleWaiters: (() => void)[] = [];
+
+  constructor(options: SequenceBatcherOptions) {
+    const { config } = options;
+    this.#config = config;
+    this.#sequencing = config.sequenceBatching!;
+    this.#warn = options.warn ?? (() => {});
+    const initialStates = new Map<string, NumericTensor>();
+    for (const state of this.#sequencing.states)
+      initialStates.set(state.inputName, initialStateTensor(state));
+    this.#model = { config, statistics: options.statistics, store: options.store, initialStates };
+    const strategy = this.#sequencing.strategy;
+    this.#instances = options.executors.map((executor) =>
+      strategy.kind === "direct"
+        ? new DirectInstance(this.#model, this, executor, strategy)
+        : new OldestInstance(this.#model, this, executor, strategy),
+    );
+    const idleUs = this.#sequencing.maxSequenceIdleUs;
+    this.#idleMs = idleUs === undefined ? undefined : idleUs / 1000;
+    this.#ended = Object.fromEntries(SEQUENCE_END_REASONS.map((r) => [r, 0])) as Record<
+      SequenceEndReason,
+      number
+    >;
+    this.#ordering =
+      strategy.kind === "oldest" && strategy.preserveOrdering ? new OrderedRelease() : undefined;
+  }
+
+  get pending(): number {
+    return this.#pending;
+  }
+
+  /** Slots over all instances. */
+  get capacity(): number {
+    return this.#instances.reduce((n, i) => n + i.capacity, 0);
+  }
+
+  enqueue(pending: PendingRequest): void {
+    const model = this.#config.name;
+    const control = pending.request.sequence;
+    const start = control?.start ?? false;
+    const end = control?.end ?? false;
+    let id = control?.id;
+    if (id === undefined) {
+      if (!start) {
+        throw invalidArg(
+          `inference request to model '${model}' must specify a non-zero or non-empty correlation ID`,
+        );
+      }
+      id = this.#assignId();
+      pending.responseParameters.sequence_id = id;
+    }
+    checkCorrelationIdType(this.#config, id);
+    if (this.#shuttingDown && start) {
+      throw unavailable(`the server is shutting down: model '${model}' accepts no new sequences`);
+    }
+    const key = idKey(id);
+    const existing = this.#live.get(key);
+    if (!start && existing === undefined) {
+      throw invalidArg(
+        `inference request for sequence ${formatSequenceId(id)} to model '${model}' must specify the START flag on the first request of the sequence`,
+      );
+    }
+
+    let sequence: Sequence;
+    if (start) {
+      sequence = new Sequence(id);
+      if (existing !== undefined) this.#restart(existing, sequence);
+      else this.#place(sequence);
+      this.#live.set(key, sequence);
+      this.#all.add(sequence);
+    } else {
+      sequence = existing!;
+    }
+
+    this.#pending++;
+    pending.promise.then(
+      () => this.#settled(),
+      () => this.#settled(),
+    );
+    if (this.#ordering !== undefined) {
+      const ticket = this.#ordering.issue();
+      const ordering = this.#ordering;
+      pending.deliverThrough((deliver) => ordering.complete(ticket, deliver));
+    }
+    sequence.queue.push(pending);
+    sequence.lastArrivalMs = Date.now();
+    if (end) {
+      sequence.endReason = "end";
+      this.#releaseId(sequence);
+    } else {
+      this.#byArrival.delete(sequence);
+      this.#byArrival.set(sequence, true);
+      this.#armIdleTimer();
+    }
+    pending.onCancel((p) => this.#cancelled(sequence, p));
+    if (start && sequence.holder === undefined && control?.timeoutUs !== undefined) {
+      this.#armBacklogTimeout(sequence, control.timeoutUs);
+    }
+    sequence.holder?.wake(sequence);
+  }
+
+  // ---- admission helpers ----
+
+  #assignId(): bigint {
+    while (this.#live.has(idKey(this.#nextAssignedId))) this.#nextAssignedId++;
+    return this.#nextAssignedId++;
+  }
+
+  /** A new sequence takes a free slot on the least-loaded instance, or joins the backlog. */
+  #place(sequence: Sequence): void {
+    let best: SequenceInstance | undefined;
+    for (const instance of this.#instances)
+      if (instance.free > 0 && (best === undefined || instance.free > best.free)) best = instance;
+    if (best !== undefined) {
+      best.bind(sequence);
+      sequence.status = "active";
+      return;
+    }
+    if (this.#backlog.length >= this.#sequencing.backlogLimit) {
+      throw unavailable(
+        `model '${this.#config.name}' has all ${this.capacity} sequence slots in use and its backlog of ${this.#sequencing.backlogLimit} sequences is full; retry later`,
+        1,
+      );
+    }
+    sequence.status = "backlogged";
+    this.#backlog.push(sequence);
+  }
+
+  /**
+   * A START on a live id: the old sequence ends (reason "restart") once its queued
+   * requests have run, and the new one takes over its slot with fresh state.
+   */
+  #restart(old: Sequence, successor: Sequence): void {
+    this.#warn(
+      `sequence ${formatSequenceId(old.id)} of model '${this.#config.name}' was restarted by a new START; its earlier state is dropped`,
+    );
+    old.endReason = "restart";
+    this.#releaseId(old);
+    old.successor = successor;
+    successor.status = "backlogged";
+    if (old.idle) this.#finish(old);
+  }
+
+  /** The id no longer answers to `sequence`; it runs what it has queued, then finishes. */
+  #releaseId(sequence: Sequence): void {
+    const key = idKey(sequence.id);
+    if (this.#live.get(key) === sequence) this.#live.delete(key);
+    this.#byArrival.delete(sequence);
+    if (sequence.status !== "backlogged") sequence.status = "ending";
+  }
+
+  // ---- SequenceOwner: called by instances ----
+
+  afterStep(sequence: Sequence): void {
+    if (sequence.endReason !== undefined && sequence.idle) this.#finish(sequence);
+    else if (sequence.ready) sequence.holder!.wake(sequence);
+  }
+
+  settleWithoutRun(sequence: Sequence): boolean {
+    if (this.#sequencing.inferEndRequests) return false;
+    const head = sequence.queue.peek();
+    if (head === undefined || sequence.running || head.request.sequence?.end !== true) return false;
+    sequence.queue.shift();
+    head.markDispatched();
+    sequence.steps++;
+    head.resolve({ outputs: new Map(), parameters: {}, timings: head.timings(0, 0, 0) });
+    if (sequence.idle) this.#finish(sequence);
+    return true;
+  }
+
+  slotFreed(instance: SequenceInstance): void {
+    while (instance.free > 0) {
+      const next = this.#backlog.shift();
+      if (next === undefined) return;
+      if (!this.#all.has(next)) continue;
+      this.#clearBacklogTimeout(next);
+      instance.bind(next);
+      next.status = next.endReason === undefined ? "active" : "ending";
+      instance.wake(next);
+    }
+  }
+
+  // ---- ends ----
+
+  /** The one place a sequence ends: frees its state and slot, counts the reason, serves the next. */
+  #finish(sequence: Sequence, failQueued?: ServerError): void {
+    if (!this.#all.delete(sequence)) return;
+    const reason = sequence.endReason ?? "end";
+    this.#ended[reason]++;
+    this.#releaseId(sequence);
+    for (const p of sequence.queue.drain())
+      p.reject(failQueued ?? cancelled(`sequence ${formatSequenceId(sequence.id)} ended`));
+    this.#model.store.delete(sequence.key);
+    this.#clearBacklogTimeout(sequence);
+    if (sequence.holder === undefined) this.#backlog.remove((s) => s === sequence);
+
+    const successor = sequence.successor;
+    const holder = sequence.holder;
+    if (holder !== undefined && successor !== undefined && this.#all.has(successor)) {
+      holder.handOver(sequence, successor);
+      successor.status = successor.endReason === undefined ? "active" : "ending";
+      holder.wake(successor);
+    } else {
+      if (holder !== undefined) holder.release(sequence, sequence.slot!);
+      if (successor !== undefined && this.#all.has(successor)) this.#placeSuccessor(successor);
+    }
+    sequence.holder = undefined;
+    this.#notifyIdle();
+  }
+
+  #placeSuccessor(successor: Sequence): void {
+    try {
+      this.#place(successor);
+      successor.holder?.wake(successor);
+    } catch (error) {
+      // No slot and no room in the backlog for the sequence that restarted a backlogged id.
+      successor.endReason = "evicted";
+      this.#finish(successor, error instanceof ServerError ? error : undefined);
+    }
+  }
+
+  /** Ends `sequence` now: its queued requests fail with `error`; a running request completes first. */
+  #endNow(sequence: Sequence, reason: SequenceEndReason, error: ServerError): void {
+    sequence.endReason ??= reason;
+    this.#releaseId(sequence);
+    for (const p of sequence.queue.drain()) p.reject(error);
+    if (sequence.idle) this.#finish(sequence);
+  }
+
+  /** A client gave up on a request that had not run: Triton ends the whole sequence. */
+  #cancelled(sequence: Sequence, request: PendingRequest): void {
+    sequence.queue.remove((p) => p === request);
+    request.cancel();
+    this.#endNow(
+      sequence,
+      "cancelled",
+      cancelled(`sequence ${formatSequenceId(sequence.id)} ended: one of its requests was cancelled`),
+    );
+  }
+
+  #armBacklogTimeout(sequence: Sequence, timeoutUs: number): void {
+    sequence.backlogDeadlineMs = Date.now() + timeoutUs / 1000;
+    const timer = setTimeout(() => {
+      this.#backlogTimers.delete(sequence);
+      if (sequence.holder !== undefined || !this.#all.has(sequence)) return;
+      this.#endNow(
+        sequence,
+        "backlog_timeout",
+        unavailable("timeout of the corresponding sequence has been expired"),
+      );
+    }, timeoutUs / 1000);
+    timer.unref();
+    this.#backlogTimers.set(sequence, timer);
+  }
+
+  #clearBacklogTimeout(sequence: Sequence): void {
+    const timer = this.#backlogTimers.get(sequence);
+    if (timer === undefined) return;
+    clearTimeout(timer);
+    this.#backlogTimers.delete(sequence);
+  }
+
+  /**
+   * Idle timeout, measured from each sequence's last arrival. One timer serves all: it
+   * fires at the oldest sequence's deadline; arrivals only move sequences to the back.
+   */
+  #armIdleTimer(): void {
+    if (this.#idleMs === undefined || this.#idleTimer !== undefined) return;
+    const oldest = this.#byArrival.keys().next().value;
+    if (oldest === undefined) return;
+    const delay = Math.max(1, oldest.lastArrivalMs + this.#idleMs - Date.now());
+    this.#idleTimer = setTimeout(() => {
+      this.#idleTimer = undefined;
+      this.#reapIdle();
+      this.#armIdleTimer();
+    }, delay);
+    this.#idleTimer.unref();
+  }
+
+  #reapIdle(): void {
+    const now = Date.now();
+    for (const sequence of this.#byArrival.keys()) {
+      if (sequence.lastArrivalMs + this.#idleMs! > now) break;
+      // Triton's reaper only frees slots: a backlogged sequence waits for its turn.
+      if (sequence.holder === undefined) continue;
+      sequence.endReason = "timeout";
+      this.#releaseId(sequence);
+      this.#warn(
+        `sequence ${formatSequenceId(sequence.id)} of model '${this.#config.name}' ended after ${this.#idleMs} ms without a request`,
+      );
+      if (sequence.idle) this.#finish(sequence);
+    }
+  }
+
+  // ---- Scheduler lifecycle ----
+
+  #settled(): void {
+    this.#pending--;
+    this.#notifyIdle();
+  }
+
+  #notifyIdle(): void {
+    if (this.#pending !== 0 || this.#all.size !== 0) return;
+    for (const waiter of this.#idleWaiters.splice(0)) waiter();
+  }
+
+  beginShutdown(): void {
+    this.#shuttingDown = true;
+  }
+
+  /** Lets live sequences run to their end until `deadlineMs`, then ends the rest (reason "shutdown"). */
+  async drain(deadlineMs: number): Promise<void> {
+    this.#shuttingDown = true;
+    if (this.#pending > 0 || this.#all.size > 0) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, Math.max(0, deadlineMs - Date.now()));
+        timer.unref();
+        this.#idleWaiters.push(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    }
+    for (const sequence of [...this.#all]) {
+      this.#endNow(sequence, "shutdown", unavailable("the server is shutting down"));
+    }
+    if (this.#idleTimer !== undefined) clearTimeout(this.#idleTimer);
+    if (this.#pending > 0) await new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
+  }
+
+  // ---- SequenceAdmin ----
+
+  list(): SequenceInfo[] {
+    const now = Date.now();
+    return [...this.#all].map((s) => ({
+      id: s.id,
+      status: s.status,
+      ageMs: now - s.createdMs,
+      idleMs: now - s.lastArrivalMs,
+      steps: s.steps,
+      queued: s.queue.length,
+      stateBytes: this.#model.store.bytesOf(s.key),
+      instance: s.holder?.instanceName,
+      slot: s.holder === undefined ? undefined : s.slot,
+    }));
+  }
+
+  summary(): SequenceSummary {
+    return {
+      live: this.#all.size - this.#backlog.length,
+      backlog: this.#backlog.length,
+      stateBytes: this.#model.store.totalBytes,
+      ended: { ...this.#ended },
+    };
+  }
+
+  end(id: SequenceId): boolean {
+    const sequence = this.#live.get(idKey(id));
+    if (sequence === undefined) return false;
+    this.#endNow(
+      sequence,
+      "forced",
+      cancelled(
+        `sequence ${formatSequenceId(id)} of model '${this.#config.name}' was ended through the sequences API`,
+      ),
+    );
+    return true;
+  }
+}

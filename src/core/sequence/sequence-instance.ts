@@ -1,0 +1,106 @@
+import type { ModelExecutor } from "../executor.ts";
+import type { Sequence, SlotHolder } from "./sequence.ts";
+import { runSequenceBatch, type SequenceModel, type SequenceRow } from "./sequence-batch-execution.ts";
+
+/** What an instance tells the batcher that owns the sequences. */
+export interface SequenceOwner {
+  /** A step of `sequence` finished (successfully or not); it may now end or run again. */
+  afterStep(sequence: Sequence): void;
+  /** Runs requests at the head of `sequence`'s queue that need no model run (END with infer_end_requests off). */
+  settleWithoutRun(sequence: Sequence): boolean;
+  /** A slot of `instance` became free. */
+  slotFreed(instance: SequenceInstance): void;
+}
+
+/**
+ * One model instance under the sequence batcher: a fixed number of slots, each held by
+ * one sequence for its life, and at most one batch in flight. Strategies decide which
+ * queued requests form the next batch.
+ */
+export abstract class SequenceInstance implements SlotHolder {
+  readonly executor: ModelExecutor;
+  readonly capacity: number;
+  protected readonly model: SequenceModel;
+  protected readonly owner: SequenceOwner;
+  #busy = false;
+  #scheduled = false;
+  #timer: NodeJS.Timeout | undefined;
+
+  constructor(model: SequenceModel, owner: SequenceOwner, executor: ModelExecutor, capacity: number) {
+    this.model = model;
+    this.owner = owner;
+    this.executor = executor;
+    this.capacity = capacity;
+  }
+
+  get instanceName(): string {
+    return this.executor.name;
+  }
+
+  abstract get occupied(): number;
+  /** Gives `sequence` a free slot (the caller checked there is one). */
+  abstract bind(sequence: Sequence): void;
+  abstract release(sequence: Sequence, slot: number): void;
+  /** Puts `successor` in the slot `sequence` leaves (a restart keeps its slot). */
+  abstract handOver(sequence: Sequence, successor: Sequence): void;
+  /** The next batch (undefined entries are padding rows), or undefined to wait. */
+  protected abstract nextBatch(): (SequenceRow | undefined)[] | undefined;
+  protected abstract sequenceWoke(sequence: Sequence): void;
+
+  get free(): number {
+    return this.capacity - this.occupied;
+  }
+
+  wake(sequence: Sequence): void {
+    this.sequenceWoke(sequence);
+    this.schedule();
+  }
+
+  /** Coalesces the arrivals of one event-loop turn into one batching decision. */
+  protected schedule(): void {
+    if (this.#scheduled || this.#busy) return;
+    this.#scheduled = true;
+    setImmediate(() => {
+      this.#scheduled = false;
+      this.#run();
+    });
+  }
+
+  /** Brings the decision back after `ms` (queue delays). */
+  protected retryIn(ms: number): void {
+    if (this.#timer !== undefined) return;
+    this.#timer = setTimeout(
+      () => {
+        this.#timer = undefined;
+        this.schedule();
+      },
+      Math.max(1, Math.ceil(ms)),
+    );
+  }
+
+  #run(): void {
+    if (this.#busy) return;
+    const rows = this.nextBatch();
+    if (rows === undefined) return;
+    this.#busy = true;
+    const real = rows.filter((r): r is SequenceRow => r !== undefined);
+    for (const row of real) row.sequence.running = true;
+    runSequenceBatch(this.model, this.executor, rows).finally(() => {
+      this.#busy = false;
+      for (const row of real) {
+        row.sequence.running = false;
+        row.sequence.steps++;
+        this.owner.afterStep(row.sequence);
+      }
+      this.schedule();
+    });
+  }
+
+  /** The request `sequence` would run next, after settling any that need no model run. */
+  protected headOf(sequence: Sequence): SequenceRow | undefined {
+    if (!sequence.ready) return undefined;
+    if (this.owner.settleWithoutRun(sequence) && !sequence.ready) return undefined;
+    const request = sequence.queue.peek();
+    return request === undefined ? undefined : { sequence, request };
+  }
+}

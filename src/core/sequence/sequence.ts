@@ -1,0 +1,61 @@
+import type { SequenceId } from "../infer.ts";
+import type { SequenceEndReason } from "../model.ts";
+import type { PendingRequest } from "../scheduler/pending-request.ts";
+import { Deque } from "../scheduler/request-queue.ts";
+
+/** Where a sequence's requests run: one slot of one model instance. */
+export interface SlotHolder {
+  /** Instance name, e.g. "silero_vad_0". */
+  readonly instanceName: string;
+  /** Called when the sequence has work that may run. */
+  wake(sequence: Sequence): void;
+  /** The sequence leaves the slot (it ended); the slot may be given to another. */
+  release(sequence: Sequence, slot: number): void;
+  /** The slot passes from `sequence` to `successor` (a restart keeps its slot). */
+  handOver(sequence: Sequence, successor: Sequence): void;
+}
+
+export type SequenceStatus = "backlogged" | "active" | "ending";
+
+let nextToken = 0;
+
+/**
+ * One life of one sequence: from its start to its end. A start on an id that is already
+ * live begins a new Sequence (the old one ends with reason "restart" and hands its slot
+ * over once its queued requests have run).
+ */
+export class Sequence {
+  readonly id: SequenceId;
+  /** Unique to this life: the state store key. */
+  readonly key = `seq-${++nextToken}`;
+  readonly createdMs = Date.now();
+  lastArrivalMs = Date.now();
+  status: SequenceStatus = "backlogged";
+  /** Why the sequence is ending, decided when its id was released. */
+  endReason: SequenceEndReason | undefined;
+  /** Accepted requests that have not been handed to an instance, in arrival order. */
+  readonly queue = new Deque<PendingRequest>();
+  /** A request of this sequence is running. */
+  running = false;
+  steps = 0;
+  holder: SlotHolder | undefined;
+  slot: number | undefined;
+  /** The sequence that restarted this id; it takes over the slot when this one is done. */
+  successor: Sequence | undefined;
+  /** Backlog `timeout` expiry (epoch ms), when the start request set one. */
+  backlogDeadlineMs: number | undefined;
+
+  constructor(id: SequenceId) {
+    this.id = id;
+  }
+
+  /** Has a request that could run now. */
+  get ready(): boolean {
+    return !this.running && this.queue.length > 0 && this.holder !== undefined;
+  }
+
+  /** Nothing left to run: an ending sequence can be finished. */
+  get idle(): boolean {
+    return !this.running && this.queue.length === 0;
+  }
+}

@@ -1,0 +1,98 @@
+import type { ExecutionResult, ModelExecutor } from "../../../src/core/executor.ts";
+import type { ModelConfig } from "../../../src/core/model-config.ts";
+import type { Tensor } from "../../../src/core/tensor.ts";
+
+/**
+ * An in-process executor for core tests: an accumulator with implicit state.
+ * OUTPUT = STATE + INPUT (per row), STATE_OUT = OUTPUT. Records every batch it runs, and
+ * can be held so tests decide when a batch completes.
+ */
+export class AccumulatorExecutor implements ModelExecutor {
+  readonly name: string;
+  readonly batches: { rows: number; inputs: Map<string, Tensor> }[] = [];
+  #gate: Promise<void> | undefined;
+  #open: (() => void) | undefined;
+
+  constructor(name = "acc_0") {
+    this.name = name;
+  }
+
+  /** Later runs wait until `release()`. */
+  hold(): void {
+    this.#gate = new Promise((resolve) => {
+      this.#open = resolve;
+    });
+  }
+
+  release(): void {
+    this.#open?.();
+    this.#gate = undefined;
+  }
+
+  async run(inputs: ReadonlyMap<string, Tensor>): Promise<ExecutionResult> {
+    const input = inputs.get("INPUT")!;
+    const state = inputs.get("STATE")!;
+    const rows = input.shape[0]!;
+    this.batches.push({ rows, inputs: new Map(inputs) });
+    if (this.#gate !== undefined) await this.#gate;
+    const out = new Int32Array(rows);
+    const a = input.data as Int32Array;
+    const s = state.data as Int32Array;
+    for (let i = 0; i < rows; i++) out[i] = a[i]! + s[i]!;
+    const outputs = new Map<string, Tensor>([
+      ["OUTPUT", { datatype: "INT32", shape: [rows, 1], data: out }],
+      ["STATE_OUT", { datatype: "INT32", shape: [rows, 1], data: out.slice() }],
+    ]);
+    return { outputs, timings: { inputNs: 0, inferNs: 0, outputNs: 0 } };
+  }
+
+  async close(): Promise<void> {}
+}
+
+export function accumulatorConfig(
+  overrides: Partial<ModelConfig["sequenceBatching"] & object> = {},
+  maxBatchSize = 4,
+): ModelConfig {
+  return {
+    name: "acc",
+    platform: "onnxruntime_onnx",
+    backend: "onnxruntime",
+    versionPolicy: { kind: "latest", numVersions: 1 },
+    maxBatchSize,
+    inputs: [
+      {
+        name: "INPUT",
+        datatype: "INT32",
+        dims: [1],
+        optional: false,
+        allowRaggedBatch: false,
+        shared: false,
+      },
+    ],
+    outputs: [{ name: "OUTPUT", datatype: "INT32", dims: [1] }],
+    instanceGroups: [{ name: "acc", count: 1, kind: "KIND_CPU" }],
+    defaultModelFilename: "model.onnx",
+    parameters: {},
+    sequenceBatching: {
+      strategy: {
+        kind: "oldest",
+        maxCandidateSequences: 4,
+        preferredBatchSizes: [],
+        maxQueueDelayUs: 0,
+        preserveOrdering: false,
+      },
+      maxSequenceIdleUs: 1_000_000,
+      controlInputs: [
+        { name: "START", kind: "START", datatype: "INT32", falseTrue: [0, 1] },
+        { name: "READY", kind: "READY", datatype: "INT32", falseTrue: [0, 1] },
+      ],
+      states: [
+        { inputName: "STATE", outputName: "STATE_OUT", datatype: "INT32", dims: [-1, 1], batchAxis: 0 },
+      ],
+      backlogLimit: 16,
+      storeStatesAsFp16: false,
+      inferEndRequests: true,
+      ...overrides,
+    },
+  };
+}
