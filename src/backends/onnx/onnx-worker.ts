@@ -1,0 +1,239 @@
+import { parentPort } from "node:worker_threads";
+import { Tensor } from "onnxruntime-node";
+import type { NumericArray } from "../../core/datatype.ts";
+import type { ErrorCode } from "../../core/errors.ts";
+import type { ModelTensorInfo } from "../../core/model-io.ts";
+import type {
+  ErrorMessage,
+  FromWorkerMessage,
+  LoadMessage,
+  RunMessage,
+  ToWorkerMessage,
+} from "../worker/messages.ts";
+import { type PackedBytes, transferableArray, type WireTensor } from "../worker/wire-tensor.ts";
+import { datatypeOfOrtType, elementType, type OrtTensorType, ortTensorType } from "./onnx-types.ts";
+import { type Binding, binding, initOrt } from "./ort-binding.ts";
+
+// The worker thread of one ONNX model instance: one ONNX Runtime session, answering runs
+// in the order they arrive. session.run() blocks this thread, which is the point: the
+// main thread's event loop never waits for a model.
+
+if (parentPort === null) throw new Error("onnx-worker.ts runs as a worker thread");
+const port = parentPort;
+
+/** A failure with the status class the main thread should report. */
+class RunFailure extends Error {
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message: string) {
+    super(message);
+    this.code = code;
+  }
+}
+
+interface LoadedSession {
+  readonly session: Binding.InferenceSession;
+  readonly inputNames: ReadonlySet<string>;
+  readonly outputNames: ReadonlySet<string>;
+  /** Fetched when a run asks for no output: ONNX Runtime runs nothing without one. */
+  readonly anyOutput: string;
+}
+
+let loaded: LoadedSession | undefined;
+let instanceName = "";
+const RUN_OPTIONS = {};
+const utf8Decoder = new TextDecoder();
+const utf8Encoder = new TextEncoder();
+
+function post(message: FromWorkerMessage, transfer?: ArrayBuffer[]): void {
+  port.postMessage(message, transfer);
+}
+
+function errorText(error: unknown): string {
+  return (error instanceof Error ? error.message : String(error)).trim();
+}
+
+function tensorInfo(metadata: Binding.ValueMetadata): ModelTensorInfo {
+  if (!metadata.isTensor) {
+    return { name: metadata.name, datatype: undefined, typeName: "non-tensor", shape: undefined };
+  }
+  const type = elementType(metadata.type);
+  // ONNX Runtime reports a symbolic or unknown dimension as -1. It reports a value of
+  // unknown rank with no dimensions, the same as a scalar.
+  return {
+    name: metadata.name,
+    datatype: type.datatype,
+    typeName: type.name,
+    shape: metadata.shape.map((dim) => (dim < 0 ? -1 : dim)),
+  };
+}
+
+function load(message: LoadMessage): void {
+  instanceName = message.instanceName;
+  try {
+    initOrt();
+    const session = new binding.InferenceSession();
+    session.loadModel(message.modelPath, { ...message.sessionOptions });
+    const inputs = session.inputMetadata.map(tensorInfo);
+    const outputs = session.outputMetadata.map(tensorInfo);
+    loaded = {
+      session,
+      inputNames: new Set(inputs.map((i) => i.name)),
+      outputNames: new Set(outputs.map((o) => o.name)),
+      anyOutput: outputs[0]?.name ?? "",
+    };
+    post({ type: "loaded", io: { inputs, outputs } });
+  } catch (error) {
+    post({ type: "error", id: "load", code: "INTERNAL", message: errorText(error) });
+  }
+}
+
+function decodeStrings(packed: PackedBytes): string[] {
+  const { offsets, bytes } = packed;
+  const strings: string[] = new Array(offsets.length - 1);
+  for (let i = 0; i < strings.length; i++)
+    strings[i] = utf8Decoder.decode(bytes.subarray(offsets[i]!, offsets[i + 1]!));
+  return strings;
+}
+
+function encodeStrings(strings: readonly string[], transfer: ArrayBuffer[]): PackedBytes {
+  const offsets = new Uint32Array(strings.length + 1);
+  let total = 0;
+  for (let i = 0; i < strings.length; i++) {
+    total += Buffer.byteLength(strings[i]!, "utf8");
+    offsets[i + 1] = total;
+  }
+  const bytes = new Uint8Array(total);
+  for (let i = 0; i < strings.length; i++) utf8Encoder.encodeInto(strings[i]!, bytes.subarray(offsets[i]!));
+  transfer.push(offsets.buffer, bytes.buffer);
+  return { offsets, bytes };
+}
+
+function feed(input: WireTensor): Tensor {
+  const type = ortTensorType(input.datatype);
+  if (type === undefined) {
+    throw new RunFailure(
+      "INVALID_ARG",
+      `input '${input.name}' has datatype ${input.datatype}, which ONNX Runtime for Node.js cannot feed`,
+    );
+  }
+  const data = type === "string" ? decodeStrings(input.data as PackedBytes) : (input.data as NumericArray);
+  // One constructor call for every type: the overloads only differ in the data they accept.
+  return new Tensor(type as "float32", data as Float32Array, input.shape);
+}
+
+function fetched(name: string, value: unknown, transfer: ArrayBuffer[]): WireTensor {
+  if (!(value instanceof Tensor)) {
+    throw new RunFailure("INTERNAL", `output '${name}' is not a tensor`);
+  }
+  const datatype = datatypeOfOrtType(value.type);
+  if (datatype === undefined) {
+    throw new RunFailure("INTERNAL", `output '${name}' has type ${value.type}, which cannot be returned`);
+  }
+  if (datatype === "BYTES") {
+    return { name, datatype, shape: value.dims, data: encodeStrings(value.data as string[], transfer) };
+  }
+  let data = value.data as NumericArray;
+  // FP16 travels as bit patterns; a runtime with Float16Array may hand those out instead.
+  if ((value.type as OrtTensorType) === "float16" && !(data instanceof Uint16Array)) {
+    data = new Uint16Array(data.buffer, data.byteOffset, data.byteLength / 2);
+  }
+  return { name, datatype, shape: value.dims, data: transferableArray(data, transfer) };
+}
+
+// ONNX Runtime's INVALID_ARGUMENT failures of a run: the request does not fit the model.
+const INVALID_ARGUMENT =
+  /invalid dimensions|invalid rank|unexpected input data type|invalid (feed )?input name|missing input|invalid argument|size\(\d+\) does not match/i;
+
+function runFailure(error: unknown): RunFailure {
+  if (error instanceof RunFailure) return error;
+  const text = errorText(error);
+  return new RunFailure(
+    INVALID_ARGUMENT.test(text) ? "INVALID_ARG" : "INTERNAL",
+    `onnx runtime error: ${text}`,
+  );
+}
+
+function run(message: RunMessage): void {
+  const start = performance.now();
+  try {
+    if (loaded === undefined)
+      throw new RunFailure("UNAVAILABLE", `model instance '${instanceName}' is not loaded`);
+    const { session, inputNames, outputNames, anyOutput } = loaded;
+
+    const feeds: Record<string, Tensor> = Object.create(null);
+    for (const input of message.inputs) {
+      if (!inputNames.has(input.name)) {
+        throw new RunFailure(
+          "INVALID_ARG",
+          `unexpected inference input '${input.name}', allowed inputs are: ${[...inputNames].join(", ")}`,
+        );
+      }
+      feeds[input.name] = feed(input);
+    }
+    if (message.inputs.length !== inputNames.size) {
+      for (const name of inputNames) {
+        if (feeds[name] === undefined) throw new RunFailure("INVALID_ARG", `missing input '${name}'`);
+      }
+    }
+    const fetches: Record<string, null> = Object.create(null);
+    for (const name of message.outputNames) {
+      if (!outputNames.has(name)) {
+        throw new RunFailure(
+          "INVALID_ARG",
+          `unexpected inference output '${name}', allowed outputs are: ${[...outputNames].join(", ")}`,
+        );
+      }
+      fetches[name] = null;
+    }
+    if (message.outputNames.length === 0) fetches[anyOutput] = null;
+
+    const fed = performance.now();
+    const results = session.run(feeds, fetches, RUN_OPTIONS);
+    const inferred = performance.now();
+
+    const transfer: ArrayBuffer[] = [];
+    const outputs: WireTensor[] = new Array(message.outputNames.length);
+    for (let i = 0; i < outputs.length; i++) {
+      const name = message.outputNames[i]!;
+      outputs[i] = fetched(name, results[name], transfer);
+    }
+    const done = performance.now();
+    post(
+      {
+        type: "result",
+        id: message.id,
+        outputs,
+        inputNs: (fed - start) * 1e6,
+        inferNs: (inferred - fed) * 1e6,
+        outputNs: (done - inferred) * 1e6,
+      },
+      transfer,
+    );
+  } catch (error) {
+    const failure = runFailure(error);
+    const reply: ErrorMessage = {
+      type: "error",
+      id: message.id,
+      code: failure.code,
+      message: failure.message,
+    };
+    post(reply);
+  }
+}
+
+function close(): void {
+  loaded?.session.dispose();
+  loaded = undefined;
+  port.close();
+}
+
+port.on("message", (message: ToWorkerMessage) => {
+  switch (message.type) {
+    case "load":
+      return load(message);
+    case "run":
+      return run(message);
+    case "close":
+      return close();
+  }
+});

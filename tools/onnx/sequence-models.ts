@@ -1,0 +1,79 @@
+import type { DataType } from "../../src/core/datatype.ts";
+import { OnnxModelBuilder } from "./onnx-model-builder.ts";
+
+// Small stateful models for the examples and the sequence-batcher tests. Their state is
+// implicit (an input fed from an output of the previous step), so they run under
+// seqserve's sequence batcher exactly as Triton's implicit-state models do.
+
+/**
+ * The accumulator, Triton's classic sequence example with implicit state:
+ * `acc = STATE * (1 - START) + INPUT * READY`, OUTPUT = STATE_OUT = acc. INPUT is INT32
+ * [batch, 1]; START and READY are INT32 [batch, 1] control tensors (int32_false_true
+ * [0, 1]); STATE / STATE_OUT are INT32 [batch, 1]. A padding row (READY 0) leaves its state
+ * as it was, and START clears it even if the server passed the old one.
+ */
+export function accumulatorModel(): Uint8Array {
+  return new OnnxModelBuilder({ opset: 17 })
+    .input("INPUT", "INT32", ["batch", 1])
+    .input("START", "INT32", ["batch", 1])
+    .input("READY", "INT32", ["batch", 1])
+    .input("STATE", "INT32", ["batch", 1])
+    .output("OUTPUT", "INT32", ["batch", 1])
+    .output("STATE_OUT", "INT32", ["batch", 1])
+    .initializer("one", "INT32", [1], new Int32Array([1]))
+    .node("Sub", ["one", "START"], ["keep"])
+    .node("Mul", ["STATE", "keep"], ["kept"])
+    .node("Mul", ["INPUT", "READY"], ["added"])
+    .node("Add", ["kept", "added"], ["OUTPUT"])
+    .node("Identity", ["OUTPUT"], ["STATE_OUT"])
+    .toBytes();
+}
+
+/**
+ * Echoes every control tensor in the datatype the config gives it, to check each
+ * encoding exactly: inputs START, END, READY of `flagType` and CORRID of `corridType`, all
+ * [batch, 1]; outputs OUT_* their copies; plus INPUT → OUTPUT (INT32 [batch, 1]).
+ */
+export function controlEchoModel(flagType: DataType, corridType: DataType): Uint8Array {
+  const b = new OnnxModelBuilder({ opset: 17 })
+    .input("INPUT", "INT32", ["batch", 1])
+    .output("OUTPUT", "INT32", ["batch", 1])
+    .node("Identity", ["INPUT"], ["OUTPUT"]);
+  for (const name of ["START", "END", "READY"]) {
+    b.input(name, flagType, ["batch", 1])
+      .output(`OUT_${name}`, flagType, ["batch", 1])
+      .node("Identity", [name], [`OUT_${name}`]);
+  }
+  return b
+    .input("CORRID", corridType, ["batch", 1])
+    .output("OUT_CORRID", corridType, ["batch", 1])
+    .node("Identity", ["CORRID"], ["OUT_CORRID"])
+    .toBytes();
+}
+
+/**
+ * A state that grows by one column per step, like a decoder's KV cache:
+ * CACHE_OUT = concat(CACHE, INPUT) along axis 1; OUTPUT = the sum of CACHE_OUT's row and
+ * LENGTH = its column count. INPUT FP32 [batch, 1]; CACHE FP32 [batch, steps].
+ */
+export function growingStateModel(): Uint8Array {
+  return new OnnxModelBuilder({ opset: 17 })
+    .input("INPUT", "FP32", ["batch", 1])
+    .input("CACHE", "FP32", ["batch", "steps"])
+    .output("OUTPUT", "FP32", ["batch", 1])
+    .output("LENGTH", "INT64", ["batch", 1])
+    .output("CACHE_OUT", "FP32", ["batch", "steps_out"])
+    .initializer("axis1", "INT64", [1], [1])
+    .initializer("index1", "INT64", [1], [1])
+    .node("Concat", ["CACHE", "INPUT"], ["CACHE_OUT"], { axis: 1 })
+    .node("ReduceSum", ["CACHE_OUT", "axis1"], ["OUTPUT"], { keepdims: 1 })
+    .node("Shape", ["CACHE_OUT"], ["shape"])
+    .node("Gather", ["shape", "index1"], ["columns"], { axis: 0 })
+    .node("Shape", ["INPUT"], ["input_shape"])
+    .node("Slice", ["input_shape", "zero", "one_index"], ["rows"])
+    .initializer("zero", "INT64", [1], [0])
+    .initializer("one_index", "INT64", [1], [1])
+    .node("Concat", ["rows", "one_index"], ["length_shape"], { axis: 0 })
+    .node("Expand", ["columns", "length_shape"], ["LENGTH"])
+    .toBytes();
+}
