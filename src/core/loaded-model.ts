@@ -113,14 +113,24 @@ export class LoadedModel implements ServedModel {
     return this.#scheduler.pending;
   }
 
-  /** Stops new sequences, lets accepted work finish until `deadlineMs`, then frees the instances. */
-  async unload(deadlineMs: number): Promise<void> {
+  /** Refuses new sequences from now on; accepted work and live sequences go on. */
+  beginShutdown(): void {
     this.#scheduler.beginShutdown();
-    await this.#scheduler.drain(deadlineMs);
+  }
+
+  /** Lets accepted work and live sequences finish until `deadlineMs`, then ends what is left. */
+  drain(deadlineMs: number): Promise<void> {
+    this.#scheduler.beginShutdown();
+    return this.#scheduler.drain(deadlineMs);
+  }
+
+  /** Frees the instances (after drain). */
+  async close(): Promise<void> {
     await Promise.all(this.#executors.map((e) => e.close()));
   }
 
-  beginShutdown(): void {
-    this.#scheduler.beginShutdown();
+  async unload(deadlineMs: number): Promise<void> {
+    await this.drain(deadlineMs);
+    await this.close();
   }
 }

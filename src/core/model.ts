@@ -72,6 +72,8 @@ export interface ServedModel {
   readonly outputs: readonly TensorMetadata[];
   infer(request: InferRequest): Promise<InferResponse>;
   statistics(): ModelStatisticsSnapshot;
+  /** Requests accepted and not yet answered. */
+  readonly pending: number;
   /** Present for models served with sequence batching. */
   readonly sequences: SequenceAdmin | undefined;
 }

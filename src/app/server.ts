@@ -1,0 +1,127 @@
+import { readFileSync } from "node:fs";
+import type { ModelBackend } from "../core/backend.ts";
+import type { ServerContext, ServerMetadata } from "../core/model.ts";
+import type { ServerOptions } from "../config/server-options.ts";
+import { createGrpcFrontend, type GrpcFrontend } from "../frontends/grpc/grpc-frontend.ts";
+import { createHttpFrontend } from "../frontends/http/http-frontend.ts";
+import { createLogger, type Logger } from "../observability/logger.ts";
+import { createMetricsRegistry } from "../observability/metrics.ts";
+import { type MetricsServer, startMetricsServer } from "../observability/metrics-server.ts";
+import { ModelRepository } from "../repository/model-repository.ts";
+import { onnxBackend } from "./onnx-backend.ts";
+
+// The composition root: options → repository → models → frontends. The only place that
+// picks concrete implementations (ONNX Runtime, fastify, grpc-js, prom-client).
+
+const packageJson = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as {
+  version: string;
+};
+export const SEQSERVE_VERSION = packageJson.version;
+
+/** The KServe / Triton extensions seqserve implements, as `GET /v2` lists them. */
+const EXTENSIONS = [
+  "sequence",
+  "binary_tensor_data",
+  "model_repository",
+  "statistics",
+  "model_configuration",
+  "schedule_policy",
+  "parameters",
+];
+
+export interface RunningServer {
+  readonly httpPort: number | undefined;
+  readonly grpcPort: number | undefined;
+  readonly metricsPort: number | undefined;
+  readonly repository: ModelRepository;
+  readonly logger: Logger;
+  /** Stops new sequences, lets work finish for --exit-timeout-secs, then closes everything. */
+  stop(): Promise<void>;
+}
+
+export interface StartOptions {
+  readonly logger?: Logger;
+  readonly backend?: ModelBackend;
+}
+
+export async function startServer(options: ServerOptions, start: StartOptions = {}): Promise<RunningServer> {
+  const logger = start.logger ?? createLogger({ level: options.logLevel, format: options.logFormat });
+  let stopping = false;
+  const repository = await ModelRepository.open({
+    repositories: options.modelRepositories,
+    ovmsConfigs: options.ovmsConfigs,
+    strict: options.strictModelConfig,
+    controlMode: options.modelControlMode,
+    loadModels: options.loadModels,
+    pollSecs: options.repositoryPollSecs,
+    backend: start.backend ?? onnxBackend(logger),
+    logger,
+  });
+  const metadata: ServerMetadata = { name: "seqserve", version: SEQSERVE_VERSION, extensions: EXTENSIONS };
+  const context: ServerContext = {
+    registry: repository,
+    metadata,
+    isLive: () => true,
+    isReady: () => !stopping && repository.allReady(),
+  };
+
+  const closers: (() => Promise<void>)[] = [];
+  let httpPort: number | undefined;
+  let grpcPort: number | undefined;
+  let metricsPort: number | undefined;
+  try {
+    if (options.httpPort !== undefined) {
+      const http = await createHttpFrontend({ context, logger, bodyLimitBytes: options.httpBodyLimitBytes });
+      await http.listen({ host: options.host, port: options.httpPort });
+      const address = http.server.address();
+      httpPort = typeof address === "object" && address !== null ? address.port : options.httpPort;
+      closers.push(() => http.close());
+    }
+    let grpc: GrpcFrontend | undefined;
+    if (options.grpcPort !== undefined) {
+      grpc = createGrpcFrontend({
+        context,
+        logger,
+        maxMessageBytes: options.grpcMaxMessageBytes,
+        keepalive: { timeMs: options.grpcKeepaliveTimeMs, timeoutMs: options.grpcKeepaliveTimeoutMs },
+        maxInflightPerStream: options.grpcMaxInflightPerStream,
+      });
+      grpcPort = await grpc.listen(options.host, options.grpcPort);
+      const frontend = grpc;
+      closers.push(() => frontend.close(1000));
+    }
+    if (options.metricsPort !== undefined) {
+      const metrics: MetricsServer = await startMetricsServer(createMetricsRegistry(repository), options.host, options.metricsPort);
+      metricsPort = metrics.port;
+      closers.push(() => metrics.close());
+    }
+  } catch (error) {
+    for (const close of closers.reverse()) await close().catch(() => {});
+    await repository.shutdown(Date.now());
+    throw error;
+  }
+
+  logger.info(
+    { event: "listening", host: options.host, http_port: httpPort ?? null, grpc_port: grpcPort ?? null, metrics_port: metricsPort ?? null },
+    `seqserve ${SEQSERVE_VERSION} listening on ${options.host}: HTTP ${httpPort ?? "off"}, gRPC ${grpcPort ?? "off"}, metrics ${metricsPort ?? "off"}`,
+  );
+
+  return {
+    httpPort,
+    grpcPort,
+    metricsPort,
+    repository,
+    logger,
+    async stop() {
+      if (stopping) return;
+      stopping = true;
+      const deadline = Date.now() + options.exitTimeoutSecs * 1000;
+      logger.info({ event: "stopping", exit_timeout_secs: options.exitTimeoutSecs }, "stopping: no new sequences; waiting for live ones to finish");
+      repository.beginShutdown();
+      await repository.drain(deadline);
+      for (const close of closers.reverse()) await close().catch((error: unknown) => logger.warn({ err: error }, "closing an endpoint failed"));
+      await repository.shutdown(Date.now());
+      logger.info({ event: "stopped" }, "stopped");
+    },
+  };
+}

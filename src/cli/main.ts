@@ -1,0 +1,55 @@
+import { SEQSERVE_VERSION, startServer } from "../app/server.ts";
+import { helpText, parseCommandLine, UsageError } from "./options.ts";
+
+// `seqserve …`: parse flags, start, and stop cleanly on SIGINT/SIGTERM (a second signal
+// stops at once). Exit codes: 0 clean stop, 2 bad usage, 1 failed start.
+
+async function main(): Promise<number> {
+  let command: ReturnType<typeof parseCommandLine>;
+  try {
+    command = parseCommandLine(process.argv.slice(2));
+  } catch (error) {
+    if (error instanceof UsageError) {
+      process.stderr.write(`seqserve: ${error.message}\nRun 'seqserve --help' for the options.\n`);
+      return 2;
+    }
+    throw error;
+  }
+  if (command.kind === "help") {
+    process.stdout.write(`${helpText(SEQSERVE_VERSION)}\n`);
+    return 0;
+  }
+  if (command.kind === "version") {
+    process.stdout.write(`${SEQSERVE_VERSION}\n`);
+    return 0;
+  }
+  let server: Awaited<ReturnType<typeof startServer>>;
+  try {
+    server = await startServer(command.options);
+  } catch (error) {
+    process.stderr.write(`seqserve: failed to start: ${error instanceof Error ? error.message : String(error)}\n`);
+    return 1;
+  }
+  await new Promise<void>((resolve) => {
+    let signals = 0;
+    const onSignal = (signal: NodeJS.Signals) => {
+      signals++;
+      if (signals > 1) process.exit(130);
+      server.logger.info({ event: "signal", signal }, `received ${signal}`);
+      server.stop().then(resolve, resolve);
+    };
+    process.on("SIGINT", onSignal);
+    process.on("SIGTERM", onSignal);
+  });
+  return 0;
+}
+
+main().then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (error: unknown) => {
+    process.stderr.write(`seqserve: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.exitCode = 1;
+  },
+);

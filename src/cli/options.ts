@@ -1,0 +1,176 @@
+import { statSync } from "node:fs";
+import { resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { DEFAULT_SERVER_OPTIONS, type ModelControlMode, type ServerOptions } from "../config/server-options.ts";
+import { LOG_LEVELS, type LogFormat, type LogLevel } from "../observability/logger.ts";
+
+// argv → ServerOptions. Flags keep Triton's spelling so existing launch scripts work;
+// every value is checked here, and a bad one stops the server with a message naming it.
+
+export class UsageError extends Error {
+  override name = "UsageError";
+}
+
+interface FlagSpec {
+  readonly name: string;
+  readonly value?: string;
+  readonly multiple?: boolean;
+  readonly boolean?: boolean;
+  readonly help: string;
+  readonly default?: string;
+}
+
+export const FLAGS: readonly FlagSpec[] = [
+  { name: "model-repository", value: "dir", multiple: true, help: "Triton-style model repository to serve (repeatable). Alias: --model-store." },
+  { name: "config-path", value: "file", multiple: true, help: "OpenVINO Model Server config.json (model_config_list) to serve (repeatable)." },
+  { name: "host", value: "address", default: DEFAULT_SERVER_OPTIONS.host, help: "Address every endpoint binds to." },
+  { name: "http-port", value: "port", default: "8000", help: "KServe v2 HTTP port; 0 picks a free port." },
+  { name: "grpc-port", value: "port", default: "8001", help: "KServe v2 gRPC port; 0 picks a free port." },
+  { name: "metrics-port", value: "port", default: "8002", help: "Prometheus metrics port (GET /metrics); 0 picks a free port." },
+  { name: "allow-http", boolean: true, default: "true", help: "Serve HTTP." },
+  { name: "allow-grpc", boolean: true, default: "true", help: "Serve gRPC." },
+  { name: "allow-metrics", boolean: true, default: "true", help: "Serve metrics." },
+  { name: "log-level", value: LOG_LEVELS.join("|"), default: "info", help: "Least severe level logged." },
+  { name: "log-format", value: "json|text", default: "text", help: "json: one JSON object per line; text: for people." },
+  { name: "strict-model-config", boolean: true, default: "false", help: "Require a complete config.pbtxt; when false a missing or partial config is completed from the ONNX model." },
+  { name: "model-control-mode", value: "none|explicit|poll", default: "none", help: "none: load every model at start; explicit: load only --load-model models and via the repository API; poll: also follow repository changes." },
+  { name: "load-model", value: "name", multiple: true, help: "In explicit mode, a model to load at start (repeatable; '*' = all)." },
+  { name: "repository-poll-secs", value: "seconds", default: "15", help: "How often poll mode rescans the repositories." },
+  { name: "exit-timeout-secs", value: "seconds", default: "30", help: "On shutdown, how long live sequences and requests may finish." },
+  { name: "http-max-body-bytes", value: "bytes", default: String(DEFAULT_SERVER_OPTIONS.httpBodyLimitBytes), help: "Largest HTTP request body (after decompression); larger bodies get 413." },
+  { name: "grpc-max-message-bytes", value: "bytes", default: String(DEFAULT_SERVER_OPTIONS.grpcMaxMessageBytes), help: "Largest gRPC message received or sent." },
+  { name: "grpc-keepalive-time", value: "ms", default: String(DEFAULT_SERVER_OPTIONS.grpcKeepaliveTimeMs), help: "gRPC keepalive ping interval." },
+  { name: "grpc-keepalive-timeout", value: "ms", default: String(DEFAULT_SERVER_OPTIONS.grpcKeepaliveTimeoutMs), help: "gRPC keepalive ping timeout." },
+  { name: "grpc-max-inflight-per-stream", value: "n", default: String(DEFAULT_SERVER_OPTIONS.grpcMaxInflightPerStream), help: "Requests a ModelStreamInfer stream may have in flight before the server stops reading it." },
+  { name: "help", boolean: true, help: "Show this help and exit." },
+  { name: "version", boolean: true, help: "Show the version and exit." },
+];
+
+const BOOLEAN_FLAGS = new Set(FLAGS.filter((f) => f.boolean).map((f) => f.name));
+
+export function helpText(version: string): string {
+  const lines = [
+    `seqserve ${version}: an inference server for stateful models (KServe v2 / Triton HTTP and gRPC)`,
+    "",
+    "Usage: seqserve --model-repository <dir> [options]",
+    "",
+    "Options (also --name=value):",
+  ];
+  for (const flag of FLAGS) {
+    const left = `  --${flag.name}${flag.value ? ` <${flag.value}>` : flag.boolean && flag.name !== "help" && flag.name !== "version" ? "[=true|false]" : ""}`;
+    const def = flag.default !== undefined ? ` (default: ${flag.default})` : "";
+    lines.push(left, `      ${flag.help}${def}`);
+  }
+  return lines.join("\n");
+}
+
+/** Boolean flags may be given bare (--strict-model-config) or with a value (--strict-model-config=false). */
+function normalizeBooleans(argv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    const name = arg.startsWith("--") ? arg.slice(2) : "";
+    if (BOOLEAN_FLAGS.has(name)) {
+      const next = argv[i + 1];
+      if (next === "true" || next === "false") {
+        out.push(`${arg}=${next}`);
+        i++;
+      } else out.push(`${arg}=true`);
+    } else out.push(arg);
+  }
+  return out;
+}
+
+function parseBoolean(name: string, value: string): boolean {
+  if (value === "true" || value === "1") return true;
+  if (value === "false" || value === "0") return false;
+  throw new UsageError(`--${name} expects true or false, got '${value}'`);
+}
+
+function parseInteger(name: string, value: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  if (!/^\d+$/.test(value)) throw new UsageError(`--${name} expects a whole number, got '${value}'`);
+  const n = Number(value);
+  if (n < min || n > max) throw new UsageError(`--${name} must be between ${min} and ${max}, got ${value}`);
+  return n;
+}
+
+function oneOf<T extends string>(name: string, value: string, allowed: readonly T[]): T {
+  if (!(allowed as readonly string[]).includes(value)) {
+    throw new UsageError(`--${name} must be one of ${allowed.join(", ")}, got '${value}'`);
+  }
+  return value as T;
+}
+
+function checkDirectory(path: string): string {
+  const absolute = resolve(path);
+  let isDirectory = false;
+  try {
+    isDirectory = statSync(absolute).isDirectory();
+  } catch {
+    throw new UsageError(`model repository '${path}' does not exist`);
+  }
+  if (!isDirectory) throw new UsageError(`model repository '${path}' is not a directory`);
+  return absolute;
+}
+
+function checkFile(path: string): string {
+  const absolute = resolve(path);
+  try {
+    if (statSync(absolute).isFile()) return absolute;
+  } catch {}
+  throw new UsageError(`config file '${path}' does not exist`);
+}
+
+export type CliCommand = { kind: "help" } | { kind: "version" } | { kind: "serve"; options: ServerOptions };
+
+export function parseCommandLine(argv: readonly string[]): CliCommand {
+  const options: Record<string, { type: "string"; multiple?: boolean }> = {};
+  for (const flag of FLAGS) options[flag.name] = flag.multiple ? { type: "string", multiple: true } : { type: "string" };
+  options["model-store"] = { type: "string", multiple: true };
+  let values: Record<string, string | string[] | undefined>;
+  try {
+    ({ values } = parseArgs({ args: normalizeBooleans(argv), options, strict: true, allowPositionals: false }));
+  } catch (error) {
+    throw new UsageError(error instanceof Error ? error.message.replace(/\. To specify.*$/s, "") : String(error));
+  }
+  const str = (name: string): string | undefined => values[name] as string | undefined;
+  const list = (name: string): string[] => (values[name] as string[] | undefined) ?? [];
+  const flagDefault = (name: string): string => FLAGS.find((f) => f.name === name)!.default!;
+  const get = (name: string): string => str(name) ?? flagDefault(name);
+
+  if (str("help") !== undefined && parseBoolean("help", str("help")!)) return { kind: "help" };
+  if (str("version") !== undefined && parseBoolean("version", str("version")!)) return { kind: "version" };
+
+  const repositories = [...list("model-repository"), ...list("model-store")].map(checkDirectory);
+  const ovmsConfigs = list("config-path").map(checkFile);
+  if (repositories.length === 0 && ovmsConfigs.length === 0) {
+    throw new UsageError("no models to serve: give --model-repository <dir> (or --config-path <config.json>)");
+  }
+  const port = (name: string, allow: string): number | undefined =>
+    parseBoolean(allow, get(allow)) ? parseInteger(name, get(name), 0, 65535) : undefined;
+
+  const serverOptions: ServerOptions = {
+    modelRepositories: repositories,
+    ovmsConfigs,
+    host: get("host"),
+    httpPort: port("http-port", "allow-http"),
+    grpcPort: port("grpc-port", "allow-grpc"),
+    metricsPort: port("metrics-port", "allow-metrics"),
+    logLevel: oneOf<LogLevel>("log-level", get("log-level"), LOG_LEVELS),
+    logFormat: oneOf<LogFormat>("log-format", get("log-format"), ["json", "text"]),
+    strictModelConfig: parseBoolean("strict-model-config", get("strict-model-config")),
+    modelControlMode: oneOf<ModelControlMode>("model-control-mode", get("model-control-mode"), ["none", "explicit", "poll"]),
+    loadModels: list("load-model"),
+    repositoryPollSecs: parseInteger("repository-poll-secs", get("repository-poll-secs"), 1),
+    exitTimeoutSecs: parseInteger("exit-timeout-secs", get("exit-timeout-secs"), 0),
+    httpBodyLimitBytes: parseInteger("http-max-body-bytes", get("http-max-body-bytes"), 1),
+    grpcMaxMessageBytes: parseInteger("grpc-max-message-bytes", get("grpc-max-message-bytes"), 1, 2 ** 31 - 1),
+    grpcKeepaliveTimeMs: parseInteger("grpc-keepalive-time", get("grpc-keepalive-time"), 1),
+    grpcKeepaliveTimeoutMs: parseInteger("grpc-keepalive-timeout", get("grpc-keepalive-timeout"), 1),
+    grpcMaxInflightPerStream: parseInteger("grpc-max-inflight-per-stream", get("grpc-max-inflight-per-stream"), 1),
+  };
+  if (serverOptions.loadModels.length > 0 && serverOptions.modelControlMode !== "explicit") {
+    throw new UsageError("--load-model requires --model-control-mode=explicit");
+  }
+  return { kind: "serve", options: Object.freeze(serverOptions) };
+}

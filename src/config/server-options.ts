@@ -1,0 +1,52 @@
+import type { LogFormat, LogLevel } from "../observability/logger.ts";
+
+// The server's options: what the CLI (or an embedding program) decides, validated once
+// and frozen. Names follow Triton's flags.
+
+export type ModelControlMode = "none" | "explicit" | "poll";
+
+export interface ServerOptions {
+  /** Triton-style model repositories (`<repo>/<model>/config.pbtxt` + version folders). */
+  readonly modelRepositories: readonly string[];
+  /** OpenVINO Model Server config.json files (`model_config_list`). */
+  readonly ovmsConfigs: readonly string[];
+  readonly host: string;
+  /** 0 = any free port; undefined = the endpoint is off. */
+  readonly httpPort: number | undefined;
+  readonly grpcPort: number | undefined;
+  readonly metricsPort: number | undefined;
+  readonly logLevel: LogLevel;
+  readonly logFormat: LogFormat;
+  readonly strictModelConfig: boolean;
+  readonly modelControlMode: ModelControlMode;
+  /** Models to load at start in explicit mode ("*" = all). */
+  readonly loadModels: readonly string[];
+  readonly repositoryPollSecs: number;
+  readonly exitTimeoutSecs: number;
+  readonly httpBodyLimitBytes: number;
+  readonly grpcMaxMessageBytes: number;
+  readonly grpcKeepaliveTimeMs: number;
+  readonly grpcKeepaliveTimeoutMs: number;
+  readonly grpcMaxInflightPerStream: number;
+}
+
+export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
+  modelRepositories: [],
+  ovmsConfigs: [],
+  host: "0.0.0.0",
+  httpPort: 8000,
+  grpcPort: 8001,
+  metricsPort: 8002,
+  logLevel: "info",
+  logFormat: "text",
+  strictModelConfig: false,
+  modelControlMode: "none",
+  loadModels: [],
+  repositoryPollSecs: 15,
+  exitTimeoutSecs: 30,
+  httpBodyLimitBytes: 64 * 1024 * 1024,
+  grpcMaxMessageBytes: 2 ** 31 - 1,
+  grpcKeepaliveTimeMs: 7_200_000,
+  grpcKeepaliveTimeoutMs: 20_000,
+  grpcMaxInflightPerStream: 1024,
+});

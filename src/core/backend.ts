@@ -1,0 +1,25 @@
+import type { ModelExecutor } from "./executor.ts";
+import type { ModelIo } from "./model-io.ts";
+
+// What the repository asks of a backend: open a model file as a number of instances.
+// The app picks the implementation (ONNX Runtime in worker threads); the repository and
+// the core only see this interface.
+
+export interface OpenModelRequest {
+  readonly modelName: string;
+  readonly modelPath: string;
+  readonly instanceCount: number;
+  /** The model config's `parameters` (session options such as intra_op_thread_count). */
+  readonly parameters: Readonly<Record<string, string>>;
+  /** Triton's `optimization { graph { level } }`, when set. */
+  readonly graphOptimizationLevel: number | undefined;
+}
+
+export interface OpenedModel {
+  readonly io: ModelIo;
+  readonly executors: ModelExecutor[];
+}
+
+export interface ModelBackend {
+  open(request: OpenModelRequest): Promise<OpenedModel>;
+}

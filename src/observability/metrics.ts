@@ -1,0 +1,100 @@
+import { type Counter, Gauge, Registry, collectDefaultMetrics, Counter as PromCounter } from "prom-client";
+import { SEQUENCE_END_REASONS, type ModelRegistry } from "../core/model.ts";
+
+// Prometheus metrics, named as Triton names them (nv_inference_*) so existing dashboards
+// work, plus seqserve's sequence metrics. Every value is read at scrape time from the
+// models' statistics and sequence summaries: one source of truth, nothing to keep in sync.
+
+type Labels = "model" | "version";
+
+function cumulative(registry: Registry, name: string, help: string, read: (registry: ModelRegistry) => Iterable<[Record<Labels, string>, number]>, models: ModelRegistry): void {
+  new PromCounter<Labels>({
+    name,
+    help,
+    labelNames: ["model", "version"],
+    registers: [registry],
+    collect(this: Counter<Labels>) {
+      this.reset();
+      for (const [labels, value] of read(models)) this.inc(labels, value);
+    },
+  });
+}
+
+export function createMetricsRegistry(models: ModelRegistry): Registry {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: "seqserve_process_" });
+
+  const fromStats = (pick: (s: ReturnType<ModelRegistry["statistics"]>[number]) => number) =>
+    function* (m: ModelRegistry): Iterable<[Record<Labels, string>, number]> {
+      for (const s of m.statistics()) yield [{ model: s.name, version: s.version }, pick(s)];
+    };
+  const us = (ns: number): number => Math.round(ns / 1000);
+
+  cumulative(registry, "nv_inference_request_success", "Number of successful inference requests, all batch sizes", fromStats((s) => s.inference_stats.success.count), models);
+  cumulative(registry, "nv_inference_request_failure", "Number of failed inference requests, all batch sizes", fromStats((s) => s.inference_stats.fail.count), models);
+  cumulative(registry, "nv_inference_count", "Number of inferences performed (does not include cached requests)", fromStats((s) => s.inference_count), models);
+  cumulative(registry, "nv_inference_exec_count", "Number of model executions performed (does not include cached requests)", fromStats((s) => s.execution_count), models);
+  cumulative(registry, "nv_inference_request_duration_us", "Cumulative inference request duration in microseconds (includes cached requests)", fromStats((s) => us(s.inference_stats.success.ns + s.inference_stats.fail.ns)), models);
+  cumulative(registry, "nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds (includes cached requests)", fromStats((s) => us(s.inference_stats.queue.ns)), models);
+  cumulative(registry, "nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds (does not include cached requests)", fromStats((s) => us(s.inference_stats.compute_input.ns)), models);
+  cumulative(registry, "nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds (does not include cached requests)", fromStats((s) => us(s.inference_stats.compute_infer.ns)), models);
+  cumulative(registry, "nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)", fromStats((s) => us(s.inference_stats.compute_output.ns)), models);
+
+  new PromCounter<Labels | "batch_size">({
+    name: "seqserve_inference_exec_count_by_batch_size",
+    help: "Model executions by batch size (padding rows of the Direct strategy included)",
+    labelNames: ["model", "version", "batch_size"],
+    registers: [registry],
+    collect(this: Counter<Labels | "batch_size">) {
+      this.reset();
+      for (const s of models.statistics()) {
+        for (const b of s.batch_stats) {
+          this.inc({ model: s.name, version: s.version, batch_size: String(b.batch_size) }, b.compute_infer.count);
+        }
+      }
+    },
+  });
+
+  const servedWithSequences = () => models.served().filter((m) => m.sequences !== undefined);
+  const sequenceGauge = (name: string, help: string, pick: (s: ReturnType<NonNullable<ReturnType<ModelRegistry["served"]>[number]["sequences"]>["summary"]>) => number) =>
+    new Gauge<Labels>({
+      name,
+      help,
+      labelNames: ["model", "version"],
+      registers: [registry],
+      collect(this: Gauge<Labels>) {
+        this.reset();
+        for (const m of servedWithSequences()) this.set({ model: m.name, version: m.version }, pick(m.sequences!.summary()));
+      },
+    });
+  sequenceGauge("seqserve_sequences_live", "Sequences holding a slot (running, waiting for their next request, or ending)", (s) => s.live);
+  sequenceGauge("seqserve_sequence_backlog", "Sequences waiting for a free slot", (s) => s.backlog);
+  sequenceGauge("seqserve_sequence_state_bytes", "Bytes of implicit state kept for live sequences", (s) => s.stateBytes);
+
+  new PromCounter<Labels | "reason">({
+    name: "seqserve_sequences_ended_total",
+    help: `Sequences ended, by reason (${SEQUENCE_END_REASONS.join(", ")})`,
+    labelNames: ["model", "version", "reason"],
+    registers: [registry],
+    collect(this: Counter<Labels | "reason">) {
+      this.reset();
+      for (const m of servedWithSequences()) {
+        const ended = m.sequences!.summary().ended;
+        for (const reason of SEQUENCE_END_REASONS) this.inc({ model: m.name, version: m.version, reason }, ended[reason]);
+      }
+    },
+  });
+
+  new Gauge<Labels>({
+    name: "nv_inference_pending_request_count",
+    help: "Instantaneous number of pending requests awaiting execution per-model.",
+    labelNames: ["model", "version"],
+    registers: [registry],
+    collect(this: Gauge<Labels>) {
+      this.reset();
+      for (const m of models.served()) this.set({ model: m.name, version: m.version }, m.pending);
+    },
+  });
+
+  return registry;
+}
