@@ -1,0 +1,311 @@
+import { isDataType } from "../../core/datatype.ts";
+import { invalidArg, ServerError } from "../../core/errors.ts";
+import type { InferRequest, ParameterValue } from "../../core/infer.ts";
+import type { ServedModel } from "../../core/model.ts";
+import { readSequenceControl } from "../../core/sequence/sequence-parameters.ts";
+import type { Tensor } from "../../core/tensor.ts";
+import { decodeRawTensor } from "../common/raw-tensor.ts";
+import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
+import { isJsonObject } from "./json-body.ts";
+import { decodeJsonTensor } from "./json-tensor.ts";
+import { parameterSourceText } from "./parameter-text.ts";
+
+// A KServe v2 HTTP inference body → the protocol-free InferRequest, plus how the client
+// wants the outputs back (JSON or binary). Only the wire format is checked here (types,
+// shapes, element counts, binary sizes); whether the inputs suit the model is the core's
+// business. Binary inputs stay views over the body buffer.
+
+export interface OutputEncoding {
+  /** Outputs not named in `binary` are sent binary when true. */
+  readonly binaryByDefault: boolean;
+  /** Per-output choices from `outputs[i].parameters.binary_data`. */
+  readonly binary: ReadonlyMap<string, boolean>;
+}
+
+export interface DecodedInferRequest {
+  readonly request: InferRequest;
+  readonly encoding: OutputEncoding;
+}
+
+const NO_CHOICES: ReadonlyMap<string, boolean> = new Map();
+
+function kindOf(value: unknown): string {
+  if (value === undefined) return "nothing";
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  if (typeof value === "object") return "an object";
+  const text = JSON.stringify(value) ?? String(value);
+  return `${typeof value} ${text.length > 64 ? `${text.slice(0, 64)}…` : text}`;
+}
+
+function isCount(value: unknown): value is number {
+  return typeof value === "number" && Number.isSafeInteger(value) && value >= 0;
+}
+
+function readShape(input: string, value: unknown): number[] {
+  if (!Array.isArray(value) || !value.every(isCount)) {
+    const shown = JSON.stringify(value) ?? "nothing";
+    throw invalidArg(
+      `Unable to parse 'shape' for input '${input}': expected an array of non-negative integers, got ${shown.length > 64 ? `${shown.slice(0, 64)}…` : shown}`,
+    );
+  }
+  return value;
+}
+
+interface ReadParameters {
+  readonly parameters: Record<string, ParameterValue>;
+  readonly binaryOutput: boolean;
+}
+
+/** A uint64 `sequence_id` above 2^53, read again from its source digits. */
+function exactSequenceId(text: string, parsed: number): ParameterValue {
+  const source = parameterSourceText(text, "sequence_id");
+  return source !== undefined && /^\d+$/.test(source) ? BigInt(source) : parsed;
+}
+
+function readParameters(value: unknown, text: string): ReadParameters {
+  const parameters: Record<string, ParameterValue> = {};
+  let binaryOutput = false;
+  if (value === undefined) return { parameters, binaryOutput };
+  if (!isJsonObject(value))
+    throw invalidArg(`Unable to parse 'parameters': expected an object, got ${kindOf(value)}`);
+  for (const name in value) {
+    const parameter = value[name];
+    if (name === "binary_data_output") {
+      if (typeof parameter !== "boolean") {
+        throw invalidArg(`Unable to parse 'binary_data_output': expected a bool, got ${kindOf(parameter)}`);
+      }
+      binaryOutput = parameter;
+      continue;
+    }
+    switch (typeof parameter) {
+      case "boolean":
+      case "string":
+        parameters[name] = parameter;
+        break;
+      case "number":
+        parameters[name] =
+          name === "sequence_id" && !Number.isSafeInteger(parameter)
+            ? exactSequenceId(text, parameter)
+            : parameter;
+        break;
+      default:
+        throw invalidArg(
+          `Unable to parse parameter '${name}': expected a bool, number or string, got ${kindOf(parameter)}`,
+        );
+    }
+  }
+  return { parameters, binaryOutput };
+}
+
+function readInput(
+  value: unknown,
+  index: number,
+  model: string,
+  binary: BinaryInputs | undefined,
+): [string, Tensor] {
+  if (!isJsonObject(value))
+    throw invalidArg(`Unable to parse 'inputs': input ${index} is ${kindOf(value)}, not an object`);
+  const name = value.name;
+  if (typeof name !== "string") {
+    throw invalidArg(`Unable to parse 'name' of input ${index}: expected a string, got ${kindOf(name)}`);
+  }
+  const datatype = value.datatype;
+  if (!isDataType(datatype)) {
+    const shown = typeof datatype === "string" ? `'${datatype.slice(0, 64)}'` : kindOf(datatype);
+    throw invalidArg(`invalid datatype ${shown} for input '${name}' for model '${model}'`);
+  }
+  const shape = readShape(name, value.shape);
+  const parameters = value.parameters;
+  if (parameters !== undefined && !isJsonObject(parameters)) {
+    throw invalidArg(
+      `Unable to parse 'parameters' for input '${name}': expected an object, got ${kindOf(parameters)}`,
+    );
+  }
+  if (parameters?.shared_memory_region !== undefined) {
+    throw new ServerError(
+      "UNSUPPORTED",
+      `shared memory is not supported: input '${name}' sets 'shared_memory_region'`,
+    );
+  }
+  const size = parameters?.binary_data_size;
+  const hasData = value.data !== undefined;
+  if (hasData === (size !== undefined)) {
+    throw invalidArg(
+      `input '${name}' must set exactly one of 'data' and 'binary_data_size' in 'parameters', but sets ${hasData ? "both" : "neither"}`,
+    );
+  }
+  if (hasData) return [name, decodeJsonTensor(name, datatype, shape, value.data)];
+  if (!isCount(size)) {
+    throw invalidArg(
+      `Unable to parse 'binary_data_size' for input '${name}': expected a non-negative integer, got ${kindOf(size)}`,
+    );
+  }
+  if (binary === undefined) {
+    throw invalidArg(
+      `must specify a valid 'Inference-Header-Content-Length' header when passing inputs in binary data format (input '${name}' sets 'binary_data_size')`,
+    );
+  }
+  return [name, decodeRawTensor(name, datatype, shape, binary.take(name, size))];
+}
+
+function readInputs(value: unknown, model: string, binary: BinaryInputs | undefined): Map<string, Tensor> {
+  if (!Array.isArray(value)) {
+    throw invalidArg(
+      value === undefined
+        ? "Unable to parse 'inputs': the request has no 'inputs' member"
+        : `Unable to parse 'inputs': expected an array, got ${kindOf(value)}`,
+    );
+  }
+  const inputs = new Map<string, Tensor>();
+  for (let i = 0; i < value.length; i++) {
+    const [name, tensor] = readInput(value[i], i, model, binary);
+    if (inputs.has(name)) {
+      throw invalidArg(`input '${name}' is given more than once in the request to model '${model}'`);
+    }
+    inputs.set(name, tensor);
+  }
+  binary?.finish();
+  return inputs;
+}
+
+interface ReadOutputs {
+  readonly names: string[] | undefined;
+  readonly binary: ReadonlyMap<string, boolean>;
+}
+
+function readOutputs(value: unknown): ReadOutputs {
+  if (value === undefined) return { names: undefined, binary: NO_CHOICES };
+  if (!Array.isArray(value))
+    throw invalidArg(`Unable to parse 'outputs': expected an array, got ${kindOf(value)}`);
+  const names: string[] = [];
+  const binary = new Map<string, boolean>();
+  for (let i = 0; i < value.length; i++) {
+    const output: unknown = value[i];
+    if (!isJsonObject(output))
+      throw invalidArg(`Unable to parse 'outputs': output ${i} is ${kindOf(output)}, not an object`);
+    const name = output.name;
+    if (typeof name !== "string") {
+      throw invalidArg(`Unable to parse 'name' of output ${i}: expected a string, got ${kindOf(name)}`);
+    }
+    if (names.includes(name)) throw invalidArg(`output '${name}' is requested more than once`);
+    names.push(name);
+    const parameters = output.parameters;
+    if (parameters === undefined) continue;
+    if (!isJsonObject(parameters)) {
+      throw invalidArg(
+        `Unable to parse 'parameters' for output '${name}': expected an object, got ${kindOf(parameters)}`,
+      );
+    }
+    if (parameters.classification !== undefined) {
+      throw new ServerError(
+        "UNSUPPORTED",
+        `the classification extension is not supported: output '${name}' requests 'classification'`,
+      );
+    }
+    if (parameters.shared_memory_region !== undefined) {
+      throw new ServerError(
+        "UNSUPPORTED",
+        `shared memory is not supported: output '${name}' sets 'shared_memory_region'`,
+      );
+    }
+    const choice = parameters.binary_data;
+    if (choice === undefined) continue;
+    if (typeof choice !== "boolean") {
+      throw invalidArg(
+        `Unable to parse 'binary_data' for output '${name}': expected a bool, got ${kindOf(choice)}`,
+      );
+    }
+    binary.set(name, choice);
+  }
+  // An empty list asks for nothing in particular: every output, as Triton reads it.
+  return { names: names.length === 0 ? undefined : names, binary };
+}
+
+/** Whether output `name` goes back as binary data. */
+export function isBinaryOutput(encoding: OutputEncoding, name: string): boolean {
+  return encoding.binary.get(name) ?? encoding.binaryByDefault;
+}
+
+/**
+ * FP16 and BF16 outputs can only travel as binary data. Refusing before the model runs
+ * matters for sequences: a step that ran but could not be returned would still have
+ * advanced the sequence's state.
+ */
+function checkJsonOutputs(
+  model: ServedModel,
+  names: readonly string[] | undefined,
+  encoding: OutputEncoding,
+): void {
+  for (const output of model.outputs) {
+    if (output.datatype !== "FP16" && output.datatype !== "BF16") continue;
+    if (names !== undefined && !names.includes(output.name)) continue;
+    if (isBinaryOutput(encoding, output.name)) continue;
+    throw invalidArg(
+      `sending ${output.datatype} data via JSON is not supported. Please use the binary data format for output '${output.name}'`,
+    );
+  }
+}
+
+function decodeRawBody(
+  body: Buffer,
+  model: ServedModel,
+  signal: AbortSignal | undefined,
+): DecodedInferRequest {
+  const { name, tensor } = rawInputTensor(model.config, body);
+  const request: InferRequest = {
+    id: "",
+    inputs: new Map([[name, tensor]]),
+    outputs: undefined,
+    parameters: {},
+    sequence: undefined,
+    signal,
+  };
+  // A raw request has nowhere to ask for JSON: its outputs come back binary, as in Triton.
+  return { request, encoding: { binaryByDefault: true, binary: NO_CHOICES } };
+}
+
+/**
+ * Decodes an inference body. `headerLength` is the Inference-Header-Content-Length
+ * (undefined when absent: the whole body is JSON; 0: the body is the raw input).
+ */
+export function decodeInferRequest(
+  body: Buffer,
+  headerLength: number | undefined,
+  model: ServedModel,
+  signal?: AbortSignal,
+): DecodedInferRequest {
+  if (headerLength === 0) return decodeRawBody(body, model, signal);
+  const jsonLength = headerLength ?? body.byteLength;
+  if (jsonLength === 0)
+    throw invalidArg("the request body is empty: expected an inference request JSON object");
+  const text = body.toString("utf8", 0, jsonLength);
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (error) {
+    throw invalidArg(`failed to parse the request JSON buffer: ${(error as Error).message}`);
+  }
+  if (!isJsonObject(json)) {
+    throw invalidArg(`failed to parse the request JSON buffer: expected an object, got ${kindOf(json)}`);
+  }
+  if (json.id !== undefined && typeof json.id !== "string") {
+    throw invalidArg(`Unable to parse 'id': expected a string, got ${kindOf(json.id)}`);
+  }
+  const { parameters, binaryOutput } = readParameters(json.parameters, text);
+  const sequence = readSequenceControl(parameters);
+  const binary = headerLength === undefined ? undefined : new BinaryInputs(body, jsonLength, model.name);
+  const inputs = readInputs(json.inputs, model.name, binary);
+  const outputs = readOutputs(json.outputs);
+  const encoding: OutputEncoding = { binaryByDefault: binaryOutput, binary: outputs.binary };
+  checkJsonOutputs(model, outputs.names, encoding);
+  const request: InferRequest = {
+    id: json.id ?? "",
+    inputs,
+    outputs: outputs.names,
+    parameters,
+    sequence,
+    signal,
+  };
+  return { request, encoding };
+}

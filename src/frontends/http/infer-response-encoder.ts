@@ -1,0 +1,69 @@
+import { invalidArg } from "../../core/errors.ts";
+import type { InferResponse, Parameters } from "../../core/infer.ts";
+import { formatShape } from "../../core/tensor.ts";
+import { encodeRawTensor } from "../common/raw-tensor.ts";
+import { binaryBody } from "./binary-tensor.ts";
+import { isBinaryOutput, type OutputEncoding } from "./infer-request-decoder.ts";
+import { jsonTensorData } from "./json-tensor.ts";
+
+// InferResponse → the KServe v2 HTTP response body. The JSON is written by hand: it is
+// the hot path, the shape is fixed, typed arrays print themselves, and bigints (uint64
+// sequence ids, INT64 data) must come out as exact digits, which JSON.stringify cannot do.
+
+export interface EncodedInferResponse {
+  readonly body: string | Buffer;
+  readonly contentType: "application/json" | "application/octet-stream";
+  /** Inference-Header-Content-Length, when binary outputs follow the JSON. */
+  readonly headerLength: number | undefined;
+}
+
+function parameterText(parameters: Parameters): string | undefined {
+  const members: string[] = [];
+  for (const name in parameters) {
+    const value = parameters[name];
+    let text: string;
+    switch (typeof value) {
+      case "bigint":
+        text = value.toString();
+        break;
+      case "number":
+        text = Number.isFinite(value) ? String(value) : "null";
+        break;
+      default:
+        text = JSON.stringify(value);
+    }
+    members.push(`${JSON.stringify(name)}:${text}`);
+  }
+  return members.length === 0 ? undefined : `{${members.join(",")}}`;
+}
+
+export function encodeInferResponse(response: InferResponse, encoding: OutputEncoding): EncodedInferResponse {
+  let json = `{"model_name":${JSON.stringify(response.modelName)},"model_version":${JSON.stringify(response.modelVersion)},"id":${JSON.stringify(response.id)}`;
+  const parameters = parameterText(response.parameters);
+  if (parameters !== undefined) json += `,"parameters":${parameters}`;
+  json += ',"outputs":[';
+  const binaryParts: Uint8Array[] = [];
+  const outputs = response.outputs;
+  for (let i = 0; i < outputs.length; i++) {
+    const output = outputs[i]!;
+    if (i > 0) json += ",";
+    json += `{"name":${JSON.stringify(output.name)},"datatype":"${output.datatype}","shape":${formatShape(output.shape)}`;
+    if (isBinaryOutput(encoding, output.name)) {
+      const bytes = encodeRawTensor(output);
+      binaryParts.push(bytes);
+      json += `,"parameters":{"binary_data_size":${bytes.byteLength}}}`;
+    } else if (output.datatype === "FP16" || output.datatype === "BF16") {
+      // Caught before inference for declared outputs; this is for undeclared ones.
+      throw invalidArg(
+        `sending ${output.datatype} data via JSON is not supported. Please use the binary data format for output '${output.name}'`,
+      );
+    } else {
+      json += `,"data":${jsonTensorData(output)}}`;
+    }
+  }
+  json += "]}";
+  if (binaryParts.length === 0)
+    return { body: json, contentType: "application/json", headerLength: undefined };
+  const { body, headerLength } = binaryBody(json, binaryParts);
+  return { body, contentType: "application/octet-stream", headerLength };
+}

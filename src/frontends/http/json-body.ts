@@ -1,0 +1,22 @@
+import { invalidArg } from "../../core/errors.ts";
+
+// Small JSON request bodies (repository control): optional, and an object when present.
+
+export type JsonObject = Record<string, unknown>;
+
+export function isJsonObject(value: unknown): value is JsonObject {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** The body as a JSON object; undefined for an empty body. */
+export function readJsonBody(body: Buffer | undefined): JsonObject | undefined {
+  if (body === undefined || body.byteLength === 0) return undefined;
+  let json: unknown;
+  try {
+    json = JSON.parse(body.toString("utf8"));
+  } catch (error) {
+    throw invalidArg(`failed to parse the request JSON buffer: ${(error as Error).message}`);
+  }
+  if (!isJsonObject(json)) throw invalidArg("failed to parse the request JSON buffer: expected an object");
+  return json;
+}

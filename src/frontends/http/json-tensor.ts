@@ -1,0 +1,275 @@
+import {
+  allocateArray,
+  type DataType,
+  type NumericArray,
+  type NumericDataType,
+} from "../../core/datatype.ts";
+import { invalidArg } from "../../core/errors.ts";
+import {
+  type BytesElements,
+  elementCount,
+  formatShape,
+  type NumericTensor,
+  type Tensor,
+} from "../../core/tensor.ts";
+
+// Tensor data in the KServe v2 JSON form: a flat or nested (row-major) array of JSON
+// values, one per element. Reading copies flat data straight into the datatype's typed
+// array (nested data is first flattened into its leaves, iteratively), checking each
+// element's JSON type and range. Writing produces the text of the flat array.
+//
+// Exactness: INT64/UINT64 elements travel as JSON numbers, which JSON.parse reads as
+// doubles, so values beyond ±2^53 cannot arrive exactly in JSON (nor leave exactly for most
+// JSON clients); the binary tensor extension is the exact path for them. Outgoing 64-bit
+// integers are written with their exact digits. FP32 elements are written as the shortest
+// decimal of their double value, which reads back as the same float32 (as Triton writes
+// them). Non-finite floats, which JSON cannot express, are written as null.
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+function describe(value: unknown): string {
+  if (typeof value === "string") return JSON.stringify(value.length > 32 ? `${value.slice(0, 32)}…` : value);
+  if (Array.isArray(value)) return "an array";
+  if (value === null) return "null";
+  if (typeof value === "object") return "an object";
+  return String(value);
+}
+
+function elementError(input: string, datatype: DataType, index: number, value: unknown, expected: string) {
+  return invalidArg(
+    `unable to parse 'data' for input '${input}': element ${index} is ${describe(value)}, but ${datatype} expects ${expected}`,
+  );
+}
+
+// Each fill loop copies a flat array of JSON values into `target`, checking each one. It
+// returns the index of the first element that is itself an array (data nested after a
+// flat start, to be flattened and filled again), or -1 when done.
+
+type Fill = (source: readonly unknown[]) => number;
+
+function fillIntegers(
+  input: string,
+  datatype: DataType,
+  target: Record<number, number>,
+  min: number,
+  max: number,
+): Fill {
+  return (source) => {
+    for (let i = 0; i < source.length; i++) {
+      const value = source[i];
+      if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
+        if (Array.isArray(value)) return i;
+        throw elementError(input, datatype, i, value, `an integer in [${min}, ${max}]`);
+      }
+      target[i] = value;
+    }
+    return -1;
+  };
+}
+
+function fillBigInts(input: string, datatype: "INT64" | "UINT64", target: Record<number, bigint>): Fill {
+  // 2^63 and 2^64 are exact doubles; every double below them converts exactly.
+  const min = datatype === "INT64" ? -(2 ** 63) : 0;
+  const limit = datatype === "INT64" ? 2 ** 63 : 2 ** 64;
+  const expected = datatype === "INT64" ? "an integer in [-2^63, 2^63)" : "an integer in [0, 2^64)";
+  return (source) => {
+    for (let i = 0; i < source.length; i++) {
+      const value = source[i];
+      if (typeof value !== "number" || !Number.isInteger(value) || value < min || value >= limit) {
+        if (Array.isArray(value)) return i;
+        throw elementError(input, datatype, i, value, expected);
+      }
+      target[i] = BigInt(value);
+    }
+    return -1;
+  };
+}
+
+function fillFloats(input: string, datatype: DataType, target: Record<number, number>): Fill {
+  return (source) => {
+    for (let i = 0; i < source.length; i++) {
+      const value = source[i];
+      if (typeof value !== "number") {
+        if (Array.isArray(value)) return i;
+        throw elementError(input, datatype, i, value, "a number");
+      }
+      target[i] = value;
+    }
+    return -1;
+  };
+}
+
+function fillBools(input: string, target: Uint8Array): Fill {
+  return (source) => {
+    for (let i = 0; i < source.length; i++) {
+      const value = source[i];
+      if (value === true) target[i] = 1;
+      else if (value === false) target[i] = 0;
+      else if (Array.isArray(value)) return i;
+      else throw elementError(input, "BOOL", i, value, "true or false");
+    }
+    return -1;
+  };
+}
+
+function fillStrings(input: string, target: Uint8Array[]): Fill {
+  return (source) => {
+    for (let i = 0; i < source.length; i++) {
+      const value = source[i];
+      if (typeof value !== "string") {
+        if (Array.isArray(value)) return i;
+        throw elementError(input, "BYTES", i, value, "a string");
+      }
+      target[i] = encoder.encode(value);
+    }
+    return -1;
+  };
+}
+
+function numericFill(input: string, datatype: NumericDataType, target: NumericArray): Fill {
+  switch (datatype) {
+    case "BOOL":
+      return fillBools(input, target as Uint8Array);
+    case "UINT8":
+      return fillIntegers(input, datatype, target as Uint8Array, 0, 0xff);
+    case "UINT16":
+      return fillIntegers(input, datatype, target as Uint16Array, 0, 0xffff);
+    case "UINT32":
+      return fillIntegers(input, datatype, target as Uint32Array, 0, 0xffffffff);
+    case "INT8":
+      return fillIntegers(input, datatype, target as Int8Array, -0x80, 0x7f);
+    case "INT16":
+      return fillIntegers(input, datatype, target as Int16Array, -0x8000, 0x7fff);
+    case "INT32":
+      return fillIntegers(input, datatype, target as Int32Array, -0x80000000, 0x7fffffff);
+    case "INT64":
+    case "UINT64":
+      return fillBigInts(input, datatype, target as BigInt64Array);
+    case "FP32":
+    case "FP64":
+      return fillFloats(input, datatype, target as Float32Array);
+    default:
+      // FP16 / BF16: refused before reaching here.
+      throw invalidArg(`invalid datatype for input ${input}`);
+  }
+}
+
+/** The leaves of nested arrays in row-major order. Iterative: nesting depth costs no stack. */
+function flattenLeaves(data: readonly unknown[]): unknown[] {
+  const leaves: unknown[] = [];
+  const arrays: (readonly unknown[])[] = [data];
+  const positions: number[] = [0];
+  outer: while (arrays.length > 0) {
+    const top = arrays.length - 1;
+    const array = arrays[top] as readonly unknown[];
+    let i = positions[top] as number;
+    while (i < array.length) {
+      const value = array[i++];
+      if (Array.isArray(value)) {
+        positions[top] = i;
+        arrays.push(value);
+        positions.push(0);
+        continue outer;
+      }
+      leaves.push(value);
+    }
+    arrays.pop();
+    positions.pop();
+  }
+  return leaves;
+}
+
+function countError(input: string, shape: readonly number[], count: number, found: number) {
+  return invalidArg(
+    `unable to parse 'data' for input '${input}': shape ${formatShape(shape)} has ${count} elements, but 'data' holds ${found}`,
+  );
+}
+
+/** Reads the JSON `data` of input `input` into a tensor of `datatype` and `shape`. */
+export function decodeJsonTensor(
+  input: string,
+  datatype: DataType,
+  shape: readonly number[],
+  data: unknown,
+): Tensor {
+  if (datatype === "FP16" || datatype === "BF16") {
+    // Triton's wording, which clients and their tests look for.
+    throw invalidArg(
+      `receiving ${datatype} data via JSON is not supported. Please use the binary data format for input ${input}`,
+    );
+  }
+  if (!Array.isArray(data)) {
+    throw invalidArg(`unable to parse 'data' for input '${input}': expected an array, got ${describe(data)}`);
+  }
+  const count = elementCount(shape);
+  let tensorData: NumericArray | BytesElements;
+  let fill: Fill;
+  if (datatype === "BYTES") {
+    const elements: Uint8Array[] = new Array(count);
+    fill = fillStrings(input, elements);
+    tensorData = elements;
+  } else {
+    const array = allocateArray(datatype, count);
+    fill = numericFill(input, datatype, array);
+    tensorData = array;
+  }
+  // Flat data (the common case) is read in place; nested data is flattened first.
+  let source: readonly unknown[] = Array.isArray(data[0]) ? flattenLeaves(data) : data;
+  if (source.length !== count && source === data) source = flattenLeaves(data);
+  if (source.length !== count) throw countError(input, shape, count, source.length);
+  if (fill(source) !== -1) {
+    source = flattenLeaves(source);
+    if (source.length !== count) throw countError(input, shape, count, source.length);
+    fill(source);
+  }
+  return { datatype, shape, data: tensorData };
+}
+
+function hasNonFinite(array: Float32Array | Float64Array): boolean {
+  for (let i = 0; i < array.length; i++) {
+    const v = array[i] as number;
+    if (v - v !== 0) return true;
+  }
+  return false;
+}
+
+function floatText(array: Float32Array | Float64Array): string {
+  // TypedArray#join prints each element's shortest round-trip decimal natively.
+  if (!hasNonFinite(array)) return array.join(",");
+  const parts = new Array<string>(array.length);
+  for (let i = 0; i < array.length; i++) {
+    const v = array[i] as number;
+    parts[i] = Number.isFinite(v) ? String(v) : "null";
+  }
+  return parts.join(",");
+}
+
+/** The JSON text of a tensor's data as a flat array, e.g. `[1,2,3]`. */
+export function jsonTensorData(tensor: Tensor): string {
+  switch (tensor.datatype) {
+    case "BYTES": {
+      const elements = tensor.data as BytesElements;
+      const parts = new Array<string>(elements.length);
+      for (let i = 0; i < elements.length; i++) parts[i] = JSON.stringify(decoder.decode(elements[i]));
+      return `[${parts.join(",")}]`;
+    }
+    case "BOOL": {
+      const array = (tensor as NumericTensor).data as Uint8Array;
+      const parts = new Array<string>(array.length);
+      for (let i = 0; i < array.length; i++) parts[i] = array[i] === 0 ? "false" : "true";
+      return `[${parts.join(",")}]`;
+    }
+    case "FP32":
+    case "FP64":
+      return `[${floatText((tensor as NumericTensor).data as Float32Array | Float64Array)}]`;
+    case "FP16":
+    case "BF16":
+      throw invalidArg(
+        `sending ${tensor.datatype} data via JSON is not supported. Please use the binary data format for output`,
+      );
+    default:
+      // Integer arrays (BigInt64Array included) join to their exact decimal digits.
+      return `[${((tensor as NumericTensor).data as Int32Array).join(",")}]`;
+  }
+}

@@ -1,0 +1,142 @@
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import { invalidArg, ServerError } from "../../core/errors.ts";
+import type { ServerContext } from "../../core/model.ts";
+import { HEADER_LENGTH, HEADER_LENGTH_NAME, readHeaderLength } from "./binary-tensor.ts";
+import { watchDisconnect } from "./client-disconnect.ts";
+import { createErrorHandler, sendError } from "./error-reply.ts";
+import { KSERVE_HTTP_STATUS } from "./error-status.ts";
+import { decodeInferRequest } from "./infer-request-decoder.ts";
+import { encodeInferResponse } from "./infer-response-encoder.ts";
+import { isJsonObject, readJsonBody } from "./json-body.ts";
+import { sendJson } from "./json-text.ts";
+import { modelVersion } from "./model-version.ts";
+
+// The KServe v2 / Triton HTTP API: health, metadata, configuration, statistics,
+// repository control and inference (PROTOCOLS.md §1).
+
+export interface KserveRoutesOptions {
+  readonly context: ServerContext;
+  readonly bodyLimitBytes: number;
+}
+
+export interface ModelParams {
+  readonly model: string;
+  readonly version?: string;
+}
+
+type ModelRequest = FastifyRequest<{ Params: ModelParams }>;
+
+/** Every per-model route exists with and without a version. */
+export const MODEL_PATHS = ["/v2/models/:model", "/v2/models/:model/versions/:version"] as const;
+
+const EMPTY_BODY = Buffer.alloc(0);
+
+function loadConfig(name: string, body: Buffer | undefined): string | undefined {
+  const parameters = readJsonBody(body)?.parameters;
+  if (parameters === undefined) return undefined;
+  if (!isJsonObject(parameters)) throw invalidArg("Unable to parse 'parameters': expected an object");
+  let config: string | undefined;
+  for (const key in parameters) {
+    const value = parameters[key];
+    if (typeof value !== "string")
+      throw invalidArg(`Unable to parse load parameter '${key}': expected a string`);
+    if (key === "config") config = value;
+    else if (key.startsWith("file:")) {
+      throw new ServerError(
+        "UNSUPPORTED",
+        `loading model '${name}' with files in the request ('${key}') is not supported: place them in the model repository`,
+      );
+    } else
+      throw invalidArg(`unexpected load parameter '${key}' for model '${name}': only 'config' is supported`);
+  }
+  return config;
+}
+
+function checkUnloadBody(body: Buffer | undefined): void {
+  const parameters = readJsonBody(body)?.parameters;
+  if (parameters === undefined) return;
+  if (!isJsonObject(parameters)) throw invalidArg("Unable to parse 'parameters': expected an object");
+  const dependents = parameters.unload_dependents;
+  // Accepted for Triton's clients; seqserve models have no dependents (no ensembles).
+  if (dependents !== undefined && typeof dependents !== "boolean") {
+    throw invalidArg("Unable to parse 'unload_dependents': expected a bool");
+  }
+}
+
+function readyOnly(body: Buffer | undefined): boolean {
+  const ready = readJsonBody(body)?.ready;
+  if (ready === undefined) return false;
+  if (typeof ready !== "boolean") throw invalidArg("Unable to parse 'ready': expected a bool");
+  return ready;
+}
+
+export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOptions): Promise<void> {
+  const { context } = options;
+  const registry = context.registry;
+  app.setErrorHandler(createErrorHandler(KSERVE_HTTP_STATUS, options.bodyLimitBytes));
+
+  app.get("/v2", (_request, reply) => {
+    const { name, version, extensions } = context.metadata;
+    return sendJson(reply, { name, version, extensions });
+  });
+  app.get("/v2/health/live", (_request, reply) =>
+    context.isLive() ? reply.code(200).send() : sendError(reply, 400, "server is not live"),
+  );
+  app.get("/v2/health/ready", (_request, reply) =>
+    context.isReady() ? reply.code(200).send() : sendError(reply, 400, "server is not ready"),
+  );
+  app.get("/v2/models/stats", (_request, reply) => sendJson(reply, { model_stats: registry.statistics() }));
+
+  for (const path of MODEL_PATHS) {
+    app.get(path, (request: ModelRequest, reply) => {
+      const { model, version } = request.params;
+      return sendJson(reply, registry.metadata(model, modelVersion(version)));
+    });
+    app.get(`${path}/ready`, (request: ModelRequest, reply) => {
+      const { model, version } = request.params;
+      if (registry.isReady(model, modelVersion(version))) return reply.code(200).send();
+      const which = version === undefined ? `model '${model}'` : `version ${version} of model '${model}'`;
+      return sendError(reply, 400, `${which} is not ready`);
+    });
+    app.get(`${path}/config`, (request: ModelRequest, reply) => {
+      const { model, version } = request.params;
+      return sendJson(reply, registry.configJson(model, modelVersion(version)));
+    });
+    app.get(`${path}/stats`, (request: ModelRequest, reply) => {
+      const { model, version } = request.params;
+      return sendJson(reply, { model_stats: registry.statistics(model, modelVersion(version)) });
+    });
+    app.post(`${path}/infer`, async (request: ModelRequest, reply) => {
+      const { model: name, version } = request.params;
+      const model = registry.model(name, modelVersion(version));
+      const body = (request.body as Buffer | undefined) ?? EMPTY_BODY;
+      const headerLength = readHeaderLength(request.headers[HEADER_LENGTH], body.byteLength);
+      const disconnect = watchDisconnect(request, reply);
+      try {
+        const decoded = decodeInferRequest(body, headerLength, model, disconnect.signal);
+        const response = await model.infer(decoded.request);
+        const encoded = encodeInferResponse(response, decoded.encoding);
+        if (encoded.headerLength !== undefined) reply.header(HEADER_LENGTH_NAME, encoded.headerLength);
+        return reply.type(encoded.contentType).send(encoded.body);
+      } finally {
+        disconnect.dispose();
+      }
+    });
+  }
+
+  app.post("/v2/repository/index", (request, reply) =>
+    sendJson(reply, registry.index(readyOnly(request.body as Buffer | undefined))),
+  );
+  app.post("/v2/repository/models/:model/load", async (request: ModelRequest, reply) => {
+    const { model } = request.params;
+    const config = loadConfig(model, request.body as Buffer | undefined);
+    await registry.load(model, config === undefined ? {} : { config });
+    return reply.code(200).send();
+  });
+  app.post("/v2/repository/models/:model/unload", async (request: ModelRequest, reply) => {
+    const { model } = request.params;
+    checkUnloadBody(request.body as Buffer | undefined);
+    await registry.unload(model);
+    return reply.code(200).send();
+  });
+}

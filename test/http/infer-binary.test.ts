@@ -1,0 +1,319 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import type { DataType } from "../../src/core/datatype.ts";
+import type { BytesElements, NumericTensor } from "../../src/core/tensor.ts";
+import { encodeRawTensor } from "../../src/frontends/common/raw-tensor.ts";
+import {
+  binaryRequest,
+  bodyJson,
+  type RawResponse,
+  send,
+  splitBinaryResponse,
+  startServer,
+  type TestServer,
+} from "./support/http-server.ts";
+
+type OutputJson = {
+  name: string;
+  datatype: string;
+  shape: number[];
+  data?: unknown[];
+  parameters?: Record<string, unknown>;
+};
+
+const bytes = (...elements: string[]): BytesElements => elements.map((e) => new TextEncoder().encode(e));
+
+const TENSORS: { datatype: DataType; data: NumericTensor["data"] | BytesElements }[] = [
+  { datatype: "BOOL", data: new Uint8Array([1, 0, 1]) },
+  { datatype: "UINT8", data: new Uint8Array([0, 128, 255]) },
+  { datatype: "UINT16", data: new Uint16Array([0, 1, 65535]) },
+  { datatype: "UINT32", data: new Uint32Array([0, 1, 4294967295]) },
+  { datatype: "UINT64", data: new BigUint64Array([0n, 9007199254740993n, 18446744073709551615n]) },
+  { datatype: "INT8", data: new Int8Array([-128, 0, 127]) },
+  { datatype: "INT16", data: new Int16Array([-32768, 0, 32767]) },
+  { datatype: "INT32", data: new Int32Array([-2147483648, 0, 2147483647]) },
+  {
+    datatype: "INT64",
+    data: new BigInt64Array([-9223372036854775808n, 9007199254740993n, 9223372036854775807n]),
+  },
+  { datatype: "FP16", data: new Uint16Array([0x3c00, 0x8000, 0x7c00]) },
+  { datatype: "FP32", data: new Float32Array([0.1, Number.NaN, Number.NEGATIVE_INFINITY]) },
+  { datatype: "FP64", data: new Float64Array([0.1, -0, 1e308]) },
+  { datatype: "BYTES", data: bytes("a", "", "\u0000\u00ff binary") },
+  { datatype: "BF16", data: new Uint16Array([0x3f80, 0xbf80, 0x7fc0]) },
+];
+
+function rawOf(datatype: DataType, data: NumericTensor["data"] | BytesElements): Uint8Array {
+  return encodeRawTensor({ datatype, shape: [3], data });
+}
+
+describe("inference with the binary tensor extension", () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer();
+  });
+  after(() => server.close());
+
+  function postBinary(model: string, header: unknown, parts: Uint8Array[]): Promise<RawResponse> {
+    const { body, headerLength } = binaryRequest(header, parts);
+    return send(server, "POST", `/v2/models/${model}/infer`, body, {
+      "content-type": "application/octet-stream",
+      "inference-header-content-length": headerLength,
+    });
+  }
+
+  async function refused(header: unknown, parts: Uint8Array[], message: string, headers = {}): Promise<void> {
+    const { body, headerLength } = binaryRequest(header, parts);
+    const response = await send(server, "POST", "/v2/models/echo/infer", body, {
+      "inference-header-content-length": headerLength,
+      ...headers,
+    });
+    assert.equal(response.status, 400, response.body.toString());
+    assert.deepEqual(bodyJson(response), { error: message });
+    const next = await postBinary(
+      "echo",
+      { inputs: [{ name: "A", datatype: "INT8", shape: [1], parameters: { binary_data_size: 1 } }] },
+      [new Uint8Array([1])],
+    );
+    assert.equal(next.status, 200);
+  }
+
+  for (const { datatype, data } of TENSORS) {
+    it(`${datatype} round-trips as binary data, byte for byte`, async () => {
+      const raw = rawOf(datatype, data);
+      const response = await postBinary(
+        "echo",
+        {
+          parameters: { binary_data_output: true },
+          inputs: [{ name: "IN", datatype, shape: [3], parameters: { binary_data_size: raw.byteLength } }],
+        },
+        [raw],
+      );
+      assert.equal(response.status, 200, response.body.toString());
+      assert.equal(response.headers["content-type"], "application/octet-stream");
+      const { json, binary } = splitBinaryResponse(response);
+      assert.deepEqual(json.outputs, [
+        { name: "IN", datatype, shape: [3], parameters: { binary_data_size: raw.byteLength } },
+      ]);
+      assert.deepEqual(new Uint8Array(binary), raw);
+      const received = server.fake.registry.model("echo").requests.at(-1)?.inputs.get("IN");
+      assert.equal(received?.datatype, datatype);
+    });
+  }
+
+  it("binary inputs are views over the request body, not copies", async () => {
+    const values = new Float32Array([1, 2, 3, 4]);
+    const raw = new Uint8Array(values.buffer);
+    // Pad the JSON so the tensor starts at an offset aligned for FP32.
+    let header = JSON.stringify({
+      inputs: [{ name: "V", datatype: "FP32", shape: [4], parameters: { binary_data_size: 16 } }],
+    });
+    header += " ".repeat((8 - (header.length % 8)) % 8);
+    const body = Buffer.concat([Buffer.from(header), raw]);
+    const response = await send(server, "POST", "/v2/models/echo/infer", body, {
+      "inference-header-content-length": header.length,
+    });
+    assert.equal(response.status, 200);
+    const tensor = server.fake.registry.model("echo").requests.at(-1)?.inputs.get("V") as NumericTensor;
+    assert.deepEqual([...tensor.data], [1, 2, 3, 4]);
+    assert.equal(tensor.data.byteOffset, header.length);
+    assert.equal(tensor.data.buffer.byteLength, body.byteLength);
+  });
+
+  it("binary and JSON inputs mix; outputs choose binary per output over the request default", async () => {
+    const raw = new Uint8Array(new Int32Array([7, 8]).buffer);
+    const response = await postBinary(
+      "echo",
+      {
+        parameters: { binary_data_output: true },
+        inputs: [
+          { name: "J", datatype: "INT32", shape: [1], data: [5] },
+          { name: "B", datatype: "INT32", shape: [2], parameters: { binary_data_size: 8 } },
+          { name: "F", datatype: "FP32", shape: [3], parameters: { binary_data_size: 12 } },
+        ],
+        outputs: [{ name: "J" }, { name: "B" }, { name: "F", parameters: { binary_data: false } }],
+      },
+      [raw, new Uint8Array(new Float32Array([Number.NaN, Number.POSITIVE_INFINITY, 0.5]).buffer)],
+    );
+    assert.equal(response.status, 200, response.body.toString());
+    const { json, binary } = splitBinaryResponse(response);
+    const outputs = json.outputs as OutputJson[];
+    assert.deepEqual(outputs[0], {
+      name: "J",
+      datatype: "INT32",
+      shape: [1],
+      parameters: { binary_data_size: 4 },
+    });
+    assert.deepEqual(outputs[1], {
+      name: "B",
+      datatype: "INT32",
+      shape: [2],
+      parameters: { binary_data_size: 8 },
+    });
+    // JSON has no NaN or infinities: they are written as null.
+    assert.deepEqual(outputs[2], { name: "F", datatype: "FP32", shape: [3], data: [null, null, 0.5] });
+    assert.deepEqual(
+      [...new Int32Array(binary.buffer.slice(binary.byteOffset, binary.byteOffset + 12))],
+      [5, 7, 8],
+    );
+  });
+
+  it("an FP16 output the model did not declare cannot be sent as JSON", async () => {
+    const response = await postBinary(
+      "echo",
+      { inputs: [{ name: "H", datatype: "FP16", shape: [1], parameters: { binary_data_size: 2 } }] },
+      [new Uint8Array([0, 0x3c])],
+    );
+    assert.equal(response.status, 400);
+    assert.deepEqual(bodyJson(response), {
+      error: "sending FP16 data via JSON is not supported. Please use the binary data format for output 'H'",
+    });
+  });
+
+  it("binary outputs of a JSON request", async () => {
+    const response = await send(
+      server,
+      "POST",
+      "/v2/models/echo/infer",
+      JSON.stringify({
+        inputs: [{ name: "A", datatype: "UINT8", shape: [2], data: [1, 2] }],
+        outputs: [{ name: "A", parameters: { binary_data: true } }],
+      }),
+    );
+    assert.equal(response.status, 200);
+    assert.equal(response.headers["content-type"], "application/octet-stream");
+    const { binary } = splitBinaryResponse(response);
+    assert.deepEqual([...binary], [1, 2]);
+  });
+
+  it("sizes that disagree with the header or the shape are refused, naming the input", async () => {
+    const input = (name: string, size: number, datatype = "INT32", shape = [1]) => ({
+      name,
+      datatype,
+      shape,
+      parameters: { binary_data_size: size },
+    });
+    await refused(
+      { inputs: [input("A", 4), input("B", 8, "INT32", [2])] },
+      [new Uint8Array(8)],
+      "unexpected size for input 'B', expecting 4 additional bytes for model 'echo'",
+    );
+    await refused(
+      { inputs: [input("A", 4)] },
+      [new Uint8Array(8)],
+      "unexpected additional input data for model 'echo': 4 bytes follow the last binary input",
+    );
+    await refused(
+      { inputs: [input("A", 8, "INT32", [3])] },
+      [new Uint8Array(8)],
+      "unexpected total byte size 8 for input 'A', expecting 12 for shape [3] of INT32",
+    );
+    await refused(
+      { inputs: [input("S", 6, "BYTES", [2])] },
+      [new Uint8Array([2, 0, 0, 0, 104, 105])],
+      "unexpected end of BYTES data for input 'S': expected 2 elements, found 1",
+    );
+    await refused(
+      { inputs: [input("A", -4)] },
+      [],
+      "Unable to parse 'binary_data_size' for input 'A': expected a non-negative integer, got number -4",
+    );
+  });
+
+  it("a bad Inference-Header-Content-Length is refused", async () => {
+    const body = JSON.stringify({ inputs: [] });
+    const tooLong = await send(server, "POST", "/v2/models/echo/infer", body, {
+      "inference-header-content-length": body.length + 1,
+    });
+    assert.equal(tooLong.status, 400);
+    assert.deepEqual(bodyJson(tooLong), {
+      error: `inference header size should be in range (0, ${body.length}), got: ${body.length + 1} (the request body has ${body.length} bytes)`,
+    });
+    const notNumber = await send(server, "POST", "/v2/models/echo/infer", body, {
+      "inference-header-content-length": "ten",
+    });
+    assert.equal(notNumber.status, 400);
+    assert.deepEqual(bodyJson(notNumber), {
+      error: "Unable to parse Inference-Header-Content-Length, got: ten",
+    });
+    const shortHeader = await send(server, "POST", "/v2/models/echo/infer", body, {
+      "inference-header-content-length": 4,
+    });
+    assert.equal(shortHeader.status, 400);
+    assert.match(
+      (bodyJson(shortHeader) as { error: string }).error,
+      /^failed to parse the request JSON buffer: /,
+    );
+  });
+});
+
+describe("the raw-body form (Inference-Header-Content-Length: 0)", () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer();
+  });
+  after(() => server.close());
+
+  const raw = (model: string, body: Uint8Array) =>
+    send(server, "POST", `/v2/models/${model}/infer`, body, {
+      "content-type": "application/octet-stream",
+      "inference-header-content-length": 0,
+    });
+
+  it("shapes the body after the model's only input, batch dimension 1 and the variable dim deduced", async () => {
+    const values = new Float32Array([0.5, 1.5, 2.5]);
+    const response = await raw("raw_fp32", new Uint8Array(values.buffer));
+    assert.equal(response.status, 200, response.body.toString());
+    assert.equal(response.headers["content-type"], "application/octet-stream");
+    const { json, binary } = splitBinaryResponse(response);
+    assert.deepEqual(json.outputs, [
+      { name: "INPUT0", datatype: "FP32", shape: [1, 3], parameters: { binary_data_size: 12 } },
+    ]);
+    assert.deepEqual(
+      new Float32Array(binary.buffer.slice(binary.byteOffset, binary.byteOffset + 12)),
+      values,
+    );
+  });
+
+  it("fixed shapes, and BYTES of shape [1]", async () => {
+    const fixed = await raw("raw_fixed", new Uint8Array(12));
+    assert.equal(fixed.status, 200);
+    assert.deepEqual((splitBinaryResponse(fixed).json.outputs as OutputJson[])[0]?.shape, [2, 3]);
+    const text = await raw("raw_bytes", new TextEncoder().encode("hello raw"));
+    assert.equal(text.status, 200);
+    const tensor = server.fake.registry.model("raw_bytes").requests.at(-1)?.inputs.get("TEXT");
+    assert.ok(tensor !== undefined);
+    assert.deepEqual(tensor.shape, [1]);
+    assert.equal(new TextDecoder().decode((tensor.data as BytesElements)[0]), "hello raw");
+  });
+
+  it("refuses bodies it cannot shape, with Triton's messages", async () => {
+    const cases: [string, number, string][] = [
+      [
+        "raw_two",
+        8,
+        "Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in 'raw_two' model configuration",
+      ],
+      [
+        "raw_two_var",
+        8,
+        "The shape of the raw input 'A' can not be deduced because there are more than one variable-sized dimension",
+      ],
+      [
+        "raw_fixed",
+        10,
+        "unexpected total byte size 10 for input 'INPUT0', expecting 12 for shape [2,3] of INT16",
+      ],
+      [
+        "raw_fp32",
+        10,
+        "unexpected total byte size 10 for raw input 'INPUT0': not a whole number of FP32 elements of shape [1,-1]",
+      ],
+    ];
+    for (const [model, size, message] of cases) {
+      const response = await raw(model, new Uint8Array(size));
+      assert.equal(response.status, 400, model);
+      assert.deepEqual(bodyJson(response), { error: message });
+    }
+  });
+});
