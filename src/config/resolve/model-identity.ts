@@ -1,0 +1,81 @@
+import type { VersionPolicy } from "../../core/model-config.ts";
+import type { MessageNode } from "./config-node.ts";
+
+// Which model a config describes and which files it serves: its name, platform and
+// backend, model file name and version policy, with Triton's defaults filled in.
+
+export const ONNX_PLATFORM = "onnxruntime_onnx";
+export const ONNX_BACKEND = "onnxruntime";
+export const DEFAULT_MODEL_FILENAME = "model.onnx";
+
+export interface ModelIdentity {
+  readonly name: string;
+  readonly platform: string;
+  readonly backend: string;
+  readonly defaultModelFilename: string;
+}
+
+const UNSUPPORTED = `seqserve serves ONNX models (platform '${ONNX_PLATFORM}', backend '${ONNX_BACKEND}')`;
+
+export function resolveIdentity(root: MessageNode): ModelIdentity {
+  const { modelName } = root.ctx;
+  const name = root.string("name");
+  if (name !== "" && name !== modelName) {
+    root.fail(
+      "name",
+      `model name '${name}' in the configuration does not match the name '${modelName}' of its model directory`,
+    );
+  }
+  root.set("name", modelName);
+
+  const platform = root.string("platform");
+  const backend = root.string("backend");
+  if (backend === "stateful") {
+    root.fail(
+      "backend",
+      `backend 'stateful' is not supported: ${UNSUPPORTED}; with backend '${ONNX_BACKEND}' the stateful ` +
+        "backend's parameters state_pairs, store_states_as_fp16 and infer_end_requests are understood",
+    );
+  }
+  if (platform !== "" && platform !== ONNX_PLATFORM) {
+    root.fail("platform", `platform '${platform}' of model '${modelName}' is not supported: ${UNSUPPORTED}`);
+  }
+  if (backend !== "" && backend !== ONNX_BACKEND) {
+    root.fail("backend", `backend '${backend}' of model '${modelName}' is not supported: ${UNSUPPORTED}`);
+  }
+  root.set("platform", ONNX_PLATFORM).set("backend", ONNX_BACKEND);
+
+  const runtime = root.string("runtime");
+  if (runtime !== "") root.ctx.note(`runtime '${runtime}' is ignored: seqserve runs ONNX Runtime itself`);
+
+  const filename = root.string("default_model_filename") || DEFAULT_MODEL_FILENAME;
+  if (filename.includes("/") || filename.includes("\\") || filename === "." || filename === "..") {
+    root.fail(
+      "default_model_filename",
+      `default_model_filename '${filename}' must name a file inside the version directory`,
+    );
+  }
+  root.set("default_model_filename", filename);
+
+  return { name: modelName, platform: ONNX_PLATFORM, backend: ONNX_BACKEND, defaultModelFilename: filename };
+}
+
+/** The version policy; Triton's default is the single latest version. */
+export function resolveVersionPolicy(root: MessageNode): VersionPolicy {
+  const policy = root.ensureChild("version_policy");
+  const specific = policy.child("specific");
+  if (specific !== undefined) {
+    const versions = specific.safeNumbers("versions");
+    if (versions.length === 0) specific.fail("versions", "the specific version policy lists no versions");
+    versions.forEach((version, i) => {
+      if (version < 0) specific.failItem("versions", i, `model version ${version} must not be negative`);
+    });
+    return { kind: "specific", versions };
+  }
+  if (policy.has("all")) return { kind: "all" };
+  const latest = policy.ensureChild("latest");
+  if (!latest.has("num_versions")) latest.set("num_versions", 1);
+  const numVersions = latest.number("num_versions");
+  if (numVersions < 1) latest.fail("num_versions", "the latest version policy must serve at least 1 version");
+  return { kind: "latest", numVersions };
+}

@@ -1,0 +1,342 @@
+import { configTypeName, type DataType, fromConfigTypeName } from "../../core/datatype.ts";
+import type {
+  ControlInputConfig,
+  ControlKind,
+  SequenceBatchingConfig,
+  SequenceStrategy,
+} from "../../core/model-config.ts";
+import type { ModelIo } from "../../core/model-io.ts";
+import { formatShape, type MessageNode } from "./config-node.ts";
+import { preferredBatchSizes } from "./dynamic-batching.ts";
+import { resolveStates } from "./implicit-state.ts";
+import type { ModelParameters } from "./model-parameters.ts";
+
+// The sequence batcher's settings, validated completely with Triton's rules and messages
+// where Triton has them: the strategy (Direct by default, or Oldest), the idle timeout,
+// control tensors and implicit state, plus seqserve's and the ONNX stateful backend's
+// parameters (sequence_idle_timeout, sequence_backlog_limit, store_states_as_fp16,
+// infer_end_requests, max_candidate_sequence_use_ratio).
+
+/** Triton's default idle time of a sequence (max_sequence_idle_microseconds unset or 0). */
+export const DEFAULT_SEQUENCE_IDLE_US = 1_000_000;
+export const DEFAULT_BACKLOG_LIMIT = 1024;
+
+/** Parameters that only mean something with sequence batching. */
+export const SEQUENCE_PARAMETERS = [
+  "state_pairs",
+  "sequence_idle_timeout",
+  "sequence_backlog_limit",
+  "store_states_as_fp16",
+  "infer_end_requests",
+  "max_candidate_sequence_use_ratio",
+] as const;
+
+const CONTROL_KINDS: Record<string, ControlKind> = {
+  CONTROL_SEQUENCE_START: "START",
+  CONTROL_SEQUENCE_END: "END",
+  CONTROL_SEQUENCE_READY: "READY",
+  CONTROL_SEQUENCE_CORRID: "CORRID",
+};
+const CORRID_TYPES = new Set(["TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING"]);
+const FLAG_ENCODINGS = [
+  ["int32_false_true", "INT32"],
+  ["fp32_false_true", "FP32"],
+  ["bool_false_true", "BOOL"],
+] as const;
+
+export interface SequenceTensorNames {
+  readonly controls: ReadonlySet<string>;
+  readonly stateInputs: ReadonlySet<string>;
+  readonly stateOutputs: ReadonlySet<string>;
+  /** Tensors named by state_pairs. */
+  readonly pairedTensors: ReadonlySet<string>;
+}
+
+/** The tensors the sequence batcher feeds or collects, read before inputs and outputs are completed. */
+export function sequenceTensorNames(root: MessageNode, params: ModelParameters): SequenceTensorNames {
+  const sequence = root.child("sequence_batching");
+  const controls = new Set(sequence?.children("control_input").map((c) => c.string("name")) ?? []);
+  const stateInputs = new Set<string>();
+  const stateOutputs = new Set<string>();
+  const pairedTensors = new Set<string>();
+  for (const state of sequence?.children("state") ?? []) {
+    stateInputs.add(state.string("input_name"));
+    stateOutputs.add(state.string("output_name"));
+  }
+  if (sequence !== undefined) {
+    for (const pair of params.statePairs()) {
+      stateInputs.add(pair.input);
+      stateOutputs.add(pair.output);
+      pairedTensors.add(pair.input);
+      pairedTensors.add(pair.output);
+    }
+  }
+  return { controls, stateInputs, stateOutputs, pairedTensors };
+}
+
+function resolveControls(
+  sequence: MessageNode,
+  modelIo: ModelIo | undefined,
+  maxBatchSize: number,
+  inputNames: ReadonlySet<string>,
+): ControlInputConfig[] {
+  const modelName = sequence.ctx.modelName;
+  const names = new Set<string>();
+  const kinds = new Set<string>();
+  return sequence.children("control_input").map((input): ControlInputConfig => {
+    const name = input.string("name");
+    if (name === "")
+      input.fail("name", `sequence batching control tensor must have a name for model '${modelName}'`);
+    if (names.has(name)) {
+      input.fail(
+        "name",
+        `sequence batching control tensor '${name}' is specified for multiple control kinds for model '${modelName}'`,
+      );
+    }
+    names.add(name);
+    if (inputNames.has(name)) {
+      input.fail(
+        "name",
+        `control tensor '${name}' of model '${modelName}' must not also be listed in 'input'`,
+      );
+    }
+    const controls = input.children("control");
+    if (controls.length === 0)
+      input.fail("control", `control tensor '${name}' of model '${modelName}' must specify a control`);
+    if (controls.length > 1) {
+      input.failItem(
+        "control",
+        1,
+        `control tensor '${name}' of model '${modelName}' has ${controls.length} controls; one tensor carries one control`,
+      );
+    }
+    const control = controls[0]!;
+    const kindName = control.string("kind", "CONTROL_SEQUENCE_START");
+    const kind = CONTROL_KINDS[kindName] ?? "START";
+    if (kinds.has(kindName)) {
+      control.fail(
+        "kind",
+        `sequence batching specifies multiple ${kindName} tensors for model '${modelName}'`,
+      );
+    }
+    kinds.add(kindName);
+
+    const given = FLAG_ENCODINGS.filter(([field]) => control.list(field).length > 0);
+    let datatype: DataType;
+    let falseTrue: readonly [number, number] | undefined;
+    if (kind === "CORRID") {
+      if (given.length > 0) {
+        control.fail(
+          given[0]![0],
+          `sequence batching must not specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' for ${kindName} for model '${modelName}'`,
+        );
+      }
+      const typeName = control.string("data_type", "TYPE_INVALID");
+      if (!CORRID_TYPES.has(typeName)) {
+        control.fail(
+          "data_type",
+          `unexpected data type for control ${kindName} for model '${modelName}'. Allowed data types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING`,
+        );
+      }
+      datatype = fromConfigTypeName(typeName)!;
+    } else {
+      if (given.length === 0) {
+        control.fail(
+          "kind",
+          `sequence batching must specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' for ${kindName} for model '${modelName}'`,
+        );
+      }
+      if (given.length > 1) {
+        control.fail(
+          given[1]![0],
+          `sequence batching specifies more than one from 'int32_false_true', 'fp32_false_true' and 'bool_false_true' for ${kindName} for model '${modelName}'`,
+        );
+      }
+      const [field, type] = given[0]!;
+      const values = control.list(field);
+      if (values.length !== 2) {
+        control.fail(
+          field,
+          `sequence batching control '${field}' must have exactly 2 entries for ${kindName} for model '${modelName}'`,
+        );
+      }
+      const [f, t] = values.map((v) => (typeof v === "boolean" ? Number(v) : (v as number)));
+      datatype = type;
+      falseTrue = [f!, t!];
+    }
+
+    if (modelIo !== undefined) checkControlAgainstModel(input, name, datatype, modelIo, maxBatchSize);
+    return { name, kind, datatype, ...(falseTrue === undefined ? {} : { falseTrue }) };
+  });
+}
+
+function checkControlAgainstModel(
+  input: MessageNode,
+  name: string,
+  datatype: DataType,
+  modelIo: ModelIo,
+  maxBatchSize: number,
+): void {
+  const modelName = input.ctx.modelName;
+  const tensor = modelIo.inputs.find((t) => t.name === name);
+  if (tensor === undefined) {
+    input.fail(
+      "name",
+      `configuration specified sequence control '${name}', but model '${modelName}' does not provide that input`,
+    );
+  }
+  if (tensor.datatype !== datatype) {
+    input.fail(
+      "control",
+      `unable to load model '${modelName}', sequence control '${name}', the model expects data-type ${tensor.typeName} ` +
+        `but the model configuration specifies data-type ${configTypeName(datatype)}`,
+    );
+  }
+  if (tensor.shape !== undefined) {
+    const perRequest = maxBatchSize > 0 ? tensor.shape.slice(1) : tensor.shape;
+    if (perRequest.length !== 1 || (perRequest[0] !== 1 && perRequest[0] !== -1)) {
+      input.fail(
+        "name",
+        `unable to load model '${modelName}', sequence control '${name}' in model has dims ${formatShape(perRequest)} but dims [1] is expected`,
+      );
+    }
+  }
+}
+
+function resolveStrategy(sequence: MessageNode, maxBatchSize: number): SequenceStrategy {
+  const modelName = sequence.ctx.modelName;
+  const oldest = sequence.child("oldest");
+  if (oldest !== undefined) {
+    const candidates = oldest.number("max_candidate_sequences");
+    if (candidates <= 0) {
+      oldest.fail(
+        "max_candidate_sequences",
+        `sequence batching oldest strategy must have max_candidate_sequences > 0 for model '${modelName}'`,
+      );
+    }
+    return {
+      kind: "oldest",
+      maxCandidateSequences: candidates,
+      preferredBatchSizes: preferredBatchSizes(
+        oldest,
+        maxBatchSize,
+        "sequence batching preferred batch size",
+      ),
+      maxQueueDelayUs: oldest.safeNumber("max_queue_delay_microseconds"),
+      preserveOrdering: oldest.bool("preserve_ordering"),
+    };
+  }
+  const direct = sequence.child("direct");
+  const utilization = direct?.number("minimum_slot_utilization") ?? 0;
+  if (!(utilization >= 0 && utilization <= 1)) {
+    direct?.fail(
+      "minimum_slot_utilization",
+      `sequence batching minimum slot utilization must be in range (0.0, 1.0] for model '${modelName}'`,
+    );
+  }
+  return {
+    kind: "direct",
+    maxQueueDelayUs: direct?.safeNumber("max_queue_delay_microseconds") ?? 0,
+    minimumSlotUtilization: utilization,
+  };
+}
+
+/** The idle timeout: Triton's field (0 = one second), or seqserve's `sequence_idle_timeout` parameter. */
+function resolveIdleTimeout(sequence: MessageNode, params: ModelParameters): number | undefined {
+  const field = "max_sequence_idle_microseconds";
+  if (sequence.safeNumber(field) === 0) sequence.set(field, BigInt(DEFAULT_SEQUENCE_IDLE_US));
+  const key = "sequence_idle_timeout";
+  const raw = params.get(key);
+  if (raw === undefined) return sequence.safeNumber(field);
+  if (raw.trim().toLowerCase() === "never") {
+    // Written as 0 in the effective config: Triton never reports 0, so it reads as "no limit".
+    sequence.set(field, 0n);
+    return undefined;
+  }
+  if (!/^\s*\d+\s*$/.test(raw) || Number(raw) < 1 || !Number.isSafeInteger(Number(raw))) {
+    params.fail(key, `parameter '${key}' must be 'never' or a number of microseconds >= 1, got '${raw}'`);
+  }
+  sequence.set(field, BigInt(Number(raw)));
+  return Number(raw);
+}
+
+export interface SequenceContext {
+  readonly root: MessageNode;
+  readonly params: ModelParameters;
+  readonly modelIo: ModelIo | undefined;
+  readonly inputNames: ReadonlySet<string>;
+  readonly modelDir: string;
+}
+
+export function resolveSequenceBatching(ctx: SequenceContext): SequenceBatchingConfig | undefined {
+  const { root, params } = ctx;
+  const modelName = root.ctx.modelName;
+  const sequence = root.child("sequence_batching");
+  if (sequence === undefined) {
+    for (const key of SEQUENCE_PARAMETERS) {
+      if (params.has(key)) {
+        params.fail(
+          key,
+          `parameter '${key}' applies to sequence batching, but model '${modelName}' has no sequence_batching`,
+        );
+      }
+    }
+    return undefined;
+  }
+  if (root.child("response_cache")?.bool("enable") === true) {
+    root
+      .child("response_cache")
+      ?.fail(
+        "enable",
+        `Response Cache does not currently support model '${modelName}' with sequence batching scheduler. Please disable the response cache.`,
+      );
+  }
+  if (sequence.bool("iterative_sequence")) {
+    sequence.fail(
+      "iterative_sequence",
+      `iterative sequences (model '${modelName}') need backend support that seqserve does not have`,
+    );
+  }
+  const maxBatchSize = root.number("max_batch_size");
+  const strategy = resolveStrategy(sequence, maxBatchSize);
+  const maxSequenceIdleUs = resolveIdleTimeout(sequence, params);
+  const controlInputs = resolveControls(sequence, ctx.modelIo, maxBatchSize, ctx.inputNames);
+  const states = resolveStates({
+    sequence,
+    params,
+    modelIo: ctx.modelIo,
+    maxBatchSize,
+    inputNames: ctx.inputNames,
+    modelDir: ctx.modelDir,
+  });
+  for (const control of controlInputs) {
+    if (states.some((state) => state.inputName === control.name)) {
+      sequence.fail(
+        "control_input",
+        `tensor '${control.name}' of model '${modelName}' is both a control and a state input`,
+      );
+    }
+  }
+
+  const storeStatesAsFp16 = params.bool("store_states_as_fp16", false);
+  if (storeStatesAsFp16) {
+    const other = states.find((state) => state.datatype !== "FP32");
+    if (other !== undefined) {
+      params.fail(
+        "store_states_as_fp16",
+        `parameter 'store_states_as_fp16' applies to FP32 states, but state '${other.inputName}' of model '${modelName}' is ${other.datatype}`,
+      );
+    }
+  }
+  params.ratio("max_candidate_sequence_use_ratio");
+
+  return {
+    strategy,
+    maxSequenceIdleUs,
+    controlInputs,
+    states,
+    backlogLimit: params.integer("sequence_backlog_limit", DEFAULT_BACKLOG_LIMIT, 0),
+    storeStatesAsFp16,
+    inferEndRequests: params.bool("infer_end_requests", true),
+  };
+}

@@ -1,0 +1,66 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import { parseModelConfigFile, parseModelConfigText, readLoadSettings } from "../../src/config/index.ts";
+import { assertConfigError, FIXTURES } from "./config-assertions.ts";
+
+describe("load settings (before the model file is opened)", () => {
+  it("gives Triton's defaults for a model without a config", () => {
+    assert.deepEqual(readLoadSettings(undefined, "vad", "models/vad"), {
+      name: "vad",
+      defaultModelFilename: "model.onnx",
+      versionPolicy: { kind: "latest", numVersions: 1 },
+      instanceGroups: [{ name: "vad", count: 1, kind: "KIND_CPU" }],
+      instanceCount: 1,
+      graphOptimizationLevel: undefined,
+      graphOptimization: "all",
+      parameters: {},
+    });
+  });
+
+  it("reads file name, versions, instances, graph level and parameters from an unresolved config", async () => {
+    const parsed = await parseModelConfigFile(join(FIXTURES, "full_options", "config.pbtxt"));
+    const settings = readLoadSettings(parsed, "full_options", join(FIXTURES, "full_options"));
+    assert.equal(settings.defaultModelFilename, "classifier.onnx");
+    assert.deepEqual(settings.versionPolicy, { kind: "specific", versions: [1, 3] });
+    assert.equal(settings.instanceCount, 4);
+    assert.equal(settings.graphOptimizationLevel, 1);
+    assert.equal(settings.graphOptimization, "extended");
+    assert.deepEqual(settings.parameters, { intra_op_thread_count: "1", shared_inputs: "SCALE" });
+    assert.ok(Object.isFrozen(settings));
+    // The parsed config itself is left as read, ready for resolution.
+    assert.equal(Array.isArray(parsed.message.instance_group) && parsed.message.instance_group.length, 2);
+    assert.equal((parsed.message.instance_group as Record<string, unknown>[])[1]?.name, undefined);
+  });
+
+  it("maps graph levels the way Triton's ONNX Runtime backend does", () => {
+    const level = (n: number) =>
+      readLoadSettings(
+        parseModelConfigText(`optimization { graph { level: ${n} } }`, { file: "m/config.pbtxt" }),
+        "m",
+        "m",
+      ).graphOptimization;
+    assert.deepEqual(
+      [level(-1), level(0), level(1), level(2), level(3)],
+      ["basic", "all", "extended", "disabled", "all"],
+    );
+  });
+
+  it("reports what it reads wrongly, at its line", () => {
+    assertConfigError(
+      () =>
+        readLoadSettings(
+          parseModelConfigText('name: "m"\ndefault_model_filename: "../escape.onnx"', {
+            file: "m/config.pbtxt",
+          }),
+          "m",
+          "m",
+        ),
+      {
+        file: "m/config.pbtxt",
+        line: 2,
+        includes: "default_model_filename '../escape.onnx' must name a file inside the version directory",
+      },
+    );
+  });
+});

@@ -1,0 +1,228 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import { parseOvmsConfig, readOvmsConfig, resolveModelConfig } from "../../src/config/index.ts";
+import { assertConfigError, FIXTURES } from "./config-assertions.ts";
+import { MODEL_IO, tensor } from "./model-io-fixtures.ts";
+
+const OVMS_FILE = join(FIXTURES, "ovms", "config.json");
+const FILE = "ovms/config.json";
+
+const parse = (models: unknown, extra: Record<string, unknown> = {}) =>
+  parseOvmsConfig(JSON.stringify({ model_config_list: models, ...extra }, null, 2), FILE);
+
+describe("OpenVINO Model Server config.json", () => {
+  it("reads every model with its absolute base path, version policy and stateful options", async () => {
+    const ovms = await readOvmsConfig(OVMS_FILE);
+    assert.equal(ovms.file, OVMS_FILE);
+    const [resnet, speech, vad] = ovms.models;
+    assert.equal(resnet?.name, "resnet");
+    assert.equal(resnet?.basePath, join(FIXTURES, "ovms", "models", "resnet"));
+    assert.deepEqual(resnet?.versionPolicy, { kind: "latest", numVersions: 1 });
+    assert.equal(resnet?.stateful, false);
+    assert.equal(resnet?.sequence, undefined);
+    assert.ok(resnet?.notes.some((n) => n.includes("'batch_size'")));
+
+    assert.equal(speech?.basePath, "/opt/models/speech");
+    assert.deepEqual(speech?.versionPolicy, { kind: "specific", versions: [1, 2] });
+    assert.deepEqual(speech?.sequence, {
+      maxSequenceNumber: 1000,
+      idleSequenceCleanup: false,
+      lowLatencyTransformation: true,
+    });
+
+    assert.equal(vad?.basePath, join(FIXTURES, "ovms", "models", "vad"));
+    assert.deepEqual(
+      vad?.versionPolicy,
+      { kind: "latest", numVersions: 2 },
+      "a policy given as a JSON string",
+    );
+    assert.deepEqual(vad?.sequence, {
+      maxSequenceNumber: 500,
+      idleSequenceCleanup: true,
+      lowLatencyTransformation: false,
+    });
+  });
+
+  it("turns a stateful entry into Triton-style sequence batching", async () => {
+    const [, speech, vad] = (await readOvmsConfig(OVMS_FILE)).models;
+    const parsed = speech?.toParsedConfig();
+    assert.equal(parsed?.format, "ovms");
+    assert.deepEqual(parsed?.message, {
+      name: "speech",
+      backend: "onnxruntime",
+      version_policy: { specific: { versions: [1n, 2n] } },
+      sequence_batching: { oldest: { max_candidate_sequences: 1000 } },
+      parameters: {
+        state_pairs: { string_value: "<<<h_in, h_out>>> <<<c_in, c_out>>>" },
+        sequence_backlog_limit: { string_value: "0" },
+        sequence_idle_timeout: { string_value: "never" },
+      },
+    });
+    // Idle cleanup: one cleaner period of the server (5 minutes by default, configurable).
+    const vadBatching = (vad?.toParsedConfig().message.sequence_batching ?? {}) as Record<string, unknown>;
+    assert.equal(vadBatching.max_sequence_idle_microseconds, 300_000_000n);
+    const fast = vad?.toParsedConfig({ sequenceCleanerPollWaitMinutes: 1 }).message
+      .sequence_batching as Record<string, unknown>;
+    assert.equal(fast.max_sequence_idle_microseconds, 60_000_000n);
+    const off = vad?.toParsedConfig({ sequenceCleanerPollWaitMinutes: 0 }).message.parameters as Record<
+      string,
+      unknown
+    >;
+    assert.deepEqual(off.sequence_idle_timeout, { string_value: "never" });
+  });
+
+  it("resolves like a Triton config: Silero VAD with max_sequence_number live sequences and no backlog", async () => {
+    const vad = (await readOvmsConfig(OVMS_FILE)).models[2];
+    const { config } = resolveModelConfig({
+      parsed: vad?.toParsedConfig(),
+      modelName: "vad",
+      modelDir: vad?.basePath ?? "",
+      modelIo: MODEL_IO.silero_vad,
+    });
+    assert.equal(config.maxBatchSize, 4);
+    assert.deepEqual(config.versionPolicy, { kind: "latest", numVersions: 2 });
+    assert.deepEqual(config.sequenceBatching?.strategy, {
+      kind: "oldest",
+      maxCandidateSequences: 500,
+      preferredBatchSizes: [4],
+      maxQueueDelayUs: 0,
+      preserveOrdering: false,
+    });
+    assert.equal(config.sequenceBatching?.backlogLimit, 0);
+    assert.equal(config.sequenceBatching?.maxSequenceIdleUs, 300_000_000);
+    assert.deepEqual(config.sequenceBatching?.states[0]?.batchAxis, 1);
+    assert.deepEqual(
+      config.inputs.map((i) => [i.name, i.shared]),
+      [
+        ["input", false],
+        ["sr", true],
+      ],
+    );
+  });
+
+  it("resolves a stateless entry from the model file alone", () => {
+    const [entry] = parse([{ config: { name: "add_sub", base_path: "/m/add_sub" } }]).models;
+    const { config } = resolveModelConfig({
+      parsed: entry?.toParsedConfig(),
+      modelName: "add_sub",
+      modelDir: "/m/add_sub",
+      modelIo: MODEL_IO.add_sub,
+    });
+    assert.equal(config.sequenceBatching, undefined);
+    assert.equal(config.maxBatchSize, 4);
+  });
+
+  it("points errors found while resolving at the OVMS file", () => {
+    const [entry] = parse([
+      { config: { name: "lstm", base_path: "/m/lstm", stateful: true, state_pairs: "<<<h_in, nope>>>" } },
+    ]).models;
+    assertConfigError(
+      () =>
+        resolveModelConfig({
+          parsed: entry?.toParsedConfig(),
+          modelName: "lstm",
+          modelDir: "/m/lstm",
+          modelIo: {
+            inputs: [tensor("x", "FP32", [-1, 3]), tensor("h_in", "FP32", [-1, 8])],
+            outputs: [tensor("y", "FP32", [-1, 3])],
+          },
+        }),
+      {
+        file: FILE,
+        line: 8,
+        includes: "parameter 'state_pairs' names 'nope', which is not an output of model 'lstm'",
+      },
+    );
+  });
+
+  const errors: {
+    name: string;
+    models: unknown;
+    line: number;
+    includes: string;
+    extra?: Record<string, unknown>;
+  }[] = [
+    {
+      name: "a stateful-only key without stateful",
+      models: [{ config: { name: "m", base_path: "/m", max_sequence_number: 10 } }],
+      line: 7,
+      includes: `key 'max_sequence_number' of model 'm' applies to stateful models only; set "stateful": true`,
+    },
+    {
+      name: "idle_sequence_cleanup with stateful false",
+      models: [{ config: { name: "m", base_path: "/m", stateful: false, idle_sequence_cleanup: true } }],
+      line: 8,
+      includes: "key 'idle_sequence_cleanup' of model 'm' applies to stateful models only",
+    },
+    {
+      name: "an unknown key, naming the model",
+      models: [{ config: { name: "vad", base_path: "/m", statefull: true } }],
+      line: 7,
+      includes: "unknown key 'statefull' in the config of model 'vad' (did you mean 'stateful'?)",
+    },
+    {
+      name: "an unknown key beside config",
+      models: [{ config: { name: "m", base_path: "/m" }, extra: 1 }],
+      line: 8,
+      includes: "unknown key 'extra' in a 'model_config_list' entry",
+    },
+    {
+      name: "a missing base path",
+      models: [{ config: { name: "m" } }],
+      line: 4,
+      includes: "model 'm' must have a non-empty 'base_path'",
+    },
+    {
+      name: "a cloud base path",
+      models: [{ config: { name: "m", base_path: "s3://bucket/m" } }],
+      line: 6,
+      includes: "cloud storage is not supported",
+    },
+    {
+      name: "a mistyped value",
+      models: [{ config: { name: "m", base_path: "/m", stateful: "yes" } }],
+      line: 7,
+      includes: `key 'stateful' of model 'm' must be true or false, got "yes"`,
+    },
+    {
+      name: "a version policy of an unknown form",
+      models: [{ config: { name: "m", base_path: "/m", model_version_policy: { newest: {} } } }],
+      line: 7,
+      includes: `key 'model_version_policy' of model 'm' must be {"latest": {"num_versions": N}}`,
+    },
+    {
+      name: "a model listed twice",
+      models: [{ config: { name: "m", base_path: "/a" } }, { config: { name: "m", base_path: "/b" } }],
+      line: 9,
+      includes: "model 'm' is listed twice",
+    },
+    {
+      name: "pipelines",
+      models: [],
+      extra: { pipeline_config_list: [{ name: "p" }] },
+      line: 3,
+      includes: "'pipeline_config_list' is not supported by seqserve",
+    },
+    {
+      name: "an unknown top-level key",
+      models: [],
+      extra: { model_config: [] },
+      line: 3,
+      includes: "unknown key 'model_config'",
+    },
+  ];
+  for (const c of errors) {
+    it(`reports ${c.name} with file and line`, () => {
+      assertConfigError(() => parse(c.models, c.extra), { file: FILE, line: c.line, includes: c.includes });
+    });
+  }
+
+  it("reports a JSON syntax error at its line", () => {
+    assertConfigError(() => parseOvmsConfig('{\n  "model_config_list": [\n    {"config": }\n  ]\n}', FILE), {
+      file: FILE,
+      line: 3,
+      includes: "unexpected character '}'",
+    });
+  });
+});
