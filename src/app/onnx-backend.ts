@@ -1,6 +1,6 @@
-import type { ModelBackend } from "../core/backend.ts";
 import { loadOnnxModel } from "../backends/onnx/onnx-backend.ts";
 import { onnxSessionOptions } from "../backends/onnx/session-options.ts";
+import type { ModelBackend } from "../core/backend.ts";
 import type { Logger } from "../observability/logger.ts";
 
 /** ONNX Runtime in worker threads: one session per instance. */

@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
+import type { ServerOptions } from "../config/server-options.ts";
 import type { ModelBackend } from "../core/backend.ts";
 import type { ServerContext, ServerMetadata } from "../core/model.ts";
-import type { ServerOptions } from "../config/server-options.ts";
 import { createGrpcFrontend, type GrpcFrontend } from "../frontends/grpc/grpc-frontend.ts";
 import { createHttpFrontend } from "../frontends/http/http-frontend.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
@@ -91,7 +91,11 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
       closers.push(() => frontend.close(1000));
     }
     if (options.metricsPort !== undefined) {
-      const metrics: MetricsServer = await startMetricsServer(createMetricsRegistry(repository), options.host, options.metricsPort);
+      const metrics: MetricsServer = await startMetricsServer(
+        createMetricsRegistry(repository),
+        options.host,
+        options.metricsPort,
+      );
       metricsPort = metrics.port;
       closers.push(() => metrics.close());
     }
@@ -102,7 +106,13 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
   }
 
   logger.info(
-    { event: "listening", host: options.host, http_port: httpPort ?? null, grpc_port: grpcPort ?? null, metrics_port: metricsPort ?? null },
+    {
+      event: "listening",
+      host: options.host,
+      http_port: httpPort ?? null,
+      grpc_port: grpcPort ?? null,
+      metrics_port: metricsPort ?? null,
+    },
     `seqserve ${SEQSERVE_VERSION} listening on ${options.host}: HTTP ${httpPort ?? "off"}, gRPC ${grpcPort ?? "off"}, metrics ${metricsPort ?? "off"}`,
   );
 
@@ -116,10 +126,14 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
       if (stopping) return;
       stopping = true;
       const deadline = Date.now() + options.exitTimeoutSecs * 1000;
-      logger.info({ event: "stopping", exit_timeout_secs: options.exitTimeoutSecs }, "stopping: no new sequences; waiting for live ones to finish");
+      logger.info(
+        { event: "stopping", exit_timeout_secs: options.exitTimeoutSecs },
+        "stopping: no new sequences; waiting for live ones to finish",
+      );
       repository.beginShutdown();
       await repository.drain(deadline);
-      for (const close of closers.reverse()) await close().catch((error: unknown) => logger.warn({ err: error }, "closing an endpoint failed"));
+      for (const close of closers.reverse())
+        await close().catch((error: unknown) => logger.warn({ err: error }, "closing an endpoint failed"));
       await repository.shutdown(Date.now());
       logger.info({ event: "stopped" }, "stopped");
     },

@@ -16,7 +16,7 @@ export interface InputConfig {
   readonly datatype: DataType;
   /** Dims without the implicit batch dimension (when maxBatchSize > 0); -1 = variable. */
   readonly dims: readonly number[];
-  /** The shape the model sees, when it differs from `dims` (Triton's `reshape`). */
+  /** The shape the model sees, when it differs from `dims` (Triton's `reshape`); [] = a scalar. */
   readonly reshape?: readonly number[];
   readonly optional: boolean;
   readonly allowRaggedBatch: boolean;
@@ -65,6 +65,7 @@ export interface ControlInputConfig {
   readonly falseTrue?: readonly [number, number];
 }
 
+/** Fresh state on START. `dims` has the rank of StateConfig.dims, with 1 on the batch axis. */
 export type InitialState =
   | { readonly kind: "zero"; readonly datatype: NumericDataType; readonly dims: readonly number[] }
   | {

@@ -59,8 +59,13 @@ export interface SequenceSummary {
 export interface SequenceAdmin {
   list(): SequenceInfo[];
   summary(): SequenceSummary;
-  /** Ends a live or backlogged sequence now (reason "forced"); false when the id is unknown. */
-  end(id: SequenceId): boolean;
+  /**
+   * Ends a live or backlogged sequence now: requests not yet run fail, a running one
+   * completes, then the state is freed. `reason` defaults to "forced" (an operator's
+   * DELETE); a stream whose client closed passes "end" or "cancelled". False when the id
+   * is unknown.
+   */
+  end(id: SequenceId, reason?: SequenceEndReason): boolean;
 }
 
 /** One loaded, ready model version. */
@@ -91,7 +96,7 @@ export interface ModelRegistry {
   /** A ready version: the given one, or the highest ready one. Throws NOT_FOUND / UNAVAILABLE. */
   model(name: string, version?: string): ServedModel;
   metadata(name: string, version?: string): ModelMetadata;
-  /** The Triton JSON form of the model's config (for `/config` and gRPC ModelConfig). */
+  /** The model's completed config in Triton's JSON form (as `/config` returns it: 64-bit integers as numbers). */
   configJson(name: string, version?: string): Record<string, unknown>;
   isReady(name: string, version?: string): boolean;
   index(readyOnly?: boolean): RepositoryIndexEntry[];

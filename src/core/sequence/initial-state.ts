@@ -8,13 +8,6 @@ import { elementCount, type NumericTensor } from "../tensor.ts";
 // `<model>/initial_state/<data_file>`), or zeros with every variable dim at 1 when none is
 // configured. Its shape has 1 on the batch axis: one sequence's share of a batch.
 
-function withBatchAxis(dims: readonly number[], batchAxis: number | undefined): number[] {
-  if (batchAxis === undefined) return [...dims];
-  const shape = [...dims];
-  shape.splice(batchAxis, 0, 1);
-  return shape;
-}
-
 /** Computed once per model load; every START copies from it. */
 export function initialStateTensor(state: StateConfig): NumericTensor {
   const initial = state.initialState;
@@ -22,8 +15,7 @@ export function initialStateTensor(state: StateConfig): NumericTensor {
     const shape = state.dims.map((d, axis) => (axis === state.batchAxis || d === -1 ? 1 : d));
     return { datatype: state.datatype, shape, data: allocateArray(state.datatype, elementCount(shape)) };
   }
-  // initial_state dims exclude the batch dimension, as in Triton.
-  const shape = withBatchAxis(initial.dims, state.batchAxis);
+  const shape = [...initial.dims];
   const count = elementCount(shape);
   if (initial.kind === "zero") {
     return { datatype: state.datatype, shape, data: allocateArray(state.datatype, count) };

@@ -1,0 +1,101 @@
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import {
+  type LoadSettings,
+  type ParsedModelConfig,
+  parseModelConfigFile,
+  parseModelConfigText,
+  readLoadSettings,
+  resolveModelConfig,
+} from "../config/index.ts";
+import type { ModelBackend } from "../core/backend.ts";
+import { invalidArg, unavailable } from "../core/errors.ts";
+import { LoadedModel } from "../core/loaded-model.ts";
+import type { Logger } from "../observability/logger.ts";
+import type { ModelSource } from "./model-source.ts";
+import { versionPath } from "./version-folders.ts";
+
+// Turning a model folder into loaded versions: read its config (or the one a load request
+// carries), learn from it which file and how many instances, open the file through the
+// backend, complete and validate the config against what the file declares, and build the
+// LoadedModel with the scheduler the config asks for.
+
+const CONFIG_FILES = ["config.pbtxt", "config.json"];
+
+export interface PreparedModel {
+  readonly source: ModelSource;
+  readonly parsed: ParsedModelConfig | undefined;
+  readonly settings: LoadSettings;
+  readonly strict: boolean;
+}
+
+export async function prepareModel(
+  source: ModelSource,
+  configOverride: string | undefined,
+  strict: boolean,
+): Promise<PreparedModel> {
+  let parsed: ParsedModelConfig | undefined;
+  if (configOverride !== undefined) {
+    parsed = parseModelConfigText(configOverride, {
+      file: `the load request's config for '${source.name}'`,
+      format: "json",
+    });
+  } else if (source.ovms !== undefined) {
+    parsed = source.ovms.entry.toParsedConfig();
+  } else {
+    const file = CONFIG_FILES.map((f) => join(source.dir, f)).find((f) => existsSync(f));
+    if (file !== undefined) parsed = await parseModelConfigFile(file);
+    else if (strict) {
+      throw invalidArg(
+        `model '${source.name}' has no config.pbtxt or config.json, and --strict-model-config is set`,
+      );
+    }
+  }
+  return { source, parsed, settings: readLoadSettings(parsed, source.name, source.dir), strict };
+}
+
+export interface VersionLoadOptions {
+  readonly backend: ModelBackend;
+  readonly logger: Logger;
+}
+
+export async function openVersion(
+  prepared: PreparedModel,
+  version: number,
+  options: VersionLoadOptions,
+): Promise<{ model: LoadedModel; configJson: Record<string, unknown> }> {
+  const { source, settings } = prepared;
+  const modelPath = versionPath(source.dir, version, settings.defaultModelFilename);
+  if (!existsSync(modelPath)) {
+    throw unavailable(`model '${source.name}' version ${version}: file '${modelPath}' not found`);
+  }
+  const opened = await options.backend.open({
+    modelName: source.name,
+    modelPath,
+    instanceCount: settings.instanceCount,
+    parameters: settings.parameters,
+    graphOptimizationLevel: settings.graphOptimizationLevel,
+  });
+  try {
+    const resolved = resolveModelConfig({
+      parsed: prepared.parsed,
+      modelName: source.name,
+      modelDir: source.dir,
+      modelIo: opened.io,
+      strict: prepared.strict,
+    });
+    for (const note of resolved.notes)
+      options.logger.info({ event: "config_note", model: source.name }, note);
+    const logger = options.logger;
+    const model = new LoadedModel({
+      config: resolved.config,
+      version: String(version),
+      executors: opened.executors,
+      warn: (message) => logger.warn({ event: "sequence", model: source.name }, message),
+    });
+    return { model, configJson: resolved.tritonJson as Record<string, unknown> };
+  } catch (error) {
+    await Promise.all(opened.executors.map((e) => e.close()));
+    throw error;
+  }
+}

@@ -1,0 +1,369 @@
+import { existsSync, statSync } from "node:fs";
+import type { ModelControlMode } from "../config/server-options.ts";
+import type { ModelBackend } from "../core/backend.ts";
+import { asServerError, invalidArg, notFound, ServerError, unavailable } from "../core/errors.ts";
+import type { LoadedModel } from "../core/loaded-model.ts";
+import type {
+  ModelMetadata,
+  ModelRegistry,
+  ModelState,
+  RepositoryIndexEntry,
+  ServedModel,
+} from "../core/model.ts";
+import type { ModelStatisticsSnapshot } from "../core/statistics.ts";
+import type { Logger } from "../observability/logger.ts";
+import { openVersion, prepareModel } from "./model-loader.ts";
+import { discoverModels, type ModelSource, readOvmsSources, sourceSignature } from "./model-source.ts";
+import { selectVersions, versionFolders } from "./version-folders.ts";
+
+// The models on disk and their lifecycle: discovery across repositories (Triton layout
+// and OVMS config.json), loading each version the version policy serves, unloading, and
+// the lookups the frontends make, answered with Triton's messages. A model that fails to
+// load is reported (state UNAVAILABLE with the reason) and never takes the server down.
+
+export interface ModelRepositoryOptions {
+  readonly repositories: readonly string[];
+  readonly ovmsConfigs: readonly string[];
+  readonly strict: boolean;
+  readonly controlMode: ModelControlMode;
+  readonly loadModels: readonly string[];
+  readonly pollSecs: number;
+  readonly backend: ModelBackend;
+  readonly logger: Logger;
+}
+
+interface ModelEntry {
+  readonly name: string;
+  source: ModelSource | undefined;
+  /** Loaded versions, by version string. */
+  versions: Map<string, LoadedModel>;
+  configJson: Record<string, unknown> | undefined;
+  state: ModelState;
+  reason: string;
+  signature: string;
+  /** The load or unload in progress, so concurrent calls wait for it. */
+  transition: Promise<void> | undefined;
+}
+
+export class ModelRepository implements ModelRegistry {
+  readonly #options: ModelRepositoryOptions;
+  readonly #logger: Logger;
+  readonly #models = new Map<string, ModelEntry>();
+  #ovmsSources: ModelSource[] = [];
+  #pollTimer: NodeJS.Timeout | undefined;
+  #shuttingDown = false;
+
+  private constructor(options: ModelRepositoryOptions) {
+    this.#options = options;
+    this.#logger = options.logger;
+  }
+
+  /** Discovers the models and loads those the control mode asks for. */
+  static async open(options: ModelRepositoryOptions): Promise<ModelRepository> {
+    const repository = new ModelRepository(options);
+    repository.#ovmsSources = await readOvmsSources(options.ovmsConfigs);
+    const sources = repository.#discover();
+    const wanted =
+      options.controlMode === "explicit"
+        ? options.loadModels.includes("*")
+          ? [...sources.keys()]
+          : options.loadModels
+        : [...sources.keys()];
+    for (const name of options.controlMode === "explicit"
+      ? options.loadModels.filter((n) => n !== "*")
+      : []) {
+      if (!sources.has(name)) throw invalidArg(`--load-model: no model '${name}' in the model repositories`);
+    }
+    await Promise.all(wanted.map((name) => repository.#load(name).catch(() => {})));
+    if (options.controlMode === "poll") repository.#startPolling();
+    return repository;
+  }
+
+  // ---- discovery ----
+
+  #discover(): Map<string, ModelSource> {
+    const { sources, problems } = discoverModels(this.#options.repositories, this.#ovmsSources);
+    for (const problem of problems) this.#logger.error({ event: "repository_problem" }, problem);
+    for (const name of sources.keys()) {
+      if (!this.#models.has(name)) this.#models.set(name, this.#newEntry(name, sources.get(name)));
+    }
+    for (const [name, entry] of this.#models) entry.source = sources.get(name);
+    return sources;
+  }
+
+  #newEntry(name: string, source: ModelSource | undefined): ModelEntry {
+    return {
+      name,
+      source,
+      versions: new Map(),
+      configJson: undefined,
+      state: "UNAVAILABLE",
+      reason: "unloaded",
+      signature: "",
+      transition: undefined,
+    };
+  }
+
+  #startPolling(): void {
+    this.#pollTimer = setInterval(() => {
+      this.#poll().catch((error: unknown) => this.#logger.error({ err: error }, "repository poll failed"));
+    }, this.#options.pollSecs * 1000);
+    this.#pollTimer.unref();
+  }
+
+  /** Poll mode: load new models, reload changed ones, unload removed ones. */
+  async #poll(): Promise<void> {
+    if (this.#shuttingDown) return;
+    const sources = this.#discover();
+    for (const [name, entry] of this.#models) {
+      const source = sources.get(name);
+      if (source === undefined) {
+        if (entry.versions.size > 0) await this.unload(name).catch(() => {});
+        continue;
+      }
+      if (entry.versions.size === 0 && entry.state === "UNAVAILABLE" && entry.reason === "unloaded") {
+        await this.#load(name).catch(() => {});
+      } else if (sourceSignature(source) !== entry.signature) {
+        this.#logger.info(
+          { event: "model_changed", model: name },
+          `model '${name}' changed on disk; reloading`,
+        );
+        await this.#load(name).catch(() => {});
+      }
+    }
+  }
+
+  // ---- load / unload ----
+
+  load(name: string, options: { readonly config?: string } = {}): Promise<void> {
+    if (this.#options.controlMode === "none") {
+      return Promise.reject(
+        new ServerError(
+          "UNAVAILABLE",
+          "explicit model load / unload is not allowed if polling is enabled or model control is none",
+        ),
+      );
+    }
+    this.#discover();
+    return this.#load(name, options.config);
+  }
+
+  async #load(name: string, configOverride?: string): Promise<void> {
+    const entry = this.#models.get(name);
+    if (entry?.source === undefined)
+      throw notFound(`failed to load '${name}', failed to poll from model repository`);
+    await entry.transition;
+    const work = this.#loadEntry(entry, entry.source, configOverride);
+    entry.transition = work.finally(() => {
+      entry.transition = undefined;
+    });
+    return work;
+  }
+
+  async #loadEntry(
+    entry: ModelEntry,
+    source: ModelSource,
+    configOverride: string | undefined,
+  ): Promise<void> {
+    const name = entry.name;
+    const previous = entry.versions;
+    entry.state = "LOADING";
+    entry.reason = "";
+    const loaded = new Map<string, LoadedModel>();
+    let configJson: Record<string, unknown> | undefined;
+    try {
+      const signature = sourceSignature(source);
+      const opened = await openModelVersions(this.#options, source, configOverride, (v, model, json) => {
+        loaded.set(String(v), model);
+        configJson = json;
+      });
+      if (!opened) throw unavailable(`failed to load '${name}': no version is available`);
+      entry.versions = loaded;
+      entry.configJson = configJson;
+      entry.state = "READY";
+      entry.signature = signature;
+      this.#logger.info(
+        { event: "model_loaded", model: name, versions: [...loaded.keys()] },
+        `loaded model '${name}' version${loaded.size > 1 ? "s" : ""} ${[...loaded.keys()].join(", ")}`,
+      );
+    } catch (error) {
+      for (const model of loaded.values()) await model.close().catch(() => {});
+      const failure = asServerError(error);
+      entry.reason = failure.message;
+      entry.state = previous.size > 0 ? "READY" : "UNAVAILABLE";
+      this.#logger.error(
+        { event: "model_load_failed", model: name, reason: failure.message },
+        `failed to load model '${name}': ${failure.message}`,
+      );
+      throw failure;
+    }
+    // A reload replaced the previous versions: let their work finish, then free them.
+    for (const model of previous.values()) {
+      model
+        .unload(Date.now() + 30_000)
+        .catch((error: unknown) =>
+          this.#logger.warn({ err: error, model: name }, "unloading a replaced version failed"),
+        );
+    }
+  }
+
+  async unload(name: string): Promise<void> {
+    if (this.#options.controlMode === "none") {
+      throw new ServerError(
+        "UNAVAILABLE",
+        "explicit model load / unload is not allowed if polling is enabled or model control is none",
+      );
+    }
+    const entry = this.#models.get(name);
+    if (entry === undefined) throw notFound(`failed to unload '${name}', no model with that name`);
+    await entry.transition;
+    const versions = entry.versions;
+    entry.versions = new Map();
+    entry.state = "UNLOADING";
+    const work = (async () => {
+      await Promise.all([...versions.values()].map((m) => m.unload(Date.now() + 30_000)));
+      entry.state = "UNAVAILABLE";
+      entry.reason = "unloaded";
+      this.#logger.info({ event: "model_unloaded", model: name }, `unloaded model '${name}'`);
+    })();
+    entry.transition = work.finally(() => {
+      entry.transition = undefined;
+    });
+    return work;
+  }
+
+  // ---- lookups (Triton's messages) ----
+
+  model(name: string, version?: string): ServedModel {
+    const entry = this.#models.get(name);
+    if (entry === undefined) throw notFound(`Request for unknown model: '${name}' is not found`);
+    if (version === undefined || version === "") {
+      let best: LoadedModel | undefined;
+      for (const model of entry.versions.values())
+        if (best === undefined || Number(model.version) > Number(best.version)) best = model;
+      if (best === undefined)
+        throw unavailable(`Request for unknown model: '${name}' has no available versions`);
+      return best;
+    }
+    if (!/^\d+$/.test(version))
+      throw invalidArg(`Request for model '${name}': version '${version}' is not a version number`);
+    const model = entry.versions.get(String(Number(version)));
+    if (model === undefined) {
+      if (entry.state === "LOADING" || entry.state === "UNLOADING") {
+        throw unavailable(`Request for unknown model: '${name}' version ${version} is not at ready state`);
+      }
+      throw notFound(`Request for unknown model: '${name}' version ${version} is not found`);
+    }
+    return model;
+  }
+
+  metadata(name: string, version?: string): ModelMetadata {
+    const model = this.model(name, version);
+    const versions = [...this.#models.get(name)!.versions.keys()].sort((a, b) => Number(a) - Number(b));
+    return {
+      name: model.name,
+      versions,
+      platform: model.config.platform,
+      inputs: model.inputs,
+      outputs: model.outputs,
+    };
+  }
+
+  configJson(name: string, version?: string): Record<string, unknown> {
+    this.model(name, version);
+    return this.#models.get(name)!.configJson ?? {};
+  }
+
+  isReady(name: string, version?: string): boolean {
+    try {
+      this.model(name, version);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  index(readyOnly = false): RepositoryIndexEntry[] {
+    const entries: RepositoryIndexEntry[] = [];
+    for (const entry of [...this.#models.values()].sort((a, b) => a.name.localeCompare(b.name))) {
+      if (entry.versions.size > 0) {
+        for (const version of [...entry.versions.keys()].sort((a, b) => Number(a) - Number(b))) {
+          entries.push({ name: entry.name, version, state: "READY", reason: "" });
+        }
+      } else if (!readyOnly) {
+        entries.push({ name: entry.name, state: entry.state, reason: entry.reason });
+      }
+    }
+    return entries;
+  }
+
+  statistics(name?: string, version?: string): ModelStatisticsSnapshot[] {
+    if (name === undefined || name === "") return this.served().map((m) => m.statistics());
+    if (version !== undefined && version !== "") return [this.model(name, version).statistics()];
+    const entry = this.#models.get(name);
+    if (entry === undefined || entry.versions.size === 0) this.model(name);
+    return [...entry!.versions.values()].map((m) => m.statistics());
+  }
+
+  served(): ServedModel[] {
+    const models: ServedModel[] = [];
+    for (const entry of this.#models.values()) models.push(...entry.versions.values());
+    return models;
+  }
+
+  /** Every model the server was asked to serve is ready (Triton's strict readiness). */
+  allReady(): boolean {
+    const explicit = this.#options.controlMode === "explicit";
+    for (const entry of this.#models.values()) {
+      const wanted = !explicit || entry.versions.size > 0 || entry.state === "LOADING";
+      if (wanted && entry.source !== undefined && entry.state !== "READY") return false;
+    }
+    return true;
+  }
+
+  // ---- shutdown ----
+
+  beginShutdown(): void {
+    this.#shuttingDown = true;
+    if (this.#pollTimer !== undefined) clearInterval(this.#pollTimer);
+    for (const model of this.#allLoaded()) model.beginShutdown();
+  }
+
+  async drain(deadlineMs: number): Promise<void> {
+    await Promise.all(this.#allLoaded().map((m) => m.drain(deadlineMs)));
+  }
+
+  async shutdown(deadlineMs: number): Promise<void> {
+    this.beginShutdown();
+    await this.drain(deadlineMs);
+    await Promise.all(this.#allLoaded().map((m) => m.close()));
+    for (const entry of this.#models.values()) {
+      entry.versions = new Map();
+      entry.state = "UNAVAILABLE";
+      entry.reason = "unloaded";
+    }
+  }
+
+  #allLoaded(): LoadedModel[] {
+    return [...this.#models.values()].flatMap((e) => [...e.versions.values()]);
+  }
+}
+
+/** Opens every version the policy serves; false when there is none. */
+async function openModelVersions(
+  options: ModelRepositoryOptions,
+  source: ModelSource,
+  configOverride: string | undefined,
+  onVersion: (version: number, model: LoadedModel, configJson: Record<string, unknown>) => void,
+): Promise<boolean> {
+  const prepared = await prepareModel(source, configOverride, options.strict);
+  const available =
+    existsSync(source.dir) && statSync(source.dir).isDirectory() ? versionFolders(source.dir) : [];
+  const versions = selectVersions(available, prepared.settings.versionPolicy);
+  if (versions.length === 0) return false;
+  for (const version of versions) {
+    const { model, configJson } = await openVersion(prepared, version, options);
+    onVersion(version, model, configJson);
+  }
+  return true;
+}

@@ -1,0 +1,97 @@
+import { readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { type OvmsModelEntry, readOvmsConfig } from "../config/index.ts";
+
+// Where models come from: folders of Triton-style repositories (`<repo>/<model>/`) and
+// entries of OpenVINO Model Server config files (`base_path`). Discovery reports problems
+// (a name in two places, an unreadable folder) instead of failing the whole server.
+
+export interface ModelSource {
+  readonly name: string;
+  /** The model's folder: config.pbtxt / config.json and numeric version folders. */
+  readonly dir: string;
+  /** For models listed in an OVMS config.json: the file and its entry. */
+  readonly ovms?: { readonly file: string; readonly entry: OvmsModelEntry };
+}
+
+/** The models listed in OVMS config files (a bad file stops the server: it names the problem). */
+export async function readOvmsSources(files: readonly string[]): Promise<ModelSource[]> {
+  const sources: ModelSource[] = [];
+  for (const file of files) {
+    const config = await readOvmsConfig(file);
+    for (const entry of config.models)
+      sources.push({ name: entry.name, dir: entry.basePath, ovms: { file, entry } });
+  }
+  return sources;
+}
+
+export interface Discovery {
+  readonly sources: Map<string, ModelSource>;
+  readonly problems: string[];
+}
+
+export function discoverModels(
+  repositories: readonly string[],
+  ovmsSources: readonly ModelSource[] = [],
+): Discovery {
+  const sources = new Map<string, ModelSource>();
+  const problems: string[] = [];
+  const add = (source: ModelSource, where: string) => {
+    const existing = sources.get(source.name);
+    if (existing !== undefined) {
+      problems.push(
+        `model '${source.name}' appears in more than one place (${existing.dir} and ${where}); serving the first`,
+      );
+      return;
+    }
+    sources.set(source.name, source);
+  };
+  for (const repository of repositories) {
+    let entries: string[];
+    try {
+      entries = readdirSync(repository);
+    } catch (error) {
+      problems.push(`cannot read model repository '${repository}': ${(error as Error).message}`);
+      continue;
+    }
+    for (const name of entries.sort()) {
+      if (name.startsWith(".")) continue;
+      const dir = join(repository, name);
+      try {
+        if (!statSync(dir).isDirectory()) continue;
+      } catch {
+        continue;
+      }
+      add({ name, dir }, dir);
+    }
+  }
+  for (const source of ovmsSources) add(source, source.ovms?.file ?? source.dir);
+  return { sources, problems };
+}
+
+/**
+ * A fingerprint of what a model's files look like (names, sizes, modification times of
+ * the config and the version folders' files), so poll mode reloads only what changed.
+ */
+export function sourceSignature(source: ModelSource): string {
+  const parts: string[] = [];
+  const visit = (dir: string, depth: number) => {
+    let entries: string[];
+    try {
+      entries = readdirSync(dir).sort();
+    } catch {
+      return;
+    }
+    for (const entry of entries) {
+      const path = join(dir, entry);
+      try {
+        const stat = statSync(path);
+        if (stat.isDirectory()) {
+          if (depth < 2) visit(path, depth + 1);
+        } else parts.push(`${path}:${stat.size}:${stat.mtimeMs}`);
+      } catch {}
+    }
+  };
+  visit(source.dir, 0);
+  return parts.join("|");
+}
