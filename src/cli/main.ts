@@ -27,7 +27,9 @@ async function main(): Promise<number> {
   try {
     server = await startServer(command.options);
   } catch (error) {
-    process.stderr.write(`seqserve: failed to start: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.stderr.write(
+      `seqserve: failed to start: ${error instanceof Error ? error.message : String(error)}\n`,
+    );
     return 1;
   }
   await new Promise<void>((resolve) => {
@@ -49,7 +51,9 @@ main().then(
     process.exitCode = code;
   },
   (error: unknown) => {
-    process.stderr.write(`seqserve: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.stderr.write(
+      `seqserve: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
     process.exitCode = 1;
   },
 );

@@ -1,7 +1,11 @@
 import { statSync } from "node:fs";
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { DEFAULT_SERVER_OPTIONS, type ModelControlMode, type ServerOptions } from "../config/server-options.ts";
+import {
+  DEFAULT_SERVER_OPTIONS,
+  type ModelControlMode,
+  type ServerOptions,
+} from "../config/server-options.ts";
 import { LOG_LEVELS, type LogFormat, type LogLevel } from "../observability/logger.ts";
 
 // argv → ServerOptions. Flags keep Triton's spelling so existing launch scripts work;
@@ -21,27 +25,102 @@ interface FlagSpec {
 }
 
 export const FLAGS: readonly FlagSpec[] = [
-  { name: "model-repository", value: "dir", multiple: true, help: "Triton-style model repository to serve (repeatable). Alias: --model-store." },
-  { name: "config-path", value: "file", multiple: true, help: "OpenVINO Model Server config.json (model_config_list) to serve (repeatable)." },
-  { name: "host", value: "address", default: DEFAULT_SERVER_OPTIONS.host, help: "Address every endpoint binds to." },
+  {
+    name: "model-repository",
+    value: "dir",
+    multiple: true,
+    help: "Triton-style model repository to serve (repeatable). Alias: --model-store.",
+  },
+  {
+    name: "config-path",
+    value: "file",
+    multiple: true,
+    help: "OpenVINO Model Server config.json (model_config_list) to serve (repeatable).",
+  },
+  {
+    name: "host",
+    value: "address",
+    default: DEFAULT_SERVER_OPTIONS.host,
+    help: "Address every endpoint binds to.",
+  },
   { name: "http-port", value: "port", default: "8000", help: "KServe v2 HTTP port; 0 picks a free port." },
   { name: "grpc-port", value: "port", default: "8001", help: "KServe v2 gRPC port; 0 picks a free port." },
-  { name: "metrics-port", value: "port", default: "8002", help: "Prometheus metrics port (GET /metrics); 0 picks a free port." },
+  {
+    name: "metrics-port",
+    value: "port",
+    default: "8002",
+    help: "Prometheus metrics port (GET /metrics); 0 picks a free port.",
+  },
   { name: "allow-http", boolean: true, default: "true", help: "Serve HTTP." },
   { name: "allow-grpc", boolean: true, default: "true", help: "Serve gRPC." },
   { name: "allow-metrics", boolean: true, default: "true", help: "Serve metrics." },
   { name: "log-level", value: LOG_LEVELS.join("|"), default: "info", help: "Least severe level logged." },
-  { name: "log-format", value: "json|text", default: "text", help: "json: one JSON object per line; text: for people." },
-  { name: "strict-model-config", boolean: true, default: "false", help: "Require a complete config.pbtxt; when false a missing or partial config is completed from the ONNX model." },
-  { name: "model-control-mode", value: "none|explicit|poll", default: "none", help: "none: load every model at start; explicit: load only --load-model models and via the repository API; poll: also follow repository changes." },
-  { name: "load-model", value: "name", multiple: true, help: "In explicit mode, a model to load at start (repeatable; '*' = all)." },
-  { name: "repository-poll-secs", value: "seconds", default: "15", help: "How often poll mode rescans the repositories." },
-  { name: "exit-timeout-secs", value: "seconds", default: "30", help: "On shutdown, how long live sequences and requests may finish." },
-  { name: "http-max-body-bytes", value: "bytes", default: String(DEFAULT_SERVER_OPTIONS.httpBodyLimitBytes), help: "Largest HTTP request body (after decompression); larger bodies get 413." },
-  { name: "grpc-max-message-bytes", value: "bytes", default: String(DEFAULT_SERVER_OPTIONS.grpcMaxMessageBytes), help: "Largest gRPC message received or sent." },
-  { name: "grpc-keepalive-time", value: "ms", default: String(DEFAULT_SERVER_OPTIONS.grpcKeepaliveTimeMs), help: "gRPC keepalive ping interval." },
-  { name: "grpc-keepalive-timeout", value: "ms", default: String(DEFAULT_SERVER_OPTIONS.grpcKeepaliveTimeoutMs), help: "gRPC keepalive ping timeout." },
-  { name: "grpc-max-inflight-per-stream", value: "n", default: String(DEFAULT_SERVER_OPTIONS.grpcMaxInflightPerStream), help: "Requests a ModelStreamInfer stream may have in flight before the server stops reading it." },
+  {
+    name: "log-format",
+    value: "json|text",
+    default: "text",
+    help: "json: one JSON object per line; text: for people.",
+  },
+  {
+    name: "strict-model-config",
+    boolean: true,
+    default: "false",
+    help: "Require a complete config.pbtxt; when false a missing or partial config is completed from the ONNX model.",
+  },
+  {
+    name: "model-control-mode",
+    value: "none|explicit|poll",
+    default: "none",
+    help: "none: load every model at start; explicit: load only --load-model models and via the repository API; poll: also follow repository changes.",
+  },
+  {
+    name: "load-model",
+    value: "name",
+    multiple: true,
+    help: "In explicit mode, a model to load at start (repeatable; '*' = all).",
+  },
+  {
+    name: "repository-poll-secs",
+    value: "seconds",
+    default: "15",
+    help: "How often poll mode rescans the repositories.",
+  },
+  {
+    name: "exit-timeout-secs",
+    value: "seconds",
+    default: "30",
+    help: "On shutdown, how long live sequences and requests may finish.",
+  },
+  {
+    name: "http-max-body-bytes",
+    value: "bytes",
+    default: String(DEFAULT_SERVER_OPTIONS.httpBodyLimitBytes),
+    help: "Largest HTTP request body (after decompression); larger bodies get 413.",
+  },
+  {
+    name: "grpc-max-message-bytes",
+    value: "bytes",
+    default: String(DEFAULT_SERVER_OPTIONS.grpcMaxMessageBytes),
+    help: "Largest gRPC message received or sent.",
+  },
+  {
+    name: "grpc-keepalive-time",
+    value: "ms",
+    default: String(DEFAULT_SERVER_OPTIONS.grpcKeepaliveTimeMs),
+    help: "gRPC keepalive ping interval.",
+  },
+  {
+    name: "grpc-keepalive-timeout",
+    value: "ms",
+    default: String(DEFAULT_SERVER_OPTIONS.grpcKeepaliveTimeoutMs),
+    help: "gRPC keepalive ping timeout.",
+  },
+  {
+    name: "grpc-max-inflight-per-stream",
+    value: "n",
+    default: String(DEFAULT_SERVER_OPTIONS.grpcMaxInflightPerStream),
+    help: "Requests a ModelStreamInfer stream may have in flight before the server stops reading it.",
+  },
   { name: "help", boolean: true, help: "Show this help and exit." },
   { name: "version", boolean: true, help: "Show the version and exit." },
 ];
@@ -125,13 +204,21 @@ export type CliCommand = { kind: "help" } | { kind: "version" } | { kind: "serve
 
 export function parseCommandLine(argv: readonly string[]): CliCommand {
   const options: Record<string, { type: "string"; multiple?: boolean }> = {};
-  for (const flag of FLAGS) options[flag.name] = flag.multiple ? { type: "string", multiple: true } : { type: "string" };
+  for (const flag of FLAGS)
+    options[flag.name] = flag.multiple ? { type: "string", multiple: true } : { type: "string" };
   options["model-store"] = { type: "string", multiple: true };
   let values: Record<string, string | string[] | undefined>;
   try {
-    ({ values } = parseArgs({ args: normalizeBooleans(argv), options, strict: true, allowPositionals: false }));
+    ({ values } = parseArgs({
+      args: normalizeBooleans(argv),
+      options,
+      strict: true,
+      allowPositionals: false,
+    }));
   } catch (error) {
-    throw new UsageError(error instanceof Error ? error.message.replace(/\. To specify.*$/s, "") : String(error));
+    throw new UsageError(
+      error instanceof Error ? error.message.replace(/\. To specify.*$/s, "") : String(error),
+    );
   }
   const str = (name: string): string | undefined => values[name] as string | undefined;
   const list = (name: string): string[] => (values[name] as string[] | undefined) ?? [];
@@ -144,7 +231,9 @@ export function parseCommandLine(argv: readonly string[]): CliCommand {
   const repositories = [...list("model-repository"), ...list("model-store")].map(checkDirectory);
   const ovmsConfigs = list("config-path").map(checkFile);
   if (repositories.length === 0 && ovmsConfigs.length === 0) {
-    throw new UsageError("no models to serve: give --model-repository <dir> (or --config-path <config.json>)");
+    throw new UsageError(
+      "no models to serve: give --model-repository <dir> (or --config-path <config.json>)",
+    );
   }
   const port = (name: string, allow: string): number | undefined =>
     parseBoolean(allow, get(allow)) ? parseInteger(name, get(name), 0, 65535) : undefined;
@@ -159,15 +248,28 @@ export function parseCommandLine(argv: readonly string[]): CliCommand {
     logLevel: oneOf<LogLevel>("log-level", get("log-level"), LOG_LEVELS),
     logFormat: oneOf<LogFormat>("log-format", get("log-format"), ["json", "text"]),
     strictModelConfig: parseBoolean("strict-model-config", get("strict-model-config")),
-    modelControlMode: oneOf<ModelControlMode>("model-control-mode", get("model-control-mode"), ["none", "explicit", "poll"]),
+    modelControlMode: oneOf<ModelControlMode>("model-control-mode", get("model-control-mode"), [
+      "none",
+      "explicit",
+      "poll",
+    ]),
     loadModels: list("load-model"),
     repositoryPollSecs: parseInteger("repository-poll-secs", get("repository-poll-secs"), 1),
     exitTimeoutSecs: parseInteger("exit-timeout-secs", get("exit-timeout-secs"), 0),
     httpBodyLimitBytes: parseInteger("http-max-body-bytes", get("http-max-body-bytes"), 1),
-    grpcMaxMessageBytes: parseInteger("grpc-max-message-bytes", get("grpc-max-message-bytes"), 1, 2 ** 31 - 1),
+    grpcMaxMessageBytes: parseInteger(
+      "grpc-max-message-bytes",
+      get("grpc-max-message-bytes"),
+      1,
+      2 ** 31 - 1,
+    ),
     grpcKeepaliveTimeMs: parseInteger("grpc-keepalive-time", get("grpc-keepalive-time"), 1),
     grpcKeepaliveTimeoutMs: parseInteger("grpc-keepalive-timeout", get("grpc-keepalive-timeout"), 1),
-    grpcMaxInflightPerStream: parseInteger("grpc-max-inflight-per-stream", get("grpc-max-inflight-per-stream"), 1),
+    grpcMaxInflightPerStream: parseInteger(
+      "grpc-max-inflight-per-stream",
+      get("grpc-max-inflight-per-stream"),
+      1,
+    ),
   };
   if (serverOptions.loadModels.length > 0 && serverOptions.modelControlMode !== "explicit") {
     throw new UsageError("--load-model requires --model-control-mode=explicit");

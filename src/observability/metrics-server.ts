@@ -10,17 +10,25 @@ export interface MetricsServer {
   close(): Promise<void>;
 }
 
-export async function startMetricsServer(registry: Registry, host: string, port: number): Promise<MetricsServer> {
+export async function startMetricsServer(
+  registry: Registry,
+  host: string,
+  port: number,
+): Promise<MetricsServer> {
   const server: Server = createServer((request, response) => {
     const path = (request.url ?? "/").split("?")[0];
     if (request.method !== "GET" || path !== "/metrics") {
-      response.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ error: "not found: the metrics are at GET /metrics" }));
+      response
+        .writeHead(404, { "content-type": "application/json" })
+        .end(JSON.stringify({ error: "not found: the metrics are at GET /metrics" }));
       return;
     }
     registry.metrics().then(
       (text) => response.writeHead(200, { "content-type": registry.contentType }).end(text),
       (error: unknown) =>
-        response.writeHead(500, { "content-type": "application/json" }).end(JSON.stringify({ error: String(error) })),
+        response
+          .writeHead(500, { "content-type": "application/json" })
+          .end(JSON.stringify({ error: String(error) })),
     );
   });
   await new Promise<void>((resolve, reject) => {

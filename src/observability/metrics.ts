@@ -1,5 +1,5 @@
-import { type Counter, Gauge, Registry, collectDefaultMetrics, Counter as PromCounter } from "prom-client";
-import { SEQUENCE_END_REASONS, type ModelRegistry } from "../core/model.ts";
+import { type Counter, collectDefaultMetrics, Gauge, Counter as PromCounter, Registry } from "prom-client";
+import { type ModelRegistry, SEQUENCE_END_REASONS } from "../core/model.ts";
 
 // Prometheus metrics, named as Triton names them (nv_inference_*) so existing dashboards
 // work, plus seqserve's sequence metrics. Every value is read at scrape time from the
@@ -7,7 +7,13 @@ import { SEQUENCE_END_REASONS, type ModelRegistry } from "../core/model.ts";
 
 type Labels = "model" | "version";
 
-function cumulative(registry: Registry, name: string, help: string, read: (registry: ModelRegistry) => Iterable<[Record<Labels, string>, number]>, models: ModelRegistry): void {
+function cumulative(
+  registry: Registry,
+  name: string,
+  help: string,
+  read: (registry: ModelRegistry) => Iterable<[Record<Labels, string>, number]>,
+  models: ModelRegistry,
+): void {
   new PromCounter<Labels>({
     name,
     help,
@@ -30,15 +36,69 @@ export function createMetricsRegistry(models: ModelRegistry): Registry {
     };
   const us = (ns: number): number => Math.round(ns / 1000);
 
-  cumulative(registry, "nv_inference_request_success", "Number of successful inference requests, all batch sizes", fromStats((s) => s.inference_stats.success.count), models);
-  cumulative(registry, "nv_inference_request_failure", "Number of failed inference requests, all batch sizes", fromStats((s) => s.inference_stats.fail.count), models);
-  cumulative(registry, "nv_inference_count", "Number of inferences performed (does not include cached requests)", fromStats((s) => s.inference_count), models);
-  cumulative(registry, "nv_inference_exec_count", "Number of model executions performed (does not include cached requests)", fromStats((s) => s.execution_count), models);
-  cumulative(registry, "nv_inference_request_duration_us", "Cumulative inference request duration in microseconds (includes cached requests)", fromStats((s) => us(s.inference_stats.success.ns + s.inference_stats.fail.ns)), models);
-  cumulative(registry, "nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds (includes cached requests)", fromStats((s) => us(s.inference_stats.queue.ns)), models);
-  cumulative(registry, "nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds (does not include cached requests)", fromStats((s) => us(s.inference_stats.compute_input.ns)), models);
-  cumulative(registry, "nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds (does not include cached requests)", fromStats((s) => us(s.inference_stats.compute_infer.ns)), models);
-  cumulative(registry, "nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)", fromStats((s) => us(s.inference_stats.compute_output.ns)), models);
+  cumulative(
+    registry,
+    "nv_inference_request_success",
+    "Number of successful inference requests, all batch sizes",
+    fromStats((s) => s.inference_stats.success.count),
+    models,
+  );
+  cumulative(
+    registry,
+    "nv_inference_request_failure",
+    "Number of failed inference requests, all batch sizes",
+    fromStats((s) => s.inference_stats.fail.count),
+    models,
+  );
+  cumulative(
+    registry,
+    "nv_inference_count",
+    "Number of inferences performed (does not include cached requests)",
+    fromStats((s) => s.inference_count),
+    models,
+  );
+  cumulative(
+    registry,
+    "nv_inference_exec_count",
+    "Number of model executions performed (does not include cached requests)",
+    fromStats((s) => s.execution_count),
+    models,
+  );
+  cumulative(
+    registry,
+    "nv_inference_request_duration_us",
+    "Cumulative inference request duration in microseconds (includes cached requests)",
+    fromStats((s) => us(s.inference_stats.success.ns + s.inference_stats.fail.ns)),
+    models,
+  );
+  cumulative(
+    registry,
+    "nv_inference_queue_duration_us",
+    "Cumulative inference queuing duration in microseconds (includes cached requests)",
+    fromStats((s) => us(s.inference_stats.queue.ns)),
+    models,
+  );
+  cumulative(
+    registry,
+    "nv_inference_compute_input_duration_us",
+    "Cumulative compute input duration in microseconds (does not include cached requests)",
+    fromStats((s) => us(s.inference_stats.compute_input.ns)),
+    models,
+  );
+  cumulative(
+    registry,
+    "nv_inference_compute_infer_duration_us",
+    "Cumulative compute inference duration in microseconds (does not include cached requests)",
+    fromStats((s) => us(s.inference_stats.compute_infer.ns)),
+    models,
+  );
+  cumulative(
+    registry,
+    "nv_inference_compute_output_duration_us",
+    "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+    fromStats((s) => us(s.inference_stats.compute_output.ns)),
+    models,
+  );
 
   new PromCounter<Labels | "batch_size">({
     name: "seqserve_inference_exec_count_by_batch_size",
@@ -49,14 +109,23 @@ export function createMetricsRegistry(models: ModelRegistry): Registry {
       this.reset();
       for (const s of models.statistics()) {
         for (const b of s.batch_stats) {
-          this.inc({ model: s.name, version: s.version, batch_size: String(b.batch_size) }, b.compute_infer.count);
+          this.inc(
+            { model: s.name, version: s.version, batch_size: String(b.batch_size) },
+            b.compute_infer.count,
+          );
         }
       }
     },
   });
 
   const servedWithSequences = () => models.served().filter((m) => m.sequences !== undefined);
-  const sequenceGauge = (name: string, help: string, pick: (s: ReturnType<NonNullable<ReturnType<ModelRegistry["served"]>[number]["sequences"]>["summary"]>) => number) =>
+  const sequenceGauge = (
+    name: string,
+    help: string,
+    pick: (
+      s: ReturnType<NonNullable<ReturnType<ModelRegistry["served"]>[number]["sequences"]>["summary"]>,
+    ) => number,
+  ) =>
     new Gauge<Labels>({
       name,
       help,
@@ -64,12 +133,21 @@ export function createMetricsRegistry(models: ModelRegistry): Registry {
       registers: [registry],
       collect(this: Gauge<Labels>) {
         this.reset();
-        for (const m of servedWithSequences()) this.set({ model: m.name, version: m.version }, pick(m.sequences!.summary()));
+        for (const m of servedWithSequences())
+          this.set({ model: m.name, version: m.version }, pick(m.sequences!.summary()));
       },
     });
-  sequenceGauge("seqserve_sequences_live", "Sequences holding a slot (running, waiting for their next request, or ending)", (s) => s.live);
+  sequenceGauge(
+    "seqserve_sequences_live",
+    "Sequences holding a slot (running, waiting for their next request, or ending)",
+    (s) => s.live,
+  );
   sequenceGauge("seqserve_sequence_backlog", "Sequences waiting for a free slot", (s) => s.backlog);
-  sequenceGauge("seqserve_sequence_state_bytes", "Bytes of implicit state kept for live sequences", (s) => s.stateBytes);
+  sequenceGauge(
+    "seqserve_sequence_state_bytes",
+    "Bytes of implicit state kept for live sequences",
+    (s) => s.stateBytes,
+  );
 
   new PromCounter<Labels | "reason">({
     name: "seqserve_sequences_ended_total",
@@ -80,7 +158,8 @@ export function createMetricsRegistry(models: ModelRegistry): Registry {
       this.reset();
       for (const m of servedWithSequences()) {
         const ended = m.sequences!.summary().ended;
-        for (const reason of SEQUENCE_END_REASONS) this.inc({ model: m.name, version: m.version, reason }, ended[reason]);
+        for (const reason of SEQUENCE_END_REASONS)
+          this.inc({ model: m.name, version: m.version, reason }, ended[reason]);
       }
     },
   });

@@ -10,7 +10,12 @@ import { type BytesElements, elementCount, type NumericTensor, type Tensor } fro
  * Reads a raw tensor. Numeric data is a view over `bytes` (no copy unless misaligned), so
  * the tensor lives as long as the buffer it came from.
  */
-export function decodeRawTensor(name: string, datatype: DataType, shape: readonly number[], bytes: Uint8Array): Tensor {
+export function decodeRawTensor(
+  name: string,
+  datatype: DataType,
+  shape: readonly number[],
+  bytes: Uint8Array,
+): Tensor {
   const count = elementCount(shape);
   if (datatype === "BYTES") {
     return { datatype, shape, data: decodeBytesElements(name, count, bytes) };
@@ -31,12 +36,16 @@ function decodeBytesElements(name: string, count: number, bytes: Uint8Array): By
   let offset = 0;
   for (let i = 0; i < count; i++) {
     if (offset + 4 > bytes.byteLength) {
-      throw invalidArg(`unexpected end of BYTES data for input '${name}': expected ${count} elements, found ${i}`);
+      throw invalidArg(
+        `unexpected end of BYTES data for input '${name}': expected ${count} elements, found ${i}`,
+      );
     }
     const length = view.getUint32(offset, true);
     offset += 4;
     if (offset + length > bytes.byteLength) {
-      throw invalidArg(`BYTES element ${i} of input '${name}' claims ${length} bytes, past the end of its data`);
+      throw invalidArg(
+        `BYTES element ${i} of input '${name}' claims ${length} bytes, past the end of its data`,
+      );
     }
     elements[i] = bytes.subarray(offset, offset + length);
     offset += length;
