@@ -1,0 +1,187 @@
+import type { ServerUnaryCall } from "@grpc/grpc-js";
+import { cancelled, invalidArg, ServerError } from "../../core/errors.ts";
+import type { InferResponse } from "../../core/infer.ts";
+import type { ModelMetadata, ServerContext, TensorMetadata } from "../../core/model.ts";
+import type { Logger } from "../../observability/logger.ts";
+import { decodeInferRequest } from "./infer-request-decoder.ts";
+import { encodeInferResponse } from "./infer-response-encoder.ts";
+import type {
+  ModelIndexMessage,
+  ModelInferRequestMessage,
+  ModelInferResponseMessage,
+  ModelMetadataResponseMessage,
+  ModelRepositoryParameterMessage,
+  ModelRequestMessage,
+  RepositoryIndexRequestMessage,
+  RepositoryModelRequestMessage,
+  TensorMetadataMessage,
+  UnusedMessage,
+} from "./messages.ts";
+import { inferenceServiceDefinition } from "./proto-definitions.ts";
+import type { GrpcServiceRegistration } from "./service-registration.ts";
+import { type StreamInferCall, StreamInferSession } from "./stream-infer.ts";
+import { unary } from "./unary-handler.ts";
+
+// inference.GRPCInferenceService (KServe v2 / Triton) over a ServerContext. Handlers only
+// translate: the registry and the models do the work, errors map through error-status.ts.
+
+export interface InferenceServiceOptions {
+  readonly context: ServerContext;
+  readonly logger: Logger;
+  /** Unanswered requests allowed per ModelStreamInfer stream before reading pauses. */
+  readonly maxInflightPerStream: number;
+}
+
+/** "" means "not given" on the wire (proto3 has no absent strings). */
+const given = (value: string | undefined): string | undefined =>
+  value === undefined || value === "" ? undefined : value;
+
+function tensorMetadata(tensors: readonly TensorMetadata[]): TensorMetadataMessage[] {
+  return tensors.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape }));
+}
+
+function metadataMessage(metadata: ModelMetadata): ModelMetadataResponseMessage {
+  return {
+    name: metadata.name,
+    versions: metadata.versions,
+    platform: metadata.platform,
+    inputs: tensorMetadata(metadata.inputs),
+    outputs: tensorMetadata(metadata.outputs),
+  };
+}
+
+/** The `config` parameter of RepositoryModelLoad: a model config (JSON) to load instead of the repository's. */
+function loadOptions(
+  model: string,
+  parameters: Readonly<Record<string, ModelRepositoryParameterMessage>> | undefined,
+): { config?: string } | undefined {
+  if (parameters === undefined) return undefined;
+  let config: string | undefined;
+  for (const name in parameters) {
+    const parameter = parameters[name] as ModelRepositoryParameterMessage;
+    if (name === "config") {
+      if (parameter.parameter_choice !== "string_param") {
+        throw invalidArg(
+          `invalid value type for 'config' parameter of model '${model}', expected string_param.`,
+        );
+      }
+      config = parameter.string_param ?? "";
+    } else if (name.startsWith("file:")) {
+      throw new ServerError(
+        "UNSUPPORTED",
+        `loading model files sent in the request ('${name}') is not supported`,
+      );
+    }
+  }
+  return config === undefined ? undefined : { config };
+}
+
+function unsupported(what: string): () => never {
+  return () => {
+    throw new ServerError("UNSUPPORTED", `${what} is not supported by this server`);
+  };
+}
+
+/** Handlers of inference.GRPCInferenceService, ready to add to a grpc-js server. */
+export function inferenceService(options: InferenceServiceOptions): GrpcServiceRegistration {
+  const { context, logger } = options;
+  const registry = context.registry;
+
+  const modelInfer = (
+    message: ModelInferRequestMessage,
+    call: ServerUnaryCall<ModelInferRequestMessage, ModelInferResponseMessage>,
+  ): Promise<ModelInferResponseMessage> => {
+    const controller = new AbortController();
+    const onCancel = (): void =>
+      controller.abort(cancelled("request cancelled: the client cancelled the call"));
+    if (call.cancelled) onCancel();
+    else call.once("cancelled", onCancel);
+    let pending: Promise<InferResponse>;
+    try {
+      const decoded = decodeInferRequest(message, controller.signal);
+      pending = registry.model(decoded.modelName, decoded.modelVersion).infer(decoded.request);
+    } catch (error) {
+      call.off("cancelled", onCancel);
+      return Promise.reject(error);
+    }
+    return pending.then(encodeInferResponse).finally(() => call.off("cancelled", onCancel));
+  };
+
+  const implementation = {
+    ServerLive: unary(logger, "ServerLive", () => ({ live: context.isLive() })),
+    ServerReady: unary(logger, "ServerReady", () => ({ ready: context.isReady() })),
+    ModelReady: unary(logger, "ModelReady", (m: ModelRequestMessage) => ({
+      ready: registry.isReady(m.name ?? "", given(m.version)),
+    })),
+    ServerMetadata: unary(logger, "ServerMetadata", () => context.metadata),
+    ModelMetadata: unary(logger, "ModelMetadata", (m: ModelRequestMessage) =>
+      metadataMessage(registry.metadata(m.name ?? "", given(m.version))),
+    ),
+    ModelInfer: unary(logger, "ModelInfer", modelInfer),
+    ModelStreamInfer: (call: StreamInferCall) => {
+      new StreamInferSession(call, registry, logger, options.maxInflightPerStream);
+    },
+    ModelConfig: unary(logger, "ModelConfig", (m: ModelRequestMessage) => ({
+      config: registry.configJson(m.name ?? "", given(m.version)),
+    })),
+    ModelStatistics: unary(logger, "ModelStatistics", (m: ModelRequestMessage) => ({
+      model_stats: registry.statistics(given(m.name), given(m.version)),
+    })),
+    RepositoryIndex: unary(logger, "RepositoryIndex", (m: RepositoryIndexRequestMessage) => ({
+      models: registry.index(m.ready ?? false).map(
+        (entry): ModelIndexMessage => ({
+          name: entry.name,
+          version: entry.version ?? "",
+          state: entry.state ?? "",
+          reason: entry.reason ?? "",
+        }),
+      ),
+    })),
+    RepositoryModelLoad: unary(logger, "RepositoryModelLoad", async (m: RepositoryModelRequestMessage) => {
+      const name = m.model_name ?? "";
+      await registry.load(name, loadOptions(name, m.parameters));
+      return {};
+    }),
+    RepositoryModelUnload: unary(
+      logger,
+      "RepositoryModelUnload",
+      async (m: RepositoryModelRequestMessage) => {
+        await registry.unload(m.model_name ?? "");
+        return {};
+      },
+    ),
+    SystemSharedMemoryStatus: unary<UnusedMessage, UnusedMessage>(
+      logger,
+      "SystemSharedMemoryStatus",
+      unsupported("system shared memory"),
+    ),
+    SystemSharedMemoryRegister: unary<UnusedMessage, UnusedMessage>(
+      logger,
+      "SystemSharedMemoryRegister",
+      unsupported("system shared memory"),
+    ),
+    SystemSharedMemoryUnregister: unary<UnusedMessage, UnusedMessage>(
+      logger,
+      "SystemSharedMemoryUnregister",
+      unsupported("system shared memory"),
+    ),
+    CudaSharedMemoryStatus: unary<UnusedMessage, UnusedMessage>(
+      logger,
+      "CudaSharedMemoryStatus",
+      unsupported("CUDA shared memory"),
+    ),
+    CudaSharedMemoryRegister: unary<UnusedMessage, UnusedMessage>(
+      logger,
+      "CudaSharedMemoryRegister",
+      unsupported("CUDA shared memory"),
+    ),
+    CudaSharedMemoryUnregister: unary<UnusedMessage, UnusedMessage>(
+      logger,
+      "CudaSharedMemoryUnregister",
+      unsupported("CUDA shared memory"),
+    ),
+    TraceSetting: unary<UnusedMessage, UnusedMessage>(logger, "TraceSetting", unsupported("trace setting")),
+    LogSettings: unary<UnusedMessage, UnusedMessage>(logger, "LogSettings", unsupported("log settings")),
+  };
+  return { definition: inferenceServiceDefinition(), implementation };
+}

@@ -1,0 +1,102 @@
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { ServiceDefinition } from "@grpc/grpc-js";
+import { loadSync, type MethodDefinition, type Options, type PackageDefinition } from "@grpc/proto-loader";
+import protobuf from "protobufjs";
+
+// Loads seqserve's .proto files (the package's proto/ folder) into grpc-js service
+// definitions. The loader options decide how messages look in JavaScript (see
+// messages.ts); they are chosen so nothing is lost and little is copied:
+// - longs: String keeps int64/uint64 exact (sequence ids up to 2^64-1, config fields);
+// - bytes are left as decoded: Buffer views over the received message, never copied;
+// - enums by name, absent fields left out, repeated fields and maps always iterable.
+//
+// The two inference methods, where the message rate is, skip proto-loader's conversions
+// (which copy every message into a second object graph): their requests are protobufjs
+// messages as decoded (64-bit integers as Long objects, see int64.ts; absent fields at
+// their defaults) and their responses are encoded straight from the plain objects the
+// frontend builds.
+
+export const PROTO_DIR = fileURLToPath(new URL("../../../proto/", import.meta.url));
+
+export const LOADER_OPTIONS: Options = {
+  keepCase: true,
+  longs: String,
+  enums: String,
+  defaults: false,
+  arrays: true,
+  objects: true,
+  oneofs: true,
+  includeDirs: [PROTO_DIR],
+};
+
+export const INFERENCE_SERVICE_NAME = "inference.GRPCInferenceService";
+export const HEALTH_SERVICE_NAME = "grpc.health.v1.Health";
+
+let definitions: PackageDefinition | undefined;
+
+/** Every message and service of grpc_service.proto and health.proto (loaded once). */
+export function packageDefinition(): PackageDefinition {
+  definitions ??= loadSync(["grpc_service.proto", "health.proto"], LOADER_OPTIONS);
+  return definitions;
+}
+
+function service(name: string): ServiceDefinition {
+  const definition = packageDefinition()[name];
+  if (definition === undefined || "format" in definition || "valuesById" in definition) {
+    throw new Error(`${name} is not a service of seqserve's proto files`);
+  }
+  return definition as ServiceDefinition;
+}
+
+interface HotTypes {
+  readonly request: protobuf.Type;
+  readonly response: protobuf.Type;
+  readonly streamResponse: protobuf.Type;
+}
+
+let hotTypes: HotTypes | undefined;
+
+function hot(): HotTypes {
+  if (hotTypes === undefined) {
+    const root = new protobuf.Root().loadSync(join(PROTO_DIR, "grpc_service.proto"), { keepCase: true });
+    hotTypes = {
+      request: root.lookupType("inference.ModelInferRequest"),
+      response: root.lookupType("inference.ModelInferResponse"),
+      streamResponse: root.lookupType("inference.ModelStreamInferResponse"),
+    };
+  }
+  return hotTypes;
+}
+
+function encoder(type: protobuf.Type): (message: object) => Buffer {
+  return (message) => {
+    const bytes = type.encode(message).finish();
+    return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  };
+}
+
+function withHotCodec(
+  method: MethodDefinition<object, object>,
+  response: protobuf.Type,
+): MethodDefinition<object, object> {
+  const request = hot().request;
+  return {
+    ...method,
+    requestDeserialize: (bytes: Buffer) => request.decode(bytes),
+    responseSerialize: encoder(response),
+  };
+}
+
+/** inference.GRPCInferenceService, with the hot-path codec on ModelInfer and ModelStreamInfer. */
+export function inferenceServiceDefinition(): ServiceDefinition {
+  const base = service(INFERENCE_SERVICE_NAME) as Record<string, MethodDefinition<object, object>>;
+  const { response, streamResponse } = hot();
+  return {
+    ...base,
+    ModelInfer: withHotCodec(base.ModelInfer!, response),
+    ModelStreamInfer: withHotCodec(base.ModelStreamInfer!, streamResponse),
+  } as ServiceDefinition;
+}
+
+export const healthServiceDefinition = (): ServiceDefinition => service(HEALTH_SERVICE_NAME);

@@ -1,0 +1,138 @@
+import { setMaxListeners } from "node:events";
+import type { ServerDuplexStream } from "@grpc/grpc-js";
+import { asServerError, cancelled } from "../../core/errors.ts";
+import type { InferResponse } from "../../core/infer.ts";
+import type { ModelRegistry } from "../../core/model.ts";
+import type { Logger } from "../../observability/logger.ts";
+import { decodeInferRequest } from "./infer-request-decoder.ts";
+import { encodeInferResponse, streamError } from "./infer-response-encoder.ts";
+import type { ModelInferRequestMessage, ModelStreamInferResponseMessage } from "./messages.ts";
+
+// One ModelStreamInfer call. Requests start as they arrive and each response is written
+// the moment it is ready, so many requests (of many sequences) are in flight on one
+// stream; the core resolves the requests of one sequence in arrival order, and writing
+// in completion order keeps that order. A failed request is answered in-band
+// (error_message + its id) and the stream stays open.
+//
+// Back-pressure: reading stops while `maxInflight` requests are unanswered, or while the
+// client is not reading its responses (write() returned false), and resumes when both
+// clear. Unread requests then wait in HTTP/2 flow control, so a stream never makes the
+// server buffer without bound.
+//
+// Cancellation: when the call is cancelled or the connection breaks, every request still
+// in flight has its signal aborted; the core fails those not yet run with CANCELLED. The
+// requests of a stream share one signal: a request already answered no longer listens
+// to it (the core removes its listener when the request settles), and one AbortController
+// per message would be a measurable part of the per-message cost.
+
+export type StreamInferCall = ServerDuplexStream<ModelInferRequestMessage, ModelStreamInferResponseMessage>;
+
+export class StreamInferSession {
+  readonly #call: StreamInferCall;
+  readonly #registry: ModelRegistry;
+  readonly #logger: Logger;
+  readonly #maxInflight: number;
+  /** Aborts the requests in flight when the stream goes away. */
+  readonly #controller = new AbortController();
+  /** Requests accepted and not yet answered. */
+  #inflight = 0;
+  #writeBlocked = false;
+  #paused = false;
+  #readEnded = false;
+  #closed = false;
+
+  constructor(call: StreamInferCall, registry: ModelRegistry, logger: Logger, maxInflight: number) {
+    this.#call = call;
+    this.#registry = registry;
+    this.#logger = logger;
+    this.#maxInflight = Math.max(1, maxInflight);
+    // One listener per request in flight, so up to maxInflight: not a leak.
+    setMaxListeners(0, this.#controller.signal);
+    call.on("data", (message: ModelInferRequestMessage) => this.#accept(message));
+    call.on("end", () => {
+      this.#readEnded = true;
+      this.#maybeFinish();
+    });
+    call.on("drain", () => {
+      this.#writeBlocked = false;
+      this.#updateFlow();
+    });
+    call.on("cancelled", () => this.#abandon("the client cancelled the stream"));
+    call.on("error", (error: Error) => {
+      this.#logger.debug({ err: error }, "ModelStreamInfer stream failed");
+      this.#abandon("the stream failed");
+    });
+    call.on("close", () => this.#abandon("the stream closed"));
+    if (call.cancelled) this.#abandon("the client cancelled the stream");
+  }
+
+  #accept(message: ModelInferRequestMessage): void {
+    this.#inflight++;
+    this.#updateFlow();
+    let pending: Promise<InferResponse>;
+    try {
+      const decoded = decodeInferRequest(message, this.#controller.signal);
+      pending = this.#registry.model(decoded.modelName, decoded.modelVersion).infer(decoded.request);
+    } catch (error) {
+      this.#fail(error, message.id);
+      return;
+    }
+    pending.then(
+      (response) => this.#succeed(response, message.id),
+      (error: unknown) => this.#fail(error, message.id),
+    );
+  }
+
+  #succeed(response: InferResponse, requestId: string | undefined): void {
+    let encoded: ModelStreamInferResponseMessage;
+    try {
+      encoded = { infer_response: encodeInferResponse(response) };
+    } catch (error) {
+      this.#fail(error, requestId);
+      return;
+    }
+    this.#answer(encoded);
+  }
+
+  #fail(error: unknown, requestId: string | undefined): void {
+    const serverError = asServerError(error);
+    if (serverError.code === "INTERNAL" || serverError.code === "UNKNOWN") {
+      this.#logger.error({ err: error, requestId }, "ModelStreamInfer request failed");
+    }
+    this.#answer(streamError(serverError.message, requestId));
+  }
+
+  #answer(message: ModelStreamInferResponseMessage): void {
+    this.#inflight--;
+    if (this.#closed) return;
+    if (!this.#call.write(message)) this.#writeBlocked = true;
+    this.#updateFlow();
+    this.#maybeFinish();
+  }
+
+  #updateFlow(): void {
+    if (this.#closed) return;
+    const hold = this.#writeBlocked || this.#inflight >= this.#maxInflight;
+    if (hold && !this.#paused) {
+      this.#paused = true;
+      this.#call.pause();
+    } else if (!hold && this.#paused) {
+      this.#paused = false;
+      this.#call.resume();
+    }
+  }
+
+  /** The client has sent its last request and every request is answered: end with OK. */
+  #maybeFinish(): void {
+    if (this.#closed || !this.#readEnded || this.#inflight > 0) return;
+    this.#closed = true;
+    this.#call.end();
+  }
+
+  /** The stream is gone: abort whatever is still in flight (already answered requests are unaffected). */
+  #abandon(why: string): void {
+    if (this.#closed && this.#inflight === 0) return;
+    this.#closed = true;
+    if (this.#inflight > 0) this.#controller.abort(cancelled(`request cancelled: ${why}`));
+  }
+}

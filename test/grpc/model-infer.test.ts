@@ -1,0 +1,366 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { Metadata, status } from "@grpc/grpc-js";
+import { ERROR_CODES, type ErrorCode } from "../../src/core/errors.ts";
+import { KSERVE_GRPC_STATUS } from "../../src/frontends/grpc/error-status.ts";
+import type { InferParameterMessage, ModelInferResponseMessage } from "../../src/frontends/grpc/messages.ts";
+import { UINT64_MAX } from "./support/fake-context.ts";
+import { callError, type Harness, startServer } from "./support/grpc-harness.ts";
+
+// ModelInfer over a real socket: every datatype through raw and typed contents, the
+// errors that name the input at fault, parameters (sequence ids included), the error
+// status table, and cancellation.
+
+let h: Harness;
+before(async () => {
+  h = await startServer();
+});
+after(() => h.stop());
+
+/** Tests that wait for an event fail after this instead of hanging when it never comes. */
+const WAIT = { timeout: 20_000 };
+
+type Response = Required<Pick<ModelInferResponseMessage, "outputs" | "raw_output_contents">> &
+  ModelInferResponseMessage;
+
+const infer = (request: object): Promise<Response> => h.client.unary<Response>("ModelInfer", request);
+
+const bytesOf = (array: ArrayBufferView): Buffer =>
+  Buffer.from(array.buffer, array.byteOffset, array.byteLength);
+
+function rawBytesElements(elements: readonly string[]): Buffer {
+  return Buffer.concat(
+    elements.flatMap((e) => {
+      const bytes = Buffer.from(e);
+      const length = Buffer.alloc(4);
+      length.writeUInt32LE(bytes.length);
+      return [length, bytes];
+    }),
+  );
+}
+
+interface Case {
+  readonly datatype: string;
+  /** The expected raw (little-endian) layout of the three elements. */
+  readonly raw: Buffer;
+  /** The typed contents carrying the same three elements; undefined for FP16/BF16. */
+  readonly contents?: Record<string, unknown[]>;
+}
+
+const CASES: readonly Case[] = [
+  { datatype: "BOOL", raw: Buffer.from([1, 0, 1]), contents: { bool_contents: [true, false, true] } },
+  { datatype: "UINT8", raw: bytesOf(Uint8Array.of(0, 255, 7)), contents: { uint_contents: [0, 255, 7] } },
+  {
+    datatype: "UINT16",
+    raw: bytesOf(Uint16Array.of(0, 65535, 9)),
+    contents: { uint_contents: [0, 65535, 9] },
+  },
+  {
+    datatype: "UINT32",
+    raw: bytesOf(Uint32Array.of(0, 4294967295, 1)),
+    contents: { uint_contents: [0, 4294967295, 1] },
+  },
+  {
+    datatype: "UINT64",
+    raw: bytesOf(BigUint64Array.of(0n, UINT64_MAX, 5n)),
+    contents: { uint64_contents: ["0", "18446744073709551615", "5"] },
+  },
+  { datatype: "INT8", raw: bytesOf(Int8Array.of(-128, 127, 0)), contents: { int_contents: [-128, 127, 0] } },
+  {
+    datatype: "INT16",
+    raw: bytesOf(Int16Array.of(-32768, 32767, 1)),
+    contents: { int_contents: [-32768, 32767, 1] },
+  },
+  {
+    datatype: "INT32",
+    raw: bytesOf(Int32Array.of(-2147483648, 2147483647, 3)),
+    contents: { int_contents: [-2147483648, 2147483647, 3] },
+  },
+  {
+    datatype: "INT64",
+    raw: bytesOf(BigInt64Array.of(-(2n ** 63n), 2n ** 63n - 1n, 1n)),
+    contents: { int64_contents: ["-9223372036854775808", "9223372036854775807", "1"] },
+  },
+  { datatype: "FP16", raw: bytesOf(Uint16Array.of(0x3c00, 0xc000, 0x7bff)) },
+  { datatype: "BF16", raw: bytesOf(Uint16Array.of(0x3f80, 0xc000, 0x7f7f)) },
+  {
+    datatype: "FP32",
+    raw: bytesOf(Float32Array.of(1.5, -2.25, 3e10)),
+    contents: { fp32_contents: [1.5, -2.25, 3e10] },
+  },
+  {
+    datatype: "FP64",
+    raw: bytesOf(Float64Array.of(Math.PI, -1e300, 0)),
+    contents: { fp64_contents: [Math.PI, -1e300, 0] },
+  },
+  {
+    datatype: "BYTES",
+    raw: rawBytesElements(["hello", "", "wörld"]),
+    contents: { bytes_contents: [Buffer.from("hello"), Buffer.from(""), Buffer.from("wörld")] },
+  },
+];
+
+test("every datatype round-trips through raw_input_contents, outputs come back raw", async () => {
+  const response = await infer({
+    model_name: "echo",
+    id: "raw-all",
+    inputs: CASES.map((c) => ({ name: `in_${c.datatype}`, datatype: c.datatype, shape: [1, 3] })),
+    raw_input_contents: CASES.map((c) => c.raw),
+  });
+  assert.equal(response.id, "raw-all");
+  assert.equal(response.model_name, "echo");
+  assert.equal(response.model_version, "1");
+  assert.equal(response.outputs.length, CASES.length);
+  CASES.forEach((c, i) => {
+    const output = response.outputs[i];
+    assert.deepEqual(
+      { name: output?.name, datatype: output?.datatype, shape: output?.shape },
+      { name: `in_${c.datatype}`, datatype: c.datatype, shape: ["1", "3"] },
+    );
+    assert.deepEqual(Buffer.from(response.raw_output_contents[i]!), c.raw, c.datatype);
+    assert.equal(output?.contents, undefined, "outputs travel raw, not as typed contents");
+  });
+});
+
+test("every datatype with a typed field round-trips through contents", async () => {
+  const typed = CASES.filter((c) => c.contents !== undefined);
+  const response = await infer({
+    model_name: "echo",
+    inputs: typed.map((c) => ({
+      name: `in_${c.datatype}`,
+      datatype: c.datatype,
+      shape: [3],
+      contents: c.contents,
+    })),
+  });
+  typed.forEach((c, i) => {
+    assert.equal(response.outputs[i]?.datatype, c.datatype);
+    assert.deepEqual(Buffer.from(response.raw_output_contents[i]!), c.raw, c.datatype);
+  });
+});
+
+test("requested outputs select and order the response", async () => {
+  const response = await infer({
+    model_name: "echo",
+    inputs: [
+      { name: "a", datatype: "INT32", shape: [1], contents: { int_contents: [1] } },
+      { name: "b", datatype: "INT32", shape: [1], contents: { int_contents: [2] } },
+    ],
+    outputs: [{ name: "b" }],
+  });
+  assert.deepEqual(
+    response.outputs.map((o) => o.name),
+    ["b"],
+  );
+  assert.deepEqual(Buffer.from(response.raw_output_contents[0]!), bytesOf(Int32Array.of(2)));
+});
+
+test("a zero-element tensor is valid", async () => {
+  const response = await infer({
+    model_name: "echo",
+    inputs: [{ name: "e", datatype: "FP32", shape: [0, 4], contents: {} }],
+  });
+  assert.deepEqual(response.outputs[0]?.shape, ["0", "4"]);
+  assert.equal(response.raw_output_contents[0]?.length, 0);
+});
+
+async function invalid(request: object, pattern: RegExp): Promise<void> {
+  const error = await callError(infer(request));
+  assert.equal(error.code, status.INVALID_ARGUMENT, error.details);
+  assert.match(error.details, pattern);
+}
+
+test("bad inputs are refused with INVALID_ARGUMENT naming the input", async () => {
+  const fp32 = (name: string, contents: object): object => ({ name, datatype: "FP32", shape: [2], contents });
+  await invalid(
+    {
+      model_name: "echo",
+      inputs: [fp32("mixed", { fp32_contents: [1, 2] })],
+      raw_input_contents: [bytesOf(Float32Array.of(1, 2))],
+    },
+    /contents field must not be specified when using raw_input_contents for 'mixed'/,
+  );
+  await invalid(
+    { model_name: "echo", inputs: [fp32("short", { fp32_contents: [1] })] },
+    /'short'.*1 values in fp32_contents, but shape \[2\] needs 2/,
+  );
+  await invalid(
+    {
+      model_name: "echo",
+      inputs: [{ name: "i8", datatype: "INT8", shape: [2], contents: { int_contents: [1, 200] } }],
+    },
+    /value 200 at index 1 of input 'i8'.*out of range for INT8/,
+  );
+  await invalid(
+    {
+      model_name: "echo",
+      inputs: [{ name: "u16", datatype: "UINT16", shape: [1], contents: { uint_contents: [70000] } }],
+    },
+    /input 'u16'.*out of range for UINT16/,
+  );
+  await invalid(
+    {
+      model_name: "echo",
+      inputs: [{ name: "u8", datatype: "UINT8", shape: [1], contents: { int_contents: [-1] } }],
+    },
+    /input tensor 'u8'.*int_contents given for datatype 'UINT8', expected uint_contents/,
+  );
+  await invalid(
+    {
+      model_name: "echo",
+      inputs: [{ name: "h", datatype: "FP16", shape: [1], contents: { fp32_contents: [1] } }],
+    },
+    /input 'h'.*FP16.*raw_input_contents/,
+  );
+  await invalid(
+    {
+      model_name: "echo",
+      inputs: [{ name: "r", datatype: "FP32", shape: [3] }],
+      raw_input_contents: [bytesOf(Float32Array.of(1, 2))],
+    },
+    /unexpected total byte size 8 for input 'r', expecting 12/,
+  );
+  await invalid(
+    {
+      model_name: "echo",
+      inputs: [{ name: "d", datatype: "FLOAT", shape: [1], contents: { fp32_contents: [1] } }],
+    },
+    /invalid datatype 'FLOAT' for input 'd'/,
+  );
+  await invalid(
+    { model_name: "echo", inputs: [{ name: "none", datatype: "FP32", shape: [1] }] },
+    /unable to find data for input tensor 'none'/,
+  );
+  await invalid(
+    { model_name: "echo", inputs: [{ name: "neg", datatype: "FP32", shape: [-1], contents: {} }] },
+    /input 'neg'.*invalid shape \[-1\]/,
+  );
+  await invalid(
+    {
+      model_name: "echo",
+      inputs: [
+        { name: "a", datatype: "FP32", shape: [1] },
+        { name: "b", datatype: "FP32", shape: [1] },
+      ],
+      raw_input_contents: [bytesOf(Float32Array.of(1))],
+    },
+    /expected 2 raw_input_contents for the 2 inputs/,
+  );
+  await invalid(
+    {
+      model_name: "echo",
+      inputs: [fp32("twice", { fp32_contents: [1, 2] }), fp32("twice", { fp32_contents: [1, 2] })],
+    },
+    /input 'twice' is given more than once/,
+  );
+});
+
+test("sequence_id is read from int64 bits, uint64 or string; flags from bool", async () => {
+  const recorder = h.context.registry.recorder;
+  recorder.requests.length = 0;
+  const send = (parameters: Record<string, InferParameterMessage>) =>
+    infer({ model_name: "recorder", parameters, inputs: [] });
+  await send({ sequence_id: { int64_param: "-1" }, sequence_start: { bool_param: true } });
+  await send({ sequence_id: { int64_param: "42" }, sequence_end: { bool_param: true } });
+  await send({ sequence_id: { uint64_param: "18446744073709551615" } });
+  await send({ sequence_id: { string_param: "session-7" }, timeout: { int64_param: "5000" } });
+  assert.deepEqual(
+    recorder.requests.map((r) => r.sequence),
+    [
+      { id: UINT64_MAX, start: true, end: false, timeoutUs: undefined },
+      { id: 42n, start: false, end: true, timeoutUs: undefined },
+      { id: UINT64_MAX, start: false, end: false, timeoutUs: undefined },
+      { id: "session-7", start: false, end: false, timeoutUs: 5000 },
+    ],
+  );
+  assert.equal(recorder.requests[0]?.parameters.sequence_id, UINT64_MAX);
+  const wrongId = await callError(send({ sequence_id: { bool_param: true } }));
+  assert.equal(wrongId.code, status.INVALID_ARGUMENT);
+  assert.match(wrongId.details, /invalid value type for 'sequence_id' parameter/);
+  const wrongFlag = await callError(
+    send({ sequence_id: { int64_param: "1" }, sequence_start: { int64_param: "1" } }),
+  );
+  assert.equal(wrongFlag.details, "invalid value type for 'sequence_start' parameter, expected bool_param.");
+});
+
+test("parameters round-trip; a server-assigned uint64 id comes back as int64 bits", async () => {
+  const response = await infer({
+    model_name: "recorder",
+    id: "p",
+    parameters: {
+      sequence_start: { bool_param: true },
+      flag: { bool_param: false },
+      count: { int64_param: "7" },
+      large: { int64_param: "9007199254740993" },
+      ratio: { double_param: 0.5 },
+      label: { string_param: "x" },
+      unsigned: { uint64_param: "12" },
+    },
+    inputs: [],
+  });
+  const request = h.context.registry.recorder.requests.at(-1);
+  assert.equal(request?.parameters.large, 9007199254740993n);
+  assert.equal(request?.parameters.count, 7);
+  const p = response.parameters ?? {};
+  assert.equal(p.flag?.bool_param, false);
+  assert.equal(p.count?.int64_param, "7");
+  assert.equal(p.large?.int64_param, "9007199254740993");
+  assert.equal(p.ratio?.double_param, 0.5);
+  assert.equal(p.label?.string_param, "x");
+  assert.equal(p.unsigned?.int64_param, "12");
+  assert.equal(p.sequence_id?.parameter_choice, "int64_param");
+  assert.equal(BigInt.asUintN(64, BigInt(p.sequence_id?.int64_param as string)), UINT64_MAX);
+});
+
+test("every error code maps through the one table, with the message in the details", async () => {
+  const expected: Record<ErrorCode, status> = {
+    INVALID_ARG: status.INVALID_ARGUMENT,
+    NOT_FOUND: status.NOT_FOUND,
+    ALREADY_EXISTS: status.ALREADY_EXISTS,
+    FAILED_PRECONDITION: status.FAILED_PRECONDITION,
+    UNAVAILABLE: status.UNAVAILABLE,
+    UNSUPPORTED: status.UNIMPLEMENTED,
+    INTERNAL: status.INTERNAL,
+    CANCELLED: status.CANCELLED,
+    RESOURCE_EXHAUSTED: status.RESOURCE_EXHAUSTED,
+    UNKNOWN: status.UNKNOWN,
+  };
+  assert.deepEqual(KSERVE_GRPC_STATUS, expected);
+  for (const code of ERROR_CODES) {
+    const error = await callError(
+      infer({ model_name: "fail", parameters: { code: { string_param: code } }, inputs: [] }),
+    );
+    assert.equal(error.code, expected[code], code);
+    assert.equal(error.details, `failing as asked with ${code}`);
+    if (code === "UNAVAILABLE") {
+      assert.ok(error.metadata instanceof Metadata);
+      assert.deepEqual(error.metadata.get("grpc-retry-pushback-ms"), ["2000"]);
+    }
+  }
+});
+
+test("an unknown model or version is NOT_FOUND", async () => {
+  const unknown = await callError(infer({ model_name: "nope", inputs: [] }));
+  assert.equal(unknown.code, status.NOT_FOUND);
+  assert.equal(unknown.details, "Request for unknown model: 'nope' is not found");
+  const version = await callError(infer({ model_name: "echo", model_version: "3", inputs: [] }));
+  assert.equal(version.code, status.NOT_FOUND);
+  assert.match(version.details, /version 3/);
+  assert.equal((await infer({ model_name: "echo", model_version: "1", inputs: [] })).model_version, "1");
+});
+
+test("cancelling a unary call aborts its request's signal", WAIT, async () => {
+  const slow = h.context.registry.slow;
+  const before = slow.held.length;
+  const { call, response } = h.client.start("ModelInfer", { model_name: "slow", id: "c", inputs: [] });
+  await slow.waitForHeld(before + 1);
+  const held = slow.held[before]!;
+  const signal = held.request.signal;
+  assert.ok(signal !== undefined && !signal.aborted);
+  const aborted = new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+  call.cancel();
+  assert.equal((await callError(response)).code, status.CANCELLED);
+  await aborted;
+  assert.equal(held.aborted, true);
+  assert.equal(signal.reason?.code, "CANCELLED");
+});
