@@ -116,17 +116,22 @@ export function rawInputTensor(config: ModelConfig, body: Uint8Array): { name: s
   return { name: input.name, tensor: decodeRawTensor(input.name, input.datatype, shape, body) };
 }
 
-/** A response body: the JSON header followed by each binary output's bytes. */
+/**
+ * A response body: the JSON header followed by each binary output's bytes. `reserve` bytes
+ * are left free at the start for a transport's own framing (a WebSocket message's length
+ * prefix), so the body is written once.
+ */
 export function binaryBody(
   header: string,
   parts: readonly Uint8Array[],
+  reserve = 0,
 ): { body: Buffer; headerLength: number } {
   const headerLength = Buffer.byteLength(header);
-  let total = headerLength;
+  let total = reserve + headerLength;
   for (const part of parts) total += part.byteLength;
   const body = Buffer.allocUnsafe(total);
-  body.write(header, 0, "utf8");
-  let offset = headerLength;
+  body.write(header, reserve, "utf8");
+  let offset = reserve + headerLength;
   for (const part of parts) {
     body.set(part, offset);
     offset += part.byteLength;

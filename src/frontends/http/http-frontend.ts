@@ -1,4 +1,5 @@
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
+import fastifyWebsocket from "@fastify/websocket";
 import Fastify, { type FastifyInstance, type FastifyRequest, LogController } from "fastify";
 import type { ServerContext } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
@@ -8,11 +9,12 @@ import { kserveRoutes } from "./kserve-routes.ts";
 import { readRequestBody } from "./request-body.ts";
 import { compressResponses } from "./response-compression.ts";
 import { sequenceRoutes } from "./sequence-routes.ts";
+import { onStreamError, streamRoutes } from "./websocket/stream-routes.ts";
 
 // The HTTP frontend: one fastify instance serving each protocol family from its own
-// route plugin (KServe v2 and seqserve's sequence endpoints today), each with its own
-// error table. Bodies are read here, once, for every route: raw bytes whatever the
-// Content-Type (clients differ), decompressed, within the size limit.
+// route plugin (KServe v2, seqserve's sequence endpoints and WebSocket streams today),
+// each with its own error table. Bodies are read here, once, for every route: raw bytes
+// whatever the Content-Type (clients differ), decompressed, within the size limit.
 
 export interface HttpFrontendOptions {
   readonly context: ServerContext;
@@ -26,6 +28,8 @@ export interface HttpFrontendOptions {
   readonly compressMinBytes?: number;
   /** How long an idle keep-alive connection stays open, in ms (node's default: 5000). */
   readonly keepAliveTimeoutMs?: number;
+  /** Messages in flight per WebSocket stream before it stops reading (default 64). */
+  readonly streamMaxInFlight?: number;
 }
 
 export type HttpFrontend = FastifyInstance<Server, IncomingMessage, ServerResponse, Logger>;
@@ -53,7 +57,14 @@ export function createHttpFrontend(options: HttpFrontendOptions): HttpFrontend {
     sendError(reply, 404, `Not Found: no route for ${request.method} ${request.url}`),
   );
 
+  // WebSocket streams share the port; a message may be as large as a request body.
+  app.register(fastifyWebsocket, { options: { maxPayload: bodyLimitBytes }, errorHandler: onStreamError });
   app.register(kserveRoutes, { context, bodyLimitBytes });
   app.register(sequenceRoutes, { context, bodyLimitBytes });
+  app.register(streamRoutes, {
+    context,
+    bodyLimitBytes,
+    ...(options.streamMaxInFlight === undefined ? {} : { maxInFlight: options.streamMaxInFlight }),
+  });
   return app;
 }

@@ -6,7 +6,7 @@ import { readSequenceControl } from "../../core/sequence/sequence-parameters.ts"
 import type { Tensor } from "../../core/tensor.ts";
 import { decodeRawTensor } from "../common/raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
-import { isJsonObject } from "./json-body.ts";
+import { isJsonObject, type JsonObject } from "./json-body.ts";
 import { decodeJsonTensor } from "./json-tensor.ts";
 import { parameterSourceText } from "./parameter-text.ts";
 
@@ -25,6 +25,23 @@ export interface OutputEncoding {
 export interface DecodedInferRequest {
   readonly request: InferRequest;
   readonly encoding: OutputEncoding;
+}
+
+export interface DecodeOptions {
+  /** Aborts the request while it has not run (client gone). */
+  readonly signal?: AbortSignal | undefined;
+  /**
+   * How outputs go back when the request does not choose with `binary_data_output`.
+   * Unset, HTTP's rule: JSON for a JSON request, binary for a raw body (which has nowhere
+   * to ask for JSON). A stream sets it once for the whole connection.
+   */
+  readonly binaryOutputByDefault?: boolean | undefined;
+}
+
+/** The JSON part of an inference request, parsed once; `text` is kept to read uint64 ids exactly. */
+export interface InferJson {
+  readonly object: JsonObject;
+  readonly text: string;
 }
 
 const NO_CHOICES: ReadonlyMap<string, boolean> = new Map();
@@ -54,7 +71,8 @@ function readShape(input: string, value: unknown): number[] {
 
 interface ReadParameters {
   readonly parameters: Record<string, ParameterValue>;
-  readonly binaryOutput: boolean;
+  /** undefined when the request does not say. */
+  readonly binaryOutput: boolean | undefined;
 }
 
 /** A uint64 `sequence_id` above 2^53, read again from its source digits. */
@@ -65,7 +83,7 @@ function exactSequenceId(text: string, parsed: number): ParameterValue {
 
 function readParameters(value: unknown, text: string): ReadParameters {
   const parameters: Record<string, ParameterValue> = {};
-  let binaryOutput = false;
+  let binaryOutput: boolean | undefined;
   if (value === undefined) return { parameters, binaryOutput };
   if (!isJsonObject(value))
     throw invalidArg(`Unable to parse 'parameters': expected an object, got ${kindOf(value)}`);
@@ -247,11 +265,7 @@ function checkJsonOutputs(
   }
 }
 
-function decodeRawBody(
-  body: Buffer,
-  model: ServedModel,
-  signal: AbortSignal | undefined,
-): DecodedInferRequest {
+function decodeRawBody(body: Buffer, model: ServedModel, options: DecodeOptions): DecodedInferRequest {
   const { name, tensor } = rawInputTensor(model.config, body);
   const request: InferRequest = {
     id: "",
@@ -259,24 +273,15 @@ function decodeRawBody(
     outputs: undefined,
     parameters: {},
     sequence: undefined,
-    signal,
+    signal: options.signal,
   };
-  // A raw request has nowhere to ask for JSON: its outputs come back binary, as in Triton.
-  return { request, encoding: { binaryByDefault: true, binary: NO_CHOICES } };
+  // Over HTTP a raw request has nowhere to ask for JSON: its outputs come back binary, as in Triton.
+  const binaryByDefault = options.binaryOutputByDefault ?? true;
+  return { request, encoding: { binaryByDefault, binary: NO_CHOICES } };
 }
 
-/**
- * Decodes an inference body. `headerLength` is the Inference-Header-Content-Length
- * (undefined when absent: the whole body is JSON; 0: the body is the raw input).
- */
-export function decodeInferRequest(
-  body: Buffer,
-  headerLength: number | undefined,
-  model: ServedModel,
-  signal?: AbortSignal,
-): DecodedInferRequest {
-  if (headerLength === 0) return decodeRawBody(body, model, signal);
-  const jsonLength = headerLength ?? body.byteLength;
+/** Parses the first `jsonLength` bytes of `body` as an inference request object. */
+export function parseInferJson(body: Buffer, jsonLength: number): InferJson {
   if (jsonLength === 0)
     throw invalidArg("the request body is empty: expected an inference request JSON object");
   const text = body.toString("utf8", 0, jsonLength);
@@ -289,15 +294,33 @@ export function decodeInferRequest(
   if (!isJsonObject(json)) {
     throw invalidArg(`failed to parse the request JSON buffer: expected an object, got ${kindOf(json)}`);
   }
+  return { object: json, text };
+}
+
+/**
+ * Decodes a parsed inference request. `headerLength` as for decodeInferRequest: when set,
+ * the binary inputs follow the JSON in `body`.
+ */
+export function decodeInferJson(
+  parsed: InferJson,
+  body: Buffer,
+  headerLength: number | undefined,
+  model: ServedModel,
+  options: DecodeOptions = {},
+): DecodedInferRequest {
+  const { object: json, text } = parsed;
   if (json.id !== undefined && typeof json.id !== "string") {
     throw invalidArg(`Unable to parse 'id': expected a string, got ${kindOf(json.id)}`);
   }
   const { parameters, binaryOutput } = readParameters(json.parameters, text);
   const sequence = readSequenceControl(parameters);
-  const binary = headerLength === undefined ? undefined : new BinaryInputs(body, jsonLength, model.name);
+  const binary = headerLength === undefined ? undefined : new BinaryInputs(body, headerLength, model.name);
   const inputs = readInputs(json.inputs, model.name, binary);
   const outputs = readOutputs(json.outputs);
-  const encoding: OutputEncoding = { binaryByDefault: binaryOutput, binary: outputs.binary };
+  const encoding: OutputEncoding = {
+    binaryByDefault: binaryOutput ?? options.binaryOutputByDefault ?? false,
+    binary: outputs.binary,
+  };
   checkJsonOutputs(model, outputs.names, encoding);
   const request: InferRequest = {
     id: json.id ?? "",
@@ -305,7 +328,22 @@ export function decodeInferRequest(
     outputs: outputs.names,
     parameters,
     sequence,
-    signal,
+    signal: options.signal,
   };
   return { request, encoding };
+}
+
+/**
+ * Decodes an inference body. `headerLength` is the Inference-Header-Content-Length
+ * (undefined when absent: the whole body is JSON; 0: the body is the raw input).
+ */
+export function decodeInferRequest(
+  body: Buffer,
+  headerLength: number | undefined,
+  model: ServedModel,
+  options: DecodeOptions = {},
+): DecodedInferRequest {
+  if (headerLength === 0) return decodeRawBody(body, model, options);
+  const parsed = parseInferJson(body, headerLength ?? body.byteLength);
+  return decodeInferJson(parsed, body, headerLength, model, options);
 }

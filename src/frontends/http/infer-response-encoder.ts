@@ -37,7 +37,15 @@ function parameterText(parameters: Parameters): string | undefined {
   return members.length === 0 ? undefined : `{${members.join(",")}}`;
 }
 
-export function encodeInferResponse(response: InferResponse, encoding: OutputEncoding): EncodedInferResponse {
+/**
+ * Encodes a response. A binary body starts with `reserve` free bytes (see binaryBody); a
+ * JSON body, which is text, has none.
+ */
+export function encodeInferResponse(
+  response: InferResponse,
+  encoding: OutputEncoding,
+  reserve = 0,
+): EncodedInferResponse {
   let json = `{"model_name":${JSON.stringify(response.modelName)},"model_version":${JSON.stringify(response.modelVersion)},"id":${JSON.stringify(response.id)}`;
   const parameters = parameterText(response.parameters);
   if (parameters !== undefined) json += `,"parameters":${parameters}`;
@@ -64,6 +72,6 @@ export function encodeInferResponse(response: InferResponse, encoding: OutputEnc
   json += "]}";
   if (binaryParts.length === 0)
     return { body: json, contentType: "application/json", headerLength: undefined };
-  const { body, headerLength } = binaryBody(json, binaryParts);
+  const { body, headerLength } = binaryBody(json, binaryParts, reserve);
   return { body, contentType: "application/octet-stream", headerLength };
 }

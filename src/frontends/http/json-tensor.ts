@@ -23,7 +23,7 @@ import {
 // JSON clients); the binary tensor extension is the exact path for them. Outgoing 64-bit
 // integers are written with their exact digits. FP32 elements are written as the shortest
 // decimal of their double value, which reads back as the same float32 (as Triton writes
-// them). Non-finite floats, which JSON cannot express, are written as null.
+// them), -0 as -0. Non-finite floats, which JSON cannot express, are written as null.
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -226,21 +226,24 @@ export function decodeJsonTensor(
   return { datatype, shape, data: tensorData };
 }
 
-function hasNonFinite(array: Float32Array | Float64Array): boolean {
+/** Whether `array` holds a value join() cannot write exactly: a non-finite one, or -0. */
+function needsCare(array: Float32Array | Float64Array): boolean {
   for (let i = 0; i < array.length; i++) {
     const v = array[i] as number;
-    if (v - v !== 0) return true;
+    if (v - v !== 0 || (v === 0 && 1 / v < 0)) return true;
   }
   return false;
 }
 
 function floatText(array: Float32Array | Float64Array): string {
   // TypedArray#join prints each element's shortest round-trip decimal natively.
-  if (!hasNonFinite(array)) return array.join(",");
+  if (!needsCare(array)) return array.join(",");
   const parts = new Array<string>(array.length);
   for (let i = 0; i < array.length; i++) {
     const v = array[i] as number;
-    parts[i] = Number.isFinite(v) ? String(v) : "null";
+    // join() and String() write -0 as "0"; JSON keeps the sign ("-0" parses back to -0),
+    // and models do produce -0 (Silero VAD's state does), so write it as Triton does.
+    parts[i] = Number.isFinite(v) ? (v === 0 && 1 / v < 0 ? "-0" : String(v)) : "null";
   }
   return parts.join(",");
 }

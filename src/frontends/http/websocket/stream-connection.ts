@@ -1,0 +1,455 @@
+import { setMaxListeners } from "node:events";
+import type { FastifyBaseLogger } from "fastify";
+import type { RawData, WebSocket } from "ws";
+import { asServerError, cancelled, invalidArg, type ServerError } from "../../../core/errors.ts";
+import type { InferRequest, InferResponse, SequenceControl, SequenceId } from "../../../core/infer.ts";
+import type { SequenceAdmin, SequenceEndReason, ServedModel } from "../../../core/model.ts";
+import { Deque } from "../../../core/scheduler/request-queue.ts";
+import { formatSequenceId } from "../../../core/sequence/sequence-parameters.ts";
+import {
+  type DecodedInferRequest,
+  type DecodeOptions,
+  decodeInferJson,
+  decodeInferRequest,
+  type OutputEncoding,
+  parseInferJson,
+} from "../infer-request-decoder.ts";
+import { encodeInferResponse } from "../infer-response-encoder.ts";
+import { CLOSE_CODES, isDeliberateClose } from "./close-codes.ts";
+import { SequenceOwners } from "./sequence-owners.ts";
+import {
+  closeReason,
+  endText,
+  errorText,
+  FRAME_PREFIX_BYTES,
+  isEndMessage,
+  readFrame,
+  writeFramePrefix,
+} from "./stream-framing.ts";
+import type { StreamOptions } from "./stream-options.ts";
+
+// One WebSocket stream: one sequence of a model served with sequence batching (for a
+// stateless model, a pipe of independent requests).
+//
+// The connection owns the sequence fields. Its first request carries START (with the
+// client's id, or none: the server assigns one and the first answer names it); until a
+// start has succeeded, later messages wait, since they can only continue a sequence that
+// exists. After that, requests start as they arrive, up to `maxInFlight`; the core runs a
+// sequence's requests in arrival order, and answers leave in arrival order whatever order
+// they complete in. A failed request is answered in-band and the stream goes on, unless
+// the failure shows that the sequence is gone: then the stream closes (4410).
+//
+// Back-pressure: reading stops while `maxInFlight` messages are unanswered or while more
+// than `writeHighWaterBytes` wait to be sent, and resumes when both clear. Messages that
+// `ws` had already read when reading stopped wait without starting.
+//
+// A client that leaves before ending its sequence ends it: reason "end" for a deliberate
+// close, "cancelled" for anything else. If another stream has started the same id since
+// (a client reconnecting before its old connection was seen to drop), the old stream
+// neither continues nor ends the new sequence. Requests not yet run are aborted through
+// one signal shared by the whole connection (one AbortController per message would be a
+// measurable part of its cost; a request no longer listens once it is answered).
+
+export interface StreamLimits {
+  /** Messages received and not yet answered beyond which reading stops. */
+  readonly maxInFlight: number;
+  /** Bytes waiting to be sent beyond which reading stops until the client catches up. */
+  readonly writeHighWaterBytes: number;
+}
+
+/** One message, from arrival to answer. */
+class StreamEntry {
+  readonly data: Buffer;
+  readonly binary: boolean;
+  requestId = "";
+  encoding: OutputEncoding | undefined;
+  /** Its request starts the sequence: its answer brings the id. */
+  starts = false;
+  /** The sequence ends with it: its request sets sequence_end, or it is the end message. */
+  ends = false;
+  /** The end message, carried out when its turn to be answered comes. */
+  endMessage = false;
+  /** What to send, once known. */
+  answer: string | Buffer | undefined;
+  /** Set when the connection closes after sending the answer. */
+  closeCode: number | undefined;
+  closeText = "";
+
+  constructor(data: Buffer, binary: boolean) {
+    this.data = data;
+    this.binary = binary;
+  }
+}
+
+function asBuffer(data: RawData): Buffer {
+  if (Buffer.isBuffer(data)) return data;
+  return Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data);
+}
+
+/** The id a start's answer names (the core returns a server-assigned id there). */
+function answeredId(response: InferResponse): SequenceId | undefined {
+  const id = response.parameters.sequence_id;
+  if (typeof id === "bigint" || (typeof id === "string" && id !== "")) return id;
+  if (typeof id === "number" && Number.isSafeInteger(id) && id > 0) return BigInt(id);
+  return undefined;
+}
+
+/**
+ * Whether a failure of an established sequence's request means the sequence is gone:
+ * its queued requests fail CANCELLED when it is ended or cancelled, UNAVAILABLE at
+ * shutdown, and once its id is forgotten (idle timeout, forced end) the core answers with
+ * Triton's wording for a continuation without START.
+ */
+function isSequenceGone(error: ServerError): boolean {
+  if (error.code === "CANCELLED" || error.code === "UNAVAILABLE") return true;
+  return error.code === "INVALID_ARG" && error.message.includes("must specify the START flag");
+}
+
+export class StreamConnection {
+  readonly #socket: WebSocket;
+  readonly #model: ServedModel;
+  readonly #sequences: SequenceAdmin | undefined;
+  readonly #raw: boolean;
+  readonly #limits: StreamLimits;
+  readonly #logger: FastifyBaseLogger;
+  readonly #owners: SequenceOwners;
+  /** The key this stream claimed its id under, once the id is known. */
+  #ownerKey: string | undefined;
+  readonly #controller = new AbortController();
+  readonly #binaryOptions: DecodeOptions;
+  readonly #textOptions: DecodeOptions;
+  /** Received, not started: the start is running, or `maxInFlight` requests are. */
+  readonly #waiting = new Deque<StreamEntry>();
+  /** Started, in arrival order; answered from the front. */
+  readonly #answering = new Deque<StreamEntry>();
+  #running = 0;
+  #id: SequenceId | undefined;
+  /** A start has succeeded (always true for a stateless model: nothing to start). */
+  #established: boolean;
+  #startRunning = false;
+  /** Nothing more starts: the sequence is ending or gone, or the connection is closing. */
+  #stopped = false;
+  /**
+   * Nothing is left to end on close: the client's end went through, or the sequence is
+   * gone (ending its id again could end a new sequence that has taken it since).
+   */
+  #over = false;
+  #closing = false;
+  #closed = false;
+  /** For a start still running at close: how to end the sequence its answer names. */
+  #lateEnd: SequenceEndReason | undefined;
+  #paused = false;
+  #writeBlocked = false;
+
+  constructor(
+    socket: WebSocket,
+    model: ServedModel,
+    options: StreamOptions,
+    limits: StreamLimits,
+    owners: SequenceOwners,
+    logger: FastifyBaseLogger,
+  ) {
+    this.#socket = socket;
+    this.#model = model;
+    this.#sequences = model.sequences;
+    this.#raw = options.format === "raw";
+    this.#limits = limits;
+    this.#logger = logger;
+    this.#owners = owners;
+    this.#id = options.sequenceId;
+    this.#established = model.sequences === undefined;
+    const signal = this.#controller.signal;
+    // One listener per request in flight, so up to maxInFlight: not a leak.
+    setMaxListeners(0, signal);
+    this.#binaryOptions = { signal, binaryOutputByDefault: options.binaryOutput ?? true };
+    this.#textOptions = { signal, binaryOutputByDefault: options.binaryOutput ?? false };
+    socket.binaryType = "nodebuffer";
+    socket.on("message", (data: RawData, isBinary: boolean) => this.#receive(data, isBinary));
+    socket.on("close", (code: number) => this.#onClose(code));
+  }
+
+  #receive(data: RawData, isBinary: boolean): void {
+    // After the end, or once closing, messages are not answered.
+    if (this.#stopped) return;
+    this.#waiting.push(new StreamEntry(asBuffer(data), isBinary));
+    this.#advance();
+  }
+
+  #advance(): void {
+    this.#pump();
+    this.#flush();
+    this.#updateFlow();
+  }
+
+  #pump(): void {
+    while (!this.#stopped && this.#running < this.#limits.maxInFlight) {
+      // The start runs alone: whether later messages can continue a sequence depends on it.
+      if (this.#startRunning) return;
+      const entry = this.#waiting.shift();
+      if (entry === undefined) return;
+      this.#answering.push(entry);
+      this.#start(entry);
+    }
+  }
+
+  #start(entry: StreamEntry): void {
+    let request: InferRequest;
+    try {
+      const decoded = this.#decode(entry);
+      if (decoded === undefined) {
+        entry.endMessage = true;
+        entry.ends = true;
+        this.#stopped = true;
+        return;
+      }
+      entry.encoding = decoded.encoding;
+      request = this.#sequenced(entry, decoded.request);
+    } catch (error) {
+      // A message that cannot be decoded is answered and skipped; it starts nothing.
+      entry.answer = errorText(asServerError(error).message, entry.requestId);
+      return;
+    }
+    if (entry.starts) {
+      this.#startRunning = true;
+      if (this.#id !== undefined) this.#claim(this.#id, true);
+    } else if (this.#ownerKey !== undefined && !this.#owners.owns(this.#ownerKey, this)) {
+      this.#takenOver(entry);
+      return;
+    }
+    if (entry.ends) this.#stopped = true;
+    this.#running++;
+    let pending: Promise<InferResponse>;
+    try {
+      pending = this.#model.infer(request);
+    } catch (error) {
+      pending = Promise.reject(error);
+    }
+    pending.then(
+      (response) => this.#answered(entry, response),
+      (error: unknown) => this.#failed(entry, error),
+    );
+  }
+
+  /** The message's request; undefined for the end message. */
+  #decode(entry: StreamEntry): DecodedInferRequest | undefined {
+    const data = entry.data;
+    if (!entry.binary) return this.#decodeJson(entry, data, undefined, this.#textOptions);
+    if (this.#raw) return decodeInferRequest(data, 0, this.#model, this.#binaryOptions);
+    const { headerLength, body } = readFrame(data);
+    // A zero header length means the raw bytes of the only input, as over HTTP.
+    if (headerLength === 0) return decodeInferRequest(body, 0, this.#model, this.#binaryOptions);
+    return this.#decodeJson(entry, body, headerLength, this.#binaryOptions);
+  }
+
+  #decodeJson(
+    entry: StreamEntry,
+    body: Buffer,
+    headerLength: number | undefined,
+    options: DecodeOptions,
+  ): DecodedInferRequest | undefined {
+    const parsed = parseInferJson(body, headerLength ?? body.byteLength);
+    const id = parsed.object.id;
+    if (typeof id === "string") entry.requestId = id;
+    if (isEndMessage(parsed.object)) return undefined;
+    return decodeInferJson(parsed, body, headerLength, this.#model, options);
+  }
+
+  /** The request with the connection's sequence fields. */
+  #sequenced(entry: StreamEntry, request: InferRequest): InferRequest {
+    const { parameters } = request;
+    if (parameters.sequence_id !== undefined || parameters.sequence_start !== undefined) {
+      throw invalidArg(
+        "a stream's messages may not set 'sequence_id' or 'sequence_start': the connection owns its sequence (choose the id with the URL's 'sequence_id' query parameter)",
+      );
+    }
+    entry.ends = request.sequence?.end ?? false;
+    if (this.#sequences === undefined) {
+      return request.sequence === undefined ? request : { ...request, sequence: undefined };
+    }
+    entry.starts = !this.#established;
+    const sequence: SequenceControl = {
+      id: this.#id,
+      start: entry.starts,
+      end: entry.ends,
+      timeoutUs: request.sequence?.timeoutUs,
+    };
+    return {
+      id: request.id,
+      inputs: request.inputs,
+      outputs: request.outputs,
+      parameters,
+      sequence,
+      signal: request.signal,
+    };
+  }
+
+  #answered(entry: StreamEntry, response: InferResponse): void {
+    this.#running--;
+    if (entry.starts) {
+      this.#startRunning = false;
+      this.#id ??= answeredId(response);
+      if (this.#ownerKey === undefined && this.#id !== undefined) this.#claim(this.#id, false);
+    }
+    if (this.#closed) {
+      // The client left while the start ran: end the sequence its answer names.
+      if (this.#lateEnd !== undefined) this.#endSequence(this.#lateEnd);
+      if (this.#ownerKey !== undefined) this.#owners.release(this.#ownerKey, this);
+      return;
+    }
+    let answer = response;
+    if (entry.starts) {
+      this.#established = true;
+      // The first answer names the sequence, also when the client chose the id.
+      if (response.parameters.sequence_id === undefined && this.#id !== undefined) {
+        answer = { ...response, parameters: { ...response.parameters, sequence_id: this.#id } };
+      }
+    }
+    try {
+      entry.answer = this.#encode(answer, entry.encoding!);
+    } catch (error) {
+      entry.answer = errorText(asServerError(error).message, entry.requestId);
+    }
+    if (entry.ends) {
+      this.#over = true;
+      entry.closeCode = CLOSE_CODES.sequenceEnded;
+      entry.closeText = "sequence ended";
+    }
+    this.#advance();
+  }
+
+  #failed(entry: StreamEntry, error: unknown): void {
+    this.#running--;
+    if (entry.starts) this.#startRunning = false;
+    if (this.#closed) return;
+    const failure = asServerError(error);
+    if (failure.code === "INTERNAL" || failure.code === "UNKNOWN") {
+      this.#logger.error(
+        { err: error, model: this.#model.name, requestId: entry.requestId },
+        failure.message,
+      );
+    }
+    entry.answer = errorText(failure.message, entry.requestId);
+    if (entry.ends) {
+      // The client asked for the end: the sequence ends whether or not its last request ran.
+      if (this.#established) this.#endSequence("end");
+      this.#over = true;
+      entry.closeCode = CLOSE_CODES.sequenceEnded;
+      entry.closeText = "sequence ended";
+    } else if (this.#established && this.#sequences !== undefined && isSequenceGone(failure)) {
+      this.#stopped = true;
+      this.#over = true;
+      entry.closeCode = CLOSE_CODES.sequenceGone;
+      entry.closeText = failure.message;
+    }
+    // A failed start leaves the sequence unstarted: the next message starts it again.
+    this.#advance();
+  }
+
+  #encode(response: InferResponse, encoding: OutputEncoding): string | Buffer {
+    const encoded = encodeInferResponse(response, encoding, FRAME_PREFIX_BYTES);
+    if (encoded.headerLength === undefined) return encoded.body;
+    return writeFramePrefix(encoded.body as Buffer, encoded.headerLength);
+  }
+
+  /** Sends the answers that are ready, in arrival order. */
+  #flush(): void {
+    while (!this.#closing) {
+      const entry = this.#answering.peek();
+      if (entry === undefined) return;
+      if (entry.endMessage) this.#endByMessage(entry);
+      if (entry.answer === undefined) return;
+      this.#answering.shift();
+      this.#send(entry.answer);
+      if (entry.closeCode !== undefined) this.#close(entry.closeCode, entry.closeText);
+    }
+  }
+
+  /** Its turn comes once every earlier message is answered, so ending cancels nothing. */
+  #endByMessage(entry: StreamEntry): void {
+    const id = this.#established ? this.#id : undefined;
+    if (id !== undefined) this.#endSequence("end");
+    this.#over = true;
+    entry.answer = endText(id);
+    entry.closeCode = CLOSE_CODES.sequenceEnded;
+    entry.closeText = "sequence ended";
+  }
+
+  /**
+   * Claims the sequence's id for this stream: at once for a start with the client's id
+   * (the core restarts a sequence another stream holds), and for a server-assigned id only
+   * if no stream has taken it meanwhile.
+   */
+  #claim(id: SequenceId, start: boolean): void {
+    const key = SequenceOwners.key(this.#model, id);
+    this.#ownerKey = key;
+    if (start) this.#owners.claim(key, this);
+    else this.#owners.claimIfFree(key, this);
+  }
+
+  /** Ends the sequence, unless another stream has started its id since. */
+  #endSequence(reason: SequenceEndReason): void {
+    const key = this.#ownerKey;
+    if (key === undefined || this.#id === undefined || !this.#owners.owns(key, this)) return;
+    this.#sequences?.end(this.#id, reason);
+  }
+
+  /** Another stream started this sequence's id again: the sequence is no longer this stream's. */
+  #takenOver(entry: StreamEntry): void {
+    const message = `sequence ${formatSequenceId(this.#id!)} of model '${this.#model.name}' was started again by another stream`;
+    entry.answer = errorText(message, entry.requestId);
+    entry.closeCode = CLOSE_CODES.sequenceGone;
+    entry.closeText = message;
+    this.#stopped = true;
+    this.#over = true;
+  }
+
+  #send(data: string | Buffer): void {
+    this.#socket.send(data, this.#onSent);
+    if (this.#socket.bufferedAmount > this.#limits.writeHighWaterBytes) this.#writeBlocked = true;
+  }
+
+  /** Called as each answer reaches the socket: reading resumes once the backlog halves. */
+  readonly #onSent = (): void => {
+    if (!this.#writeBlocked || this.#socket.bufferedAmount > this.#limits.writeHighWaterBytes / 2) return;
+    this.#writeBlocked = false;
+    this.#updateFlow();
+  };
+
+  #updateFlow(): void {
+    if (this.#closing) return;
+    const full =
+      this.#writeBlocked || this.#waiting.length + this.#answering.length >= this.#limits.maxInFlight;
+    if (full === this.#paused) return;
+    this.#paused = full;
+    if (full) this.#socket.pause();
+    else this.#socket.resume();
+  }
+
+  #close(code: number, reason: string): void {
+    if (this.#closing) return;
+    this.#closing = true;
+    this.#stopped = true;
+    // The client's close frame has to be read for the closing handshake to finish.
+    if (this.#paused) {
+      this.#paused = false;
+      this.#socket.resume();
+    }
+    this.#socket.close(code, closeReason(reason));
+  }
+
+  #onClose(code: number): void {
+    this.#closed = true;
+    this.#closing = true;
+    this.#stopped = true;
+    if (this.#sequences !== undefined && !this.#over && (this.#established || this.#startRunning)) {
+      const reason: SequenceEndReason = isDeliberateClose(code) ? "end" : "cancelled";
+      if (this.#id !== undefined) this.#endSequence(reason);
+      else this.#lateEnd = reason;
+    }
+    if (this.#ownerKey !== undefined) this.#owners.release(this.#ownerKey, this);
+    // Requests not yet run fail (those of an ended sequence already have): nobody is left to answer.
+    this.#controller.abort(cancelled("the client closed the stream"));
+    this.#waiting.drain();
+    this.#answering.drain();
+  }
+}

@@ -1,0 +1,92 @@
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { WebSocket } from "ws";
+import type { ModelRegistry, ServedModel, ServerContext } from "../../../core/model.ts";
+import { createErrorHandler } from "../error-reply.ts";
+import { KSERVE_HTTP_STATUS } from "../error-status.ts";
+import { HttpError } from "../http-error.ts";
+import { MODEL_PATHS, type ModelParams } from "../kserve-routes.ts";
+import { modelVersion } from "../model-version.ts";
+import { CLOSE_CODES } from "./close-codes.ts";
+import { SequenceOwners } from "./sequence-owners.ts";
+import { StreamConnection, type StreamLimits } from "./stream-connection.ts";
+import { closeReason } from "./stream-framing.ts";
+import { readStreamOptions, type StreamOptions } from "./stream-options.ts";
+
+// GET /v2/models/{m}[/versions/{v}]/stream upgrades to a WebSocket carrying one sequence
+// (stream-connection.ts). The model and the query are checked before the upgrade, so a
+// refusal is an ordinary HTTP error with the KServe status table and `{"error": …}` body;
+// a plain GET (no upgrade) is answered 426.
+
+export interface StreamRoutesOptions {
+  readonly context: ServerContext;
+  readonly bodyLimitBytes: number;
+  /** Messages in flight per connection before reading stops (default 64). */
+  readonly maxInFlight?: number;
+  /** Bytes waiting to be sent per connection before reading stops (default 1 MiB). */
+  readonly writeHighWaterBytes?: number;
+}
+
+interface StreamTarget {
+  readonly model: ServedModel;
+  readonly options: StreamOptions;
+}
+
+type StreamRequest = FastifyRequest<{ Params: ModelParams; Querystring: Record<string, unknown> }>;
+
+function streamTarget(registry: ModelRegistry, request: StreamRequest): StreamTarget {
+  const { model: name, version } = request.params;
+  const model = registry.model(name, modelVersion(version));
+  return { model, options: readStreamOptions(request.query, model) };
+}
+
+/**
+ * Errors on an open socket. Those `ws` reports are protocol errors (a message over
+ * maxPayload, a bad frame): `ws` has already begun closing with the matching code (1009,
+ * 1002…), and ending the socket at once, as the plugin's default does, could lose that
+ * close frame, so they are only logged. Anything else is a failure of the stream itself.
+ */
+export function onStreamError(error: Error, socket: WebSocket, request: FastifyRequest): void {
+  const code = (error as { code?: unknown }).code;
+  if (typeof code === "string" && code.startsWith("WS_ERR_")) {
+    request.log.debug({ err: error, url: request.url }, "WebSocket protocol error");
+    return;
+  }
+  request.log.error({ err: error, url: request.url }, "WebSocket stream failed");
+  socket.close(CLOSE_CODES.internalError, closeReason(error.message));
+}
+
+export async function streamRoutes(app: FastifyInstance, options: StreamRoutesOptions): Promise<void> {
+  const registry = options.context.registry;
+  const limits: StreamLimits = {
+    maxInFlight: Math.max(1, options.maxInFlight ?? 64),
+    writeHighWaterBytes: options.writeHighWaterBytes ?? 1 << 20,
+  };
+  const owners = new SequenceOwners();
+  const targets = new WeakMap<FastifyRequest, StreamTarget>();
+  app.setErrorHandler(createErrorHandler(KSERVE_HTTP_STATUS, options.bodyLimitBytes));
+
+  for (const path of MODEL_PATHS) {
+    app.route({
+      method: "GET",
+      url: `${path}/stream`,
+      // Runs before the upgrade: a throw here is an HTTP error response.
+      preValidation: async (request: StreamRequest) => {
+        targets.set(request, streamTarget(registry, request));
+      },
+      handler: () => {
+        throw new HttpError(426, "this endpoint is a WebSocket: send the GET with 'Upgrade: websocket'", {
+          upgrade: "websocket",
+        });
+      },
+      wsHandler: (socket: WebSocket, request: FastifyRequest) => {
+        const target = targets.get(request);
+        targets.delete(request);
+        if (target === undefined) {
+          socket.close(CLOSE_CODES.internalError, closeReason("the stream lost its model"));
+          return;
+        }
+        new StreamConnection(socket, target.model, target.options, limits, owners, request.log);
+      },
+    });
+  }
+}

@@ -1,0 +1,209 @@
+import assert from "node:assert/strict";
+import { after, afterEach, before, describe, it } from "node:test";
+import type { WebSocket } from "ws";
+import { startServer, type TestServer } from "./support/http-server.ts";
+import { type RunningSumModel, runningSumModel } from "./support/running-sum-model.ts";
+import { framed, StreamClient, until } from "./support/ws-client.ts";
+
+// The life of a stream's connection: closing ends the sequence with the reason the close
+// implies, reading stops while too much is in flight or unsent, and an oversize message
+// closes with 1009. None of it touches other streams' sequences.
+
+function message(values: number[], id?: string): Buffer {
+  const bytes = new Int32Array(values);
+  const inputs = [
+    {
+      name: "INPUT",
+      datatype: "INT32",
+      shape: [values.length],
+      parameters: { binary_data_size: bytes.byteLength },
+    },
+  ];
+  return framed(id === undefined ? { inputs } : { id, inputs }, [bytes]);
+}
+
+async function sum(client: StreamClient): Promise<number> {
+  return (await client.nextFramed()).binary.readInt32LE(0);
+}
+
+/** The server side of the only open stream. */
+function serverSocket(server: TestServer): WebSocket {
+  const sockets = [...server.app.websocketServer.clients];
+  assert.equal(sockets.length, 1);
+  return sockets[0]!;
+}
+
+describe("WebSocket streams: closing, back-pressure and limits", { timeout: 30_000 }, () => {
+  let server: TestServer;
+  let model: RunningSumModel;
+  before(async () => {
+    server = await startServer({ bodyLimitBytes: 1 << 20 });
+    model = runningSumModel();
+    server.fake.registry.add(model.model);
+  });
+  afterEach(() => model.gate.release());
+  after(() => server.close());
+
+  it("a normal close ends the sequence with reason end", async () => {
+    const client = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=normal");
+    client.send(message([1]));
+    assert.equal(await sum(client), 1);
+    await client.close(1000);
+    await until(() => model.sums.endCalls.some((e) => e.id === "normal"), "the sequence to end");
+    assert.deepEqual(
+      model.sums.endCalls.filter((e) => e.id === "normal"),
+      [{ id: "normal", reason: "end" }],
+    );
+    assert.equal(model.sums.has("normal"), false);
+  });
+
+  it("an abrupt close ends the sequence with reason cancelled and aborts what is in flight", async () => {
+    const client = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=abrupt");
+    client.send(message([1]));
+    assert.equal(await sum(client), 1);
+    model.gate.hold();
+    client.send(message([2]));
+    await until(() => model.gate.waiting === 1, "the request in flight");
+    const inFlight = model.model.requests.at(-1)!;
+    client.socket.terminate(); // destroys the TCP socket: no close frame
+    await until(() => model.sums.endCalls.some((e) => e.id === "abrupt"), "the sequence to end");
+    assert.deepEqual(
+      model.sums.endCalls.filter((e) => e.id === "abrupt"),
+      [{ id: "abrupt", reason: "cancelled" }],
+    );
+    assert.equal(inFlight.signal?.aborted, true);
+  });
+
+  it("a client that leaves while its start runs still ends the sequence the start creates", async () => {
+    model.gate.hold();
+    const client = await StreamClient.open(server, "/v2/models/running_sum/stream");
+    client.send(message([1]));
+    await until(() => model.gate.waiting === 1, "the start in flight");
+    const assigned = model.sums.lastAssigned!;
+    assert.equal(model.model.requests.at(-1)?.sequence?.id, undefined);
+    client.socket.terminate();
+    await until(() => server.app.websocketServer.clients.size === 0, "the server to see the close");
+    assert.equal(model.sums.has(assigned), true);
+    model.gate.release();
+    await until(() => !model.sums.has(assigned), "the assigned sequence to end");
+    assert.deepEqual(model.sums.endCalls.at(-1), { id: assigned, reason: "cancelled" });
+  });
+
+  it("closing one stream leaves the other sequences alone", async () => {
+    const a = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=a");
+    const b = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=b");
+    a.send(message([1]));
+    b.send(message([10]));
+    assert.equal(await sum(a), 1);
+    assert.equal(await sum(b), 10);
+    a.socket.terminate();
+    await until(() => !model.sums.has("a"), "sequence a to end");
+    b.send(message([5]));
+    assert.equal(await sum(b), 15);
+    assert.equal(model.sums.has("b"), true);
+    assert.equal(
+      model.sums.endCalls.some((e) => e.id === "b"),
+      false,
+    );
+    await b.close();
+  });
+
+  it("a stream that starts the same id again takes the sequence over from the old stream", async () => {
+    const old = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=roam");
+    const stale = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=roam");
+    old.send(message([1]));
+    assert.equal(await sum(old), 1);
+    stale.send(message([7]));
+    assert.equal(await sum(stale), 7);
+    // A client reconnecting before its old connection was seen to drop.
+    const fresh = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=roam");
+    fresh.send(message([100]));
+    assert.equal(await sum(fresh), 100);
+    // The old streams neither continue the new sequence nor end it when they go.
+    old.send(message([2], "late"));
+    const error = await old.nextText();
+    assert.deepEqual(error, {
+      error: "sequence roam of model 'running_sum' was started again by another stream",
+      id: "late",
+    });
+    assert.equal((await old.closed).code, 4410);
+    stale.socket.terminate();
+    await until(() => server.app.websocketServer.clients.size === 1, "the old streams to close");
+    fresh.send(message([5]));
+    assert.equal(await sum(fresh), 105);
+    assert.deepEqual(
+      model.sums.endCalls.filter((e) => e.id === "roam"),
+      [],
+    );
+    await fresh.close();
+    await until(() => !model.sums.has("roam"), "the sequence to end");
+    assert.deepEqual(
+      model.sums.endCalls.filter((e) => e.id === "roam"),
+      [{ id: "roam", reason: "end" }],
+    );
+  });
+
+  it("stops reading while 64 messages are in flight, and answers them all in order", async () => {
+    const client = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=flood");
+    client.send(message([0]));
+    await sum(client);
+    model.gate.hold();
+    const total = 200;
+    for (let i = 1; i <= total; i++) client.send(message([i], `f${i}`));
+    await until(() => model.gate.waiting === 64, "64 requests in flight");
+    assert.equal(serverSocket(server).isPaused, true, "the server stops reading the socket");
+    for (let i = 0; i < 20; i++) await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(model.gate.waiting, 64, "no request beyond the bound starts");
+    model.gate.release();
+    let expected = 0;
+    for (let i = 1; i <= total; i++) {
+      const answer = await client.nextFramed();
+      expected += i;
+      assert.equal(answer.json.id, `f${i}`);
+      assert.equal(answer.binary.readInt32LE(0), expected);
+    }
+    assert.ok(model.maxActive() <= 64, `at most 64 requests in the model at once, saw ${model.maxActive()}`);
+    await client.close();
+  });
+
+  it("stops reading while the client does not read its answers", async () => {
+    const client = await StreamClient.open(server, "/v2/models/echo/stream");
+    client.socket.pause();
+    const size = 512 * 1024;
+    const total = 48;
+    for (let i = 0; i < total; i++) {
+      const header = {
+        id: `m${i}`,
+        inputs: [{ name: "B", datatype: "UINT8", shape: [size], parameters: { binary_data_size: size } }],
+      };
+      client.send(framed(header, [new Uint8Array(size).fill(i)]));
+    }
+    const echo = server.fake.registry.model("echo");
+    const before = echo.requests.length;
+    await until(() => serverSocket(server).isPaused, "the server to stop reading");
+    assert.ok(echo.requests.length - before < total, "unsent answers held back the requests");
+    client.socket.resume();
+    for (let i = 0; i < total; i++) {
+      const answer = await client.nextFramed();
+      assert.equal(answer.json.id, `m${i}`);
+      assert.equal(answer.binary.byteLength, size);
+      assert.equal(answer.binary[0], i);
+      assert.equal(answer.binary[size - 1], i);
+    }
+    assert.equal(echo.requests.length - before, total);
+    await client.close();
+  });
+
+  it("closes with 1009 on a message over the body limit, and ends the sequence", async () => {
+    const client = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=big");
+    client.send(message([1]));
+    assert.equal(await sum(client), 1);
+    client.send(message(new Array((1 << 18) + 1).fill(0)));
+    assert.equal((await client.closed).code, 1009);
+    await until(() => !model.sums.has("big"), "the sequence to end");
+    assert.deepEqual(
+      model.sums.endCalls.filter((e) => e.id === "big"),
+      [{ id: "big", reason: "cancelled" }],
+    );
+  });
+});
