@@ -186,7 +186,8 @@ export function encodeGrpcRequest(r: GrpcRequest): Uint8Array {
     model_name: r.model,
     id: r.id,
     parameters: {
-      sequence_id: { int64_param: protobuf.util.Long.fromString(BigInt.asIntN(64, r.sequenceId).toString()) },
+      // int64 fields take a decimal string; the uint64 id travels as its int64 bit pattern.
+      sequence_id: { int64_param: BigInt.asIntN(64, r.sequenceId).toString() },
       sequence_start: { bool_param: r.start },
       sequence_end: { bool_param: r.end },
     },

@@ -117,7 +117,7 @@ async function main(): Promise<void> {
   try {
     const stateless = async (binary: boolean) => {
       const http = new HttpClient(server.httpPort, 64);
-      const states = Array.from({ length: 64 }, () => new Uint8Array(2 * 128 * 4));
+      const states: Uint8Array[] = Array.from({ length: 64 }, () => new Uint8Array(2 * 128 * 4));
       let n = 0;
       const result = await runLoops(64, SECONDS, WARMUP, async (w) => {
         const chunk = chunks[n++ % chunks.length]!;

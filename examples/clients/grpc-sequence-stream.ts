@@ -7,7 +7,12 @@
 // It streams one sequence of five values to the `accumulator` example model and prints
 // the running sum the server keeps between requests.
 import { fileURLToPath } from "node:url";
-import { credentials, loadPackageDefinition, type ServiceClientConstructor } from "@grpc/grpc-js";
+import {
+  type ClientDuplexStream,
+  credentials,
+  loadPackageDefinition,
+  type ServiceClientConstructor,
+} from "@grpc/grpc-js";
 import { loadSync } from "@grpc/proto-loader";
 
 const protoDir = fileURLToPath(new URL("../../proto/", import.meta.url));
@@ -29,7 +34,10 @@ interface InferResponse {
 
 const address = process.argv[2] ?? "127.0.0.1:8001";
 const client = new inference.GRPCInferenceService(address, credentials.createInsecure());
-const stream = client.ModelStreamInfer();
+// Generated clients carry one method per RPC; their static type cannot name them.
+const stream = (
+  client as unknown as { ModelStreamInfer(): ClientDuplexStream<object, object> }
+).ModelStreamInfer();
 
 const values = [5, 3, 10, 2, 7];
 let answered = 0;
