@@ -45,15 +45,11 @@ export class StreamCall {
     this.#stream.on("error", () => {});
     this.status = new Promise((resolve) => {
       this.#stream.once("status", (status: StatusObject) => {
-        if (this.#waiting.size > 0) this.#fail(new Error(`the stream ended (${status.code} ${status.details})`));
+        // Requests still waiting will never be answered; later sends fail at once.
+        this.#fail(new Error(`the stream ended (${status.code} ${status.details})`));
         resolve(status);
       });
     });
-  }
-
-  /** Requests sent and not yet answered. */
-  get unanswered(): number {
-    return this.#waiting.size;
   }
 
   /** Sends one request (an id is added when it has none) and resolves with its answer. */

@@ -100,6 +100,7 @@ export function createGrpcFrontend(options: GrpcFrontendOptions): GrpcFrontend {
       context,
       logger,
       maxInflightPerStream: options.maxInflightPerStream ?? DEFAULT_MAX_INFLIGHT_PER_STREAM,
+      maxMessageBytes: options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
     }),
     healthService({ context, logger }),
   ];

@@ -30,6 +30,8 @@ export interface InferenceServiceOptions {
   readonly logger: Logger;
   /** Unanswered requests allowed per ModelStreamInfer stream before reading pauses. */
   readonly maxInflightPerStream: number;
+  /** The server's send limit: a larger stream response is refused in-band. */
+  readonly maxMessageBytes: number;
 }
 
 /** "" means "not given" on the wire (proto3 has no absent strings). */
@@ -119,7 +121,7 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     ),
     ModelInfer: unary(logger, "ModelInfer", modelInfer),
     ModelStreamInfer: (call: StreamInferCall) => {
-      new StreamInferSession(call, registry, logger, options.maxInflightPerStream);
+      new StreamInferSession(call, registry, logger, options.maxInflightPerStream, options.maxMessageBytes);
     },
     ModelConfig: unary(logger, "ModelConfig", (m: ModelRequestMessage) => ({
       config: registry.configJson(m.name ?? "", given(m.version)),

@@ -69,11 +69,21 @@ function hot(): HotTypes {
   return hotTypes;
 }
 
+const asBuffer = (bytes: Uint8Array): Buffer =>
+  Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+
+/** Encodes a plain message; bytes already encoded (see encodeStreamInferResponse) pass through. */
 function encoder(type: protobuf.Type): (message: object) => Buffer {
-  return (message) => {
-    const bytes = type.encode(message).finish();
-    return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  };
+  return (message) =>
+    message instanceof Uint8Array ? asBuffer(message) : asBuffer(type.encode(message).finish());
+}
+
+/**
+ * A ModelStreamInferResponse encoded ahead of the write, so the stream can see its size
+ * (grpc-js ends the whole call on a message over the send limit); written as is.
+ */
+export function encodeStreamInferResponse(message: object): Buffer {
+  return asBuffer(hot().streamResponse.encode(message).finish());
 }
 
 function withHotCodec(

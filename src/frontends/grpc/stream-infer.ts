@@ -7,6 +7,7 @@ import type { Logger } from "../../observability/logger.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse, streamError } from "./infer-response-encoder.ts";
 import type { ModelInferRequestMessage, ModelStreamInferResponseMessage } from "./messages.ts";
+import { encodeStreamInferResponse } from "./proto-definitions.ts";
 
 // One ModelStreamInfer call. Requests start as they arrive and each response is written
 // the moment it is ready, so many requests (of many sequences) are in flight on one
@@ -25,13 +26,18 @@ import type { ModelInferRequestMessage, ModelStreamInferResponseMessage } from "
 // to it (the core removes its listener when the request settles), and one AbortController
 // per message would be a measurable part of the per-message cost.
 
-export type StreamInferCall = ServerDuplexStream<ModelInferRequestMessage, ModelStreamInferResponseMessage>;
+// Responses: errors go out as messages; successful answers already encoded (see #succeed).
+export type StreamInferCall = ServerDuplexStream<
+  ModelInferRequestMessage,
+  ModelStreamInferResponseMessage | Uint8Array
+>;
 
 export class StreamInferSession {
   readonly #call: StreamInferCall;
   readonly #registry: ModelRegistry;
   readonly #logger: Logger;
   readonly #maxInflight: number;
+  readonly #maxMessageBytes: number;
   /** Aborts the requests in flight when the stream goes away. */
   readonly #controller = new AbortController();
   /** Requests accepted and not yet answered. */
@@ -41,11 +47,18 @@ export class StreamInferSession {
   #readEnded = false;
   #closed = false;
 
-  constructor(call: StreamInferCall, registry: ModelRegistry, logger: Logger, maxInflight: number) {
+  constructor(
+    call: StreamInferCall,
+    registry: ModelRegistry,
+    logger: Logger,
+    maxInflight: number,
+    maxMessageBytes: number,
+  ) {
     this.#call = call;
     this.#registry = registry;
     this.#logger = logger;
     this.#maxInflight = Math.max(1, maxInflight);
+    this.#maxMessageBytes = maxMessageBytes;
     // One listener per request in flight, so up to maxInflight: not a leak.
     setMaxListeners(0, this.#controller.signal);
     call.on("data", (message: ModelInferRequestMessage) => this.#accept(message));
@@ -84,11 +97,25 @@ export class StreamInferSession {
   }
 
   #succeed(response: InferResponse, requestId: string | undefined): void {
-    let encoded: ModelStreamInferResponseMessage;
+    // Encoded here rather than by grpc-js on write: a message over the send limit (or one
+    // that fails to encode) makes grpc-js end the whole call, which would fail every other
+    // request in flight on the stream and cancel their sequences' queued work. Seen here,
+    // it is refused in-band like any other error and the stream goes on.
+    let encoded: Buffer;
     try {
-      encoded = { infer_response: encodeInferResponse(response) };
+      encoded = encodeStreamInferResponse({ infer_response: encodeInferResponse(response) });
     } catch (error) {
       this.#fail(error, requestId);
+      return;
+    }
+    // A negative limit is grpc-js's "unlimited".
+    if (this.#maxMessageBytes >= 0 && encoded.byteLength > this.#maxMessageBytes) {
+      this.#answer(
+        streamError(
+          `the response is larger than the server's maximum gRPC message size (${encoded.byteLength} vs. ${this.#maxMessageBytes} bytes)`,
+          requestId,
+        ),
+      );
       return;
     }
     this.#answer(encoded);
@@ -102,7 +129,7 @@ export class StreamInferSession {
     this.#answer(streamError(serverError.message, requestId));
   }
 
-  #answer(message: ModelStreamInferResponseMessage): void {
+  #answer(message: ModelStreamInferResponseMessage | Uint8Array): void {
     this.#inflight--;
     if (this.#closed) return;
     if (!this.#call.write(message)) this.#writeBlocked = true;
