@@ -85,7 +85,7 @@ export class LoadedModel implements ServedModel {
       const pending = new PendingRequest(request, validateRequest(this.config, request));
       this.#scheduler.enqueue(pending);
       const result = await pending.promise;
-      this.#statistics.recordSuccess(result.timings);
+      this.#statistics.recordSuccess(result.timings, pending.validated.rows);
       const outputs: NamedTensor[] = [];
       for (const name of pending.validated.outputNames) {
         const tensor = result.outputs.get(name);

@@ -30,7 +30,7 @@ export interface ModelStatisticsSnapshot {
   readonly version: string;
   /** Milliseconds since the epoch of the last inference; 0 when none. */
   readonly last_inference: number;
-  /** Requests inferred (padding rows excluded). */
+  /** Rows inferred over all requests (padding rows excluded), as Triton counts it. */
   readonly inference_count: number;
   /** Model executions (a batch counts once). */
   readonly execution_count: number;
@@ -77,15 +77,15 @@ export class ModelStatistics {
     this.version = version;
   }
 
-  /** A request answered with outputs. */
-  recordSuccess(timings: RequestTimings): void {
+  /** A request of `rows` batch rows answered with outputs (Triton counts inferences by row). */
+  recordSuccess(timings: RequestTimings, rows: number): void {
     const s = this.#inference;
     add(s.success, timings.totalNs);
     add(s.queue, timings.queueNs);
     add(s.compute_input, timings.computeInputNs);
     add(s.compute_infer, timings.computeInferNs);
     add(s.compute_output, timings.computeOutputNs);
-    this.#inferenceCount++;
+    this.#inferenceCount += rows;
     this.#lastInference = Date.now();
   }
 

@@ -37,6 +37,11 @@ interface ModelEntry {
   source: ModelSource | undefined;
   /** Loaded versions, by version string. */
   versions: Map<string, LoadedModel>;
+  /**
+   * Every version loaded at some time. Triton keeps an unloaded version in its table (state
+   * UNAVAILABLE), so a request naming it is "not at ready state" (503), not "not found" (404).
+   */
+  everLoaded: Set<string>;
   configJson: Record<string, unknown> | undefined;
   state: ModelState;
   reason: string;
@@ -96,6 +101,7 @@ export class ModelRepository implements ModelRegistry {
       name,
       source,
       versions: new Map(),
+      everLoaded: new Set(),
       configJson: undefined,
       state: "UNAVAILABLE",
       reason: "unloaded",
@@ -152,10 +158,26 @@ export class ModelRepository implements ModelRegistry {
     const entry = this.#models.get(name);
     if (entry?.source === undefined)
       throw notFound(`failed to load '${name}', failed to poll from model repository`);
-    await entry.transition;
-    const work = this.#loadEntry(entry, entry.source, configOverride);
-    entry.transition = work.finally(() => {
-      entry.transition = undefined;
+    return this.#afterTransition(entry, () => {
+      const source = entry.source;
+      if (source === undefined)
+        throw notFound(`failed to load '${name}', failed to poll from model repository`);
+      return this.#loadEntry(entry, source, configOverride);
+    });
+  }
+
+  /**
+   * Runs `step` once the model's load or unload in progress (if any) has ended. The chain is
+   * extended synchronously: when several callers waited for the same transition and then
+   * all started, concurrent loads of one model each opened instances, and all but the last
+   * were orphaned (their workers never closed, not even at shutdown).
+   */
+  #afterTransition(entry: ModelEntry, step: () => Promise<void>): Promise<void> {
+    const work = (entry.transition ?? Promise.resolve()).then(step);
+    const transition = settled(work);
+    entry.transition = transition;
+    void transition.then(() => {
+      if (entry.transition === transition) entry.transition = undefined;
     });
     return work;
   }
@@ -171,14 +193,15 @@ export class ModelRepository implements ModelRegistry {
     entry.reason = "";
     const loaded = new Map<string, LoadedModel>();
     let configJson: Record<string, unknown> | undefined;
+    const signature = sourceSignature(source);
     try {
-      const signature = sourceSignature(source);
       const opened = await openModelVersions(this.#options, source, configOverride, (v, model, json) => {
         loaded.set(String(v), model);
         configJson = json;
       });
       if (!opened) throw unavailable(`failed to load '${name}': no version is available`);
       entry.versions = loaded;
+      for (const version of loaded.keys()) entry.everLoaded.add(version);
       entry.configJson = configJson;
       entry.state = "READY";
       entry.signature = signature;
@@ -191,6 +214,9 @@ export class ModelRepository implements ModelRegistry {
       const failure = asServerError(error);
       entry.reason = failure.message;
       entry.state = previous.size > 0 ? "READY" : "UNAVAILABLE";
+      // Poll mode retries a failed model when its files change, as Triton does, not at
+      // every poll (each retry started a worker and logged the same error again).
+      entry.signature = signature;
       this.#logger.error(
         { event: "model_load_failed", model: name, reason: failure.message },
         `failed to load model '${name}': ${failure.message}`,
@@ -216,20 +242,15 @@ export class ModelRepository implements ModelRegistry {
     }
     const entry = this.#models.get(name);
     if (entry === undefined) throw notFound(`failed to unload '${name}', no model with that name`);
-    await entry.transition;
-    const versions = entry.versions;
-    entry.versions = new Map();
-    entry.state = "UNLOADING";
-    const work = (async () => {
+    return this.#afterTransition(entry, async () => {
+      const versions = entry.versions;
+      entry.versions = new Map();
+      entry.state = "UNLOADING";
       await Promise.all([...versions.values()].map((m) => m.unload(Date.now() + 30_000)));
       entry.state = "UNAVAILABLE";
       entry.reason = "unloaded";
       this.#logger.info({ event: "model_unloaded", model: name }, `unloaded model '${name}'`);
-    })();
-    entry.transition = work.finally(() => {
-      entry.transition = undefined;
     });
-    return work;
   }
 
   // ---- lookups (Triton's messages) ----
@@ -249,7 +270,11 @@ export class ModelRepository implements ModelRegistry {
       throw invalidArg(`Request for model '${name}': version '${version}' is not a version number`);
     const model = entry.versions.get(String(Number(version)));
     if (model === undefined) {
-      if (entry.state === "LOADING" || entry.state === "UNLOADING") {
+      if (
+        entry.state === "LOADING" ||
+        entry.state === "UNLOADING" ||
+        entry.everLoaded.has(String(Number(version)))
+      ) {
         throw unavailable(`Request for unknown model: '${name}' version ${version} is not at ready state`);
       }
       throw notFound(`Request for unknown model: '${name}' version ${version} is not found`);
@@ -347,6 +372,18 @@ export class ModelRepository implements ModelRegistry {
   #allLoaded(): LoadedModel[] {
     return [...this.#models.values()].flatMap((e) => [...e.versions.values()]);
   }
+}
+
+/**
+ * A transition only orders loads and unloads: its failure belongs to the caller, who gets
+ * `work` itself. Chaining on the rejecting promise itself made a second, unobserved
+ * rejection that ended the process (e.g. a model file ONNX Runtime cannot parse).
+ */
+function settled(work: Promise<void>): Promise<void> {
+  return work.then(
+    () => {},
+    () => {},
+  );
 }
 
 /** Opens every version the policy serves; false when there is none. */

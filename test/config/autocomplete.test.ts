@@ -133,14 +133,15 @@ describe("completing a config from the model file", () => {
     assert.equal(config.sequenceBatching?.states[0]?.batchAxis, 1);
   });
 
-  it("refuses a model tensor whose type has no KServe datatype, naming it", () => {
+  it("refuses a model tensor whose type onnxruntime-node cannot carry, naming it", () => {
     const modelIo = {
       inputs: [tensor("x", undefined, [-1, 4], "bfloat16")],
       outputs: [tensor("y", "FP32", [-1, 4])],
     };
     assertConfigError(() => resolve(undefined, modelIo), {
       file: "models/m",
-      includes: "input 'x' of model 'm' has type bfloat16, which has no KServe datatype",
+      includes:
+        "input 'x' of model 'm' has type bfloat16, which ONNX Runtime's Node.js API cannot feed or fetch",
     });
   });
 

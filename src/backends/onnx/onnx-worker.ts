@@ -41,7 +41,9 @@ interface LoadedSession {
 let loaded: LoadedSession | undefined;
 let instanceName = "";
 const RUN_OPTIONS = {};
-const utf8Decoder = new TextDecoder();
+// Fatal: ONNX Runtime's Node.js API takes string tensors as JavaScript strings, so bytes
+// that are not UTF-8 cannot reach the model unchanged; they are refused, never altered.
+const utf8Decoder = new TextDecoder("utf-8", { fatal: true });
 const utf8Encoder = new TextEncoder();
 
 function post(message: FromWorkerMessage, transfer?: ArrayBuffer[]): void {
@@ -87,11 +89,19 @@ function load(message: LoadMessage): void {
   }
 }
 
-function decodeStrings(packed: PackedBytes): string[] {
+function decodeStrings(name: string, packed: PackedBytes): string[] {
   const { offsets, bytes } = packed;
   const strings: string[] = new Array(offsets.length - 1);
-  for (let i = 0; i < strings.length; i++)
-    strings[i] = utf8Decoder.decode(bytes.subarray(offsets[i]!, offsets[i + 1]!));
+  for (let i = 0; i < strings.length; i++) {
+    try {
+      strings[i] = utf8Decoder.decode(bytes.subarray(offsets[i]!, offsets[i + 1]!));
+    } catch {
+      throw new RunFailure(
+        "INVALID_ARG",
+        `element ${i} of BYTES input '${name}' is not valid UTF-8, which ONNX Runtime string tensors require`,
+      );
+    }
+  }
   return strings;
 }
 
@@ -116,7 +126,7 @@ function feed(input: WireTensor): Tensor {
       `input '${input.name}' has datatype ${input.datatype}, which ONNX Runtime for Node.js cannot feed`,
     );
   }
-  const data = type === "string" ? decodeStrings(input.data as PackedBytes) : (input.data as NumericArray);
+  const data = type === "string" ? decodeStrings(input.name, input.data as PackedBytes) : (input.data as NumericArray);
   // One constructor call for every type: the overloads only differ in the data they accept.
   return new Tensor(type as "float32", data as Float32Array, input.shape);
 }

@@ -33,8 +33,10 @@ type Kind = "input" | "output";
 function unservable(io: IoContext, kind: Kind, tensor: ModelTensorInfo): never {
   return io.root.fail(
     kind,
+    // Not "no KServe datatype": KServe has BF16, yet a bfloat16 model lands here because
+    // onnxruntime-node has no bfloat16 tensor. Say what actually stops it.
     `${kind} '${tensor.name}' of model '${io.root.ctx.modelName}' has type ${tensor.typeName}, ` +
-      "which has no KServe datatype, so seqserve cannot serve it",
+      "which ONNX Runtime's Node.js API cannot feed or fetch as any KServe datatype, so seqserve cannot serve this model",
   );
 }
 

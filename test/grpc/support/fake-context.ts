@@ -111,7 +111,7 @@ class EchoModel extends FakeModel {
       computeInferNs: 3,
       computeOutputNs: 4,
       totalNs: 10,
-    });
+    }, 1);
     this.stats.recordExecution(1, 2, 3, 4);
     return this.respond(request, outputs);
   }

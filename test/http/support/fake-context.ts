@@ -90,7 +90,7 @@ export class FakeModel implements ServedModel {
       computeInferNs: 3000,
       computeOutputNs: 4000,
       totalNs: 10000,
-    });
+    }, 1);
     return response;
   }
 

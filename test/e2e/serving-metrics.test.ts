@@ -1,0 +1,173 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
+import { addSubModel } from "../../tools/onnx/test-models.ts";
+import { infer, outputData } from "../support/http-client.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+import { rowsOf, simpleConfig, simpleInputs, sum } from "./support/serving.ts";
+
+// The metrics port of a real server: Triton's nv_inference_* families with model and
+// version labels, and seqserve's own, growing with the requests served.
+
+const ACCUMULATOR_CONFIG = `
+name: "acc"
+backend: "onnxruntime"
+max_batch_size: 2
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
+  ]
+  state [ { input_name: "STATE" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+}
+`;
+
+let server: TestServer;
+before(async () => {
+  server = await startTestServer({
+    simple: { config: simpleConfig("simple"), onnx: addSubModel("INT32", [-1, 16]) },
+    acc: { config: ACCUMULATOR_CONFIG, onnx: accumulatorModel() },
+  });
+});
+after(() => server.stop());
+
+interface Scrape {
+  readonly text: string;
+  readonly contentType: string;
+  /** The value of `name` with exactly these labels; undefined when absent. */
+  value(name: string, labels: Readonly<Record<string, string>>): number | undefined;
+}
+
+async function scrape(): Promise<Scrape> {
+  const response = await fetch(server.metricsUrl);
+  assert.equal(response.status, 200);
+  const text = await response.text();
+  const samples = new Map<string, number>();
+  for (const line of text.split("\n")) {
+    const match = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+    if (match === null) continue;
+    const labels = [...(match[2] ?? "").matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)]
+      .map(([, k, v]) => `${k}=${v}`)
+      .sort()
+      .join(",");
+    samples.set(`${match[1]}{${labels}}`, Number(match[3]));
+  }
+  return {
+    text,
+    contentType: response.headers.get("content-type") ?? "",
+    value: (name, labels) =>
+      samples.get(
+        `${name}{${Object.entries(labels)
+          .map(([k, v]) => `${k}=${v}`)
+          .sort()
+          .join(",")}}`,
+      ),
+  };
+}
+
+const SIMPLE = { model: "simple", version: "1" };
+const COUNTERS = [
+  "nv_inference_request_success",
+  "nv_inference_request_failure",
+  "nv_inference_count",
+  "nv_inference_exec_count",
+  "nv_inference_request_duration_us",
+  "nv_inference_queue_duration_us",
+  "nv_inference_compute_input_duration_us",
+  "nv_inference_compute_infer_duration_us",
+  "nv_inference_compute_output_duration_us",
+];
+
+async function serveSimple(rows: number, seed: number): Promise<void> {
+  const a = rowsOf(seed, rows);
+  assert.deepEqual(outputData(await infer(server.url, "simple", simpleInputs(a, a)), "OUTPUT0"), sum(a, a));
+}
+
+describe("the metrics port", () => {
+  it("serves Prometheus text with Triton's families, labelled by model and version, at zero", async () => {
+    const metrics = await scrape();
+    assert.match(metrics.contentType, /^text\/plain/);
+    for (const name of COUNTERS) {
+      assert.match(metrics.text, new RegExp(`^# TYPE ${name} counter$`, "m"), name);
+      assert.equal(metrics.value(name, SIMPLE), 0, name);
+    }
+    assert.equal(metrics.value("nv_inference_pending_request_count", SIMPLE), 0);
+  });
+
+  it("grows with the requests served", async () => {
+    for (const [i, rows] of [1, 2, 1].entries()) await serveSimple(rows, i);
+    const bad = await infer(server.url, "simple", simpleInputs(rowsOf(0, 9), rowsOf(0, 9)));
+    assert.equal(bad.status, 400);
+
+    const first = await scrape();
+    assert.equal(first.value("nv_inference_request_success", SIMPLE), 3);
+    assert.equal(first.value("nv_inference_request_failure", SIMPLE), 1);
+    assert.equal(first.value("nv_inference_exec_count", SIMPLE), 3);
+    assert.ok((first.value("nv_inference_count", SIMPLE) ?? 0) >= 3);
+    for (const name of COUNTERS.filter((n) => n.endsWith("_duration_us") && !n.includes("queue"))) {
+      assert.ok((first.value(name, SIMPLE) ?? 0) > 0, `${name} counts time`);
+    }
+    assert.equal(
+      first.value("seqserve_inference_exec_count_by_batch_size", { ...SIMPLE, batch_size: "1" }),
+      2,
+    );
+    assert.equal(
+      first.value("seqserve_inference_exec_count_by_batch_size", { ...SIMPLE, batch_size: "2" }),
+      1,
+    );
+
+    await serveSimple(1, 10);
+    await serveSimple(1, 11);
+    const second = await scrape();
+    assert.equal(second.value("nv_inference_request_success", SIMPLE), 5);
+    assert.equal(second.value("nv_inference_exec_count", SIMPLE), 5);
+    assert.ok(
+      (second.value("nv_inference_request_duration_us", SIMPLE) ?? 0) >
+        (first.value("nv_inference_request_duration_us", SIMPLE) ?? 0),
+    );
+    assert.ok(
+      (second.value("nv_inference_compute_infer_duration_us", SIMPLE) ?? 0) >
+        (first.value("nv_inference_compute_infer_duration_us", SIMPLE) ?? 0),
+    );
+    assert.equal(
+      second.value("seqserve_inference_exec_count_by_batch_size", { ...SIMPLE, batch_size: "1" }),
+      4,
+    );
+  });
+
+  // Triton's nv_inference_count: "a batch of n is counted as n inferences".
+  it("nv_inference_count counts every row of a batched request", async () => {
+    const metrics = await scrape();
+    assert.equal(metrics.value("nv_inference_count", SIMPLE), 6);
+  });
+
+  it("counts sequences live and ended, by reason", async () => {
+    const value = (v: number) => [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [v] }];
+    const ACC = { model: "acc", version: "1" };
+    assert.deepEqual(
+      outputData(await infer(server.url, "acc", value(2), { id: 5, start: true }), "OUTPUT"),
+      [2],
+    );
+    const live = await scrape();
+    assert.equal(live.value("seqserve_sequences_live", ACC), 1);
+    assert.equal(live.value("seqserve_sequences_ended_total", { ...ACC, reason: "end" }), 0);
+    assert.equal(live.value("nv_inference_request_success", ACC), 1);
+    assert.deepEqual(
+      outputData(await infer(server.url, "acc", value(3), { id: 5, end: true }), "OUTPUT"),
+      [5],
+    );
+    const ended = await scrape();
+    assert.equal(ended.value("seqserve_sequences_live", ACC), 0);
+    assert.equal(ended.value("seqserve_sequences_ended_total", { ...ACC, reason: "end" }), 1);
+    assert.equal(ended.value("nv_inference_request_success", ACC), 2);
+  });
+
+  it("answers anything but GET /metrics with a 404", async () => {
+    const response = await fetch(server.metricsUrl.replace("/metrics", "/other"));
+    assert.equal(response.status, 404);
+    await response.body?.cancel();
+  });
+});

@@ -1,0 +1,398 @@
+import assert from "node:assert/strict";
+import { existsSync, mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Writable } from "node:stream";
+import { after, before, describe, it } from "node:test";
+import { pino } from "pino";
+import { type RunningServer, startServer } from "../../src/app/server.ts";
+import { DEFAULT_SERVER_OPTIONS } from "../../src/config/server-options.ts";
+import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
+import { addSubModel, identityModel } from "../../tools/onnx/test-models.ts";
+import { getJson, type HttpAnswer, infer, outputData, postJson } from "../support/http-client.ts";
+import { tempRepository } from "../support/model-repository.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+import { errorOf, rowsOf, simpleConfig, simpleInputs, sum, waitUntil } from "./support/serving.ts";
+
+// The model repository's lifecycle through the real server: version policies, models that
+// fail to load, explicit model control (index, load with a config override, unload) and
+// poll mode following the repository folder.
+
+interface IndexEntry {
+  readonly name: string;
+  readonly version?: string;
+  readonly state?: string;
+  readonly reason?: string;
+}
+
+const index = async (url: string, body: unknown = {}): Promise<IndexEntry[]> => {
+  const answer = await postJson(`${url}/v2/repository/index`, body);
+  assert.equal(answer.status, 200, JSON.stringify(answer.body));
+  return answer.body as unknown as IndexEntry[];
+};
+
+/** Version `v` of a model that adds `v`: OUTPUT0 = INPUT0 + v (INT32 [-1, 1]), so an answer names its version. */
+function plusVersionModel(v: number): Uint8Array {
+  return new OnnxModelBuilder({ opset: 17 })
+    .input("INPUT0", "INT32", [-1, 1])
+    .output("OUTPUT0", "INT32", [-1, 1])
+    .initializer("v", "INT32", [1], new Int32Array([v]))
+    .node("Add", ["INPUT0", "v"], ["OUTPUT0"])
+    .toBytes();
+}
+
+const THREE_VERSIONS = { 1: plusVersionModel(1), 2: plusVersionModel(2), 3: plusVersionModel(3) };
+const input = (v: number) => [{ name: "INPUT0", datatype: "INT32", shape: [1, 1], data: [v] }];
+const status = async (url: string): Promise<number> => (await fetch(url)).status;
+
+describe("version policies", () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startTestServer({
+      latest: { onnx: THREE_VERSIONS },
+      latest_two: { config: "version_policy: { latest: { num_versions: 2 } }", onnx: THREE_VERSIONS },
+      all: { config: "version_policy: { all: { } }", onnx: THREE_VERSIONS },
+      specific: { config: "version_policy: { specific: { versions: [ 1, 3 ] } }", onnx: THREE_VERSIONS },
+    });
+  });
+  after(() => server.stop());
+
+  const SERVED: Readonly<Record<string, readonly string[]>> = {
+    latest: ["3"],
+    latest_two: ["2", "3"],
+    all: ["1", "2", "3"],
+    specific: ["1", "3"],
+  };
+
+  for (const [model, versions] of Object.entries(SERVED)) {
+    it(`${model}: serves versions ${versions.join(", ")} and answers for the others as Triton does`, async () => {
+      const metadata = await getJson(`${server.url}/v2/models/${model}`);
+      assert.deepEqual(metadata.body.versions, versions);
+      for (const version of ["1", "2", "3"]) {
+        const served = versions.includes(version);
+        const base = `${server.url}/v2/models/${model}/versions/${version}`;
+        assert.equal(await status(`${base}/ready`), served ? 200 : 400, `${model} v${version} ready`);
+        const answer = await infer(server.url, `${model}/versions/${version}`, input(100));
+        if (served) {
+          assert.deepEqual(outputData(answer, "OUTPUT0"), [100 + Number(version)], `${model} v${version}`);
+          assert.equal(answer.body.model_version, version);
+          const versionMetadata = await getJson(base);
+          assert.equal(versionMetadata.status, 200);
+          assert.deepEqual(versionMetadata.body.versions, versions);
+        } else {
+          assert.equal(answer.status, 404);
+          assert.equal(
+            errorOf(answer),
+            `Request for unknown model: '${model}' version ${version} is not found`,
+          );
+          assert.equal((await getJson(base)).status, 404);
+          assert.equal((await getJson(`${base}/config`)).status, 404);
+        }
+      }
+      // Without a version: the highest served one.
+      const latest = await infer(server.url, model, input(100));
+      assert.deepEqual(outputData(latest, "OUTPUT0"), [103]);
+      assert.equal(latest.body.model_version, "3");
+    });
+  }
+
+  it("the index lists every served version as READY", async () => {
+    const entries = await index(server.url);
+    assert.deepEqual(
+      entries.map((e) => `${e.name}/${e.version}/${e.state}`),
+      Object.entries(SERVED)
+        .sort(([a], [b]) => a.localeCompare(b))
+        .flatMap(([model, versions]) => versions.map((v) => `${model}/${v}/READY`)),
+    );
+  });
+
+  it("statistics are kept per version", async () => {
+    await infer(server.url, "all/versions/2", input(1));
+    const stats = (await getJson(`${server.url}/v2/models/all/stats`)).body.model_stats as {
+      version: string;
+      inference_stats: { success: { count: number } };
+    }[];
+    const counts = Object.fromEntries(stats.map((s) => [s.version, s.inference_stats.success.count]));
+    // The policy test above ran one request per served version, and this one another on v2;
+    // v3 also answered the request without a version.
+    assert.deepEqual(counts, { "1": 1, "2": 2, "3": 2 });
+  });
+
+  it("load and unload are refused when the model control mode is none", async () => {
+    const load = await postJson(`${server.url}/v2/repository/models/all/load`, {});
+    assert.equal(load.status, 503);
+    assert.equal(
+      errorOf(load),
+      "explicit model load / unload is not allowed if polling is enabled or model control is none",
+    );
+    const unload = await postJson(`${server.url}/v2/repository/models/all/unload`, {});
+    assert.equal(unload.status, 503);
+    assert.equal(await status(`${server.url}/v2/models/all/ready`), 200);
+  });
+});
+
+describe("a model that fails to load", () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startTestServer({
+      corrupt: { onnx: new TextEncoder().encode("this is not an ONNX model") },
+      fine: { config: simpleConfig("fine", { instances: 2 }), onnx: addSubModel("INT32", [-1, 16]) },
+    });
+  });
+  after(() => server.stop());
+
+  it("is reported UNAVAILABLE with ONNX Runtime's error in the index", async () => {
+    const entry = (await index(server.url)).find((e) => e.name === "corrupt");
+    assert.equal(entry?.state, "UNAVAILABLE");
+    assert.equal(entry?.version, undefined);
+    assert.match(
+      entry?.reason ?? "",
+      /failed to load model instance 'corrupt_0' from '.*corrupt[/\\]1[/\\]model\.onnx'/,
+    );
+    // ONNX Runtime's own words.
+    assert.match(entry?.reason ?? "", /Protobuf parsing failed/);
+  });
+
+  it("does not take the server down: the others serve, the server reports not-ready", async () => {
+    assert.equal(await status(`${server.url}/v2/health/live`), 200);
+    assert.equal(await status(`${server.url}/v2/health/ready`), 400);
+    assert.equal(await status(`${server.url}/v2/models/corrupt/ready`), 400);
+    const corrupt = await infer(server.url, "corrupt", input(1));
+    assert.equal(corrupt.status, 503);
+    assert.equal(errorOf(corrupt), "Request for unknown model: 'corrupt' has no available versions");
+    const answers = await Promise.all(
+      Array.from({ length: 16 }, (_, i) => infer(server.url, "fine", simpleInputs(rowsOf(i), rowsOf(i + 1)))),
+    );
+    for (const [i, answer] of answers.entries()) {
+      assert.deepEqual(outputData(answer, "OUTPUT0"), sum(rowsOf(i), rowsOf(i + 1)));
+    }
+  });
+});
+
+describe("explicit model control", () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startTestServer(
+      {
+        simple: { config: simpleConfig("simple"), onnx: addSubModel("INT32", [-1, 16]) },
+        auto: { onnx: identityModel("FP32", [-1, 4]) },
+        spare: { onnx: identityModel("INT8", [-1, 4]) },
+      },
+      { modelControlMode: "explicit", loadModels: ["simple"] },
+    );
+  });
+  after(() => server.stop());
+
+  const auto = (rows: number): Promise<HttpAnswer> =>
+    infer(server.url, "auto", [
+      { name: "INPUT0", datatype: "FP32", shape: [rows, 4], data: Array(rows * 4).fill(0.5) },
+    ]);
+  const load = (model: string, body: unknown = {}) =>
+    postJson(`${server.url}/v2/repository/models/${model}/load`, body);
+  const unload = (model: string) => postJson(`${server.url}/v2/repository/models/${model}/unload`, {});
+
+  it("loads only the models asked for; the index lists the others as unloaded", async () => {
+    const entries = await index(server.url);
+    assert.deepEqual(entries, [
+      { name: "auto", state: "UNAVAILABLE", reason: "unloaded" },
+      { name: "simple", version: "1", state: "READY", reason: "" },
+      { name: "spare", state: "UNAVAILABLE", reason: "unloaded" },
+    ]);
+    assert.deepEqual(await index(server.url, { ready: true }), [
+      { name: "simple", version: "1", state: "READY", reason: "" },
+    ]);
+    // Models nobody asked for do not make the server unready.
+    assert.equal(await status(`${server.url}/v2/health/ready`), 200);
+    assert.equal(await status(`${server.url}/v2/models/auto/ready`), 400);
+    assert.equal((await auto(1)).status, 503);
+  });
+
+  it("loads a model with a config override from the request", async () => {
+    const config = JSON.stringify({ name: "auto", backend: "onnxruntime", max_batch_size: 2 });
+    const answer = await load("auto", { parameters: { config } });
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    assert.equal(await status(`${server.url}/v2/models/auto/ready`), 200);
+    const completed = (await getJson(`${server.url}/v2/models/auto/config`)).body;
+    assert.equal(completed.max_batch_size, 2);
+    assert.deepEqual(
+      (completed.input as { name: string; dims: number[] }[]).map((i) => [i.name, i.dims]),
+      [["INPUT0", [4]]],
+    );
+    const refused = await auto(3);
+    assert.equal(refused.status, 400);
+    assert.equal(errorOf(refused), "inference request batch-size must be <= 2 for 'auto'");
+    assert.deepEqual(outputData(await auto(2), "OUTPUT0"), Array(8).fill(0.5));
+  });
+
+  it("a bad config override is refused naming it, and the model keeps its loaded config", async () => {
+    const answer = await load("auto", { parameters: { config: '{"max_batch_size": "many"' } });
+    assert.equal(answer.status, 400);
+    assert.match(errorOf(answer), /the load request's config for 'auto'/);
+    assert.equal((await getJson(`${server.url}/v2/models/auto/config`)).body.max_batch_size, 2);
+    assert.deepEqual(outputData(await auto(2), "OUTPUT0"), Array(8).fill(0.5));
+  });
+
+  it("a load without an override reloads the model from the repository", async () => {
+    assert.equal((await load("auto")).status, 200);
+    // Completed from the ONNX file again: Triton's default max_batch_size 4.
+    assert.equal((await getJson(`${server.url}/v2/models/auto/config`)).body.max_batch_size, 4);
+    assert.deepEqual(outputData(await auto(3), "OUTPUT0"), Array(12).fill(0.5));
+  });
+
+  it("unload: requests then get Triton's unavailable / not-found messages", async () => {
+    assert.equal((await unload("simple")).status, 200);
+    const entries = await index(server.url);
+    assert.deepEqual(
+      entries.find((e) => e.name === "simple"),
+      { name: "simple", state: "UNAVAILABLE", reason: "unloaded" },
+    );
+    const a = rowsOf(1);
+    const latest = await infer(server.url, "simple", simpleInputs(a, a));
+    assert.equal(latest.status, 503);
+    assert.equal(errorOf(latest), "Request for unknown model: 'simple' has no available versions");
+    const versioned = await infer(server.url, "simple/versions/1", simpleInputs(a, a));
+    assert.equal(versioned.status, 503);
+    assert.equal(errorOf(versioned), "Request for unknown model: 'simple' version 1 is not at ready state");
+    const never = await infer(server.url, "simple/versions/2", simpleInputs(a, a));
+    assert.equal(never.status, 404);
+    assert.equal(errorOf(never), "Request for unknown model: 'simple' version 2 is not found");
+    assert.equal(await status(`${server.url}/v2/models/simple/ready`), 400);
+    assert.equal((await getJson(`${server.url}/v2/models/simple`)).status, 503);
+    // The server stays ready: an unloaded model is not one it was asked to serve.
+    assert.equal(await status(`${server.url}/v2/health/ready`), 200);
+  });
+
+  it("a model loaded again serves again", async () => {
+    assert.equal((await load("simple")).status, 200);
+    const a = rowsOf(4);
+    const b = rowsOf(5);
+    assert.deepEqual(outputData(await infer(server.url, "simple", simpleInputs(a, b)), "OUTPUT0"), sum(a, b));
+  });
+
+  // Each instance is a worker thread: the process's threads show whether any was left behind.
+  const threads = () => readdirSync("/proc/self/task").length;
+  it("concurrent loads of one model leave no instance behind: unloading it frees every worker", {
+    skip: existsSync("/proc/self/task") ? false : "needs /proc to count threads",
+  }, async () => {
+    const before = threads();
+    const loads = await Promise.all([1, 2, 3].map(() => load("spare")));
+    assert.deepEqual(
+      loads.map((answer) => answer.status),
+      [200, 200, 200],
+    );
+    const answer = await infer(server.url, "spare", [
+      { name: "INPUT0", datatype: "INT8", shape: [1, 4], data: [1, -2, 3, -4] },
+    ]);
+    assert.deepEqual(outputData(answer, "OUTPUT0"), [1, -2, 3, -4]);
+    assert.equal((await unload("spare")).status, 200);
+    await waitUntil("every thread the loads started to end", async () => threads() <= before, 10_000).catch(
+      () => assert.fail(`${threads() - before} threads outlived the model's unload`),
+    );
+  });
+
+  it("loading or unloading a model the repository does not have is a 404", async () => {
+    const answer = await load("nope");
+    assert.equal(answer.status, 404);
+    assert.equal(errorOf(answer), "failed to load 'nope', failed to poll from model repository");
+    const gone = await unload("nope");
+    assert.equal(gone.status, 404);
+    assert.equal(errorOf(gone), "failed to unload 'nope', no model with that name");
+  });
+
+  it("load parameters other than config are refused, naming them", async () => {
+    const answer = await load("auto", { parameters: { colour: "blue" } });
+    assert.equal(answer.status, 400);
+    assert.equal(
+      errorOf(answer),
+      "unexpected load parameter 'colour' for model 'auto': only 'config' is supported",
+    );
+  });
+});
+
+describe("poll mode", () => {
+  const repository = tempRepository({
+    first: { onnx: identityModel("INT32", [-1, 4]) },
+    broken: { onnx: new TextEncoder().encode("not a model yet") },
+  });
+  /** The model names of the server's model_load_failed log events, in order. */
+  const loadFailures: string[] = [];
+  let server: RunningServer;
+  let url: string;
+  before(async () => {
+    const logs = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        for (const line of chunk.toString().split("\n")) {
+          if (line === "") continue;
+          const entry = JSON.parse(line) as { event?: string; model?: string };
+          if (entry.event === "model_load_failed") loadFailures.push(entry.model ?? "");
+        }
+        done();
+      },
+    });
+    server = await startServer(
+      {
+        ...DEFAULT_SERVER_OPTIONS,
+        modelRepositories: [repository.path],
+        host: "127.0.0.1",
+        httpPort: 0,
+        grpcPort: undefined,
+        metricsPort: undefined,
+        modelControlMode: "poll",
+        repositoryPollSecs: 1,
+      },
+      { logger: pino({ level: "info" }, logs) },
+    );
+    url = `http://127.0.0.1:${server.httpPort}`;
+  });
+  after(async () => {
+    await server.stop();
+    repository.remove();
+  });
+
+  const ready = (model: string) => async () => (await status(`${url}/v2/models/${model}/ready`)) === 200;
+
+  /** Adds a model the way a deployment should: built beside the repository, then moved in at once. */
+  const addModel = (name: string, onnx: Uint8Array) => {
+    const staging = tempRepository({ [name]: { onnx } });
+    renameSync(join(staging.path, name), join(repository.path, name));
+    staging.remove();
+  };
+
+  it("a model added to the repository folder while running becomes ready and serves", async () => {
+    assert.equal(await status(`${url}/v2/models/added/ready`), 400);
+    addModel("added", plusVersionModel(7));
+    await waitUntil("the added model to become ready", ready("added"));
+    assert.deepEqual(outputData(await infer(url, "added", input(10)), "OUTPUT0"), [17]);
+    assert.equal((await index(url)).find((e) => e.name === "added")?.state, "READY");
+  });
+
+  it("a model that failed to load is not retried at every poll, only when its files change", async () => {
+    // Another model added and found proves at least one more poll since the last test.
+    addModel("second", plusVersionModel(2));
+    await waitUntil("the second model to become ready", ready("second"));
+    assert.deepEqual(loadFailures, ["broken"], "one failed load, at start");
+    assert.equal((await index(url)).find((e) => e.name === "broken")?.state, "UNAVAILABLE");
+
+    // Fixed on disk (the file replaced at once): the next poll loads it.
+    const fixed = join(repository.path, "broken", "1", "model.onnx.new");
+    writeFileSync(fixed, plusVersionModel(5));
+    renameSync(fixed, join(repository.path, "broken", "1", "model.onnx"));
+    await waitUntil("the fixed model to become ready", ready("broken"));
+    assert.deepEqual(outputData(await infer(url, "broken", input(10)), "OUTPUT0"), [15]);
+    assert.deepEqual(loadFailures, ["broken"]);
+  });
+
+  it("a model removed from the folder is unloaded", async () => {
+    // Moved out at once, then deleted.
+    const trash = mkdtempSync(join(tmpdir(), "seqserve-test-"));
+    renameSync(join(repository.path, "first"), join(trash, "first"));
+    rmSync(trash, { recursive: true, force: true });
+    await waitUntil("the removed model to become unavailable", async () => !(await ready("first")()));
+    const answer = await infer(url, "first", [
+      { name: "INPUT0", datatype: "INT32", shape: [1, 4], data: [1, 2, 3, 4] },
+    ]);
+    assert.equal(answer.status, 503);
+    assert.equal(errorOf(answer), "Request for unknown model: 'first' has no available versions");
+    assert.equal(await status(`${url}/v2/models/added/ready`), 200);
+  });
+});
