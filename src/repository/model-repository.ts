@@ -124,7 +124,7 @@ export class ModelRepository implements ModelRegistry {
     for (const [name, entry] of this.#models) {
       const source = sources.get(name);
       if (source === undefined) {
-        if (entry.versions.size > 0) await this.unload(name).catch(() => {});
+        if (entry.versions.size > 0) await this.#unload(name).catch(() => {});
         continue;
       }
       if (entry.versions.size === 0 && entry.state === "UNAVAILABLE" && entry.reason === "unloaded") {
@@ -142,7 +142,8 @@ export class ModelRepository implements ModelRegistry {
   // ---- load / unload ----
 
   load(name: string, options: { readonly config?: string } = {}): Promise<void> {
-    if (this.#options.controlMode === "none") {
+    // As Triton: the repository API loads and unloads only in explicit mode.
+    if (this.#options.controlMode !== "explicit") {
       return Promise.reject(
         new ServerError(
           "UNAVAILABLE",
@@ -234,12 +235,16 @@ export class ModelRepository implements ModelRegistry {
   }
 
   async unload(name: string): Promise<void> {
-    if (this.#options.controlMode === "none") {
+    if (this.#options.controlMode !== "explicit") {
       throw new ServerError(
         "UNAVAILABLE",
         "explicit model load / unload is not allowed if polling is enabled or model control is none",
       );
     }
+    return this.#unload(name);
+  }
+
+  async #unload(name: string): Promise<void> {
     const entry = this.#models.get(name);
     if (entry === undefined) throw notFound(`failed to unload '${name}', no model with that name`);
     return this.#afterTransition(entry, async () => {
@@ -360,6 +365,8 @@ export class ModelRepository implements ModelRegistry {
 
   async shutdown(deadlineMs: number): Promise<void> {
     this.beginShutdown();
+    // A load still opening instances must finish first, or its workers would outlive the server.
+    await Promise.all([...this.#models.values()].map((e) => e.transition));
     await this.drain(deadlineMs);
     await Promise.all(this.#allLoaded().map((m) => m.close()));
     for (const entry of this.#models.values()) {

@@ -351,6 +351,17 @@ describe("poll mode", () => {
 
   const ready = (model: string) => async () => (await status(`${url}/v2/models/${model}/ready`)) === 200;
 
+  it("refuses loads and unloads through the repository API, as Triton does in poll mode", async () => {
+    for (const action of ["load", "unload"]) {
+      const answer = await postJson(`${url}/v2/repository/models/anything/${action}`, {});
+      assert.equal(answer.status, 503);
+      assert.equal(
+        errorOf(answer),
+        "explicit model load / unload is not allowed if polling is enabled or model control is none",
+      );
+    }
+  });
+
   /** Adds a model the way a deployment should: built beside the repository, then moved in at once. */
   const addModel = (name: string, onnx: Uint8Array) => {
     const staging = tempRepository({ [name]: { onnx } });
