@@ -28,9 +28,15 @@ after(() => server.stop());
 const value = (v: number) => [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [v] }];
 
 test("a sequence accumulates across requests and ends", async () => {
-  assert.deepEqual(outputData(await infer(server.url, "acc", value(5), { id: 1, start: true }), "OUTPUT"), [5]);
+  assert.deepEqual(
+    outputData(await infer(server.url, "acc", value(5), { id: 1, start: true }), "OUTPUT"),
+    [5],
+  );
   assert.deepEqual(outputData(await infer(server.url, "acc", value(3), { id: 1 }), "OUTPUT"), [8]);
-  assert.deepEqual(outputData(await infer(server.url, "acc", value(2), { id: 1, end: true }), "OUTPUT"), [10]);
+  assert.deepEqual(
+    outputData(await infer(server.url, "acc", value(2), { id: 1, end: true }), "OUTPUT"),
+    [10],
+  );
   const again = await infer(server.url, "acc", value(1), { id: 1 });
   assert.equal(again.status, 400);
 });

@@ -56,15 +56,22 @@ export interface SequenceParams {
 }
 
 /** The request body of a JSON inference, with sequence parameters written exactly (bigints too). */
-export function inferBody(inputs: readonly JsonInput[], sequence: SequenceParams = {}, outputs?: readonly string[]): string {
+export function inferBody(
+  inputs: readonly JsonInput[],
+  sequence: SequenceParams = {},
+  outputs?: readonly string[],
+): string {
   const parameters: string[] = [];
   if (sequence.id !== undefined) {
-    parameters.push(`"sequence_id":${typeof sequence.id === "string" ? JSON.stringify(sequence.id) : sequence.id.toString()}`);
+    parameters.push(
+      `"sequence_id":${typeof sequence.id === "string" ? JSON.stringify(sequence.id) : sequence.id.toString()}`,
+    );
   }
   if (sequence.start !== undefined) parameters.push(`"sequence_start":${sequence.start}`);
   if (sequence.end !== undefined) parameters.push(`"sequence_end":${sequence.end}`);
   if (sequence.timeoutUs !== undefined) parameters.push(`"timeout":${sequence.timeoutUs}`);
-  const outputsPart = outputs === undefined ? "" : `,"outputs":${JSON.stringify(outputs.map((name) => ({ name })))}`;
+  const outputsPart =
+    outputs === undefined ? "" : `,"outputs":${JSON.stringify(outputs.map((name) => ({ name })))}`;
   return `{"parameters":{${parameters.join(",")}},"inputs":${JSON.stringify(inputs)}${outputsPart}}`;
 }
 
@@ -80,7 +87,8 @@ export async function infer(
 
 /** The data of output `name` of a successful inference answer. */
 export function outputData(answer: HttpAnswer, name: string): unknown[] {
-  if (answer.status !== 200) throw new Error(`inference failed (${answer.status}): ${JSON.stringify(answer.body)}`);
+  if (answer.status !== 200)
+    throw new Error(`inference failed (${answer.status}): ${JSON.stringify(answer.body)}`);
   const outputs = answer.body.outputs as { name: string; data: unknown[] }[];
   const output = outputs.find((o) => o.name === name);
   if (output === undefined) throw new Error(`no output '${name}' in ${JSON.stringify(answer.body)}`);
@@ -100,18 +108,33 @@ export async function inferBinary(
   model: string,
   inputs: readonly BinaryInput[],
   sequence: SequenceParams = {},
-): Promise<{ status: number; header: Record<string, unknown>; outputs: Map<string, Buffer>; error?: string }> {
+): Promise<{
+  status: number;
+  header: Record<string, unknown>;
+  outputs: Map<string, Buffer>;
+  error?: string;
+}> {
   const parameters: string[] = ['"binary_data_output":true'];
   if (sequence.id !== undefined) {
-    parameters.push(`"sequence_id":${typeof sequence.id === "string" ? JSON.stringify(sequence.id) : sequence.id.toString()}`);
+    parameters.push(
+      `"sequence_id":${typeof sequence.id === "string" ? JSON.stringify(sequence.id) : sequence.id.toString()}`,
+    );
   }
   if (sequence.start) parameters.push('"sequence_start":true');
   if (sequence.end) parameters.push('"sequence_end":true');
   const json = `{"parameters":{${parameters.join(",")}},"inputs":${JSON.stringify(
-    inputs.map((i) => ({ name: i.name, datatype: i.datatype, shape: i.shape, parameters: { binary_data_size: i.data.byteLength } })),
+    inputs.map((i) => ({
+      name: i.name,
+      datatype: i.datatype,
+      shape: i.shape,
+      parameters: { binary_data_size: i.data.byteLength },
+    })),
   )}}`;
   const header = Buffer.from(json);
-  const body = Buffer.concat([header, ...inputs.map((i) => Buffer.from(i.data.buffer, i.data.byteOffset, i.data.byteLength))]);
+  const body = Buffer.concat([
+    header,
+    ...inputs.map((i) => Buffer.from(i.data.buffer, i.data.byteOffset, i.data.byteLength)),
+  ]);
   const response = await fetch(`${baseUrl}/v2/models/${model}/infer`, {
     method: "POST",
     headers: {
@@ -123,7 +146,12 @@ export async function inferBinary(
   });
   const raw = Buffer.from(await response.arrayBuffer());
   if (response.status !== 200) {
-    return { status: response.status, header: {}, outputs: new Map(), error: (JSON.parse(raw.toString()) as { error: string }).error };
+    return {
+      status: response.status,
+      header: {},
+      outputs: new Map(),
+      error: (JSON.parse(raw.toString()) as { error: string }).error,
+    };
   }
   const headerLength = Number(response.headers.get("inference-header-content-length"));
   const parsed = JSON.parse(raw.subarray(0, headerLength).toString()) as Record<string, unknown>;

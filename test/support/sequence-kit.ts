@@ -1,5 +1,13 @@
 import assert from "node:assert/strict";
-import { getJson, type HttpAnswer, infer, type JsonInput, outputData, type SequenceParams } from "./http-client.ts";
+import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
+import {
+  getJson,
+  type HttpAnswer,
+  infer,
+  type JsonInput,
+  outputData,
+  type SequenceParams,
+} from "./http-client.ts";
 
 // Helpers for the sequence-batcher end-to-end suite (test/e2e/sequence-*.test.ts): request
 // inputs for the accumulator-style models, the sequences API read with exact ids, the
@@ -23,12 +31,7 @@ export const ACCUMULATOR_CONTROLS = `
  * A config for tools/onnx accumulatorModel(): `batching` is the body of the
  * sequence_batching section besides the controls and state (a strategy, timeouts).
  */
-export function accumulatorConfig(
-  name: string,
-  maxBatchSize: number,
-  batching: string,
-  extra = "",
-): string {
+export function accumulatorConfig(name: string, maxBatchSize: number, batching: string, extra = ""): string {
   return `
 name: "${name}"
 backend: "onnxruntime"
@@ -57,7 +60,11 @@ export async function accumulate(
 
 /** Asserts an error answer: its status and its exact `{"error": ...}` message. */
 export function assertError(answer: HttpAnswer, status: number, message: string | RegExp): void {
-  assert.equal(answer.status, status, `expected ${status}, got ${answer.status}: ${JSON.stringify(answer.body)}`);
+  assert.equal(
+    answer.status,
+    status,
+    `expected ${status}, got ${answer.status}: ${JSON.stringify(answer.body)}`,
+  );
   const error = answer.body.error;
   assert.equal(typeof error, "string", `no error message in ${JSON.stringify(answer.body)}`);
   if (typeof message === "string") assert.equal(error, message);
@@ -67,6 +74,26 @@ export function assertError(answer: HttpAnswer, status: number, message: string 
 /** Triton's message for a request of a sequence the server does not (or no longer) know. */
 export const startFlagMessage = (id: bigint | number | string, model: string): string =>
   `inference request for sequence ${id} to model '${model}' must specify the START flag on the first request of the sequence`;
+
+/** The accumulator over a variable-width INPUT: acc = STATE*(1-START) + sum(INPUT row)*READY. */
+export function widthAccumulatorModel(): Uint8Array {
+  return new OnnxModelBuilder({ opset: 17 })
+    .input("INPUT", "INT32", ["batch", "width"])
+    .input("START", "INT32", ["batch", 1])
+    .input("READY", "INT32", ["batch", 1])
+    .input("STATE", "INT32", ["batch", 1])
+    .output("OUTPUT", "INT32", ["batch", 1])
+    .output("STATE_OUT", "INT32", ["batch", 1])
+    .initializer("one", "INT32", [1], new Int32Array([1]))
+    .initializer("axis1", "INT64", [1], [1])
+    .node("ReduceSum", ["INPUT", "axis1"], ["sum"], { keepdims: 1 })
+    .node("Sub", ["one", "START"], ["keep"])
+    .node("Mul", ["STATE", "keep"], ["kept"])
+    .node("Mul", ["sum", "READY"], ["added"])
+    .node("Add", ["kept", "added"], ["OUTPUT"])
+    .node("Identity", ["OUTPUT"], ["STATE_OUT"])
+    .toBytes();
+}
 
 // ---- /stats ----
 
@@ -167,7 +194,11 @@ const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
  * Polls `probe` until it returns a value other than undefined. The deadline is generous:
  * it only turns a hang into a failure, it measures nothing.
  */
-export async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, deadlineMs = 20_000): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  probe: () => Promise<T | undefined>,
+  deadlineMs = 20_000,
+): Promise<T> {
   const until = Date.now() + deadlineMs;
   for (;;) {
     const value = await probe();

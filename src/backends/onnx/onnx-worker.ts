@@ -126,7 +126,8 @@ function feed(input: WireTensor): Tensor {
       `input '${input.name}' has datatype ${input.datatype}, which ONNX Runtime for Node.js cannot feed`,
     );
   }
-  const data = type === "string" ? decodeStrings(input.name, input.data as PackedBytes) : (input.data as NumericArray);
+  const data =
+    type === "string" ? decodeStrings(input.name, input.data as PackedBytes) : (input.data as NumericArray);
   // One constructor call for every type: the overloads only differ in the data they accept.
   return new Tensor(type as "float32", data as Float32Array, input.shape);
 }

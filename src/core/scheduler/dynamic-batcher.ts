@@ -171,5 +171,8 @@ export class DynamicBatcher implements Scheduler {
       },
       Math.max(1, Math.ceil(ns / 1e6)),
     );
+    // Not cleared when a batch leaves early: unref'd so that a long queue delay does not
+    // hold a stopped server's process open (the sequence instances' timer has the same fix).
+    this.#timer.unref();
   }
 }

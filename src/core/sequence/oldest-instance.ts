@@ -16,6 +16,12 @@ type OldestStrategy = Extract<SequenceStrategy, { kind: "oldest" }>;
  */
 export class OldestInstance extends SequenceInstance {
   readonly #members = new Set<Sequence>();
+  /**
+   * Which member holds each slot. A slot only names a sequence's place in the listing
+   * (batch rows are packed), but it must be its own: numbering by member count gave a new
+   * sequence the slot of one still live after an earlier one had left.
+   */
+  readonly #slots: (Sequence | undefined)[] = [];
   /** Sequences that became ready, in the order they did (≈ the age of their next request). */
   readonly #ready = new Deque<Sequence>();
   readonly #queued = new Set<Sequence>();
@@ -37,12 +43,16 @@ export class OldestInstance extends SequenceInstance {
 
   bind(sequence: Sequence): void {
     this.#members.add(sequence);
+    let slot = this.#slots.indexOf(undefined);
+    if (slot < 0) slot = this.#slots.length;
+    this.#slots[slot] = sequence;
     sequence.holder = this;
-    sequence.slot = this.#members.size - 1;
+    sequence.slot = slot;
   }
 
-  release(sequence: Sequence): void {
+  release(sequence: Sequence, slot: number): void {
     if (!this.#members.delete(sequence)) return;
+    if (this.#slots[slot] === sequence) this.#slots[slot] = undefined;
     this.owner.slotFreed(this);
   }
 
@@ -51,6 +61,7 @@ export class OldestInstance extends SequenceInstance {
     this.#members.add(successor);
     successor.holder = this;
     successor.slot = sequence.slot;
+    if (sequence.slot !== undefined) this.#slots[sequence.slot] = successor;
   }
 
   protected sequenceWoke(sequence: Sequence): void {

@@ -133,10 +133,18 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     let sequence: Sequence;
     if (start) {
       sequence = new Sequence(id);
-      if (existing !== undefined) this.#restart(existing, sequence);
-      else this.#place(sequence);
+      if (existing !== undefined) {
+        // The successor must be known (in #all) before #restart: when the old life is
+        // idle, #restart finishes it at once, and #finish only hands the slot to (or
+        // places) a successor it knows; otherwise the new life never got a slot and its
+        // requests waited forever.
+        this.#all.add(sequence);
+        this.#restart(existing, sequence);
+      } else {
+        this.#place(sequence);
+        this.#all.add(sequence);
+      }
       this.#live.set(key, sequence);
-      this.#all.add(sequence);
     } else {
       sequence = existing!;
     }
@@ -156,7 +164,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (end) {
       sequence.endReason = "end";
       this.#releaseId(sequence);
-    } else {
+    } else if (sequence.holder !== undefined) {
       this.#byArrival.delete(sequence);
       this.#byArrival.set(sequence, true);
       this.#armIdleTimer();
@@ -245,6 +253,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       this.#clearBacklogTimeout(next);
       instance.bind(next);
       next.status = next.endReason === undefined ? "active" : "ending";
+      this.#startIdleClock(next);
       instance.wake(next);
     }
   }
@@ -268,6 +277,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (holder !== undefined && successor !== undefined && this.#all.has(successor)) {
       holder.handOver(sequence, successor);
       successor.status = successor.endReason === undefined ? "active" : "ending";
+      this.#startIdleClock(successor);
       holder.wake(successor);
     } else {
       if (holder !== undefined) holder.release(sequence, sequence.slot!);
@@ -280,6 +290,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   #placeSuccessor(successor: Sequence): void {
     try {
       this.#place(successor);
+      if (successor.holder !== undefined) this.#startIdleClock(successor);
       successor.holder?.wake(successor);
     } catch (error) {
       // No slot and no room in the backlog for the sequence that restarted a backlogged id.
@@ -344,6 +355,21 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       this.#armIdleTimer();
     }, delay);
     this.#idleTimer.unref();
+  }
+
+  /**
+   * The idle clock runs only for sequences that hold a slot, from their last arrival or
+   * from when they got the slot. Backlogged sequences used to be on it too: the reaper
+   * skipped them, but the timer, re-armed for the oldest one, fired every millisecond once
+   * a sequence had waited longer than the idle timeout, and a sequence that got its slot
+   * after such a wait was timed out right after its first request.
+   */
+  #startIdleClock(sequence: Sequence): void {
+    if (sequence.endReason !== undefined) return;
+    sequence.lastArrivalMs = Date.now();
+    this.#byArrival.delete(sequence);
+    this.#byArrival.set(sequence, true);
+    this.#armIdleTimer();
   }
 
   #reapIdle(): void {
@@ -415,23 +441,27 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   summary(): SequenceSummary {
+    // Live = holding a slot. Counted from the sequences rather than from the FIFO: a life
+    // that restarted a waiting id waits for a slot without being in the FIFO, and was
+    // counted live while the listing showed it backlogged.
+    let live = 0;
+    for (const sequence of this.#all) if (sequence.holder !== undefined) live++;
     return {
-      live: this.#all.size - this.#backlog.length,
-      backlog: this.#backlog.length,
+      live,
+      backlog: this.#all.size - live,
       stateBytes: this.#model.store.totalBytes,
       ended: { ...this.#ended },
     };
   }
 
-  end(id: SequenceId): boolean {
+  end(id: SequenceId, reason: SequenceEndReason = "forced"): boolean {
     const sequence = this.#live.get(idKey(id));
     if (sequence === undefined) return false;
+    const how = reason === "forced" ? "through the sequences API" : `(${reason})`;
     this.#endNow(
       sequence,
-      "forced",
-      cancelled(
-        `sequence ${formatSequenceId(id)} of model '${this.#config.name}' was ended through the sequences API`,
-      ),
+      reason,
+      cancelled(`sequence ${formatSequenceId(id)} of model '${this.#config.name}' was ended ${how}`),
     );
     return true;
   }

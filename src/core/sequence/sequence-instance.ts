@@ -76,6 +76,10 @@ export abstract class SequenceInstance implements SlotHolder {
       },
       Math.max(1, Math.ceil(ms)),
     );
+    // The timer is not cleared when a batch leaves early (it then only re-checks), and
+    // the server's sockets keep the process alive anyway: unref'd, a long queue delay no
+    // longer holds a stopped server's process open until it runs out.
+    this.#timer.unref();
   }
 
   #run(): void {

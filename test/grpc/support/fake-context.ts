@@ -105,13 +105,16 @@ class EchoModel extends FakeModel {
       if (tensor === undefined) throw invalidArg(`unexpected inference output '${name}' for model 'echo'`);
       return { name, datatype: tensor.datatype, shape: tensor.shape, data: tensor.data };
     });
-    this.stats.recordSuccess({
-      queueNs: 1,
-      computeInputNs: 2,
-      computeInferNs: 3,
-      computeOutputNs: 4,
-      totalNs: 10,
-    }, 1);
+    this.stats.recordSuccess(
+      {
+        queueNs: 1,
+        computeInputNs: 2,
+        computeInferNs: 3,
+        computeOutputNs: 4,
+        totalNs: 10,
+      },
+      1,
+    );
     this.stats.recordExecution(1, 2, 3, 4);
     return this.respond(request, outputs);
   }

@@ -84,13 +84,16 @@ export class FakeModel implements ServedModel {
   async infer(request: InferRequest): Promise<InferResponse> {
     this.requests.push(request);
     const response = await this.#infer(request, this);
-    this.#statistics.recordSuccess({
-      queueNs: 1000,
-      computeInputNs: 2000,
-      computeInferNs: 3000,
-      computeOutputNs: 4000,
-      totalNs: 10000,
-    }, 1);
+    this.#statistics.recordSuccess(
+      {
+        queueNs: 1000,
+        computeInputNs: 2000,
+        computeInferNs: 3000,
+        computeOutputNs: 4000,
+        totalNs: 10000,
+      },
+      1,
+    );
     return response;
   }
 
