@@ -150,9 +150,21 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     }
 
     this.#pending++;
+    const assigned = control?.id === undefined;
     pending.promise.then(
       () => this.#settled(),
-      () => this.#settled(),
+      () => {
+        this.#settled();
+        // The failed START was the only place its server-assigned id would have been
+        // told to the client: nobody can continue or end the sequence, so end it now.
+        if (assigned && this.#all.has(sequence)) {
+          this.#endNow(
+            sequence,
+            "forced",
+            cancelled(`sequence ${formatSequenceId(sequence.id)} ended: its START request failed`),
+          );
+        }
+      },
     );
     if (this.#ordering !== undefined) {
       const ticket = this.#ordering.issue();

@@ -12,6 +12,7 @@ export class AccumulatorExecutor implements ModelExecutor {
   readonly batches: { rows: number; inputs: Map<string, Tensor> }[] = [];
   #gate: Promise<void> | undefined;
   #open: (() => void) | undefined;
+  #failures = 0;
 
   constructor(name = "acc_0") {
     this.name = name;
@@ -22,6 +23,11 @@ export class AccumulatorExecutor implements ModelExecutor {
     this.#gate = new Promise((resolve) => {
       this.#open = resolve;
     });
+  }
+
+  /** The next `count` runs throw, as a model that fails at run time. */
+  failNext(count = 1): void {
+    this.#failures = count;
   }
 
   release(): void {
@@ -35,6 +41,10 @@ export class AccumulatorExecutor implements ModelExecutor {
     const rows = input.shape[0]!;
     this.batches.push({ rows, inputs: new Map(inputs) });
     if (this.#gate !== undefined) await this.#gate;
+    if (this.#failures > 0) {
+      this.#failures--;
+      throw new Error("the accumulator failed on purpose");
+    }
     const out = new Int32Array(rows);
     const a = input.data as Int32Array;
     const s = state.data as Int32Array;
