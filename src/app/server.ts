@@ -71,7 +71,12 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
   let metricsPort: number | undefined;
   try {
     if (options.httpPort !== undefined) {
-      const http = await createHttpFrontend({ context, logger, bodyLimitBytes: options.httpBodyLimitBytes });
+      const http = await createHttpFrontend({
+        context,
+        logger,
+        bodyLimitBytes: options.httpBodyLimitBytes,
+        streamMaxInFlight: options.httpStreamMaxInflight,
+      });
       await http.listen({ host: options.host, port: options.httpPort });
       const address = http.server.address();
       httpPort = typeof address === "object" && address !== null ? address.port : options.httpPort;

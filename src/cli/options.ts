@@ -121,6 +121,12 @@ export const FLAGS: readonly FlagSpec[] = [
     default: String(DEFAULT_SERVER_OPTIONS.grpcMaxInflightPerStream),
     help: "Requests a ModelStreamInfer stream may have in flight before the server stops reading it.",
   },
+  {
+    name: "http-stream-max-inflight",
+    value: "n",
+    default: String(DEFAULT_SERVER_OPTIONS.httpStreamMaxInflight),
+    help: "Messages a WebSocket sequence stream (GET /v2/models/{m}/stream) may have unanswered before the server stops reading it.",
+  },
   { name: "help", boolean: true, help: "Show this help and exit." },
   { name: "version", boolean: true, help: "Show the version and exit." },
 ];
@@ -270,6 +276,7 @@ export function parseCommandLine(argv: readonly string[]): CliCommand {
       get("grpc-max-inflight-per-stream"),
       1,
     ),
+    httpStreamMaxInflight: parseInteger("http-stream-max-inflight", get("http-stream-max-inflight"), 1),
   };
   if (serverOptions.loadModels.length > 0 && serverOptions.modelControlMode !== "explicit") {
     throw new UsageError("--load-model requires --model-control-mode=explicit");

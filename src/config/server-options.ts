@@ -28,6 +28,8 @@ export interface ServerOptions {
   readonly grpcKeepaliveTimeMs: number;
   readonly grpcKeepaliveTimeoutMs: number;
   readonly grpcMaxInflightPerStream: number;
+  /** Messages a WebSocket sequence stream may have unanswered before the server stops reading it. */
+  readonly httpStreamMaxInflight: number;
 }
 
 export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
@@ -49,4 +51,5 @@ export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   grpcKeepaliveTimeMs: 7_200_000,
   grpcKeepaliveTimeoutMs: 20_000,
   grpcMaxInflightPerStream: 1024,
+  httpStreamMaxInflight: 64,
 });
