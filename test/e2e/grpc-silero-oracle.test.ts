@@ -1,13 +1,21 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { after, before, test } from "node:test";
-import { fileURLToPath } from "node:url";
 import { status } from "@grpc/grpc-js";
-import ort from "onnxruntime-node";
 import type { ModelInferRequestMessage } from "../../src/frontends/grpc/messages.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { rawBytes, rawOutput, StreamCall, sequenceParameters } from "../support/grpc-stream-call.ts";
 import { getJson } from "../support/http-client.ts";
+import {
+  expectedBits,
+  SILERO_PATH,
+  SILERO_SAMPLE_RATE,
+  SILERO_SAMPLES,
+  SILERO_STATEFUL_CONFIG,
+  SILERO_STATEFUL_MODEL,
+  seeded,
+  sequenceAudio,
+} from "../support/silero-oracle.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 // The oracle over gRPC: 256 Silero VAD v5 sequences of 50 chunks each, served statefully
@@ -18,95 +26,22 @@ import { startTestServer, type TestServer } from "../support/test-server.ts";
 // `output` must be bit-identical to ONNX Runtime run in this process on that sequence
 // alone (batch 1, stateN fed back as state).
 
-const SILERO = fileURLToPath(
-  new URL("../../node_modules/@ricky0123/vad-web/dist/silero_vad_v5.onnx", import.meta.url),
-);
-const CONFIG = readFileSync(
-  new URL("../../examples/models/silero_vad_stateful/config.pbtxt", import.meta.url),
-  "utf8",
-);
-const MODEL = "silero_vad_stateful";
+const MODEL = SILERO_STATEFUL_MODEL;
 
 const STREAMS = 16;
 const SEQUENCES_PER_STREAM = 16;
 const SEQUENCES = STREAMS * SEQUENCES_PER_STREAM;
 const CHUNKS = 50;
-const SAMPLES = 512;
 /** Streams share connections: 4 channels, 4 streams each. */
 const CHANNELS = 4;
-const SAMPLE_RATE = 16000n;
 /** Ids above 2^63 travel as negative int64_param bit patterns: they must still find their state. */
 const FIRST_ID = (1n << 63n) + 12345n;
-
-/** A seeded generator (mulberry32): the same audio and the same interleaving on every run. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-/** One sequence's audio: a chirp that comes and goes over a noise floor, so the detector's answers vary. */
-function sequenceAudio(sequence: number): Float32Array[] {
-  const random = seeded(0x5eed + sequence);
-  const base = 120 + random() * 250;
-  const level = 0.02 + random() * 0.6;
-  const floor = 0.001 + random() * 0.03;
-  const period = 4 + Math.floor(random() * 12);
-  const chunks: Float32Array[] = [];
-  let phase = 0;
-  for (let c = 0; c < CHUNKS; c++) {
-    const on = Math.floor(c / period) % 2 === 0;
-    const chunk = new Float32Array(SAMPLES);
-    for (let i = 0; i < SAMPLES; i++) {
-      const t = (c * SAMPLES + i) / Number(SAMPLE_RATE);
-      phase += (2 * Math.PI * base * (1 + 0.3 * Math.sin(2 * Math.PI * 3 * t))) / Number(SAMPLE_RATE);
-      const voice = on
-        ? level * (Math.sin(phase) + 0.4 * Math.sin(2 * phase) + 0.2 * Math.sin(5 * phase))
-        : 0;
-      chunk[i] = voice + floor * (random() * 2 - 1);
-    }
-    chunks.push(chunk);
-  }
-  return chunks;
-}
-
-/** Each sequence alone, at batch 1, with the server's session options: the expected output bits. */
-async function oracle(audio: readonly Float32Array[][]): Promise<Uint32Array[]> {
-  const session = await ort.InferenceSession.create(SILERO, {
-    intraOpNumThreads: 1,
-    executionMode: "sequential",
-    graphOptimizationLevel: "all",
-  });
-  try {
-    const sr = new ort.Tensor("int64", BigInt64Array.of(SAMPLE_RATE), []);
-    const expected: Uint32Array[] = [];
-    for (const chunks of audio) {
-      const bits = new Uint32Array(CHUNKS);
-      let state = new ort.Tensor("float32", new Float32Array(2 * 128), [2, 1, 128]);
-      for (let c = 0; c < CHUNKS; c++) {
-        const input = new ort.Tensor("float32", chunks[c]!, [1, SAMPLES]);
-        const result = await session.run({ input, state, sr });
-        bits[c] = new Uint32Array(Float32Array.of((result.output!.data as Float32Array)[0]!).buffer)[0]!;
-        state = result.stateN as typeof state;
-      }
-      expected.push(bits);
-    }
-    return expected;
-  } finally {
-    await session.release();
-  }
-}
 
 let server: TestServer;
 const clients: TestClient[] = [];
 before(async () => {
   server = await startTestServer(
-    { [MODEL]: { config: CONFIG, onnx: readFileSync(SILERO) } },
+    { [MODEL]: { config: SILERO_STATEFUL_CONFIG, onnx: readFileSync(SILERO_PATH) } },
     { exitTimeoutSecs: 1 },
   );
   for (let c = 0; c < CHANNELS; c++) clients.push(new TestClient(server.grpcPort));
@@ -116,7 +51,7 @@ after(async () => {
   await server.stop();
 });
 
-const SR_BYTES = rawBytes(BigInt64Array.of(SAMPLE_RATE));
+const SR_BYTES = rawBytes(BigInt64Array.of(SILERO_SAMPLE_RATE));
 
 function chunkRequest(sequence: number, chunk: number, audio: Float32Array): ModelInferRequestMessage {
   return {
@@ -127,7 +62,7 @@ function chunkRequest(sequence: number, chunk: number, audio: Float32Array): Mod
       end: chunk === CHUNKS - 1,
     }),
     inputs: [
-      { name: "input", datatype: "FP32", shape: [1, SAMPLES] },
+      { name: "input", datatype: "FP32", shape: [1, SILERO_SAMPLES] },
       { name: "sr", datatype: "INT64", shape: [] },
     ],
     raw_input_contents: [rawBytes(audio), SR_BYTES],
@@ -187,8 +122,8 @@ function driveStream(
 test("256 Silero VAD sequences over 16 streams answer bit for bit as each sequence run alone", {
   timeout: 300_000,
 }, async () => {
-  const audio = Array.from({ length: SEQUENCES }, (_, s) => sequenceAudio(s));
-  const expected = await oracle(audio);
+  const audio = Array.from({ length: SEQUENCES }, (_, s) => sequenceAudio(s, CHUNKS));
+  const expected = await expectedBits(audio);
   // The audio makes the detector say many different things.
   assert.ok(new Set(expected.flatMap((bits) => [...bits])).size > SEQUENCES);
 

@@ -2,8 +2,18 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { Agent, request } from "node:http";
 import { after, before, describe, it } from "node:test";
-import ort from "onnxruntime-node";
 import { batchCounts, listSequences } from "../support/sequence-kit.ts";
+import {
+  expectedBits,
+  firstMismatch,
+  SILERO_PATH,
+  SILERO_SAMPLES,
+  SILERO_SR_BYTES,
+  SILERO_STATEFUL_CONFIG,
+  SILERO_STATEFUL_MODEL,
+  seeded,
+  sequenceAudio,
+} from "../support/silero-oracle.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 // The oracle: 256 Silero VAD v5 streams of 50 chunks each, served statefully (the
@@ -14,83 +24,13 @@ import { startTestServer, type TestServer } from "../support/test-server.ts";
 // stateN fed back as state): batching, gathering and scattering state along axis 1, and
 // the order of each stream's chunks must change nothing.
 
-const SILERO = new URL("../../node_modules/@ricky0123/vad-web/dist/silero_vad_v5.onnx", import.meta.url);
-const CONFIG = readFileSync(
-  new URL("../../examples/models/silero_vad_stateful/config.pbtxt", import.meta.url),
-  "utf8",
-);
-const MODEL = "silero_vad_stateful";
+const MODEL = SILERO_STATEFUL_MODEL;
 
 const STREAMS = 256;
 const CHUNKS = 50;
 const CLIENTS = 64;
-const CHUNK = 512;
-const SAMPLE_RATE = 16000n;
 /** Stream ids far from small numbers (and above 2^53): they must reach the right state. */
 const FIRST_ID = 2n ** 60n;
-
-/** mulberry32: a small seeded generator, so every run sends the same audio in its own order. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-/** Audio-like chunks: voiced bursts (a few harmonics under an envelope) between stretches of noise. */
-function streamAudio(stream: number): Float32Array[] {
-  const rng = random(1000 + stream);
-  const pitch = 90 + rng() * 200;
-  const loudness = 0.05 + rng() * 0.5;
-  const noise = 0.002 + rng() * 0.02;
-  const chunks: Float32Array[] = [];
-  let voiced = rng() < 0.5;
-  let phase = 0;
-  for (let c = 0; c < CHUNKS; c++) {
-    if (rng() < 0.15) voiced = !voiced;
-    const chunk = new Float32Array(CHUNK);
-    for (let i = 0; i < CHUNK; i++) {
-      phase += (2 * Math.PI * pitch) / Number(SAMPLE_RATE);
-      const envelope = voiced ? loudness * (0.6 + 0.4 * Math.sin(phase / 37)) : 0;
-      const tone = Math.sin(phase) + 0.5 * Math.sin(2 * phase) + 0.25 * Math.sin(3 * phase);
-      chunk[i] = envelope * tone + noise * (rng() * 2 - 1);
-    }
-    chunks.push(chunk);
-  }
-  return chunks;
-}
-
-const bitsOf = (value: number): number => new Uint32Array(Float32Array.of(value).buffer)[0]!;
-
-/** Each stream alone, in this process, at batch 1, with the server's session options. */
-async function oracle(audio: readonly Float32Array[][]): Promise<number[][]> {
-  const session = await ort.InferenceSession.create(new URL(SILERO).pathname, {
-    intraOpNumThreads: 1,
-    executionMode: "sequential",
-    graphOptimizationLevel: "all",
-  });
-  try {
-    const sr = new ort.Tensor("int64", BigInt64Array.of(SAMPLE_RATE), []);
-    const outputs: number[][] = [];
-    for (const chunks of audio) {
-      let state = new ort.Tensor("float32", new Float32Array(2 * 128), [2, 1, 128]);
-      const bits: number[] = [];
-      for (const chunk of chunks) {
-        const result = await session.run({ input: new ort.Tensor("float32", chunk, [1, CHUNK]), state, sr });
-        bits.push(bitsOf((result.output!.data as Float32Array)[0]!));
-        state = result.stateN as typeof state;
-      }
-      outputs.push(bits);
-    }
-    return outputs;
-  } finally {
-    await session.release();
-  }
-}
 
 /**
  * One chunk through the binary tensor extension on a keep-alive node:http agent (lighter
@@ -108,13 +48,13 @@ function sendChunk(
   if (flags.end) parameters.push('"sequence_end":true');
   const header = Buffer.from(
     `{"parameters":{${parameters.join(",")}},"inputs":[` +
-      `{"name":"input","datatype":"FP32","shape":[1,${CHUNK}],"parameters":{"binary_data_size":${chunk.byteLength}}},` +
+      `{"name":"input","datatype":"FP32","shape":[1,${SILERO_SAMPLES}],"parameters":{"binary_data_size":${chunk.byteLength}}},` +
       `{"name":"sr","datatype":"INT64","shape":[],"parameters":{"binary_data_size":8}}]}`,
   );
   const body = Buffer.concat([
     header,
     Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength),
-    SR_BYTES,
+    SILERO_SR_BYTES,
   ]);
   return new Promise((resolve, reject) => {
     const req = request(
@@ -160,20 +100,20 @@ function sendChunk(
   });
 }
 
-const SR_BYTES = Buffer.from(BigInt64Array.of(SAMPLE_RATE).buffer);
-
 let server: TestServer;
 before(async () => {
-  server = await startTestServer({ [MODEL]: { config: CONFIG, onnx: readFileSync(SILERO) } });
+  server = await startTestServer({
+    [MODEL]: { config: SILERO_STATEFUL_CONFIG, onnx: readFileSync(SILERO_PATH) },
+  });
 });
 after(() => server.stop());
 
 describe("Silero VAD oracle", { timeout: 300_000 }, () => {
   it("256 interleaved streams over 64 clients answer bit for bit as each stream run alone", async () => {
-    const audio = Array.from({ length: STREAMS }, (_, s) => streamAudio(s));
-    const expected = await oracle(audio);
+    const audio = Array.from({ length: STREAMS }, (_, s) => sequenceAudio(s, CHUNKS));
+    const expected = await expectedBits(audio);
     // The audio makes the detector say different things: not all answers are alike.
-    assert.ok(new Set(expected.flat()).size > STREAMS);
+    assert.ok(new Set(expected.flatMap((bits) => [...bits])).size > STREAMS);
 
     const served: number[][] = Array.from({ length: STREAMS }, () => []);
     const next = new Array<number>(STREAMS).fill(0);
@@ -182,7 +122,7 @@ describe("Silero VAD oracle", { timeout: 300_000 }, () => {
     const agent = new Agent({ keepAlive: true, maxSockets: CLIENTS });
     const url = new URL(`${server.url}/v2/models/${MODEL}/infer`);
     const client = async (seed: number) => {
-      const rng = random(seed);
+      const rng = seeded(seed);
       // Take a random stream that has chunks left and no chunk in flight; give it back after.
       while (idle.length > 0) {
         const pick = Math.floor(rng() * idle.length);
@@ -210,15 +150,8 @@ describe("Silero VAD oracle", { timeout: 300_000 }, () => {
     );
 
     assert.deepEqual(failures, []);
-    for (let s = 0; s < STREAMS; s++) {
-      const mismatch = served[s]!.findIndex((bits, c) => bits !== expected[s]![c]);
-      assert.equal(served[s]!.length, CHUNKS, `stream ${s} answered ${served[s]!.length} chunks`);
-      assert.equal(
-        mismatch,
-        -1,
-        `stream ${s}, chunk ${mismatch}: served 0x${served[s]![mismatch]?.toString(16)}, expected 0x${expected[s]![mismatch]?.toString(16)}`,
-      );
-    }
+    const mismatches = served.map((bits, s) => firstMismatch(s, bits, expected[s]!)).filter(Boolean);
+    assert.deepEqual(mismatches, []);
 
     // Batching happened: chunks of different streams shared executions.
     const counts = await batchCounts(server.url, MODEL);
