@@ -12,7 +12,7 @@ const address = process.argv[2] ?? "127.0.0.1:8000";
 const socket = new WebSocket(`ws://${address}/v2/models/accumulator/stream`);
 
 /** One framed message carrying INPUT = value; the last one also ends the sequence. */
-function frame(value: number, end: boolean): Buffer {
+function frame(value: number, end = false): Buffer {
   const header = Buffer.from(
     JSON.stringify({
       ...(end ? { parameters: { sequence_end: true } } : {}),
@@ -29,7 +29,7 @@ function frame(value: number, end: boolean): Buffer {
 const values = [5, 3, 10, 2, 7];
 socket.on("open", () => {
   // Messages may go out at once: the server answers them in order.
-  values.forEach((value, step) => socket.send(frame(value, step === values.length - 1)));
+  for (const [step, value] of values.entries()) socket.send(frame(value, step === values.length - 1));
 });
 socket.on("message", (data: Buffer, binary: boolean) => {
   if (!binary) {

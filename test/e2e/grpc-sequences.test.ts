@@ -11,6 +11,7 @@ import {
   startFlagError,
 } from "../support/grpc-stream-call.ts";
 import { getJson } from "../support/http-client.ts";
+import { seeded } from "../support/seeded-random.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 // The stateful suite's key cases over ModelStreamInfer, against the real server and the
@@ -195,18 +196,6 @@ test("an idle sequence times out; its next request is told to START, in-band", W
   );
   assert.equal((await call.end()).code, status.OK);
 });
-
-/** A seeded generator (mulberry32), so the interleaving is the same on every run. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 test(
   "many sequences multiplexed on one stream, requests pipelined, each gets its own sums in order",

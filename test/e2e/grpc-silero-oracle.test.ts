@@ -6,6 +6,7 @@ import type { ModelInferRequestMessage } from "../../src/frontends/grpc/messages
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { rawBytes, rawOutput, StreamCall, sequenceParameters } from "../support/grpc-stream-call.ts";
 import { getJson } from "../support/http-client.ts";
+import { seeded } from "../support/seeded-random.ts";
 import {
   expectedBits,
   SILERO_PATH,
@@ -13,7 +14,6 @@ import {
   SILERO_SAMPLES,
   SILERO_STATEFUL_CONFIG,
   SILERO_STATEFUL_MODEL,
-  seeded,
   sequenceAudio,
 } from "../support/silero-oracle.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";

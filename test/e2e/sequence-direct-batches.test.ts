@@ -10,7 +10,6 @@ import {
   directBatchSizes,
   listSequences,
   waitForSequence,
-  widthAccumulatorModel,
 } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
@@ -67,7 +66,7 @@ before(async () => {
     // Utilization 1 makes the four-sequence rounds deterministic; once two sequences are
     // left their batches leave when this (shorter) delay runs out.
     skip: acc("skip", direct(1, "max_queue_delay_microseconds: 1500000")),
-    widths: { config: WIDTH_CONFIG, onnx: widthAccumulatorModel() },
+    widths: { config: WIDTH_CONFIG, onnx: accumulatorModel({ variableWidth: true }) },
     growing: { config: GROWING_CONFIG, onnx: growingStateModel() },
   });
 });

@@ -9,7 +9,6 @@ import {
   batchCounts,
   listSequences,
   waitForSequence,
-  widthAccumulatorModel,
 } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
@@ -69,7 +68,7 @@ before(async () => {
         '{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }',
         '{ name: "INPUT" data_type: TYPE_INT32 dims: [ -1 ] }',
       ),
-      onnx: widthAccumulatorModel(),
+      onnx: accumulatorModel({ variableWidth: true }),
     },
     ordered: { config: orderedConfig("ordered", true), onnx: sizedWorkModel() },
     unordered: { config: orderedConfig("unordered", false), onnx: sizedWorkModel() },

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { Agent, request } from "node:http";
 import { after, before, describe, it } from "node:test";
+import { seeded } from "../support/seeded-random.ts";
 import { batchCounts, listSequences } from "../support/sequence-kit.ts";
 import {
   expectedBits,
@@ -11,7 +12,6 @@ import {
   SILERO_SR_BYTES,
   SILERO_STATEFUL_CONFIG,
   SILERO_STATEFUL_MODEL,
-  seeded,
   sequenceAudio,
 } from "../support/silero-oracle.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";

@@ -103,26 +103,6 @@ ${extra}
 `;
 }
 
-/** acc = STATE*(1-START) + INPUT*SCALE*READY, SCALE an INT32 scalar shared by the batch. */
-function scaledAccumulatorModel(): Uint8Array {
-  return new OnnxModelBuilder({ opset: 17 })
-    .input("INPUT", "INT32", ["batch", 1])
-    .input("SCALE", "INT32", [])
-    .input("START", "INT32", ["batch", 1])
-    .input("READY", "INT32", ["batch", 1])
-    .input("STATE", "INT32", ["batch", 1])
-    .output("OUTPUT", "INT32", ["batch", 1])
-    .output("STATE_OUT", "INT32", ["batch", 1])
-    .initializer("one", "INT32", [1], new Int32Array([1]))
-    .node("Sub", ["one", "START"], ["keep"])
-    .node("Mul", ["STATE", "keep"], ["kept"])
-    .node("Mul", ["INPUT", "SCALE"], ["scaled"])
-    .node("Mul", ["scaled", "READY"], ["added"])
-    .node("Add", ["kept", "added"], ["OUTPUT"])
-    .node("Identity", ["OUTPUT"], ["STATE_OUT"])
-    .toBytes();
-}
-
 const SHARED_CONFIG = `
 name: "shared"
 backend: "onnxruntime"
@@ -177,7 +157,7 @@ before(async () => {
       ),
       onnx: accumulatorModel(),
     },
-    shared: { config: SHARED_CONFIG, onnx: scaledAccumulatorModel() },
+    shared: { config: SHARED_CONFIG, onnx: accumulatorModel({ scaled: true }) },
   });
 });
 after(() => server.stop());

@@ -3,6 +3,7 @@ import { readFileSync } from "node:fs";
 import { after, before, describe, it } from "node:test";
 import WebSocket from "ws";
 import { framed, unframe } from "../http/support/ws-client.ts";
+import { seeded } from "../support/seeded-random.ts";
 import { batchCounts, findSequence, listSequences, waitFor } from "../support/sequence-kit.ts";
 import {
   expectedBits,
@@ -12,7 +13,6 @@ import {
   SILERO_SR_BYTES,
   SILERO_STATEFUL_CONFIG,
   SILERO_STATEFUL_MODEL,
-  seeded,
   sequenceAudio,
 } from "../support/silero-oracle.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";

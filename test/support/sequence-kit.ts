@@ -1,5 +1,4 @@
 import assert from "node:assert/strict";
-import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
 import {
   getJson,
   type HttpAnswer,
@@ -74,26 +73,6 @@ export function assertError(answer: HttpAnswer, status: number, message: string 
 /** Triton's message for a request of a sequence the server does not (or no longer) know. */
 export const startFlagMessage = (id: bigint | number | string, model: string): string =>
   `inference request for sequence ${id} to model '${model}' must specify the START flag on the first request of the sequence`;
-
-/** The accumulator over a variable-width INPUT: acc = STATE*(1-START) + sum(INPUT row)*READY. */
-export function widthAccumulatorModel(): Uint8Array {
-  return new OnnxModelBuilder({ opset: 17 })
-    .input("INPUT", "INT32", ["batch", "width"])
-    .input("START", "INT32", ["batch", 1])
-    .input("READY", "INT32", ["batch", 1])
-    .input("STATE", "INT32", ["batch", 1])
-    .output("OUTPUT", "INT32", ["batch", 1])
-    .output("STATE_OUT", "INT32", ["batch", 1])
-    .initializer("one", "INT32", [1], new Int32Array([1]))
-    .initializer("axis1", "INT64", [1], [1])
-    .node("ReduceSum", ["INPUT", "axis1"], ["sum"], { keepdims: 1 })
-    .node("Sub", ["one", "START"], ["keep"])
-    .node("Mul", ["STATE", "keep"], ["kept"])
-    .node("Mul", ["sum", "READY"], ["added"])
-    .node("Add", ["kept", "added"], ["OUTPUT"])
-    .node("Identity", ["OUTPUT"], ["STATE_OUT"])
-    .toBytes();
-}
 
 // ---- /stats ----
 

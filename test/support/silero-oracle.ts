@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import ort from "onnxruntime-node";
+import { seeded } from "./seeded-random.ts";
 
 // What the Silero VAD oracle tests share (test/e2e/*-silero-oracle.test.ts): the real
 // model and its example stateful config, audio-like chunks that make the detector say
@@ -21,18 +22,6 @@ export const SILERO_SAMPLES = 512;
 export const SILERO_SAMPLE_RATE = 16000n;
 /** `sr` as the raw bytes of an INT64 scalar. */
 export const SILERO_SR_BYTES = Buffer.from(BigInt64Array.of(SILERO_SAMPLE_RATE).buffer);
-
-/** mulberry32: a small seeded generator, so every run sends the same audio in the same order. */
-export function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** One sequence's audio: a chirp that comes and goes over a noise floor, so the detector's answers vary. */
 export function sequenceAudio(sequence: number, chunks: number): Float32Array[] {

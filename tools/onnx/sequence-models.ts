@@ -12,21 +12,45 @@ import { OnnxModelBuilder } from "./onnx-model-builder.ts";
  * [0, 1]); STATE / STATE_OUT are INT32 [batch, 1]. A padding row (READY 0) leaves its state
  * as it was, and START clears it even if the server passed the old one.
  */
-export function accumulatorModel(): Uint8Array {
-  return new OnnxModelBuilder({ opset: 17 })
-    .input("INPUT", "INT32", ["batch", 1])
+export function accumulatorModel(variant: AccumulatorVariant = {}): Uint8Array {
+  const builder = new OnnxModelBuilder({ opset: 17 }).input(
+    "INPUT",
+    "INT32",
+    variant.variableWidth ? ["batch", "width"] : ["batch", 1],
+  );
+  if (variant.scaled) builder.input("SCALE", "INT32", []);
+  builder
     .input("START", "INT32", ["batch", 1])
     .input("READY", "INT32", ["batch", 1])
     .input("STATE", "INT32", ["batch", 1])
     .output("OUTPUT", "INT32", ["batch", 1])
     .output("STATE_OUT", "INT32", ["batch", 1])
-    .initializer("one", "INT32", [1], new Int32Array([1]))
-    .node("Sub", ["one", "START"], ["keep"])
-    .node("Mul", ["STATE", "keep"], ["kept"])
-    .node("Mul", ["INPUT", "READY"], ["added"])
+    .initializer("one", "INT32", [1], new Int32Array([1]));
+  let added = "INPUT";
+  if (variant.variableWidth) {
+    builder
+      .initializer("axis1", "INT64", [1], [1])
+      .node("ReduceSum", ["INPUT", "axis1"], ["sum"], { keepdims: 1 });
+    added = "sum";
+  }
+  builder.node("Sub", ["one", "START"], ["keep"]).node("Mul", ["STATE", "keep"], ["kept"]);
+  if (variant.scaled) {
+    builder.node("Mul", [added, "SCALE"], ["scaled"]);
+    added = "scaled";
+  }
+  return builder
+    .node("Mul", [added, "READY"], ["added"])
     .node("Add", ["kept", "added"], ["OUTPUT"])
     .node("Identity", ["OUTPUT"], ["STATE_OUT"])
     .toBytes();
+}
+
+/** Variants of the accumulator for tests of batching rules. */
+export interface AccumulatorVariant {
+  /** INPUT is [batch, width] with any width, and the row's sum is added: for shape-keyed batching. */
+  readonly variableWidth?: boolean;
+  /** An INT32 scalar input SCALE multiplies INPUT: a shared (unbatched) input. */
+  readonly scaled?: boolean;
 }
 
 /**
