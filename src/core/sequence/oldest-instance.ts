@@ -12,7 +12,9 @@ type OldestStrategy = Extract<SequenceStrategy, { kind: "oldest" }>;
  * batch takes the oldest waiting request of each ready sequence (at most one request per
  * sequence in flight), oldest first, up to max_batch_size rows, no padding. A batch leaves
  * when it reaches the largest preferred size, when its oldest request has waited
- * max_queue_delay_microseconds, or at once when no delay is set.
+ * max_queue_delay_microseconds, or at once when no delay is set. While one batch runs, a
+ * second may go to the executor only when it is full, so the worker never waits for this
+ * thread between batches and batches are not split.
  */
 export class OldestInstance extends SequenceInstance {
   readonly #members = new Set<Sequence>();
@@ -30,7 +32,7 @@ export class OldestInstance extends SequenceInstance {
   readonly #delayNs: number;
 
   constructor(model: SequenceModel, owner: SequenceOwner, executor: ModelExecutor, strategy: OldestStrategy) {
-    super(model, owner, executor, strategy.maxCandidateSequences);
+    super(model, owner, executor, strategy.maxCandidateSequences, 2);
     this.#maxRows = Math.max(1, model.config.maxBatchSize);
     const preferred = strategy.preferredBatchSizes;
     this.#targetRows = preferred.length > 0 ? Math.min(this.#maxRows, Math.max(...preferred)) : this.#maxRows;
@@ -92,8 +94,10 @@ export class OldestInstance extends SequenceInstance {
       if (chosen.length >= this.#targetRows) break;
     }
     const waitedNs = performance.now() * 1e6 - oldestNs;
-    const wait =
-      chosen.length > 0 && chosen.length < this.#targetRows && this.#delayNs > 0 && waitedNs < this.#delayNs;
+    const short = chosen.length > 0 && chosen.length < this.#targetRows;
+    // Behind a running batch, only a full one goes: a short one would only split the
+    // requests that would otherwise join the next batch when the running one ends.
+    const wait = short && (this.inFlight > 0 || (this.#delayNs > 0 && waitedNs < this.#delayNs));
     // Put back what did not go, ahead of newer arrivals, keeping their order.
     const back = wait ? [...chosen.map((r) => r.sequence), ...skipped] : skipped;
     if (back.length > 0) {
@@ -107,7 +111,8 @@ export class OldestInstance extends SequenceInstance {
     }
     if (chosen.length === 0) return undefined;
     if (wait) {
-      this.retryIn((this.#delayNs - waitedNs) / 1e6);
+      // A running batch's end brings the decision back by itself.
+      if (this.inFlight === 0) this.retryIn((this.#delayNs - waitedNs) / 1e6);
       return undefined;
     }
     for (const row of chosen) row.sequence.queue.shift();

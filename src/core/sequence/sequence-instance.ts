@@ -14,19 +14,32 @@ export interface SequenceOwner {
 
 /**
  * One model instance under the sequence batcher: a fixed number of slots, each held by
- * one sequence for its life, and at most one batch in flight. Strategies decide which
- * queued requests form the next batch.
+ * one sequence for its life, and at most `maxInFlight` batches in flight (a sequence is in
+ * at most one of them, so its state is read only after its previous step wrote it).
+ * Strategies decide which queued requests form the next batch.
  */
 export abstract class SequenceInstance implements SlotHolder {
   readonly executor: ModelExecutor;
   readonly capacity: number;
   protected readonly model: SequenceModel;
   protected readonly owner: SequenceOwner;
-  #busy = false;
+  /**
+   * Batches handed to the executor and not finished. A second one lets the worker start
+   * the next batch while this thread scatters the last one's results and answers them.
+   */
+  readonly #maxInFlight: number;
+  #inFlight = 0;
   #scheduled = false;
   #timer: NodeJS.Timeout | undefined;
 
-  constructor(model: SequenceModel, owner: SequenceOwner, executor: ModelExecutor, capacity: number) {
+  constructor(
+    model: SequenceModel,
+    owner: SequenceOwner,
+    executor: ModelExecutor,
+    capacity: number,
+    maxInFlight = 1,
+  ) {
+    this.#maxInFlight = maxInFlight;
     this.model = model;
     this.owner = owner;
     this.executor = executor;
@@ -47,6 +60,11 @@ export abstract class SequenceInstance implements SlotHolder {
   protected abstract nextBatch(): (SequenceRow | undefined)[] | undefined;
   protected abstract sequenceWoke(sequence: Sequence): void;
 
+  /** Batches running now: a strategy may ask more of a batch that would queue behind another. */
+  protected get inFlight(): number {
+    return this.#inFlight;
+  }
+
   get free(): number {
     return this.capacity - this.occupied;
   }
@@ -58,7 +76,7 @@ export abstract class SequenceInstance implements SlotHolder {
 
   /** Coalesces the arrivals of one event-loop turn into one batching decision. */
   protected schedule(): void {
-    if (this.#scheduled || this.#busy) return;
+    if (this.#scheduled || this.#inFlight >= this.#maxInFlight) return;
     this.#scheduled = true;
     setImmediate(() => {
       this.#scheduled = false;
@@ -83,14 +101,14 @@ export abstract class SequenceInstance implements SlotHolder {
   }
 
   #run(): void {
-    if (this.#busy) return;
+    if (this.#inFlight >= this.#maxInFlight) return;
     const rows = this.nextBatch();
     if (rows === undefined) return;
-    this.#busy = true;
+    this.#inFlight++;
     const real = rows.filter((r): r is SequenceRow => r !== undefined);
     for (const row of real) row.sequence.running = true;
     runSequenceBatch(this.model, this.executor, rows).finally(() => {
-      this.#busy = false;
+      this.#inFlight--;
       for (const row of real) {
         row.sequence.running = false;
         row.sequence.steps++;

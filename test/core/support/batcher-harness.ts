@@ -1,0 +1,40 @@
+import type { InferRequest, SequenceControl } from "../../../src/core/infer.ts";
+import type { ModelConfig } from "../../../src/core/model-config.ts";
+import { validateRequest } from "../../../src/core/request-validation.ts";
+import { PendingRequest } from "../../../src/core/scheduler/pending-request.ts";
+import { SequenceBatcher } from "../../../src/core/sequence/sequence-batcher.ts";
+import { MemoryStateStore } from "../../../src/core/sequence/state-store.ts";
+import { ModelStatistics } from "../../../src/core/statistics.ts";
+import { AccumulatorExecutor, accumulatorConfig } from "./accumulator-executor.ts";
+
+// A sequence batcher over the in-process accumulator: core tests send requests straight
+// to the scheduler and watch the batches the executor receives.
+
+export function batcherHarness(config: ModelConfig = accumulatorConfig()) {
+  const executor = new AccumulatorExecutor();
+  const store = new MemoryStateStore();
+  const batcher = new SequenceBatcher({
+    config,
+    executors: [executor],
+    statistics: new ModelStatistics(config.name, "1"),
+    store,
+  });
+  const send = (value: number, sequence: Partial<SequenceControl>): PendingRequest => {
+    const request: InferRequest = {
+      id: "",
+      inputs: new Map([["INPUT", { datatype: "INT32", shape: [1, 1], data: Int32Array.of(value) }]]),
+      outputs: undefined,
+      parameters: {},
+      sequence: { id: undefined, start: false, end: false, timeoutUs: undefined, ...sequence },
+    };
+    const pending = new PendingRequest(request, validateRequest(config, request));
+    batcher.enqueue(pending);
+    return pending;
+  };
+  const output = async (pending: PendingRequest): Promise<number> =>
+    ((await pending.promise).outputs.get("OUTPUT")!.data as Int32Array)[0]!;
+  return { batcher, executor, store, send, output };
+}
+
+/** Lets the scheduler's setImmediate decisions and promise callbacks run. */
+export const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
