@@ -21,6 +21,8 @@ export const SEQSERVE_VERSION = packageJson.version;
 /** The KServe / Triton extensions seqserve implements, as `GET /v2` lists them. */
 const EXTENSIONS = [
   "sequence",
+  // String correlation ids work: the KServe sequence extension asks servers to say so.
+  "sequence(string_id)",
   "binary_tensor_data",
   "model_repository",
   "statistics",
@@ -47,6 +49,7 @@ export interface StartOptions {
 export async function startServer(options: ServerOptions, start: StartOptions = {}): Promise<RunningServer> {
   const logger = start.logger ?? createLogger({ level: options.logLevel, format: options.logFormat });
   let stopping = false;
+  for (const notice of options.notices) logger.info({ event: "option_notice" }, notice);
   const repository = await ModelRepository.open({
     repositories: options.modelRepositories,
     ovmsConfigs: options.ovmsConfigs,
@@ -54,8 +57,10 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
     controlMode: options.modelControlMode,
     loadModels: options.loadModels,
     pollSecs: options.repositoryPollSecs,
-    backend: start.backend ?? onnxBackend(logger),
+    backend: start.backend ?? onnxBackend(logger, options.backendSettings),
     logger,
+    defaultMaxBatchSize: options.backendSettings.defaultMaxBatchSize,
+    loadThreadCount: options.modelLoadThreadCount,
   });
   const metadata: ServerMetadata = { name: "seqserve", version: SEQSERVE_VERSION, extensions: EXTENSIONS };
   const context: ServerContext = {

@@ -1,6 +1,7 @@
 import { statSync } from "node:fs";
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
+import { BackendConfigError, readBackendConfig } from "../config/backend-config.ts";
 import {
   DEFAULT_SERVER_OPTIONS,
   type ModelControlMode,
@@ -127,6 +128,21 @@ export const FLAGS: readonly FlagSpec[] = [
     default: String(DEFAULT_SERVER_OPTIONS.httpStreamMaxInflight),
     help: "Messages a WebSocket sequence stream (GET /v2/models/{m}/stream) may have unanswered before the server stops reading it.",
   },
+  {
+    name: "backend-config",
+    value: "backend,setting=value",
+    multiple: true,
+    help:
+      "Triton's backend settings (repeatable): onnxruntime,default-max-batch-size=N (or default-max-batch-size=N) " +
+      "sets the max_batch_size autocomplete gives; stateful,ort-logging-level=0..4 sets ONNX Runtime's log level " +
+      "for models of backend 'stateful'. Other settings are accepted with a notice.",
+  },
+  {
+    name: "model-load-thread-count",
+    value: "n",
+    default: String(DEFAULT_SERVER_OPTIONS.modelLoadThreadCount),
+    help: "How many models load at the same time.",
+  },
   { name: "help", boolean: true, help: "Show this help and exit." },
   { name: "version", boolean: true, help: "Show the version and exit." },
 ];
@@ -241,6 +257,13 @@ export function parseCommandLine(argv: readonly string[]): CliCommand {
       "no models to serve: give --model-repository <dir> (or --config-path <config.json>)",
     );
   }
+  let backendConfig: ReturnType<typeof readBackendConfig>;
+  try {
+    backendConfig = readBackendConfig(list("backend-config"));
+  } catch (error) {
+    if (error instanceof BackendConfigError) throw new UsageError(error.message);
+    throw error;
+  }
   const port = (name: string, allow: string): number | undefined =>
     parseBoolean(allow, get(allow)) ? parseInteger(name, get(name), 0, 65535) : undefined;
 
@@ -277,6 +300,9 @@ export function parseCommandLine(argv: readonly string[]): CliCommand {
       1,
     ),
     httpStreamMaxInflight: parseInteger("http-stream-max-inflight", get("http-stream-max-inflight"), 1),
+    backendSettings: backendConfig.settings,
+    modelLoadThreadCount: parseInteger("model-load-thread-count", get("model-load-thread-count"), 1),
+    notices: backendConfig.notices,
   };
   if (serverOptions.loadModels.length > 0 && serverOptions.modelControlMode !== "explicit") {
     throw new UsageError("--load-model requires --model-control-mode=explicit");

@@ -15,6 +15,8 @@ export type GraphOptimization = "disabled" | "basic" | "extended" | "all";
 
 export interface LoadSettings {
   readonly name: string;
+  /** "onnxruntime", or "stateful" for the ONNX stateful backend. */
+  readonly backend: string;
   readonly defaultModelFilename: string;
   readonly versionPolicy: VersionPolicy;
   readonly instanceGroups: readonly InstanceGroupConfig[];
@@ -54,6 +56,7 @@ export function readLoadSettings(
   const graphOptimizationLevel = graph === undefined ? undefined : graph.number("level");
   return deepFreeze({
     name: identity.name,
+    backend: identity.backend,
     defaultModelFilename: identity.defaultModelFilename,
     versionPolicy,
     instanceGroups,

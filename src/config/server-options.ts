@@ -1,4 +1,5 @@
 import type { LogFormat, LogLevel } from "../observability/logger.ts";
+import { type BackendSettings, DEFAULT_BACKEND_SETTINGS } from "./backend-config.ts";
 
 // The server's options: what the CLI (or an embedding program) decides, validated once
 // and frozen. Names follow Triton's flags.
@@ -30,6 +31,12 @@ export interface ServerOptions {
   readonly grpcMaxInflightPerStream: number;
   /** Messages a WebSocket sequence stream may have unanswered before the server stops reading it. */
   readonly httpStreamMaxInflight: number;
+  /** Triton's --backend-config settings seqserve acts on. */
+  readonly backendSettings: BackendSettings;
+  /** Models loaded at the same time (Triton's --model-load-thread-count). */
+  readonly modelLoadThreadCount: number;
+  /** One line each for options accepted without effect, logged at start. */
+  readonly notices: readonly string[];
 }
 
 export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
@@ -52,4 +59,7 @@ export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   grpcKeepaliveTimeoutMs: 20_000,
   grpcMaxInflightPerStream: 1024,
   httpStreamMaxInflight: 64,
+  backendSettings: DEFAULT_BACKEND_SETTINGS,
+  modelLoadThreadCount: 4,
+  notices: [],
 });

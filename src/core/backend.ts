@@ -8,6 +8,8 @@ import type { ModelIo } from "./model-io.ts";
 export interface OpenModelRequest {
   readonly modelName: string;
   readonly modelPath: string;
+  /** The config's backend: "onnxruntime", or "stateful" (Triton's ONNX stateful backend). */
+  readonly backendName: string;
   readonly instanceCount: number;
   /** The model config's `parameters` (session options such as intra_op_thread_count). */
   readonly parameters: Readonly<Record<string, string>>;

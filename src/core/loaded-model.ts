@@ -4,11 +4,12 @@ import type { InferRequest, InferResponse, NamedTensor } from "./infer.ts";
 import type { SequenceAdmin, ServedModel, TensorMetadata } from "./model.ts";
 import type { ModelConfig } from "./model-config.ts";
 import { validateRequest } from "./request-validation.ts";
+import type { BatchObserver } from "./scheduler/batch-observer.ts";
 import { DynamicBatcher } from "./scheduler/dynamic-batcher.ts";
 import { nowNs, PendingRequest } from "./scheduler/pending-request.ts";
 import type { Scheduler } from "./scheduler/scheduler.ts";
 import { SequenceBatcher } from "./sequence/sequence-batcher.ts";
-import { MemoryStateStore, type StateStore } from "./sequence/state-store.ts";
+import type { StateStore } from "./sequence/state-store.ts";
 import { ModelStatistics, type ModelStatisticsSnapshot } from "./statistics.ts";
 
 // A loaded model version: its frozen config, its instances, and the scheduler the config
@@ -20,6 +21,8 @@ export interface LoadedModelOptions {
   readonly executors: readonly ModelExecutor[];
   readonly store?: StateStore;
   readonly warn?: (message: string) => void;
+  /** Told about every batch of a sequence model (the model runner's log). */
+  readonly observer?: BatchObserver;
 }
 
 function tensorMetadata(config: ModelConfig): { inputs: TensorMetadata[]; outputs: TensorMetadata[] } {
@@ -64,8 +67,9 @@ export class LoadedModel implements ServedModel {
         config,
         executors: options.executors,
         statistics: this.#statistics,
-        store: options.store ?? new MemoryStateStore(),
+        ...(options.store === undefined ? {} : { store: options.store }),
         ...(options.warn === undefined ? {} : { warn: options.warn }),
+        ...(options.observer === undefined ? {} : { observer: options.observer }),
       });
       this.#scheduler = batcher;
       this.sequences = batcher;

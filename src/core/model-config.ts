@@ -27,6 +27,13 @@ export interface InputConfig {
    * model file declares with no room for a batch dimension.
    */
   readonly shared: boolean;
+  /**
+   * The ONNX stateful backend's convention: the dimension of `dims` marked -1 is the batch
+   * (axis `markedBatchAxis` of the model's tensor, which has the rank of `dims`); requests
+   * still carry Triton's leading batch dimension of 1. Undefined: Triton's convention, the
+   * batch is a dimension prepended to `dims`.
+   */
+  readonly markedBatchAxis?: number;
 }
 
 export interface OutputConfig {
@@ -35,6 +42,8 @@ export interface OutputConfig {
   readonly dims: readonly number[];
   readonly reshape?: readonly number[];
   readonly labelFilename?: string;
+  /** As InputConfig.markedBatchAxis. */
+  readonly markedBatchAxis?: number;
 }
 
 export type InstanceKind = "KIND_AUTO" | "KIND_CPU" | "KIND_GPU" | "KIND_MODEL";
@@ -63,6 +72,11 @@ export interface ControlInputConfig {
   readonly datatype: DataType;
   /** For START/END/READY: the [false, true] values (from *_false_true). */
   readonly falseTrue?: readonly [number, number];
+  /**
+   * false when the model has no input of this name: the server acts on the control itself
+   * (the ONNX stateful backend's END and CORRID controls) and feeds nothing.
+   */
+  readonly fed: boolean;
 }
 
 /** Fresh state on START. `dims` has the rank of StateConfig.dims, with 1 on the batch axis. */
@@ -119,6 +133,43 @@ export interface SequenceBatchingConfig {
   readonly storeStatesAsFp16: boolean;
   /** false: an END request frees state without running the model (infer_end_requests: 0). */
   readonly inferEndRequests: boolean;
+  /**
+   * Share of the sequence slots that may be live at once; a start beyond it is refused at
+   * once instead of waiting (ONNX stateful backend's max_candidate_sequence_use_ratio).
+   */
+  readonly maxSequenceUseRatio: number | undefined;
+  /** Pad every batch to max_batch_size rows (ONNX stateful backend's always_pad_to_max_batch). */
+  readonly padToMaxBatch: boolean;
+  /** How state memory is allocated: in slabs of rows, grown and shrunk as sequences come and go. */
+  readonly stateBuffer: StateBufferConfig;
+  /** What the model runner logs (the ONNX stateful backend's logging parameters). */
+  readonly logging: SequenceLoggingConfig;
+}
+
+/**
+ * State rows are kept in slabs (one row per live sequence). `initialRows` are allocated at
+ * load; when fewer than `allocThreshold` rows are free a slab of `subsequentRows` is added;
+ * the last slab is released when it is empty and more than `deallocThreshold` rows are free.
+ * (The ONNX stateful backend's lazy buffer allocation: initial_buffer_size,
+ * subsequent_buffer_size, buffer_alloc_threshold, buffer_dealloc_threshold.)
+ */
+export interface StateBufferConfig {
+  readonly initialRows: number;
+  readonly subsequentRows: number;
+  readonly allocThreshold: number;
+  readonly deallocThreshold: number;
+}
+
+/** Which model runner messages are logged (at info level, as the ONNX stateful backend does). */
+export interface SequenceLoggingConfig {
+  /** A line per batch naming the sequences whose state was reset (START). */
+  readonly resets: boolean;
+  /** A line per batch: its size and instance. */
+  readonly batches: boolean;
+  /** Every this many seconds, average and maximum batch size (0: never). */
+  readonly metricsIntervalSecs: number;
+  /** With the periodic line, the queue and compute time split. */
+  readonly detailedMetrics: boolean;
 }
 
 export interface ModelConfig {

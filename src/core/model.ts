@@ -52,7 +52,10 @@ export interface SequenceInfo {
 export interface SequenceSummary {
   readonly live: number;
   readonly backlog: number;
+  /** State bytes held by sequences. */
   readonly stateBytes: number;
+  /** State memory reserved (slabs allocated ahead of sequences), at least stateBytes. */
+  readonly stateAllocatedBytes: number;
   readonly ended: Readonly<Record<SequenceEndReason, number>>;
 }
 

@@ -59,6 +59,33 @@ function valueKey(tensor: Tensor): string {
   return Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString("hex");
 }
 
+/**
+ * The rows one input brings to a batch: its leading (batch) dimension, or, for an input
+ * batched along a dimension marked in its dims (the ONNX stateful backend), that
+ * dimension, with the leading one required to be 1.
+ */
+function rowsOf(input: InputConfig, tensor: Tensor, model: string): number {
+  const marked = input.markedBatchAxis;
+  if (marked === undefined) return tensor.shape[0]!;
+  if (tensor.shape[0] !== 1) {
+    throw invalidArg(
+      `input '${input.name}' for model '${model}' must have a leading batch dimension of 1: the model batches it ` +
+        `along dimension ${marked + 1} (marked -1 in its dims), got ${formatShape(tensor.shape)}`,
+    );
+  }
+  // A shape too short for the marked dimension fails the dims check below, with its message.
+  return tensor.shape[marked + 1] ?? 1;
+}
+
+/** The batch key part of a shape: the marked batch dimension may differ between requests. */
+function keyShape(input: InputConfig, shape: readonly number[]): readonly number[] {
+  const marked = input.markedBatchAxis;
+  if (marked === undefined) return shape;
+  const key = [...shape];
+  key[marked] = -1;
+  return key;
+}
+
 export function validateRequest(config: ModelConfig, request: InferRequest): ValidatedRequest {
   const model = config.name;
   const outputNames: string[] = [];
@@ -84,11 +111,12 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
   let batch = 0;
   if (batching) {
     for (const [name, tensor] of request.inputs) {
-      if (byName.get(name)!.shared) continue;
+      const input = byName.get(name)!;
+      if (input.shared) continue;
       if (tensor.shape.length === 0) {
         throw invalidArg(`input '${name}' has no shape but model requires batch dimension for '${model}'`);
       }
-      const rows = tensor.shape[0]!;
+      const rows = rowsOf(input, tensor, model);
       if (batch === 0) batch = rows;
       else if (rows !== batch)
         throw invalidArg(`input '${name}' batch size does not match other inputs for '${model}'`);
@@ -146,10 +174,13 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
     }
     let modelShape: readonly number[] = shape;
     if (input.reshape !== undefined) modelShape = reshaped(input.dims, input.reshape, shape);
-    const fullShape = batched ? [batch, ...modelShape] : modelShape;
+    const marked = batched && input.markedBatchAxis !== undefined;
+    const fullShape = batched && !marked ? [batch, ...modelShape] : modelShape;
     inputs.set(input.name, fullShape === tensor.shape ? tensor : { ...tensor, shape: fullShape });
     keyParts.push(
-      input.shared ? `${input.name}=${valueKey(tensor)}` : `${input.name}${formatShape(modelShape)}`,
+      input.shared
+        ? `${input.name}=${valueKey(tensor)}`
+        : `${input.name}${formatShape(keyShape(input, modelShape))}`,
     );
   }
 

@@ -148,6 +148,11 @@ export function createMetricsRegistry(models: ModelRegistry): Registry {
     "Bytes of implicit state kept for live sequences",
     (s) => s.stateBytes,
   );
+  sequenceGauge(
+    "seqserve_sequence_state_allocated_bytes",
+    "Bytes of state memory reserved (slabs allocated ahead of sequences), held or not",
+    (s) => s.stateAllocatedBytes,
+  );
 
   new PromCounter<Labels | "reason">({
     name: "seqserve_sequences_ended_total",

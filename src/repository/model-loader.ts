@@ -12,6 +12,7 @@ import type { ModelBackend } from "../core/backend.ts";
 import { invalidArg, unavailable } from "../core/errors.ts";
 import { LoadedModel } from "../core/loaded-model.ts";
 import type { Logger } from "../observability/logger.ts";
+import { modelRunnerLog } from "../observability/model-runner-log.ts";
 import type { ModelSource } from "./model-source.ts";
 import { versionPath } from "./version-folders.ts";
 
@@ -57,6 +58,8 @@ export async function prepareModel(
 export interface VersionLoadOptions {
   readonly backend: ModelBackend;
   readonly logger: Logger;
+  /** max_batch_size autocomplete gives a batchable model (--backend-config default-max-batch-size). */
+  readonly defaultMaxBatchSize: number;
 }
 
 export async function openVersion(
@@ -72,6 +75,7 @@ export async function openVersion(
   const opened = await options.backend.open({
     modelName: source.name,
     modelPath,
+    backendName: settings.backend,
     instanceCount: settings.instanceCount,
     parameters: settings.parameters,
     graphOptimizationLevel: settings.graphOptimizationLevel,
@@ -83,15 +87,20 @@ export async function openVersion(
       modelDir: source.dir,
       modelIo: opened.io,
       strict: prepared.strict,
+      defaultMaxBatchSize: options.defaultMaxBatchSize,
     });
     for (const note of resolved.notes)
       options.logger.info({ event: "config_note", model: source.name }, note);
     const logger = options.logger;
+    const sequencing = resolved.config.sequenceBatching;
+    const observer =
+      sequencing === undefined ? undefined : modelRunnerLog(source.name, sequencing.logging, logger);
     const model = new LoadedModel({
       config: resolved.config,
       version: String(version),
       executors: opened.executors,
       warn: (message) => logger.warn({ event: "sequence", model: source.name }, message),
+      ...(observer === undefined ? {} : { observer }),
     });
     return { model, configJson: resolved.tritonJson as Record<string, unknown> };
   } catch (error) {

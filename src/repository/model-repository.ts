@@ -1,4 +1,5 @@
 import { existsSync, statSync } from "node:fs";
+import pLimit, { type LimitFunction } from "p-limit";
 import type { ModelControlMode } from "../config/server-options.ts";
 import type { ModelBackend } from "../core/backend.ts";
 import { asServerError, invalidArg, notFound, ServerError, unavailable } from "../core/errors.ts";
@@ -30,6 +31,10 @@ export interface ModelRepositoryOptions {
   readonly pollSecs: number;
   readonly backend: ModelBackend;
   readonly logger: Logger;
+  /** max_batch_size autocomplete gives a batchable model (--backend-config default-max-batch-size). */
+  readonly defaultMaxBatchSize: number;
+  /** Models opened at the same time (--model-load-thread-count). */
+  readonly loadThreadCount: number;
 }
 
 interface ModelEntry {
@@ -57,10 +62,13 @@ export class ModelRepository implements ModelRegistry {
   #ovmsSources: ModelSource[] = [];
   #pollTimer: NodeJS.Timeout | undefined;
   #shuttingDown = false;
+  /** Bounds how many models open at once, whoever asks (start, poll, the repository API). */
+  readonly #loadSlots: LimitFunction;
 
   private constructor(options: ModelRepositoryOptions) {
     this.#options = options;
     this.#logger = options.logger;
+    this.#loadSlots = pLimit(Math.max(1, options.loadThreadCount));
   }
 
   /** Discovers the models and loads those the control mode asks for. */
@@ -196,10 +204,12 @@ export class ModelRepository implements ModelRegistry {
     let configJson: Record<string, unknown> | undefined;
     const signature = sourceSignature(source);
     try {
-      const opened = await openModelVersions(this.#options, source, configOverride, (v, model, json) => {
-        loaded.set(String(v), model);
-        configJson = json;
-      });
+      const opened = await this.#loadSlots(() =>
+        openModelVersions(this.#options, source, configOverride, (v, model, json) => {
+          loaded.set(String(v), model);
+          configJson = json;
+        }),
+      );
       if (!opened) throw unavailable(`failed to load '${name}': no version is available`);
       entry.versions = loaded;
       for (const version of loaded.keys()) entry.everLoaded.add(version);

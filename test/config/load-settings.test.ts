@@ -8,6 +8,7 @@ describe("load settings (before the model file is opened)", () => {
   it("gives Triton's defaults for a model without a config", () => {
     assert.deepEqual(readLoadSettings(undefined, "vad", "models/vad"), {
       name: "vad",
+      backend: "onnxruntime",
       defaultModelFilename: "model.onnx",
       versionPolicy: { kind: "latest", numVersions: 1 },
       instanceGroups: [{ name: "vad", count: 1, kind: "KIND_CPU" }],

@@ -276,11 +276,23 @@ describe("invalid model configurations", () => {
       modelIo: SEQ_IO,
     },
     {
-      name: "store_states_as_fp16 with an integer state",
-      text: `${IO}sequence_batching { state [ { input_name: "s" output_name: "t" data_type: TYPE_INT32 dims: [2] } ] }\nparameters { key: "store_states_as_fp16" value { string_value: "true" } }`,
+      name: "lazy state-buffer allocation with only some of its parameters",
+      text: `${IO}sequence_batching { }\nparameters { key: "initial_buffer_size" value { string_value: "8" } }`,
       line: 4,
       includes:
-        "parameter 'store_states_as_fp16' applies to FP32 states, but state 's' of model 'm' is INT32",
+        "lazy state-buffer allocation needs all of initial_buffer_size, subsequent_buffer_size, buffer_alloc_threshold, buffer_dealloc_threshold; missing subsequent_buffer_size",
+    },
+    {
+      name: "an initial state buffer smaller than a batch",
+      text: `max_batch_size: 8\n${IO.replace("dims: [ 1 ]", "dims: [ 1 ]")}sequence_batching { }\nparameters [ { key: "initial_buffer_size" value { string_value: "4" } }, { key: "subsequent_buffer_size" value { string_value: "8" } }, { key: "buffer_alloc_threshold" value { string_value: "8" } }, { key: "buffer_dealloc_threshold" value { string_value: "16" } } ]`,
+      line: 5,
+      includes: "Initial buffer size must be larger than or equal to the max batch size",
+    },
+    {
+      name: "a logging level the stateful backend does not have",
+      text: `${IO}sequence_batching { }\nparameters { key: "logging_level" value { string_value: "LOUD" } }`,
+      line: 4,
+      includes: "parameter 'logging_level' must be NONE, INFO or VERBOSE, got 'LOUD'",
     },
     {
       name: "a negative backlog limit",

@@ -176,15 +176,20 @@ describe("resolving the fixture configs", () => {
       strategy: { kind: "direct", maxQueueDelayUs: 100, minimumSlotUtilization: 0.5 },
       maxSequenceIdleUs: 5_000_000,
       controlInputs: [
-        { name: "START", kind: "START", datatype: "INT32", falseTrue: [0, 1] },
-        { name: "END", kind: "END", datatype: "FP32", falseTrue: [0, 1] },
-        { name: "READY", kind: "READY", datatype: "BOOL", falseTrue: [0, 1] },
-        { name: "CORRID", kind: "CORRID", datatype: "UINT64" },
+        { name: "START", kind: "START", datatype: "INT32", falseTrue: [0, 1], fed: true },
+        { name: "END", kind: "END", datatype: "FP32", falseTrue: [0, 1], fed: true },
+        { name: "READY", kind: "READY", datatype: "BOOL", falseTrue: [0, 1], fed: true },
+        { name: "CORRID", kind: "CORRID", datatype: "UINT64", fed: true },
       ],
       states: [],
       backlogLimit: 1024,
       storeStatesAsFp16: false,
       inferEndRequests: true,
+      maxSequenceUseRatio: undefined,
+      padToMaxBatch: false,
+      // seqserve's own slabs: Direct has max(1, max_batch_size) slots per instance.
+      stateBuffer: { initialRows: 4, subsequentRows: 4, allocThreshold: 0, deallocThreshold: 256 },
+      logging: { resets: false, batches: false, metricsIntervalSecs: 0, detailedMetrics: false },
     });
     assert.deepEqual(config.instanceGroups, [{ name: "sequence_direct_0", count: 1, kind: "KIND_CPU" }]);
   });
@@ -199,7 +204,12 @@ describe("resolving the fixture configs", () => {
       maxQueueDelayUs: 2000,
       preserveOrdering: true,
     });
-    assert.deepEqual(batching?.controlInputs[1], { name: "CORRID", kind: "CORRID", datatype: "BYTES" });
+    assert.deepEqual(batching?.controlInputs[1], {
+      name: "CORRID",
+      kind: "CORRID",
+      datatype: "BYTES",
+      fed: true,
+    });
     assert.equal(batching?.maxSequenceIdleUs, 1_000_000);
     const json = tritonJson as { sequence_batching: { max_sequence_idle_microseconds: number } };
     assert.equal(json.sequence_batching.max_sequence_idle_microseconds, 1_000_000);

@@ -79,6 +79,8 @@ describe("sequences API and metrics", { timeout: 60_000 }, () => {
       live: 2,
       backlog: 0,
       state_bytes: 8,
+      // Slabs of the model's slots (max_batch_size 4): 4 rows of one INT32 each.
+      state_allocated_bytes: 16,
       ended: {
         end: 0,
         timeout: 0,

@@ -95,6 +95,8 @@ describe("ending well", { timeout: 60_000 }, () => {
       live: 0,
       backlog: 0,
       stateBytes: 0,
+      // The slab reserved for the model's 4 slots stays until the model is unloaded.
+      stateAllocatedBytes: 16,
       ended: {
         end: 1,
         timeout: 0,
@@ -132,6 +134,7 @@ describe("ending well", { timeout: 60_000 }, () => {
       live: 0,
       backlog: 0,
       stateBytes: 0,
+      stateAllocatedBytes: 8,
       ended: {
         end: 0,
         timeout: 0,

@@ -26,6 +26,10 @@ export interface IoContext {
   readonly statePairTensors: ReadonlySet<string>;
   /** Inputs named in the `shared_inputs` parameter. */
   readonly declaredShared: ReadonlySet<string>;
+  /** The ONNX stateful backend's convention: a -1 in dims marks the batch dimension. */
+  readonly batchMarkedInDims: boolean;
+  /** Triton's --backend-config default-max-batch-size, for autocomplete. */
+  readonly defaultMaxBatchSize: number;
 }
 
 type Kind = "input" | "output";
@@ -103,7 +107,7 @@ export function completeIo(io: IoContext): void {
   if (inputsMissing || outputsMissing) {
     const batching = supportsBatching(io, modelIo);
     if (!root.has("max_batch_size")) {
-      root.set("max_batch_size", batching ? DEFAULT_MAX_BATCH_SIZE : 0);
+      root.set("max_batch_size", batching ? io.defaultMaxBatchSize : 0);
     } else if (!batching && root.number("max_batch_size") !== 0) {
       root.fail(
         "max_batch_size",
@@ -213,6 +217,34 @@ function isScalarInModel(tensor: ModelTensorInfo | undefined, modelDims: readonl
   return tensor?.shape?.length === 0 && modelDims.every((dim) => dim === 1);
 }
 
+/**
+ * The stateful backend's batch dimension: the one dim marked -1, when the model's tensor
+ * has the rank of dims (a model with one more dimension follows Triton's convention, its
+ * batch first). Undefined when the tensor is batched the Triton way.
+ */
+function markedBatchAxis(io: IoContext, t: CommonTensor): number | undefined {
+  if (!io.batchMarkedInDims || io.root.number("max_batch_size") === 0) return undefined;
+  const shape = t.tensor?.shape;
+  if (shape !== undefined && shape.length === t.dims.length + 1) return undefined;
+  const marked = t.dims.flatMap((dim, i) => (dim === -1 ? [i] : []));
+  if (marked.length === 0 && shape === undefined) return undefined;
+  if (marked.length !== 1) {
+    t.node.fail(
+      "dims",
+      `${t.what} of model '${io.root.ctx.modelName}' has dims ${formatShape(t.dims)}: backend 'stateful' batches ` +
+        "along the one dimension marked -1, and every other dimension must be fixed",
+    );
+  }
+  if (t.reshape !== undefined) {
+    t.node.fail(
+      "reshape",
+      `${t.what}: backend 'stateful' does not reshape tensors batched along a marked dimension`,
+    );
+  }
+  if (shape !== undefined) checkAgainstModel(t.node, "dims", t.what, shape, t.dims, false);
+  return marked[0];
+}
+
 export function resolveInputs(io: IoContext): InputConfig[] {
   const { root } = io;
   const modelName = root.ctx.modelName;
@@ -232,6 +264,18 @@ export function resolveInputs(io: IoContext): InputConfig[] {
       node.fail("format", "model input NHWC/NCHW require 3 dims");
 
     const declared = io.declaredShared.has(t.name);
+    const marked = declared ? undefined : markedBatchAxis(io, t);
+    if (marked !== undefined) {
+      return {
+        name: t.name,
+        datatype: t.datatype,
+        dims: t.dims,
+        optional: node.bool("optional"),
+        allowRaggedBatch: node.bool("allow_ragged_batch"),
+        shared: false,
+        markedBatchAxis: marked,
+      };
+    }
     const modelDims = t.reshape ?? t.dims;
     const field = t.reshape === undefined ? "dims" : "reshape";
     let shared = maxBatchSize > 0 && declared;
@@ -282,6 +326,10 @@ export function resolveOutputs(io: IoContext): OutputConfig[] {
   const seen = new Set<string>();
   return root.children("output").map((node): OutputConfig => {
     const t = commonTensor(io, "output", node, seen);
+    const marked = markedBatchAxis(io, t);
+    if (marked !== undefined) {
+      return { name: t.name, datatype: t.datatype, dims: t.dims, markedBatchAxis: marked };
+    }
     const modelDims = t.reshape ?? t.dims;
     const field = t.reshape === undefined ? "dims" : "reshape";
     let reshape = t.reshape;

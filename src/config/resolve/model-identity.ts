@@ -6,6 +6,8 @@ import type { MessageNode } from "./config-node.ts";
 
 export const ONNX_PLATFORM = "onnxruntime_onnx";
 export const ONNX_BACKEND = "onnxruntime";
+/** Triton's ONNX stateful backend (triton-inference-server/stateful_backend): ONNX models whose state the server keeps. */
+export const STATEFUL_BACKEND = "stateful";
 export const DEFAULT_MODEL_FILENAME = "model.onnx";
 
 export interface ModelIdentity {
@@ -15,7 +17,25 @@ export interface ModelIdentity {
   readonly defaultModelFilename: string;
 }
 
-const UNSUPPORTED = `seqserve serves ONNX models (platform '${ONNX_PLATFORM}', backend '${ONNX_BACKEND}')`;
+const UNSUPPORTED =
+  `seqserve serves ONNX models (platform '${ONNX_PLATFORM}', backend '${ONNX_BACKEND}', ` +
+  `or the ONNX stateful backend '${STATEFUL_BACKEND}')`;
+
+function checkFileName(root: MessageNode, field: string, filename: string, where: string): void {
+  if (filename.includes("/") || filename.includes("\\") || filename === "." || filename === "..") {
+    root.fail(field, `${where} '${filename}' must name a file inside the version directory`);
+  }
+}
+
+/** The stateful backend names its file in the `onnx_file_name` parameter. */
+function statefulFileName(root: MessageNode): string | undefined {
+  const entry = root.map("parameters").onnx_file_name;
+  if (typeof entry !== "object" || Array.isArray(entry)) return undefined;
+  const value = entry.string_value;
+  if (typeof value !== "string" || value === "") return undefined;
+  checkFileName(root, "parameters", value, "parameter 'onnx_file_name'");
+  return value;
+}
 
 export function resolveIdentity(root: MessageNode): ModelIdentity {
   const { modelName } = root.ctx;
@@ -30,34 +50,37 @@ export function resolveIdentity(root: MessageNode): ModelIdentity {
 
   const platform = root.string("platform");
   const backend = root.string("backend");
-  if (backend === "stateful") {
-    root.fail(
-      "backend",
-      `backend 'stateful' is not supported: ${UNSUPPORTED}; with backend '${ONNX_BACKEND}' the stateful ` +
-        "backend's parameters state_pairs, store_states_as_fp16 and infer_end_requests are understood",
-    );
-  }
   if (platform !== "" && platform !== ONNX_PLATFORM) {
     root.fail("platform", `platform '${platform}' of model '${modelName}' is not supported: ${UNSUPPORTED}`);
   }
-  if (backend !== "" && backend !== ONNX_BACKEND) {
+  if (backend !== "" && backend !== ONNX_BACKEND && backend !== STATEFUL_BACKEND) {
     root.fail("backend", `backend '${backend}' of model '${modelName}' is not supported: ${UNSUPPORTED}`);
   }
-  root.set("platform", ONNX_PLATFORM).set("backend", ONNX_BACKEND);
+  if (backend === STATEFUL_BACKEND && platform !== "") {
+    root.fail(
+      "platform",
+      `model '${modelName}' sets both platform '${platform}' and backend '${STATEFUL_BACKEND}'; the stateful backend takes no platform`,
+    );
+  }
+  const stateful = backend === STATEFUL_BACKEND;
+  // Triton completes an ONNX Runtime model's platform; a custom backend such as the
+  // stateful one keeps an empty platform, which is what its model metadata reports.
+  if (!stateful) root.set("platform", ONNX_PLATFORM).set("backend", ONNX_BACKEND);
 
   const runtime = root.string("runtime");
   if (runtime !== "") root.ctx.note(`runtime '${runtime}' is ignored: seqserve runs ONNX Runtime itself`);
 
-  const filename = root.string("default_model_filename") || DEFAULT_MODEL_FILENAME;
-  if (filename.includes("/") || filename.includes("\\") || filename === "." || filename === "..") {
-    root.fail(
-      "default_model_filename",
-      `default_model_filename '${filename}' must name a file inside the version directory`,
-    );
-  }
-  root.set("default_model_filename", filename);
+  const configured = root.string("default_model_filename");
+  if (configured !== "") checkFileName(root, "default_model_filename", configured, "default_model_filename");
+  const filename = (stateful ? statefulFileName(root) : undefined) ?? (configured || DEFAULT_MODEL_FILENAME);
+  root.set("default_model_filename", configured || filename);
 
-  return { name: modelName, platform: ONNX_PLATFORM, backend: ONNX_BACKEND, defaultModelFilename: filename };
+  return {
+    name: modelName,
+    platform: stateful ? "" : ONNX_PLATFORM,
+    backend: stateful ? STATEFUL_BACKEND : ONNX_BACKEND,
+    defaultModelFilename: filename,
+  };
 }
 
 /** The version policy; Triton's default is the single latest version. */

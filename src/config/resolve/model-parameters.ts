@@ -79,7 +79,11 @@ export class ModelParameters {
     return raw.split(/[\s,]+/).filter((name) => name !== "");
   }
 
-  /** The ONNX stateful backend's `state_pairs`: "<<<In1, Out1>>> <<<In2, Out2>>>". */
+  /**
+   * The ONNX stateful backend's `state_pairs`: "<<<In1, Out1>>> <<<In2, Out2>>>", the pairs
+   * separated by spaces and/or commas (its README separates them by spaces, its example
+   * models by commas).
+   */
   statePairs(): StatePair[] {
     const key = "state_pairs";
     const raw = this.get(key);
@@ -91,7 +95,7 @@ export class ModelParameters {
       if (input === "" || output === "") break;
       pairs.push({ input, output });
     }
-    const rest = raw.replace(PAIR, "").trim();
+    const rest = raw.replace(PAIR, "").replace(/[\s,]+/g, "");
     if (pairs.length === 0 || rest !== "" || pairs.length !== [...raw.matchAll(PAIR)].length) {
       return this.fail(key, `parameter '${key}' must be a list of '<<<input, output>>>' pairs, got '${raw}'`);
     }

@@ -12,8 +12,14 @@ import { toTritonJson } from "../triton-json.ts";
 import { MessageNode, ResolveContext } from "./config-node.ts";
 import { resolveDynamicBatching } from "./dynamic-batching.ts";
 import { resolveInstanceGroups } from "./instance-groups.ts";
-import { completeIo, type IoContext, resolveInputs, resolveOutputs } from "./io-config.ts";
-import { resolveIdentity, resolveVersionPolicy } from "./model-identity.ts";
+import {
+  completeIo,
+  DEFAULT_MAX_BATCH_SIZE,
+  type IoContext,
+  resolveInputs,
+  resolveOutputs,
+} from "./io-config.ts";
+import { resolveIdentity, resolveVersionPolicy, STATEFUL_BACKEND } from "./model-identity.ts";
 import { ModelParameters } from "./model-parameters.ts";
 import { resolveSequenceBatching, sequenceTensorNames } from "./sequence-batching.ts";
 
@@ -34,6 +40,8 @@ export interface ResolveModelConfigOptions {
   readonly modelIo?: ModelIo | undefined;
   /** Triton's --disable-auto-complete-config: nothing is completed from the model file. */
   readonly strict?: boolean;
+  /** max_batch_size autocomplete gives a model that can batch (Triton's --backend-config default-max-batch-size). */
+  readonly defaultMaxBatchSize?: number;
 }
 
 export interface ResolvedModelConfig {
@@ -154,6 +162,8 @@ export function resolveModelConfig(options: ResolveModelConfigOptions): Resolved
     stateOutputs: sequenceNames.stateOutputs,
     statePairTensors: sequenceNames.pairedTensors,
     declaredShared,
+    batchMarkedInDims: identity.backend === STATEFUL_BACKEND,
+    defaultMaxBatchSize: options.defaultMaxBatchSize ?? DEFAULT_MAX_BATCH_SIZE,
   };
   completeIo(io);
   if (!root.has("max_batch_size")) root.set("max_batch_size", 0);
@@ -172,7 +182,15 @@ export function resolveModelConfig(options: ResolveModelConfigOptions): Resolved
   const outputs = resolveOutputs(io);
   const instanceGroups = resolveInstanceGroups(root);
   const dynamicBatching = resolveDynamicBatching(root);
-  const sequenceBatching = resolveSequenceBatching({ root, params, modelIo, inputNames, modelDir });
+  const sequenceBatching = resolveSequenceBatching({
+    root,
+    params,
+    modelIo,
+    inputNames,
+    modelDir,
+    backend: identity.backend,
+    instanceCount: instanceGroups.reduce((sum, group) => sum + group.count, 0),
+  });
   if (modelIo !== undefined) {
     const fed = new Set([
       ...inputNames,

@@ -9,7 +9,13 @@ import type { ModelIo } from "../../core/model-io.ts";
 import { formatShape, type MessageNode } from "./config-node.ts";
 import { preferredBatchSizes } from "./dynamic-batching.ts";
 import { resolveStates } from "./implicit-state.ts";
+import { STATEFUL_BACKEND } from "./model-identity.ts";
 import type { ModelParameters } from "./model-parameters.ts";
+import {
+  resolveStatefulBackendParameters,
+  STATEFUL_BACKEND_SEQUENCE_PARAMETERS,
+  sequenceCapacity,
+} from "./stateful-backend-parameters.ts";
 
 // The sequence batcher's settings, validated completely with Triton's rules and messages
 // where Triton has them: the strategy (Direct by default, or Oldest), the idle timeout,
@@ -28,7 +34,7 @@ export const SEQUENCE_PARAMETERS = [
   "sequence_backlog_limit",
   "store_states_as_fp16",
   "infer_end_requests",
-  "max_candidate_sequence_use_ratio",
+  ...STATEFUL_BACKEND_SEQUENCE_PARAMETERS,
 ] as const;
 
 const CONTROL_KINDS: Record<string, ControlKind> = {
@@ -79,6 +85,7 @@ function resolveControls(
   modelIo: ModelIo | undefined,
   maxBatchSize: number,
   inputNames: ReadonlySet<string>,
+  statefulBackend: boolean,
 ): ControlInputConfig[] {
   const modelName = sequence.ctx.modelName;
   const names = new Set<string>();
@@ -165,9 +172,42 @@ function resolveControls(
       falseTrue = [f!, t!];
     }
 
-    if (modelIo !== undefined) checkControlAgainstModel(input, name, datatype, modelIo, maxBatchSize);
-    return { name, kind, datatype, ...(falseTrue === undefined ? {} : { falseTrue }) };
+    let fed = true;
+    if (modelIo !== undefined) {
+      if (statefulBackend) {
+        const model = statefulBackendControl(input, name, kind, datatype, modelIo);
+        fed = model !== undefined;
+        if (model !== undefined) datatype = model;
+      }
+      if (fed) checkControlAgainstModel(input, name, datatype, modelIo, maxBatchSize);
+    }
+    return { name, kind, datatype, fed, ...(falseTrue === undefined ? {} : { falseTrue }) };
   });
+}
+
+/**
+ * The ONNX stateful backend consumes the controls itself and feeds only the one whose name
+ * is a model input (START mapped to the model's boolean `ResetSequence`), converted to the
+ * model's type. Returns that type, or undefined when the model has no such input.
+ */
+function statefulBackendControl(
+  input: MessageNode,
+  name: string,
+  kind: ControlKind,
+  datatype: DataType,
+  modelIo: ModelIo,
+): DataType | undefined {
+  const tensor = modelIo.inputs.find((t) => t.name === name);
+  if (tensor === undefined) return undefined;
+  if (kind === "CORRID" || tensor.datatype === datatype) return datatype;
+  if (tensor.datatype === "BOOL" || tensor.datatype === "INT32" || tensor.datatype === "FP32") {
+    return tensor.datatype;
+  }
+  return input.fail(
+    "control",
+    `sequence control '${name}' of model '${input.ctx.modelName}' feeds a model input of type ${tensor.typeName}; ` +
+      "a control can be fed as bool, int32 or float32",
+  );
 }
 
 function checkControlAgainstModel(
@@ -266,6 +306,10 @@ export interface SequenceContext {
   readonly modelIo: ModelIo | undefined;
   readonly inputNames: ReadonlySet<string>;
   readonly modelDir: string;
+  /** The model's backend (the stateful backend feeds controls and sets defaults its own way). */
+  readonly backend: string;
+  /** Instances over all instance groups. */
+  readonly instanceCount: number;
 }
 
 export function resolveSequenceBatching(ctx: SequenceContext): SequenceBatchingConfig | undefined {
@@ -300,7 +344,8 @@ export function resolveSequenceBatching(ctx: SequenceContext): SequenceBatchingC
   const maxBatchSize = root.number("max_batch_size");
   const strategy = resolveStrategy(sequence, maxBatchSize);
   const maxSequenceIdleUs = resolveIdleTimeout(sequence, params);
-  const controlInputs = resolveControls(sequence, ctx.modelIo, maxBatchSize, ctx.inputNames);
+  const statefulBackend = ctx.backend === STATEFUL_BACKEND;
+  const controlInputs = resolveControls(sequence, ctx.modelIo, maxBatchSize, ctx.inputNames, statefulBackend);
   const states = resolveStates({
     sequence,
     params,
@@ -318,17 +363,20 @@ export function resolveSequenceBatching(ctx: SequenceContext): SequenceBatchingC
     }
   }
 
+  // As the stateful backend: FP32 states are kept as FP16; states of other types as they are.
   const storeStatesAsFp16 = params.bool("store_states_as_fp16", false);
-  if (storeStatesAsFp16) {
-    const other = states.find((state) => state.datatype !== "FP32");
-    if (other !== undefined) {
-      params.fail(
-        "store_states_as_fp16",
-        `parameter 'store_states_as_fp16' applies to FP32 states, but state '${other.inputName}' of model '${modelName}' is ${other.datatype}`,
-      );
-    }
+  if (storeStatesAsFp16 && !states.some((state) => state.datatype === "FP32")) {
+    sequence.ctx.note(
+      `parameter 'store_states_as_fp16' of model '${modelName}' has no effect: it applies to FP32 states, and the model has none`,
+    );
   }
-  params.ratio("max_candidate_sequence_use_ratio");
+  const backendSettings = resolveStatefulBackendParameters({
+    sequence,
+    params,
+    statefulBackend,
+    maxBatchSize,
+    capacity: sequenceCapacity(strategy, maxBatchSize, ctx.instanceCount),
+  });
 
   return {
     strategy,
@@ -338,5 +386,6 @@ export function resolveSequenceBatching(ctx: SequenceContext): SequenceBatchingC
     backlogLimit: params.integer("sequence_backlog_limit", DEFAULT_BACKLOG_LIMIT, 0),
     storeStatesAsFp16,
     inferEndRequests: params.bool("infer_end_requests", true),
+    ...backendSettings,
   };
 }

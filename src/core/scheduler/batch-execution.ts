@@ -28,11 +28,16 @@ export function concatRequestInputs(
       input.name,
       concatAlongAxis(
         requests.map((r) => r.validated.inputs.get(input.name)!),
-        0,
+        input.markedBatchAxis ?? 0,
       ),
     );
   }
   return inputs;
+}
+
+/** The axis of a batched model output along which its rows are split back into requests. */
+export function outputBatchAxis(config: ModelConfig, name: string): number {
+  return config.outputs.find((o) => o.name === name)?.markedBatchAxis ?? 0;
 }
 
 /** Every output any of the requests asked for, in config order. */
@@ -54,6 +59,10 @@ export function requestedOutputNames(
  */
 export function clientOutputShape(config: ModelConfig, name: string, tensor: Tensor): Tensor {
   const output = config.outputs.find((o) => o.name === name);
+  // Batched along a marked dimension: the client's tensor has Triton's leading batch of 1.
+  if (output?.markedBatchAxis !== undefined && config.maxBatchSize > 0) {
+    return { ...tensor, shape: [1, ...tensor.shape] };
+  }
   if (output?.reshape === undefined) return tensor;
   const batching = config.maxBatchSize > 0;
   const rows = batching ? tensor.shape[0]! : 1;
@@ -102,7 +111,7 @@ export async function runStatelessBatch(
   for (const name of outputNames) {
     const output = result.outputs.get(name);
     if (output === undefined) continue;
-    const pieces = batching ? splitAlongAxis(output, 0, rows) : [output];
+    const pieces = batching ? splitAlongAxis(output, outputBatchAxis(config, name), rows) : [output];
     for (let i = 0; i < requests.length; i++) {
       if (requests[i]!.validated.outputNames.includes(name)) {
         perRequest[i]!.set(name, clientOutputShape(config, name, pieces[i]!));

@@ -87,6 +87,7 @@ export function controlTensors(
   const shape = batching ? [rows.length, 1] : [1];
   const tensors = new Map<string, Tensor>();
   for (const control of controls) {
+    if (!control.fed) continue;
     switch (control.kind) {
       case "START":
         tensors.set(

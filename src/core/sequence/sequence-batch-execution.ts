@@ -3,7 +3,8 @@ import { asServerError, internal } from "../errors.ts";
 import type { ModelExecutor } from "../executor.ts";
 import { fromFloat16Array, toFloat16Array } from "../float16.ts";
 import type { ModelConfig, StateConfig } from "../model-config.ts";
-import { clientOutputShape, requestedOutputNames } from "../scheduler/batch-execution.ts";
+import { clientOutputShape, outputBatchAxis, requestedOutputNames } from "../scheduler/batch-execution.ts";
+import type { BatchObserver } from "../scheduler/batch-observer.ts";
 import { nowNs, type PendingRequest } from "../scheduler/pending-request.ts";
 import type { ModelStatistics } from "../statistics.ts";
 import { cloneTensor, formatShape, type NumericTensor, type Tensor, zeroTensor } from "../tensor.ts";
@@ -27,6 +28,10 @@ export interface SequenceModel {
   readonly store: StateStore;
   /** Per state input name: the tensor a START begins from. */
   readonly initialStates: ReadonlyMap<string, NumericTensor>;
+  /** Every sequence's state has the same shapes, so state never keeps sequences out of a batch. */
+  readonly fixedStateShapes: boolean;
+  /** Told about each batch that ran (the model runner's log). */
+  readonly observer?: BatchObserver;
 }
 
 const isStart = (row: SequenceRow): boolean => row.request.request.sequence?.start === true;
@@ -45,7 +50,7 @@ function stateOf(model: SequenceModel, row: SequenceRow, state: StateConfig): Te
 /** The part of a batch key that comes from state: sequences whose state shapes differ cannot share a batch. */
 export function stateKey(model: SequenceModel, row: SequenceRow): string {
   const states = model.config.sequenceBatching?.states ?? [];
-  if (states.length === 0) return "";
+  if (states.length === 0 || model.fixedStateShapes) return "";
   let key = "";
   for (const state of states) {
     const stored = isStart(row) ? undefined : model.store.get(row.sequence.key)?.get(state.inputName);
@@ -86,19 +91,22 @@ export interface StepOutcome {
 }
 
 /**
- * Runs one batch. `rows[i]` is batch row i; `undefined` rows are padding (Direct
+ * Runs one batch. `batch[i]` is batch row i; `undefined` rows are padding (Direct
  * strategy's empty slots: READY false, CORRID 0, zero inputs and state). Settles every
  * request and updates the store; returns whether the step succeeded.
  */
 export async function runSequenceBatch(
   model: SequenceModel,
   executor: ModelExecutor,
-  rows: readonly (SequenceRow | undefined)[],
+  batch: readonly (SequenceRow | undefined)[],
 ): Promise<StepOutcome> {
   const { config, store } = model;
   const sequencing = config.sequenceBatching!;
   const batching = config.maxBatchSize > 0;
-  const real = rows.filter((r): r is SequenceRow => r !== undefined);
+  const real = batch.filter((r): r is SequenceRow => r !== undefined);
+  // always_pad_to_max_batch: padding rows as Direct's empty slots (READY false, zero inputs and state).
+  const padding = batching && sequencing.padToMaxBatch ? config.maxBatchSize - batch.length : 0;
+  const rows = padding > 0 ? [...batch, ...Array.from({ length: padding }, () => undefined)] : batch;
   const startNs = nowNs();
   for (const row of real) row.request.markDispatched();
 
@@ -116,7 +124,7 @@ export async function runSequenceBatch(
           input.name,
           gather(
             rows.map((r) => r?.request.validated.inputs.get(input.name)),
-            0,
+            input.markedBatchAxis ?? 0,
           ),
         );
     }
@@ -168,11 +176,8 @@ export async function runSequenceBatch(
       if (output === undefined) {
         throw internal(`model '${config.name}' did not produce state output '${state.outputName}'`);
       }
-      // Copies: a sequence's state must not keep the whole batch buffer alive.
-      const pieces =
-        state.batchAxis === undefined
-          ? [cloneTensor(output)]
-          : splitAlongAxis(output, state.batchAxis, ones, true);
+      // Views where the batch axis allows: the store copies what it keeps.
+      const pieces = state.batchAxis === undefined ? [output] : splitAlongAxis(output, state.batchAxis, ones);
       for (let i = 0; i < rows.length; i++) {
         newStates[i]?.set(state.inputName, storedForm(pieces[i]!, state, sequencing.storeStatesAsFp16));
       }
@@ -181,7 +186,8 @@ export async function runSequenceBatch(
       const output = result.outputs.get(name);
       if (output === undefined) continue;
       const state = sequencing.states.find((s) => s.outputName === name);
-      const axis = state !== undefined ? state.batchAxis : batching ? 0 : undefined;
+      const axis =
+        state !== undefined ? state.batchAxis : batching ? outputBatchAxis(config, name) : undefined;
       const pieces = axis === undefined ? [output] : splitAlongAxis(output, axis, ones);
       for (let i = 0; i < rows.length; i++) {
         const row = rows[i];
@@ -204,6 +210,14 @@ export async function runSequenceBatch(
   const inputNs = assembledNs - startNs + result.timings.inputNs;
   const outputNs = endNs - scatterStartNs + result.timings.outputNs;
   model.statistics.recordExecution(batching ? rows.length : 1, inputNs, result.timings.inferNs, outputNs);
+  model.observer?.batchRan({
+    instance: executor.name,
+    rows: real.length,
+    executedRows: batching ? rows.length : 1,
+    resets: real.filter(isStart).map((r) => r.sequence.id),
+    queueNs: real.reduce((sum, r) => sum + (r.request.dispatchNs - r.request.arrivalNs), 0),
+    computeNs: endNs - startNs,
+  });
   for (let i = 0; i < rows.length; i++) {
     const row = rows[i];
     if (row === undefined) continue;

@@ -9,6 +9,7 @@ import {
   type SequenceSummary,
 } from "../model.ts";
 import type { ModelConfig, SequenceBatchingConfig } from "../model-config.ts";
+import type { BatchObserver } from "../scheduler/batch-observer.ts";
 import { OrderedRelease } from "../scheduler/ordered-release.ts";
 import type { PendingRequest } from "../scheduler/pending-request.ts";
 import { Deque } from "../scheduler/request-queue.ts";
@@ -24,6 +25,7 @@ import type { SequenceModel } from "./sequence-batch-execution.ts";
 import type { SequenceInstance, SequenceOwner } from "./sequence-instance.ts";
 import { formatSequenceId } from "./sequence-parameters.ts";
 import type { StateStore } from "./state-store.ts";
+import { fixedStateLayouts, stateStoreForModel } from "./state-store-for-model.ts";
 
 // The scheduler of stateful models (Triton's sequence batcher). It admits requests with
 // Triton's checks and messages, in Triton's order; gives each new sequence a slot on an
@@ -36,9 +38,12 @@ export interface SequenceBatcherOptions {
   readonly config: ModelConfig;
   readonly executors: readonly ModelExecutor[];
   readonly statistics: ModelStatistics;
-  readonly store: StateStore;
+  /** Where state is kept; by default the store the model's states call for (see state-store-for-model.ts). */
+  readonly store?: StateStore;
   /** Logs sequence ends that clients may wonder about (restarts, timeouts). */
   readonly warn?: (message: string) => void;
+  /** Told about every batch (the model runner's log). */
+  readonly observer?: BatchObserver;
 }
 
 const idKey = (id: SequenceId): string => (typeof id === "bigint" ? `u${id}` : `s${id}`);
@@ -64,6 +69,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   #idleTimer: NodeJS.Timeout | undefined;
   readonly #ended: Record<SequenceEndReason, number>;
   readonly #ordering: OrderedRelease | undefined;
+  /** Live sequences allowed at once (max_candidate_sequence_use_ratio of the slots). */
+  readonly #maxLive: number;
   #nextAssignedId = FIRST_ASSIGNED_ID;
   #pending = 0;
   #shuttingDown = false;
@@ -77,13 +84,26 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     const initialStates = new Map<string, NumericTensor>();
     for (const state of this.#sequencing.states)
       initialStates.set(state.inputName, initialStateTensor(state));
-    this.#model = { config, statistics: options.statistics, store: options.store, initialStates };
+    const layouts = fixedStateLayouts(config, initialStates);
     const strategy = this.#sequencing.strategy;
+    const perInstance =
+      strategy.kind === "direct" ? Math.max(1, config.maxBatchSize) : strategy.maxCandidateSequences;
+    const slots = perInstance * options.executors.length;
+    this.#model = {
+      config,
+      statistics: options.statistics,
+      store: options.store ?? stateStoreForModel(layouts, config, slots),
+      initialStates,
+      fixedStateShapes: layouts !== undefined,
+      ...(options.observer === undefined ? {} : { observer: options.observer }),
+    };
     this.#instances = options.executors.map((executor) =>
       strategy.kind === "direct"
         ? new DirectInstance(this.#model, this, executor, strategy)
         : new OldestInstance(this.#model, this, executor, strategy),
     );
+    const ratio = this.#sequencing.maxSequenceUseRatio;
+    this.#maxLive = ratio === undefined ? Number.POSITIVE_INFINITY : Math.max(1, Math.floor(ratio * slots));
     const idleUs = this.#sequencing.maxSequenceIdleUs;
     this.#idleMs = idleUs === undefined ? undefined : idleUs / 1000;
     this.#ended = Object.fromEntries(SEQUENCE_END_REASONS.map((r) => [r, 0])) as Record<
@@ -127,6 +147,14 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (!start && existing === undefined) {
       throw invalidArg(
         `inference request for sequence ${formatSequenceId(id)} to model '${model}' must specify the START flag on the first request of the sequence`,
+      );
+    }
+
+    if (start && existing === undefined && this.#live.size >= this.#maxLive) {
+      throw unavailable(
+        `model '${model}' has ${this.#live.size} live sequences, as many as max_candidate_sequence_use_ratio ` +
+          `${this.#sequencing.maxSequenceUseRatio} of its ${this.capacity} sequence slots allows; retry later`,
+        1,
       );
     }
 
@@ -462,6 +490,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       live,
       backlog: this.#all.size - live,
       stateBytes: this.#model.store.totalBytes,
+      stateAllocatedBytes: this.#model.store.allocatedBytes,
       ended: { ...this.#ended },
     };
   }

@@ -1,4 +1,5 @@
-import { type Tensor, tensorByteLength } from "../tensor.ts";
+import type { NumericArray } from "../datatype.ts";
+import { cloneTensor, type Tensor, tensorByteLength } from "../tensor.ts";
 
 // Where sequences keep their state between requests. The store is an interface so that a
 // write-through tier (Redis, for replicas that survive each other's loss) can sit behind
@@ -9,13 +10,17 @@ import { type Tensor, tensorByteLength } from "../tensor.ts";
 export type SequenceState = ReadonlyMap<string, Tensor>;
 
 export interface StateStore {
+  /** The sequence's state; the tensors may be views of the store's memory, valid until the next set or delete. */
   get(key: string): SequenceState | undefined;
+  /** Keeps `state` for the sequence; the tensors may be views of a batch's output (the store copies what it keeps). */
   set(key: string, state: SequenceState): void;
   delete(key: string): void;
   /** Bytes held for one sequence (0 when it has none). */
   bytesOf(key: string): number;
   /** Bytes held for every sequence. */
   readonly totalBytes: number;
+  /** Bytes reserved for state, held by sequences or not (slabs); at least totalBytes. */
+  readonly allocatedBytes: number;
   readonly size: number;
 }
 
@@ -25,6 +30,14 @@ function stateBytes(state: SequenceState): number {
   return total;
 }
 
+/** A view of part of a larger buffer would keep the whole buffer (a batch's output) alive. */
+function ownsItsBuffer(tensor: Tensor): boolean {
+  if (tensor.datatype === "BYTES") return true;
+  const data = tensor.data as NumericArray;
+  return data.byteOffset === 0 && data.byteLength === data.buffer.byteLength;
+}
+
+/** Any state: one map of tensors per sequence (growing or variable-shaped state included). */
 export class MemoryStateStore implements StateStore {
   readonly #states = new Map<string, { state: SequenceState; bytes: number }>();
   #totalBytes = 0;
@@ -34,6 +47,9 @@ export class MemoryStateStore implements StateStore {
   }
 
   set(key: string, state: SequenceState): void {
+    const owned = new Map<string, Tensor>();
+    for (const [name, tensor] of state) owned.set(name, ownsItsBuffer(tensor) ? tensor : cloneTensor(tensor));
+    state = owned;
     const bytes = stateBytes(state);
     const previous = this.#states.get(key);
     this.#totalBytes += bytes - (previous?.bytes ?? 0);
@@ -52,6 +68,10 @@ export class MemoryStateStore implements StateStore {
   }
 
   get totalBytes(): number {
+    return this.#totalBytes;
+  }
+
+  get allocatedBytes(): number {
     return this.#totalBytes;
   }
 

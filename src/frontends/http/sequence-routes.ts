@@ -66,6 +66,7 @@ function summaryJson(summary: SequenceSummary): Record<string, unknown> {
     live: summary.live,
     backlog: summary.backlog,
     state_bytes: summary.stateBytes,
+    state_allocated_bytes: summary.stateAllocatedBytes,
     ended: summary.ended,
   };
 }

@@ -93,8 +93,8 @@ export function accumulatorConfig(
       },
       maxSequenceIdleUs: 1_000_000,
       controlInputs: [
-        { name: "START", kind: "START", datatype: "INT32", falseTrue: [0, 1] },
-        { name: "READY", kind: "READY", datatype: "INT32", falseTrue: [0, 1] },
+        { name: "START", kind: "START", datatype: "INT32", falseTrue: [0, 1], fed: true },
+        { name: "READY", kind: "READY", datatype: "INT32", falseTrue: [0, 1], fed: true },
       ],
       states: [
         { inputName: "STATE", outputName: "STATE_OUT", datatype: "INT32", dims: [-1, 1], batchAxis: 0 },
@@ -102,6 +102,10 @@ export function accumulatorConfig(
       backlogLimit: 16,
       storeStatesAsFp16: false,
       inferEndRequests: true,
+      maxSequenceUseRatio: undefined,
+      padToMaxBatch: false,
+      stateBuffer: { initialRows: 4, subsequentRows: 4, allocThreshold: 0, deallocThreshold: 4 },
+      logging: { resets: false, batches: false, metricsIntervalSecs: 0, detailedMetrics: false },
       ...overrides,
     },
   };

@@ -171,7 +171,13 @@ export class FakeSequenceAdmin implements SequenceAdmin {
       ended[reason as SequenceEndReason] = 0;
     }
     ended.forced = this.ended.length;
-    return { live: this.#live.size, backlog: 0, stateBytes: this.#live.size * 1024, ended };
+    return {
+      live: this.#live.size,
+      backlog: 0,
+      stateBytes: this.#live.size * 1024,
+      stateAllocatedBytes: this.#live.size * 1024,
+      ended,
+    };
   }
 
   end(id: SequenceId): boolean {

@@ -80,7 +80,13 @@ export class RunningSums implements SequenceAdmin {
   summary(): SequenceSummary {
     const ended = {} as Record<SequenceEndReason, number>;
     for (const end of this.ends) ended[end.reason] = (ended[end.reason] ?? 0) + 1;
-    return { live: this.#sums.size, backlog: 0, stateBytes: this.#sums.size * 4, ended };
+    return {
+      live: this.#sums.size,
+      backlog: 0,
+      stateBytes: this.#sums.size * 4,
+      stateAllocatedBytes: this.#sums.size * 4,
+      ended,
+    };
   }
 
   end(id: SequenceId, reason: SequenceEndReason = "forced"): boolean {
