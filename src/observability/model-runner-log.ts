@@ -16,7 +16,8 @@ export function modelRunnerLog(
   const { resets, batches, metricsIntervalSecs, detailedMetrics } = settings;
   if (!resets && !batches && metricsIntervalSecs === 0) return undefined;
   const log = logger.child({ model: modelName });
-  let windowStartMs = Date.now();
+  // The period starts with its first batch, so an idle spell is not reported as a period.
+  let windowStartMs: number | undefined;
   let calls = 0;
   let requests = 0;
   let maxBatch = 0;
@@ -43,6 +44,7 @@ export function modelRunnerLog(
       queueNs += event.queueNs;
       computeNs += event.computeNs;
       const now = Date.now();
+      windowStartMs ??= now;
       if (now - windowStartMs < metricsIntervalSecs * 1000) return;
       const fields: Record<string, unknown> = {
         event: "batch_metrics",
@@ -56,7 +58,7 @@ export function modelRunnerLog(
         fields.compute_ms = computeNs / 1e6;
       }
       log.info(fields, `Average Batch Size: ${(requests / calls).toFixed(2)}, Max Batch Size: ${maxBatch}`);
-      windowStartMs = now;
+      windowStartMs = undefined;
       calls = requests = maxBatch = queueNs = computeNs = 0;
     },
   };

@@ -10,6 +10,8 @@ export interface TestModel {
   readonly config?: string;
   /** ONNX bytes per version; a single Uint8Array means version 1. */
   readonly onnx: Uint8Array | Readonly<Record<number, Uint8Array>>;
+  /** The model file's name in each version folder (default model.onnx). */
+  readonly fileName?: string;
   /** Extra files relative to the model folder (e.g. initial_state/zeros.bin). */
   readonly files?: Readonly<Record<string, Uint8Array | string>>;
 }
@@ -29,7 +31,7 @@ export function tempRepository(models: Readonly<Record<string, TestModel>> = {})
     const versions = model.onnx instanceof Uint8Array ? { 1: model.onnx } : model.onnx;
     for (const [version, bytes] of Object.entries(versions)) {
       mkdirSync(join(dir, version), { recursive: true });
-      writeFileSync(join(dir, version, "model.onnx"), bytes);
+      writeFileSync(join(dir, version, model.fileName ?? "model.onnx"), bytes);
     }
     for (const [file, content] of Object.entries(model.files ?? {})) {
       mkdirSync(join(dir, file, ".."), { recursive: true });

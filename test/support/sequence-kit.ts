@@ -115,6 +115,7 @@ export interface SequenceListing {
     readonly live: number;
     readonly backlog: number;
     readonly state_bytes: number;
+    readonly state_allocated_bytes: number;
     readonly ended: Record<string, number>;
   };
   /** The body as the server wrote it. */

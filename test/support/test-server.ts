@@ -1,6 +1,6 @@
 import { type RunningServer, startServer } from "../../src/app/server.ts";
 import { DEFAULT_SERVER_OPTIONS, type ServerOptions } from "../../src/config/server-options.ts";
-import { silentLogger } from "../../src/observability/logger.ts";
+import { type Logger, silentLogger } from "../../src/observability/logger.ts";
 import { type TestModel, tempRepository } from "./model-repository.ts";
 
 // A real seqserve on loopback ephemeral ports, in this process, serving a temporary
@@ -18,6 +18,7 @@ export interface TestServer {
 export async function startTestServer(
   models: Readonly<Record<string, TestModel>> | string,
   options: Partial<ServerOptions> = {},
+  logger: Logger = silentLogger(),
 ): Promise<TestServer> {
   const repository = typeof models === "string" ? undefined : tempRepository(models);
   const server = await startServer(
@@ -31,7 +32,7 @@ export async function startTestServer(
       exitTimeoutSecs: 5,
       ...options,
     },
-    { logger: silentLogger() },
+    { logger },
   );
   return {
     server,

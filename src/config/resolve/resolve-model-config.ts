@@ -191,6 +191,12 @@ export function resolveModelConfig(options: ResolveModelConfigOptions): Resolved
     backend: identity.backend,
     instanceCount: instanceGroups.reduce((sum, group) => sum + group.count, 0),
   });
+  if (identity.backend === STATEFUL_BACKEND && sequenceBatching === undefined) {
+    root.fail(
+      "backend",
+      `backend 'stateful' keeps the state of sequences: model '${modelName}' needs a sequence_batching section`,
+    );
+  }
   if (modelIo !== undefined) {
     const fed = new Set([
       ...inputNames,

@@ -1,0 +1,259 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { parseCommandLine, UsageError } from "../../src/cli/options.ts";
+import { readBackendConfig } from "../../src/config/backend-config.ts";
+import { parseModelConfigText, readLoadSettings, resolveModelConfig } from "../../src/config/index.ts";
+import type { ModelIo } from "../../src/core/model-io.ts";
+import { assertConfigError } from "./config-assertions.ts";
+import { tensor } from "./model-io-fixtures.ts";
+
+// Configs written for Triton's ONNX stateful backend, resolved against what their model
+// declares: backend "stateful", the model file from onnx_file_name, state_pairs split by
+// spaces or commas, the batch on the dimension marked -1, the controls the backend
+// consumes itself, its defaults; and the launch flags --backend-config and
+// --model-load-thread-count.
+
+const FILE = "models/acc/config.pbtxt";
+
+/** The mixed int32 + fp16 example's tensors: [seq, batch, 7] in and out, [batch, 7] state, a bool reset. */
+const MIXED_IO: ModelIo = {
+  inputs: [
+    tensor("Input_int32", "INT32", [-1, -1, 7]),
+    tensor("Accumulate_In_int32", "INT32", [-1, 7]),
+    tensor("Input_fp16", "FP16", [-1, -1, 7]),
+    tensor("Accumulate_In_fp16", "FP16", [-1, 7]),
+    tensor("ResetSequence", "BOOL", [-1, 1]),
+  ],
+  outputs: [
+    tensor("Output_int32", "INT32", [-1, -1, 7]),
+    tensor("Accumulate_Out_int32", "INT32", [-1, 7]),
+    tensor("Output_fp16", "FP16", [-1, -1, 7]),
+    tensor("Accumulate_Out_fp16", "FP16", [-1, 7]),
+  ],
+};
+
+function mixedConfig(options: { pairs?: string; extra?: string; dims?: string } = {}): string {
+  const dims = options.dims ?? "4, -1, 7";
+  return `name: "acc"
+backend: "stateful"
+max_batch_size: 16
+sequence_batching {
+  oldest { max_candidate_sequences: 100 max_queue_delay_microseconds: 2000 }
+  control_input [
+    { name: "ResetSequence" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "EndSequence" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING } ] }
+  ]
+}
+input [
+  { name: "Input_int32" data_type: TYPE_INT32 dims: [ ${dims} ] },
+  { name: "Input_fp16" data_type: TYPE_FP16 dims: [ ${dims} ] }
+]
+output [
+  { name: "Output_int32" data_type: TYPE_INT32 dims: [ ${dims} ] },
+  { name: "Output_fp16" data_type: TYPE_FP16 dims: [ ${dims} ] }
+]
+parameters [
+  { key: "onnx_file_name" value: { string_value: "mixed.onnx" } },
+  { key: "state_pairs" value: { string_value: "${options.pairs ?? "<<<Accumulate_In_int32, Accumulate_Out_int32>>>,<<<Accumulate_In_fp16, Accumulate_Out_fp16>>>"}" } }
+]
+instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0 ] } ]
+${options.extra ?? ""}`;
+}
+
+function resolve(text: string, modelIo: ModelIo | undefined = MIXED_IO) {
+  return resolveModelConfig({
+    parsed: parseModelConfigText(text, { file: FILE }),
+    modelName: "acc",
+    modelDir: "models/acc",
+    modelIo,
+  });
+}
+
+describe("a config for backend 'stateful'", () => {
+  it("reads the model file name from onnx_file_name before the model is opened", () => {
+    const settings = readLoadSettings(
+      parseModelConfigText(mixedConfig(), { file: FILE }),
+      "acc",
+      "models/acc",
+    );
+    assert.equal(settings.backend, "stateful");
+    assert.equal(settings.defaultModelFilename, "mixed.onnx");
+    assert.equal(settings.instanceCount, 2);
+  });
+
+  it("batches inputs, outputs and states along the dimension marked -1", () => {
+    const { config } = resolve(mixedConfig());
+    assert.equal(config.backend, "stateful");
+    assert.equal(config.platform, "");
+    assert.deepEqual(
+      config.inputs.map((i) => [i.name, i.markedBatchAxis, i.shared]),
+      [
+        ["Input_int32", 1, false],
+        ["Input_fp16", 1, false],
+      ],
+    );
+    assert.deepEqual(
+      config.outputs.map((o) => [o.name, o.markedBatchAxis]),
+      [
+        ["Output_int32", 1],
+        ["Output_fp16", 1],
+      ],
+    );
+    assert.deepEqual(
+      config.sequenceBatching?.states.map((s) => [s.inputName, s.datatype, s.batchAxis]),
+      [
+        ["Accumulate_In_int32", "INT32", 0],
+        ["Accumulate_In_fp16", "FP16", 0],
+      ],
+    );
+  });
+
+  it("takes state_pairs separated by spaces, commas, or both", () => {
+    for (const separator of [" ", ",", ", ", "  ,  "]) {
+      const pairs = `<<<Accumulate_In_int32, Accumulate_Out_int32>>>${separator}<<<Accumulate_In_fp16,Accumulate_Out_fp16>>>`;
+      const { config } = resolve(mixedConfig({ pairs }));
+      assert.deepEqual(
+        config.sequenceBatching?.states.map((s) => s.outputName),
+        ["Accumulate_Out_int32", "Accumulate_Out_fp16"],
+        separator,
+      );
+    }
+  });
+
+  it("feeds START to the model's boolean reset input and keeps END and CORRID to itself", () => {
+    const { config } = resolve(mixedConfig());
+    assert.deepEqual(
+      config.sequenceBatching?.controlInputs.map((c) => [c.name, c.kind, c.datatype, c.fed]),
+      [
+        ["ResetSequence", "START", "BOOL", true],
+        ["EndSequence", "END", "INT32", false],
+        ["CORRID", "CORRID", "BYTES", false],
+      ],
+    );
+  });
+
+  it("has the backend's defaults: 90 % of the slots usable, all state reserved at load, resets logged", () => {
+    const batching = resolve(mixedConfig()).config.sequenceBatching!;
+    assert.equal(batching.maxSequenceUseRatio, 0.9);
+    // max_candidate_sequences 100 per instance, two instances.
+    assert.deepEqual(batching.stateBuffer, {
+      initialRows: 200,
+      subsequentRows: 16,
+      allocThreshold: 16,
+      deallocThreshold: 200,
+    });
+    assert.deepEqual(batching.logging, {
+      resets: true,
+      batches: false,
+      metricsIntervalSecs: 0,
+      detailedMetrics: false,
+    });
+    assert.equal(batching.padToMaxBatch, false);
+  });
+
+  it("notes each parameter it cannot use here instead of failing", () => {
+    const extra = `parameters [
+  { key: "ort_ep" value: { string_value: "trt" } },
+  { key: "compute_precision" value: { string_value: "fp16" } },
+  { key: "enable_cuda_graph" value: { string_value: "1" } },
+  { key: "store_states_as_fp16" value: { string_value: "1" } }
+]`;
+    const { notes, config } = resolve(mixedConfig({ extra }));
+    assert.ok(notes.some((n) => n.includes("parameter 'ort_ep' of model 'acc' has no effect here")));
+    assert.ok(
+      notes.some((n) => n.includes("parameter 'compute_precision' of model 'acc' has no effect here")),
+    );
+    assert.ok(
+      notes.some((n) => n.includes("parameter 'enable_cuda_graph' of model 'acc' has no effect here")),
+    );
+    assert.ok(notes.some((n) => n.includes("KIND_GPU")));
+    // FP16 storage applies to FP32 states only: the model has none, which is worth a note, not an error.
+    assert.equal(config.sequenceBatching?.storeStatesAsFp16, true);
+    assert.ok(notes.some((n) => n.includes("'store_states_as_fp16' of model 'acc' has no effect")));
+  });
+
+  it("refuses what the backend refuses, saying where", () => {
+    assertConfigError(() => resolve(mixedConfig({ dims: "-1, -1, 7" })), {
+      file: FILE,
+      line: 13,
+      includes: "backend 'stateful' batches along the one dimension marked -1",
+    });
+    assertConfigError(() => resolve(mixedConfig().replace('"mixed.onnx"', '"../other.onnx"'), undefined), {
+      file: FILE,
+      includes: "parameter 'onnx_file_name' '../other.onnx' must name a file inside the version directory",
+    });
+    assertConfigError(() => resolve(`platform: "onnxruntime_onnx"\n${mixedConfig()}`), {
+      file: FILE,
+      includes: "sets both platform 'onnxruntime_onnx' and backend 'stateful'",
+    });
+  });
+});
+
+describe("--backend-config", () => {
+  it("honours default-max-batch-size (for every backend or onnxruntime) and stateful,ort-logging-level", () => {
+    const { settings, notices } = readBackendConfig([
+      "default-max-batch-size=8",
+      "stateful,ort-logging-level=3",
+      "onnxruntime,default-max-batch-size=16",
+    ]);
+    assert.equal(settings.defaultMaxBatchSize, 16);
+    assert.deepEqual(settings.ortLogSeverity, { stateful: 3 });
+    assert.deepEqual(notices, []);
+  });
+
+  it("accepts Triton's other settings with one notice each", () => {
+    const { notices } = readBackendConfig([
+      "onnxruntime,enable-global-threadpool=1",
+      "python,shm-default-byte-size=1048576",
+      "stateful,something-new=1",
+    ]);
+    assert.equal(notices.length, 3);
+    assert.match(notices[0]!, /^--backend-config onnxruntime,enable-global-threadpool has no effect: /);
+    assert.match(notices[1]!, /not backend 'python'/);
+    assert.match(notices[2]!, /stateful,something-new is not a setting seqserve knows/);
+  });
+
+  it("refuses malformed settings and values on the command line (usage error)", () => {
+    for (const [value, message] of [
+      ["stateful", "expects <backend>,<setting>=<value>"],
+      ["stateful,ort-logging-level=7", "stateful,ort-logging-level must be a whole number from 0 to 4"],
+      ["default-max-batch-size=lots", "default-max-batch-size must be a whole number"],
+    ] as const) {
+      assert.throws(
+        () => parseCommandLine(["--model-repository", ".", `--backend-config=${value}`]),
+        (error: unknown) => error instanceof UsageError && error.message.includes(message),
+        value,
+      );
+    }
+  });
+
+  it("default-max-batch-size is what autocomplete gives a model that can batch", () => {
+    const io: ModelIo = { inputs: [tensor("x", "FP32", [-1, 4])], outputs: [tensor("y", "FP32", [-1, 4])] };
+    const { config } = resolveModelConfig({
+      parsed: undefined,
+      modelName: "m",
+      modelDir: "m",
+      modelIo: io,
+      defaultMaxBatchSize: 8,
+    });
+    assert.equal(config.maxBatchSize, 8);
+  });
+
+  it("--model-load-thread-count and the backend's launch line parse as Triton's do", () => {
+    const command = parseCommandLine([
+      "--grpc-port",
+      "8005",
+      "--model-repository",
+      ".",
+      "--backend-config=stateful,ort-logging-level=3",
+      "--model-load-thread-count",
+      "1",
+    ]);
+    assert.equal(command.kind, "serve");
+    if (command.kind !== "serve") return;
+    assert.equal(command.options.grpcPort, 8005);
+    assert.equal(command.options.modelLoadThreadCount, 1);
+    assert.deepEqual(command.options.backendSettings.ortLogSeverity, { stateful: 3 });
+  });
+});

@@ -1,0 +1,245 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import ort from "onnxruntime-node";
+import type {
+  InferOutputTensorMessage,
+  ModelStreamInferResponseMessage,
+} from "../../src/frontends/grpc/messages.ts";
+import { tensorNames } from "../../tools/onnx/stateful-backend-models.ts";
+import { TestClient } from "../grpc/support/grpc-harness.ts";
+import { errorOf, rawOutput, StreamCall } from "../support/grpc-stream-call.ts";
+import { getJson } from "../support/http-client.ts";
+import { type TempRepository, tempRepository } from "../support/model-repository.ts";
+import { batchCounts } from "../support/sequence-kit.ts";
+import { type ListeningLine, ServerProcess } from "../support/server-process.ts";
+import {
+  decode,
+  onnxFileName,
+  oracle,
+  randomSegments,
+  SEGMENT_LENGTH,
+  STATEFUL_MODELS,
+  type StatefulModelSpec,
+  segmentRequest,
+  sequenceIdOf,
+  simulate,
+  statefulConfig,
+  statefulModelBytes,
+  tolerance,
+} from "../support/stateful-backend-kit.ts";
+
+// A Triton ONNX stateful backend user's repository and launch line, unchanged: the four
+// kinds of example model (float, integer, int32 + fp16 state, bool + int8 state; uint64 and
+// string CORRID; infer_end_requests 0 and 1; state_pairs split by spaces and by commas; the
+// model file named by onnx_file_name), started with the backend's test command line, and
+// driven as its stream client drives them: many sequences interleaved on one
+// ModelStreamInfer stream, requests shaped [1, 4, 1, W] with the batch in the middle.
+// Every output is checked against a simulation of the model and, bit for bit, against ONNX
+// Runtime run in this process on each sequence alone.
+
+const SEQUENCES = 24;
+const SEGMENTS = 5;
+
+/** The backend's test line (`tritonserver --grpc-port … --model-repository models --backend-config=stateful,ort-logging-level=3 --model-load-thread-count 1`), on free ports. */
+function launchLine(repository: string): string[] {
+  return [
+    "bin/seqserve.js",
+    "--grpc-port",
+    "0",
+    "--model-repository",
+    repository,
+    "--backend-config=stateful,ort-logging-level=3",
+    "--model-load-thread-count",
+    "1",
+    // Not in the backend's line: the other ports free too, and JSON logs for the test to read.
+    "--http-port",
+    "0",
+    "--metrics-port",
+    "0",
+    "--log-format",
+    "json",
+  ];
+}
+
+let repository: TempRepository;
+let server: ServerProcess;
+let listening: ListeningLine;
+let client: TestClient;
+
+before(async () => {
+  repository = tempRepository();
+  for (const spec of STATEFUL_MODELS) {
+    // The model file is named by onnx_file_name, not model.onnx.
+    repository.add(spec.name, {
+      config: statefulConfig(spec),
+      onnx: statefulModelBytes(spec),
+      fileName: onnxFileName(spec),
+    });
+  }
+  server = new ServerProcess(process.execPath, launchLine(repository.path));
+  listening = await server.listening;
+  client = new TestClient(listening.grpc_port!);
+});
+
+after(async () => {
+  client?.close();
+  await server?.stop();
+  repository?.remove();
+});
+
+const http = () => `http://127.0.0.1:${listening.http_port}`;
+
+/** Sends every segment of every sequence interleaved on one stream, as the backend's client does. */
+async function streamSequences(spec: StatefulModelSpec, seed: number) {
+  const data = randomSegments(spec, SEQUENCES, SEGMENTS, seed);
+  const call = new StreamCall(client);
+  const answers: Promise<ModelStreamInferResponseMessage>[][] = data.map(() => []);
+  for (let segment = 0; segment < SEGMENTS; segment++) {
+    for (let sequence = 0; sequence < SEQUENCES; sequence++) {
+      const end = spec.inferEndRequests && segment === SEGMENTS - 1;
+      answers[sequence]!.push(
+        call.send(
+          segmentRequest(spec, sequence, segment, data[sequence]![segment]!, { start: segment === 0, end }),
+        ),
+      );
+    }
+  }
+  // With infer_end_requests 0 the client ends each sequence with one more request, which runs nothing.
+  const ends = spec.inferEndRequests
+    ? []
+    : data.map((segments, sequence) =>
+        call.send(segmentRequest(spec, sequence, SEGMENTS, segments[0]!, { start: false, end: true })),
+      );
+  const responses = await Promise.all(answers.map((list) => Promise.all(list)));
+  const endResponses = await Promise.all(ends);
+  await call.end();
+  return { data, responses, endResponses };
+}
+
+describe("the stateful backend's example models behind its launch line", { timeout: 120_000 }, () => {
+  it("loads all four models, with the model file onnx_file_name names", async () => {
+    const index = (await (await fetch(`${http()}/v2/repository/index`, { method: "POST" })).json()) as {
+      name: string;
+      state: string;
+    }[];
+    assert.deepEqual(
+      index.map((e) => `${e.name}:${e.state}`),
+      STATEFUL_MODELS.map((spec) => `${spec.name}:READY`).sort(),
+    );
+  });
+
+  it("reports what it does not use on this machine, one line each, and keeps serving", () => {
+    const notes = server.lines.filter((l) => l.event === "config_note").map((l) => String(l.msg));
+    for (const key of [
+      "ort_ep",
+      "compute_precision",
+      "enable_trt_caching",
+      "trt_cache_dir",
+      "enable_cuda_graph",
+    ]) {
+      assert.ok(
+        notes.some((n) => n.includes(`parameter '${key}' of model 'accumulate_fp32' has no effect here`)),
+        key,
+      );
+    }
+    assert.ok(notes.some((n) => n.includes("asks for KIND_GPU; seqserve runs it on the CPU")));
+  });
+
+  it("lists sequence(string_id) among the server's extensions", async () => {
+    const metadata = (await client.unary("ServerMetadata", {})) as { extensions: string[] };
+    assert.ok(metadata.extensions.includes("sequence"));
+    assert.ok(metadata.extensions.includes("sequence(string_id)"));
+  });
+
+  it("gives the stream client the config it reads: CORRID type and infer_end_requests", async () => {
+    for (const spec of STATEFUL_MODELS) {
+      const { config } = (await client.unary("ModelConfig", { name: spec.name })) as {
+        config: {
+          backend: string;
+          parameters: Record<string, { string_value: string }>;
+          sequence_batching: { control_input: { name: string; control: { data_type: string }[] }[] };
+          input: { name: string; dims: string[] }[];
+        };
+      };
+      assert.equal(config.backend, "stateful");
+      assert.equal(config.parameters.infer_end_requests?.string_value, spec.inferEndRequests ? "1" : "0");
+      const corrid = config.sequence_batching.control_input.find((c) => c.name === "CORRID");
+      assert.equal(corrid?.control[0]?.data_type, spec.corrid);
+      assert.deepEqual(config.input[0]?.dims.map(Number), [SEGMENT_LENGTH, -1, spec.width]);
+    }
+  });
+
+  for (const [m, spec] of STATEFUL_MODELS.entries()) {
+    it(`${spec.name}: ${SEQUENCES} interleaved sequences of ${SEGMENTS} segments, every output right`, async () => {
+      const { data, responses, endResponses } = await streamSequences(spec, 7 + m);
+      const session = await ort.InferenceSession.create(statefulModelBytes(spec));
+      try {
+        for (let sequence = 0; sequence < SEQUENCES; sequence++) {
+          const expected = simulate(spec, data[sequence]!);
+          const exact = await oracle(session, spec, data[sequence]!);
+          for (let segment = 0; segment < SEGMENTS; segment++) {
+            const response = responses[sequence]![segment]!;
+            assert.equal(response.infer_response?.id, `${sequence}_${segment}`);
+            for (const pair of spec.pairs) {
+              const name = tensorNames(pair).output;
+              const where = `${spec.name} sequence ${sequence} segment ${segment} ${name}`;
+              const outputs: readonly InferOutputTensorMessage[] = response.infer_response?.outputs ?? [];
+              const output = outputs.find((o) => o.name === name);
+              // Triton's leading batch of 1, then the model's [seq, batch, width].
+              assert.deepEqual(output?.shape?.map(Number), [1, SEGMENT_LENGTH, 1, spec.width], where);
+              const raw = new Uint8Array(rawOutput(response, name));
+              assert.deepEqual(raw, exact[segment]!.get(name), `${where}: as ONNX Runtime alone`);
+              const got = decode(pair.datatype, raw);
+              const want = expected[segment]!.get(name)!;
+              const atol = tolerance(pair.datatype);
+              got.forEach((v, i) => {
+                const error = Math.abs(v - want[i]!);
+                assert.ok(error <= atol + 1e-5 * Math.abs(want[i]!), `${where}[${i}]: ${v} vs ${want[i]}`);
+              });
+            }
+          }
+        }
+      } finally {
+        await session.release();
+      }
+      // infer_end_requests 0: the end request ran nothing and answered OK with no outputs.
+      for (const response of endResponses) {
+        assert.equal(errorOf(response), "");
+        assert.deepEqual(response.infer_response?.outputs ?? [], []);
+      }
+      // Sequences were batched together along the marked dimension.
+      const batches = await batchCounts(http(), spec.name);
+      assert.ok(
+        Object.keys(batches).some((size) => Number(size) > 1),
+        JSON.stringify(batches),
+      );
+      // Every sequence ended: nothing live, no state held.
+      const { body } = await getJson(`${http()}/v2/models/${spec.name}/sequences`);
+      const summary = (body as { summary: { live: number; state_bytes: number; ended: { end: number } } })
+        .summary;
+      assert.equal(summary.live, 0);
+      assert.equal(summary.state_bytes, 0);
+      assert.equal(summary.ended.end, SEQUENCES);
+    });
+  }
+
+  it("a segment of an ended sequence is refused with Triton's message, and the id starts afresh", async () => {
+    const spec = STATEFUL_MODELS[1]!;
+    const [segments] = randomSegments(spec, 1, 2, 99);
+    const call = new StreamCall(client);
+    const late = await call.send(segmentRequest(spec, 0, 9, segments![0]!, { start: false, end: false }));
+    assert.equal(
+      errorOf(late),
+      `inference request for sequence ${sequenceIdOf(spec, 0)} to model '${spec.name}' must specify the START flag on the first request of the sequence`,
+    );
+    const fresh = await call.send(segmentRequest(spec, 0, 10, segments![0]!, { start: true, end: true }));
+    assert.equal(errorOf(fresh), "");
+    await call.end();
+  });
+
+  it("logs the backend's runner messages: state resets", () => {
+    const resets = server.lines.filter((l) => l.event === "sequence_reset" && l.model === "accumulate_int32");
+    assert.ok(resets.length > 0);
+    assert.match(String(resets[0]!.msg), /^resetting state for sequences? \d+/);
+  });
+});
