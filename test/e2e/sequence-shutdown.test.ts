@@ -104,6 +104,7 @@ describe("ending well", { timeout: 60_000 }, () => {
         backlog_timeout: 0,
         evicted: 0,
         shutdown: 0,
+        expired: 0,
       },
     });
   });

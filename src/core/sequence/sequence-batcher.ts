@@ -6,6 +6,8 @@ import {
   type SequenceAdmin,
   type SequenceEndReason,
   type SequenceInfo,
+  type SequenceLookup,
+  type SequenceOpenOptions,
   type SequenceSummary,
 } from "../model.ts";
 import type { ModelConfig, SequenceBatchingConfig } from "../model-config.ts";
@@ -19,6 +21,7 @@ import { checkCorrelationIdType } from "./control-tensors.ts";
 import { DirectInstance } from "./direct-instance.ts";
 import { initialStateTensor } from "./initial-state.ts";
 import { OldestInstance } from "./oldest-instance.ts";
+import { RecentEnds } from "./recent-ends.ts";
 import { Sequence } from "./sequence.ts";
 import type { SequenceModel } from "./sequence-batch-execution.ts";
 import type { SequenceInstance, SequenceOwner } from "./sequence-instance.ts";
@@ -29,8 +32,10 @@ import type { StateStore } from "./state-store.ts";
 // Triton's checks and messages, in Triton's order; gives each new sequence a slot on an
 // instance, or a place in a bounded FIFO backlog when every slot is taken; keeps each
 // sequence's requests in arrival order on the instance that holds it; and ends sequences
-// on END, idle timeout, restart, cancellation, a forced end or shutdown — always through
-// #finish, the one place that frees state and slots and counts the end by reason.
+// on END, idle timeout, restart, cancellation, a forced end, expiry or shutdown — always
+// through #finish, the one place that frees state and slots and counts the end by reason.
+// A sequence may also be opened without a request and closed without one (sessions), and
+// may carry an absolute expiry.
 
 export interface SequenceBatcherOptions {
   readonly config: ModelConfig;
@@ -46,6 +51,9 @@ const idKey = (id: SequenceId): string => (typeof id === "bigint" ? `u${id}` : `
 /** Server-assigned ids start high in the uint64 range, away from ids clients usually pick. */
 const FIRST_ASSIGNED_ID = 1n << 62n;
 
+/** setTimeout's longest delay; a later expiry re-arms its timer when this one fires. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner {
   readonly #config: ModelConfig;
   readonly #sequencing: SequenceBatchingConfig;
@@ -58,6 +66,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   readonly #all = new Set<Sequence>();
   readonly #backlog = new Deque<Sequence>();
   readonly #backlogTimers = new Map<Sequence, NodeJS.Timeout>();
+  readonly #expiryTimers = new Map<Sequence, NodeJS.Timeout>();
+  /** Why ids that are no longer live ended, for lookup(). */
+  readonly #recentEnds = new RecentEnds();
   /** Live sequences by last arrival, oldest first (re-inserted on each arrival). */
   readonly #byArrival = new Map<Sequence, true>();
   readonly #idleMs: number | undefined;
@@ -123,7 +134,13 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       throw unavailable(`the server is shutting down: model '${model}' accepts no new sequences`);
     }
     const key = idKey(id);
-    const existing = this.#live.get(key);
+    let existing = this.#live.get(key);
+    if (existing !== undefined && this.#pastExpiry(existing)) {
+      // Its timer has not fired yet: the expiry holds all the same.
+      this.#expire(existing);
+      if (!start) throw invalidArg(this.#expiredMessage(existing));
+      existing = undefined;
+    }
     if (!start && existing === undefined) {
       throw invalidArg(
         `inference request for sequence ${formatSequenceId(id)} to model '${model}' must specify the START flag on the first request of the sequence`,
@@ -145,6 +162,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         this.#all.add(sequence);
       }
       this.#live.set(key, sequence);
+      this.#recentEnds.forget(key);
     } else {
       sequence = existing!;
     }
@@ -233,7 +251,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   /** The id no longer answers to `sequence`; it runs what it has queued, then finishes. */
   #releaseId(sequence: Sequence): void {
     const key = idKey(sequence.id);
-    if (this.#live.get(key) === sequence) this.#live.delete(key);
+    if (this.#live.get(key) === sequence) {
+      this.#live.delete(key);
+      this.#recentEnds.remember(key, { reason: sequence.endReason ?? "end", endedAtMs: Date.now() });
+    }
     this.#byArrival.delete(sequence);
     if (sequence.status !== "backlogged") sequence.status = "ending";
   }
@@ -282,6 +303,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       p.reject(failQueued ?? cancelled(`sequence ${formatSequenceId(sequence.id)} ended`));
     this.#model.store.delete(sequence.key);
     this.#clearBacklogTimeout(sequence);
+    this.#clearExpiry(sequence);
     if (sequence.holder === undefined) this.#backlog.remove((s) => s === sequence);
 
     const successor = sequence.successor;
@@ -350,6 +372,44 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (timer === undefined) return;
     clearTimeout(timer);
     this.#backlogTimers.delete(sequence);
+  }
+
+  /** The sequence ends at `atMs` (epoch ms), live or backlogged, whatever it is doing. */
+  #armExpiry(sequence: Sequence, atMs: number): void {
+    sequence.expiresAtMs = atMs;
+    const timer = setTimeout(
+      () => {
+        this.#expiryTimers.delete(sequence);
+        if (!this.#all.has(sequence)) return;
+        if (this.#pastExpiry(sequence)) this.#expire(sequence);
+        else this.#armExpiry(sequence, atMs);
+      },
+      Math.min(MAX_TIMER_MS, Math.max(0, atMs - Date.now())),
+    );
+    timer.unref();
+    this.#expiryTimers.set(sequence, timer);
+  }
+
+  #clearExpiry(sequence: Sequence): void {
+    const timer = this.#expiryTimers.get(sequence);
+    if (timer === undefined) return;
+    clearTimeout(timer);
+    this.#expiryTimers.delete(sequence);
+  }
+
+  #pastExpiry(sequence: Sequence): boolean {
+    return sequence.expiresAtMs !== undefined && Date.now() >= sequence.expiresAtMs;
+  }
+
+  #expiredMessage(sequence: Sequence): string {
+    const at = new Date(sequence.expiresAtMs ?? Date.now()).toISOString();
+    return `sequence ${formatSequenceId(sequence.id)} of model '${this.#config.name}' expired at ${at}`;
+  }
+
+  /** A running request completes; queued ones fail; then the state is freed (reason "expired"). */
+  #expire(sequence: Sequence): void {
+    this.#clearExpiry(sequence);
+    this.#endNow(sequence, "expired", cancelled(this.#expiredMessage(sequence)));
   }
 
   /**
@@ -449,6 +509,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       stateBytes: this.#model.store.bytesOf(s.key),
       instance: s.holder?.instanceName,
       slot: s.holder === undefined ? undefined : s.slot,
+      expiresAtMs: s.expiresAtMs,
     }));
   }
 
@@ -476,5 +537,48 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       cancelled(`sequence ${formatSequenceId(id)} of model '${this.#config.name}' was ended ${how}`),
     );
     return true;
+  }
+
+  open(id: SequenceId, options: SequenceOpenOptions = {}): void {
+    const model = this.#config.name;
+    checkCorrelationIdType(this.#config, id);
+    if (this.#shuttingDown) {
+      throw unavailable(`the server is shutting down: model '${model}' accepts no new sequences`);
+    }
+    const key = idKey(id);
+    const existing = this.#live.get(key);
+    if (existing !== undefined) {
+      if (!this.#pastExpiry(existing)) {
+        throw new ServerError(
+          "ALREADY_EXISTS",
+          `sequence ${formatSequenceId(id)} of model '${model}' is already live`,
+        );
+      }
+      this.#expire(existing);
+    }
+    const sequence = new Sequence(id);
+    this.#place(sequence);
+    this.#all.add(sequence);
+    this.#live.set(key, sequence);
+    this.#recentEnds.forget(key);
+    if (sequence.holder !== undefined) this.#startIdleClock(sequence);
+    if (options.expiresAtMs !== undefined) this.#armExpiry(sequence, options.expiresAtMs);
+  }
+
+  close(id: SequenceId): boolean {
+    const sequence = this.#live.get(idKey(id));
+    if (sequence === undefined) return false;
+    sequence.endReason = "end";
+    this.#releaseId(sequence);
+    if (sequence.idle) this.#finish(sequence);
+    return true;
+  }
+
+  lookup(id: SequenceId): SequenceLookup {
+    const key = idKey(id);
+    const live = this.#live.get(key);
+    if (live !== undefined) return { kind: "live", expiresAtMs: live.expiresAtMs };
+    const end = this.#recentEnds.get(key);
+    return end === undefined ? { kind: "unknown" } : { kind: "ended", ...end };
   }
 }

@@ -13,6 +13,7 @@ import type {
   SequenceAdmin,
   SequenceEndReason,
   SequenceInfo,
+  SequenceLookup,
   SequenceSummary,
   ServedModel,
   ServerContext,
@@ -144,6 +145,7 @@ export class FakeSequenceAdmin implements SequenceAdmin {
         stateBytes: 1024,
         instance: "stateful_0",
         slot,
+        expiresAtMs: undefined,
       });
     });
   }
@@ -167,6 +169,7 @@ export class FakeSequenceAdmin implements SequenceAdmin {
       "backlog_timeout",
       "evicted",
       "shutdown",
+      "expired",
     ]) {
       ended[reason as SequenceEndReason] = 0;
     }
@@ -178,6 +181,30 @@ export class FakeSequenceAdmin implements SequenceAdmin {
     if (!this.#live.delete(this.#key(id))) return false;
     this.ended.push(id);
     return true;
+  }
+
+  open(id: SequenceId): void {
+    this.#live.set(this.#key(id), {
+      id,
+      status: "active",
+      ageMs: 0,
+      idleMs: 0,
+      steps: 0,
+      queued: 0,
+      stateBytes: 0,
+      instance: "stateful_0",
+      slot: this.#live.size,
+      expiresAtMs: undefined,
+    });
+  }
+
+  close(id: SequenceId): boolean {
+    return this.end(id);
+  }
+
+  lookup(id: SequenceId): SequenceLookup {
+    if (this.#live.has(this.#key(id))) return { kind: "live", expiresAtMs: undefined };
+    return this.ended.includes(id) ? { kind: "ended", reason: "forced", endedAtMs: 0 } : { kind: "unknown" };
   }
 }
 

@@ -4,6 +4,7 @@ import type {
   SequenceAdmin,
   SequenceEndReason,
   SequenceInfo,
+  SequenceLookup,
   SequenceSummary,
 } from "../../../src/core/model.ts";
 import { formatSequenceId } from "../../../src/core/sequence/sequence-parameters.ts";
@@ -74,6 +75,7 @@ export class RunningSums implements SequenceAdmin {
       stateBytes: 4,
       instance: "running_sum_0",
       slot: 0,
+      expiresAtMs: undefined,
     }));
   }
 
@@ -86,6 +88,21 @@ export class RunningSums implements SequenceAdmin {
   end(id: SequenceId, reason: SequenceEndReason = "forced"): boolean {
     this.endCalls.push({ id, reason });
     return this.#finish(id, reason);
+  }
+
+  open(id: SequenceId): void {
+    if (this.has(id)) throw new ServerError("ALREADY_EXISTS", `sequence ${formatSequenceId(id)} is live`);
+    this.#sums.set(key(id), { id, sum: 0 });
+  }
+
+  close(id: SequenceId): boolean {
+    return this.#finish(id, "end");
+  }
+
+  lookup(id: SequenceId): SequenceLookup {
+    if (this.has(id)) return { kind: "live", expiresAtMs: undefined };
+    const end = this.ends.findLast((e) => key(e.id) === key(id));
+    return end === undefined ? { kind: "unknown" } : { kind: "ended", reason: end.reason, endedAtMs: 0 };
   }
 
   #finish(id: SequenceId, reason: SequenceEndReason): boolean {
