@@ -3,11 +3,11 @@ import fastifyWebsocket from "@fastify/websocket";
 import Fastify, { type FastifyInstance, type FastifyRequest, LogController } from "fastify";
 import type { ServerContext } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
-import { createErrorHandler, sendError } from "./error-reply.ts";
+import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
+import { readRequestBody } from "../common/http/request-body.ts";
+import { compressResponses } from "../common/http/response-compression.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
 import { kserveRoutes } from "./kserve-routes.ts";
-import { readRequestBody } from "./request-body.ts";
-import { compressResponses } from "./response-compression.ts";
 import { sequenceRoutes } from "./sequence-routes.ts";
 import { onStreamError, streamRoutes } from "./websocket/stream-routes.ts";
 

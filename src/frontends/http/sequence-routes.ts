@@ -9,9 +9,9 @@ import type {
   ServerContext,
 } from "../../core/model.ts";
 import { formatSequenceId } from "../../core/sequence/sequence-parameters.ts";
-import { createErrorHandler } from "./error-reply.ts";
+import { createErrorHandler } from "../common/http/error-reply.ts";
+import { sendJson } from "../common/http/json-text.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
-import { sendJson } from "./json-text.ts";
 import { MODEL_PATHS, type ModelParams } from "./kserve-routes.ts";
 import { modelVersion } from "./model-version.ts";
 

@@ -1,11 +1,13 @@
 import type { FastifyReply, FastifyRequest } from "fastify";
-import { asServerError, ServerError } from "../../core/errors.ts";
-import type { HttpStatusTable } from "./error-status.ts";
+import { asServerError, type ErrorCode, ServerError } from "../../../core/errors.ts";
 import { HttpError } from "./http-error.ts";
 
 // Every error leaves the server as `{"error": "<message>"}`: ServerErrors through the
 // protocol family's status table, transport errors with their own status, and fastify's
 // own errors (bad media type, body limits, bad URLs) reshaped with a precise message.
+
+/** A protocol family's one table from seqserve's error codes to HTTP statuses. */
+export type HttpStatusTable = Readonly<Record<ErrorCode, number>>;
 
 export interface ErrorReply {
   readonly status: number;

@@ -3,15 +3,15 @@ import {
   type DataType,
   type NumericArray,
   type NumericDataType,
-} from "../../core/datatype.ts";
-import { invalidArg } from "../../core/errors.ts";
+} from "../../../core/datatype.ts";
+import { invalidArg } from "../../../core/errors.ts";
 import {
   type BytesElements,
   elementCount,
   formatShape,
   type NumericTensor,
   type Tensor,
-} from "../../core/tensor.ts";
+} from "../../../core/tensor.ts";
 
 // Tensor data in the KServe v2 JSON form: a flat or nested (row-major) array of JSON
 // values, one per element. Reading copies flat data straight into the datatype's typed
