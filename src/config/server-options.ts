@@ -30,6 +30,12 @@ export interface ServerOptions {
   readonly grpcMaxInflightPerStream: number;
   /** Messages a WebSocket sequence stream may have unanswered before the server stops reading it. */
   readonly httpStreamMaxInflight: number;
+  /** The SageMaker inference-container port (0 = any free port); undefined = off. */
+  readonly sagemakerPort?: number | undefined;
+  /** The model SageMaker invocations go to when they name none; undefined = the only model. */
+  readonly sagemakerModel?: string | undefined;
+  /** How long a SageMaker session lives from its opening. */
+  readonly sagemakerSessionTtlSecs?: number;
 }
 
 export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
@@ -52,4 +58,7 @@ export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   grpcKeepaliveTimeoutMs: 20_000,
   grpcMaxInflightPerStream: 1024,
   httpStreamMaxInflight: 64,
+  sagemakerPort: undefined,
+  sagemakerModel: undefined,
+  sagemakerSessionTtlSecs: 1200,
 });

@@ -76,15 +76,19 @@ export function sendError(
     .send(`{"error":${JSON.stringify(message)}}`);
 }
 
+/** How a protocol family writes an error (seqserve's `{"error": …}` unless it says otherwise). */
+export type SendError = typeof sendError;
+
 /** A fastify error handler answering with `table`'s statuses. */
 export function createErrorHandler(
   table: HttpStatusTable,
   bodyLimitBytes: number,
+  send: SendError = sendError,
 ): (error: Error, request: FastifyRequest, reply: FastifyReply) => void {
   return (error, request, reply) => {
     const { status, message, headers } = describeError(error, table, request, bodyLimitBytes);
     if (status >= 500) request.log.error({ err: error, url: request.url }, message);
     else request.log.debug({ url: request.url, status }, message);
-    sendError(reply, status, message, headers);
+    send(reply, status, message, headers);
   };
 }

@@ -265,7 +265,8 @@ function checkJsonOutputs(
   }
 }
 
-function decodeRawBody(body: Buffer, model: ServedModel, options: DecodeOptions): DecodedInferRequest {
+/** A body that is the raw bytes of the model's only input (header length 0). */
+export function decodeRawBody(body: Buffer, model: ServedModel, options: DecodeOptions): DecodedInferRequest {
   const { name, tensor } = rawInputTensor(model.config, body);
   const request: InferRequest = {
     id: "",
