@@ -53,7 +53,10 @@ export interface SequenceInfo {
 }
 
 export interface SequenceOpenOptions {
-  /** The sequence ends (reason "expired") at this time (epoch ms), wherever it is. */
+  /**
+   * The sequence ends (reason "expired") at this time (epoch ms), wherever it is. Its
+   * expiry bounds its life: the model's idle timeout does not apply to it.
+   */
   readonly expiresAtMs?: number;
 }
 

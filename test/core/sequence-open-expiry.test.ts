@@ -83,6 +83,18 @@ describe("sequence batcher: open, close, expiry", () => {
     assert.throws(() => send(1, { id: "short" }), /must specify the START flag/);
   });
 
+  it("the idle timeout does not end a sequence that has an expiry; the expiry does", async () => {
+    const { batcher, send, output } = batcherHarness(accumulatorConfig({ maxSequenceIdleUs: 20_000 }));
+    batcher.open("session", { expiresAtMs: Date.now() + 60_000 });
+    await output(send(1, { id: "session" }));
+    await output(send(1, { id: 5n, start: true }));
+    // The plain sequence times out; the session stays.
+    while (batcher.lookup(5n).kind === "live") await new Promise((r) => setTimeout(r, 10));
+    assert.equal(batcher.summary().ended.timeout, 1);
+    assert.equal(batcher.lookup("session").kind, "live");
+    assert.equal(await output(send(2, { id: "session" })), 3);
+  });
+
   it("a request that arrives past the expiry before its timer fired is refused, and ends the sequence", async () => {
     const { batcher, send } = batcherHarness();
     batcher.open("late", { expiresAtMs: Date.now() - 1 });

@@ -194,7 +194,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (end) {
       sequence.endReason = "end";
       this.#releaseId(sequence);
-    } else if (sequence.holder !== undefined) {
+    } else if (sequence.holder !== undefined && sequence.expiresAtMs === undefined) {
       this.#byArrival.delete(sequence);
       this.#byArrival.set(sequence, true);
       this.#armIdleTimer();
@@ -437,7 +437,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * after such a wait was timed out right after its first request.
    */
   #startIdleClock(sequence: Sequence): void {
-    if (sequence.endReason !== undefined) return;
+    // A sequence with an expiry lives until then, idle or not.
+    if (sequence.endReason !== undefined || sequence.expiresAtMs !== undefined) return;
     sequence.lastArrivalMs = Date.now();
     this.#byArrival.delete(sequence);
     this.#byArrival.set(sequence, true);
@@ -557,6 +558,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       this.#expire(existing);
     }
     const sequence = new Sequence(id);
+    sequence.expiresAtMs = options.expiresAtMs;
     this.#place(sequence);
     this.#all.add(sequence);
     this.#live.set(key, sequence);

@@ -4,8 +4,8 @@ import { formatExpiry, NEW_SESSION, newSessionId } from "./session-id.ts";
 
 // SageMaker stateful sessions are sequences of the model they were opened on: the
 // session id is the sequence id, the state is the sequence's, kept by the core. Opening
-// a session opens a sequence with an expiry (the TTL counts from opening); closing one
-// ends it as an END would; when a session can no longer be used, the core remembers why
+// a session opens a sequence with an expiry (the TTL counts from opening; the model's
+// idle timeout does not apply); closing one ends it as an END would; when a session can no longer be used, the core remembers why
 // for a while, and the caller is told which: closed, expired, ended for another reason,
 // or never known here.
 
@@ -16,13 +16,8 @@ export interface OpenedSession {
 
 const iso = (epochMs: number): string => formatExpiry(epochMs);
 
-function why(reason: SequenceEndReason, model: ServedModel): string {
+function why(reason: SequenceEndReason): string {
   switch (reason) {
-    case "timeout": {
-      const idleUs = model.config.sequenceBatching?.maxSequenceIdleUs;
-      const limit = idleUs === undefined ? "" : ` of ${idleUs / 1e6} s`;
-      return `it was idle longer than model '${model.name}' keeps a sequence (max_sequence_idle_microseconds${limit})`;
-    }
     case "cancelled":
       return "one of its requests was cancelled: its client went away before the answer";
     case "forced":
@@ -109,7 +104,7 @@ export class SageMakerSessions {
     }
     if (lookup.reason === "expired") throw invalidArg(this.#expired(id, lookup.endedAtMs));
     throw invalidArg(
-      `session '${id}' ended at ${iso(lookup.endedAtMs)}: ${why(lookup.reason, model)}; open a new session with ${NEW_SESSION}`,
+      `session '${id}' ended at ${iso(lookup.endedAtMs)}: ${why(lookup.reason)}; open a new session with ${NEW_SESSION}`,
     );
   }
 
