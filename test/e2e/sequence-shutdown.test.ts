@@ -142,6 +142,7 @@ describe("ending well", { timeout: 60_000 }, () => {
         backlog_timeout: 0,
         evicted: 0,
         shutdown: 2,
+        expired: 0,
       },
     });
   });

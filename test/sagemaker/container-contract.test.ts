@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
-import { type IncomingHttpHeaders, request } from "node:http";
 import { after, before, describe, it } from "node:test";
 import type { SageMakerRuntimeClient } from "@aws-sdk/client-sagemaker-runtime";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
+import { send } from "../http/support/http-server.ts";
 import { accumulatorConfig, listSequences } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import {
@@ -29,38 +29,6 @@ max_batch_size: 0
 input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
 `;
-
-interface RawAnswer {
-  readonly status: number;
-  readonly headers: IncomingHttpHeaders;
-  readonly body: Buffer;
-}
-
-/** One HTTP exchange on a fresh connection, headers exactly as given. */
-function exchange(
-  port: number,
-  method: string,
-  path: string,
-  headers: Record<string, string>,
-  body?: Buffer | string,
-): Promise<RawAnswer> {
-  return new Promise((resolve, reject) => {
-    const req = request({ host: "127.0.0.1", port, method, path, headers, agent: false }, (res) => {
-      const parts: Buffer[] = [];
-      res.on("data", (part: Buffer) => parts.push(part));
-      res.on("error", reject);
-      res.on("end", () =>
-        resolve({
-          status: res.statusCode ?? 0,
-          headers: res.headers,
-          body: Buffer.concat(parts),
-        }),
-      );
-    });
-    req.on("error", reject);
-    req.end(body);
-  });
-}
 
 /** The headers SageMaker's front end sends the container with an invocation. */
 function sageMakerHeaders(extra: Record<string, string> = {}): Record<string, string> {
@@ -94,18 +62,18 @@ after(async () => {
 
 describe("the container contract, as SageMaker calls it", { timeout: 60_000 }, () => {
   it("GET /ping answers 200 with an empty body when the models are ready", async () => {
-    const ping = await exchange(port, "GET", "/ping", { "User-Agent": "AHC/2.0", Accept: "*/*" });
+    const ping = await send({ port }, "GET", "/ping", undefined, { "User-Agent": "AHC/2.0", Accept: "*/*" });
     assert.equal(ping.status, 200);
     assert.equal(ping.body.byteLength, 0);
   });
 
   it("POST /invocations: a session opened, used and closed with SageMaker's headers in and out", async () => {
-    const opened = await exchange(
-      port,
+    const opened = await send(
+      { port },
       "POST",
       "/invocations",
-      sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": "NEW_SESSION" }),
       JSON.stringify({ requestType: "NEW_SESSION" }),
+      sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": "NEW_SESSION" }),
     );
     assert.equal(opened.status, 200, opened.body.toString());
     const value = opened.headers["x-amzn-sagemaker-new-session-id"] as string;
@@ -120,67 +88,67 @@ describe("the container contract, as SageMaker calls it", { timeout: 60_000 }, (
       model_version: "1",
     });
 
-    const step = await exchange(
-      port,
+    const step = await send(
+      { port },
       "POST",
       "/invocations",
-      sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": id }),
       JSON.stringify({ inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [9] }] }),
+      sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": id }),
     );
     assert.equal(step.status, 200, step.body.toString());
     assert.deepEqual(JSON.parse(step.body.toString()).outputs[0].data, [9]);
     assert.equal(step.headers["x-amzn-sagemaker-new-session-id"], undefined);
     assert.equal(step.headers["x-amzn-sagemaker-closed-session-id"], undefined);
 
-    const closed = await exchange(
-      port,
+    const closed = await send(
+      { port },
       "POST",
       "/invocations",
-      sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": id }),
       JSON.stringify({ requestType: "CLOSE" }),
+      sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": id }),
     );
     assert.equal(closed.status, 200);
     assert.equal(closed.headers["x-amzn-sagemaker-closed-session-id"], id);
   });
 
   it("the body alone opens a session too, and the runtime API's path serves the same (any endpoint name, any signature)", async () => {
-    const opened = await exchange(
-      port,
+    const opened = await send(
+      { port },
       "POST",
       "/endpoints/my-endpoint/invocations",
+      JSON.stringify({ requestType: "NEW_SESSION" }),
       {
         "Content-Type": "application/json",
         Authorization:
           "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20260101/us-east-1/sagemaker/aws4_request, SignedHeaders=host, Signature=0",
       },
-      JSON.stringify({ requestType: "NEW_SESSION" }),
     );
     assert.equal(opened.status, 200);
     const id = NEW_SESSION_ID.exec(opened.headers["x-amzn-sagemaker-new-session-id"] as string)![1]!;
-    const closed = await exchange(
-      port,
+    const closed = await send(
+      { port },
       "POST",
       "/endpoints/other/invocations",
-      { "Content-Type": "application/json", "X-Amzn-SageMaker-Session-Id": id },
       JSON.stringify({ requestType: "CLOSE" }),
+      { "Content-Type": "application/json", "X-Amzn-SageMaker-Session-Id": id },
     );
     assert.equal(closed.headers["x-amzn-sagemaker-closed-session-id"], id);
   });
 
   it("errors are {error, message} with the AWS error type in x-amzn-errortype", async () => {
-    const unknown = await exchange(
-      port,
+    const unknown = await send(
+      { port },
       "POST",
       "/invocations",
-      sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": "abc" }),
       "[1]",
+      sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": "abc" }),
     );
     assert.equal(unknown.status, 400);
     assert.equal(unknown.headers["x-amzn-errortype"], "ValidationError");
     const body = JSON.parse(unknown.body.toString()) as { error: string; message: string };
     assert.match(body.error, /^unknown session id 'abc'/);
     assert.equal(body.message, body.error);
-    const route = await exchange(port, "GET", "/invocations", {});
+    const route = await send({ port }, "GET", "/invocations");
     assert.equal(route.status, 404);
   });
 });
@@ -296,7 +264,7 @@ describe("GET /ping while the server stops", { timeout: 60_000 }, () => {
       const opened = await invoke(stoppingClient, { body: "[1]", sessionId: "NEW_SESSION" });
       const id = NEW_SESSION_ID.exec(opened.NewSessionId!)![1]!;
       const stopped = stopping.stop();
-      const ping = await exchange(stoppingPort, "GET", "/ping", {});
+      const ping = await send({ port: stoppingPort }, "GET", "/ping");
       assert.equal(ping.status, 503);
       assert.equal(ping.headers["x-amzn-errortype"], "ServiceUnavailable");
       assert.match(JSON.parse(ping.body.toString()).error, /^the server is not ready/);

@@ -156,6 +156,7 @@ describe("the Dockerfile", () => {
         seen.add(name);
       }
     }
-    for (const name of ["fastify", "onnxruntime-node", "tsx"]) assert.ok(seen.has(name), `${name} is imported`);
+    for (const name of ["fastify", "onnxruntime-node", "tsx"])
+      assert.ok(seen.has(name), `${name} is imported`);
   });
 });

@@ -54,6 +54,13 @@ const FIRST_ASSIGNED_ID = 1n << 62n;
 /** setTimeout's longest delay; a later expiry re-arms its timer when this one fires. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
+function clearTimer(timers: Map<Sequence, NodeJS.Timeout>, sequence: Sequence): void {
+  const timer = timers.get(sequence);
+  if (timer === undefined) return;
+  clearTimeout(timer);
+  timers.delete(sequence);
+}
+
 export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner {
   readonly #config: ModelConfig;
   readonly #sequencing: SequenceBatchingConfig;
@@ -368,10 +375,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   #clearBacklogTimeout(sequence: Sequence): void {
-    const timer = this.#backlogTimers.get(sequence);
-    if (timer === undefined) return;
-    clearTimeout(timer);
-    this.#backlogTimers.delete(sequence);
+    clearTimer(this.#backlogTimers, sequence);
   }
 
   /** The sequence ends at `atMs` (epoch ms), live or backlogged, whatever it is doing. */
@@ -391,10 +395,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   #clearExpiry(sequence: Sequence): void {
-    const timer = this.#expiryTimers.get(sequence);
-    if (timer === undefined) return;
-    clearTimeout(timer);
-    this.#expiryTimers.delete(sequence);
+    clearTimer(this.#expiryTimers, sequence);
   }
 
   #pastExpiry(sequence: Sequence): boolean {

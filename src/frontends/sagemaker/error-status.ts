@@ -1,5 +1,6 @@
 import type { FastifyReply } from "fastify";
 import type { HttpStatusTable } from "../common/http/error-reply.ts";
+import { KSERVE_HTTP_STATUS } from "../http/error-status.ts";
 
 // The one place where seqserve's error codes become the statuses of the SageMaker
 // family, and where a status becomes the error type the AWS SDKs look for. Behind
@@ -8,18 +9,12 @@ import type { HttpStatusTable } from "../common/http/error-reply.ts";
 // message from the body's `message`, so a seqserve error arrives as, e.g., a
 // ValidationError whose message is seqserve's.
 
-export const SAGEMAKER_HTTP_STATUS: HttpStatusTable = {
-  INVALID_ARG: 400,
-  ALREADY_EXISTS: 400,
-  CANCELLED: 400,
-  UNKNOWN: 400,
-  FAILED_PRECONDITION: 400,
-  NOT_FOUND: 404,
-  RESOURCE_EXHAUSTED: 429,
-  INTERNAL: 500,
-  UNSUPPORTED: 501,
-  UNAVAILABLE: 503,
-};
+/**
+ * SageMaker leaves a container's statuses to the container. Triton's SageMaker mode
+ * answers with the statuses of its HTTP API, and so does seqserve: a client moving
+ * between the two sees the same status for the same failure.
+ */
+export const SAGEMAKER_HTTP_STATUS: HttpStatusTable = KSERVE_HTTP_STATUS;
 
 /** The SageMaker runtime error type (`x-amzn-errortype`) of an HTTP status. */
 export function awsErrorType(status: number): string {

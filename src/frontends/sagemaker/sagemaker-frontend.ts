@@ -1,10 +1,7 @@
-import type { IncomingMessage, Server, ServerResponse } from "node:http";
-import Fastify, { type FastifyInstance, type FastifyRequest, LogController } from "fastify";
 import type { ServerContext } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { createErrorHandler } from "../common/http/error-reply.ts";
-import { readRequestBody } from "../common/http/request-body.ts";
-import { compressResponses } from "../common/http/response-compression.ts";
+import { createHttpApp, type HttpApp } from "../common/http/http-app.ts";
 import { SAGEMAKER_HTTP_STATUS, sendSageMakerError } from "./error-status.ts";
 import { invocationRoutes } from "./invocation-routes.ts";
 import { SageMakerSessions } from "./sessions.ts";
@@ -27,23 +24,17 @@ export interface SageMakerFrontendOptions {
   readonly keepAliveTimeoutMs?: number;
 }
 
-export type SageMakerFrontend = FastifyInstance<Server, IncomingMessage, ServerResponse, Logger>;
+export type SageMakerFrontend = HttpApp;
 
 /** The SageMaker server, routes registered, not listening: the caller calls `listen`. */
 export function createSageMakerFrontend(options: SageMakerFrontendOptions): SageMakerFrontend {
   const limit = SAGEMAKER_MAX_BODY_BYTES;
-  const app = Fastify({
-    loggerInstance: options.logger,
-    logController: new LogController({ disableRequestLogging: true }),
-    bodyLimit: limit,
-    ...(options.keepAliveTimeoutMs === undefined ? {} : { keepAliveTimeout: options.keepAliveTimeoutMs }),
-    routerOptions: { ignoreTrailingSlash: true, maxParamLength: 2048 },
+  const app = createHttpApp({
+    logger: options.logger,
+    bodyLimitBytes: limit,
+    compressMinBytes: 1024,
+    keepAliveTimeoutMs: options.keepAliveTimeoutMs,
   });
-  app.removeAllContentTypeParsers();
-  app.addContentTypeParser("*", (request: FastifyRequest, payload: IncomingMessage) =>
-    readRequestBody(payload, request.headers, limit),
-  );
-  app.addHook("onSend", compressResponses(1024));
   app.setErrorHandler(createErrorHandler(SAGEMAKER_HTTP_STATUS, limit, sendSageMakerError));
   app.setNotFoundHandler((request, reply) =>
     sendSageMakerError(

@@ -129,25 +129,29 @@ const echo: InferFunction = (request, model) => {
   return respond(model, request, outputs);
 };
 
+/** A live sequence as a fake admin lists it: a fresh one, unless `seen` says otherwise. */
+export function sequenceInfo(id: SequenceId, seen: Partial<SequenceInfo> = {}): SequenceInfo {
+  return {
+    id,
+    status: "active",
+    ageMs: 0,
+    idleMs: 0,
+    steps: 0,
+    queued: 0,
+    stateBytes: 0,
+    instance: undefined,
+    slot: undefined,
+    expiresAtMs: undefined,
+    ...seen,
+  };
+}
+
 export class FakeSequenceAdmin implements SequenceAdmin {
   readonly #live = new Map<string, SequenceInfo>();
   readonly ended: SequenceId[] = [];
 
   constructor(ids: readonly SequenceId[]) {
-    ids.forEach((id, slot) => {
-      this.#live.set(this.#key(id), {
-        id,
-        status: "active",
-        ageMs: 1500,
-        idleMs: 20,
-        steps: 7,
-        queued: 0,
-        stateBytes: 1024,
-        instance: "stateful_0",
-        slot,
-        expiresAtMs: undefined,
-      });
-    });
+    for (const id of ids) this.open(id, { ageMs: 1500, idleMs: 20, steps: 7, stateBytes: 1024 });
   }
 
   #key(id: SequenceId): string {
@@ -183,19 +187,11 @@ export class FakeSequenceAdmin implements SequenceAdmin {
     return true;
   }
 
-  open(id: SequenceId): void {
-    this.#live.set(this.#key(id), {
-      id,
-      status: "active",
-      ageMs: 0,
-      idleMs: 0,
-      steps: 0,
-      queued: 0,
-      stateBytes: 0,
-      instance: "stateful_0",
-      slot: this.#live.size,
-      expiresAtMs: undefined,
-    });
+  open(id: SequenceId, seen: Partial<SequenceInfo> = {}): void {
+    this.#live.set(
+      this.#key(id),
+      sequenceInfo(id, { instance: "stateful_0", slot: this.#live.size, ...seen }),
+    );
   }
 
   close(id: SequenceId): boolean {

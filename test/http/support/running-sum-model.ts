@@ -8,7 +8,7 @@ import type {
   SequenceSummary,
 } from "../../../src/core/model.ts";
 import { formatSequenceId } from "../../../src/core/sequence/sequence-parameters.ts";
-import { FakeModel, inputConfig } from "./fake-context.ts";
+import { FakeModel, inputConfig, sequenceInfo } from "./fake-context.ts";
 
 // A small stateful fake for the stream tests: each sequence keeps the running sum of the
 // INT32 values it was sent and answers it as SUM. It checks the sequence fields the way
@@ -65,18 +65,9 @@ export class RunningSums implements SequenceAdmin {
   }
 
   list(): SequenceInfo[] {
-    return [...this.#sums.values()].map(({ id }) => ({
-      id,
-      status: "active",
-      ageMs: 0,
-      idleMs: 0,
-      steps: 0,
-      queued: 0,
-      stateBytes: 4,
-      instance: "running_sum_0",
-      slot: 0,
-      expiresAtMs: undefined,
-    }));
+    return [...this.#sums.values()].map(({ id }) =>
+      sequenceInfo(id, { stateBytes: 4, instance: "running_sum_0", slot: 0 }),
+    );
   }
 
   summary(): SequenceSummary {
