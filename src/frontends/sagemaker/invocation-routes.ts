@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { invalidArg } from "../../core/errors.ts";
-import type { InferRequest } from "../../core/infer.ts";
+import type { InferRequest, InferResponse } from "../../core/infer.ts";
 import type { ModelRegistry, ServedModel, ServerContext, TensorMetadata } from "../../core/model.ts";
 import { watchDisconnect } from "../common/http/client-disconnect.ts";
 import { HttpError } from "../common/http/http-error.ts";
@@ -64,18 +64,17 @@ function headerValue(request: FastifyRequest, name: string): string | undefined 
 /** What the session header and the body's requestType ask for (either signal opens). */
 function sessionIntent(header: string | undefined, requestType: RequestType | undefined): SessionIntent {
   const given = header === undefined || header === "" ? undefined : header;
-  // As AWS's session handler: a NEW_SESSION body opens a session whatever the header says.
-  if (given === NEW_SESSION || requestType === "NEW_SESSION") return { kind: "open" };
-  const id = given === undefined ? undefined : checkSessionId(given);
   if (requestType === "CLOSE") {
-    if (id === undefined) {
+    if (given === undefined || given === NEW_SESSION) {
       throw invalidArg(
-        `"requestType": "CLOSE" needs the id of the session to close in X-Amzn-SageMaker-Session-Id`,
+        `"requestType": "CLOSE" needs the id of the session to close in X-Amzn-SageMaker-Session-Id${given === undefined ? "" : `, not ${NEW_SESSION}`}`,
       );
     }
-    return { kind: "close", id };
+    return { kind: "close", id: checkSessionId(given) };
   }
-  return id === undefined ? { kind: "none" } : { kind: "continue", id };
+  // As AWS's session handler: a NEW_SESSION body opens a session whatever the header says.
+  if (given === NEW_SESSION || requestType === "NEW_SESSION") return { kind: "open" };
+  return given === undefined ? { kind: "none" } : { kind: "continue", id: checkSessionId(given) };
 }
 
 /** The outputs an answer will carry: those the KServe body asks for, else all of the model's. */
@@ -179,7 +178,7 @@ export async function invocationRoutes(
               model_version: model.version,
             });
           }
-          let response: Awaited<ReturnType<ServedModel["infer"]>>;
+          let response: InferResponse;
           try {
             response = await model.infer(inSession(step.request, session.id, false));
           } catch (error) {
