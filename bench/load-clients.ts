@@ -155,6 +155,51 @@ export function binaryOutputs(response: {
   return outputs;
 }
 
+// ---- SageMaker sessions over /invocations (Triton's SageMaker binary form) ----
+
+const SAGEMAKER_BINARY = "application/vnd.sagemaker-triton.binary+json";
+const SESSION_HEADER = "x-amzn-sagemaker-session-id";
+
+/** Opens a session on `model` (NEW_SESSION header and body); resolves with its id. */
+export async function openSession(http: HttpClient, model: string): Promise<string> {
+  const res = await http.post(
+    "/invocations",
+    {
+      "content-type": "application/json",
+      [SESSION_HEADER]: "NEW_SESSION",
+      "x-amzn-sagemaker-target-model": model,
+    },
+    Buffer.from('{"requestType":"NEW_SESSION"}'),
+  );
+  if (res.status !== 200) throw new Error(res.body.toString());
+  return String(res.headers["x-amzn-sagemaker-new-session-id"]).split(";")[0]!;
+}
+
+/** One step of session `id`: binary inputs in, binary outputs back. */
+export async function sessionStep(
+  http: HttpClient,
+  id: string,
+  inputs: readonly BinaryTensor[],
+): Promise<Buffer> {
+  const { body, headerLength } = binaryRequest(inputs, "");
+  const res = await http.post(
+    "/invocations",
+    { "content-type": `${SAGEMAKER_BINARY};json-header-size=${headerLength}`, [SESSION_HEADER]: id },
+    body,
+  );
+  if (res.status !== 200) throw new Error(res.body.toString());
+  return res.body;
+}
+
+export async function closeSession(http: HttpClient, id: string): Promise<void> {
+  const res = await http.post(
+    "/invocations",
+    { "content-type": "application/json", [SESSION_HEADER]: id },
+    Buffer.from('{"requestType":"CLOSE"}'),
+  );
+  if (res.status !== 200) throw new Error(res.body.toString());
+}
+
 // ---- gRPC (KServe v2 ModelInfer / ModelStreamInfer), messages encoded with protobufjs ----
 
 const root = new protobuf.Root();

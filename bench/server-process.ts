@@ -9,6 +9,8 @@ export interface ServerProcess {
   readonly httpPort: number;
   readonly grpcPort: number;
   readonly metricsPort: number;
+  /** Undefined unless started with --allow-sagemaker true. */
+  readonly sagemakerPort: number | undefined;
   stop(): Promise<void>;
 }
 
@@ -44,7 +46,12 @@ export async function startServerProcess(
     { stdio: ["ignore", "pipe", "inherit"] },
   );
   const lines = createInterface({ input: child.stdout! });
-  const ports = await new Promise<{ http: number; grpc: number; metrics: number }>((resolve, reject) => {
+  const ports = await new Promise<{
+    http: number;
+    grpc: number;
+    metrics: number;
+    sagemaker: number | undefined;
+  }>((resolve, reject) => {
     child.once("exit", (code) => reject(new Error(`seqserve exited with code ${code} before listening`)));
     lines.on("line", (line) => {
       try {
@@ -53,12 +60,18 @@ export async function startServerProcess(
           http_port?: number;
           grpc_port?: number;
           metrics_port?: number;
+          sagemaker_port?: number | null;
           msg?: string;
           level?: number;
         };
         if (entry.level !== undefined && entry.level >= 50) process.stderr.write(`${entry.msg}\n`);
         if (entry.event === "listening")
-          resolve({ http: entry.http_port!, grpc: entry.grpc_port!, metrics: entry.metrics_port! });
+          resolve({
+            http: entry.http_port!,
+            grpc: entry.grpc_port!,
+            metrics: entry.metrics_port!,
+            sagemaker: entry.sagemaker_port ?? undefined,
+          });
       } catch {}
     });
   });
@@ -66,6 +79,7 @@ export async function startServerProcess(
     httpPort: ports.http,
     grpcPort: ports.grpc,
     metricsPort: ports.metrics,
+    sagemakerPort: ports.sagemaker,
     stop: () =>
       new Promise<void>((resolve) => {
         child.once("exit", () => resolve());

@@ -12,6 +12,11 @@
 //   grpc-unary-stateful            256 sequences, ModelInfer
 //   grpc-stream-stateful           256 sequences over 16 ModelStreamInfer streams
 //   ws-stateful                    256 sequences, one WebSocket each
+//   sagemaker-stateful             256 SageMaker sessions over POST /invocations (Triton's
+//                                  SageMaker binary form), state on the server
+//   session-step-overhead          one session, one request at a time: the same step over
+//                                  /v2/models/{m}/infer and over /invocations, alternated;
+//                                  prints µs per step for each and the difference
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -24,12 +29,15 @@ import {
   binaryRequest,
   bytesOf,
   CHUNK,
+  closeSession,
   encodeGrpcRequest,
   GrpcClient,
   HttpClient,
+  openSession,
   type RunResult,
   runLoops,
   SAMPLE_RATE,
+  sessionStep,
 } from "./load-clients.ts";
 import { startServerProcess } from "./server-process.ts";
 import { WsSequenceClient } from "./ws-client.ts";
@@ -113,7 +121,7 @@ async function main(): Promise<void> {
   if (wanted("inprocess-b64")) report("inprocess-b64", await inProcess(64), "onnxruntime-node, 1 thread");
 
   const repo = repository();
-  const server = await startServerProcess(repo);
+  const server = await startServerProcess(repo, ["--allow-sagemaker", "true", "--sagemaker-port", "0"]);
   try {
     const stateless = async (binary: boolean) => {
       const http = new HttpClient(server.httpPort, 64);
@@ -306,6 +314,93 @@ async function main(): Promise<void> {
       });
       await Promise.all(sockets.map((s) => s.close()));
       report("ws-stateful", result, `${SEQUENCES} sequences, one WebSocket each`);
+    }
+
+    const sileroInputs = (chunk: Float32Array) => [
+      { name: "input", datatype: "FP32", shape: [1, CHUNK], bytes: bytesOf(chunk) },
+      { name: "sr", datatype: "INT64", shape: [], bytes: srBytes },
+    ];
+
+    if (wanted("sagemaker-stateful")) {
+      const http = new HttpClient(server.sagemakerPort!, SEQUENCES);
+      const sessions = await Promise.all(
+        Array.from({ length: SEQUENCES }, () => openSession(http, "silero_vad_stateful")),
+      );
+      let n = 0;
+      const result = await runLoops(SEQUENCES, SECONDS, WARMUP, async (w) => {
+        await sessionStep(http, sessions[w]!, sileroInputs(chunks[n++ % chunks.length]!));
+      });
+      await Promise.all(sessions.map((id) => closeSession(http, id)));
+      http.close();
+      const { meanBatch } = await statsNote("silero_vad_stateful");
+      report(
+        "sagemaker-stateful",
+        result,
+        `${SEQUENCES} sessions over POST /invocations, mean batch ${meanBatch.toFixed(1)} (cumulative)`,
+      );
+    }
+
+    if (wanted("session-step-overhead")) {
+      // The same step of one stateful stream, one request at a time on one keep-alive
+      // connection: through the KServe path and through a SageMaker session. Slices of
+      // each alternate, so both see the same machine state; the difference is what the
+      // SageMaker path adds per request (session lookup, body forms, answer choice).
+      const kserve = new HttpClient(server.httpPort, 1);
+      const sagemaker = new HttpClient(server.sagemakerPort!, 1);
+      const session = await openSession(sagemaker, "silero_vad_stateful");
+      const id = nextId++;
+      let started = false;
+      let n = 0;
+      const kserveStep = async () => {
+        const { body, headerLength } = binaryRequest(
+          sileroInputs(chunks[n++ % chunks.length]!),
+          `"sequence_id":${id}${started ? "" : ',"sequence_start":true'},"binary_data_output":true`,
+        );
+        started = true;
+        const res = await kserve.post(
+          "/v2/models/silero_vad_stateful/infer",
+          { "inference-header-content-length": String(headerLength) },
+          body,
+        );
+        if (res.status !== 200) throw new Error(res.body.toString());
+      };
+      const sagemakerStep = () => sessionStep(sagemaker, session, sileroInputs(chunks[n++ % chunks.length]!));
+      const SLICES = 8;
+      const totals = { kserve: { requests: 0, seconds: 0 }, sagemaker: { requests: 0, seconds: 0 } };
+      for (let slice = 0; slice < SLICES; slice++) {
+        for (const [path, step] of [
+          ["kserve", kserveStep],
+          ["sagemaker", sagemakerStep],
+        ] as const) {
+          const r = await runLoops(1, SECONDS / SLICES, slice === 0 ? WARMUP / 2 : 0, async () => {
+            await step();
+          });
+          totals[path].requests += r.requests;
+          totals[path].seconds += r.seconds;
+        }
+      }
+      await closeSession(sagemaker, session);
+      kserve.close();
+      sagemaker.close();
+      const us = (t: { requests: number; seconds: number }) => (t.seconds * 1e6) / t.requests;
+      const k = us(totals.kserve);
+      const m = us(totals.sagemaker);
+      process.stdout.write(
+        `session-step-overhead: one request at a time, Silero VAD step, binary tensors\n` +
+          `  /v2/models/{m}/infer (sequence parameters)  ${k.toFixed(0).padStart(6)} µs/step  (${totals.kserve.requests} steps)\n` +
+          `  /invocations (SageMaker session)           ${m.toFixed(0).padStart(6)} µs/step  (${totals.sagemaker.requests} steps)\n` +
+          `  difference                                  ${(m - k).toFixed(0).padStart(6)} µs/step (${(((m - k) / k) * 100).toFixed(1)} %)\n`,
+      );
+      results.push({
+        scenario: "session-step-overhead-kserve",
+        chunksPerSecond: 1e6 / k,
+        note: "1 request at a time",
+      });
+      results.push({
+        scenario: "session-step-overhead-sagemaker",
+        chunksPerSecond: 1e6 / m,
+        note: "1 request at a time",
+      });
     }
 
     if (wanted("state-memory")) {

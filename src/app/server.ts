@@ -1,9 +1,10 @@
 import { readFileSync } from "node:fs";
-import type { ServerOptions } from "../config/server-options.ts";
+import { DEFAULT_SERVER_OPTIONS, type ServerOptions } from "../config/server-options.ts";
 import type { ModelBackend } from "../core/backend.ts";
 import type { ServerContext, ServerMetadata } from "../core/model.ts";
 import { createGrpcFrontend, type GrpcFrontend } from "../frontends/grpc/grpc-frontend.ts";
 import { createHttpFrontend } from "../frontends/http/http-frontend.ts";
+import { createSageMakerFrontend } from "../frontends/sagemaker/sagemaker-frontend.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
 import { createMetricsRegistry } from "../observability/metrics.ts";
 import { type MetricsServer, startMetricsServer } from "../observability/metrics-server.ts";
@@ -35,6 +36,7 @@ export interface RunningServer {
   readonly httpPort: number | undefined;
   readonly grpcPort: number | undefined;
   readonly metricsPort: number | undefined;
+  readonly sagemakerPort: number | undefined;
   readonly repository: ModelRepository;
   readonly logger: Logger;
   /** Stops new sequences, lets work finish for --exit-timeout-secs, then closes everything. */
@@ -74,6 +76,7 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
   let httpPort: number | undefined;
   let grpcPort: number | undefined;
   let metricsPort: number | undefined;
+  let sagemakerPort: number | undefined;
   try {
     if (options.httpPort !== undefined) {
       const http = await createHttpFrontend({
@@ -100,6 +103,18 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
       const frontend = grpc;
       closers.push(() => frontend.close(1000));
     }
+    if (options.sagemakerPort !== undefined) {
+      const sagemaker = createSageMakerFrontend({
+        context,
+        logger,
+        sessionTtlSecs: options.sagemakerSessionTtlSecs ?? DEFAULT_SERVER_OPTIONS.sagemakerSessionTtlSecs!,
+        defaultModel: options.sagemakerModel,
+      });
+      await sagemaker.listen({ host: options.host, port: options.sagemakerPort });
+      const address = sagemaker.server.address();
+      sagemakerPort = typeof address === "object" && address !== null ? address.port : options.sagemakerPort;
+      closers.push(() => sagemaker.close());
+    }
     if (options.metricsPort !== undefined) {
       const metrics: MetricsServer = await startMetricsServer(
         createMetricsRegistry(repository),
@@ -122,14 +137,16 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
       http_port: httpPort ?? null,
       grpc_port: grpcPort ?? null,
       metrics_port: metricsPort ?? null,
+      sagemaker_port: sagemakerPort ?? null,
     },
-    `seqserve ${SEQSERVE_VERSION} listening on ${options.host}: HTTP ${httpPort ?? "off"}, gRPC ${grpcPort ?? "off"}, metrics ${metricsPort ?? "off"}`,
+    `seqserve ${SEQSERVE_VERSION} listening on ${options.host}: HTTP ${httpPort ?? "off"}, gRPC ${grpcPort ?? "off"}, metrics ${metricsPort ?? "off"}, SageMaker ${sagemakerPort ?? "off"}`,
   );
 
   return {
     httpPort,
     grpcPort,
     metricsPort,
+    sagemakerPort,
     repository,
     logger,
     async stop() {

@@ -1,13 +1,13 @@
 import { SEQSERVE_VERSION, startServer } from "../app/server.ts";
 import { helpText, parseCommandLine, UsageError } from "./options.ts";
 
-// `seqserve …`: parse flags, start, and stop cleanly on SIGINT/SIGTERM (a second signal
+// `seqserve …` and `seqserve serve …`: parse flags (and, for serve, SageMaker's environment), start, and stop cleanly on SIGINT/SIGTERM (a second signal
 // stops at once). Exit codes: 0 clean stop, 2 bad usage, 1 failed start.
 
 async function main(): Promise<number> {
   let command: ReturnType<typeof parseCommandLine>;
   try {
-    command = parseCommandLine(process.argv.slice(2));
+    command = parseCommandLine(process.argv.slice(2), process.env);
   } catch (error) {
     if (error instanceof UsageError) {
       process.stderr.write(`seqserve: ${error.message}\nRun 'seqserve --help' for the options.\n`);

@@ -8,15 +8,15 @@ import {
   type ServerOptions,
 } from "../config/server-options.ts";
 import { LOG_LEVELS, type LogFormat, type LogLevel } from "../observability/logger.ts";
+import { SAGEMAKER_FLAGS, serveDefaults } from "./sagemaker-options.ts";
+import { UsageError } from "./usage-error.ts";
 
 // argv → ServerOptions. Flags keep Triton's spelling so existing launch scripts work;
 // every value is checked here, and a bad one stops the server with a message naming it.
 
-export class UsageError extends Error {
-  override name = "UsageError";
-}
+export { UsageError };
 
-interface FlagSpec {
+export interface FlagSpec {
   readonly name: string;
   readonly value?: string;
   readonly multiple?: boolean;
@@ -55,6 +55,7 @@ export const FLAGS: readonly FlagSpec[] = [
   { name: "allow-http", boolean: true, default: "true", help: "Serve HTTP." },
   { name: "allow-grpc", boolean: true, default: "true", help: "Serve gRPC." },
   { name: "allow-metrics", boolean: true, default: "true", help: "Serve metrics." },
+  ...SAGEMAKER_FLAGS,
   { name: "log-level", value: LOG_LEVELS.join("|"), default: "info", help: "Least severe level logged." },
   {
     name: "log-format",
@@ -154,6 +155,8 @@ export function helpText(version: string): string {
     `seqserve ${version}: an inference server for stateful models (KServe v2 / Triton HTTP and gRPC)`,
     "",
     "Usage: seqserve --model-repository <dir> [options]",
+    "       seqserve serve [options]     a SageMaker container: SageMaker API on $SAGEMAKER_BIND_TO_PORT",
+    "                                    (default 8080), models from /opt/ml/model, other endpoints off",
     "",
     "Options (also --name=value):",
   ];
@@ -224,7 +227,14 @@ function checkFile(path: string): string {
 
 export type CliCommand = { kind: "help" } | { kind: "version" } | { kind: "serve"; options: ServerOptions };
 
-export function parseCommandLine(argv: readonly string[]): CliCommand {
+/** `env` is read by the `serve` command only (SageMaker's container conventions). */
+export function parseCommandLine(
+  argv: readonly string[],
+  env: Readonly<Record<string, string | undefined>> = {},
+): CliCommand {
+  const serve = argv[0] === "serve";
+  const defaults: Readonly<Record<string, string>> = serve ? serveDefaults(env) : {};
+  if (serve) argv = argv.slice(1);
   const options: Record<string, { type: "string"; multiple?: boolean }> = {};
   for (const flag of FLAGS)
     options[flag.name] = flag.multiple ? { type: "string", multiple: true } : { type: "string" };
@@ -245,12 +255,15 @@ export function parseCommandLine(argv: readonly string[]): CliCommand {
   const str = (name: string): string | undefined => values[name] as string | undefined;
   const list = (name: string): string[] => (values[name] as string[] | undefined) ?? [];
   const flagDefault = (name: string): string => FLAGS.find((f) => f.name === name)!.default!;
-  const get = (name: string): string => str(name) ?? flagDefault(name);
+  const get = (name: string): string => str(name) ?? defaults[name] ?? flagDefault(name);
 
   if (str("help") !== undefined && parseBoolean("help", str("help")!)) return { kind: "help" };
   if (str("version") !== undefined && parseBoolean("version", str("version")!)) return { kind: "version" };
 
-  const repositories = [...list("model-repository"), ...list("model-store")].map(checkDirectory);
+  const given = [...list("model-repository"), ...list("model-store")];
+  const repositories = (given.length === 0 && serve ? [defaults["model-repository"]!] : given).map(
+    checkDirectory,
+  );
   const ovmsConfigs = list("config-path").map(checkFile);
   if (repositories.length === 0 && ovmsConfigs.length === 0) {
     throw new UsageError(
@@ -303,6 +316,9 @@ export function parseCommandLine(argv: readonly string[]): CliCommand {
     backendSettings: backendConfig.settings,
     modelLoadThreadCount: parseInteger("model-load-thread-count", get("model-load-thread-count"), 1),
     notices: backendConfig.notices,
+    sagemakerPort: port("sagemaker-port", "allow-sagemaker"),
+    sagemakerModel: str("sagemaker-model") ?? defaults["sagemaker-model"],
+    sagemakerSessionTtlSecs: parseInteger("sagemaker-session-ttl-secs", get("sagemaker-session-ttl-secs"), 1),
   };
   if (serverOptions.loadModels.length > 0 && serverOptions.modelControlMode !== "explicit") {
     throw new UsageError("--load-model requires --model-control-mode=explicit");

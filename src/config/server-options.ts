@@ -37,6 +37,12 @@ export interface ServerOptions {
   readonly modelLoadThreadCount: number;
   /** One line each for options accepted without effect, logged at start. */
   readonly notices: readonly string[];
+  /** The SageMaker inference-container port (0 = any free port); undefined = off. */
+  readonly sagemakerPort?: number | undefined;
+  /** The model SageMaker invocations go to when they name none; undefined = the only model. */
+  readonly sagemakerModel?: string | undefined;
+  /** How long a SageMaker session lives from its opening. */
+  readonly sagemakerSessionTtlSecs?: number;
 }
 
 export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
@@ -62,4 +68,7 @@ export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   backendSettings: DEFAULT_BACKEND_SETTINGS,
   modelLoadThreadCount: 4,
   notices: [],
+  sagemakerPort: undefined,
+  sagemakerModel: undefined,
+  sagemakerSessionTtlSecs: 1200,
 });

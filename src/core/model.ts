@@ -31,6 +31,7 @@ export const SEQUENCE_END_REASONS = [
   "backlog_timeout",
   "evicted",
   "shutdown",
+  "expired",
 ] as const;
 export type SequenceEndReason = (typeof SEQUENCE_END_REASONS)[number];
 
@@ -47,7 +48,23 @@ export interface SequenceInfo {
   /** Instance and slot holding the sequence; undefined while backlogged. */
   readonly instance: string | undefined;
   readonly slot: number | undefined;
+  /** When the sequence ends by itself (epoch ms), if it was opened with an expiry. */
+  readonly expiresAtMs: number | undefined;
 }
+
+export interface SequenceOpenOptions {
+  /**
+   * The sequence ends (reason "expired") at this time (epoch ms), wherever it is. Its
+   * expiry bounds its life: the model's idle timeout does not apply to it.
+   */
+  readonly expiresAtMs?: number;
+}
+
+/** What a model knows of a sequence id: live, ended a short while ago (and why), or nothing. */
+export type SequenceLookup =
+  | { readonly kind: "live"; readonly expiresAtMs: number | undefined }
+  | { readonly kind: "ended"; readonly reason: SequenceEndReason; readonly endedAtMs: number }
+  | { readonly kind: "unknown" };
 
 export interface SequenceSummary {
   readonly live: number;
@@ -69,6 +86,20 @@ export interface SequenceAdmin {
    * is unknown.
    */
   end(id: SequenceId, reason?: SequenceEndReason): boolean;
+  /**
+   * Starts a sequence without a request: it takes a slot (or a place in the backlog) now,
+   * and its first request begins from fresh state, as a START would. Throws as a START
+   * would (UNAVAILABLE when the backlog is full, ALREADY_EXISTS when the id is live).
+   */
+  open(id: SequenceId, options?: SequenceOpenOptions): void;
+  /**
+   * Ends a sequence as an END request would, without running the model: requests it has
+   * accepted still run, in order, then its state is freed (reason "end"). False when the
+   * id is not live.
+   */
+  close(id: SequenceId): boolean;
+  /** Whether `id` is live, ended recently (kept within a bounded memory), or unknown. */
+  lookup(id: SequenceId): SequenceLookup;
 }
 
 /** One loaded, ready model version. */

@@ -1,19 +1,21 @@
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 // The README's client examples (examples/clients) run as written against a server of
-// examples/models, and print the running sums the server keeps.
+// examples/models, and print the running sums the server keeps. The boto3 example needs
+// Python with boto3 (pip install boto3); without them it is skipped, and says why.
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
 function runExample(
   script: string,
   address: string,
+  command: readonly string[] = [process.execPath, "--import", "tsx"],
 ): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ["--import", "tsx", script, address], { cwd: ROOT });
+  const child = spawn(command[0]!, [...command.slice(1), script, address], { cwd: ROOT });
   let stdout = "";
   let stderr = "";
   child.stdout.on("data", (chunk: Buffer) => {
@@ -29,7 +31,9 @@ const SUMS = [5, 8, 18, 20, 27].map((sum) => `running sum: ${sum}`);
 
 let server: TestServer;
 before(async () => {
-  server = await startTestServer(fileURLToPath(new URL("../../examples/models", import.meta.url)));
+  server = await startTestServer(fileURLToPath(new URL("../../examples/models", import.meta.url)), {
+    sagemakerPort: 0,
+  });
 });
 after(() => server.stop());
 
@@ -47,5 +51,36 @@ describe("example clients", { timeout: 60_000 }, () => {
     const lines = run.stdout.trim().split("\n");
     assert.match(lines[0]!, /^sequence id: \d+$/);
     assert.deepEqual(lines.slice(1), [...SUMS, "closed: 1000"]);
+  });
+
+  it("sagemaker-session.ts runs a SageMaker session with the AWS SDK for JavaScript", async () => {
+    const run = await runExample(
+      "examples/clients/sagemaker-session.ts",
+      `127.0.0.1:${server.server.sagemakerPort}`,
+    );
+    assert.equal(run.code, 0, run.stderr);
+    assert.deepEqual(run.stdout.trim().split("\n"), [...SUMS, "closed: true"]);
+  });
+
+  const python = spawnSync("python3", ["-c", "import boto3"], { encoding: "utf8" });
+  const noBoto3 =
+    python.error !== undefined
+      ? `python3 is not available (${python.error.message})`
+      : python.status !== 0
+        ? `boto3 is not installed for python3 (${python.stderr.trim().split("\n").pop()})`
+        : false;
+  if (noBoto3) process.stdout.write(`# skipping the boto3 example: ${noBoto3}\n`);
+  it("sagemaker_session.py runs a SageMaker session with boto3, as AWS documents it", {
+    skip: noBoto3,
+  }, async () => {
+    const run = await runExample(
+      "examples/clients/sagemaker_session.py",
+      `127.0.0.1:${server.server.sagemakerPort}`,
+      ["python3"],
+    );
+    assert.equal(run.code, 0, run.stderr);
+    const lines = run.stdout.trim().split("\n");
+    assert.match(lines[0]!, /^session expires: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+    assert.deepEqual(lines.slice(1), [...SUMS, "closed: True"]);
   });
 });

@@ -55,6 +55,7 @@ describe("sequences API and metrics", { timeout: 60_000 }, () => {
         stateBytes: 4,
         instance: "api_0",
         slot: 0,
+        expiresAt: null,
       },
     );
     assert.deepEqual(
@@ -70,6 +71,7 @@ describe("sequences API and metrics", { timeout: 60_000 }, () => {
         stateBytes: 4,
         instance: "api_0",
         slot: 1,
+        expiresAt: null,
       },
     );
     // Age counts from the start, idle time from the last request.
@@ -90,6 +92,7 @@ describe("sequences API and metrics", { timeout: 60_000 }, () => {
         backlog_timeout: 0,
         evicted: 0,
         shutdown: 0,
+        expired: 0,
       },
     });
     assert.equal(await accumulate(server.url, "api", 0, { id: "two", end: true }), 2);

@@ -106,6 +106,7 @@ describe("ending well", { timeout: 60_000 }, () => {
         backlog_timeout: 0,
         evicted: 0,
         shutdown: 0,
+        expired: 0,
       },
     });
   });
@@ -144,6 +145,7 @@ describe("ending well", { timeout: 60_000 }, () => {
         backlog_timeout: 0,
         evicted: 0,
         shutdown: 2,
+        expired: 0,
       },
     });
   });

@@ -10,8 +10,8 @@ import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { errorOf, rawOutput, StreamCall } from "../support/grpc-stream-call.ts";
 import { getJson } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
+import { type ListeningLine, ServerProcess } from "../support/seqserve-process.ts";
 import { batchCounts } from "../support/sequence-kit.ts";
-import { type ListeningLine, ServerProcess } from "../support/server-process.ts";
 import {
   decode,
   onnxFileName,

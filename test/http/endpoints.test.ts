@@ -202,6 +202,7 @@ describe("sequence endpoints", () => {
       state_bytes: 1024,
       instance: "stateful_0",
       slot: 2,
+      expires_at: null,
     });
     assert.equal(json.summary.live, 4);
     assert.equal(json.summary.state_bytes, 4096);

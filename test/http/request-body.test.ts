@@ -9,7 +9,7 @@ import {
   gzipSync,
   inflateSync,
 } from "node:zlib";
-import { negotiateCoding } from "../../src/frontends/http/response-compression.ts";
+import { negotiateCoding } from "../../src/frontends/common/http/response-compression.ts";
 import { bodyJson, type RawResponse, send, startServer, type TestServer } from "./support/http-server.ts";
 
 const LIMIT = 64 * 1024;

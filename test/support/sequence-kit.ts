@@ -107,6 +107,8 @@ export interface SequenceEntry {
   readonly stateBytes: number;
   readonly instance: string | null;
   readonly slot: number | null;
+  /** ISO 8601 UTC, for a sequence opened with an expiry (a SageMaker session). */
+  readonly expiresAt: string | null;
 }
 
 export interface SequenceListing {
@@ -152,6 +154,7 @@ export async function listSequences(url: string, model: string): Promise<Sequenc
       stateBytes: s.state_bytes as number,
       instance: s.instance as string | null,
       slot: s.slot as number | null,
+      expiresAt: s.expires_at as string | null,
     })),
   };
 }

@@ -34,7 +34,9 @@ export interface SequenceModel {
   readonly observer?: BatchObserver;
 }
 
-const isStart = (row: SequenceRow): boolean => row.request.request.sequence?.start === true;
+/** The first step of a sequence starts it: its START request, or the first one of a sequence opened without a request. */
+const isStart = (row: SequenceRow): boolean =>
+  row.request.request.sequence?.start === true || row.sequence.steps === 0;
 const isEnd = (row: SequenceRow): boolean => row.request.request.sequence?.end === true;
 
 /** The state a row runs with: fresh on START (or when none was kept), else the stored one (FP32). */

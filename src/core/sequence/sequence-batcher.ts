@@ -6,6 +6,8 @@ import {
   type SequenceAdmin,
   type SequenceEndReason,
   type SequenceInfo,
+  type SequenceLookup,
+  type SequenceOpenOptions,
   type SequenceSummary,
 } from "../model.ts";
 import type { ModelConfig, SequenceBatchingConfig } from "../model-config.ts";
@@ -20,6 +22,7 @@ import { checkCorrelationIdType } from "./control-tensors.ts";
 import { DirectInstance } from "./direct-instance.ts";
 import { initialStateTensor } from "./initial-state.ts";
 import { OldestInstance } from "./oldest-instance.ts";
+import { RecentEnds } from "./recent-ends.ts";
 import { Sequence } from "./sequence.ts";
 import type { SequenceModel } from "./sequence-batch-execution.ts";
 import type { SequenceInstance, SequenceOwner } from "./sequence-instance.ts";
@@ -31,8 +34,10 @@ import { fixedStateLayouts, stateStoreForModel } from "./state-store-for-model.t
 // Triton's checks and messages, in Triton's order; gives each new sequence a slot on an
 // instance, or a place in a bounded FIFO backlog when every slot is taken; keeps each
 // sequence's requests in arrival order on the instance that holds it; and ends sequences
-// on END, idle timeout, restart, cancellation, a forced end or shutdown — always through
-// #finish, the one place that frees state and slots and counts the end by reason.
+// on END, idle timeout, restart, cancellation, a forced end, expiry or shutdown — always
+// through #finish, the one place that frees state and slots and counts the end by reason.
+// A sequence may also be opened without a request and closed without one (sessions), and
+// may carry an absolute expiry.
 
 export interface SequenceBatcherOptions {
   readonly config: ModelConfig;
@@ -51,6 +56,16 @@ const idKey = (id: SequenceId): string => (typeof id === "bigint" ? `u${id}` : `
 /** Server-assigned ids start high in the uint64 range, away from ids clients usually pick. */
 const FIRST_ASSIGNED_ID = 1n << 62n;
 
+/** setTimeout's longest delay; a later expiry re-arms its timer when this one fires. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+function clearTimer(timers: Map<Sequence, NodeJS.Timeout>, sequence: Sequence): void {
+  const timer = timers.get(sequence);
+  if (timer === undefined) return;
+  clearTimeout(timer);
+  timers.delete(sequence);
+}
+
 export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner {
   readonly #config: ModelConfig;
   readonly #sequencing: SequenceBatchingConfig;
@@ -63,6 +78,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   readonly #all = new Set<Sequence>();
   readonly #backlog = new Deque<Sequence>();
   readonly #backlogTimers = new Map<Sequence, NodeJS.Timeout>();
+  readonly #expiryTimers = new Map<Sequence, NodeJS.Timeout>();
+  /** Why ids that are no longer live ended, for lookup(). */
+  readonly #recentEnds = new RecentEnds();
   /** Live sequences by last arrival, oldest first (re-inserted on each arrival). */
   readonly #byArrival = new Map<Sequence, true>();
   readonly #idleMs: number | undefined;
@@ -143,20 +161,20 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       throw unavailable(`the server is shutting down: model '${model}' accepts no new sequences`);
     }
     const key = idKey(id);
-    const existing = this.#live.get(key);
+    let existing = this.#live.get(key);
+    if (existing !== undefined && this.#pastExpiry(existing)) {
+      // Its timer has not fired yet: the expiry holds all the same.
+      this.#expire(existing);
+      if (!start) throw invalidArg(this.#expiredMessage(existing));
+      existing = undefined;
+    }
     if (!start && existing === undefined) {
       throw invalidArg(
         `inference request for sequence ${formatSequenceId(id)} to model '${model}' must specify the START flag on the first request of the sequence`,
       );
     }
 
-    if (start && existing === undefined && this.#live.size >= this.#maxLive) {
-      throw unavailable(
-        `model '${model}' has ${this.#live.size} live sequences, as many as max_candidate_sequence_use_ratio ` +
-          `${this.#sequencing.maxSequenceUseRatio} of its ${this.capacity} sequence slots allows; retry later`,
-        1,
-      );
-    }
+    if (start && existing === undefined) this.#checkRoomForNew();
 
     let sequence: Sequence;
     if (start) {
@@ -173,6 +191,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         this.#all.add(sequence);
       }
       this.#live.set(key, sequence);
+      this.#recentEnds.forget(key);
     } else {
       sequence = existing!;
     }
@@ -204,7 +223,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (end) {
       sequence.endReason = "end";
       this.#releaseId(sequence);
-    } else if (sequence.holder !== undefined) {
+    } else if (sequence.holder !== undefined && sequence.expiresAtMs === undefined) {
       this.#byArrival.delete(sequence);
       this.#byArrival.set(sequence, true);
       this.#armIdleTimer();
@@ -217,6 +236,16 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   // ---- admission helpers ----
+
+  /** max_candidate_sequence_use_ratio: refuses a new sequence at once past that share of the slots. */
+  #checkRoomForNew(): void {
+    if (this.#live.size < this.#maxLive) return;
+    throw unavailable(
+      `model '${this.#config.name}' has ${this.#live.size} live sequences, as many as max_candidate_sequence_use_ratio ` +
+        `${this.#sequencing.maxSequenceUseRatio} of its ${this.capacity} sequence slots allows; retry later`,
+      1,
+    );
+  }
 
   #assignId(): bigint {
     while (this.#live.has(idKey(this.#nextAssignedId))) this.#nextAssignedId++;
@@ -261,7 +290,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   /** The id no longer answers to `sequence`; it runs what it has queued, then finishes. */
   #releaseId(sequence: Sequence): void {
     const key = idKey(sequence.id);
-    if (this.#live.get(key) === sequence) this.#live.delete(key);
+    if (this.#live.get(key) === sequence) {
+      this.#live.delete(key);
+      this.#recentEnds.remember(key, { reason: sequence.endReason ?? "end", endedAtMs: Date.now() });
+    }
     this.#byArrival.delete(sequence);
     if (sequence.status !== "backlogged") sequence.status = "ending";
   }
@@ -310,6 +342,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       p.reject(failQueued ?? cancelled(`sequence ${formatSequenceId(sequence.id)} ended`));
     this.#model.store.delete(sequence.key);
     this.#clearBacklogTimeout(sequence);
+    this.#clearExpiry(sequence);
     if (sequence.holder === undefined) this.#backlog.remove((s) => s === sequence);
 
     const successor = sequence.successor;
@@ -374,10 +407,42 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   #clearBacklogTimeout(sequence: Sequence): void {
-    const timer = this.#backlogTimers.get(sequence);
-    if (timer === undefined) return;
-    clearTimeout(timer);
-    this.#backlogTimers.delete(sequence);
+    clearTimer(this.#backlogTimers, sequence);
+  }
+
+  /** The sequence ends at `atMs` (epoch ms), live or backlogged, whatever it is doing. */
+  #armExpiry(sequence: Sequence, atMs: number): void {
+    sequence.expiresAtMs = atMs;
+    const timer = setTimeout(
+      () => {
+        this.#expiryTimers.delete(sequence);
+        if (!this.#all.has(sequence)) return;
+        if (this.#pastExpiry(sequence)) this.#expire(sequence);
+        else this.#armExpiry(sequence, atMs);
+      },
+      Math.min(MAX_TIMER_MS, Math.max(0, atMs - Date.now())),
+    );
+    timer.unref();
+    this.#expiryTimers.set(sequence, timer);
+  }
+
+  #clearExpiry(sequence: Sequence): void {
+    clearTimer(this.#expiryTimers, sequence);
+  }
+
+  #pastExpiry(sequence: Sequence): boolean {
+    return sequence.expiresAtMs !== undefined && Date.now() >= sequence.expiresAtMs;
+  }
+
+  #expiredMessage(sequence: Sequence): string {
+    const at = new Date(sequence.expiresAtMs ?? Date.now()).toISOString();
+    return `sequence ${formatSequenceId(sequence.id)} of model '${this.#config.name}' expired at ${at}`;
+  }
+
+  /** A running request completes; queued ones fail; then the state is freed (reason "expired"). */
+  #expire(sequence: Sequence): void {
+    this.#clearExpiry(sequence);
+    this.#endNow(sequence, "expired", cancelled(this.#expiredMessage(sequence)));
   }
 
   /**
@@ -405,7 +470,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * after such a wait was timed out right after its first request.
    */
   #startIdleClock(sequence: Sequence): void {
-    if (sequence.endReason !== undefined) return;
+    // A sequence with an expiry lives until then, idle or not.
+    if (sequence.endReason !== undefined || sequence.expiresAtMs !== undefined) return;
     sequence.lastArrivalMs = Date.now();
     this.#byArrival.delete(sequence);
     this.#byArrival.set(sequence, true);
@@ -477,6 +543,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       stateBytes: this.#model.store.bytesOf(s.key),
       instance: s.holder?.instanceName,
       slot: s.holder === undefined ? undefined : s.slot,
+      expiresAtMs: s.expiresAtMs,
     }));
   }
 
@@ -505,5 +572,50 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       cancelled(`sequence ${formatSequenceId(id)} of model '${this.#config.name}' was ended ${how}`),
     );
     return true;
+  }
+
+  open(id: SequenceId, options: SequenceOpenOptions = {}): void {
+    const model = this.#config.name;
+    checkCorrelationIdType(this.#config, id);
+    if (this.#shuttingDown) {
+      throw unavailable(`the server is shutting down: model '${model}' accepts no new sequences`);
+    }
+    const key = idKey(id);
+    const existing = this.#live.get(key);
+    if (existing !== undefined) {
+      if (!this.#pastExpiry(existing)) {
+        throw new ServerError(
+          "ALREADY_EXISTS",
+          `sequence ${formatSequenceId(id)} of model '${model}' is already live`,
+        );
+      }
+      this.#expire(existing);
+    }
+    this.#checkRoomForNew();
+    const sequence = new Sequence(id);
+    sequence.expiresAtMs = options.expiresAtMs;
+    this.#place(sequence);
+    this.#all.add(sequence);
+    this.#live.set(key, sequence);
+    this.#recentEnds.forget(key);
+    if (sequence.holder !== undefined) this.#startIdleClock(sequence);
+    if (options.expiresAtMs !== undefined) this.#armExpiry(sequence, options.expiresAtMs);
+  }
+
+  close(id: SequenceId): boolean {
+    const sequence = this.#live.get(idKey(id));
+    if (sequence === undefined) return false;
+    sequence.endReason = "end";
+    this.#releaseId(sequence);
+    if (sequence.idle) this.#finish(sequence);
+    return true;
+  }
+
+  lookup(id: SequenceId): SequenceLookup {
+    const key = idKey(id);
+    const live = this.#live.get(key);
+    if (live !== undefined) return { kind: "live", expiresAtMs: live.expiresAtMs };
+    const end = this.#recentEnds.get(key);
+    return end === undefined ? { kind: "unknown" } : { kind: "ended", ...end };
   }
 }

@@ -44,6 +44,8 @@ export class Sequence {
   successor: Sequence | undefined;
   /** Backlog `timeout` expiry (epoch ms), when the start request set one. */
   backlogDeadlineMs: number | undefined;
+  /** When the sequence ends by itself (epoch ms), when it was opened with an expiry. */
+  expiresAtMs: number | undefined;
 
   constructor(id: SequenceId) {
     this.id = id;

@@ -1,10 +1,8 @@
-import type { ErrorCode } from "../../core/errors.ts";
+import type { HttpStatusTable } from "../common/http/error-reply.ts";
 
 // The one place where seqserve's error codes become KServe v2 HTTP statuses. Other
 // protocol families served over HTTP (TF-Serving REST, SageMaker) get their own table
 // beside this one; handlers never choose a status themselves.
-
-export type HttpStatusTable = Readonly<Record<ErrorCode, number>>;
 
 /**
  * Triton's table (HttpCodeFromError), plus the codes Triton does not produce.

@@ -1,20 +1,16 @@
-import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import fastifyWebsocket from "@fastify/websocket";
-import Fastify, { type FastifyInstance, type FastifyRequest, LogController } from "fastify";
 import type { ServerContext } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
-import { createErrorHandler, sendError } from "./error-reply.ts";
+import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
+import { createHttpApp, type HttpApp } from "../common/http/http-app.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
 import { kserveRoutes } from "./kserve-routes.ts";
-import { readRequestBody } from "./request-body.ts";
-import { compressResponses } from "./response-compression.ts";
 import { sequenceRoutes } from "./sequence-routes.ts";
 import { onStreamError, streamRoutes } from "./websocket/stream-routes.ts";
 
 // The HTTP frontend: one fastify instance serving each protocol family from its own
 // route plugin (KServe v2, seqserve's sequence endpoints and WebSocket streams today),
-// each with its own error table. Bodies are read here, once, for every route: raw bytes
-// whatever the Content-Type (clients differ), decompressed, within the size limit.
+// each with its own error table. Bodies are read once for every route (common/http).
 
 export interface HttpFrontendOptions {
   readonly context: ServerContext;
@@ -32,26 +28,17 @@ export interface HttpFrontendOptions {
   readonly streamMaxInFlight?: number;
 }
 
-export type HttpFrontend = FastifyInstance<Server, IncomingMessage, ServerResponse, Logger>;
+export type HttpFrontend = HttpApp;
 
 /** The HTTP server, routes registered, not listening: the caller calls `listen`. */
 export function createHttpFrontend(options: HttpFrontendOptions): HttpFrontend {
   const { context, bodyLimitBytes } = options;
-  const app = Fastify({
-    loggerInstance: options.logger,
-    // One log line per request is too much at thousands of requests per second.
-    logController: new LogController({ disableRequestLogging: true }),
-    bodyLimit: bodyLimitBytes,
-    ...(options.keepAliveTimeoutMs === undefined ? {} : { keepAliveTimeout: options.keepAliveTimeoutMs }),
-    routerOptions: { ignoreTrailingSlash: true, maxParamLength: 2048 },
+  const app = createHttpApp({
+    logger: options.logger,
+    bodyLimitBytes,
+    compressMinBytes: options.compressMinBytes ?? 1024,
+    keepAliveTimeoutMs: options.keepAliveTimeoutMs,
   });
-
-  app.removeAllContentTypeParsers();
-  app.addContentTypeParser("*", (request: FastifyRequest, payload: IncomingMessage) =>
-    readRequestBody(payload, request.headers, bodyLimitBytes),
-  );
-
-  app.addHook("onSend", compressResponses(options.compressMinBytes ?? 1024));
   app.setErrorHandler(createErrorHandler(KSERVE_HTTP_STATUS, bodyLimitBytes));
   app.setNotFoundHandler((request, reply) =>
     sendError(reply, 404, `Not Found: no route for ${request.method} ${request.url}`),

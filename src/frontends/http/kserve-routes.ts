@@ -1,14 +1,14 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { invalidArg, ServerError } from "../../core/errors.ts";
 import type { ServerContext } from "../../core/model.ts";
-import { HEADER_LENGTH, HEADER_LENGTH_NAME, readHeaderLength } from "./binary-tensor.ts";
-import { watchDisconnect } from "./client-disconnect.ts";
-import { createErrorHandler, sendError } from "./error-reply.ts";
+import { watchDisconnect } from "../common/http/client-disconnect.ts";
+import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
+import { isJsonObject, readJsonBody } from "../common/http/json-body.ts";
+import { sendJson } from "../common/http/json-text.ts";
+import { HEADER_LENGTH, HEADER_LENGTH_NAME, readHeaderLength } from "../common/kserve/binary-tensor.ts";
+import { decodeInferRequest } from "../common/kserve/infer-request-decoder.ts";
+import { encodeInferResponse } from "../common/kserve/infer-response-encoder.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
-import { decodeInferRequest } from "./infer-request-decoder.ts";
-import { encodeInferResponse } from "./infer-response-encoder.ts";
-import { isJsonObject, readJsonBody } from "./json-body.ts";
-import { sendJson } from "./json-text.ts";
 import { modelVersion } from "./model-version.ts";
 
 // The KServe v2 / Triton HTTP API: health, metadata, configuration, statistics,

@@ -9,9 +9,9 @@ import type {
   ServerContext,
 } from "../../core/model.ts";
 import { formatSequenceId } from "../../core/sequence/sequence-parameters.ts";
-import { createErrorHandler } from "./error-reply.ts";
+import { createErrorHandler } from "../common/http/error-reply.ts";
+import { sendJson } from "../common/http/json-text.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
-import { sendJson } from "./json-text.ts";
 import { MODEL_PATHS, type ModelParams } from "./kserve-routes.ts";
 import { modelVersion } from "./model-version.ts";
 
@@ -26,6 +26,8 @@ import { modelVersion } from "./model-version.ts";
 // string, and every entry says which with `id_type` ("uint64" or "string"). In the DELETE
 // path an id of decimal digits is a uint64 and anything else a string; `?id_type=string`
 // addresses a string id made of digits, `?id_type=uint64` insists on a number.
+// `expires_at` is when a sequence opened with an expiry (a SageMaker session) ends by
+// itself, in ISO 8601 UTC, or null.
 
 export interface SequenceRoutesOptions {
   readonly context: ServerContext;
@@ -58,6 +60,7 @@ function sequenceJson(info: SequenceInfo): Record<string, unknown> {
     state_bytes: info.stateBytes,
     instance: info.instance ?? null,
     slot: info.slot ?? null,
+    expires_at: info.expiresAtMs === undefined ? null : new Date(info.expiresAtMs).toISOString(),
   };
 }
 

@@ -13,6 +13,7 @@ import type {
   SequenceAdmin,
   SequenceEndReason,
   SequenceInfo,
+  SequenceLookup,
   SequenceSummary,
   ServedModel,
   ServerContext,
@@ -128,24 +129,29 @@ const echo: InferFunction = (request, model) => {
   return respond(model, request, outputs);
 };
 
+/** A live sequence as a fake admin lists it: a fresh one, unless `seen` says otherwise. */
+export function sequenceInfo(id: SequenceId, seen: Partial<SequenceInfo> = {}): SequenceInfo {
+  return {
+    id,
+    status: "active",
+    ageMs: 0,
+    idleMs: 0,
+    steps: 0,
+    queued: 0,
+    stateBytes: 0,
+    instance: undefined,
+    slot: undefined,
+    expiresAtMs: undefined,
+    ...seen,
+  };
+}
+
 export class FakeSequenceAdmin implements SequenceAdmin {
   readonly #live = new Map<string, SequenceInfo>();
   readonly ended: SequenceId[] = [];
 
   constructor(ids: readonly SequenceId[]) {
-    ids.forEach((id, slot) => {
-      this.#live.set(this.#key(id), {
-        id,
-        status: "active",
-        ageMs: 1500,
-        idleMs: 20,
-        steps: 7,
-        queued: 0,
-        stateBytes: 1024,
-        instance: "stateful_0",
-        slot,
-      });
-    });
+    for (const id of ids) this.open(id, { ageMs: 1500, idleMs: 20, steps: 7, stateBytes: 1024 });
   }
 
   #key(id: SequenceId): string {
@@ -167,6 +173,7 @@ export class FakeSequenceAdmin implements SequenceAdmin {
       "backlog_timeout",
       "evicted",
       "shutdown",
+      "expired",
     ]) {
       ended[reason as SequenceEndReason] = 0;
     }
@@ -184,6 +191,22 @@ export class FakeSequenceAdmin implements SequenceAdmin {
     if (!this.#live.delete(this.#key(id))) return false;
     this.ended.push(id);
     return true;
+  }
+
+  open(id: SequenceId, seen: Partial<SequenceInfo> = {}): void {
+    this.#live.set(
+      this.#key(id),
+      sequenceInfo(id, { instance: "stateful_0", slot: this.#live.size, ...seen }),
+    );
+  }
+
+  close(id: SequenceId): boolean {
+    return this.end(id);
+  }
+
+  lookup(id: SequenceId): SequenceLookup {
+    if (this.#live.has(this.#key(id))) return { kind: "live", expiresAtMs: undefined };
+    return this.ended.includes(id) ? { kind: "ended", reason: "forced", endedAtMs: 0 } : { kind: "unknown" };
   }
 }
 

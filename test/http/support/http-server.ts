@@ -35,7 +35,7 @@ export interface RawResponse {
 
 /** One request with node:http, so headers and body bytes are exactly as given. */
 export function send(
-  server: TestServer,
+  server: Pick<TestServer, "port">,
   method: string,
   path: string,
   body?: Uint8Array | string,

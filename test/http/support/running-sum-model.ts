@@ -4,10 +4,11 @@ import type {
   SequenceAdmin,
   SequenceEndReason,
   SequenceInfo,
+  SequenceLookup,
   SequenceSummary,
 } from "../../../src/core/model.ts";
 import { formatSequenceId } from "../../../src/core/sequence/sequence-parameters.ts";
-import { FakeModel, inputConfig } from "./fake-context.ts";
+import { FakeModel, inputConfig, sequenceInfo } from "./fake-context.ts";
 
 // A small stateful fake for the stream tests: each sequence keeps the running sum of the
 // INT32 values it was sent and answers it as SUM. It checks the sequence fields the way
@@ -64,17 +65,9 @@ export class RunningSums implements SequenceAdmin {
   }
 
   list(): SequenceInfo[] {
-    return [...this.#sums.values()].map(({ id }) => ({
-      id,
-      status: "active",
-      ageMs: 0,
-      idleMs: 0,
-      steps: 0,
-      queued: 0,
-      stateBytes: 4,
-      instance: "running_sum_0",
-      slot: 0,
-    }));
+    return [...this.#sums.values()].map(({ id }) =>
+      sequenceInfo(id, { stateBytes: 4, instance: "running_sum_0", slot: 0 }),
+    );
   }
 
   summary(): SequenceSummary {
@@ -92,6 +85,21 @@ export class RunningSums implements SequenceAdmin {
   end(id: SequenceId, reason: SequenceEndReason = "forced"): boolean {
     this.endCalls.push({ id, reason });
     return this.#finish(id, reason);
+  }
+
+  open(id: SequenceId): void {
+    if (this.has(id)) throw new ServerError("ALREADY_EXISTS", `sequence ${formatSequenceId(id)} is live`);
+    this.#sums.set(key(id), { id, sum: 0 });
+  }
+
+  close(id: SequenceId): boolean {
+    return this.#finish(id, "end");
+  }
+
+  lookup(id: SequenceId): SequenceLookup {
+    if (this.has(id)) return { kind: "live", expiresAtMs: undefined };
+    const end = this.ends.findLast((e) => key(e.id) === key(id));
+    return end === undefined ? { kind: "unknown" } : { kind: "ended", reason: end.reason, endedAtMs: 0 };
   }
 
   #finish(id: SequenceId, reason: SequenceEndReason): boolean {

@@ -13,8 +13,8 @@ import {
   decodeInferRequest,
   type OutputEncoding,
   parseInferJson,
-} from "../infer-request-decoder.ts";
-import { encodeInferResponse } from "../infer-response-encoder.ts";
+} from "../../common/kserve/infer-request-decoder.ts";
+import { encodeInferResponse } from "../../common/kserve/infer-response-encoder.ts";
 import { CLOSE_CODES, isDeliberateClose } from "./close-codes.ts";
 import { SequenceOwners } from "./sequence-owners.ts";
 import {

@@ -1,6 +1,6 @@
 import { invalidArg } from "../../../core/errors.ts";
 import type { SequenceId } from "../../../core/infer.ts";
-import { toJsonText } from "../json-text.ts";
+import { toJsonText } from "../../common/http/json-text.ts";
 
 // How inference travels in WebSocket messages. A binary message is the binary tensor
 // extension's body with its header length in front instead of in an HTTP header:

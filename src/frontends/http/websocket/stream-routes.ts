@@ -1,9 +1,9 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { WebSocket } from "ws";
 import type { ModelRegistry, ServedModel, ServerContext } from "../../../core/model.ts";
-import { createErrorHandler } from "../error-reply.ts";
+import { createErrorHandler } from "../../common/http/error-reply.ts";
+import { HttpError } from "../../common/http/http-error.ts";
 import { KSERVE_HTTP_STATUS } from "../error-status.ts";
-import { HttpError } from "../http-error.ts";
 import { MODEL_PATHS, type ModelParams } from "../kserve-routes.ts";
 import { modelVersion } from "../model-version.ts";
 import { CLOSE_CODES } from "./close-codes.ts";

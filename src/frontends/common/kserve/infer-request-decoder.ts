@@ -1,12 +1,12 @@
-import { isDataType } from "../../core/datatype.ts";
-import { invalidArg, ServerError } from "../../core/errors.ts";
-import type { InferRequest, ParameterValue } from "../../core/infer.ts";
-import type { ServedModel } from "../../core/model.ts";
-import { readSequenceControl } from "../../core/sequence/sequence-parameters.ts";
-import type { Tensor } from "../../core/tensor.ts";
-import { decodeRawTensor } from "../common/raw-tensor.ts";
+import { isDataType } from "../../../core/datatype.ts";
+import { invalidArg, ServerError } from "../../../core/errors.ts";
+import type { InferRequest, ParameterValue } from "../../../core/infer.ts";
+import type { ServedModel } from "../../../core/model.ts";
+import { readSequenceControl } from "../../../core/sequence/sequence-parameters.ts";
+import type { Tensor } from "../../../core/tensor.ts";
+import { isJsonObject, type JsonObject } from "../http/json-body.ts";
+import { decodeRawTensor } from "../raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
-import { isJsonObject, type JsonObject } from "./json-body.ts";
 import { decodeJsonTensor } from "./json-tensor.ts";
 import { parameterSourceText } from "./parameter-text.ts";
 
@@ -265,7 +265,8 @@ function checkJsonOutputs(
   }
 }
 
-function decodeRawBody(body: Buffer, model: ServedModel, options: DecodeOptions): DecodedInferRequest {
+/** A body that is the raw bytes of the model's only input (header length 0). */
+export function decodeRawBody(body: Buffer, model: ServedModel, options: DecodeOptions): DecodedInferRequest {
   const { name, tensor } = rawInputTensor(model.config, body);
   const request: InferRequest = {
     id: "",

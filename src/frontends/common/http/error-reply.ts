@@ -1,11 +1,13 @@
 import type { FastifyReply, FastifyRequest } from "fastify";
-import { asServerError, ServerError } from "../../core/errors.ts";
-import type { HttpStatusTable } from "./error-status.ts";
+import { asServerError, type ErrorCode, ServerError } from "../../../core/errors.ts";
 import { HttpError } from "./http-error.ts";
 
 // Every error leaves the server as `{"error": "<message>"}`: ServerErrors through the
 // protocol family's status table, transport errors with their own status, and fastify's
 // own errors (bad media type, body limits, bad URLs) reshaped with a precise message.
+
+/** A protocol family's one table from seqserve's error codes to HTTP statuses. */
+export type HttpStatusTable = Readonly<Record<ErrorCode, number>>;
 
 export interface ErrorReply {
   readonly status: number;
@@ -74,15 +76,19 @@ export function sendError(
     .send(`{"error":${JSON.stringify(message)}}`);
 }
 
+/** How a protocol family writes an error (seqserve's `{"error": …}` unless it says otherwise). */
+export type SendError = typeof sendError;
+
 /** A fastify error handler answering with `table`'s statuses. */
 export function createErrorHandler(
   table: HttpStatusTable,
   bodyLimitBytes: number,
+  send: SendError = sendError,
 ): (error: Error, request: FastifyRequest, reply: FastifyReply) => void {
   return (error, request, reply) => {
     const { status, message, headers } = describeError(error, table, request, bodyLimitBytes);
     if (status >= 500) request.log.error({ err: error, url: request.url }, message);
     else request.log.debug({ url: request.url, status }, message);
-    sendError(reply, status, message, headers);
+    send(reply, status, message, headers);
   };
 }

@@ -1,7 +1,7 @@
-import { invalidArg } from "../../core/errors.ts";
-import type { InferResponse, Parameters } from "../../core/infer.ts";
-import { formatShape } from "../../core/tensor.ts";
-import { encodeRawTensor } from "../common/raw-tensor.ts";
+import { invalidArg } from "../../../core/errors.ts";
+import type { InferResponse, Parameters } from "../../../core/infer.ts";
+import { formatShape } from "../../../core/tensor.ts";
+import { encodeRawTensor } from "../raw-tensor.ts";
 import { binaryBody } from "./binary-tensor.ts";
 import { isBinaryOutput, type OutputEncoding } from "./infer-request-decoder.ts";
 import { jsonTensorData } from "./json-tensor.ts";

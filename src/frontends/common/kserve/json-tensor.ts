@@ -3,15 +3,15 @@ import {
   type DataType,
   type NumericArray,
   type NumericDataType,
-} from "../../core/datatype.ts";
-import { invalidArg } from "../../core/errors.ts";
+} from "../../../core/datatype.ts";
+import { invalidArg } from "../../../core/errors.ts";
 import {
   type BytesElements,
   elementCount,
   formatShape,
   type NumericTensor,
   type Tensor,
-} from "../../core/tensor.ts";
+} from "../../../core/tensor.ts";
 
 // Tensor data in the KServe v2 JSON form: a flat or nested (row-major) array of JSON
 // values, one per element. Reading copies flat data straight into the datatype's typed
@@ -24,6 +24,7 @@ import {
 // integers are written with their exact digits. FP32 elements are written as the shortest
 // decimal of their double value, which reads back as the same float32 (as Triton writes
 // them), -0 as -0. Non-finite floats, which JSON cannot express, are written as null.
+// Data may also be written nested to its shape, for formats whose arrays carry the shape.
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -275,4 +276,26 @@ export function jsonTensorData(tensor: Tensor): string {
       // Integer arrays (BigInt64Array included) join to their exact decimal digits.
       return `[${((tensor as NumericTensor).data as Int32Array).join(",")}]`;
   }
+}
+
+/** The JSON text of a tensor's data nested to its shape, e.g. `[[1,2],[3,4]]`; a scalar is bare. */
+export function nestedJsonTensorData(tensor: Tensor): string {
+  const flat = jsonTensorData(tensor);
+  const shape = tensor.shape;
+  if (shape.length === 1) return flat;
+  // Element texts, re-read from the flat text: strings are the only elements that may hold
+  // commas, and JSON.parse + stringify gives them back exactly.
+  const elements =
+    tensor.datatype === "BYTES"
+      ? (JSON.parse(flat) as string[]).map((e) => JSON.stringify(e))
+      : flat.slice(1, -1).split(",");
+  if (shape.length === 0) return elements[0] ?? "null";
+  let position = 0;
+  const nest = (axis: number): string => {
+    const parts = new Array<string>(shape[axis]!);
+    for (let i = 0; i < parts.length; i++)
+      parts[i] = axis === shape.length - 1 ? elements[position++]! : nest(axis + 1);
+    return `[${parts.join(",")}]`;
+  };
+  return nest(0);
 }

@@ -1,8 +1,8 @@
-import { elementByteSize } from "../../core/datatype.ts";
-import { invalidArg } from "../../core/errors.ts";
-import type { ModelConfig } from "../../core/model-config.ts";
-import { formatShape, type Tensor } from "../../core/tensor.ts";
-import { decodeRawTensor } from "../common/raw-tensor.ts";
+import { elementByteSize } from "../../../core/datatype.ts";
+import { invalidArg } from "../../../core/errors.ts";
+import type { ModelConfig } from "../../../core/model-config.ts";
+import { formatShape, type Tensor } from "../../../core/tensor.ts";
+import { decodeRawTensor } from "../raw-tensor.ts";
 
 // Triton's binary tensor data extension over HTTP: the body is the JSON header
 // (`Inference-Header-Content-Length` bytes) followed by the raw bytes of the inputs that

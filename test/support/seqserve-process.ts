@@ -1,11 +1,13 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 
-// The seqserve command in a child process, as a user runs it (`node bin/seqserve.js …`
-// from the package root): run to its end, or start a server and read its JSON log lines.
+// The seqserve command as a user runs it, `node bin/seqserve.js …`, in a child process:
+// run to its end, or started as a server that announces itself with one JSON log line.
 
 export const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 export const BIN = "bin/seqserve.js";
+
+type Env = Readonly<Record<string, string | undefined>>;
 
 export interface Exit {
   readonly code: number | null;
@@ -14,10 +16,14 @@ export interface Exit {
   readonly stderr: string;
 }
 
-/** Runs the command to its end. */
-export function run(args: readonly string[]): Promise<Exit> {
+/** Runs the command to its end (`env` is added to this process's environment). */
+export function run(args: readonly string[], env: Env = {}): Promise<Exit> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [BIN, ...args], {
+      cwd: ROOT,
+      env: { ...process.env, ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     let stdout = "";
     let stderr = "";
     child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
@@ -32,6 +38,7 @@ export interface ListeningLine {
   readonly http_port: number | null;
   readonly grpc_port: number | null;
   readonly metrics_port: number | null;
+  readonly sagemaker_port: number | null;
 }
 
 /** A running server process started with JSON logs. */
@@ -45,8 +52,12 @@ export class ServerProcess {
   #stdout = "";
   #stderr = "";
 
-  constructor(command: string, args: readonly string[]) {
-    this.child = spawn(command, args, { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
+  constructor(command: string, args: readonly string[], env: Env = {}) {
+    this.child = spawn(command, args, {
+      cwd: ROOT,
+      env: { ...process.env, ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     let onListening!: (line: ListeningLine) => void;
     let notListening!: (error: Error) => void;
     this.listening = new Promise((resolve, reject) => {

@@ -1,4 +1,4 @@
-import { invalidArg } from "../../core/errors.ts";
+import { invalidArg } from "../../../core/errors.ts";
 
 // Small JSON request bodies (repository control): optional, and an object when present.
 

@@ -1,0 +1,63 @@
+import type { SequenceEndReason } from "../model.ts";
+
+// A short memory of sequences that ended, and why, so that a request naming an id that
+// is no longer live can be told whether it was closed, expired, timed out or never
+// existed. Clients choose ids (KServe string ids can be as long as a request body), so
+// the memory is bounded in bytes: the oldest ends are forgotten first, and an id too
+// long to be worth keeping is not kept at all.
+
+export interface RecentEnd {
+  readonly reason: SequenceEndReason;
+  readonly endedAtMs: number;
+}
+
+/** Default budget: about 6,000 UUID-sized ids. */
+export const RECENT_ENDS_BUDGET_BYTES = 1024 * 1024;
+
+/** Map entry, timestamp and reason, beside the key's characters (an estimate of V8's cost). */
+const ENTRY_OVERHEAD_BYTES = 96;
+
+export class RecentEnds {
+  readonly #budget: number;
+  readonly #ends = new Map<string, RecentEnd>();
+  #bytes = 0;
+
+  constructor(budgetBytes = RECENT_ENDS_BUDGET_BYTES) {
+    this.#budget = budgetBytes;
+  }
+
+  /** Bytes held now (estimated), never above the budget. */
+  get bytes(): number {
+    return this.#bytes;
+  }
+
+  get size(): number {
+    return this.#ends.size;
+  }
+
+  remember(key: string, end: RecentEnd): void {
+    const cost = costOf(key);
+    // One id may take at most 1/16 of the memory: a few huge ids cannot wipe it.
+    if (cost > this.#budget / 16) return;
+    this.forget(key);
+    this.#ends.set(key, end);
+    this.#bytes += cost;
+    for (const oldest of this.#ends.keys()) {
+      if (this.#bytes <= this.#budget) break;
+      this.forget(oldest);
+    }
+  }
+
+  get(key: string): RecentEnd | undefined {
+    return this.#ends.get(key);
+  }
+
+  /** The id is live again (a new START): its old end no longer describes it. */
+  forget(key: string): void {
+    if (this.#ends.delete(key)) this.#bytes -= costOf(key);
+  }
+}
+
+function costOf(key: string): number {
+  return 2 * key.length + ENTRY_OVERHEAD_BYTES;
+}

@@ -1,0 +1,231 @@
+import { invalidArg } from "../../core/errors.ts";
+import type { InferRequest } from "../../core/infer.ts";
+import type { ServedModel } from "../../core/model.ts";
+import type { Tensor } from "../../core/tensor.ts";
+import {
+  type DecodedInferRequest,
+  decodeInferJson,
+  decodeRawBody,
+  type InferJson,
+  parseInferJson,
+} from "../common/kserve/infer-request-decoder.ts";
+import { decodeJsonTensor } from "../common/kserve/json-tensor.ts";
+
+// What a SageMaker invocation body is, by its Content-Type:
+//
+//   application/vnd.sagemaker-triton.binary+json;json-header-size=N
+//                      a KServe v2 JSON header of N bytes, then the binary inputs (as
+//                      Triton's SageMaker mode)
+//   application/json   a KServe v2 inference request object, or a bare array: the data of
+//                      a model's only input, nested to its shape
+//   anything else      the raw bytes of a model's only input (application/octet-stream,
+//                      but also image/jpeg, audio/wav…, which callers send as they are)
+//   none               JSON when it starts with { or [, raw bytes otherwise
+//
+// A JSON object may carry SageMaker's session convention, `"requestType": "NEW_SESSION"`
+// or `"CLOSE"`, with or without inputs. The body is read in two steps: its form and
+// session fields first (they decide which model serves it), then its tensors, against
+// that model.
+
+export const BINARY_JSON_TYPE = "application/vnd.sagemaker-triton.binary+json";
+
+export type BodyForm = "json" | "binary" | "raw" | "array";
+export type RequestType = "NEW_SESSION" | "CLOSE";
+
+export interface InvocationBody {
+  readonly form: BodyForm;
+  readonly bytes: Buffer;
+  /** The KServe v2 object of a JSON or binary body. */
+  readonly json: InferJson | undefined;
+  /** Bytes of the JSON header in a binary body. */
+  readonly headerLength: number | undefined;
+  /** The bare array of an array body. */
+  readonly array: readonly unknown[] | undefined;
+  readonly requestType: RequestType | undefined;
+  /** False for a session request that carries no inputs: nothing to run. */
+  readonly hasInputs: boolean;
+  /** The Content-Type did not say JSON, but the body looks like it (for error hints). */
+  readonly looksLikeJson: boolean;
+}
+
+const JSON_TYPES = new Set(["application/json", "text/json"]);
+
+function firstByte(bytes: Buffer): number | undefined {
+  for (const byte of bytes) if (byte !== 0x20 && byte !== 0x0a && byte !== 0x0d && byte !== 0x09) return byte;
+  return undefined;
+}
+
+const startsLikeJson = (bytes: Buffer): boolean => {
+  const first = firstByte(bytes);
+  return first === 0x7b || first === 0x5b; // { or [
+};
+
+/** json-header-size from the binary media type's parameters, with Triton's messages. */
+function headerSize(parameters: readonly string[], contentType: string, bodyLength: number): number {
+  const parameter = parameters.find((p) => p.toLowerCase().startsWith("json-header-size="));
+  if (parameter === undefined) {
+    throw invalidArg(
+      `expect MIME type for binary data starts with '${BINARY_JSON_TYPE};json-header-size=', got: ${contentType}`,
+    );
+  }
+  const text = parameter.slice("json-header-size=".length);
+  if (!/^\d+$/.test(text)) throw invalidArg(`Unable to parse inference header size, got: ${text}`);
+  const size = Number(text);
+  if (size > bodyLength) {
+    throw invalidArg(`inference header size should be in range (0, ${bodyLength}), got: ${text}`);
+  }
+  return size;
+}
+
+function readRequestType(value: unknown): RequestType | undefined {
+  if (value === undefined || value === "NEW_SESSION" || value === "CLOSE") return value;
+  const shown = JSON.stringify(value) ?? String(value);
+  throw invalidArg(
+    `Unable to parse 'requestType': expected "NEW_SESSION" or "CLOSE", got ${shown.length > 64 ? `${shown.slice(0, 64)}…` : shown}`,
+  );
+}
+
+function objectBody(
+  form: "json" | "binary",
+  bytes: Buffer,
+  headerLength: number | undefined,
+): InvocationBody {
+  const json = parseInferJson(bytes, headerLength ?? bytes.byteLength);
+  const requestType = readRequestType(json.object.requestType);
+  return {
+    form,
+    bytes,
+    json,
+    headerLength,
+    array: undefined,
+    requestType,
+    // A session request may be only that; any other body is an inference and needs inputs.
+    hasInputs: requestType === undefined || json.object.inputs !== undefined,
+    looksLikeJson: true,
+  };
+}
+
+function jsonBody(bytes: Buffer): InvocationBody {
+  if (firstByte(bytes) !== 0x5b) return objectBody("json", bytes, undefined);
+  let array: unknown;
+  try {
+    array = JSON.parse(bytes.toString("utf8"));
+  } catch (error) {
+    throw invalidArg(`failed to parse the request JSON buffer: ${(error as Error).message}`);
+  }
+  return {
+    form: "array",
+    bytes,
+    json: undefined,
+    headerLength: undefined,
+    array: array as unknown[],
+    requestType: undefined,
+    hasInputs: true,
+    looksLikeJson: true,
+  };
+}
+
+function rawBody(bytes: Buffer, looksLikeJson: boolean): InvocationBody {
+  return {
+    form: "raw",
+    bytes,
+    json: undefined,
+    headerLength: undefined,
+    array: undefined,
+    requestType: undefined,
+    hasInputs: true,
+    looksLikeJson,
+  };
+}
+
+/** The body's form and session fields; its tensors are read later by `decodeInvocation`. */
+export function readInvocationBody(bytes: Buffer, contentType: string | undefined): InvocationBody {
+  if (contentType === undefined || contentType.trim() === "") {
+    return startsLikeJson(bytes) ? jsonBody(bytes) : rawBody(bytes, false);
+  }
+  const [mediaType = "", ...parameters] = contentType.split(";").map((part) => part.trim());
+  const type = mediaType.toLowerCase();
+  if (type === BINARY_JSON_TYPE) {
+    const size = headerSize(parameters, contentType, bytes.byteLength);
+    // As with Inference-Header-Content-Length: 0, the whole body is the only input's bytes.
+    return size === 0 ? rawBody(bytes, false) : objectBody("binary", bytes, size);
+  }
+  if (JSON_TYPES.has(type) || type.endsWith("+json")) return jsonBody(bytes);
+  return rawBody(bytes, startsLikeJson(bytes));
+}
+
+/** The shape of nested arrays, read along their first elements (ragged data fails the count check later). */
+function nestedShape(data: readonly unknown[]): number[] {
+  const shape: number[] = [];
+  let level: unknown = data;
+  while (Array.isArray(level)) {
+    shape.push(level.length);
+    level = level[0];
+  }
+  return shape;
+}
+
+function onlyInput(model: ServedModel, form: string) {
+  const input = model.config.inputs[0];
+  if (input === undefined || model.config.inputs.length !== 1) {
+    throw invalidArg(
+      `${form} can only feed a model with one input, but model '${model.name}' has ${model.config.inputs.length}: send a KServe v2 inference request (Content-Type: application/json) naming each input`,
+    );
+  }
+  return input;
+}
+
+function arrayRequest(array: readonly unknown[], model: ServedModel, signal: AbortSignal | undefined) {
+  const input = onlyInput(model, "a bare JSON array");
+  let shape = nestedShape(array);
+  // The batch dimension may be left out: the array is then one row.
+  if (model.config.maxBatchSize > 0 && !input.shared && shape.length === input.dims.length)
+    shape = [1, ...shape];
+  const tensor: Tensor = decodeJsonTensor(input.name, input.datatype, shape, array);
+  const request: InferRequest = {
+    id: "",
+    inputs: new Map([[input.name, tensor]]),
+    outputs: undefined,
+    parameters: {},
+    sequence: undefined,
+    signal,
+  };
+  return request;
+}
+
+export interface DecodeInvocationOptions {
+  readonly signal: AbortSignal | undefined;
+  /** Outputs go back as binary data unless the request says otherwise. */
+  readonly binaryOutput: boolean;
+}
+
+/** The body's inference request for `model`, and how its outputs are to be encoded. */
+export function decodeInvocation(
+  body: InvocationBody,
+  model: ServedModel,
+  options: DecodeInvocationOptions,
+): DecodedInferRequest {
+  const decodeOptions = { signal: options.signal, binaryOutputByDefault: options.binaryOutput };
+  switch (body.form) {
+    case "json":
+    case "binary":
+      return decodeInferJson(body.json!, body.bytes, body.headerLength, model, decodeOptions);
+    case "array":
+      return {
+        request: arrayRequest(body.array!, model, options.signal),
+        encoding: { binaryByDefault: options.binaryOutput, binary: new Map() },
+      };
+    case "raw":
+      try {
+        onlyInput(model, "a raw body");
+        return decodeRawBody(body.bytes, model, decodeOptions);
+      } catch (error) {
+        if (!body.looksLikeJson || !(error instanceof Error)) throw error;
+        // The usual cause: JSON sent without saying so (the AWS SDK for JavaScript sends
+        // application/octet-stream when the caller gives no ContentType).
+        throw invalidArg(
+          `${error.message} (the body was read as raw input bytes because of its Content-Type; it looks like JSON: send it with Content-Type: application/json)`,
+        );
+      }
+  }
+}

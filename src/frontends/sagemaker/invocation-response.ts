@@ -1,0 +1,117 @@
+import type { FastifyReply } from "fastify";
+import { invalidArg } from "../../core/errors.ts";
+import type { InferResponse } from "../../core/infer.ts";
+import type { TensorMetadata } from "../../core/model.ts";
+import { HttpError } from "../common/http/http-error.ts";
+import type { OutputEncoding } from "../common/kserve/infer-request-decoder.ts";
+import { encodeInferResponse } from "../common/kserve/infer-response-encoder.ts";
+import { nestedJsonTensorData } from "../common/kserve/json-tensor.ts";
+import { encodeRawTensor } from "../common/raw-tensor.ts";
+import { BINARY_JSON_TYPE, type BodyForm } from "./invocation-body.ts";
+
+// How an invocation is answered: in the form of its request, unless Accept asks for
+// another one the answer can take.
+//
+//   json    a KServe v2 JSON response (application/json)
+//   binary  a KServe v2 JSON header and binary outputs
+//           (application/vnd.sagemaker-triton.binary+json;json-header-size=N)
+//   raw     the raw bytes of the only output (application/octet-stream)
+//   array   the data of the only output as a bare JSON array nested to its shape
+//
+// A bare request (raw bytes or an array) gets a bare answer when one output comes back,
+// else the KServe v2 form. The form is chosen before the model runs: a step of a session
+// that ran but could not be answered would still have moved its state on.
+
+export type AnswerForm = "json" | "binary" | "raw" | "array";
+
+const JSON_TYPE = "application/json";
+const OCTET_STREAM = "application/octet-stream";
+
+interface MediaRange {
+  readonly type: string;
+  readonly q: number;
+}
+
+function mediaRanges(accept: string): MediaRange[] {
+  const ranges: MediaRange[] = [];
+  for (const entry of accept.split(",")) {
+    const [type = "", ...parameters] = entry.split(";").map((part) => part.trim());
+    const q = parameters.find((p) => p.startsWith("q="));
+    const weight = q === undefined ? 1 : Number(q.slice(2));
+    if (type !== "" && Number.isFinite(weight) && weight > 0)
+      ranges.push({ type: type.toLowerCase(), q: weight });
+  }
+  // Stable: equal weights keep the client's order.
+  return ranges.sort((a, b) => b.q - a.q);
+}
+
+/** Outputs that only travel as binary data. */
+function binaryOnly(outputs: readonly TensorMetadata[]): TensorMetadata | undefined {
+  return outputs.find((o) => o.datatype === "FP16" || o.datatype === "BF16");
+}
+
+/**
+ * The answer's form, from the request's form, the outputs it will return and Accept. An
+ * Accept that no form can satisfy is refused with 406, before anything runs.
+ */
+export function chooseAnswer(
+  accept: string | undefined,
+  form: BodyForm,
+  outputs: readonly TensorMetadata[],
+): AnswerForm {
+  const single = outputs.length === 1;
+  const bare = form === "raw" || form === "array";
+  const jsonCapable = binaryOnly(outputs) === undefined;
+  const asJson: AnswerForm = bare && single ? "array" : "json";
+  let natural: AnswerForm;
+  if (form === "json" || form === "binary") natural = form;
+  else if (form === "raw") natural = single ? "raw" : "binary";
+  else natural = jsonCapable ? asJson : "binary";
+  if (accept === undefined || accept.trim() === "") return natural;
+  for (const { type } of mediaRanges(accept)) {
+    if (type === "*/*" || type === "application/*") return natural;
+    if (type === JSON_TYPE && (jsonCapable || !bare)) return asJson;
+    if (type === BINARY_JSON_TYPE) return "binary";
+    if (type === OCTET_STREAM && single) return "raw";
+  }
+  const fp16 = binaryOnly(outputs);
+  throw new HttpError(
+    406,
+    `no answer fits Accept '${accept}': seqserve answers ${JSON_TYPE}${fp16 === undefined ? "" : ` (not for ${fp16.datatype} output '${fp16.name}')`}, ${BINARY_JSON_TYPE}, or ${OCTET_STREAM} when one output comes back (this request returns ${outputs.length})`,
+  );
+}
+
+function onlyOutput(response: InferResponse) {
+  const output = response.outputs[0];
+  if (output === undefined || response.outputs.length !== 1) {
+    throw invalidArg(
+      `model '${response.modelName}' returned ${response.outputs.length} outputs, which a bare answer cannot carry`,
+    );
+  }
+  return output;
+}
+
+/** Sends `response` in `answer` form; `encoding` says which outputs a KServe form sends binary. */
+export function sendAnswer(
+  reply: FastifyReply,
+  response: InferResponse,
+  answer: AnswerForm,
+  encoding: OutputEncoding,
+): FastifyReply {
+  switch (answer) {
+    case "raw": {
+      const bytes = encodeRawTensor(onlyOutput(response));
+      return reply.type(OCTET_STREAM).send(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+    }
+    case "array":
+      return reply.type(JSON_TYPE).send(nestedJsonTensorData(onlyOutput(response)));
+    default: {
+      const encoded = encodeInferResponse(response, encoding);
+      const type =
+        encoded.headerLength === undefined
+          ? JSON_TYPE
+          : `${BINARY_JSON_TYPE};json-header-size=${encoded.headerLength}`;
+      return reply.type(type).send(encoded.body);
+    }
+  }
+}

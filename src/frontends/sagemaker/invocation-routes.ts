@@ -1,0 +1,216 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { invalidArg } from "../../core/errors.ts";
+import type { InferRequest, InferResponse } from "../../core/infer.ts";
+import type { ModelRegistry, ServedModel, ServerContext, TensorMetadata } from "../../core/model.ts";
+import { watchDisconnect } from "../common/http/client-disconnect.ts";
+import { HttpError } from "../common/http/http-error.ts";
+import { isJsonObject } from "../common/http/json-body.ts";
+import { sendJson } from "../common/http/json-text.ts";
+import type { OutputEncoding } from "../common/kserve/infer-request-decoder.ts";
+import {
+  decodeInvocation,
+  type InvocationBody,
+  type RequestType,
+  readInvocationBody,
+} from "./invocation-body.ts";
+import { type AnswerForm, chooseAnswer, sendAnswer } from "./invocation-response.ts";
+import { checkSessionId, formatExpiry, NEW_SESSION, newSessionHeaderValue } from "./session-id.ts";
+import type { SageMakerSessions } from "./sessions.ts";
+import { invokedModel, targetModel } from "./target-model.ts";
+
+// The SageMaker inference-container contract (PROTOCOLS.md §4):
+//
+//   GET  /ping                            200 when every model is ready, else 503
+//   POST /invocations                     an inference, as SageMaker forwards it
+//   POST /endpoints/{name}/invocations    the same, as the AWS SDKs' InvokeEndpoint sends
+//                                         it, so they can call seqserve directly (the
+//                                         endpoint name and the signature are not checked)
+//
+// Sessions: `X-Amzn-SageMaker-Session-Id: NEW_SESSION` or `"requestType": "NEW_SESSION"`
+// opens one (inputs in that body run as its first step) and answers its id in
+// X-Amzn-SageMaker-New-Session-Id (and X-Amzn-SageMaker-Session-Id) as
+// `<id>; Expires=<UTC time>`; the id in X-Amzn-SageMaker-Session-Id continues it;
+// `"requestType": "CLOSE"` with the id closes it (inputs run as its last step) and answers
+// X-Amzn-SageMaker-Closed-Session-Id. Without a session, a request is a plain inference
+// (KServe sequence parameters in a KServe body still work, as in Triton's SageMaker mode).
+
+export interface InvocationRoutesOptions {
+  readonly context: ServerContext;
+  readonly sessions: SageMakerSessions;
+  /** The model for requests that name none (--sagemaker-model). */
+  readonly defaultModel: string | undefined;
+}
+
+const SESSION_ID = "x-amzn-sagemaker-session-id";
+const TARGET_MODEL = "x-amzn-sagemaker-target-model";
+/** Response headers, spelled as SageMaker's documentation spells them. */
+const NEW_SESSION_ID_HEADER = "X-Amzn-SageMaker-New-Session-Id";
+const SESSION_ID_HEADER = "X-Amzn-SageMaker-Session-Id";
+const CLOSED_SESSION_ID_HEADER = "X-Amzn-SageMaker-Closed-Session-Id";
+
+const EMPTY_BODY = Buffer.alloc(0);
+
+type SessionIntent =
+  | { readonly kind: "none" }
+  | { readonly kind: "open" }
+  | { readonly kind: "continue"; readonly id: string }
+  | { readonly kind: "close"; readonly id: string };
+
+function headerValue(request: FastifyRequest, name: string): string | undefined {
+  const value = request.headers[name];
+  return Array.isArray(value) ? value.join(",") : value;
+}
+
+/** What the session header and the body's requestType ask for (either signal opens). */
+function sessionIntent(header: string | undefined, requestType: RequestType | undefined): SessionIntent {
+  const given = header === undefined || header === "" ? undefined : header;
+  if (requestType === "CLOSE") {
+    if (given === undefined || given === NEW_SESSION) {
+      throw invalidArg(
+        `"requestType": "CLOSE" needs the id of the session to close in X-Amzn-SageMaker-Session-Id${given === undefined ? "" : `, not ${NEW_SESSION}`}`,
+      );
+    }
+    return { kind: "close", id: checkSessionId(given) };
+  }
+  // As AWS's session handler: a NEW_SESSION body opens a session whatever the header says.
+  if (given === NEW_SESSION || requestType === "NEW_SESSION") return { kind: "open" };
+  return given === undefined ? { kind: "none" } : { kind: "continue", id: checkSessionId(given) };
+}
+
+/** The outputs an answer will carry: those the KServe body asks for, else all of the model's. */
+function returnedOutputs(body: InvocationBody, model: ServedModel): readonly TensorMetadata[] {
+  const asked = body.json?.object.outputs;
+  if (!Array.isArray(asked) || asked.length === 0) return model.outputs;
+  const names = new Set(asked.map((o) => (isJsonObject(o) ? o.name : undefined)));
+  return model.outputs.filter((o) => names.has(o.name));
+}
+
+interface Step {
+  readonly request: InferRequest;
+  readonly encoding: OutputEncoding;
+  readonly answer: AnswerForm;
+}
+
+/** Decodes the body for `model`, choosing the answer's form first (before anything runs). */
+function prepareStep(
+  body: InvocationBody,
+  model: ServedModel,
+  accept: string | undefined,
+  signal: AbortSignal,
+): Step {
+  const answer = chooseAnswer(accept, body.form, returnedOutputs(body, model));
+  const decoded = decodeInvocation(body, model, {
+    signal,
+    binaryOutput: answer === "binary" || answer === "raw",
+  });
+  return { request: decoded.request, encoding: decoded.encoding, answer };
+}
+
+function refuseSequenceFields(request: InferRequest): void {
+  if (request.sequence === undefined) return;
+  throw invalidArg(
+    "a session request must not carry sequence parameters (sequence_id, sequence_start, sequence_end, timeout): the session is its sequence",
+  );
+}
+
+/** `request` as a step of session `id`: a request of the session's sequence. */
+function inSession(request: InferRequest, id: string, end: boolean): InferRequest {
+  return { ...request, sequence: { id, start: false, end, timeoutUs: undefined } };
+}
+
+function describeReadiness(registry: ModelRegistry): string {
+  const waiting = registry
+    .index()
+    .filter((entry) => entry.state !== "READY")
+    .map(
+      (entry) =>
+        `'${entry.name}' is ${entry.state ?? "not loaded"}${entry.reason ? ` (${entry.reason})` : ""}`,
+    );
+  return waiting.length === 0 ? "the server is not ready" : `the server is not ready: ${waiting.join(", ")}`;
+}
+
+export async function invocationRoutes(
+  app: FastifyInstance,
+  options: InvocationRoutesOptions,
+): Promise<void> {
+  const { context, sessions, defaultModel } = options;
+  const registry = context.registry;
+
+  app.get("/ping", (_request, reply) => {
+    if (context.isReady()) return reply.code(200).send();
+    throw new HttpError(503, describeReadiness(registry));
+  });
+
+  const invoke = async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
+    const body = readInvocationBody(
+      (request.body as Buffer | undefined) ?? EMPTY_BODY,
+      request.headers["content-type"],
+    );
+    const intent = sessionIntent(headerValue(request, SESSION_ID), body.requestType);
+    const target = targetModel(registry, headerValue(request, TARGET_MODEL));
+    const accept = headerValue(request, "accept");
+    const disconnect = watchDisconnect(request, reply);
+    try {
+      switch (intent.kind) {
+        case "none": {
+          const model = invokedModel(registry, target, defaultModel);
+          const step = prepareStep(body, model, accept, disconnect.signal);
+          if (model.sequences !== undefined && step.request.sequence === undefined) {
+            throw invalidArg(
+              `model '${model.name}' keeps state per session: open a session with X-Amzn-SageMaker-Session-Id: ${NEW_SESSION} (or send KServe sequence parameters)`,
+            );
+          }
+          return sendAnswer(reply, await model.infer(step.request), step.answer, step.encoding);
+        }
+        case "open": {
+          const model = invokedModel(registry, target, defaultModel);
+          // The body is read before the session exists: a bad one opens nothing.
+          const step = body.hasInputs ? prepareStep(body, model, accept, disconnect.signal) : undefined;
+          if (step !== undefined) refuseSequenceFields(step.request);
+          const session = sessions.open(model);
+          const value = newSessionHeaderValue(session.id, session.expiresAtMs);
+          if (step === undefined) {
+            reply.header(NEW_SESSION_ID_HEADER, value).header(SESSION_ID_HEADER, value);
+            return sendJson(reply, {
+              session_id: session.id,
+              expires: formatExpiry(session.expiresAtMs),
+              model_name: model.name,
+              model_version: model.version,
+            });
+          }
+          let response: InferResponse;
+          try {
+            response = await model.infer(inSession(step.request, session.id, false));
+          } catch (error) {
+            // Its id never reached the client: nobody could use or close the session.
+            model.sequences?.end(session.id, "forced");
+            throw error;
+          }
+          reply.header(NEW_SESSION_ID_HEADER, value).header(SESSION_ID_HEADER, value);
+          return sendAnswer(reply, response, step.answer, step.encoding);
+        }
+        case "continue":
+        case "close": {
+          const { id } = intent;
+          const model = sessions.find(id, target);
+          const close = intent.kind === "close";
+          if (close && !body.hasInputs) {
+            model.sequences!.close(id);
+            reply.header(CLOSED_SESSION_ID_HEADER, id);
+            return sendJson(reply, { session_id: id, closed: true });
+          }
+          const step = prepareStep(body, model, accept, disconnect.signal);
+          refuseSequenceFields(step.request);
+          const response = await model.infer(inSession(step.request, id, close));
+          if (close) reply.header(CLOSED_SESSION_ID_HEADER, id);
+          return sendAnswer(reply, response, step.answer, step.encoding);
+        }
+      }
+    } finally {
+      disconnect.dispose();
+    }
+  };
+
+  app.post("/invocations", invoke);
+  app.post("/endpoints/:endpoint/invocations", invoke);
+}

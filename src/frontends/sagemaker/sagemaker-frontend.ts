@@ -1,0 +1,52 @@
+import type { ServerContext } from "../../core/model.ts";
+import type { Logger } from "../../observability/logger.ts";
+import { createErrorHandler } from "../common/http/error-reply.ts";
+import { createHttpApp, type HttpApp } from "../common/http/http-app.ts";
+import { SAGEMAKER_HTTP_STATUS, sendSageMakerError } from "./error-status.ts";
+import { invocationRoutes } from "./invocation-routes.ts";
+import { SageMakerSessions } from "./sessions.ts";
+
+// The SageMaker frontend: its own fastify server on --sagemaker-port (8080 in a
+// SageMaker container), serving the inference-container contract and the runtime API's
+// invocation path, with its own error table and error body.
+
+/** SageMaker refuses real-time invocation bodies over 6 MB (6,291,456 bytes); so does seqserve. */
+export const SAGEMAKER_MAX_BODY_BYTES = 6 * 1024 * 1024;
+
+export interface SageMakerFrontendOptions {
+  readonly context: ServerContext;
+  readonly logger: Logger;
+  /** Seconds a session lives from its opening. */
+  readonly sessionTtlSecs: number;
+  /** The model for invocations that name none; undefined: the only model served. */
+  readonly defaultModel?: string | undefined;
+  /** How long an idle keep-alive connection stays open, in ms (node's default: 5000). */
+  readonly keepAliveTimeoutMs?: number;
+}
+
+export type SageMakerFrontend = HttpApp;
+
+/** The SageMaker server, routes registered, not listening: the caller calls `listen`. */
+export function createSageMakerFrontend(options: SageMakerFrontendOptions): SageMakerFrontend {
+  const limit = SAGEMAKER_MAX_BODY_BYTES;
+  const app = createHttpApp({
+    logger: options.logger,
+    bodyLimitBytes: limit,
+    compressMinBytes: 1024,
+    keepAliveTimeoutMs: options.keepAliveTimeoutMs,
+  });
+  app.setErrorHandler(createErrorHandler(SAGEMAKER_HTTP_STATUS, limit, sendSageMakerError));
+  app.setNotFoundHandler((request, reply) =>
+    sendSageMakerError(
+      reply,
+      404,
+      `Not Found: no route for ${request.method} ${request.url} (SageMaker serves GET /ping, POST /invocations and POST /endpoints/{name}/invocations)`,
+    ),
+  );
+  app.register(invocationRoutes, {
+    context: options.context,
+    sessions: new SageMakerSessions(options.context.registry, options.sessionTtlSecs),
+    defaultModel: options.defaultModel,
+  });
+  return app;
+}

@@ -1,0 +1,114 @@
+import { invalidArg } from "../../core/errors.ts";
+import type { ModelRegistry, SequenceEndReason, SequenceLookup, ServedModel } from "../../core/model.ts";
+import { formatExpiry, NEW_SESSION, newSessionId } from "./session-id.ts";
+
+// SageMaker stateful sessions are sequences of the model they were opened on: the
+// session id is the sequence id, the state is the sequence's, kept by the core. Opening
+// a session opens a sequence with an expiry (the TTL counts from opening; the model's
+// idle timeout does not apply); closing one ends it as an END would; when a session can no longer be used, the core remembers why
+// for a while, and the caller is told which: closed, expired, ended for another reason,
+// or never known here.
+
+export interface OpenedSession {
+  readonly id: string;
+  readonly expiresAtMs: number;
+}
+
+const iso = (epochMs: number): string => formatExpiry(epochMs);
+
+function why(reason: SequenceEndReason): string {
+  switch (reason) {
+    case "cancelled":
+      return "one of its requests was cancelled: its client went away before the answer";
+    case "forced":
+      return "it was ended through the sequences API, or the request that opened it failed";
+    case "shutdown":
+      return "the server was shutting down";
+    default:
+      return `reason '${reason}'`;
+  }
+}
+
+export class SageMakerSessions {
+  readonly #registry: ModelRegistry;
+  readonly #ttlSecs: number;
+
+  constructor(registry: ModelRegistry, ttlSecs: number) {
+    this.#registry = registry;
+    this.#ttlSecs = ttlSecs;
+  }
+
+  /** Opens a session on `model`: a sequence that expires `ttlSecs` after now. */
+  open(model: ServedModel): OpenedSession {
+    const sequences = model.sequences;
+    if (sequences === undefined) {
+      throw invalidArg(
+        `model '${model.name}' keeps no per-session state (it is not served with sequence batching), so it cannot open a session`,
+      );
+    }
+    const corrid = model.config.sequenceBatching?.controlInputs.find((c) => c.kind === "CORRID");
+    if (corrid !== undefined && corrid.datatype !== "BYTES") {
+      throw invalidArg(
+        `model '${model.name}' passes sequence ids to its CORRID control '${corrid.name}' as ${corrid.datatype}, which cannot hold a session id: declare it TYPE_STRING to serve sessions`,
+      );
+    }
+    const id = newSessionId();
+    // SageMaker states the expiry in whole seconds: round up, so the session lasts at
+    // least the TTL and ends exactly when its Expires says.
+    const expiresAtMs = Math.ceil((Date.now() + this.#ttlSecs * 1000) / 1000) * 1000;
+    sequences.open(id, { expiresAtMs });
+    return { id, expiresAtMs };
+  }
+
+  /**
+   * The model holding live session `id`. With a TargetModel the session must be that
+   * model's. Otherwise a 400 that says why the id cannot be used.
+   */
+  find(id: string, target: ServedModel | undefined): ServedModel {
+    let found: { model: ServedModel; lookup: Exclude<SequenceLookup, { kind: "unknown" }> } | undefined;
+    for (const model of this.#registry.served()) {
+      const lookup = model.sequences?.lookup(id);
+      if (lookup === undefined || lookup.kind === "unknown") continue;
+      if (lookup.kind === "live") {
+        found = { model, lookup };
+        break;
+      }
+      if (
+        found === undefined ||
+        (found.lookup.kind === "ended" && lookup.endedAtMs > found.lookup.endedAtMs)
+      ) {
+        found = { model, lookup };
+      }
+    }
+    if (found === undefined) {
+      throw invalidArg(
+        `unknown session id '${id}': no session with this id is open on this server (open one with X-Amzn-SageMaker-Session-Id: ${NEW_SESSION})`,
+      );
+    }
+    const { model, lookup } = found;
+    if (target !== undefined && target.name !== model.name) {
+      throw invalidArg(
+        `session '${id}' belongs to model '${model.name}', not to TargetModel '${target.name}'`,
+      );
+    }
+    if (lookup.kind === "live") {
+      if (lookup.expiresAtMs !== undefined && Date.now() >= lookup.expiresAtMs) {
+        throw invalidArg(this.#expired(id, lookup.expiresAtMs));
+      }
+      return model;
+    }
+    if (lookup.reason === "end") {
+      throw invalidArg(
+        `session '${id}' is closed (closed at ${iso(lookup.endedAtMs)}): open a new session with ${NEW_SESSION}`,
+      );
+    }
+    if (lookup.reason === "expired") throw invalidArg(this.#expired(id, lookup.endedAtMs));
+    throw invalidArg(
+      `session '${id}' ended at ${iso(lookup.endedAtMs)}: ${why(lookup.reason)}; open a new session with ${NEW_SESSION}`,
+    );
+  }
+
+  #expired(id: string, atMs: number): string {
+    return `session '${id}' expired at ${iso(atMs)} (sessions last ${this.#ttlSecs} s from opening): open a new session with ${NEW_SESSION}`;
+  }
+}

@@ -1,0 +1,282 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import type { SageMakerRuntimeClient } from "@aws-sdk/client-sagemaker-runtime";
+import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
+import { identityModel } from "../../tools/onnx/test-models.ts";
+import { send } from "../http/support/http-server.ts";
+import { accumulatorConfig, listSequences } from "../support/sequence-kit.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+import {
+  BINARY_JSON,
+  invoke,
+  jsonAnswer,
+  NEW_SESSION_ID,
+  sdkClient,
+  sdkError,
+} from "./support/sagemaker-kit.ts";
+
+// The inference-container contract exactly as SageMaker uses it: GET /ping and POST
+// /invocations with SageMaker's headers in and the session headers out; the runtime
+// API's path for the SDKs; the 6 MB body limit; the body forms and what Accept does to
+// the answer; /ping while the server stops.
+
+const SIX_MB = 6 * 1024 * 1024;
+
+const BLOB_CONFIG = `
+name: "blob"
+backend: "onnxruntime"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
+`;
+
+/** The headers SageMaker's front end sends the container with an invocation. */
+function sageMakerHeaders(extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    "Content-Type": "application/json",
+    Accept: "application/json",
+    "X-Amzn-SageMaker-Custom-Attributes": "trace_id=abc",
+    "X-Amzn-SageMaker-Inference-Id": "inference-1",
+    ...extra,
+  };
+}
+
+let server: TestServer;
+let port: number;
+let client: SageMakerRuntimeClient;
+before(async () => {
+  server = await startTestServer(
+    {
+      accumulator: { config: accumulatorConfig("accumulator", 4, "direct { }"), onnx: accumulatorModel() },
+      blob: { config: BLOB_CONFIG, onnx: identityModel("UINT8", [-1]) },
+    },
+    { sagemakerPort: 0, sagemakerModel: "accumulator" },
+  );
+  port = server.server.sagemakerPort!;
+  client = sdkClient(port);
+});
+after(async () => {
+  client?.destroy();
+  await server?.stop();
+});
+
+describe("the container contract, as SageMaker calls it", { timeout: 60_000 }, () => {
+  it("GET /ping answers 200 with an empty body when the models are ready", async () => {
+    const ping = await send({ port }, "GET", "/ping", undefined, { "User-Agent": "AHC/2.0", Accept: "*/*" });
+    assert.equal(ping.status, 200);
+    assert.equal(ping.body.byteLength, 0);
+  });
+
+  it("POST /invocations: a session opened, used and closed with SageMaker's headers in and out", async () => {
+    const opened = await send(
+      { port },
+      "POST",
+      "/invocations",
+      JSON.stringify({ requestType: "NEW_SESSION" }),
+      sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": "NEW_SESSION" }),
+    );
+    assert.equal(opened.status, 200, opened.body.toString());
+    const value = opened.headers["x-amzn-sagemaker-new-session-id"] as string;
+    assert.match(value, NEW_SESSION_ID);
+    assert.equal(opened.headers["x-amzn-sagemaker-session-id"], value);
+    assert.match(opened.headers["content-type"]!, /^application\/json/);
+    const id = NEW_SESSION_ID.exec(value)![1]!;
+    assert.deepEqual(JSON.parse(opened.body.toString()), {
+      session_id: id,
+      expires: NEW_SESSION_ID.exec(value)![2],
+      model_name: "accumulator",
+      model_version: "1",
+    });
+
+    const step = await send(
+      { port },
+      "POST",
+      "/invocations",
+      JSON.stringify({ inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [9] }] }),
+      sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": id }),
+    );
+    assert.equal(step.status, 200, step.body.toString());
+    assert.deepEqual(JSON.parse(step.body.toString()).outputs[0].data, [9]);
+    assert.equal(step.headers["x-amzn-sagemaker-new-session-id"], undefined);
+    assert.equal(step.headers["x-amzn-sagemaker-closed-session-id"], undefined);
+
+    const closed = await send(
+      { port },
+      "POST",
+      "/invocations",
+      JSON.stringify({ requestType: "CLOSE" }),
+      sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": id }),
+    );
+    assert.equal(closed.status, 200);
+    assert.equal(closed.headers["x-amzn-sagemaker-closed-session-id"], id);
+  });
+
+  it("the body alone opens a session too, and the runtime API's path serves the same (any endpoint name, any signature)", async () => {
+    const opened = await send(
+      { port },
+      "POST",
+      "/endpoints/my-endpoint/invocations",
+      JSON.stringify({ requestType: "NEW_SESSION" }),
+      {
+        "Content-Type": "application/json",
+        Authorization:
+          "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20260101/us-east-1/sagemaker/aws4_request, SignedHeaders=host, Signature=0",
+      },
+    );
+    assert.equal(opened.status, 200);
+    const id = NEW_SESSION_ID.exec(opened.headers["x-amzn-sagemaker-new-session-id"] as string)![1]!;
+    const closed = await send(
+      { port },
+      "POST",
+      "/endpoints/other/invocations",
+      JSON.stringify({ requestType: "CLOSE" }),
+      { "Content-Type": "application/json", "X-Amzn-SageMaker-Session-Id": id },
+    );
+    assert.equal(closed.headers["x-amzn-sagemaker-closed-session-id"], id);
+  });
+
+  it("errors are {error, message} with the AWS error type in x-amzn-errortype", async () => {
+    const unknown = await send(
+      { port },
+      "POST",
+      "/invocations",
+      "[1]",
+      sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": "abc" }),
+    );
+    assert.equal(unknown.status, 400);
+    assert.equal(unknown.headers["x-amzn-errortype"], "ValidationError");
+    const body = JSON.parse(unknown.body.toString()) as { error: string; message: string };
+    assert.match(body.error, /^unknown session id 'abc'/);
+    assert.equal(body.message, body.error);
+    const route = await send({ port }, "GET", "/invocations");
+    assert.equal(route.status, 404);
+  });
+});
+
+describe("the 6 MB limit", { timeout: 60_000 }, () => {
+  it("a body of exactly 6 MB is served; one byte more is refused with 413", async () => {
+    const body = new Uint8Array(SIX_MB);
+    for (let i = 0; i < body.length; i++) body[i] = i % 251;
+    const echoed = await invoke(client, {
+      body,
+      contentType: "application/octet-stream",
+      targetModel: "blob",
+    });
+    assert.equal(echoed.ContentType, "application/octet-stream");
+    assert.ok(Buffer.from(echoed.Body!).equals(Buffer.from(body)));
+
+    const tooLarge = await sdkError(
+      invoke(client, {
+        body: new Uint8Array(SIX_MB + 1),
+        contentType: "application/octet-stream",
+        targetModel: "blob",
+      }),
+    );
+    assert.equal(tooLarge.status, 413);
+    assert.match(tooLarge.message, /request body is larger than the limit of 6291456 bytes/);
+  });
+});
+
+describe("body forms and Accept", { timeout: 60_000 }, () => {
+  it("raw bytes in, raw bytes out; Accept chooses JSON or the binary form; an Accept nothing fits is refused before the step runs", async () => {
+    const opened = await invoke(client, {
+      body: JSON.stringify({ requestType: "NEW_SESSION" }),
+      sessionId: "NEW_SESSION",
+    });
+    const id = NEW_SESSION_ID.exec(opened.NewSessionId!)![1]!;
+    const int32 = (n: number) => new Uint8Array(Int32Array.of(n).buffer);
+
+    const raw = await invoke(client, {
+      body: int32(5),
+      contentType: "application/octet-stream",
+      sessionId: id,
+    });
+    assert.equal(raw.ContentType, "application/octet-stream");
+    assert.equal(Buffer.from(raw.Body!).readInt32LE(0), 5);
+
+    const asJson = await invoke(client, {
+      body: int32(2),
+      contentType: "application/octet-stream",
+      accept: "application/json",
+      sessionId: id,
+    });
+    assert.deepEqual(jsonAnswer(asJson), [[7]]);
+
+    const refused = await sdkError(
+      invoke(client, {
+        body: int32(100),
+        contentType: "application/octet-stream",
+        accept: "text/csv",
+        sessionId: id,
+      }),
+    );
+    assert.equal(refused.status, 406);
+    assert.match(refused.message, /no answer fits Accept 'text\/csv'/);
+
+    const header = Buffer.from(
+      JSON.stringify({
+        inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], parameters: { binary_data_size: 4 } }],
+      }),
+    );
+    const binary = await invoke(client, {
+      body: Buffer.concat([header, int32(1)]),
+      contentType: `${BINARY_JSON};json-header-size=${header.byteLength}`,
+      accept: "application/json",
+      sessionId: id,
+    });
+    // The refused step did not run: 5 + 2 + 1.
+    assert.deepEqual((jsonAnswer(binary) as { outputs: { data: number[] }[] }).outputs[0]!.data, [8]);
+
+    const bare = await invoke(client, {
+      body: "[[4]]",
+      sessionId: id,
+      accept: `${BINARY_JSON}, application/json;q=0.5`,
+    });
+    assert.match(
+      bare.ContentType!,
+      /^application\/vnd\.sagemaker-triton\.binary\+json;json-header-size=\d+$/,
+    );
+
+    const mislabelled = await sdkError(
+      invoke(client, {
+        body: JSON.stringify({ inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [1] }] }),
+        contentType: "application/octet-stream",
+        sessionId: id,
+      }),
+    );
+    assert.match(mislabelled.message, /it looks like JSON: send it with Content-Type: application\/json/);
+    const listed = (await listSequences(server.url, "accumulator")).sequences.find((s) => s.id === id);
+    assert.equal(listed?.steps, 4);
+  });
+});
+
+describe("GET /ping while the server stops", { timeout: 60_000 }, () => {
+  it("answers 503 with the reason once the server is stopping, while live sessions may still finish", async () => {
+    const stopping = await startTestServer(
+      {
+        accumulator: { config: accumulatorConfig("accumulator", 4, "direct { }"), onnx: accumulatorModel() },
+      },
+      { sagemakerPort: 0, exitTimeoutSecs: 30 },
+    );
+    const stoppingPort = stopping.server.sagemakerPort!;
+    const stoppingClient = sdkClient(stoppingPort);
+    try {
+      const opened = await invoke(stoppingClient, { body: "[1]", sessionId: "NEW_SESSION" });
+      const id = NEW_SESSION_ID.exec(opened.NewSessionId!)![1]!;
+      const stopped = stopping.stop();
+      const ping = await send({ port: stoppingPort }, "GET", "/ping");
+      assert.equal(ping.status, 503);
+      assert.equal(ping.headers["x-amzn-errortype"], "ServiceUnavailable");
+      assert.match(JSON.parse(ping.body.toString()).error, /^the server is not ready/);
+      // The live session still works and closes; then the server stops.
+      assert.deepEqual(jsonAnswer(await invoke(stoppingClient, { body: "[2]", sessionId: id })), [[3]]);
+      const refused = await sdkError(invoke(stoppingClient, { body: "[1]", sessionId: "NEW_SESSION" }));
+      assert.equal(refused.status, 503);
+      await invoke(stoppingClient, { body: JSON.stringify({ requestType: "CLOSE" }), sessionId: id });
+      await stopped;
+    } finally {
+      stoppingClient.destroy();
+      await stopping.stop();
+    }
+  });
+});
