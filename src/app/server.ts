@@ -54,6 +54,9 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
     controlMode: options.modelControlMode,
     loadModels: options.loadModels,
     pollSecs: options.repositoryPollSecs,
+    singleModel: options.singleModel,
+    configPollSecs: options.configPollSecs ?? 0,
+    sequenceCleanerPollWaitMinutes: options.sequenceCleanerPollWaitMinutes ?? 5,
     backend: start.backend ?? onnxBackend(logger),
     logger,
   });

@@ -23,6 +23,7 @@ async function main(): Promise<number> {
     process.stdout.write(`${SEQSERVE_VERSION}\n`);
     return 0;
   }
+  for (const notice of command.notices) process.stderr.write(`seqserve: ${notice}\n`);
   let server: Awaited<ReturnType<typeof startServer>>;
   try {
     server = await startServer(command.options);

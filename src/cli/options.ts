@@ -7,6 +7,7 @@ import {
   type ServerOptions,
 } from "../config/server-options.ts";
 import { LOG_LEVELS, type LogFormat, type LogLevel } from "../observability/logger.ts";
+import { OVMS_FLAGS, OVMS_IGNORED_FLAGS, OvmsUsageError, readOvmsFlags } from "./ovms-flags.ts";
 
 // argv → ServerOptions. Flags keep Triton's spelling so existing launch scripts work;
 // every value is checked here, and a bad one stops the server with a message naming it.
@@ -131,7 +132,7 @@ export const FLAGS: readonly FlagSpec[] = [
   { name: "version", boolean: true, help: "Show the version and exit." },
 ];
 
-const BOOLEAN_FLAGS = new Set(FLAGS.filter((f) => f.boolean).map((f) => f.name));
+const BOOLEAN_FLAGS = new Set([...FLAGS, ...OVMS_FLAGS].filter((f) => f.boolean).map((f) => f.name));
 
 export function helpText(version: string): string {
   const lines = [
@@ -146,6 +147,18 @@ export function helpText(version: string): string {
     const def = flag.default !== undefined ? ` (default: ${flag.default})` : "";
     lines.push(left, `      ${flag.help}${def}`);
   }
+  lines.push("", "OpenVINO Model Server's flags (--config_path is --config-path):");
+  for (const flag of OVMS_FLAGS) {
+    const left = `  --${flag.name}${flag.value ? ` <${flag.value}>` : "[=true|false]"}`;
+    const def = flag.default !== undefined ? ` (default: ${flag.default})` : "";
+    lines.push(left, `      ${flag.help}${def}`);
+  }
+  lines.push(
+    "  Accepted without effect (a notice says why):",
+    `      ${Object.keys(OVMS_IGNORED_FLAGS)
+      .map((f) => `--${f}`)
+      .join(", ")}`,
+  );
   return lines.join("\n");
 }
 
@@ -206,13 +219,20 @@ function checkFile(path: string): string {
   throw new UsageError(`config file '${path}' does not exist`);
 }
 
-export type CliCommand = { kind: "help" } | { kind: "version" } | { kind: "serve"; options: ServerOptions };
+export type CliCommand =
+  | { kind: "help" }
+  | { kind: "version" }
+  /** `notices`: one line per flag accepted without effect. */
+  | { kind: "serve"; options: ServerOptions; notices: readonly string[] };
 
 export function parseCommandLine(argv: readonly string[]): CliCommand {
   const options: Record<string, { type: "string"; multiple?: boolean }> = {};
   for (const flag of FLAGS)
     options[flag.name] = flag.multiple ? { type: "string", multiple: true } : { type: "string" };
   options["model-store"] = { type: "string", multiple: true };
+  options.config_path = { type: "string", multiple: true };
+  for (const flag of OVMS_FLAGS) options[flag.name] = { type: "string", multiple: true };
+  for (const flag of Object.keys(OVMS_IGNORED_FLAGS)) options[flag] = { type: "string", multiple: true };
   let values: Record<string, string | string[] | undefined>;
   try {
     ({ values } = parseArgs({
@@ -235,23 +255,55 @@ export function parseCommandLine(argv: readonly string[]): CliCommand {
   if (str("version") !== undefined && parseBoolean("version", str("version")!)) return { kind: "version" };
 
   const repositories = [...list("model-repository"), ...list("model-store")].map(checkDirectory);
-  const ovmsConfigs = list("config-path").map(checkFile);
-  if (repositories.length === 0 && ovmsConfigs.length === 0) {
+  const ovmsConfigs = [...list("config-path"), ...list("config_path")].map(checkFile);
+  let ovms: ReturnType<typeof readOvmsFlags>;
+  try {
+    ovms = readOvmsFlags(values);
+  } catch (error) {
+    if (error instanceof OvmsUsageError) throw new UsageError(error.message);
+    throw error;
+  }
+  if (repositories.length === 0 && ovmsConfigs.length === 0 && ovms.singleModel === undefined) {
     throw new UsageError(
-      "no models to serve: give --model-repository <dir> (or --config-path <config.json>)",
+      "no models to serve: give --model-repository <dir> (or --config-path <config.json>, or --model_path <dir> --model_name <name>)",
     );
   }
   const port = (name: string, allow: string): number | undefined =>
     parseBoolean(allow, get(allow)) ? parseInteger(name, get(name), 0, 65535) : undefined;
+  // With OVMS's --port / --rest_port, an endpoint without a port is off, as in OVMS,
+  // unless seqserve's own flag gives it one; metrics only with --metrics_enable.
+  const ovmsPort = (flag: string, allow: string, ovmsValue: number | undefined): number | undefined =>
+    str(flag) !== undefined ? port(flag, allow) : ovmsValue;
+  const ports =
+    ovms.ports === undefined
+      ? {
+          http: port("http-port", "allow-http"),
+          grpc: port("grpc-port", "allow-grpc"),
+          metrics: port("metrics-port", "allow-metrics"),
+        }
+      : {
+          http: ovmsPort("http-port", "allow-http", ovms.ports.http),
+          grpc: ovmsPort("grpc-port", "allow-grpc", ovms.ports.grpc),
+          metrics:
+            ovms.metricsEnable || str("metrics-port") !== undefined
+              ? port("metrics-port", "allow-metrics")
+              : undefined,
+        };
 
   const serverOptions: ServerOptions = {
     modelRepositories: repositories,
     ovmsConfigs,
+    singleModel: ovms.singleModel,
+    configPollSecs: ovms.configPollSecs,
+    sequenceCleanerPollWaitMinutes: ovms.sequenceCleanerPollWaitMinutes,
     host: get("host"),
-    httpPort: port("http-port", "allow-http"),
-    grpcPort: port("grpc-port", "allow-grpc"),
-    metricsPort: port("metrics-port", "allow-metrics"),
-    logLevel: oneOf<LogLevel>("log-level", get("log-level"), LOG_LEVELS),
+    httpPort: ports.http,
+    grpcPort: ports.grpc,
+    metricsPort: ports.metrics,
+    logLevel:
+      str("log-level") === undefined && ovms.logLevel !== undefined
+        ? ovms.logLevel
+        : oneOf<LogLevel>("log-level", get("log-level"), LOG_LEVELS),
     logFormat: oneOf<LogFormat>("log-format", get("log-format"), ["json", "text"]),
     strictModelConfig: parseBoolean("strict-model-config", get("strict-model-config")),
     modelControlMode: oneOf<ModelControlMode>("model-control-mode", get("model-control-mode"), [
@@ -281,5 +333,5 @@ export function parseCommandLine(argv: readonly string[]): CliCommand {
   if (serverOptions.loadModels.length > 0 && serverOptions.modelControlMode !== "explicit") {
     throw new UsageError("--load-model requires --model-control-mode=explicit");
   }
-  return { kind: "serve", options: Object.freeze(serverOptions) };
+  return { kind: "serve", options: Object.freeze(serverOptions), notices: ovms.notices };
 }

@@ -26,7 +26,10 @@ export {
   type OvmsToParsedOptions,
   parseOvmsConfig,
   readOvmsConfig,
+  SINGLE_MODEL_SOURCE,
+  singleModelConfig,
 } from "./ovms-config.ts";
+export { findStatePairs, type StatePairSearch } from "./ovms-state-pairs.ts";
 export type {
   ConfigFormat,
   ParsedMessage,

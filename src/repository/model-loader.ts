@@ -1,7 +1,9 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import {
+  findStatePairs,
   type LoadSettings,
+  type OvmsToParsedOptions,
   type ParsedModelConfig,
   parseModelConfigFile,
   parseModelConfigText,
@@ -9,6 +11,7 @@ import {
   resolveModelConfig,
 } from "../config/index.ts";
 import type { ModelBackend } from "../core/backend.ts";
+import type { ModelIo } from "../core/model-io.ts";
 import { invalidArg, unavailable } from "../core/errors.ts";
 import { LoadedModel } from "../core/loaded-model.ts";
 import type { Logger } from "../observability/logger.ts";
@@ -27,12 +30,15 @@ export interface PreparedModel {
   readonly parsed: ParsedModelConfig | undefined;
   readonly settings: LoadSettings;
   readonly strict: boolean;
+  /** How entries of OVMS config files become model configs (server-wide settings). */
+  readonly ovms: OvmsToParsedOptions;
 }
 
 export async function prepareModel(
   source: ModelSource,
   configOverride: string | undefined,
   strict: boolean,
+  ovms: OvmsToParsedOptions = {},
 ): Promise<PreparedModel> {
   let parsed: ParsedModelConfig | undefined;
   if (configOverride !== undefined) {
@@ -41,7 +47,7 @@ export async function prepareModel(
       format: "json",
     });
   } else if (source.ovms !== undefined) {
-    parsed = source.ovms.entry.toParsedConfig();
+    parsed = source.ovms.entry.toParsedConfig(ovms);
   } else {
     const file = CONFIG_FILES.map((f) => join(source.dir, f)).find((f) => existsSync(f));
     if (file !== undefined) parsed = await parseModelConfigFile(file);
@@ -51,7 +57,19 @@ export async function prepareModel(
       );
     }
   }
-  return { source, parsed, settings: readLoadSettings(parsed, source.name, source.dir), strict };
+  return { source, parsed, settings: readLoadSettings(parsed, source.name, source.dir), strict, ovms };
+}
+
+/**
+ * A stateful OVMS entry that names no state pairs gets those its model file shows
+ * (config/ovms-state-pairs.ts), or a clear refusal when the file does not show them.
+ */
+function withFoundStatePairs(prepared: PreparedModel, io: ModelIo): ParsedModelConfig | undefined {
+  const entry = prepared.source.ovms?.entry;
+  if (entry === undefined || !entry.stateful || entry.statePairs !== undefined) return prepared.parsed;
+  const search = findStatePairs(entry.name, io);
+  if (search.pairs === undefined) throw invalidArg(search.problem ?? "");
+  return entry.toParsedConfig({ ...prepared.ovms, statePairs: search.pairs });
 }
 
 export interface VersionLoadOptions {
@@ -78,7 +96,7 @@ export async function openVersion(
   });
   try {
     const resolved = resolveModelConfig({
-      parsed: prepared.parsed,
+      parsed: withFoundStatePairs(prepared, opened.io),
       modelName: source.name,
       modelDir: source.dir,
       modelIo: opened.io,
