@@ -23,7 +23,11 @@ export interface OvmsFlagSpec {
 
 /** Flags that act. */
 export const OVMS_FLAGS: readonly OvmsFlagSpec[] = [
-  { name: "port", value: "port", help: "gRPC port (OVMS spelling; 0 or absent: no gRPC when OVMS ports are used)." },
+  {
+    name: "port",
+    value: "port",
+    help: "gRPC port (OVMS spelling; 0 or absent: no gRPC when OVMS ports are used).",
+  },
   {
     name: "rest_port",
     value: "port",
@@ -71,7 +75,11 @@ export const OVMS_FLAGS: readonly OvmsFlagSpec[] = [
     help: "How often config.json files and their models' folders are checked for changes; 0 disables it.",
     default: "1",
   },
-  { name: "log_level", value: "TRACE|DEBUG|INFO|WARNING|ERROR", help: "Least severe level logged (OVMS spelling)." },
+  {
+    name: "log_level",
+    value: "TRACE|DEBUG|INFO|WARNING|ERROR",
+    help: "Least severe level logged (OVMS spelling).",
+  },
   { name: "metrics_enable", boolean: true, help: "With OVMS ports: serve metrics (on --metrics-port)." },
 ];
 
@@ -133,14 +141,23 @@ function bool(name: string, value: string): boolean {
   throw new OvmsUsageError(`--${name} expects true or false, got '${value}'`);
 }
 
-const STATEFUL_ONLY = ["max_sequence_number", "idle_sequence_cleanup", "low_latency_transformation", "state_pairs"];
+const STATEFUL_ONLY = [
+  "max_sequence_number",
+  "idle_sequence_cleanup",
+  "low_latency_transformation",
+  "state_pairs",
+];
 
-function singleModel(values: Values, text: (name: string) => string | undefined): SingleModelOptions | undefined {
+function singleModel(
+  values: Values,
+  text: (name: string) => string | undefined,
+): SingleModelOptions | undefined {
   const path = text("model_path");
   const name = text("model_name");
   if (path === undefined && name === undefined) {
     for (const flag of ["stateful", ...STATEFUL_ONLY, "model_version_policy"]) {
-      if (values[flag] !== undefined) throw new OvmsUsageError(`--${flag} applies to a model given with --model_path`);
+      if (values[flag] !== undefined)
+        throw new OvmsUsageError(`--${flag} applies to a model given with --model_path`);
     }
     return undefined;
   }
@@ -156,7 +173,8 @@ function singleModel(values: Values, text: (name: string) => string | undefined)
   const stateful = text("stateful") !== undefined && bool("stateful", text("stateful")!);
   if (!stateful) {
     for (const flag of STATEFUL_ONLY) {
-      if (values[flag] !== undefined) throw new OvmsUsageError(`--${flag} applies to stateful models only: add --stateful`);
+      if (values[flag] !== undefined)
+        throw new OvmsUsageError(`--${flag} applies to stateful models only: add --stateful`);
     }
   }
   const maxSequenceNumber = text("max_sequence_number");
@@ -172,7 +190,9 @@ function singleModel(values: Values, text: (name: string) => string | undefined)
       ? {}
       : { maxSequenceNumber: integer("max_sequence_number", maxSequenceNumber, 2 ** 32 - 1) }),
     ...(idle === undefined ? {} : { idleSequenceCleanup: bool("idle_sequence_cleanup", idle) }),
-    ...(lowLatency === undefined ? {} : { lowLatencyTransformation: bool("low_latency_transformation", lowLatency) }),
+    ...(lowLatency === undefined
+      ? {}
+      : { lowLatencyTransformation: bool("low_latency_transformation", lowLatency) }),
     ...(statePairs === undefined ? {} : { statePairs }),
     ...(policy === undefined ? {} : { modelVersionPolicy: policy }),
   };
@@ -193,14 +213,17 @@ export function readOvmsFlags(values: Values): OvmsSettings {
       ? undefined
       : {
           grpc: port === undefined || port === "0" ? undefined : integer("port", port, 65535),
-          http: restPort === undefined || restPort === "0" ? undefined : integer("rest_port", restPort, 65535),
+          http:
+            restPort === undefined || restPort === "0" ? undefined : integer("rest_port", restPort, 65535),
         };
   const level = text("log_level");
   let logLevel: LogLevel | undefined;
   if (level !== undefined) {
     logLevel = LOG_LEVEL_OF[level.toUpperCase()];
     if (logLevel === undefined) {
-      throw new OvmsUsageError(`--log_level must be one of TRACE, DEBUG, INFO, WARNING, ERROR, got '${level}'`);
+      throw new OvmsUsageError(
+        `--log_level must be one of TRACE, DEBUG, INFO, WARNING, ERROR, got '${level}'`,
+      );
     }
   }
   const notices: string[] = [];

@@ -29,7 +29,7 @@ export {
   SINGLE_MODEL_SOURCE,
   singleModelConfig,
 } from "./ovms-config.ts";
-export { findStatePairs, type StatePairSearch } from "./ovms-state-pairs.ts";
+export { findSharedInputs, findStatePairs, type StatePairSearch } from "./ovms-from-model.ts";
 export type {
   ConfigFormat,
   ParsedMessage,

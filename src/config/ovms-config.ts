@@ -73,6 +73,8 @@ export interface OvmsToParsedOptions {
   readonly sequenceCleanerPollWaitMinutes?: number;
   /** State pairs found from the model file (findStatePairs), for an entry that names none. */
   readonly statePairs?: string;
+  /** Shared inputs found from the model file (findSharedInputs), for an entry that names none. */
+  readonly sharedInputs?: string;
 }
 
 export interface OvmsModelEntry {
@@ -90,6 +92,8 @@ export interface OvmsModelEntry {
   readonly definition: string;
   /** `state_pairs` as given; undefined when the state is to be found from the model. */
   readonly statePairs: string | undefined;
+  /** `shared_inputs` as given; undefined when they are to be found from the model. */
+  readonly sharedInputs: string | undefined;
   /** The model as a parsed Triton config (what config.pbtxt would have given). */
   toParsedConfig(options?: OvmsToParsedOptions): ParsedModelConfig;
 }
@@ -266,6 +270,7 @@ class OvmsReader {
       notes,
       definition: jsonText(config),
       statePairs,
+      sharedInputs,
       toParsedConfig: (options = {}) =>
         buildParsedConfig(this.#file, fields, { name, policy, sequence, statePairs, sharedInputs }, options),
     };
@@ -421,7 +426,9 @@ function buildParsedConfig(
   };
   const statePairs = facts.statePairs ?? (facts.sequence === undefined ? undefined : options.statePairs);
   if (statePairs !== undefined) parameter("state_pairs", statePairs, "state_pairs");
-  if (facts.sharedInputs !== undefined) parameter("shared_inputs", facts.sharedInputs, "shared_inputs");
+  const sharedInputs =
+    facts.sharedInputs ?? (facts.sequence === undefined ? undefined : options.sharedInputs);
+  if (sharedInputs !== undefined) parameter("shared_inputs", sharedInputs, "shared_inputs");
 
   const { sequence } = facts;
   if (sequence !== undefined) {

@@ -166,7 +166,8 @@ export class LoadedModel implements ServedModel {
     if (!(from instanceof SequenceBatcher)) return { moved: 0, ended: 0, reason: "" };
     const to = successor.#scheduler;
     let reason = "";
-    if (!(to instanceof SequenceBatcher)) reason = "the reloaded model is no longer served with sequence batching";
+    if (!(to instanceof SequenceBatcher))
+      reason = "the reloaded model is no longer served with sequence batching";
     else if (to.stateSignature !== from.stateSignature) {
       reason = `its state changed from [${from.stateSignature}] to [${to.stateSignature}]`;
     }

@@ -1,6 +1,7 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import {
+  findSharedInputs,
   findStatePairs,
   type LoadSettings,
   type OvmsToParsedOptions,
@@ -11,9 +12,9 @@ import {
   resolveModelConfig,
 } from "../config/index.ts";
 import type { ModelBackend } from "../core/backend.ts";
-import type { ModelIo } from "../core/model-io.ts";
 import { invalidArg, unavailable } from "../core/errors.ts";
 import { LoadedModel } from "../core/loaded-model.ts";
+import type { ModelIo } from "../core/model-io.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { ModelSource } from "./model-source.ts";
 import { versionPath } from "./version-folders.ts";
@@ -61,15 +62,25 @@ export async function prepareModel(
 }
 
 /**
- * A stateful OVMS entry that names no state pairs gets those its model file shows
- * (config/ovms-state-pairs.ts), or a clear refusal when the file does not show them.
+ * A stateful OVMS entry gets the state pairs and shared inputs its model file shows
+ * (config/ovms-from-model.ts) when it names none, or a clear refusal when the file does
+ * not show the state.
  */
 function withFoundStatePairs(prepared: PreparedModel, io: ModelIo): ParsedModelConfig | undefined {
   const entry = prepared.source.ovms?.entry;
-  if (entry === undefined || !entry.stateful || entry.statePairs !== undefined) return prepared.parsed;
-  const search = findStatePairs(entry.name, io);
-  if (search.pairs === undefined) throw invalidArg(search.problem ?? "");
-  return entry.toParsedConfig({ ...prepared.ovms, statePairs: search.pairs });
+  if (entry === undefined || !entry.stateful) return prepared.parsed;
+  let statePairs = entry.statePairs;
+  if (statePairs === undefined) {
+    const search = findStatePairs(entry.name, io);
+    if (search.pairs === undefined) throw invalidArg(search.problem ?? "");
+    statePairs = search.pairs;
+  }
+  const sharedInputs = entry.sharedInputs ?? findSharedInputs(io);
+  return entry.toParsedConfig({
+    ...prepared.ovms,
+    statePairs,
+    ...(sharedInputs === undefined ? {} : { sharedInputs }),
+  });
 }
 
 export interface VersionLoadOptions {

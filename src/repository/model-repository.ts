@@ -199,7 +199,8 @@ export class ModelRepository implements ModelRegistry {
       if (source === undefined) {
         // OVMS drops a model removed from its configuration at once; a Triton model's
         // work may finish first, as in Triton.
-        if (entry.versions.size > 0) await this.#unload(name, fromOvms.has(name) ? 0 : 30_000).catch(() => {});
+        if (entry.versions.size > 0)
+          await this.#unload(name, fromOvms.has(name) ? 0 : 30_000).catch(() => {});
         continue;
       }
       if (entry.versions.size === 0 && entry.state === "UNAVAILABLE" && entry.reason === "unloaded") {
@@ -334,7 +335,13 @@ export class ModelRepository implements ModelRegistry {
       const result = old.moveSequencesTo(successor);
       if (result.moved > 0) {
         this.#logger.info(
-          { event: "sequences_moved", model: name, from: version, to: successor.version, count: result.moved },
+          {
+            event: "sequences_moved",
+            model: name,
+            from: version,
+            to: successor.version,
+            count: result.moved,
+          },
           `${result.moved} live sequence(s) of model '${name}' moved from version ${version} to version ${successor.version} with their state`,
         );
       }

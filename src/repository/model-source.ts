@@ -33,7 +33,6 @@ export async function readOvmsSources(
   return sources;
 }
 
-
 export interface Discovery {
   readonly sources: Map<string, ModelSource>;
   readonly problems: string[];

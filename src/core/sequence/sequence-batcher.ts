@@ -9,6 +9,7 @@ import {
   type SequenceSummary,
 } from "../model.ts";
 import type { ModelConfig, SequenceBatchingConfig } from "../model-config.ts";
+import { validateRequest } from "../request-validation.ts";
 import { OrderedRelease } from "../scheduler/ordered-release.ts";
 import type { PendingRequest } from "../scheduler/pending-request.ts";
 import { Deque } from "../scheduler/request-queue.ts";
@@ -23,9 +24,8 @@ import { Sequence } from "./sequence.ts";
 import type { SequenceModel } from "./sequence-batch-execution.ts";
 import type { SequenceInstance, SequenceOwner } from "./sequence-instance.ts";
 import { formatSequenceId } from "./sequence-parameters.ts";
-import type { StateStore } from "./state-store.ts";
 import { type SequenceTransfer, stateSignature, type TransferredSequence } from "./sequence-transfer.ts";
-import { validateRequest } from "../request-validation.ts";
+import type { StateStore } from "./state-store.ts";
 
 // The scheduler of stateful models (Triton's sequence batcher). It admits requests with
 // Triton's checks and messages, in Triton's order; gives each new sequence a slot on an

@@ -3,6 +3,7 @@ import fastifyWebsocket from "@fastify/websocket";
 import Fastify, { type FastifyInstance, type FastifyRequest, LogController } from "fastify";
 import type { ServerContext } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { tfsRestRoutes } from "../tfs/rest-routes.ts";
 import { createErrorHandler, sendError } from "./error-reply.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
 import { kserveRoutes } from "./kserve-routes.ts";
@@ -12,7 +13,8 @@ import { sequenceRoutes } from "./sequence-routes.ts";
 import { onStreamError, streamRoutes } from "./websocket/stream-routes.ts";
 
 // The HTTP frontend: one fastify instance serving each protocol family from its own
-// route plugin (KServe v2, seqserve's sequence endpoints and WebSocket streams today),
+// route plugin (KServe v2, seqserve's sequence endpoints and WebSocket streams, TF-Serving
+// REST),
 // each with its own error table. Bodies are read here, once, for every route: raw bytes
 // whatever the Content-Type (clients differ), decompressed, within the size limit.
 
@@ -61,6 +63,7 @@ export function createHttpFrontend(options: HttpFrontendOptions): HttpFrontend {
   app.register(fastifyWebsocket, { options: { maxPayload: bodyLimitBytes }, errorHandler: onStreamError });
   app.register(kserveRoutes, { context, bodyLimitBytes });
   app.register(sequenceRoutes, { context, bodyLimitBytes });
+  app.register(tfsRestRoutes, { context, bodyLimitBytes });
   app.register(streamRoutes, {
     context,
     bodyLimitBytes,

@@ -1,24 +1,32 @@
 import type { ModelIo, ModelTensorInfo } from "../core/model-io.ts";
 
-// A stateful model named in OpenVINO Model Server's style (`"stateful": true`, or
-// `--stateful` on the command line) keeps its state inside the model for OpenVINO. An
-// ONNX model carries it as inputs and outputs instead, paired `state -> stateN`. When the
-// configuration names no pairs (`state_pairs` / `--state_pairs`), they are found from the
-// model file by this rule, and refused when it does not give one clear answer:
+// What a stateful model listed in OpenVINO Model Server's style (`"stateful": true`, or
+// `--stateful` on the command line) leaves to be found from the model file.
 //
-//   an input and an output are a state pair when they have the same datatype and the same
-//   shape (a dynamic dimension matching only a dynamic one) and the output's name is the
+// State: OpenVINO keeps a stateful model's state inside the model; an ONNX model carries
+// it as inputs and outputs instead, paired `state -> stateN`. When the configuration
+// names no pairs (`state_pairs` / `--state_pairs`), they are found by this rule, and
+// refused when it does not give one clear answer:
+//
+//   an input and an output are a state pair when they have the same datatype and shapes
+//   of the same rank that agree where both are known (models often leave an output's
+//   dimensions all dynamic: Silero VAD's stateN is [-1,-1,-1] for state [2,-1,128]), and the output's name is the
 //   input's name with a suffix `N`, `_out`, `Out`, `_new` or `_next`, or with one `in` /
 //   `In` / `IN` word (at a `_`, `.`, `-` boundary or the start or end of the name) turned
 //   into `out` / `Out` / `OUT` (h_in -> h_out, in_state -> out_state, cIn -> cOut).
 //
 // Every input and output may belong to one pair at most.
+//
+// Shared inputs: an input the model declares as a scalar (rank 0, such as Silero VAD's
+// sample rate `sr`) has no room for a batch dimension, so one value serves a whole batch
+// of sequences (seqserve's `shared_inputs`), unless the configuration names them.
 
 const SUFFIXES = ["N", "_out", "Out", "_new", "_next"];
 
-function sameShape(a: ModelTensorInfo, b: ModelTensorInfo): boolean {
-  if (a.shape === undefined || b.shape === undefined || a.shape.length !== b.shape.length) return false;
-  return a.shape.every((d, i) => d === b.shape![i]);
+function compatibleShapes(a: ModelTensorInfo, b: ModelTensorInfo): boolean {
+  if (a.shape === undefined || b.shape === undefined) return a.shape === b.shape;
+  if (a.shape.length !== b.shape.length) return false;
+  return a.shape.every((d, i) => d === b.shape![i] || d === -1 || b.shape![i] === -1);
 }
 
 /** The output names a state input `name` may pair with. */
@@ -48,7 +56,7 @@ export function findStatePairs(modelName: string, io: ModelIo): StatePairSearch 
   for (const input of io.inputs) {
     const names = partnerNames(input.name);
     for (const output of io.outputs) {
-      if (names.has(output.name) && output.datatype === input.datatype && sameShape(input, output)) {
+      if (names.has(output.name) && output.datatype === input.datatype && compatibleShapes(input, output)) {
         found.push([input, output]);
       }
     }
@@ -69,8 +77,14 @@ export function findStatePairs(modelName: string, io: ModelIo): StatePairSearch 
   if (found.length === 0) {
     return {
       pairs: undefined,
-      problem: `stateful model '${modelName}' has no input/output pair that looks like state (an output named like its input plus N, _out, Out, _new or _next, or in -> out, with the same datatype and shape); ${hint}`,
+      problem: `stateful model '${modelName}' has no input/output pair that looks like state (an output named like its input plus N, _out, Out, _new or _next, or in -> out, with the same datatype and a compatible shape); ${hint}`,
     };
   }
   return { pairs: found.map(([i, o]) => `<<<${i.name}, ${o.name}>>>`).join(" "), problem: undefined };
+}
+
+/** The model's scalar inputs, `shared_inputs` spelling ("a, b"); undefined when there is none. */
+export function findSharedInputs(io: ModelIo): string | undefined {
+  const scalars = io.inputs.filter((i) => i.shape !== undefined && i.shape.length === 0).map((i) => i.name);
+  return scalars.length === 0 ? undefined : scalars.join(",");
 }
