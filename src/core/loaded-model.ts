@@ -171,13 +171,16 @@ export class LoadedModel implements ServedModel {
     else if (to.stateSignature !== from.stateSignature) {
       reason = `its state changed from [${from.stateSignature}] to [${to.stateSignature}]`;
     }
-    if (reason === "") {
-      const transfer = from.export();
-      (to as SequenceBatcher).adopt(transfer);
-      return { moved: transfer.sequences.length, ended: 0, reason };
+    let ended = 0;
+    if (reason !== "") {
+      ended = from.list().length;
+      // Quiesced, so nothing is running: every sequence finishes here and now.
+      from.endAll("reloaded", `model '${this.name}' was reloaded and ${reason}`);
     }
-    const ended = from.list().length;
-    from.endAll("reloaded", `model '${this.name}' was reloaded and ${reason}`);
-    return { moved: 0, ended, reason };
+    // What is left moves (nothing, when the state did not fit); the ends counted so far
+    // go along, so the sequences API of the model goes on counting across the reload.
+    const transfer = from.export();
+    if (to instanceof SequenceBatcher) to.adopt(transfer);
+    return { moved: transfer.sequences.length, ended, reason };
   }
 }
