@@ -104,6 +104,8 @@ describe("ending well", { timeout: 60_000 }, () => {
         backlog_timeout: 0,
         evicted: 0,
         shutdown: 0,
+        unloaded: 0,
+        reloaded: 0,
       },
     });
   });
@@ -141,6 +143,8 @@ describe("ending well", { timeout: 60_000 }, () => {
         backlog_timeout: 0,
         evicted: 0,
         shutdown: 2,
+        unloaded: 0,
+        reloaded: 0,
       },
     });
   });
