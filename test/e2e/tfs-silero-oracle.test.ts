@@ -52,7 +52,9 @@ async function run(transport: Transport, endpoints: Endpoints, sequence: number,
   return bits;
 }
 
-test("24 Silero VAD sequences from concurrent gRPC and REST clients answer bit for bit", { timeout: 300_000 }, async () => {
+test("24 Silero VAD sequences from concurrent gRPC and REST clients answer bit for bit", {
+  timeout: 300_000,
+}, async () => {
   const audio = Array.from({ length: SEQUENCES }, (_, s) => sequenceAudio(s, CHUNKS));
   const expected = await expectedBits(audio);
   const served = await Promise.all(
