@@ -126,9 +126,9 @@ for (const transport of ["grpc", "rest"] as const) {
         transport === "grpc"
           ? await Promise.all(pair.map((request) => send("vad", request)))
           : await pipelinedRestSteps(ovms.url, "vad", pair);
-      ok(ended);
+      ok(ended!);
       assertRefused(
-        restarted,
+        restarted!,
         transport,
         CODES.ending,
         "Sequence last request is being processed and it's not available anymore",
