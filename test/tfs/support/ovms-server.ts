@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type RunningServer, startServer } from "../../../src/app/server.ts";
 import { DEFAULT_SERVER_OPTIONS, type ServerOptions } from "../../../src/config/server-options.ts";
-import { silentLogger } from "../../../src/observability/logger.ts";
+import { type Logger, silentLogger } from "../../../src/observability/logger.ts";
 import { SILERO_PATH } from "../../support/silero-oracle.ts";
 
 // seqserve started as an OpenVINO Model Server user starts it: an OVMS config.json in a
@@ -33,6 +33,7 @@ export const SILERO_OVMS: OvmsModel = { config: { stateful: true }, onnx: SILERO
 export async function startOvmsServer(
   models: Readonly<Record<string, OvmsModel>>,
   options: Partial<ServerOptions> = {},
+  logger: Logger = silentLogger(),
 ): Promise<OvmsServer> {
   const dir = mkdtempSync(join(tmpdir(), "seqserve-ovms-"));
   const configPath = join(dir, "config.json");
@@ -64,7 +65,7 @@ export async function startOvmsServer(
       configPollSecs: 0,
       ...options,
     },
-    { logger: silentLogger() },
+    { logger },
   );
   return {
     server,
