@@ -6,7 +6,7 @@ import { addSubModel } from "../../tools/onnx/test-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { infer, outputData, postJson } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
-import { BIN, type Exit, type ListeningLine, ROOT, run, ServerProcess } from "./support/server-process.ts";
+import { BIN, type Exit, type ListeningLine, run, ServerProcess } from "./support/server-process.ts";
 import { rowsOf, simpleConfig, simpleInputs, sum } from "./support/serving.ts";
 
 // The seqserve command as a user runs it: `node bin/seqserve.js …` in a child process.

@@ -1,4 +1,4 @@
-import { cancelled, invalidArg, ServerError, unavailable } from "../errors.ts";
+import { cancelled, ServerError, unavailable } from "../errors.ts";
 import type { ModelExecutor } from "../executor.ts";
 import type { SequenceId } from "../infer.ts";
 import {
