@@ -110,35 +110,36 @@ function onlyInput(model: ServedModel): string {
 
 interface DecodedPredict {
   readonly inputs: Map<string, Tensor>;
+  /** The number of instances of a row-form request; undefined for the column form. */
   readonly rows: number | undefined;
-  readonly sequenceId?: SpecialInput | undefined;
-  readonly sequenceControl?: SpecialInput | undefined;
+}
+
+/** A stateful model's special inputs in the column form (read before the data, as OVMS does). */
+function columnSpecials(
+  model: ServedModel,
+  value: unknown,
+  text: string,
+): [SpecialInput | undefined, SpecialInput | undefined] {
+  if (!isStateful(model) || !isJsonObject(value)) return [undefined, undefined];
+  return [
+    specialInput(value[SEQUENCE_ID_INPUT], text, SEQUENCE_ID_INPUT, UINT64_MAX),
+    specialInput(value[SEQUENCE_CONTROL_INPUT], text, SEQUENCE_CONTROL_INPUT, UINT32_MAX),
+  ];
 }
 
 /** Column form: `"inputs": {name: value, …}` or a bare value for a one-input model. */
-function decodeColumns(model: ServedModel, value: unknown, text: string): DecodedPredict {
+function decodeColumns(model: ServedModel, value: unknown): DecodedPredict {
   const inputs = new Map<string, Tensor>();
   if (!isJsonObject(value)) {
     inputs.set(...decodeNamed(model, onlyInput(model), value));
     return { inputs, rows: undefined };
   }
   const stateful = isStateful(model);
-  let sequenceId: SpecialInput | undefined;
-  let sequenceControl: SpecialInput | undefined;
-  if (stateful) {
-    sequenceId = specialInput(value[SEQUENCE_ID_INPUT], text, SEQUENCE_ID_INPUT, UINT64_MAX);
-    sequenceControl = specialInput(value[SEQUENCE_CONTROL_INPUT], text, SEQUENCE_CONTROL_INPUT, UINT32_MAX);
-  }
-  return { inputs, rows: undefined, sequenceId, sequenceControl };
-}
-
-function decodeColumnData(model: ServedModel, value: unknown, into: Map<string, Tensor>): void {
-  if (!isJsonObject(value)) return;
-  const stateful = isStateful(model);
   for (const name in value) {
     if (stateful && (name === SEQUENCE_ID_INPUT || name === SEQUENCE_CONTROL_INPUT)) continue;
-    into.set(...decodeNamed(model, name, value[name]));
+    inputs.set(...decodeNamed(model, name, value[name]));
   }
+  return { inputs, rows: undefined };
 }
 
 /** Row form: `"instances": [{name: value, …}, …]` or a list of bare values for a one-input model. */
@@ -310,10 +311,10 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
     const hasRows = json.instances !== undefined;
     const hasColumns = json.inputs !== undefined;
     if (hasRows === hasColumns) throw ovmsInvalid("rest_order");
-    const decoded = hasRows ? decodeRows(model, json.instances) : decodeColumns(model, json.inputs, text);
     // Special inputs are read (and refused) before the data, as OVMS does.
-    const sequence = sequenceOf(model, decoded.sequenceId, decoded.sequenceControl);
-    if (hasColumns) decodeColumnData(model, json.inputs, decoded.inputs);
+    const [id, control] = hasColumns ? columnSpecials(model, json.inputs, text) : [undefined, undefined];
+    const sequence = sequenceOf(model, id, control);
+    const decoded = hasRows ? decodeRows(model, json.instances) : decodeColumns(model, json.inputs);
     const disconnect = watchDisconnect(request, reply);
     try {
       const { response, sequenceId } = await predict({

@@ -11,9 +11,9 @@ import { OVMS_MESSAGES, ovmsInvalid } from "./error-status.ts";
 export const SEQUENCE_ID_INPUT = "sequence_id";
 export const SEQUENCE_CONTROL_INPUT = "sequence_control_input";
 
-export const NO_CONTROL = 0;
-export const SEQUENCE_START = 1;
-export const SEQUENCE_END = 2;
+const NO_CONTROL = 0n;
+const SEQUENCE_START = 1n;
+const SEQUENCE_END = 2n;
 
 /** A special input as the wire gave it: its dims (undefined: no shape) and its values. */
 export interface SpecialInput {
@@ -49,19 +49,15 @@ export function readSpecialInputs(
     if (control.values?.length !== 1) throw ovmsInvalid("control_field");
     controlValue = control.values[0]!;
   }
-  if (
-    controlValue !== BigInt(NO_CONTROL) &&
-    controlValue !== BigInt(SEQUENCE_START) &&
-    controlValue !== BigInt(SEQUENCE_END)
-  ) {
+  if (controlValue !== NO_CONTROL && controlValue !== SEQUENCE_START && controlValue !== SEQUENCE_END) {
     throw ovmsInvalid("control_value");
   }
-  const start = controlValue === BigInt(SEQUENCE_START);
+  const start = controlValue === SEQUENCE_START;
   if (!start && sequenceId === 0n) throw missingId();
   return {
     id: sequenceId === 0n ? undefined : sequenceId,
     start,
-    end: controlValue === BigInt(SEQUENCE_END),
+    end: controlValue === SEQUENCE_END,
     timeoutUs: undefined,
     admission: "exclusive",
   };
