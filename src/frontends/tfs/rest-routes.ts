@@ -312,9 +312,10 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
     const hasColumns = json.inputs !== undefined;
     if (hasRows === hasColumns) throw ovmsInvalid("rest_order");
     // Special inputs are read (and refused) before the data, as OVMS does.
+    const rows = hasRows ? decodeRows(model, json.instances) : undefined;
     const [id, control] = hasColumns ? columnSpecials(model, json.inputs, text) : [undefined, undefined];
     const sequence = sequenceOf(model, id, control);
-    const decoded = hasRows ? decodeRows(model, json.instances) : decodeColumns(model, json.inputs);
+    const decoded = rows ?? decodeColumns(model, json.inputs);
     const disconnect = watchDisconnect(request, reply);
     try {
       const { response, sequenceId } = await predict({
