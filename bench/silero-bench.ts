@@ -11,6 +11,8 @@
 //   http-binary-stateful-nobatch   the same with max_batch_size 1 (no batching)
 //   grpc-unary-stateful            256 sequences, ModelInfer
 //   grpc-stream-stateful           256 sequences over 16 ModelStreamInfer streams
+//   tfs-grpc-stateful              256 sequences, TF-Serving Predict with OVMS's special inputs
+//   tfs-rest-stateful              256 sequences over 256 connections, TF-Serving REST :predict (JSON)
 //   ws-stateful                    256 sequences, one WebSocket each
 //   sagemaker-stateful             256 SageMaker sessions over POST /invocations (Triton's
 //                                  SageMaker binary form), state on the server
@@ -40,6 +42,7 @@ import {
   sessionStep,
 } from "./load-clients.ts";
 import { startServerProcess } from "./server-process.ts";
+import { encodePredict, predictJson, TfsGrpcClient } from "./tfs-client.ts";
 import { WsSequenceClient } from "./ws-client.ts";
 
 const SILERO = fileURLToPath(
@@ -300,6 +303,44 @@ async function main(): Promise<void> {
         result,
         `${SEQUENCES} sequences over ${STREAMS} ModelStreamInfer streams`,
       );
+    }
+
+    // TF-Serving's API on the same model and config as the KServe scenarios: the
+    // difference is the protocol (and OVMS's exclusive id semantics).
+    const tfsStep = (w: number, step: number, last: boolean, ids: readonly bigint[]) => ({
+      model: "silero_vad_stateful",
+      audio: bytesOf(chunks[(w + step) % chunks.length]!),
+      samples: CHUNK,
+      sampleRate: SAMPLE_RATE,
+      sequenceId: ids[w]!,
+      control: step === 0 ? 1 : last ? 2 : 0,
+    });
+    if (wanted("tfs-grpc-stateful")) {
+      const tfs = new TfsGrpcClient(server.grpcPort);
+      const ids = Array.from({ length: SEQUENCES }, () => nextId++);
+      const steps = new Array<number>(SEQUENCES).fill(0);
+      const result = await runLoops(SEQUENCES, SECONDS, WARMUP, (w, last) =>
+        tfs.predict(encodePredict(tfsStep(w, steps[w]!++, last, ids))),
+      );
+      tfs.close();
+      report("tfs-grpc-stateful", result, `${SEQUENCES} sequences, TF-Serving Predict (OVMS special inputs)`);
+    }
+    if (wanted("tfs-rest-stateful")) {
+      const http = new HttpClient(server.httpPort, SEQUENCES);
+      const ids = Array.from({ length: SEQUENCES }, () => nextId++);
+      const steps = new Array<number>(SEQUENCES).fill(0);
+      const result = await runLoops(SEQUENCES, SECONDS, WARMUP, async (w, last) => {
+        const step = steps[w]!++;
+        const body = predictJson(tfsStep(w, step, last, ids), chunks[(w + step) % chunks.length]!);
+        const res = await http.post(
+          "/v1/models/silero_vad_stateful:predict",
+          { "content-type": "application/json" },
+          Buffer.from(body),
+        );
+        if (res.status !== 200) throw new Error(res.body.toString());
+      });
+      http.close();
+      report("tfs-rest-stateful", result, `${SEQUENCES} sequences, TF-Serving REST :predict (JSON)`);
     }
 
     if (wanted("ws-stateful")) {

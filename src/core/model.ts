@@ -32,6 +32,10 @@ export const SEQUENCE_END_REASONS = [
   "evicted",
   "shutdown",
   "expired",
+  /** The model was unloaded (removed from its configuration) while the sequence was live. */
+  "unloaded",
+  /** The model was reloaded with a different state signature, which the sequence's state does not fit. */
+  "reloaded",
 ] as const;
 export type SequenceEndReason = (typeof SEQUENCE_END_REASONS)[number];
 

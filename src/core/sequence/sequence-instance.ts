@@ -31,6 +31,9 @@ export abstract class SequenceInstance implements SlotHolder {
   #inFlight = 0;
   #scheduled = false;
   #timer: NodeJS.Timeout | undefined;
+  /** No batch starts while paused (a reload is taking the sequences' state). */
+  #paused = false;
+  #quietWaiters: (() => void)[] = [];
 
   constructor(
     model: SequenceModel,
@@ -74,9 +77,21 @@ export abstract class SequenceInstance implements SlotHolder {
     this.schedule();
   }
 
+  /** Starts no more batches; resolves once none is running (every state in the store is final). */
+  pause(): Promise<void> {
+    this.#paused = true;
+    if (this.#inFlight === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#quietWaiters.push(resolve));
+  }
+
+  resume(): void {
+    this.#paused = false;
+    this.schedule();
+  }
+
   /** Coalesces the arrivals of one event-loop turn into one batching decision. */
   protected schedule(): void {
-    if (this.#scheduled || this.#inFlight >= this.#maxInFlight) return;
+    if (this.#paused || this.#scheduled || this.#inFlight >= this.#maxInFlight) return;
     this.#scheduled = true;
     setImmediate(() => {
       this.#scheduled = false;
@@ -101,7 +116,7 @@ export abstract class SequenceInstance implements SlotHolder {
   }
 
   #run(): void {
-    if (this.#inFlight >= this.#maxInFlight) return;
+    if (this.#paused || this.#inFlight >= this.#maxInFlight) return;
     const rows = this.nextBatch();
     if (rows === undefined) return;
     this.#inFlight++;
@@ -114,6 +129,7 @@ export abstract class SequenceInstance implements SlotHolder {
         row.sequence.steps++;
         this.owner.afterStep(row.sequence);
       }
+      if (this.#inFlight === 0) for (const quiet of this.#quietWaiters.splice(0)) quiet();
       this.schedule();
     });
   }
