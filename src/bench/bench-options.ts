@@ -13,6 +13,8 @@ export interface BenchOptions {
   readonly sagemaker: string | undefined;
   /** Extra flags for the server the benchmark starts. */
   readonly serverArgs: readonly string[];
+  /** Node flags for the server the benchmark starts (e.g. --cpu-prof). */
+  readonly serverNodeArgs: readonly string[];
   readonly protocol: Protocol;
   readonly concurrency: number;
   readonly sequenceLength: number;
@@ -48,6 +50,7 @@ ONNX Runtime alone in this process at those batch sizes.
   --grpc <host:port>           its gRPC endpoint (grpc, grpc-stream, tfs-grpc)
   --sagemaker <host:port>      its SageMaker endpoint (sagemaker)
   --server-args "<flags>"      more flags for the server started with --model-repository
+  --server-node-args "<flags>" Node flags for that server (e.g. "--cpu-prof --cpu-prof-dir=prof")
   --protocol <p>               ${PROTOCOLS.join(", ")} (default http-binary)
   --concurrency <n>            requests in flight; for a sequence model, live sequences (default 64)
   --sequence-length <n>        steps per sequence (default 50)
@@ -112,6 +115,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions | "help" {
         grpc: { type: "string" },
         sagemaker: { type: "string" },
         "server-args": { type: "string" },
+        "server-node-args": { type: "string" },
         protocol: { type: "string" },
         concurrency: { type: "string" },
         "sequence-length": { type: "string" },
@@ -165,6 +169,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions | "help" {
     grpc: str("grpc"),
     sagemaker: str("sagemaker"),
     serverArgs: (str("server-args") ?? "").split(/\s+/).filter((a) => a !== ""),
+    serverNodeArgs: (str("server-node-args") ?? "").split(/\s+/).filter((a) => a !== ""),
     protocol,
     concurrency: whole("concurrency", str("concurrency"), 64),
     sequenceLength: whole("sequence-length", str("sequence-length"), 50),

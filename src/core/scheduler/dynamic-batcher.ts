@@ -14,6 +14,20 @@ import type { Scheduler } from "./scheduler.ts";
 // reaches the largest preferred size, or when its oldest request has waited
 // max_queue_delay_microseconds, or at once when no delay is configured. Instances take
 // batches as they become free, so work spreads over all of them.
+//
+// An instance may hold a second batch while it runs one, so its worker starts the next run
+// without waiting for this thread to hear of the last one (measured: with one batch at a
+// time the worker sat idle two thirds of the time under load). Only a full batch queues
+// behind a running one: a short one would split requests that would otherwise join the
+// next batch when the running one ends.
+
+/** Batches one instance holds at most: the one it runs and the next. */
+const MAX_IN_FLIGHT = 2;
+
+interface Instance {
+  readonly executor: ModelExecutor;
+  inFlight: number;
+}
 
 export interface DynamicBatcherOptions {
   readonly config: ModelConfig;
@@ -24,7 +38,7 @@ export interface DynamicBatcherOptions {
 export class DynamicBatcher implements Scheduler {
   readonly #config: ModelConfig;
   readonly #statistics: ModelStatistics;
-  readonly #idle: ModelExecutor[];
+  readonly #instances: Instance[];
   readonly #queue = new Deque<PendingRequest>();
   readonly #merge: boolean;
   readonly #maxRows: number;
@@ -41,7 +55,7 @@ export class DynamicBatcher implements Scheduler {
     const { config } = options;
     this.#config = config;
     this.#statistics = options.statistics;
-    this.#idle = [...options.executors];
+    this.#instances = options.executors.map((executor) => ({ executor, inFlight: 0 }));
     const dynamic = config.dynamicBatching;
     this.#merge = dynamic !== undefined && config.maxBatchSize > 0;
     this.#maxRows = Math.max(1, config.maxBatchSize);
@@ -118,16 +132,30 @@ export class DynamicBatcher implements Scheduler {
     });
   }
 
+  /** The instance with the fewest batches in flight, if it can take another. */
+  #leastBusy(): Instance | undefined {
+    let best: Instance | undefined;
+    for (const instance of this.#instances) {
+      if (instance.inFlight < MAX_IN_FLIGHT && (best === undefined || instance.inFlight < best.inFlight)) {
+        best = instance;
+      }
+    }
+    return best;
+  }
+
   #dispatch(): void {
-    while (this.#idle.length > 0) {
+    for (;;) {
+      const instance = this.#leastBusy();
+      if (instance === undefined) return;
       this.#dropSettledHead();
       const head = this.#queue.peek();
       if (head === undefined) return;
-      const batch = this.#merge ? this.#collect(head) : [this.#queue.shift()!];
+      const behindRunning = instance.inFlight > 0;
+      const batch = this.#merge ? this.#collect(head, behindRunning) : [this.#queue.shift()!];
       if (batch.length === 0) return;
-      const executor = this.#idle.shift()!;
-      runStatelessBatch(this.#config, executor, this.#statistics, batch).finally(() => {
-        this.#idle.push(executor);
+      instance.inFlight++;
+      runStatelessBatch(this.#config, instance.executor, this.#statistics, batch).finally(() => {
+        instance.inFlight--;
         this.#schedule();
       });
     }
@@ -139,9 +167,10 @@ export class DynamicBatcher implements Scheduler {
 
   /**
    * Takes the requests that can join the head's batch, or none if the batch should wait
-   * for more (a timer then brings the decision back).
+   * for more (a timer, or the end of a running batch, then brings the decision back).
+   * Behind a running batch only a full one is taken.
    */
-  #collect(head: PendingRequest): PendingRequest[] {
+  #collect(head: PendingRequest, behindRunning: boolean): PendingRequest[] {
     let rows = 0;
     const chosen: PendingRequest[] = [];
     for (const p of this.#queue) {
@@ -151,6 +180,7 @@ export class DynamicBatcher implements Scheduler {
       rows += p.validated.rows;
       if (rows >= this.#targetRows) break;
     }
+    if (behindRunning && rows < this.#targetRows) return [];
     const waitedNs = performance.now() * 1e6 - head.arrivalNs;
     if (rows < this.#targetRows && this.#delayNs > 0 && waitedNs < this.#delayNs) {
       this.#armTimer(this.#delayNs - waitedNs);
