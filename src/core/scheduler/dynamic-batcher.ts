@@ -109,7 +109,7 @@ export class DynamicBatcher implements Scheduler {
         },
         Math.max(0, deadlineMs - Date.now()),
       );
-      timer.unref();
+      // Referenced, as the sequence batcher's: the drain's caller waits for it.
       this.#drained = () => {
         clearTimeout(timer);
         resolve();

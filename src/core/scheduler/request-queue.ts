@@ -25,7 +25,12 @@ export class Deque<T> {
     if (this.#head >= this.#items.length) return undefined;
     const item = this.#items[this.#head];
     this.#items[this.#head++] = undefined;
-    if (this.#head > 1024 && this.#head * 2 > this.#items.length) {
+    if (this.#head === this.#items.length) {
+      // Empty: start over, so a long-lived queue (a sequence's) does not keep a slot per
+      // request it ever held.
+      this.#items.length = 0;
+      this.#head = 0;
+    } else if (this.#head > 1024 && this.#head * 2 > this.#items.length) {
       this.#items = this.#items.slice(this.#head);
       this.#head = 0;
     }

@@ -573,8 +573,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#shuttingDown = true;
     if (this.#pending > 0 || this.#all.size > 0) {
       await new Promise<void>((resolve) => {
+        // Referenced: whoever awaits the drain (a stopping server, an embedding program)
+        // must still be running when it ends, even with nothing else left to wait for.
         const timer = setTimeout(resolve, Math.max(0, deadlineMs - Date.now()));
-        timer.unref();
         this.#idleWaiters.push(() => {
           clearTimeout(timer);
           resolve();
