@@ -1,10 +1,11 @@
 import { unavailable } from "../errors.ts";
-import type { ModelExecutor } from "../executor.ts";
+import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
 import type { ModelConfig } from "../model-config.ts";
 import type { ModelStatistics } from "../statistics.ts";
 import { runStatelessBatch } from "./batch-execution.ts";
 import { OrderedRelease } from "./ordered-release.ts";
 import type { PendingRequest } from "./pending-request.ts";
+import { runRequestBatch } from "./request-batch-execution.ts";
 import { Deque } from "./request-queue.ts";
 import type { Scheduler } from "./scheduler.ts";
 
@@ -126,7 +127,10 @@ export class DynamicBatcher implements Scheduler {
       const batch = this.#merge ? this.#collect(head) : [this.#queue.shift()!];
       if (batch.length === 0) return;
       const executor = this.#idle.shift()!;
-      runStatelessBatch(this.#config, executor, this.#statistics, batch).finally(() => {
+      const run = isRequestExecutor(executor)
+        ? runRequestBatch(executor, this.#statistics, batch)
+        : runStatelessBatch(this.#config, executor, this.#statistics, batch);
+      run.finally(() => {
         this.#idle.push(executor);
         this.#schedule();
       });

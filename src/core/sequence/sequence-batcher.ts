@@ -1,5 +1,5 @@
 import { cancelled, invalidArg, ServerError, unavailable } from "../errors.ts";
-import type { ModelExecutor } from "../executor.ts";
+import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
 import type { SequenceId } from "../infer.ts";
 import {
   SEQUENCE_END_REASONS,
@@ -130,6 +130,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     >;
     this.#ordering =
       strategy.kind === "oldest" && strategy.preserveOrdering ? new OrderedRelease() : undefined;
+    for (const instance of this.#instances) {
+      const executor = instance.executor;
+      if (isRequestExecutor(executor)) executor.onReplaced((why) => this.#instanceFailed(instance, why));
+    }
   }
 
   get pending(): number {
@@ -340,6 +344,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#releaseId(sequence);
     for (const p of sequence.queue.drain())
       p.reject(failQueued ?? cancelled(`sequence ${formatSequenceId(sequence.id)} ended`));
+    // Model code that keeps per-sequence data hears why, with the state, before it is freed.
+    sequence.holder?.sequenceEnded(sequence, reason, this.#model.store.get(sequence.key));
     this.#model.store.delete(sequence.key);
     this.#clearBacklogTimeout(sequence);
     this.#clearExpiry(sequence);
@@ -389,6 +395,31 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       "cancelled",
       cancelled(`sequence ${formatSequenceId(sequence.id)} ended: one of its requests was cancelled`),
     );
+  }
+
+  runningRequestCancelled(sequence: Sequence): void {
+    this.#endNow(
+      sequence,
+      "cancelled",
+      cancelled(`sequence ${formatSequenceId(sequence.id)} ended: one of its requests was cancelled`),
+    );
+  }
+
+  /**
+   * An instance whose model code kept per-sequence data was replaced (its thread died):
+   * every sequence it held ends, its queued requests failing with the reason.
+   */
+  #instanceFailed(instance: SequenceInstance, why: string): void {
+    for (const sequence of [...this.#all]) {
+      if (sequence.holder !== instance) continue;
+      this.#endNow(
+        sequence,
+        "instance_failed",
+        unavailable(
+          `sequence ${formatSequenceId(sequence.id)} of model '${this.#config.name}' ended: its model instance '${instance.instanceName}' failed (${why}) and was restarted`,
+        ),
+      );
+    }
   }
 
   #armBacklogTimeout(sequence: Sequence, timeoutUs: number): void {

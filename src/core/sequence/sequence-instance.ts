@@ -1,6 +1,9 @@
-import type { ModelExecutor } from "../executor.ts";
+import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
+import type { SequenceEndReason } from "../model.ts";
 import type { Sequence, SlotHolder } from "./sequence.ts";
 import { runSequenceBatch, type SequenceModel, type SequenceRow } from "./sequence-batch-execution.ts";
+import { runSequenceRequests } from "./sequence-request-execution.ts";
+import type { SequenceState } from "./state-store.ts";
 
 /** What an instance tells the batcher that owns the sequences. */
 export interface SequenceOwner {
@@ -10,6 +13,8 @@ export interface SequenceOwner {
   settleWithoutRun(sequence: Sequence): boolean;
   /** A slot of `instance` became free. */
   slotFreed(instance: SequenceInstance): void;
+  /** A running request of `sequence` was cancelled by its client: the sequence ends, as for a queued one. */
+  runningRequestCancelled(sequence: Sequence): void;
 }
 
 /**
@@ -107,6 +112,22 @@ export abstract class SequenceInstance implements SlotHolder {
     this.#inFlight++;
     const real = rows.filter((r): r is SequenceRow => r !== undefined);
     for (const row of real) row.sequence.running = true;
+    if (isRequestExecutor(this.executor)) {
+      // Model code answers each request on its own time: a sequence steps again when its
+      // request is complete; the instance takes another batch when the executor is ready.
+      runSequenceRequests(this.model, this.executor, rows, (row, outcome) => {
+        row.sequence.running = false;
+        row.sequence.steps++;
+        const signal = row.request.request.signal;
+        if (outcome?.ok === false && outcome.error.code === "CANCELLED" && signal?.aborted === true) {
+          this.owner.runningRequestCancelled(row.sequence);
+        } else this.owner.afterStep(row.sequence);
+      }).finally(() => {
+        this.#inFlight--;
+        this.schedule();
+      });
+      return;
+    }
     runSequenceBatch(this.model, this.executor, rows).finally(() => {
       this.#inFlight--;
       for (const row of real) {
@@ -116,6 +137,12 @@ export abstract class SequenceInstance implements SlotHolder {
       }
       this.schedule();
     });
+  }
+
+  /** Tells model code that keeps per-sequence data that `sequence` ended (after its last step). */
+  sequenceEnded(sequence: Sequence, reason: SequenceEndReason, state: SequenceState | undefined): void {
+    if (!isRequestExecutor(this.executor) || sequence.steps === 0) return;
+    this.executor.sequenceEnded({ id: sequence.id, key: sequence.key, reason, state });
   }
 
   /** The request `sequence` would run next, after settling any that need no model run. */
