@@ -36,7 +36,13 @@ export type {
   SourceLocations,
 } from "./parsed-config.ts";
 export { DEFAULT_MAX_BATCH_SIZE } from "./resolve/io-config.ts";
-export { DEFAULT_MODEL_FILENAME, ONNX_BACKEND, ONNX_PLATFORM } from "./resolve/model-identity.ts";
+export { handlerFile, withModelCodeBackend } from "./model-code.ts";
+export {
+  DEFAULT_MODEL_FILENAME,
+  ONNX_BACKEND,
+  ONNX_PLATFORM,
+  TYPESCRIPT_BACKEND,
+} from "./resolve/model-identity.ts";
 export {
   type ResolvedModelConfig,
   type ResolveModelConfigOptions,

@@ -1,12 +1,15 @@
 import { existsSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import {
+  handlerFile,
   type LoadSettings,
   type ParsedModelConfig,
   parseModelConfigFile,
   parseModelConfigText,
   readLoadSettings,
   resolveModelConfig,
+  TYPESCRIPT_BACKEND,
+  withModelCodeBackend,
 } from "../config/index.ts";
 import type { ModelBackend } from "../core/backend.ts";
 import { invalidArg, unavailable } from "../core/errors.ts";
@@ -52,6 +55,7 @@ export async function prepareModel(
       );
     }
   }
+  parsed = withModelCodeBackend(parsed, source.dir, source.ovms !== undefined && configOverride === undefined);
   return { source, parsed, settings: readLoadSettings(parsed, source.name, source.dir), strict };
 }
 
@@ -68,7 +72,8 @@ export async function openVersion(
   options: VersionLoadOptions,
 ): Promise<{ model: LoadedModel; configJson: Record<string, unknown> }> {
   const { source, settings } = prepared;
-  const modelPath = versionPath(source.dir, version, settings.defaultModelFilename);
+  let modelPath = versionPath(source.dir, version, settings.defaultModelFilename);
+  if (settings.backend === TYPESCRIPT_BACKEND) modelPath = handlerFile(dirname(modelPath), settings.defaultModelFilename);
   if (!existsSync(modelPath)) {
     throw unavailable(`model '${source.name}' version ${version}: file '${modelPath}' not found`);
   }
@@ -76,6 +81,7 @@ export async function openVersion(
     modelName: source.name,
     modelPath,
     backendName: settings.backend,
+    version: String(version),
     instanceCount: settings.instanceCount,
     parameters: settings.parameters,
     graphOptimizationLevel: settings.graphOptimizationLevel,

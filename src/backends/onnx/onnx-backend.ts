@@ -34,7 +34,9 @@ export interface LoadOnnxModelOptions {
  * with a ServerError carrying ONNX Runtime's message and the file when the model cannot be
  * loaded; no worker is left running then.
  */
-export async function loadOnnxModel(options: LoadOnnxModelOptions): Promise<OpenedModel> {
+export async function loadOnnxModel(
+  options: LoadOnnxModelOptions,
+): Promise<OpenedModel & { readonly io: ModelIo }> {
   const { modelName, modelPath, instanceCount, logger } = options;
   if (!Number.isInteger(instanceCount) || instanceCount < 1) {
     throw invalidArg(`model '${modelName}' needs at least one instance, got ${instanceCount}`);
