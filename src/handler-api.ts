@@ -174,7 +174,7 @@ export interface EndedSequence {
  * `request.send` / `request.complete` instead (a returned array sends each entry as its
  * request's final response).
  */
-export type ExecuteResult = readonly (HandlerResponse | Error)[] | undefined;
+export type ExecuteResult = readonly (HandlerResponse | Error)[] | undefined | void;
 
 export interface Handler {
   /** Once per instance, before any request. */
@@ -183,7 +183,7 @@ export interface Handler {
   execute(
     requests: readonly HandlerRequest[],
     context: HandlerContext,
-  ): ExecuteResult | void | Promise<ExecuteResult | void>;
+  ): ExecuteResult | Promise<ExecuteResult>;
   /** A sequence this instance ran has ended, and why; its state is freed right after. */
   sequenceEnded?(
     sequence: EndedSequence,

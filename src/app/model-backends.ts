@@ -19,7 +19,9 @@ export function registryCalls(): RegistryCalls {
   let registry: ModelRegistry | undefined;
   const models = (): ModelRegistry => {
     if (registry === undefined) {
-      throw unavailable("other models cannot be called while the server is loading its models (from initialize())");
+      throw unavailable(
+        "other models cannot be called while the server is loading its models (from initialize())",
+      );
     }
     return registry;
   };

@@ -61,7 +61,10 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
     controlMode: options.modelControlMode,
     loadModels: options.loadModels,
     pollSecs: options.repositoryPollSecs,
-    backend: modelBackends(start.backend ?? onnxBackend(logger, options.backendSettings), handlerBackend(logger, calls)),
+    backend: modelBackends(
+      start.backend ?? onnxBackend(logger, options.backendSettings),
+      handlerBackend(logger, calls),
+    ),
     logger,
     defaultMaxBatchSize: options.backendSettings.defaultMaxBatchSize,
     loadThreadCount: options.modelLoadThreadCount,

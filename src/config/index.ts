@@ -9,6 +9,7 @@ export {
   type LoadSettings,
   readLoadSettings,
 } from "./load-settings.ts";
+export { handlerFile, withModelCodeBackend } from "./model-code.ts";
 export {
   formatOfFile,
   type ModelConfigTextFormat,
@@ -36,7 +37,6 @@ export type {
   SourceLocations,
 } from "./parsed-config.ts";
 export { DEFAULT_MAX_BATCH_SIZE } from "./resolve/io-config.ts";
-export { handlerFile, withModelCodeBackend } from "./model-code.ts";
 export {
   DEFAULT_MODEL_FILENAME,
   ONNX_BACKEND,

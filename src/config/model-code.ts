@@ -34,10 +34,17 @@ export function withModelCodeBackend(
   fromFiles: boolean,
 ): ParsedModelConfig | undefined {
   const chosen =
-    parsed !== undefined && !fromFiles && (parsed.message.backend !== undefined || parsed.message.platform !== undefined);
+    parsed !== undefined &&
+    !fromFiles &&
+    (parsed.message.backend !== undefined || parsed.message.platform !== undefined);
   if (chosen || !holdsModelCode(modelDir)) return parsed;
   if (parsed === undefined) {
-    return { file: modelDir, format: "json", message: { backend: TYPESCRIPT_BACKEND }, locations: new SourceLocations() };
+    return {
+      file: modelDir,
+      format: "json",
+      message: { backend: TYPESCRIPT_BACKEND },
+      locations: new SourceLocations(),
+    };
   }
   const message = cloneParsed(parsed.message, parsed.locations);
   message.backend = TYPESCRIPT_BACKEND;

@@ -37,10 +37,7 @@ export class ResponseChannel implements ResponseSink, InferResponseStream {
   #iterating = false;
 
   /** `toResponse` completes a model's partial response (model name, version, request id). */
-  constructor(
-    onCancel: () => void,
-    toResponse?: (partial: PartialResponse) => StreamedInferResponse,
-  ) {
+  constructor(onCancel: () => void, toResponse?: (partial: PartialResponse) => StreamedInferResponse) {
     this.#toResponse = toResponse;
     this.#onCancel = onCancel;
   }

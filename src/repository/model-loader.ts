@@ -55,7 +55,11 @@ export async function prepareModel(
       );
     }
   }
-  parsed = withModelCodeBackend(parsed, source.dir, source.ovms !== undefined && configOverride === undefined);
+  parsed = withModelCodeBackend(
+    parsed,
+    source.dir,
+    source.ovms !== undefined && configOverride === undefined,
+  );
   return { source, parsed, settings: readLoadSettings(parsed, source.name, source.dir), strict };
 }
 
@@ -73,7 +77,8 @@ export async function openVersion(
 ): Promise<{ model: LoadedModel; configJson: Record<string, unknown> }> {
   const { source, settings } = prepared;
   let modelPath = versionPath(source.dir, version, settings.defaultModelFilename);
-  if (settings.backend === TYPESCRIPT_BACKEND) modelPath = handlerFile(dirname(modelPath), settings.defaultModelFilename);
+  if (settings.backend === TYPESCRIPT_BACKEND)
+    modelPath = handlerFile(dirname(modelPath), settings.defaultModelFilename);
   if (!existsSync(modelPath)) {
     throw unavailable(`model '${source.name}' version ${version}: file '${modelPath}' not found`);
   }

@@ -157,14 +157,14 @@ export class HandlerExecutor implements RequestExecutor {
         outputNames: request.outputNames,
         parameters: request.request.parameters,
         sequence:
-          sequence === undefined
-            ? undefined
-            : { ...sequence, state: stateToWire(sequence.state, transfer) },
+          sequence === undefined ? undefined : { ...sequence, state: stateToWire(sequence.state, transfer) },
       });
       decoupled ||= request.responses !== undefined;
       this.#track(rid, index, request, settle);
     });
-    const timings = new Promise<ExecutorTimings>((resolve, reject) => this.#batches.set(batch, { resolve, reject }));
+    const timings = new Promise<ExecutorTimings>((resolve, reject) =>
+      this.#batches.set(batch, { resolve, reject }),
+    );
     this.#updateReference();
     worker.postMessage({ type: "execute", batch, decoupled, requests: wire }, transfer);
     return timings;
@@ -176,7 +176,10 @@ export class HandlerExecutor implements RequestExecutor {
     const worker = this.#worker;
     if (reason === undefined || worker === undefined || !this.#loaded) return;
     const transfer: ArrayBuffer[] = [];
-    worker.postMessage({ type: "ended", id: ended.id, reason, state: stateToWire(ended.state, transfer) }, transfer);
+    worker.postMessage(
+      { type: "ended", id: ended.id, reason, state: stateToWire(ended.state, transfer) },
+      transfer,
+    );
   }
 
   /** Calls the handler's finalize() and ends the worker; requests not answered fail. */
@@ -285,9 +288,20 @@ export class HandlerExecutor implements RequestExecutor {
         timings,
       };
     } else if (message.error !== undefined) {
-      outcome = { ok: false, error: new ServerError(message.error.code, message.error.message), state, timings };
+      outcome = {
+        ok: false,
+        error: new ServerError(message.error.code, message.error.message),
+        state,
+        timings,
+      };
     } else {
-      outcome = { ok: true, outputs: tensorsOf(message.outputs), parameters: message.parameters, state, timings };
+      outcome = {
+        ok: true,
+        outputs: tensorsOf(message.outputs),
+        parameters: message.parameters,
+        state,
+        timings,
+      };
     }
     running.settle(running.index, outcome);
   }
@@ -451,7 +465,10 @@ export class HandlerExecutor implements RequestExecutor {
     if (this.#closed) return;
     const why = this.#lastError?.message ?? `exit code ${code}`;
     const error = internal(`model instance '${this.name}' stopped unexpectedly (${why})`, this.#lastError);
-    this.#logger.error({ reason: why, failedRequests: this.#running.size }, "handler worker stopped; restarting it");
+    this.#logger.error(
+      { reason: why, failedRequests: this.#running.size },
+      "handler worker stopped; restarting it",
+    );
     const loading = this.#loading;
     this.#loading = undefined;
     loading?.reject(error);

@@ -21,7 +21,11 @@ export const HANDLER_DEFAULTS = {
   sequence_state_max_bytes: 64 * 1024 * 1024,
 } as const;
 
-function positive(model: string, parameters: Readonly<Record<string, string>>, name: keyof typeof HANDLER_DEFAULTS): number {
+function positive(
+  model: string,
+  parameters: Readonly<Record<string, string>>,
+  name: keyof typeof HANDLER_DEFAULTS,
+): number {
   const text = parameters[name];
   if (text === undefined) return HANDLER_DEFAULTS[name];
   const value = Number(text);
@@ -31,7 +35,10 @@ function positive(model: string, parameters: Readonly<Record<string, string>>, n
   return value;
 }
 
-export function handlerSettings(model: string, parameters: Readonly<Record<string, string>>): HandlerSettings {
+export function handlerSettings(
+  model: string,
+  parameters: Readonly<Record<string, string>>,
+): HandlerSettings {
   return {
     timeoutMs: positive(model, parameters, "handler_timeout_ms"),
     callTimeoutMs: positive(model, parameters, "handler_call_timeout_ms"),

@@ -25,7 +25,8 @@ export class HandlerSequenceState implements SequenceState {
 
   constructor(entries: readonly WireStateEntry[]) {
     this.#original = entries;
-    for (const wire of entries) this.#entries.set(wire.key, { wire, value: undefined, decoded: false, changed: false });
+    for (const wire of entries)
+      this.#entries.set(wire.key, { wire, value: undefined, decoded: false, changed: false });
   }
 
   get<T = unknown>(key: string): T | undefined {
@@ -98,7 +99,10 @@ export class HandlerSequenceState implements SequenceState {
         } catch (error) {
           throw new Error(`state '${key}' cannot be kept: ${(error as Error).message}`);
         }
-        wire = { key, serialized: new Uint8Array(serialized.buffer, serialized.byteOffset, serialized.byteLength) };
+        wire = {
+          key,
+          serialized: new Uint8Array(serialized.buffer, serialized.byteOffset, serialized.byteLength),
+        };
       }
       bytes += "serialized" in wire ? wire.serialized.byteLength : tensorByteLength(fromWire(wire.tensor));
       entries.push(wire);

@@ -24,14 +24,17 @@ export function checkTensor(what: string, value: unknown): Tensor {
   }
   const count = elementCount(shape);
   if (datatype === "BYTES") {
-    if (!Array.isArray(data)) throw new Error(`${what} is BYTES: its data must be an array of Uint8Array or string`);
+    if (!Array.isArray(data))
+      throw new Error(`${what} is BYTES: its data must be an array of Uint8Array or string`);
     const elements = (data as unknown[]).map((e) => {
       if (typeof e === "string") return encoder.encode(e);
       if (e instanceof Uint8Array) return e;
       throw new Error(`${what} is BYTES: each element must be a Uint8Array or a string`);
     });
     if (elements.length !== count) {
-      throw new Error(`${what} has ${elements.length} elements, but its shape ${formatShape(shape)} needs ${count}`);
+      throw new Error(
+        `${what} has ${elements.length} elements, but its shape ${formatShape(shape)} needs ${count}`,
+      );
     }
     return { datatype, shape, data: elements };
   }
@@ -40,7 +43,9 @@ export function checkTensor(what: string, value: unknown): Tensor {
     throw new Error(`${what} is ${datatype}: its data must be a ${type.name}`);
   }
   if (data.length !== count) {
-    throw new Error(`${what} has ${data.length} elements, but its shape ${formatShape(shape)} needs ${count}`);
+    throw new Error(
+      `${what} has ${data.length} elements, but its shape ${formatShape(shape)} needs ${count}`,
+    );
   }
   return { datatype, shape, data };
 }

@@ -1,6 +1,6 @@
 import { parentPort } from "node:worker_threads";
 import pLimit from "p-limit";
-import { type ErrorCode, ERROR_CODES } from "../../core/errors.ts";
+import { ERROR_CODES, type ErrorCode } from "../../core/errors.ts";
 import type { Tensor } from "../../core/tensor.ts";
 import type {
   CallError,
@@ -56,7 +56,11 @@ function errorText(error: unknown): string {
   return (error instanceof Error ? error.message : String(error)).trim() || "handler failed";
 }
 
-function log(level: "debug" | "info" | "warn" | "error", message: string, fields?: Record<string, unknown>): void {
+function log(
+  level: "debug" | "info" | "warn" | "error",
+  message: string,
+  fields?: Record<string, unknown>,
+): void {
   post({ type: "log", level, message, fields });
 }
 
@@ -66,7 +70,10 @@ function handlerError(error: unknown, where: string): WireError {
   log("error", `handler ${where} failed: ${errorText(error)}`, stack === undefined ? undefined : { stack });
   const code = (error as { code?: unknown } | undefined)?.code;
   return {
-    code: typeof code === "string" && (ERROR_CODES as readonly string[]).includes(code) ? (code as ErrorCode) : "INTERNAL",
+    code:
+      typeof code === "string" && (ERROR_CODES as readonly string[]).includes(code)
+        ? (code as ErrorCode)
+        : "INTERNAL",
     message: errorText(error),
   };
 }
@@ -85,7 +92,10 @@ function outputsToWire(
     if (value === undefined) continue;
     const tensor = checkTensor(`output '${name}'`, value);
     const w = toWire(name, tensor, transfer ?? []);
-    bytes += "offsets" in (w.data as object) ? (w.data as { bytes: Uint8Array }).bytes.byteLength : (w.data as ArrayBufferView).byteLength;
+    bytes +=
+      "offsets" in (w.data as object)
+        ? (w.data as { bytes: Uint8Array }).bytes.byteLength
+        : (w.data as ArrayBufferView).byteLength;
     wire.push(w);
   }
   return { wire, bytes };
@@ -225,7 +235,8 @@ class OpenRequest implements HandlerRequest {
     if (this.#done) return;
     this.#done = true;
     open.delete(this.rid);
-    for (const waiter of this.#waiting.splice(0)) waiter.reject(new Error(`request '${this.id}' is complete`));
+    for (const waiter of this.#waiting.splice(0))
+      waiter.reject(new Error(`request '${this.id}' is complete`));
     let transfer: ArrayBuffer[] = [];
     let outputs: WireTensor[] = [];
     let state: WireStateEntry[] | undefined;

@@ -56,7 +56,12 @@ export function resolveIdentity(root: MessageNode): ModelIdentity {
   if (platform !== "" && platform !== ONNX_PLATFORM) {
     root.fail("platform", `platform '${platform}' of model '${modelName}' is not supported: ${UNSUPPORTED}`);
   }
-  if (backend !== "" && backend !== ONNX_BACKEND && backend !== STATEFUL_BACKEND && backend !== TYPESCRIPT_BACKEND) {
+  if (
+    backend !== "" &&
+    backend !== ONNX_BACKEND &&
+    backend !== STATEFUL_BACKEND &&
+    backend !== TYPESCRIPT_BACKEND
+  ) {
     root.fail("backend", `backend '${backend}' of model '${modelName}' is not supported: ${UNSUPPORTED}`);
   }
   if (backend === TYPESCRIPT_BACKEND) return typeScriptIdentity(root, platform);
