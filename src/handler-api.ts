@@ -174,6 +174,7 @@ export interface EndedSequence {
  * `request.send` / `request.complete` instead (a returned array sends each entry as its
  * request's final response).
  */
+// biome-ignore lint/suspicious/noConfusingVoidType: an execute() that returns nothing (a decoupled model) must type-check
 export type ExecuteResult = readonly (HandlerResponse | Error)[] | undefined | void;
 
 export interface Handler {
