@@ -278,15 +278,7 @@ export class HandlerExecutor implements RequestExecutor {
     const timings = { inputNs: 0, inferNs: message.inferNs, outputNs: 0 };
     let outcome: ExecutionOutcome;
     if (running.timedOut) {
-      outcome = {
-        ok: false,
-        error: unavailable(
-          `model '${this.#options.load.modelName}' (instance '${this.name}') did not answer request ` +
-            `'${running.id}' within ${this.#options.timeoutMs} ms (its handler_timeout_ms)`,
-        ),
-        state,
-        timings,
-      };
+      outcome = { ok: false, error: this.#timeoutError(running), state, timings };
     } else if (message.error !== undefined) {
       outcome = {
         ok: false,
@@ -306,6 +298,13 @@ export class HandlerExecutor implements RequestExecutor {
     running.settle(running.index, outcome);
   }
 
+  #timeoutError(running: Running): ServerError {
+    return unavailable(
+      `model '${this.#options.load.modelName}' (instance '${this.name}') did not answer request ` +
+        `'${running.id}' within ${this.#options.timeoutMs} ms (its handler_timeout_ms)`,
+    );
+  }
+
   #untrack(rid: number): Running | undefined {
     const running = this.#running.get(rid);
     if (running === undefined) return undefined;
@@ -323,7 +322,8 @@ export class HandlerExecutor implements RequestExecutor {
   #failAll(error: ServerError): void {
     for (const rid of [...this.#running.keys()]) {
       const running = this.#untrack(rid)!;
-      running.settle(running.index, { ok: false, error, state: undefined, timings: NO_TIMINGS });
+      const failure = running.timedOut ? this.#timeoutError(running) : error;
+      running.settle(running.index, { ok: false, error: failure, state: undefined, timings: NO_TIMINGS });
     }
     const batches = [...this.#batches.values()];
     this.#batches.clear();

@@ -119,6 +119,11 @@ class OpenRequest implements HandlerRequest {
   readonly #decoupled: boolean;
   readonly #startMs = performance.now();
   #done = false;
+  #markFinished!: () => void;
+  /** Resolves when the request is done (answered, failed, cancelled). */
+  readonly finished = new Promise<void>((resolve) => {
+    this.#markFinished = resolve;
+  });
   #unacked = 0;
   #unackedBytes = 0;
   #waiting: { resolve: () => void; reject: (error: Error) => void }[] = [];
@@ -234,6 +239,7 @@ class OpenRequest implements HandlerRequest {
   #finish(error: WireError | undefined, response: HandlerResponse | undefined): void {
     if (this.#done) return;
     this.#done = true;
+    this.#markFinished();
     open.delete(this.rid);
     for (const waiter of this.#waiting.splice(0))
       waiter.reject(new Error(`request '${this.id}' is complete`));
@@ -371,7 +377,9 @@ async function execute(message: ExecuteMessage): Promise<void> {
   let result: unknown;
   let failure: WireError | undefined;
   try {
-    result = await handler!.execute(requests, context);
+    // An execute() that never returns holds the instance only until its requests are all
+    // done (answered, timed out, cancelled): then the instance takes other batches.
+    result = await Promise.race([handler!.execute(requests, context), allDone(requests)]);
   } catch (error) {
     failure = handlerError(error, "execute()");
   }
@@ -395,7 +403,7 @@ async function execute(message: ExecuteMessage): Promise<void> {
         } else request.answer(result[i] as HandlerResponse | Error | undefined);
       });
     }
-  } else if (!message.decoupled) {
+  } else if (!message.decoupled && result !== GAVE_UP) {
     const error: WireError = {
       code: "INTERNAL",
       message: "the handler's execute() returned no responses (an array with one per request is expected)",
@@ -409,6 +417,12 @@ async function execute(message: ExecuteMessage): Promise<void> {
     inferNs: (executed - built) * 1e6,
     outputNs: (performance.now() - executed) * 1e6,
   });
+}
+
+const GAVE_UP = Symbol("every request of the batch is done");
+
+function allDone(requests: readonly OpenRequest[]): Promise<typeof GAVE_UP> {
+  return Promise.all(requests.map((r) => r.finished)).then(() => GAVE_UP);
 }
 
 async function sequenceEnded(message: EndedMessage): Promise<void> {
