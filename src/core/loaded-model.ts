@@ -145,6 +145,7 @@ export class LoadedModel implements ServedModel {
     try {
       pending = new PendingRequest({ ...request, signal }, validateRequest(this.config, request));
       pending.responses = channel;
+      channel.parameters = pending.responseParameters;
       this.#scheduler.enqueue(pending);
     } catch (error) {
       this.#statistics.recordFailure(nowNs() - startNs);

@@ -1,6 +1,6 @@
 import type { ServerError } from "./errors.ts";
 import type { PartialResponse, ResponseSink } from "./executor.ts";
-import type { InferRequest, InferResponse } from "./infer.ts";
+import type { InferRequest, InferResponse, Parameters } from "./infer.ts";
 import type { ServedModel } from "./model.ts";
 import { Deque } from "./scheduler/request-queue.ts";
 
@@ -19,6 +19,11 @@ export interface StreamedInferResponse extends InferResponse {
 export interface InferResponseStream extends AsyncIterable<StreamedInferResponse> {
   /** Stops the request: the model is told, and the iteration ends. */
   cancel(): void;
+  /**
+   * What the server adds to the request's responses (a server-assigned `sequence_id`),
+   * for a client told of the request's end without a response from the model.
+   */
+  readonly parameters: Parameters;
 }
 
 interface Queued {
@@ -35,6 +40,7 @@ export class ResponseChannel implements ResponseSink, InferResponseStream {
   #done = false;
   #error: ServerError | undefined;
   #iterating = false;
+  parameters: Parameters = {};
 
   /** `toResponse` completes a model's partial response (model name, version, request id). */
   constructor(onCancel: () => void, toResponse?: (partial: PartialResponse) => StreamedInferResponse) {
@@ -126,6 +132,7 @@ export function singleResponseStream(response: Promise<InferResponse>): InferRes
   const channel = new ResponseChannel(() => {});
   response.then(
     (value) => {
+      channel.parameters = value.parameters;
       channel.deliver({ ...value, final: true }, 0);
       channel.finish();
     },

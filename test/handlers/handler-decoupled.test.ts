@@ -109,7 +109,7 @@ test("gRPC ModelStreamInfer: each request's responses in order, flagged, with th
     ] as const) {
       const mine = received.filter((m) => m.infer_response?.id === id).map((m) => m.infer_response!);
       assert.equal(mine.length, count + 1);
-      const indexes = mine.slice(0, count).map((r) => r.raw_output_contents![0]!.readInt32LE(0));
+      const indexes = mine.slice(0, count).map((r) => Buffer.from(r.raw_output_contents![0]!).readInt32LE(0));
       assert.deepEqual(indexes, [...Array(count).keys()]);
       assert.deepEqual(
         mine.map((r) => r.parameters?.triton_final_response?.bool_param),

@@ -34,7 +34,7 @@ export async function relayResponses(
       modelName: model.name,
       modelVersion: model.version,
       id: request.id,
-      parameters: { [FINAL_RESPONSE]: true },
+      parameters: { ...stream.parameters, [FINAL_RESPONSE]: true },
       outputs: [],
     });
   }

@@ -329,7 +329,7 @@ export class StreamConnection {
             modelName: this.#model.name,
             modelVersion: this.#model.version,
             id: request.id,
-            parameters: {},
+            parameters: stream.parameters,
             outputs: [],
           });
         }
