@@ -33,7 +33,7 @@ before(async () => {
   const bits = await expectedBits(streams);
   audio = streams.map((chunks) => {
     const all = new Float32Array(chunks.length * SILERO_SAMPLES);
-    chunks.forEach((chunk, i) => all.set(chunk, i * SILERO_SAMPLES));
+    for (const [i, chunk] of chunks.entries()) all.set(chunk, i * SILERO_SAMPLES);
     return all;
   });
   expected = bits.map((stream) => {
