@@ -1,32 +1,32 @@
-// What model code costs per request beside an ONNX model doing the same trivial work, in
-// one run on one machine: a handler that returns its input against an ONNX Identity model,
+// What model code costs per request beside an ONNX model doing the same trivial work, on
+// one server in one run: a handler that returns its input against an ONNX Identity model,
 // and a handler keeping a running sum per sequence against the accumulator (ONNX, implicit
-// state). The server runs as its own process; requests are KServe HTTP with binary tensors.
-// Run: node --import tsx bench/handler-overhead.ts [--seconds 8] [--connections 32]
+// state, the same Oldest batching). The load is seqserve's own `bench` (KServe HTTP with
+// binary tensors, random data), one request at a time and then 32 at once; the models
+// alternate within each of --runs rounds, and the table gives the median round.
 //
-//   one at a time   one keep-alive connection, one request after the other; slices of each
-//                   model alternate, so both see the same machine: µs per request, and the
-//                   difference (the handler's own cost: a worker round trip, the JS call)
-//   concurrent      `connections` clients at once: requests per second for each model
+//   node --import tsx bench/handler-overhead.ts [--runs 3] [--duration 4] [--concurrency 32]
+//
+// The overhead is the difference of the medians at one request at a time: what a request
+// costs to go to a worker thread's JavaScript and back, beside going to ONNX Runtime's.
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
+import { type BenchReport, runBench } from "../src/bench/bench-command.ts";
+import { parseBenchArgs } from "../src/bench/bench-options.ts";
+import { startServerProcess } from "../src/bench/server-process.ts";
 import { accumulatorModel } from "../tools/onnx/sequence-models.ts";
 import { identityModel } from "../tools/onnx/test-models.ts";
-import { binaryRequest, HttpClient, runLoops } from "./load-clients.ts";
-import { startServerProcess } from "./server-process.ts";
 
 const { values } = parseArgs({
   options: {
-    seconds: { type: "string", default: "8" },
-    warmup: { type: "string", default: "1" },
-    connections: { type: "string", default: "32" },
+    runs: { type: "string", default: "3" },
+    duration: { type: "string", default: "4" },
+    concurrency: { type: "string", default: "32" },
   },
 });
-const SECONDS = Number(values.seconds);
-const WARMUP = Number(values.warmup);
-const CONNECTIONS = Number(values.connections);
+const RUNS = Number(values.runs);
 
 const IDENTITY_HANDLER = `
 export default {
@@ -93,81 +93,45 @@ sequence_batching {
   return dir;
 }
 
-const identityBody = binaryRequest(
-  [{ name: "INPUT0", datatype: "FP32", shape: [1, 16], bytes: Buffer.alloc(64) }],
-  "",
-);
+const PAIRS = [
+  ["identity_onnx", "identity_handler"],
+  ["sum_onnx", "sum_handler"],
+] as const;
 
-let nextId = 1;
-function sumBody(id: number, start: boolean) {
-  return binaryRequest(
-    [{ name: "INPUT", datatype: "INT32", shape: [1, 1], bytes: Buffer.from(Int32Array.of(1).buffer) }],
-    `"sequence_id":${id}${start ? ',"sequence_start":true' : ""}`,
-  );
-}
-
-async function post(client: HttpClient, model: string, request: { body: Buffer; headerLength: number }) {
-  const res = await client.post(
-    `/v2/models/${model}/infer`,
-    { "inference-header-content-length": String(request.headerLength) },
-    request.body,
-  );
-  if (res.status !== 200) throw new Error(`${model}: ${res.body.toString()}`);
-}
-
-/** A step of one client: stateless, or the next request of the client's own sequence. */
-function stepper(client: HttpClient, model: string, stateful: boolean): () => Promise<void> {
-  if (!stateful) return () => post(client, model, identityBody);
-  const id = nextId++;
-  let started = false;
-  return () => {
-    const request = sumBody(id, !started);
-    started = true;
-    return post(client, model, request);
-  };
-}
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 const dir = repository();
 const server = await startServerProcess(dir);
 try {
-  const pairs = [
-    ["identity_onnx", "identity_handler", false],
-    ["sum_onnx", "sum_handler", true],
-  ] as const;
-  for (const [onnx, handler, stateful] of pairs) {
-    const client = new HttpClient(server.httpPort, 1);
-    const steps = { [onnx]: stepper(client, onnx, stateful), [handler]: stepper(client, handler, stateful) };
-    const totals: Record<string, { requests: number; seconds: number }> = {
-      [onnx]: { requests: 0, seconds: 0 },
-      [handler]: { requests: 0, seconds: 0 },
-    };
-    const SLICES = 8;
-    for (let slice = 0; slice < SLICES; slice++) {
-      for (const model of [onnx, handler]) {
-        const r = await runLoops(1, SECONDS / SLICES / 2, slice === 0 ? WARMUP : 0, () => steps[model]!());
-        totals[model]!.requests += r.requests;
-        totals[model]!.seconds += r.seconds;
-      }
+  const url = `http://127.0.0.1:${server.ports.http}`;
+  const measure = async (model: string, concurrency: string): Promise<BenchReport> => {
+    const options = parseBenchArgs([
+      ...["--model", model, "--url", url, "--concurrency", concurrency, "--sequence-length", "100"],
+      ...["--duration", values.duration!, "--warmup", "1", "--quiet"],
+    ]);
+    if (options === "help") throw new Error("unexpected help");
+    return (await runBench(options))[0]!;
+  };
+  const p50: Record<string, number[]> = {};
+  const throughput: Record<string, number[]> = {};
+  for (let run = 0; run < RUNS; run++) {
+    for (const model of PAIRS.flat()) {
+      const one = await measure(model, "1");
+      const many = await measure(model, values.concurrency!);
+      (p50[model] ??= []).push(one.latencyMs.p50 * 1000);
+      (throughput[model] ??= []).push(many.requestsPerSecond);
     }
-    client.close();
-    const us = (model: string) => (totals[model]!.seconds * 1e6) / totals[model]!.requests;
-    const [a, b] = [us(onnx), us(handler)];
-    process.stdout.write(
-      `one at a time (${stateful ? "a sequence, state on the server" : "stateless"}), KServe HTTP binary\n` +
-        `  ${onnx.padEnd(18)} ${a.toFixed(0).padStart(6)} µs/request  (${totals[onnx]!.requests} requests)\n` +
-        `  ${handler.padEnd(18)} ${b.toFixed(0).padStart(6)} µs/request  (${totals[handler]!.requests} requests)\n` +
-        `  handler overhead   ${(b - a).toFixed(0).padStart(6)} µs/request\n`,
-    );
-
+  }
+  process.stdout.write(`model               one at a time, p50   ${values.concurrency} at once\n`);
+  for (const [onnx, handler] of PAIRS) {
     for (const model of [onnx, handler]) {
-      const concurrent = new HttpClient(server.httpPort, CONNECTIONS);
-      const clients = Array.from({ length: CONNECTIONS }, () => stepper(concurrent, model, stateful));
-      const r = await runLoops(CONNECTIONS, SECONDS / 2, WARMUP, (worker) => clients[worker]!());
-      concurrent.close();
       process.stdout.write(
-        `  ${CONNECTIONS} connections, ${model.padEnd(17)} ${(r.requests / r.seconds).toFixed(0).padStart(6)} requests/s\n`,
+        `${model.padEnd(20)}${median(p50[model]!).toFixed(0).padStart(8)} µs${median(throughput[model]!).toFixed(0).padStart(14)} requests/s\n`,
       );
     }
+    process.stdout.write(
+      `  handler overhead  ${(median(p50[handler]!) - median(p50[onnx]!)).toFixed(0).padStart(8)} µs per request\n`,
+    );
   }
 } finally {
   await server.stop();

@@ -61,6 +61,9 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
     controlMode: options.modelControlMode,
     loadModels: options.loadModels,
     pollSecs: options.repositoryPollSecs,
+    singleModel: options.singleModel,
+    configPollSecs: options.configPollSecs ?? 0,
+    sequenceCleanerPollWaitMinutes: options.sequenceCleanerPollWaitMinutes ?? 5,
     backend: modelBackends(
       start.backend ?? onnxBackend(logger, options.backendSettings),
       handlerBackend(logger, calls),

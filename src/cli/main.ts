@@ -1,10 +1,16 @@
 import { SEQSERVE_VERSION, startServer } from "../app/server.ts";
 import { helpText, parseCommandLine, UsageError } from "./options.ts";
 
-// `seqserve …` and `seqserve serve …`: parse flags (and, for serve, SageMaker's environment), start, and stop cleanly on SIGINT/SIGTERM (a second signal
-// stops at once). Exit codes: 0 clean stop, 2 bad usage, 1 failed start.
+// `seqserve …` and `seqserve serve …`: parse flags (and, for serve, SageMaker's
+// environment), start, and stop cleanly on SIGINT/SIGTERM (a second signal stops at once).
+// Exit codes: 0 clean stop, 2 bad usage, 1 failed start. `seqserve bench …` runs the
+// benchmark instead (loaded only then).
 
 async function main(): Promise<number> {
+  if (process.argv[2] === "bench") {
+    const { benchCommand } = await import("../bench/bench-command.ts");
+    return benchCommand(process.argv.slice(3));
+  }
   let command: ReturnType<typeof parseCommandLine>;
   try {
     command = parseCommandLine(process.argv.slice(2), process.env);

@@ -8,6 +8,7 @@ import {
   type ServerOptions,
 } from "../config/server-options.ts";
 import { LOG_LEVELS, type LogFormat, type LogLevel } from "../observability/logger.ts";
+import { OVMS_FLAGS, OVMS_IGNORED_FLAGS, readOvmsFlags } from "./ovms-flags.ts";
 import { SAGEMAKER_FLAGS, serveDefaults } from "./sagemaker-options.ts";
 import { UsageError } from "./usage-error.ts";
 
@@ -148,7 +149,7 @@ export const FLAGS: readonly FlagSpec[] = [
   { name: "version", boolean: true, help: "Show the version and exit." },
 ];
 
-const BOOLEAN_FLAGS = new Set(FLAGS.filter((f) => f.boolean).map((f) => f.name));
+const BOOLEAN_FLAGS = new Set([...FLAGS, ...OVMS_FLAGS].filter((f) => f.boolean).map((f) => f.name));
 
 export function helpText(version: string): string {
   const lines = [
@@ -165,6 +166,18 @@ export function helpText(version: string): string {
     const def = flag.default !== undefined ? ` (default: ${flag.default})` : "";
     lines.push(left, `      ${flag.help}${def}`);
   }
+  lines.push("", "OpenVINO Model Server's flags (--config_path is --config-path):");
+  for (const flag of OVMS_FLAGS) {
+    const left = `  --${flag.name}${flag.value ? ` <${flag.value}>` : "[=true|false]"}`;
+    const def = flag.default !== undefined ? ` (default: ${flag.default})` : "";
+    lines.push(left, `      ${flag.help}${def}`);
+  }
+  lines.push(
+    "  Accepted without effect (a notice says why):",
+    `      ${Object.keys(OVMS_IGNORED_FLAGS)
+      .map((f) => `--${f}`)
+      .join(", ")}`,
+  );
   return lines.join("\n");
 }
 
@@ -239,6 +252,9 @@ export function parseCommandLine(
   for (const flag of FLAGS)
     options[flag.name] = flag.multiple ? { type: "string", multiple: true } : { type: "string" };
   options["model-store"] = { type: "string", multiple: true };
+  options.config_path = { type: "string", multiple: true };
+  for (const flag of OVMS_FLAGS) options[flag.name] = { type: "string", multiple: true };
+  for (const flag of Object.keys(OVMS_IGNORED_FLAGS)) options[flag] = { type: "string", multiple: true };
   let values: Record<string, string | string[] | undefined>;
   try {
     ({ values } = parseArgs({
@@ -264,10 +280,11 @@ export function parseCommandLine(
   const repositories = (given.length === 0 && serve ? [defaults["model-repository"]!] : given).map(
     checkDirectory,
   );
-  const ovmsConfigs = list("config-path").map(checkFile);
-  if (repositories.length === 0 && ovmsConfigs.length === 0) {
+  const ovmsConfigs = [...list("config-path"), ...list("config_path")].map(checkFile);
+  const ovms = readOvmsFlags(values);
+  if (repositories.length === 0 && ovmsConfigs.length === 0 && ovms.singleModel === undefined) {
     throw new UsageError(
-      "no models to serve: give --model-repository <dir> (or --config-path <config.json>)",
+      "no models to serve: give --model-repository <dir> (or --config-path <config.json>, or --model_path <dir> --model_name <name>)",
     );
   }
   let backendConfig: ReturnType<typeof readBackendConfig>;
@@ -279,15 +296,40 @@ export function parseCommandLine(
   }
   const port = (name: string, allow: string): number | undefined =>
     parseBoolean(allow, get(allow)) ? parseInteger(name, get(name), 0, 65535) : undefined;
+  // With OVMS's --port / --rest_port, an endpoint without a port is off, as in OVMS,
+  // unless seqserve's own flag gives it one; metrics only with --metrics_enable.
+  const ovmsPort = (flag: string, allow: string, ovmsValue: number | undefined): number | undefined =>
+    str(flag) !== undefined ? port(flag, allow) : ovmsValue;
+  const ports =
+    ovms.ports === undefined
+      ? {
+          http: port("http-port", "allow-http"),
+          grpc: port("grpc-port", "allow-grpc"),
+          metrics: port("metrics-port", "allow-metrics"),
+        }
+      : {
+          http: ovmsPort("http-port", "allow-http", ovms.ports.http),
+          grpc: ovmsPort("grpc-port", "allow-grpc", ovms.ports.grpc),
+          metrics:
+            ovms.metricsEnable || str("metrics-port") !== undefined
+              ? port("metrics-port", "allow-metrics")
+              : undefined,
+        };
 
   const serverOptions: ServerOptions = {
     modelRepositories: repositories,
     ovmsConfigs,
+    singleModel: ovms.singleModel,
+    configPollSecs: ovms.configPollSecs,
+    sequenceCleanerPollWaitMinutes: ovms.sequenceCleanerPollWaitMinutes,
     host: get("host"),
-    httpPort: port("http-port", "allow-http"),
-    grpcPort: port("grpc-port", "allow-grpc"),
-    metricsPort: port("metrics-port", "allow-metrics"),
-    logLevel: oneOf<LogLevel>("log-level", get("log-level"), LOG_LEVELS),
+    httpPort: ports.http,
+    grpcPort: ports.grpc,
+    metricsPort: ports.metrics,
+    logLevel:
+      str("log-level") === undefined && ovms.logLevel !== undefined
+        ? ovms.logLevel
+        : oneOf<LogLevel>("log-level", get("log-level"), LOG_LEVELS),
     logFormat: oneOf<LogFormat>("log-format", get("log-format"), ["json", "text"]),
     strictModelConfig: parseBoolean("strict-model-config", get("strict-model-config")),
     modelControlMode: oneOf<ModelControlMode>("model-control-mode", get("model-control-mode"), [
@@ -315,7 +357,8 @@ export function parseCommandLine(
     httpStreamMaxInflight: parseInteger("http-stream-max-inflight", get("http-stream-max-inflight"), 1),
     backendSettings: backendConfig.settings,
     modelLoadThreadCount: parseInteger("model-load-thread-count", get("model-load-thread-count"), 1),
-    notices: backendConfig.notices,
+    // One line each, logged at start, for flags accepted without effect.
+    notices: [...ovms.notices, ...backendConfig.notices],
     sagemakerPort: port("sagemaker-port", "allow-sagemaker"),
     sagemakerModel: str("sagemaker-model") ?? defaults["sagemaker-model"],
     sagemakerSessionTtlSecs: parseInteger("sagemaker-session-ttl-secs", get("sagemaker-session-ttl-secs"), 1),

@@ -27,7 +27,10 @@ export {
   type OvmsToParsedOptions,
   parseOvmsConfig,
   readOvmsConfig,
+  SINGLE_MODEL_SOURCE,
+  singleModelConfig,
 } from "./ovms-config.ts";
+export { findSharedInputs, findStatePairs, type StatePairSearch } from "./ovms-from-model.ts";
 export type {
   ConfigFormat,
   ParsedMessage,

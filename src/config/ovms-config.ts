@@ -4,8 +4,9 @@ import type { VersionPolicy } from "../core/model-config.ts";
 import { ConfigError, type SourcePosition } from "./config-error.ts";
 import { deepFreeze } from "./deep-freeze.ts";
 import { suggestion } from "./field-suggestion.ts";
-import { describeJson, type JsonEntry, type JsonNode, readJson } from "./json/json-reader.ts";
+import { describeJson, type JsonEntry, type JsonNode, jsonText, readJson } from "./json/json-reader.ts";
 import { type ParsedMessage, type ParsedModelConfig, SourceLocations } from "./parsed-config.ts";
+import type { SingleModelOptions } from "./server-options.ts";
 
 // OpenVINO Model Server's config.json: `{"model_config_list": [{"config": {...}}]}`.
 // Each entry names a model and its base path (version folders inside, relative paths
@@ -70,6 +71,10 @@ export interface OvmsSequenceOptions {
 export interface OvmsToParsedOptions {
   /** The server's sequence_cleaner_poll_wait_minutes (default 5; 0 disables the cleaner). */
   readonly sequenceCleanerPollWaitMinutes?: number;
+  /** State pairs found from the model file (findStatePairs), for an entry that names none. */
+  readonly statePairs?: string;
+  /** Shared inputs found from the model file (findSharedInputs), for an entry that names none. */
+  readonly sharedInputs?: string;
 }
 
 export interface OvmsModelEntry {
@@ -83,6 +88,12 @@ export interface OvmsModelEntry {
   readonly targetDevice: string;
   /** Accepted keys that have no effect in seqserve, for the log. */
   readonly notes: readonly string[];
+  /** The entry's `config` as compact JSON: a changed text means a changed model. */
+  readonly definition: string;
+  /** `state_pairs` as given; undefined when the state is to be found from the model. */
+  readonly statePairs: string | undefined;
+  /** `shared_inputs` as given; undefined when they are to be found from the model. */
+  readonly sharedInputs: string | undefined;
   /** The model as a parsed Triton config (what config.pbtxt would have given). */
   toParsedConfig(options?: OvmsToParsedOptions): ParsedModelConfig;
 }
@@ -257,6 +268,9 @@ class OvmsReader {
       sequence,
       targetDevice,
       notes,
+      definition: jsonText(config),
+      statePairs,
+      sharedInputs,
       toParsedConfig: (options = {}) =>
         buildParsedConfig(this.#file, fields, { name, policy, sequence, statePairs, sharedInputs }, options),
     };
@@ -410,8 +424,11 @@ function buildParsedConfig(
     parameters[key] = { string_value: value };
     locations.set(parameters, key, fields.position(from));
   };
-  if (facts.statePairs !== undefined) parameter("state_pairs", facts.statePairs, "state_pairs");
-  if (facts.sharedInputs !== undefined) parameter("shared_inputs", facts.sharedInputs, "shared_inputs");
+  const statePairs = facts.statePairs ?? (facts.sequence === undefined ? undefined : options.statePairs);
+  if (statePairs !== undefined) parameter("state_pairs", statePairs, "state_pairs");
+  const sharedInputs =
+    facts.sharedInputs ?? (facts.sequence === undefined ? undefined : options.sharedInputs);
+  if (sharedInputs !== undefined) parameter("shared_inputs", sharedInputs, "shared_inputs");
 
   const { sequence } = facts;
   if (sequence !== undefined) {
@@ -453,4 +470,23 @@ export async function readOvmsConfig(path: string): Promise<OvmsConfig> {
     throw new ConfigError(path, undefined, `cannot read the configuration: ${reason}`);
   }
   return parseOvmsConfig(text, path);
+}
+
+/** Where single-model mode's entry comes from, in messages. */
+export const SINGLE_MODEL_SOURCE = "the command line (--model_path)";
+
+/**
+ * OVMS single-model mode: the model given with --model_path / --model_name and its flags,
+ * read as the one entry of a config.json would be (the same checks and defaults).
+ */
+export function singleModelConfig(model: SingleModelOptions): OvmsConfig {
+  const config: Record<string, unknown> = { name: model.name, base_path: model.basePath };
+  if (model.stateful) config.stateful = true;
+  if (model.maxSequenceNumber !== undefined) config.max_sequence_number = model.maxSequenceNumber;
+  if (model.idleSequenceCleanup !== undefined) config.idle_sequence_cleanup = model.idleSequenceCleanup;
+  if (model.lowLatencyTransformation !== undefined)
+    config.low_latency_transformation = model.lowLatencyTransformation;
+  if (model.statePairs !== undefined) config.state_pairs = model.statePairs;
+  if (model.modelVersionPolicy !== undefined) config.model_version_policy = model.modelVersionPolicy;
+  return parseOvmsConfig(JSON.stringify({ model_config_list: [{ config }] }), SINGLE_MODEL_SOURCE);
 }

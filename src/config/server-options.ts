@@ -6,11 +6,35 @@ import { type BackendSettings, DEFAULT_BACKEND_SETTINGS } from "./backend-config
 
 export type ModelControlMode = "none" | "explicit" | "poll";
 
+/**
+ * OpenVINO Model Server's single-model mode (`--model_path DIR --model_name NAME`): one
+ * model, served as a config.json entry with these keys would be.
+ */
+export interface SingleModelOptions {
+  readonly name: string;
+  /** Absolute path of the folder holding the version folders. */
+  readonly basePath: string;
+  readonly stateful: boolean;
+  readonly maxSequenceNumber?: number;
+  readonly idleSequenceCleanup?: boolean;
+  readonly lowLatencyTransformation?: boolean;
+  /** `<<<in, out>>> …`; undefined = found from the model file. */
+  readonly statePairs?: string;
+  /** OVMS's model_version_policy, as JSON text. */
+  readonly modelVersionPolicy?: string;
+}
+
 export interface ServerOptions {
   /** Triton-style model repositories (`<repo>/<model>/config.pbtxt` + version folders). */
   readonly modelRepositories: readonly string[];
   /** OpenVINO Model Server config.json files (`model_config_list`). */
   readonly ovmsConfigs: readonly string[];
+  /** OVMS single-model mode: a model given on the command line. */
+  readonly singleModel?: SingleModelOptions | undefined;
+  /** How often the OVMS config files (and their models' folders) are checked for changes; 0 = never. */
+  readonly configPollSecs?: number;
+  /** OVMS's sequence cleaner period: idle sequences of models with idle_sequence_cleanup end after it. */
+  readonly sequenceCleanerPollWaitMinutes?: number;
   readonly host: string;
   /** 0 = any free port; undefined = the endpoint is off. */
   readonly httpPort: number | undefined;
@@ -48,6 +72,8 @@ export interface ServerOptions {
 export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   modelRepositories: [],
   ovmsConfigs: [],
+  configPollSecs: 1,
+  sequenceCleanerPollWaitMinutes: 5,
   host: "0.0.0.0",
   httpPort: 8000,
   grpcPort: 8001,

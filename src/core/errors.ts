@@ -19,21 +19,44 @@ export const ERROR_CODES = [
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
+/**
+ * Stable names for refusals that protocol families word differently (OpenVINO Model
+ * Server's sequence errors have fixed texts, Triton's are about flags). A frontend that
+ * must use its protocol's wording looks at `reason`; the others send the message.
+ */
+export const ERROR_REASONS = [
+  /** A request that is not a START names no sequence id. */
+  "sequence_id_missing",
+  /** The id names no live sequence (never started, or ended). */
+  "sequence_unknown",
+  /** A START names an id whose sequence is live. */
+  "sequence_exists",
+  /** A START names an id whose sequence has its END still to run. */
+  "sequence_ending",
+  /** A START finds every sequence slot taken (and no room to wait). */
+  "sequence_limit",
+] as const;
+
+export type ErrorReason = (typeof ERROR_REASONS)[number];
+
 export interface ServerErrorOptions {
   /** For UNAVAILABLE: when the client may retry (HTTP Retry-After). */
   readonly retryAfterSeconds?: number;
   readonly cause?: unknown;
+  readonly reason?: ErrorReason;
 }
 
 export class ServerError extends Error {
   readonly code: ErrorCode;
   readonly retryAfterSeconds: number | undefined;
+  readonly reason: ErrorReason | undefined;
 
   constructor(code: ErrorCode, message: string, options: ServerErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = "ServerError";
     this.code = code;
     this.retryAfterSeconds = options.retryAfterSeconds;
+    this.reason = options.reason;
   }
 }
 

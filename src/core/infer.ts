@@ -18,7 +18,21 @@ export interface SequenceControl {
   readonly end: boolean;
   /** Triton's request `timeout` (µs): how long the sequence may wait in the backlog. */
   readonly timeoutUs: number | undefined;
+  /** How ids in an unexpected state are treated; undefined = "restart". */
+  readonly admission?: SequenceAdmission;
 }
+
+/**
+ * How the sequence batcher admits a request whose id is in an unexpected state. The
+ * frontend picks what its protocol promises:
+ * - "restart": a START on a live id ends that sequence (reason "restart") and begins a new
+ *   one with fresh state; a request without START for an unknown id is refused as invalid
+ *   (INVALID_ARG: it should have carried START).
+ * - "exclusive": an id belongs to its sequence until the sequence has ended: a START on a
+ *   live id is refused (ALREADY_EXISTS), a START on an id whose END has not run yet too
+ *   (FAILED_PRECONDITION), and a request for an unknown id is NOT_FOUND.
+ */
+export type SequenceAdmission = "restart" | "exclusive";
 
 export interface InferRequest {
   /** The client's request id, echoed in the response ("" when absent). */

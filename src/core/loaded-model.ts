@@ -8,8 +8,9 @@ import { type InferResponseStream, ResponseChannel, singleResponseStream } from 
 import type { BatchObserver } from "./scheduler/batch-observer.ts";
 import { DynamicBatcher } from "./scheduler/dynamic-batcher.ts";
 import { nowNs, PendingRequest } from "./scheduler/pending-request.ts";
-import type { Scheduler } from "./scheduler/scheduler.ts";
+import type { DrainReason, Scheduler } from "./scheduler/scheduler.ts";
 import { SequenceBatcher } from "./sequence/sequence-batcher.ts";
+import type { HandoverResult } from "./sequence/sequence-transfer.ts";
 import type { StateStore } from "./sequence/state-store.ts";
 import { ModelStatistics, type ModelStatisticsSnapshot } from "./statistics.ts";
 
@@ -180,10 +181,13 @@ export class LoadedModel implements ServedModel {
     this.#scheduler.beginShutdown();
   }
 
-  /** Lets accepted work and live sequences finish until `deadlineMs`, then ends what is left. */
-  drain(deadlineMs: number): Promise<void> {
+  /**
+   * Lets accepted work and live sequences finish until `deadlineMs`, then ends what is
+   * left with `reason` (default "shutdown").
+   */
+  drain(deadlineMs: number, reason?: DrainReason): Promise<void> {
     this.#scheduler.beginShutdown();
-    return this.#scheduler.drain(deadlineMs);
+    return this.#scheduler.drain(deadlineMs, reason);
   }
 
   /** Frees the instances (after drain). */
@@ -191,8 +195,54 @@ export class LoadedModel implements ServedModel {
     await Promise.all(this.#executors.map((e) => e.close()));
   }
 
-  async unload(deadlineMs: number): Promise<void> {
-    await this.drain(deadlineMs);
+  async unload(deadlineMs: number, reason: DrainReason = "unloaded"): Promise<void> {
+    await this.drain(deadlineMs, reason);
     await this.close();
+  }
+
+  // ---- reloads that keep live sequences ----
+
+  /**
+   * Before a handover: no new sequence batch starts, and the promise resolves once the
+   * running ones have finished, so every sequence's state is final. Requests keep arriving
+   * and queue. No-op for a model without sequences.
+   */
+  quiesce(): Promise<void> {
+    return this.#scheduler instanceof SequenceBatcher ? this.#scheduler.pause() : Promise.resolve();
+  }
+
+  /** Lets a quiesced model run batches again (what a handover left it, if anything). */
+  resume(): void {
+    if (this.#scheduler instanceof SequenceBatcher) this.#scheduler.resume();
+  }
+
+  /**
+   * Moves this (quiesced) version's unfinished sequences to `successor`, a newly loaded
+   * version of the same model that is not serving yet: with their state and their queued
+   * requests, when the state signature (state names, datatypes, shapes) is the same;
+   * otherwise they end now with reason "reloaded". Synchronous, so the caller can make
+   * `successor` the one that serves in the same turn, before any request can miss it.
+   */
+  moveSequencesTo(successor: LoadedModel): HandoverResult {
+    const from = this.#scheduler;
+    if (!(from instanceof SequenceBatcher)) return { moved: 0, ended: 0, reason: "" };
+    const to = successor.#scheduler;
+    let reason = "";
+    if (!(to instanceof SequenceBatcher))
+      reason = "the reloaded model is no longer served with sequence batching";
+    else if (to.stateSignature !== from.stateSignature) {
+      reason = `its state changed from [${from.stateSignature}] to [${to.stateSignature}]`;
+    }
+    let ended = 0;
+    if (reason !== "") {
+      ended = from.list().length;
+      // Quiesced, so nothing is running: every sequence finishes here and now.
+      from.endAll("reloaded", `model '${this.name}' was reloaded and ${reason}`);
+    }
+    // What is left moves (nothing, when the state did not fit); the ends counted so far
+    // go along, so the sequences API of the model goes on counting across the reload.
+    const transfer = from.export();
+    if (to instanceof SequenceBatcher) to.adopt(transfer);
+    return { moved: transfer.sequences.length, ended, reason };
   }
 }

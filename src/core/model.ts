@@ -33,6 +33,10 @@ export const SEQUENCE_END_REASONS = [
   "evicted",
   "shutdown",
   "expired",
+  /** The model was unloaded (removed from its configuration) while the sequence was live. */
+  "unloaded",
+  /** The model was reloaded with a different state signature, which the sequence's state does not fit. */
+  "reloaded",
   /**
    * The model instance holding the sequence failed (its worker thread died) and was
    * replaced: what model code kept for the sequence there is gone.

@@ -1,8 +1,11 @@
 import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";
 import {
+  findSharedInputs,
+  findStatePairs,
   handlerFile,
   type LoadSettings,
+  type OvmsToParsedOptions,
   type ParsedModelConfig,
   parseModelConfigFile,
   parseModelConfigText,
@@ -14,6 +17,7 @@ import {
 import type { ModelBackend } from "../core/backend.ts";
 import { invalidArg, unavailable } from "../core/errors.ts";
 import { LoadedModel } from "../core/loaded-model.ts";
+import type { ModelIo } from "../core/model-io.ts";
 import type { Logger } from "../observability/logger.ts";
 import { modelRunnerLog } from "../observability/model-runner-log.ts";
 import type { ModelSource } from "./model-source.ts";
@@ -31,12 +35,15 @@ export interface PreparedModel {
   readonly parsed: ParsedModelConfig | undefined;
   readonly settings: LoadSettings;
   readonly strict: boolean;
+  /** How entries of OVMS config files become model configs (server-wide settings). */
+  readonly ovms: OvmsToParsedOptions;
 }
 
 export async function prepareModel(
   source: ModelSource,
   configOverride: string | undefined,
   strict: boolean,
+  ovms: OvmsToParsedOptions = {},
 ): Promise<PreparedModel> {
   let parsed: ParsedModelConfig | undefined;
   if (configOverride !== undefined) {
@@ -45,7 +52,7 @@ export async function prepareModel(
       format: "json",
     });
   } else if (source.ovms !== undefined) {
-    parsed = source.ovms.entry.toParsedConfig();
+    parsed = source.ovms.entry.toParsedConfig(ovms);
   } else {
     const file = CONFIG_FILES.map((f) => join(source.dir, f)).find((f) => existsSync(f));
     if (file !== undefined) parsed = await parseModelConfigFile(file);
@@ -60,7 +67,39 @@ export async function prepareModel(
     source.dir,
     source.ovms !== undefined && configOverride === undefined,
   );
-  return { source, parsed, settings: readLoadSettings(parsed, source.name, source.dir), strict };
+  return { source, parsed, settings: readLoadSettings(parsed, source.name, source.dir), strict, ovms };
+}
+
+/**
+ * A stateful OVMS entry gets the state pairs and shared inputs its model file shows
+ * (config/ovms-from-model.ts) when it names none, or a clear refusal when the file does
+ * not show the state.
+ */
+function withFoundStatePairs(
+  prepared: PreparedModel,
+  io: ModelIo | undefined,
+): ParsedModelConfig | undefined {
+  const entry = prepared.source.ovms?.entry;
+  // Model code keeps its state itself: it has no state pairs to find.
+  if (
+    entry === undefined ||
+    !entry.stateful ||
+    io === undefined ||
+    prepared.settings.backend === TYPESCRIPT_BACKEND
+  )
+    return prepared.parsed;
+  let statePairs = entry.statePairs;
+  if (statePairs === undefined) {
+    const search = findStatePairs(entry.name, io);
+    if (search.pairs === undefined) throw invalidArg(search.problem ?? "");
+    statePairs = search.pairs;
+  }
+  const sharedInputs = entry.sharedInputs ?? findSharedInputs(io);
+  return entry.toParsedConfig({
+    ...prepared.ovms,
+    statePairs,
+    ...(sharedInputs === undefined ? {} : { sharedInputs }),
+  });
 }
 
 export interface VersionLoadOptions {
@@ -93,7 +132,7 @@ export async function openVersion(
   });
   try {
     const resolved = resolveModelConfig({
-      parsed: prepared.parsed,
+      parsed: withFoundStatePairs(prepared, opened.io),
       modelName: source.name,
       modelDir: source.dir,
       modelIo: opened.io,

@@ -1,6 +1,6 @@
-import { existsSync, statSync } from "node:fs";
+import { existsSync, readFileSync, statSync } from "node:fs";
 import pLimit, { type LimitFunction } from "p-limit";
-import type { ModelControlMode } from "../config/server-options.ts";
+import type { ModelControlMode, SingleModelOptions } from "../config/server-options.ts";
 import type { ModelBackend } from "../core/backend.ts";
 import { asServerError, invalidArg, notFound, ServerError, unavailable } from "../core/errors.ts";
 import type { LoadedModel } from "../core/loaded-model.ts";
@@ -35,6 +35,12 @@ export interface ModelRepositoryOptions {
   readonly defaultMaxBatchSize: number;
   /** Models opened at the same time (--model-load-thread-count). */
   readonly loadThreadCount: number;
+  /** OVMS single-model mode's model. */
+  readonly singleModel?: SingleModelOptions | undefined;
+  /** How often OVMS config files and their models' folders are checked for changes (0 = never; default 0). */
+  readonly configPollSecs?: number;
+  /** OVMS's sequence cleaner period (default 5 minutes). */
+  readonly sequenceCleanerPollWaitMinutes?: number;
 }
 
 interface ModelEntry {
@@ -60,7 +66,12 @@ export class ModelRepository implements ModelRegistry {
   readonly #logger: Logger;
   readonly #models = new Map<string, ModelEntry>();
   #ovmsSources: ModelSource[] = [];
+  /** The OVMS config files' texts as last read, to see when one changes. */
+  readonly #ovmsTexts = new Map<string, string>();
   #pollTimer: NodeJS.Timeout | undefined;
+  #configTimer: NodeJS.Timeout | undefined;
+  /** A reconciliation with the disk is running (polls do not overlap). */
+  #reconciling = false;
   #shuttingDown = false;
   /** Bounds how many models open at once, whoever asks (start, poll, the repository API). */
   readonly #loadSlots: LimitFunction;
@@ -74,7 +85,8 @@ export class ModelRepository implements ModelRegistry {
   /** Discovers the models and loads those the control mode asks for. */
   static async open(options: ModelRepositoryOptions): Promise<ModelRepository> {
     const repository = new ModelRepository(options);
-    repository.#ovmsSources = await readOvmsSources(options.ovmsConfigs);
+    for (const file of options.ovmsConfigs) repository.#ovmsTexts.set(file, readText(file));
+    repository.#ovmsSources = await readOvmsSources(options.ovmsConfigs, options.singleModel);
     const sources = repository.#discover();
     const wanted =
       options.controlMode === "explicit"
@@ -89,18 +101,26 @@ export class ModelRepository implements ModelRegistry {
     }
     await Promise.all(wanted.map((name) => repository.#load(name).catch(() => {})));
     if (options.controlMode === "poll") repository.#startPolling();
+    if (options.controlMode !== "explicit" && (options.configPollSecs ?? 0) > 0) {
+      repository.#watchOvmsConfigs(options.configPollSecs!);
+    }
     return repository;
   }
 
   // ---- discovery ----
 
-  #discover(): Map<string, ModelSource> {
-    const { sources, problems } = discoverModels(this.#options.repositories, this.#ovmsSources);
+  /** Finds the models on disk; `ovmsOnly` looks at the OVMS config files alone (Triton repositories keep their last look). */
+  #discover(ovmsOnly = false): Map<string, ModelSource> {
+    const repositories = ovmsOnly ? [] : this.#options.repositories;
+    const { sources, problems } = discoverModels(repositories, this.#ovmsSources);
     for (const problem of problems) this.#logger.error({ event: "repository_problem" }, problem);
     for (const name of sources.keys()) {
       if (!this.#models.has(name)) this.#models.set(name, this.#newEntry(name, sources.get(name)));
     }
-    for (const [name, entry] of this.#models) entry.source = sources.get(name);
+    for (const [name, entry] of this.#models) {
+      if (ovmsOnly && entry.source !== undefined && entry.source.ovms === undefined) continue;
+      entry.source = sources.get(name);
+    }
     return sources;
   }
 
@@ -120,19 +140,75 @@ export class ModelRepository implements ModelRegistry {
 
   #startPolling(): void {
     this.#pollTimer = setInterval(() => {
-      this.#poll().catch((error: unknown) => this.#logger.error({ err: error }, "repository poll failed"));
+      this.#reconcile().catch((error: unknown) =>
+        this.#logger.error({ err: error }, "repository poll failed"),
+      );
     }, this.#options.pollSecs * 1000);
     this.#pollTimer.unref();
   }
 
-  /** Poll mode: load new models, reload changed ones, unload removed ones. */
-  async #poll(): Promise<void> {
-    if (this.#shuttingDown) return;
-    const sources = this.#discover();
+  /**
+   * OVMS's config reload (--file_system_poll_wait_seconds): the config files are read
+   * again when they change, and the models they list are reconciled with the disk (a
+   * model added, removed, changed in the file or in its folder). A file that no longer
+   * parses is reported and the models it listed keep serving.
+   */
+  #watchOvmsConfigs(seconds: number): void {
+    this.#configTimer = setInterval(() => {
+      this.#rereadOvmsConfigs()
+        .then(() => this.#reconcile(true))
+        .catch((error: unknown) => this.#logger.error({ err: error }, "config reload failed"));
+    }, seconds * 1000);
+    this.#configTimer.unref();
+  }
+
+  async #rereadOvmsConfigs(): Promise<void> {
+    let changed = false;
+    for (const file of this.#options.ovmsConfigs) {
+      const text = readText(file);
+      if (text !== this.#ovmsTexts.get(file)) changed = true;
+      this.#ovmsTexts.set(file, text);
+    }
+    if (!changed) return;
+    try {
+      this.#ovmsSources = await readOvmsSources(this.#options.ovmsConfigs, this.#options.singleModel);
+      this.#logger.info({ event: "config_changed" }, "a model configuration file changed; applying it");
+    } catch (error) {
+      this.#logger.error(
+        { event: "config_invalid", err: error },
+        `the changed configuration is not applied, the models keep serving as they were: ${(error as Error).message}`,
+      );
+    }
+  }
+
+  /**
+   * Loads new models, reloads changed ones (their live sequences move to the new version
+   * when their state fits) and unloads removed ones; `among` limits it to some models
+   * (the OVMS config watch leaves Triton repositories alone outside poll mode).
+   */
+  async #reconcile(ovmsOnly = false): Promise<void> {
+    if (this.#shuttingDown || this.#reconciling) return;
+    this.#reconciling = true;
+    try {
+      await this.#poll(ovmsOnly);
+    } finally {
+      this.#reconciling = false;
+    }
+  }
+
+  async #poll(ovmsOnly: boolean): Promise<void> {
+    const fromOvms = new Set(
+      [...this.#models].filter(([, entry]) => entry.source?.ovms !== undefined).map(([name]) => name),
+    );
+    const sources = this.#discover(ovmsOnly);
     for (const [name, entry] of this.#models) {
       const source = sources.get(name);
+      if (ovmsOnly && source?.ovms === undefined && !fromOvms.has(name)) continue;
       if (source === undefined) {
-        if (entry.versions.size > 0) await this.#unload(name).catch(() => {});
+        // OVMS drops a model removed from its configuration at once; a Triton model's
+        // work may finish first, as in Triton.
+        if (entry.versions.size > 0)
+          await this.#unload(name, fromOvms.has(name) ? 0 : 30_000).catch(() => {});
         continue;
       }
       if (entry.versions.size === 0 && entry.state === "UNAVAILABLE" && entry.reason === "unloaded") {
@@ -211,6 +287,11 @@ export class ModelRepository implements ModelRegistry {
         }),
       );
       if (!opened) throw unavailable(`failed to load '${name}': no version is available`);
+      if (source.ovms !== undefined) refuseStatefulSwitch(name, previous, loaded);
+      // The previous versions' sequences move to the new ones in the same turn as the
+      // switch, once no batch of theirs is running: no request finds neither.
+      await Promise.all([...previous.values()].map((m) => m.quiesce()));
+      this.#handOverSequences(name, previous, loaded);
       entry.versions = loaded;
       for (const version of loaded.keys()) entry.everLoaded.add(version);
       entry.configJson = configJson;
@@ -221,6 +302,7 @@ export class ModelRepository implements ModelRegistry {
         `loaded model '${name}' version${loaded.size > 1 ? "s" : ""} ${[...loaded.keys()].join(", ")}`,
       );
     } catch (error) {
+      for (const model of previous.values()) model.resume();
       for (const model of loaded.values()) await model.close().catch(() => {});
       const failure = asServerError(error);
       entry.reason = failure.message;
@@ -236,11 +318,49 @@ export class ModelRepository implements ModelRegistry {
     }
     // A reload replaced the previous versions: let their work finish, then free them.
     for (const model of previous.values()) {
+      model.resume();
       model
         .unload(Date.now() + 30_000)
         .catch((error: unknown) =>
           this.#logger.warn({ err: error, model: name }, "unloading a replaced version failed"),
         );
+    }
+  }
+
+  /**
+   * The sequences of each replaced version go to the new version of the same number, or
+   * else to the highest new one: with their state when it fits, ended otherwise.
+   */
+  #handOverSequences(
+    name: string,
+    previous: ReadonlyMap<string, LoadedModel>,
+    loaded: ReadonlyMap<string, LoadedModel>,
+  ): void {
+    let highest: LoadedModel | undefined;
+    for (const model of loaded.values())
+      if (highest === undefined || Number(model.version) > Number(highest.version)) highest = model;
+    for (const [version, old] of previous) {
+      const successor = loaded.get(version) ?? highest;
+      if (successor === undefined) continue;
+      const result = old.moveSequencesTo(successor);
+      if (result.moved > 0) {
+        this.#logger.info(
+          {
+            event: "sequences_moved",
+            model: name,
+            from: version,
+            to: successor.version,
+            count: result.moved,
+          },
+          `${result.moved} live sequence(s) of model '${name}' moved from version ${version} to version ${successor.version} with their state`,
+        );
+      }
+      if (result.ended > 0) {
+        this.#logger.warn(
+          { event: "sequences_ended", model: name, version, count: result.ended, reason: "reloaded" },
+          `${result.ended} live sequence(s) of model '${name}' version ${version} ended: ${result.reason}`,
+        );
+      }
     }
   }
 
@@ -254,14 +374,14 @@ export class ModelRepository implements ModelRegistry {
     return this.#unload(name);
   }
 
-  async #unload(name: string): Promise<void> {
+  async #unload(name: string, graceMs = 30_000): Promise<void> {
     const entry = this.#models.get(name);
     if (entry === undefined) throw notFound(`failed to unload '${name}', no model with that name`);
     return this.#afterTransition(entry, async () => {
       const versions = entry.versions;
       entry.versions = new Map();
       entry.state = "UNLOADING";
-      await Promise.all([...versions.values()].map((m) => m.unload(Date.now() + 30_000)));
+      await Promise.all([...versions.values()].map((m) => m.unload(Date.now() + graceMs, "unloaded")));
       entry.state = "UNAVAILABLE";
       entry.reason = "unloaded";
       this.#logger.info({ event: "model_unloaded", model: name }, `unloaded model '${name}'`);
@@ -366,6 +486,7 @@ export class ModelRepository implements ModelRegistry {
   beginShutdown(): void {
     this.#shuttingDown = true;
     if (this.#pollTimer !== undefined) clearInterval(this.#pollTimer);
+    if (this.#configTimer !== undefined) clearInterval(this.#configTimer);
     for (const model of this.#allLoaded()) model.beginShutdown();
   }
 
@@ -391,6 +512,35 @@ export class ModelRepository implements ModelRegistry {
   }
 }
 
+/** A file's text, or "" when it cannot be read (a reload then reports the reading error). */
+function readText(file: string): string {
+  try {
+    return readFileSync(file, "utf8");
+  } catch {
+    return "";
+  }
+}
+
+/**
+ * OVMS refuses to switch `stateful` on a loaded model ("Model type cannot be changed after
+ * it is loaded"): its clients' requests would change meaning. The loaded versions stay.
+ */
+function refuseStatefulSwitch(
+  name: string,
+  previous: ReadonlyMap<string, LoadedModel>,
+  loaded: ReadonlyMap<string, LoadedModel>,
+): void {
+  if (previous.size === 0) return;
+  const stateful = (models: ReadonlyMap<string, LoadedModel>): boolean =>
+    [...models.values()].some((m) => m.config.sequenceBatching !== undefined);
+  const was = stateful(previous);
+  if (was === stateful(loaded)) return;
+  throw new ServerError(
+    "FAILED_PRECONDITION",
+    `Model type cannot be changed after it is loaded: model '${name}' is ${was ? "stateful" : "stateless"} and the new configuration makes it ${was ? "stateless" : "stateful"}; remove it from the configuration (unloading it) before adding it back`,
+  );
+}
+
 /**
  * A transition only orders loads and unloads: its failure belongs to the caller, who gets
  * `work` itself. Chaining on the rejecting promise itself made a second, unobserved
@@ -410,7 +560,9 @@ async function openModelVersions(
   configOverride: string | undefined,
   onVersion: (version: number, model: LoadedModel, configJson: Record<string, unknown>) => void,
 ): Promise<boolean> {
-  const prepared = await prepareModel(source, configOverride, options.strict);
+  const prepared = await prepareModel(source, configOverride, options.strict, {
+    sequenceCleanerPollWaitMinutes: options.sequenceCleanerPollWaitMinutes ?? 5,
+  });
   const available =
     existsSync(source.dir) && statSync(source.dir).isDirectory() ? versionFolders(source.dir) : [];
   const versions = selectVersions(available, prepared.settings.versionPolicy);

@@ -1,6 +1,7 @@
 import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { type OvmsModelEntry, readOvmsConfig } from "../config/index.ts";
+import { type OvmsModelEntry, readOvmsConfig, singleModelConfig } from "../config/index.ts";
+import type { SingleModelOptions } from "../config/server-options.ts";
 
 // Where models come from: folders of Triton-style repositories (`<repo>/<model>/`) and
 // entries of OpenVINO Model Server config files (`base_path`). Discovery reports problems
@@ -14,13 +15,20 @@ export interface ModelSource {
   readonly ovms?: { readonly file: string; readonly entry: OvmsModelEntry };
 }
 
-/** The models listed in OVMS config files (a bad file stops the server: it names the problem). */
-export async function readOvmsSources(files: readonly string[]): Promise<ModelSource[]> {
+/**
+ * The models listed in OVMS config files, and the one of OVMS's single-model mode (a bad
+ * file stops the server: it names the problem).
+ */
+export async function readOvmsSources(
+  files: readonly string[],
+  singleModel?: SingleModelOptions,
+): Promise<ModelSource[]> {
   const sources: ModelSource[] = [];
-  for (const file of files) {
-    const config = await readOvmsConfig(file);
+  const configs = await Promise.all(files.map(readOvmsConfig));
+  if (singleModel !== undefined) configs.push(singleModelConfig(singleModel));
+  for (const config of configs) {
     for (const entry of config.models)
-      sources.push({ name: entry.name, dir: entry.basePath, ovms: { file, entry } });
+      sources.push({ name: entry.name, dir: entry.basePath, ovms: { file: config.file, entry } });
   }
   return sources;
 }
@@ -93,5 +101,7 @@ export function sourceSignature(source: ModelSource): string {
     }
   };
   visit(source.dir, 0);
+  // An OVMS entry changes with its config.json text as well as with its files.
+  if (source.ovms !== undefined) parts.push(source.ovms.entry.definition);
   return parts.join("|");
 }

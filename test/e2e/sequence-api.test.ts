@@ -93,6 +93,9 @@ describe("sequences API and metrics", { timeout: 60_000 }, () => {
         evicted: 0,
         shutdown: 0,
         expired: 0,
+        unloaded: 0,
+        reloaded: 0,
+        instance_failed: 0,
       },
     });
     assert.equal(await accumulate(server.url, "api", 0, { id: "two", end: true }), 2);

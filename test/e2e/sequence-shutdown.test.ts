@@ -107,6 +107,9 @@ describe("ending well", { timeout: 60_000 }, () => {
         evicted: 0,
         shutdown: 0,
         expired: 0,
+        unloaded: 0,
+        reloaded: 0,
+        instance_failed: 0,
       },
     });
   });
@@ -146,6 +149,9 @@ describe("ending well", { timeout: 60_000 }, () => {
         evicted: 0,
         shutdown: 2,
         expired: 0,
+        unloaded: 0,
+        reloaded: 0,
+        instance_failed: 0,
       },
     });
   });

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import WebSocket from "ws";
+import type { LoadedModel } from "../../src/core/loaded-model.ts";
 import { deleteJson, getJson, postJson } from "../support/http-client.ts";
 import { startTestServer } from "../support/test-server.ts";
 import {
@@ -16,7 +17,8 @@ import {
 // A handler's hooks at the right moments, with the Direct and the Oldest strategy alike:
 // initialize with the config's parameters, execute with each request's own sequence
 // state (a number, a list and a tensor), sequenceEnded with every reason the core can
-// produce and the state as the last request left it, and finalize at unload. The state
+// produce (`unloaded` included) and the state as the last request left it, and finalize
+// at unload. The state
 // counts in the sequences API while the sequence lives, and nothing is held afterwards.
 
 const COUNTER = `${RECORDER}
@@ -180,6 +182,35 @@ for (const strategy of ["direct", "oldest"]) {
     });
   });
 }
+
+test("a model unloaded with a live sequence: sequenceEnded 'unloaded', then finalize", async () => {
+  const repository = handlerRepository((eventsFile) => ({
+    counter: { config: counterConfig("oldest", eventsFile), files: { "1/model.ts": COUNTER } },
+  }));
+  const server = await startTestServer(repository.path);
+  try {
+    assert.equal(sumOf(await step(server.url, 21, 4, { start: true })), 4);
+    // What the repository does when a model leaves (an unload, a config without it):
+    // live sequences get no grace here.
+    const model = server.server.repository.model("counter") as unknown as LoadedModel;
+    await model.unload(Date.now(), "unloaded");
+    const unloaded = await eventOf(
+      repository.eventsFile,
+      "sequenceEnded 21",
+      (e) => e.hook === "sequenceEnded",
+    );
+    assert.deepEqual(
+      { id: unloaded.id, reason: unloaded.reason, sum: unloaded.sum },
+      { id: "21", reason: "unloaded", sum: 4 },
+    );
+    await eventually("finalize of both instances", () =>
+      readEvents(repository.eventsFile).filter((e) => e.hook === "finalize").length === 2 ? true : undefined,
+    );
+  } finally {
+    await server.stop();
+    repository.remove();
+  }
+});
 
 test("handler requests without sequences: batches of requests, one response each, status and metadata", async () => {
   const handler = `

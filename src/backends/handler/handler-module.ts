@@ -11,9 +11,16 @@ import type { Handler, HandlerMetadata } from "../../handler-api.ts";
 // `default`). A handler is the module's default export (an object, or a class to
 // instantiate), or the module's own named exports (`export function execute…`).
 
+/** This worker itself runs as TypeScript (development, tests): tsx is loaded already. */
+const RUNNING_TYPESCRIPT = import.meta.url.endsWith(".ts");
+
 async function importModule(modelPath: string): Promise<Record<string, unknown>> {
   const url = pathToFileURL(modelPath).href;
-  if (!/\.(c|m)?ts$/.test(modelPath)) return (await import(url)) as Record<string, unknown>;
+  // Where tsx is registered globally it takes over every module; its tsImport then loads
+  // a model.js as well as Node alone would (a global tsx cannot: an ES module outside any
+  // "type": "module" package fails there).
+  const typeScript = /\.(c|m)?ts$/.test(modelPath);
+  if (!typeScript && !RUNNING_TYPESCRIPT) return (await import(url)) as Record<string, unknown>;
   const { tsImport } = await import("tsx/esm/api");
   return (await tsImport(url, import.meta.url)) as Record<string, unknown>;
 }

@@ -230,3 +230,21 @@ export function describeJson(node: JsonNode): string {
       return "null";
   }
 }
+
+/** The node as compact JSON text (numbers as written): equal texts mean equal documents. */
+export function jsonText(node: JsonNode): string {
+  switch (node.kind) {
+    case "object":
+      return `{${node.entries.map((e) => `${JSON.stringify(e.key)}:${jsonText(e.value)}`).join(",")}}`;
+    case "array":
+      return `[${node.items.map(jsonText).join(",")}]`;
+    case "string":
+      return JSON.stringify(node.value);
+    case "number":
+      return node.text;
+    case "bool":
+      return String(node.value);
+    case "null":
+      return "null";
+  }
+}

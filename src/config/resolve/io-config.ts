@@ -51,7 +51,10 @@ function supportsBatching(io: IoContext, modelIo: ModelIo): boolean {
     const shape = tensor.shape;
     if (shape === undefined) return false;
     if (io.statePairTensors.has(tensor.name)) {
-      if (shape.filter((dim) => dim === -1).length !== 1) return false;
+      // A state's batch axis is its input's one variable dimension; models often leave
+      // the output's dimensions all variable (Silero VAD's stateN is [-1,-1,-1]).
+      const isInput = modelIo.inputs.includes(tensor);
+      if (isInput && shape.filter((dim) => dim === -1).length !== 1) return false;
       continue;
     }
     if (shape.length === 0 || shape[0] !== -1) return false;

@@ -19,7 +19,7 @@ const nowNs = (): number => performance.now() * 1e6;
  */
 export class PendingRequest {
   readonly request: InferRequest;
-  readonly validated: ValidatedRequest;
+  #validated: ValidatedRequest;
   readonly arrivalNs = nowNs();
   /** Parameters the scheduler adds to the response (e.g. a server-assigned `sequence_id`). */
   readonly responseParameters: Record<string, ParameterValue> = {};
@@ -36,11 +36,21 @@ export class PendingRequest {
 
   constructor(request: InferRequest, validated: ValidatedRequest) {
     this.request = request;
-    this.validated = validated;
+    this.#validated = validated;
     this.promise = new Promise<RequestResult>((resolve, reject) => {
       this.#resolve = resolve;
       this.#reject = reject;
     });
+  }
+
+  /** The request checked against the model that runs it. */
+  get validated(): ValidatedRequest {
+    return this.#validated;
+  }
+
+  /** The request checked again against another model (a reloaded version that takes it over). */
+  revalidate(validated: ValidatedRequest): void {
+    this.#validated = validated;
   }
 
   get settled(): boolean {
@@ -51,10 +61,14 @@ export class PendingRequest {
     return this.dispatchNs !== 0;
   }
 
-  /** Calls `handler` if the client aborts before dispatch (once; never after settling). */
+  /**
+   * Calls `handler` if the client aborts before dispatch (once; never after settling). A
+   * later call replaces the handler: the request has moved to another scheduler.
+   */
   onCancel(handler: (request: PendingRequest) => void): void {
     const signal = this.request.signal;
     if (signal === undefined) return;
+    if (this.#onAbort !== undefined) signal.removeEventListener("abort", this.#onAbort);
     if (signal.aborted) {
       queueMicrotask(() => {
         if (!this.#settled && !this.dispatched) handler(this);

@@ -1,4 +1,8 @@
+import type { SequenceEndReason } from "../model.ts";
 import type { PendingRequest } from "./pending-request.ts";
+
+/** Why a scheduler drains: the server stops, or only the model is unloaded. */
+export type DrainReason = Extract<SequenceEndReason, "shutdown" | "unloaded">;
 
 // A model version's scheduler: takes validated requests and runs them on the model's
 // instances. Strategies (direct, dynamic batching, sequence batching) sit behind this
@@ -11,6 +15,9 @@ export interface Scheduler {
   readonly pending: number;
   /** Refuse new work that would outlive shutdown (new sequences); let the rest finish. */
   beginShutdown(): void;
-  /** Resolves once nothing is pending, or at `deadlineMs` (epoch ms) after failing what is left. */
-  drain(deadlineMs: number): Promise<void>;
+  /**
+   * Resolves once nothing is pending, or at `deadlineMs` (epoch ms) after failing what is
+   * left; live sequences then end with `reason` (default "shutdown").
+   */
+  drain(deadlineMs: number, reason?: DrainReason): Promise<void>;
 }

@@ -11,13 +11,14 @@ import {
   type SequenceSummary,
 } from "../model.ts";
 import type { ModelConfig, SequenceBatchingConfig } from "../model-config.ts";
+import { validateRequest } from "../request-validation.ts";
 import type { BatchObserver } from "../scheduler/batch-observer.ts";
 import { OrderedRelease } from "../scheduler/ordered-release.ts";
 import type { PendingRequest } from "../scheduler/pending-request.ts";
 import { Deque } from "../scheduler/request-queue.ts";
-import type { Scheduler } from "../scheduler/scheduler.ts";
+import type { DrainReason, Scheduler } from "../scheduler/scheduler.ts";
 import type { ModelStatistics } from "../statistics.ts";
-import type { NumericTensor } from "../tensor.ts";
+import { cloneTensor, type NumericTensor } from "../tensor.ts";
 import { checkCorrelationIdType } from "./control-tensors.ts";
 import { DirectInstance } from "./direct-instance.ts";
 import { initialStateTensor } from "./initial-state.ts";
@@ -27,17 +28,18 @@ import { Sequence } from "./sequence.ts";
 import type { SequenceModel } from "./sequence-batch-execution.ts";
 import type { SequenceInstance, SequenceOwner } from "./sequence-instance.ts";
 import { formatSequenceId } from "./sequence-parameters.ts";
-import type { StateStore } from "./state-store.ts";
+import { type SequenceTransfer, stateSignature, type TransferredSequence } from "./sequence-transfer.ts";
+import { isSerializedValue, type SequenceState, type StateEntry, type StateStore } from "./state-store.ts";
 import { fixedStateLayouts, stateStoreForModel } from "./state-store-for-model.ts";
 
 // The scheduler of stateful models (Triton's sequence batcher). It admits requests with
 // Triton's checks and messages, in Triton's order; gives each new sequence a slot on an
 // instance, or a place in a bounded FIFO backlog when every slot is taken; keeps each
 // sequence's requests in arrival order on the instance that holds it; and ends sequences
-// on END, idle timeout, restart, cancellation, a forced end, expiry or shutdown — always
-// through #finish, the one place that frees state and slots and counts the end by reason.
-// A sequence may also be opened without a request and closed without one (sessions), and
-// may carry an absolute expiry.
+// on END, idle timeout, restart, cancellation, a forced end, expiry, unload, reload or
+// shutdown — always through #finish, the one place that frees state and slots and counts
+// the end by reason. A sequence may also be opened without a request and closed without
+// one (sessions), and may carry an absolute expiry.
 
 export interface SequenceBatcherOptions {
   readonly config: ModelConfig;
@@ -58,6 +60,15 @@ const FIRST_ASSIGNED_ID = 1n << 62n;
 
 /** setTimeout's longest delay; a later expiry re-arms its timer when this one fires. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
+
+function copyState(state: SequenceState | undefined): SequenceState | undefined {
+  if (state === undefined) return undefined;
+  const copy = new Map<string, StateEntry>();
+  for (const [name, entry] of state) {
+    copy.set(name, isSerializedValue(entry) ? { serialized: entry.serialized.slice() } : cloneTensor(entry));
+  }
+  return copy;
+}
 
 function clearTimer(timers: Map<Sequence, NodeJS.Timeout>, sequence: Sequence): void {
   const timer = timers.get(sequence);
@@ -87,6 +98,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   #idleTimer: NodeJS.Timeout | undefined;
   readonly #ended: Record<SequenceEndReason, number>;
   readonly #ordering: OrderedRelease | undefined;
+  /** Ids whose END was accepted and whose sequence has not finished yet. */
+  readonly #ending = new Map<string, Sequence>();
   /** Live sequences allowed at once (max_candidate_sequence_use_ratio of the slots). */
   readonly #maxLive: number;
   #nextAssignedId = FIRST_ASSIGNED_ID;
@@ -120,10 +133,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         ? new DirectInstance(this.#model, this, executor, strategy)
         : new OldestInstance(this.#model, this, executor, strategy),
     );
-    const ratio = this.#sequencing.maxSequenceUseRatio;
-    this.#maxLive = ratio === undefined ? Number.POSITIVE_INFINITY : Math.max(1, Math.floor(ratio * slots));
     const idleUs = this.#sequencing.maxSequenceIdleUs;
     this.#idleMs = idleUs === undefined ? undefined : idleUs / 1000;
+    const ratio = this.#sequencing.maxSequenceUseRatio;
+    this.#maxLive = ratio === undefined ? Number.POSITIVE_INFINITY : Math.max(1, Math.floor(ratio * slots));
     this.#ended = Object.fromEntries(SEQUENCE_END_REASONS.map((r) => [r, 0])) as Record<
       SequenceEndReason,
       number
@@ -150,11 +163,14 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     const control = pending.request.sequence;
     const start = control?.start ?? false;
     const end = control?.end ?? false;
+    const exclusive = control?.admission === "exclusive";
     let id = control?.id;
     if (id === undefined) {
       if (!start) {
-        throw invalidArg(
+        throw new ServerError(
+          "INVALID_ARG",
           `inference request to model '${model}' must specify a non-zero or non-empty correlation ID`,
+          { reason: "sequence_id_missing" },
         );
       }
       id = this.#assignId();
@@ -172,12 +188,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       if (!start) throw invalidArg(this.#expiredMessage(existing));
       existing = undefined;
     }
-    if (!start && existing === undefined) {
-      throw invalidArg(
-        `inference request for sequence ${formatSequenceId(id)} to model '${model}' must specify the START flag on the first request of the sequence`,
-      );
-    }
-
+    if (!start && existing === undefined) throw this.#unknownId(id, exclusive);
+    if (start && exclusive) this.#checkExclusiveStart(id, existing);
     if (start && existing === undefined) this.#checkRoomForNew();
 
     let sequence: Sequence;
@@ -200,8 +212,26 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       sequence = existing!;
     }
 
+    this.#accept(sequence, pending, control?.id === undefined);
+    sequence.lastArrivalMs = Date.now();
+    if (end) {
+      sequence.endReason = "end";
+      this.#releaseId(sequence);
+      this.#ending.set(key, sequence);
+    } else if (sequence.holder !== undefined && sequence.expiresAtMs === undefined) {
+      this.#byArrival.delete(sequence);
+      this.#byArrival.set(sequence, true);
+      this.#armIdleTimer();
+    }
+    if (start && sequence.holder === undefined && control?.timeoutUs !== undefined) {
+      this.#armBacklogTimeout(sequence, control.timeoutUs);
+    }
+    sequence.holder?.wake(sequence);
+  }
+
+  /** Takes `pending` into `sequence`'s queue: counted, ordered, cancellable. */
+  #accept(sequence: Sequence, pending: PendingRequest, assigned: boolean): void {
     this.#pending++;
-    const assigned = control?.id === undefined;
     pending.promise.then(
       () => this.#settled(),
       () => {
@@ -223,20 +253,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       pending.deliverThrough((deliver) => ordering.complete(ticket, deliver));
     }
     sequence.queue.push(pending);
-    sequence.lastArrivalMs = Date.now();
-    if (end) {
-      sequence.endReason = "end";
-      this.#releaseId(sequence);
-    } else if (sequence.holder !== undefined && sequence.expiresAtMs === undefined) {
-      this.#byArrival.delete(sequence);
-      this.#byArrival.set(sequence, true);
-      this.#armIdleTimer();
-    }
     pending.onCancel((p) => this.#cancelled(sequence, p));
-    if (start && sequence.holder === undefined && control?.timeoutUs !== undefined) {
-      this.#armBacklogTimeout(sequence, control.timeoutUs);
-    }
-    sequence.holder?.wake(sequence);
   }
 
   // ---- admission helpers ----
@@ -244,16 +261,55 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   /** max_candidate_sequence_use_ratio: refuses a new sequence at once past that share of the slots. */
   #checkRoomForNew(): void {
     if (this.#live.size < this.#maxLive) return;
-    throw unavailable(
+    throw new ServerError(
+      "UNAVAILABLE",
       `model '${this.#config.name}' has ${this.#live.size} live sequences, as many as max_candidate_sequence_use_ratio ` +
         `${this.#sequencing.maxSequenceUseRatio} of its ${this.capacity} sequence slots allows; retry later`,
-      1,
+      { retryAfterSeconds: 1, reason: "sequence_limit" },
     );
   }
 
   #assignId(): bigint {
-    while (this.#live.has(idKey(this.#nextAssignedId))) this.#nextAssignedId++;
+    for (;;) {
+      const key = idKey(this.#nextAssignedId);
+      if (!this.#live.has(key) && !this.#ending.has(key)) break;
+      this.#nextAssignedId++;
+    }
     return this.#nextAssignedId++;
+  }
+
+  /** A request without START for an id no live sequence answers to. */
+  #unknownId(id: SequenceId, exclusive: boolean): ServerError {
+    const sequence = `sequence ${formatSequenceId(id)}`;
+    if (exclusive) {
+      return new ServerError(
+        "NOT_FOUND",
+        `${sequence} of model '${this.#config.name}' does not exist: it never started, or it has ended`,
+        { reason: "sequence_unknown" },
+      );
+    }
+    return new ServerError(
+      "INVALID_ARG",
+      `inference request for ${sequence} to model '${this.#config.name}' must specify the START flag on the first request of the sequence`,
+      { reason: "sequence_unknown" },
+    );
+  }
+
+  /** Exclusive admission: a START may not take an id that a sequence still holds. */
+  #checkExclusiveStart(id: SequenceId, live: Sequence | undefined): void {
+    const sequence = `sequence ${formatSequenceId(id)} of model '${this.#config.name}'`;
+    if (live !== undefined) {
+      throw new ServerError("ALREADY_EXISTS", `${sequence} already exists: end it before starting it again`, {
+        reason: "sequence_exists",
+      });
+    }
+    if (this.#ending.has(idKey(id))) {
+      throw new ServerError(
+        "FAILED_PRECONDITION",
+        `${sequence} is ending: its END request has not finished yet, so the id cannot start a new sequence`,
+        { reason: "sequence_ending" },
+      );
+    }
   }
 
   /** A new sequence takes a free slot on the least-loaded instance, or joins the backlog. */
@@ -267,9 +323,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       return;
     }
     if (this.#backlog.length >= this.#sequencing.backlogLimit) {
-      throw unavailable(
+      throw new ServerError(
+        "UNAVAILABLE",
         `model '${this.#config.name}' has all ${this.capacity} sequence slots in use and its backlog of ${this.#sequencing.backlogLimit} sequences is full; retry later`,
-        1,
+        { retryAfterSeconds: 1, reason: "sequence_limit" },
       );
     }
     sequence.status = "backlogged";
@@ -342,6 +399,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     const reason = sequence.endReason ?? "end";
     this.#ended[reason]++;
     this.#releaseId(sequence);
+    this.#forgetEnding(sequence);
     for (const p of sequence.queue.drain())
       p.reject(failQueued ?? cancelled(`sequence ${formatSequenceId(sequence.id)} ended`));
     // Model code that keeps per-sequence data hears why, with the state, before it is freed.
@@ -540,8 +598,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#shuttingDown = true;
   }
 
-  /** Lets live sequences run to their end until `deadlineMs`, then ends the rest (reason "shutdown"). */
-  async drain(deadlineMs: number): Promise<void> {
+  /**
+   * Lets live sequences run to their end until `deadlineMs`, then ends the rest with
+   * `reason` ("shutdown" when the server stops, "unloaded" when only the model goes).
+   */
+  async drain(deadlineMs: number, reason: DrainReason = "shutdown"): Promise<void> {
     this.#shuttingDown = true;
     if (this.#pending > 0 || this.#all.size > 0) {
       await new Promise<void>((resolve) => {
@@ -553,9 +614,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         });
       });
     }
-    for (const sequence of [...this.#all]) {
-      this.#endNow(sequence, "shutdown", unavailable("the server is shutting down"));
-    }
+    const why =
+      reason === "shutdown" ? "the server is shutting down" : `model '${this.#config.name}' was unloaded`;
+    for (const sequence of [...this.#all]) this.#endNow(sequence, reason, unavailable(why));
     if (this.#idleTimer !== undefined) clearTimeout(this.#idleTimer);
     if (this.#pending > 0) await new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
   }
@@ -603,6 +664,123 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       cancelled(`sequence ${formatSequenceId(id)} of model '${this.#config.name}' was ended ${how}`),
     );
     return true;
+  }
+
+  // ---- moving sequences to a reloaded version of the model ----
+
+  /** Starts no more batches; resolves once none is running, so every state in the store is final. */
+  async pause(): Promise<void> {
+    await Promise.all(this.#instances.map((i) => i.pause()));
+  }
+
+  resume(): void {
+    for (const instance of this.#instances) instance.resume();
+  }
+
+  /** The state tensors' names, datatypes and shapes: sequences move only between equal signatures. */
+  get stateSignature(): string {
+    return stateSignature(this.#sequencing);
+  }
+
+  /**
+   * Takes every unfinished sequence out, with its state and its accepted requests, for
+   * `adopt` on the batcher of a reloaded version (call while paused). Nothing ends: the
+   * sequences leave uncounted and the requests keep their promises.
+   */
+  export(): SequenceTransfer {
+    const leaving = [...this.#all];
+    const sequences: TransferredSequence[] = leaving.map((s) => ({
+      id: s.id,
+      live: this.#live.get(idKey(s.id)) === s,
+      endReason: s.endReason,
+      // A copy: the store may hand out views of memory that freeing the row lets it reuse.
+      state: copyState(this.#model.store.get(s.key)),
+      requests: s.queue.drain(),
+      steps: s.steps,
+      createdMs: s.createdMs,
+      expiresAtMs: s.expiresAtMs,
+    }));
+    // Out of every table first, so freeing their slots hands none to another leaver.
+    this.#all.clear();
+    this.#live.clear();
+    this.#ending.clear();
+    this.#byArrival.clear();
+    this.#backlog.drain();
+    for (const timers of [this.#backlogTimers, this.#expiryTimers]) {
+      for (const timer of timers.values()) clearTimeout(timer);
+      timers.clear();
+    }
+    for (const sequence of leaving) {
+      this.#model.store.delete(sequence.key);
+      sequence.successor = undefined;
+      sequence.holder?.release(sequence, sequence.slot!);
+      sequence.holder = undefined;
+    }
+    this.#notifyIdle();
+    return { signature: this.stateSignature, sequences, ended: { ...this.#ended } };
+  }
+
+  /**
+   * Takes over sequences exported by the previous version of the model (whose state
+   * signature the caller checked): each gets a slot (or a place in the backlog) with its
+   * state, and its requests are checked against this version's config and queued in order.
+   * A sequence that finds no room ends (reason "reloaded"), as does a request that this
+   * version refuses.
+   */
+  adopt(transfer: SequenceTransfer): void {
+    for (const reason of SEQUENCE_END_REASONS) this.#ended[reason] += transfer.ended[reason];
+    for (const moving of transfer.sequences) this.#adoptOne(moving);
+  }
+
+  #adoptOne(moving: TransferredSequence): void {
+    const sequence = new Sequence(moving.id, moving.createdMs);
+    sequence.steps = moving.steps;
+    sequence.endReason = moving.endReason;
+    sequence.expiresAtMs = moving.expiresAtMs;
+    try {
+      this.#place(sequence);
+    } catch (error) {
+      const refusal = cancelled(
+        `sequence ${formatSequenceId(moving.id)} ended: the reloaded model '${this.#config.name}' has no room for it (${(error as Error).message})`,
+      );
+      for (const request of moving.requests) request.reject(refusal);
+      this.#ended.reloaded++;
+      return;
+    }
+    if (sequence.status === "active" && moving.endReason !== undefined) sequence.status = "ending";
+    if (moving.state !== undefined) this.#model.store.set(sequence.key, moving.state);
+    this.#all.add(sequence);
+    const key = idKey(moving.id);
+    if (moving.live) this.#live.set(key, sequence);
+    else if (moving.endReason === "end") this.#ending.set(key, sequence);
+    for (const request of moving.requests) {
+      try {
+        request.revalidate(validateRequest(this.#config, request.request));
+      } catch (error) {
+        request.reject(error instanceof ServerError ? error : cancelled(String(error)));
+        continue;
+      }
+      this.#accept(sequence, request, false);
+    }
+    if (sequence.endReason !== undefined && sequence.idle) {
+      this.#finish(sequence);
+      return;
+    }
+    if (moving.expiresAtMs !== undefined) this.#armExpiry(sequence, moving.expiresAtMs);
+    if (sequence.holder !== undefined) {
+      this.#startIdleClock(sequence);
+      sequence.holder.wake(sequence);
+    }
+  }
+
+  /** Ends every unfinished sequence now: queued requests fail with `why`, running ones complete first. */
+  endAll(reason: SequenceEndReason, why: string): void {
+    for (const sequence of [...this.#all]) this.#endNow(sequence, reason, unavailable(why));
+  }
+
+  #forgetEnding(sequence: Sequence): void {
+    const key = idKey(sequence.id);
+    if (this.#ending.get(key) === sequence) this.#ending.delete(key);
   }
 
   open(id: SequenceId, options: SequenceOpenOptions = {}): void {

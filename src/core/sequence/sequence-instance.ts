@@ -36,6 +36,11 @@ export abstract class SequenceInstance implements SlotHolder {
   #inFlight = 0;
   #scheduled = false;
   #timer: NodeJS.Timeout | undefined;
+  /** No batch starts while paused (a reload is taking the sequences' state). */
+  #paused = false;
+  #quietWaiters: (() => void)[] = [];
+  /** Requests of model code still running (a decoupled one may outlast its batch). */
+  #runningRequests = 0;
 
   constructor(
     model: SequenceModel,
@@ -79,9 +84,30 @@ export abstract class SequenceInstance implements SlotHolder {
     this.schedule();
   }
 
+  /** Starts no more batches; resolves once none is running (every state in the store is final). */
+  pause(): Promise<void> {
+    this.#paused = true;
+    if (this.#quiet) return Promise.resolve();
+    return new Promise((resolve) => this.#quietWaiters.push(resolve));
+  }
+
+  /** No batch and no request of model code is running: every state in the store is final. */
+  get #quiet(): boolean {
+    return this.#inFlight === 0 && this.#runningRequests === 0;
+  }
+
+  #notifyQuiet(): void {
+    if (this.#quiet) for (const quiet of this.#quietWaiters.splice(0)) quiet();
+  }
+
+  resume(): void {
+    this.#paused = false;
+    this.schedule();
+  }
+
   /** Coalesces the arrivals of one event-loop turn into one batching decision. */
   protected schedule(): void {
-    if (this.#scheduled || this.#inFlight >= this.#maxInFlight) return;
+    if (this.#paused || this.#scheduled || this.#inFlight >= this.#maxInFlight) return;
     this.#scheduled = true;
     setImmediate(() => {
       this.#scheduled = false;
@@ -106,7 +132,7 @@ export abstract class SequenceInstance implements SlotHolder {
   }
 
   #run(): void {
-    if (this.#inFlight >= this.#maxInFlight) return;
+    if (this.#paused || this.#inFlight >= this.#maxInFlight) return;
     const rows = this.nextBatch();
     if (rows === undefined) return;
     this.#inFlight++;
@@ -115,15 +141,19 @@ export abstract class SequenceInstance implements SlotHolder {
     if (isRequestExecutor(this.executor)) {
       // Model code answers each request on its own time: a sequence steps again when its
       // request is complete; the instance takes another batch when the executor is ready.
+      this.#runningRequests += real.length;
       runSequenceRequests(this.model, this.executor, rows, (row, outcome) => {
+        this.#runningRequests--;
         row.sequence.running = false;
         row.sequence.steps++;
         const signal = row.request.request.signal;
         if (outcome?.ok === false && outcome.error.code === "CANCELLED" && signal?.aborted === true) {
           this.owner.runningRequestCancelled(row.sequence);
         } else this.owner.afterStep(row.sequence);
+        this.#notifyQuiet();
       }).finally(() => {
         this.#inFlight--;
+        this.#notifyQuiet();
         this.schedule();
       });
       return;
@@ -135,6 +165,7 @@ export abstract class SequenceInstance implements SlotHolder {
         row.sequence.steps++;
         this.owner.afterStep(row.sequence);
       }
+      this.#notifyQuiet();
       this.schedule();
     });
   }

@@ -31,7 +31,8 @@ export class Sequence {
   readonly id: SequenceId;
   /** Unique to this life: the state store key. */
   readonly key = `seq-${++nextToken}`;
-  readonly createdMs = Date.now();
+  /** When the sequence started (kept when it moves to a reloaded version of its model). */
+  readonly createdMs: number;
   lastArrivalMs = Date.now();
   status: SequenceStatus = "backlogged";
   /** Why the sequence is ending, decided when its id was released. */
@@ -50,8 +51,9 @@ export class Sequence {
   /** When the sequence ends by itself (epoch ms), when it was opened with an expiry. */
   expiresAtMs: number | undefined;
 
-  constructor(id: SequenceId) {
+  constructor(id: SequenceId, createdMs = Date.now()) {
     this.id = id;
+    this.createdMs = createdMs;
   }
 
   /** Has a request that could run now. */

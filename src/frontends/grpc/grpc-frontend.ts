@@ -1,12 +1,13 @@
 import { type ChannelOptions, Server, ServerCredentials } from "@grpc/grpc-js";
 import type { ServerContext } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { tfsGrpcServices } from "../tfs/grpc-services.ts";
 import { healthService } from "./health-service.ts";
 import { inferenceService } from "./inference-service.ts";
 import type { GrpcServiceRegistration } from "./service-registration.ts";
 
-// The gRPC frontend: one grpc-js server carrying inference.GRPCInferenceService and
-// grpc.health.v1.Health (and, later, other protocol families' services beside them).
+// The gRPC frontend: one grpc-js server carrying inference.GRPCInferenceService,
+// grpc.health.v1.Health, and TF-Serving's PredictionService and ModelService.
 
 /** Triton's default message limit (INT32_MAX): tensors are routinely far above grpc-js's 4 MiB. */
 export const DEFAULT_MAX_MESSAGE_BYTES = 2 ** 31 - 1;
@@ -103,6 +104,7 @@ export function createGrpcFrontend(options: GrpcFrontendOptions): GrpcFrontend {
       maxMessageBytes: options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
     }),
     healthService({ context, logger }),
+    ...tfsGrpcServices({ context, logger }),
   ];
   for (const service of services) server.addService(service.definition, service.implementation);
   let closing: Promise<void> | undefined;

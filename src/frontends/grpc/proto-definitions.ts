@@ -57,9 +57,17 @@ interface HotTypes {
 
 let hotTypes: HotTypes | undefined;
 
+let inferenceRoot: protobuf.Root | undefined;
+
+/** The protobufjs types of the KServe v2 protos (also for clients, such as the benchmark's). */
+export function inferenceTypes(): protobuf.Root {
+  inferenceRoot ??= new protobuf.Root().loadSync(join(PROTO_DIR, "grpc_service.proto"), { keepCase: true });
+  return inferenceRoot;
+}
+
 function hot(): HotTypes {
   if (hotTypes === undefined) {
-    const root = new protobuf.Root().loadSync(join(PROTO_DIR, "grpc_service.proto"), { keepCase: true });
+    const root = inferenceTypes();
     hotTypes = {
       request: root.lookupType("inference.ModelInferRequest"),
       response: root.lookupType("inference.ModelInferResponse"),

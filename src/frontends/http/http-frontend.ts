@@ -3,6 +3,7 @@ import type { ServerContext } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
 import { createHttpApp, type HttpApp } from "../common/http/http-app.ts";
+import { tfsRestRoutes } from "../tfs/rest-routes.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
 import { generateRoutes } from "./generate/generate-routes.ts";
 import { kserveRoutes } from "./kserve-routes.ts";
@@ -10,8 +11,8 @@ import { sequenceRoutes } from "./sequence-routes.ts";
 import { onStreamError, streamRoutes } from "./websocket/stream-routes.ts";
 
 // The HTTP frontend: one fastify instance serving each protocol family from its own
-// route plugin (KServe v2, seqserve's sequence endpoints and WebSocket streams today),
-// each with its own error table. Bodies are read once for every route (common/http).
+// route plugin (KServe v2, seqserve's sequence endpoints and WebSocket streams, TF-Serving
+// REST), each with its own error table. Bodies are read once for every route (common/http).
 
 export interface HttpFrontendOptions {
   readonly context: ServerContext;
@@ -50,6 +51,7 @@ export function createHttpFrontend(options: HttpFrontendOptions): HttpFrontend {
   app.register(kserveRoutes, { context, bodyLimitBytes });
   app.register(generateRoutes, { context, bodyLimitBytes });
   app.register(sequenceRoutes, { context, bodyLimitBytes });
+  app.register(tfsRestRoutes, { context, bodyLimitBytes });
   app.register(streamRoutes, {
     context,
     bodyLimitBytes,

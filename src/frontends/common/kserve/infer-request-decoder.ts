@@ -5,10 +5,10 @@ import type { ServedModel } from "../../../core/model.ts";
 import { readSequenceControl } from "../../../core/sequence/sequence-parameters.ts";
 import type { Tensor } from "../../../core/tensor.ts";
 import { isJsonObject, type JsonObject } from "../http/json-body.ts";
+import { memberSourceText } from "../json-source-text.ts";
 import { decodeRawTensor } from "../raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
 import { decodeJsonTensor } from "./json-tensor.ts";
-import { parameterSourceText } from "./parameter-text.ts";
 
 // A KServe v2 HTTP inference body → the protocol-free InferRequest, plus how the client
 // wants the outputs back (JSON or binary). Only the wire format is checked here (types,
@@ -77,7 +77,7 @@ interface ReadParameters {
 
 /** A uint64 `sequence_id` above 2^53, read again from its source digits. */
 function exactSequenceId(text: string, parsed: number): ParameterValue {
-  const source = parameterSourceText(text, "sequence_id");
+  const source = memberSourceText(text, ["parameters", "sequence_id"]);
   return source !== undefined && /^\d+$/.test(source) ? BigInt(source) : parsed;
 }
 

@@ -1,6 +1,7 @@
 // JSON.parse turns every number into a double, so a uint64 sequence id above 2^53 comes
-// out rounded. This scanner finds the source text of a member of the request's top-level
-// `parameters` object, so the exact digits can be read again. It runs only on text that
+// out rounded. This scanner finds the source text of one member of a request object (a
+// KServe request's `parameters.sequence_id`, a TF-Serving request's
+// `inputs.sequence_id`), so the exact digits can be read again. It runs only on text that
 // JSON.parse has accepted, and only when a parsed value was not a safe integer.
 
 const QUOTE = 0x22;
@@ -67,18 +68,20 @@ function forEachMember(text: string, i: number, visit: (key: string, start: numb
 }
 
 /**
- * The source text of `parameters[name]` in the request JSON `text` (the last occurrence,
- * as JSON.parse keeps), or undefined when it is absent.
+ * The source text of the member at `path` (object keys from the top, e.g.
+ * ["parameters", "sequence_id"]) in the JSON `text` (the last occurrence, as JSON.parse
+ * keeps), or undefined when it is absent.
  */
-export function parameterSourceText(text: string, name: string): string | undefined {
+export function memberSourceText(text: string, path: readonly string[]): string | undefined {
   let found: string | undefined;
-  const start = skipSpace(text, 0);
-  if (text[start] !== "{") return undefined;
-  forEachMember(text, start, (key, valueStart) => {
-    if (key !== "parameters" || text[valueStart] !== "{") return;
-    forEachMember(text, valueStart, (member, memberStart) => {
-      if (member === name) found = text.slice(memberStart, skipValue(text, memberStart));
+  const descend = (start: number, depth: number): void => {
+    if (text[start] !== "{") return;
+    forEachMember(text, start, (key, valueStart) => {
+      if (key !== path[depth]) return;
+      if (depth === path.length - 1) found = text.slice(valueStart, skipValue(text, valueStart));
+      else descend(valueStart, depth + 1);
     });
-  });
+  };
+  if (path.length > 0) descend(skipSpace(text, 0), 0);
   return found;
 }

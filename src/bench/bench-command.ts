@@ -1,0 +1,307 @@
+import { randomBytes } from "node:crypto";
+import { writeFileSync } from "node:fs";
+import type { TensorMetadata } from "../core/model.ts";
+import { BENCH_HELP, type BenchOptions, BenchUsageError, parseBenchArgs } from "./bench-options.ts";
+import type { ClientTarget } from "./clients/bench-client.ts";
+import { createClient } from "./clients/create-client.ts";
+import { type InProcessLimit, inProcessLimit } from "./inprocess-limit.ts";
+import { runLoad } from "./load-loop.ts";
+import { type LocalModel, openLocalModel } from "./local-model.ts";
+import { checkAgainstOracle, type OracleReport } from "./oracle.ts";
+import { processCpuMs, type StartedServer, startServerProcess } from "./server-process.ts";
+import { readStatistics, type ServerSide, serverSide } from "./server-statistics.ts";
+import { latencyThroughputSvg, type SweepPoint } from "./svg-chart.ts";
+import { Workload } from "./workload.ts";
+
+// `seqserve bench`: one model, one protocol, a closed or open loop for a fixed time; the
+// report gives what the client saw (requests/s, latency percentiles, errors by kind), what
+// the server did (batch sizes, queue and compute time, its CPU per request when it runs
+// here), the in-process limit at those batch sizes, and, with --verify, the oracle check.
+
+export interface BenchReport {
+  readonly model: string;
+  readonly protocol: string;
+  readonly concurrency: number;
+  readonly sequenceLength: number | undefined;
+  readonly rate: number | undefined;
+  readonly seconds: number;
+  readonly requests: number;
+  readonly requestsPerSecond: number;
+  readonly latencyMs: {
+    readonly p50: number;
+    readonly p90: number;
+    readonly p99: number;
+    readonly max: number;
+  };
+  readonly errors: Readonly<Record<string, number>>;
+  readonly server:
+    | {
+        readonly batches: Readonly<Record<string, number>>;
+        readonly meanBatch: number;
+        readonly queueMs: number;
+        readonly computeMs: number;
+        /** Server process CPU per answered request, when the benchmark started the server. */
+        readonly cpuMsPerRequest: number | undefined;
+      }
+    | undefined;
+  readonly inProcess: { readonly rowsPerSecond: number; readonly ratio: number } | undefined;
+  readonly oracle: OracleReport | undefined;
+}
+
+interface Endpoints {
+  readonly httpBase: string;
+  readonly target: Omit<ClientTarget, "concurrency" | "streams" | "outputs">;
+  readonly server: StartedServer | undefined;
+}
+
+function hostPort(value: string | undefined): { host: string; port: number } | undefined {
+  if (value === undefined) return undefined;
+  const at = value.lastIndexOf(":");
+  return { host: value.slice(0, at), port: Number(value.slice(at + 1)) };
+}
+
+async function endpoints(options: BenchOptions): Promise<Endpoints> {
+  if (options.modelRepository !== undefined) {
+    const server = await startServerProcess(options.modelRepository, options.serverArgs);
+    return {
+      httpBase: `http://127.0.0.1:${server.ports.http}`,
+      target: {
+        model: options.model,
+        host: "127.0.0.1",
+        httpPort: server.ports.http,
+        grpcPort: server.ports.grpc,
+        sagemakerPort: server.ports.sagemaker,
+      },
+      server,
+    };
+  }
+  const url = new URL(options.url!);
+  return {
+    httpBase: url.origin,
+    target: {
+      model: options.model,
+      host: url.hostname,
+      httpPort: Number(url.port || 80),
+      grpcPort: hostPort(options.grpc)?.port,
+      sagemakerPort: hostPort(options.sagemaker)?.port,
+    },
+    server: undefined,
+  };
+}
+
+interface ModelShape {
+  readonly inputs: TensorMetadata[];
+  readonly outputs: TensorMetadata[];
+  readonly sequences: boolean;
+}
+
+async function describeModel(httpBase: string, model: string): Promise<ModelShape> {
+  const metadata = await fetch(`${httpBase}/v2/models/${encodeURIComponent(model)}`);
+  if (!metadata.ok) throw new Error(`model '${model}': ${await metadata.text()}`);
+  const { inputs, outputs } = (await metadata.json()) as {
+    inputs: TensorMetadata[];
+    outputs: TensorMetadata[];
+  };
+  const config = (await (
+    await fetch(`${httpBase}/v2/models/${encodeURIComponent(model)}/config`)
+  ).json()) as Record<string, unknown>;
+  return { inputs, outputs, sequences: config.sequence_batching !== undefined };
+}
+
+const round = (v: number, digits = 2) => Number(v.toFixed(digits));
+
+async function runOnce(
+  options: BenchOptions,
+  concurrency: number,
+  ends: Endpoints,
+  shape: ModelShape,
+  workload: Workload,
+  local: LocalModel | undefined,
+): Promise<BenchReport> {
+  const streams = options.streams ?? Math.max(1, Math.ceil(concurrency / 16));
+  const client = createClient(options.protocol, {
+    ...ends.target,
+    concurrency,
+    streams,
+    outputs: shape.outputs.map((o) => o.name),
+  });
+  const before = await readStatistics(ends.httpBase, options.model);
+  const sequenceLength = shape.sequences ? options.sequenceLength : undefined;
+  let cpuStart: number | undefined;
+  const measureAt = setTimeout(() => {
+    if (ends.server !== undefined) cpuStart = processCpuMs(ends.server.pid);
+  }, options.warmupSeconds * 1000);
+  let cpuEnd: number | undefined;
+  const stopAt = setTimeout(
+    () => {
+      if (ends.server !== undefined) cpuEnd = processCpuMs(ends.server.pid);
+    },
+    (options.warmupSeconds + options.seconds) * 1000,
+  );
+  const result = await runLoad(client, workload, {
+    lanes: concurrency,
+    sequenceLength,
+    rate: options.rate,
+    seconds: options.seconds,
+    warmupSeconds: options.warmupSeconds,
+    idBase: BigInt(randomBytes(4).readUInt32BE(0) + 1) * 2n ** 24n,
+    keepOutputs: options.verify,
+    ...(options.quiet || options.json || !process.stderr.isTTY
+      ? {}
+      : {
+          progress: (elapsed, answered, recorder) => {
+            const [p99] = recorder.percentiles([99]);
+            process.stderr.write(
+              `\r  ${elapsed.toFixed(0)} s: ${(answered / elapsed).toFixed(0)} requests/s, p99 ${p99!.toFixed(1)} ms, errors ${recorder.failures}   `,
+            );
+          },
+        }),
+  });
+  clearTimeout(measureAt);
+  clearTimeout(stopAt);
+  if (!options.quiet && !options.json && process.stderr.isTTY) process.stderr.write("\r\x1b[K");
+  await client.close();
+  const after = await readStatistics(ends.httpBase, options.model);
+  const server: ServerSide | undefined = serverSide(before, after);
+  const { recorder } = result;
+  const [p50, p90, p99, max] = recorder.percentiles([50, 90, 99, 100]);
+  const requestsPerSecond = recorder.count / result.seconds;
+
+  let limit: InProcessLimit | undefined;
+  if (local !== undefined && server !== undefined && server.batches.size > 0) {
+    const budget = Math.max(40, Math.floor(3000 / server.batches.size));
+    limit = await inProcessLimit(local, workload, server.batches, budget);
+  }
+  const oracle =
+    local !== undefined && options.verify
+      ? await checkAgainstOracle(local, workload, result.exchanges)
+      : undefined;
+  const cpuMs = cpuStart !== undefined && cpuEnd !== undefined ? cpuEnd - cpuStart : undefined;
+  // Rows per request: the model's batch rows a request brings (1 for these workloads).
+  return {
+    model: options.model,
+    protocol: options.protocol,
+    concurrency,
+    sequenceLength,
+    rate: options.rate,
+    seconds: round(result.seconds, 3),
+    requests: recorder.count,
+    requestsPerSecond: round(requestsPerSecond, 1),
+    latencyMs: { p50: round(p50!, 3), p90: round(p90!, 3), p99: round(p99!, 3), max: round(max!, 3) },
+    errors: Object.fromEntries(recorder.errors),
+    server:
+      server === undefined
+        ? undefined
+        : {
+            batches: Object.fromEntries([...server.batches].sort((a, b) => b[1] - a[1])),
+            meanBatch: round(server.meanBatch),
+            queueMs: round(server.queueMs, 3),
+            computeMs: round(server.computeMs, 3),
+            cpuMsPerRequest:
+              cpuMs === undefined || recorder.count === 0 ? undefined : round(cpuMs / recorder.count, 4),
+          },
+    inProcess:
+      limit === undefined
+        ? undefined
+        : {
+            rowsPerSecond: round(limit.rowsPerSecond, 0),
+            ratio: round(requestsPerSecond / limit.rowsPerSecond, 3),
+          },
+    oracle,
+  };
+}
+
+export function formatReport(report: BenchReport): string {
+  const lines = [
+    `${report.model} over ${report.protocol}: ${report.concurrency} ${report.sequenceLength === undefined ? "clients" : `sequences of ${report.sequenceLength} steps`}, ${report.rate === undefined ? "closed loop" : `${report.rate} requests/s offered`}, ${report.seconds} s`,
+    `  requests/s   ${report.requestsPerSecond}  (${report.requests} answered)`,
+    `  latency ms   p50 ${report.latencyMs.p50}  p90 ${report.latencyMs.p90}  p99 ${report.latencyMs.p99}  max ${report.latencyMs.max}`,
+    `  errors       ${
+      Object.keys(report.errors).length === 0
+        ? "none"
+        : Object.entries(report.errors)
+            .map(([k, n]) => `${k}: ${n}`)
+            .join(", ")
+    }`,
+  ];
+  if (report.server !== undefined) {
+    const sizes = Object.entries(report.server.batches)
+      .slice(0, 12)
+      .map(([size, n]) => `${size}:${n}`)
+      .join(" ");
+    lines.push(
+      `  batches      mean ${report.server.meanBatch}  (size:executions ${sizes}${Object.keys(report.server.batches).length > 12 ? " …" : ""})`,
+      `  server       queue ${report.server.queueMs} ms, compute ${report.server.computeMs} ms per request${report.server.cpuMsPerRequest === undefined ? "" : `; CPU ${report.server.cpuMsPerRequest} ms per request`}`,
+    );
+  }
+  if (report.inProcess !== undefined) {
+    lines.push(
+      `  in-process   ${report.inProcess.rowsPerSecond} rows/s at these batch sizes: ${(report.inProcess.ratio * 100).toFixed(1)} % reached`,
+    );
+  }
+  if (report.oracle !== undefined) {
+    lines.push(
+      report.oracle.mismatches === 0
+        ? `  oracle       ${report.oracle.checked} outputs checked, all equal to ONNX Runtime alone`
+        : `  oracle       ${report.oracle.mismatches} of ${report.oracle.checked} outputs differ: ${report.oracle.examples.join("; ")}`,
+    );
+  }
+  return lines.join("\n");
+}
+
+/** Runs `seqserve bench …`; resolves with the process exit code. */
+export async function benchCommand(argv: readonly string[]): Promise<number> {
+  let options: BenchOptions | "help";
+  try {
+    options = parseBenchArgs(argv);
+  } catch (error) {
+    if (!(error instanceof BenchUsageError)) throw error;
+    process.stderr.write(`seqserve bench: ${error.message}\nRun 'seqserve bench --help' for the options.\n`);
+    return 2;
+  }
+  if (options === "help") {
+    process.stdout.write(`${BENCH_HELP}\n`);
+    return 0;
+  }
+  const reports = await runBench(options);
+  if (options.json)
+    process.stdout.write(`${JSON.stringify(reports.length === 1 ? reports[0] : reports, null, 2)}\n`);
+  else process.stdout.write(`${reports.map(formatReport).join("\n\n")}\n`);
+  const failed = reports.some((r) => (r.oracle?.mismatches ?? 0) > 0);
+  return failed ? 1 : 0;
+}
+
+/** The benchmark as a library call (tests and the comparison script use it). */
+export async function runBench(options: BenchOptions): Promise<BenchReport[]> {
+  const ends = await endpoints(options);
+  let local: LocalModel | undefined;
+  try {
+    const shape = await describeModel(ends.httpBase, options.model);
+    const workload = new Workload(shape.inputs, {
+      values: options.values,
+      shapes: options.shapes,
+      ...(options.wavFile === undefined ? {} : { wavFile: options.wavFile }),
+      ...(options.audioInput === undefined ? {} : { audioInput: options.audioInput }),
+      seed: options.seed,
+    });
+    if (options.modelRepository !== undefined)
+      local = await openLocalModel(options.modelRepository, options.model);
+    const reports: BenchReport[] = [];
+    for (const concurrency of options.sweep ?? [options.concurrency]) {
+      reports.push(await runOnce(options, concurrency, ends, shape, workload, local));
+    }
+    if (options.chart !== undefined) {
+      const points: SweepPoint[] = reports.map((r) => ({
+        concurrency: r.concurrency,
+        requestsPerSecond: r.requestsPerSecond,
+        p50Ms: r.latencyMs.p50,
+        p99Ms: r.latencyMs.p99,
+      }));
+      writeFileSync(options.chart, latencyThroughputSvg(`${options.model} over ${options.protocol}`, points));
+    }
+    return reports;
+  } finally {
+    await local?.session.release();
+    await ends.server?.stop();
+  }
+}

@@ -1,0 +1,71 @@
+import type { Tensor } from "../../core/tensor.ts";
+
+// What the benchmark asks of a protocol: send one step (one inference) and give back its
+// outputs, decoded, so they can be checked. A step of a sequence model belongs to a
+// sequence; the client keeps whatever the protocol needs per sequence (a WebSocket, a
+// SageMaker session id, a stream).
+
+export const PROTOCOLS = [
+  "http-json",
+  "http-binary",
+  "grpc",
+  "grpc-stream",
+  "ws",
+  "tfs-grpc",
+  "tfs-rest",
+  "sagemaker",
+] as const;
+export type Protocol = (typeof PROTOCOLS)[number];
+
+export interface BenchSequence {
+  /** 0-based index among the run's sequences (or closed-loop clients, for a stateless model). */
+  readonly index: number;
+  /** The sequence id the benchmark chose (uint64); undefined for a stateless model. */
+  readonly id: bigint | undefined;
+  /** The protocol's own per-sequence state. */
+  session?: unknown;
+}
+
+export interface StepFlags {
+  readonly start: boolean;
+  readonly end: boolean;
+}
+
+/** A failed step: `kind` groups failures in the report (an HTTP status, a gRPC code, ...). */
+export class StepError extends Error {
+  readonly kind: string;
+
+  constructor(kind: string, message: string) {
+    super(message);
+    this.name = "StepError";
+    this.kind = kind;
+  }
+}
+
+export interface BenchClient {
+  step(
+    sequence: BenchSequence,
+    inputs: ReadonlyMap<string, Tensor>,
+    flags: StepFlags,
+  ): Promise<Map<string, Tensor>>;
+  close(): Promise<void>;
+}
+
+export interface ClientTarget {
+  readonly model: string;
+  readonly httpPort: number | undefined;
+  readonly grpcPort: number | undefined;
+  readonly sagemakerPort: number | undefined;
+  readonly host: string;
+  /** Requests in flight at most (sizes connection pools). */
+  readonly concurrency: number;
+  /** For grpc-stream: how many ModelStreamInfer streams carry the sequences. */
+  readonly streams: number;
+  /** Outputs to ask for in binary form / decode. */
+  readonly outputs: readonly string[];
+}
+
+export function required(port: number | undefined, what: string): number {
+  if (port === undefined) throw new Error(`this protocol needs the server's ${what} port`);
+  return port;
+}

@@ -1,0 +1,248 @@
+import { Client, type ClientDuplexStream, credentials, type ServiceError, status } from "@grpc/grpc-js";
+import type protobuf from "protobufjs";
+import type { DataType } from "../../core/datatype.ts";
+import type { Tensor } from "../../core/tensor.ts";
+import { decodeRawTensor, encodeRawTensor } from "../../frontends/common/raw-tensor.ts";
+import { inferenceTypes } from "../../frontends/grpc/proto-definitions.ts";
+import type { TensorProtoMessage } from "../../frontends/tfs/messages.ts";
+import { tfsTypes } from "../../frontends/tfs/proto-definitions.ts";
+import { decodeTensorProto, encodeTensorProto } from "../../frontends/tfs/tensor-proto.ts";
+import {
+  type BenchClient,
+  type BenchSequence,
+  type ClientTarget,
+  required,
+  StepError,
+  type StepFlags,
+} from "./bench-client.ts";
+
+// The gRPC protocols: KServe v2 ModelInfer (unary) and ModelStreamInfer (sequences spread
+// over a few bidirectional streams, answers matched by request id), and TF-Serving's
+// Predict with OpenVINO Model Server's special inputs. Messages are encoded with
+// protobufjs from seqserve's own protos (field for field Triton's and TF-Serving's).
+
+interface DecodedInferResponse {
+  readonly id: string;
+  readonly outputs: { name: string; datatype: DataType; shape: (number | { toNumber(): number })[] }[];
+  readonly raw_output_contents: Uint8Array[];
+}
+
+const passthrough = (bytes: Uint8Array): Buffer =>
+  Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+
+function encodeInfer(
+  type: protobuf.Type,
+  model: string,
+  id: string,
+  sequence: BenchSequence,
+  flags: StepFlags,
+  inputs: ReadonlyMap<string, Tensor>,
+): Uint8Array {
+  const parameters: Record<string, unknown> = {};
+  if (sequence.id !== undefined) {
+    // The uint64 id travels as its int64 bit pattern, as Triton's clients send it.
+    parameters.sequence_id = { int64_param: BigInt.asIntN(64, sequence.id).toString() };
+    if (flags.start) parameters.sequence_start = { bool_param: true };
+    if (flags.end) parameters.sequence_end = { bool_param: true };
+  }
+  const described: object[] = [];
+  const raw: Uint8Array[] = [];
+  for (const [name, tensor] of inputs) {
+    described.push({ name, datatype: tensor.datatype, shape: tensor.shape });
+    raw.push(encodeRawTensor(tensor));
+  }
+  return type
+    .encode({ model_name: model, id, parameters, inputs: described, raw_input_contents: raw })
+    .finish();
+}
+
+function outputsOf(response: DecodedInferResponse): Map<string, Tensor> {
+  const outputs = new Map<string, Tensor>();
+  response.outputs.forEach((o, i) => {
+    const shape = o.shape.map((d) => (typeof d === "number" ? d : d.toNumber()));
+    outputs.set(
+      o.name,
+      decodeRawTensor(o.name, o.datatype, shape, response.raw_output_contents[i] ?? new Uint8Array()),
+    );
+  });
+  return outputs;
+}
+
+const failure = (error: ServiceError): StepError =>
+  new StepError(`grpc ${status[error.code]}`, error.details);
+
+function channel(target: ClientTarget, port: number): Client {
+  return new Client(`${target.host}:${port}`, credentials.createInsecure(), {
+    "grpc.max_receive_message_length": -1,
+    "grpc.max_send_message_length": -1,
+  });
+}
+
+export class KserveGrpcClient implements BenchClient {
+  readonly #client: Client;
+  readonly #model: string;
+  readonly #request = inferenceTypes().lookupType("inference.ModelInferRequest");
+  readonly #response = inferenceTypes().lookupType("inference.ModelInferResponse");
+  #next = 0;
+
+  constructor(target: ClientTarget) {
+    this.#client = channel(target, required(target.grpcPort, "gRPC"));
+    this.#model = target.model;
+  }
+
+  step(
+    sequence: BenchSequence,
+    inputs: ReadonlyMap<string, Tensor>,
+    flags: StepFlags,
+  ): Promise<Map<string, Tensor>> {
+    const encoded = encodeInfer(this.#request, this.#model, String(this.#next++), sequence, flags, inputs);
+    return new Promise((resolve, reject) => {
+      this.#client.makeUnaryRequest(
+        "/inference.GRPCInferenceService/ModelInfer",
+        passthrough,
+        (b: Buffer) => this.#response.decode(b) as unknown as DecodedInferResponse,
+        encoded,
+        (error, response) => (error ? reject(failure(error)) : resolve(outputsOf(response!))),
+      );
+    });
+  }
+
+  async close(): Promise<void> {
+    this.#client.close();
+  }
+}
+
+interface Waiter {
+  readonly resolve: (outputs: Map<string, Tensor>) => void;
+  readonly reject: (error: Error) => void;
+}
+
+/** Sequences over `streams` ModelStreamInfer calls: sequence i always on stream i mod streams. */
+export class KserveStreamClient implements BenchClient {
+  readonly #client: Client;
+  readonly #model: string;
+  readonly #request = inferenceTypes().lookupType("inference.ModelInferRequest");
+  readonly #streamResponse = inferenceTypes().lookupType("inference.ModelStreamInferResponse");
+  readonly #calls: ClientDuplexStream<
+    Uint8Array,
+    { error_message: string; infer_response?: DecodedInferResponse }
+  >[] = [];
+  readonly #waiting = new Map<string, Waiter>();
+  #next = 0;
+
+  constructor(target: ClientTarget) {
+    this.#client = channel(target, required(target.grpcPort, "gRPC"));
+    this.#model = target.model;
+    for (let s = 0; s < Math.max(1, target.streams); s++) {
+      const call = this.#client.makeBidiStreamRequest(
+        "/inference.GRPCInferenceService/ModelStreamInfer",
+        passthrough,
+        (b: Buffer) =>
+          this.#streamResponse.decode(b) as unknown as {
+            error_message: string;
+            infer_response?: DecodedInferResponse;
+          },
+      );
+      call.on("data", (message: { error_message: string; infer_response?: DecodedInferResponse }) => {
+        const id = message.infer_response?.id ?? "";
+        const waiter = this.#waiting.get(id);
+        if (waiter === undefined) return;
+        this.#waiting.delete(id);
+        if (message.error_message !== "") waiter.reject(new StepError("stream error", message.error_message));
+        else waiter.resolve(outputsOf(message.infer_response!));
+      });
+      call.on("error", (error: ServiceError) => {
+        for (const waiter of this.#waiting.values()) waiter.reject(failure(error));
+        this.#waiting.clear();
+      });
+      this.#calls.push(call);
+    }
+  }
+
+  step(
+    sequence: BenchSequence,
+    inputs: ReadonlyMap<string, Tensor>,
+    flags: StepFlags,
+  ): Promise<Map<string, Tensor>> {
+    const id = String(this.#next++);
+    const encoded = encodeInfer(this.#request, this.#model, id, sequence, flags, inputs);
+    return new Promise((resolve, reject) => {
+      this.#waiting.set(id, { resolve, reject });
+      this.#calls[sequence.index % this.#calls.length]!.write(encoded);
+    });
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(
+      this.#calls.map(
+        (call) =>
+          new Promise<void>((resolve) => {
+            call.once("status", () => resolve());
+            call.once("error", () => resolve());
+            call.end();
+          }),
+      ),
+    );
+    this.#client.close();
+  }
+}
+
+const DT_UINT32 = 22;
+
+/** TF-Serving Predict, OVMS's special inputs `sequence_id` (uint64_val) and `sequence_control_input` (uint32_val). */
+export class TfsGrpcClient implements BenchClient {
+  readonly #client: Client;
+  readonly #model: string;
+  readonly #request = tfsTypes().lookupType("tensorflow.serving.PredictRequest");
+  readonly #response = tfsTypes().lookupType("tensorflow.serving.PredictResponse");
+
+  constructor(target: ClientTarget) {
+    this.#client = channel(target, required(target.grpcPort, "gRPC"));
+    this.#model = target.model;
+  }
+
+  step(
+    sequence: BenchSequence,
+    inputs: ReadonlyMap<string, Tensor>,
+    flags: StepFlags,
+  ): Promise<Map<string, Tensor>> {
+    const protos: Record<string, TensorProtoMessage> = {};
+    for (const [name, tensor] of inputs) protos[name] = encodeTensorProto(tensor);
+    if (sequence.id !== undefined) {
+      protos.sequence_id = {
+        dtype: 23,
+        tensor_shape: { dim: [{ size: 1 }] },
+        uint64_val: [sequence.id.toString()],
+      };
+      const control = flags.start ? 1 : flags.end ? 2 : 0;
+      if (control !== 0) {
+        protos.sequence_control_input = {
+          dtype: DT_UINT32,
+          tensor_shape: { dim: [{ size: 1 }] },
+          uint32_val: [control],
+        };
+      }
+    }
+    const encoded = this.#request.encode({ model_spec: { name: this.#model }, inputs: protos }).finish();
+    return new Promise((resolve, reject) => {
+      this.#client.makeUnaryRequest(
+        "/tensorflow.serving.PredictionService/Predict",
+        passthrough,
+        (b: Buffer) => this.#response.decode(b) as unknown as { outputs: Record<string, TensorProtoMessage> },
+        encoded,
+        (error, response) => {
+          if (error) return reject(failure(error));
+          const outputs = new Map<string, Tensor>();
+          for (const [name, proto] of Object.entries(response!.outputs)) {
+            if (name !== "sequence_id") outputs.set(name, decodeTensorProto(name, proto));
+          }
+          resolve(outputs);
+        },
+      );
+    });
+  }
+
+  async close(): Promise<void> {
+    this.#client.close();
+  }
+}

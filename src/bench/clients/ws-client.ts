@@ -1,0 +1,146 @@
+import WebSocket from "ws";
+import type { DataType } from "../../core/datatype.ts";
+import type { Tensor } from "../../core/tensor.ts";
+import { decodeJsonTensor } from "../../frontends/common/kserve/json-tensor.ts";
+import { decodeRawTensor, encodeRawTensor } from "../../frontends/common/raw-tensor.ts";
+import {
+  type BenchClient,
+  type BenchSequence,
+  type ClientTarget,
+  required,
+  StepError,
+  type StepFlags,
+} from "./bench-client.ts";
+
+// WebSocket sequence streams (GET /v2/models/{m}/stream): one connection per sequence
+// (its id in the query), framed binary messages ([uint32 LE header length][JSON][raw
+// tensors]); answers come in the order the messages were sent. For a stateless model each
+// closed-loop client has its own connection.
+
+interface Connection {
+  readonly socket: WebSocket;
+  readonly waiting: { resolve: (outputs: Map<string, Tensor>) => void; reject: (error: Error) => void }[];
+}
+
+function frame(inputs: ReadonlyMap<string, Tensor>, end: boolean): Buffer {
+  const raws: Uint8Array[] = [];
+  const described: string[] = [];
+  for (const [name, tensor] of inputs) {
+    const raw = encodeRawTensor(tensor);
+    raws.push(raw);
+    described.push(
+      `{"name":${JSON.stringify(name)},"datatype":"${tensor.datatype}","shape":[${tensor.shape.join(",")}],"parameters":{"binary_data_size":${raw.byteLength}}}`,
+    );
+  }
+  const parameters = end ? '"parameters":{"sequence_end":true},' : "";
+  const header = Buffer.from(`{${parameters}"inputs":[${described.join(",")}]}`);
+  const prefix = Buffer.alloc(4);
+  prefix.writeUInt32LE(header.byteLength);
+  return Buffer.concat([prefix, header, ...raws]);
+}
+
+function decodeAnswer(data: Buffer, isBinary: boolean): Map<string, Tensor> {
+  if (!isBinary) {
+    const json = JSON.parse(data.toString("utf8")) as {
+      error?: string;
+      outputs?: { name: string; datatype: DataType; shape: number[]; data: unknown }[];
+    };
+    if (json.error !== undefined) throw new StepError("stream error", json.error);
+    const outputs = new Map<string, Tensor>();
+    for (const o of json.outputs ?? [])
+      outputs.set(o.name, decodeJsonTensor(o.name, o.datatype, o.shape, o.data));
+    return outputs;
+  }
+  const length = data.readUInt32LE(0);
+  const header = JSON.parse(data.subarray(4, 4 + length).toString("utf8")) as {
+    outputs: {
+      name: string;
+      datatype: DataType;
+      shape: number[];
+      parameters?: { binary_data_size?: number };
+    }[];
+  };
+  const outputs = new Map<string, Tensor>();
+  let offset = 4 + length;
+  for (const o of header.outputs) {
+    const size = o.parameters?.binary_data_size ?? 0;
+    outputs.set(o.name, decodeRawTensor(o.name, o.datatype, o.shape, data.subarray(offset, offset + size)));
+    offset += size;
+  }
+  return outputs;
+}
+
+export class WsStreamClient implements BenchClient {
+  readonly #base: string;
+  readonly #open = new Set<Connection>();
+
+  constructor(target: ClientTarget) {
+    this.#base = `ws://${target.host}:${required(target.httpPort, "HTTP")}/v2/models/${encodeURIComponent(target.model)}/stream`;
+  }
+
+  async step(
+    sequence: BenchSequence,
+    inputs: ReadonlyMap<string, Tensor>,
+    flags: StepFlags,
+  ): Promise<Map<string, Tensor>> {
+    let connection = sequence.session as Connection | undefined;
+    if (connection === undefined || flags.start) {
+      connection = await this.#connect(sequence.id);
+      sequence.session = connection;
+    }
+    const live = connection;
+    const answer = new Promise<Map<string, Tensor>>((resolve, reject) =>
+      live.waiting.push({ resolve, reject }),
+    );
+    live.socket.send(frame(inputs, flags.end && sequence.id !== undefined));
+    try {
+      return await answer;
+    } finally {
+      // The server closes the stream after the answer to its end.
+      if (flags.end && sequence.id !== undefined) {
+        this.#open.delete(live);
+        sequence.session = undefined;
+      }
+    }
+  }
+
+  #connect(id: bigint | undefined): Promise<Connection> {
+    const url = id === undefined ? this.#base : `${this.#base}?sequence_id=${id}`;
+    return new Promise((resolve, reject) => {
+      const socket = new WebSocket(url);
+      const connection: Connection = { socket, waiting: [] };
+      socket.on("message", (data: Buffer, isBinary: boolean) => {
+        const waiter = connection.waiting.shift();
+        if (waiter === undefined) return;
+        try {
+          waiter.resolve(decodeAnswer(data, isBinary));
+        } catch (error) {
+          waiter.reject(error as Error);
+        }
+      });
+      socket.on("close", (code) => {
+        this.#open.delete(connection);
+        for (const waiter of connection.waiting.splice(0)) {
+          waiter.reject(new StepError(`ws close ${code}`, `the stream closed with code ${code}`));
+        }
+      });
+      socket.once("open", () => {
+        this.#open.add(connection);
+        resolve(connection);
+      });
+      socket.once("error", (error) => reject(new StepError("connection", error.message)));
+    });
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(
+      [...this.#open].map(
+        (c) =>
+          new Promise<void>((resolve) => {
+            c.socket.once("close", () => resolve());
+            c.socket.close(1000);
+          }),
+      ),
+    );
+  }
+}

@@ -1,0 +1,121 @@
+import type { Tensor } from "../core/tensor.ts";
+import { type BenchClient, type BenchSequence, StepError } from "./clients/bench-client.ts";
+import { LatencyRecorder } from "./latency.ts";
+import type { Workload } from "./workload.ts";
+
+// The load: `lanes` loops, each sending one request at a time. For a sequence model a lane
+// runs sequences of `sequenceLength` steps one after another (the last step ends the
+// sequence), so `lanes` sequences are live at once. Closed loop: a lane sends its next step
+// when the last one is answered. Open loop (`rate`): step k of lane l is due at
+// (k·lanes + l) / rate seconds and its latency counts from then, so a slow server cannot
+// hide its queueing (no coordinated omission). Only answers inside the measured window
+// count; at the end each lane ends its open sequence.
+
+export interface LoadOptions {
+  readonly lanes: number;
+  /** Steps per sequence; undefined for a stateless model. */
+  readonly sequenceLength: number | undefined;
+  /** Requests per second over all lanes; undefined = closed loop. */
+  readonly rate: number | undefined;
+  readonly seconds: number;
+  readonly warmupSeconds: number;
+  /** A random base for sequence ids, so runs against one server never collide. */
+  readonly idBase: bigint;
+  /** Keep every answer for the oracle check. */
+  readonly keepOutputs: boolean;
+  /** Called about once a second with the answers so far in the window. */
+  readonly progress?: (elapsedSeconds: number, answered: number, recorder: LatencyRecorder) => void;
+}
+
+/** One request the run sent and what came back (kept when checking against the oracle). */
+export interface Exchange {
+  readonly sequence: number;
+  /** The sequence id the server saw (undefined for a stateless model). */
+  readonly id: bigint | undefined;
+  readonly step: number;
+  readonly end: boolean;
+  readonly outputs: Map<string, Tensor>;
+}
+
+export interface LoadResult {
+  readonly recorder: LatencyRecorder;
+  /** Length of the measured window, in seconds. */
+  readonly seconds: number;
+  readonly exchanges: Exchange[];
+  /** Sequences started (for a sequence model). */
+  readonly sequences: number;
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+export async function runLoad(
+  client: BenchClient,
+  workload: Workload,
+  options: LoadOptions,
+): Promise<LoadResult> {
+  const recorder = new LatencyRecorder();
+  const exchanges: Exchange[] = [];
+  const stateful = options.sequenceLength !== undefined;
+  const start = performance.now();
+  const measureFrom = start + options.warmupSeconds * 1000;
+  const end = measureFrom + options.seconds * 1000;
+  let nextSequence = 0;
+  let lastProgress = measureFrom;
+
+  const newSequence = (lane: number): BenchSequence => {
+    const index = stateful ? nextSequence++ : lane;
+    return { index, id: stateful ? options.idBase + BigInt(index) : undefined };
+  };
+
+  const lane = async (laneIndex: number): Promise<void> => {
+    let sequence = newSequence(laneIndex);
+    let step = 0;
+    let k = 0;
+    for (;;) {
+      let due = performance.now();
+      if (options.rate !== undefined) {
+        due = start + ((k * options.lanes + laneIndex) / options.rate) * 1000;
+        const wait = due - performance.now();
+        if (wait > 0) await sleep(wait);
+      }
+      k++;
+      const finishing = performance.now() >= end;
+      // After the window only open sequences are ended; a stateless lane just stops.
+      if (finishing && (!stateful || step === 0)) return;
+      const last = stateful && (finishing || step === options.sequenceLength! - 1);
+      const flags = { start: stateful && step === 0, end: last };
+      const inputs = workload.step(sequence.index, step);
+      try {
+        const outputs = await client.step(sequence, inputs, flags);
+        const now = performance.now();
+        if (due >= measureFrom && now <= end) recorder.record(now - due);
+        if (options.keepOutputs)
+          exchanges.push({ sequence: sequence.index, id: sequence.id, step, end: last, outputs });
+        step++;
+      } catch (error) {
+        const now = performance.now();
+        if (now >= measureFrom && now <= end)
+          recorder.fail(error instanceof StepError ? error.kind : "client error");
+        if (!(error instanceof StepError)) throw error;
+        // A sequence whose step failed is left behind; the lane starts a new one.
+        step = stateful ? options.sequenceLength! : step;
+      }
+      if (finishing && stateful) return;
+      if (stateful && step >= options.sequenceLength!) {
+        sequence = newSequence(laneIndex);
+        step = 0;
+      }
+      if (
+        options.progress !== undefined &&
+        performance.now() - lastProgress >= 1000 &&
+        performance.now() > measureFrom
+      ) {
+        lastProgress = performance.now();
+        options.progress((lastProgress - measureFrom) / 1000, recorder.count, recorder);
+      }
+    }
+  };
+
+  await Promise.all(Array.from({ length: options.lanes }, (_, i) => lane(i)));
+  return { recorder, seconds: (end - measureFrom) / 1000, exchanges, sequences: nextSequence };
+}

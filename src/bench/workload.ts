@@ -1,0 +1,155 @@
+import { readFileSync } from "node:fs";
+import { allocateArray, type DataType, type NumericDataType } from "../core/datatype.ts";
+import type { TensorMetadata } from "../core/model.ts";
+import { elementCount, type Tensor } from "../core/tensor.ts";
+
+// What the benchmark sends: each step's inputs, made from the model's metadata. Fixed
+// values (`--input sr=16000`) and shapes for variable dims (`--shape input=1,512`) come
+// from the command line; the rest is seeded random data, or consecutive chunks of a WAV
+// file for the model's audio input. The same seed gives the same data on every run, so
+// answers can be checked against an in-process run of the same steps.
+
+export interface WorkloadOptions {
+  /** Fixed values of inputs, by name. */
+  readonly values: ReadonlyMap<string, readonly number[]>;
+  /** Client shapes of inputs, by name (overrides the metadata's -1 dims). */
+  readonly shapes: ReadonlyMap<string, readonly number[]>;
+  /** A WAV file whose samples feed `audioInput`. */
+  readonly wavFile?: string;
+  /** The input the audio goes to (default: the first FP32 input). */
+  readonly audioInput?: string;
+  readonly seed: number;
+}
+
+/** mulberry32: small, seeded, good enough for test data. */
+function seeded(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Mono samples in [-1, 1] from a PCM16 or float32 WAV (channels averaged). */
+export function readWav(path: string): Float32Array {
+  const bytes = readFileSync(path);
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  if (bytes.toString("latin1", 0, 4) !== "RIFF" || bytes.toString("latin1", 8, 12) !== "WAVE") {
+    throw new Error(`'${path}' is not a WAV file`);
+  }
+  let format = 0;
+  let channels = 1;
+  let bits = 16;
+  for (let offset = 12; offset + 8 <= bytes.byteLength; ) {
+    const id = bytes.toString("latin1", offset, offset + 4);
+    const size = view.getUint32(offset + 4, true);
+    const body = offset + 8;
+    if (id === "fmt ") {
+      format = view.getUint16(body, true);
+      channels = view.getUint16(body + 2, true);
+      bits = view.getUint16(body + 14, true);
+    } else if (id === "data") {
+      const width = bits / 8;
+      const frames = Math.floor(Math.min(size, bytes.byteLength - body) / (width * channels));
+      const out = new Float32Array(frames);
+      for (let f = 0; f < frames; f++) {
+        let sum = 0;
+        for (let c = 0; c < channels; c++) {
+          const at = body + (f * channels + c) * width;
+          if (format === 3 && bits === 32) sum += view.getFloat32(at, true);
+          else if (format === 1 && bits === 16) sum += view.getInt16(at, true) / 32768;
+          else throw new Error(`'${path}': only PCM16 and float32 WAV files are read`);
+        }
+        out[f] = sum / channels;
+      }
+      return out;
+    }
+    offset = body + size + (size % 2);
+  }
+  throw new Error(`'${path}' has no data chunk`);
+}
+
+export class Workload {
+  readonly #inputs: readonly TensorMetadata[];
+  readonly #options: WorkloadOptions;
+  readonly #shapes = new Map<string, number[]>();
+  readonly #audio: Float32Array | undefined;
+  readonly #audioInput: string | undefined;
+
+  constructor(inputs: readonly TensorMetadata[], options: WorkloadOptions) {
+    this.#inputs = inputs;
+    this.#options = options;
+    for (const input of inputs) {
+      const given = options.shapes.get(input.name);
+      // The batch dimension (a leading -1) is 1: each request is one row; other variable dims 1 unless given.
+      const shape = given ? [...given] : input.shape.map((d) => (d < 0 ? 1 : d));
+      this.#shapes.set(input.name, shape);
+    }
+    for (const name of [...options.values.keys(), ...options.shapes.keys()]) {
+      if (!inputs.some((i) => i.name === name)) throw new Error(`the model has no input '${name}'`);
+    }
+    if (options.wavFile !== undefined) {
+      this.#audio = readWav(options.wavFile);
+      this.#audioInput = options.audioInput ?? inputs.find((i) => i.datatype === "FP32")?.name;
+      if (this.#audioInput === undefined) throw new Error("the model has no FP32 input for the audio");
+    }
+  }
+
+  /** The inputs of step `step` of sequence (or client) `sequence`. */
+  step(sequence: number, step: number): Map<string, Tensor> {
+    const random = seeded(this.#options.seed + sequence * 1_000_003 + step * 7919);
+    const tensors = new Map<string, Tensor>();
+    for (const input of this.#inputs) {
+      const shape = this.#shapes.get(input.name)!;
+      const fixed = this.#options.values.get(input.name);
+      const count = elementCount(shape);
+      tensors.set(input.name, {
+        datatype: input.datatype,
+        shape,
+        data: fixed
+          ? fill(input.datatype, count, (i) => fixed[i % fixed.length]!)
+          : input.name === this.#audioInput
+            ? this.#audioChunk(sequence, step, count)
+            : randomData(input.datatype, count, random),
+      });
+    }
+    return tensors;
+  }
+
+  #audioChunk(sequence: number, step: number, count: number): Float32Array {
+    const audio = this.#audio!;
+    const out = new Float32Array(count);
+    // Each sequence reads the file from its own place, wrapping around.
+    const start = (sequence * 7919 + step) * count;
+    for (let i = 0; i < count; i++) out[i] = audio[(start + i) % audio.length]!;
+    return out;
+  }
+}
+
+function fill(datatype: DataType, count: number, value: (i: number) => number): Tensor["data"] {
+  if (datatype === "BYTES") return Array.from({ length: count }, (_, i) => Buffer.from(String(value(i))));
+  const data = allocateArray(datatype as NumericDataType, count);
+  const big = data instanceof BigInt64Array || data instanceof BigUint64Array;
+  for (let i = 0; i < count; i++) (data as Float64Array)[i] = (big ? BigInt(value(i)) : value(i)) as number;
+  return data;
+}
+
+function randomData(datatype: DataType, count: number, random: () => number): Tensor["data"] {
+  switch (datatype) {
+    case "FP32":
+    case "FP64":
+      // Audio-like: small values around zero.
+      return fill(datatype, count, () => (random() - 0.5) * 0.6);
+    case "BOOL":
+      return fill(datatype, count, () => (random() < 0.5 ? 0 : 1));
+    case "FP16":
+    case "BF16":
+      // Bit patterns of small positive numbers (0x3000..0x3bff: about 0.125 to 1).
+      return fill(datatype, count, () => 0x3000 + Math.floor(random() * 0xc00));
+    default:
+      return fill(datatype, count, () => Math.floor(random() * 16));
+  }
+}

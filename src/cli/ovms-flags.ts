@@ -1,0 +1,245 @@
+import { statSync } from "node:fs";
+import { resolve } from "node:path";
+import type { SingleModelOptions } from "../config/server-options.ts";
+import type { LogLevel } from "../observability/logger.ts";
+import { UsageError } from "./usage-error.ts";
+
+// OpenVINO Model Server's command line, accepted beside Triton's so an `ovms …` launch
+// script works with the program name changed. Flags that decide something seqserve does
+// are applied; flags about OpenVINO itself (devices, streams, caches, threads) are
+// accepted with a one-line notice. Underscore spellings of seqserve's own flags
+// (`--config_path`) are the same flags.
+
+export interface OvmsFlagSpec {
+  readonly name: string;
+  readonly value?: string;
+  readonly boolean?: boolean;
+  readonly help: string;
+  readonly default?: string;
+}
+
+/** Flags that act. */
+export const OVMS_FLAGS: readonly OvmsFlagSpec[] = [
+  {
+    name: "port",
+    value: "port",
+    help: "gRPC port (OVMS spelling; 0 or absent: no gRPC when OVMS ports are used).",
+  },
+  {
+    name: "rest_port",
+    value: "port",
+    help: "HTTP port (OVMS spelling; 0 or absent: no HTTP when OVMS ports are used).",
+  },
+  { name: "model_path", value: "dir", help: "Single-model mode: the folder of the model's version folders." },
+  { name: "model_name", value: "name", help: "Single-model mode: the model's name." },
+  { name: "stateful", boolean: true, help: "Single-model mode: serve the model statefully (sequences)." },
+  {
+    name: "max_sequence_number",
+    value: "n",
+    help: "Single-model mode: live sequences at most; the next start is refused at once.",
+    default: "500",
+  },
+  {
+    name: "idle_sequence_cleanup",
+    boolean: true,
+    help: "Single-model mode: end sequences left idle by the sequence cleaner.",
+    default: "true",
+  },
+  {
+    name: "low_latency_transformation",
+    boolean: true,
+    help: "Single-model mode: accepted; an OpenVINO transformation without effect on ONNX models.",
+  },
+  {
+    name: "state_pairs",
+    value: "pairs",
+    help: 'Single-model mode: the model\'s state tensors, "<<<state_in, state_out>>> …" (default: found from the model).',
+  },
+  {
+    name: "model_version_policy",
+    value: "json",
+    help: 'Single-model mode: OVMS version policy, e.g. {"latest": {"num_versions": 1}}.',
+  },
+  {
+    name: "sequence_cleaner_poll_wait_minutes",
+    value: "minutes",
+    help: "Period of the sequence cleaner; 0 disables it.",
+    default: "5",
+  },
+  {
+    name: "file_system_poll_wait_seconds",
+    value: "seconds",
+    help: "How often config.json files and their models' folders are checked for changes; 0 disables it.",
+    default: "1",
+  },
+  {
+    name: "log_level",
+    value: "TRACE|DEBUG|INFO|WARNING|ERROR",
+    help: "Least severe level logged (OVMS spelling).",
+  },
+  { name: "metrics_enable", boolean: true, help: "With OVMS ports: serve metrics (on --metrics-port)." },
+];
+
+/** Flags OVMS has that do not apply to seqserve: accepted with a notice saying why. */
+export const OVMS_IGNORED_FLAGS: Readonly<Record<string, string>> = {
+  target_device: "seqserve runs ONNX models on the CPU",
+  nireq: "each instance runs one batch at a time; batches span sequences instead",
+  batch_size: "ONNX models keep the batch dimension their file declares",
+  shape: "ONNX models keep the shapes their file declares",
+  layout: "ONNX models keep the layout their file declares",
+  plugin_config: "it configures OpenVINO devices",
+  cache_dir: "it caches compiled OpenVINO models",
+  cpu_extension: "it loads OpenVINO extensions",
+  grpc_workers: "grpc-js serves every call on one thread",
+  rest_workers: "fastify serves every request on one thread",
+  grpc_max_threads: "grpc-js serves every call on one thread",
+  grpc_memory_quota: "the gRPC message limit is --grpc-max-message-bytes",
+  grpc_channel_arguments: "gRPC settings are --grpc-keepalive-time and --grpc-max-message-bytes",
+  log_path: "logs go to standard output",
+  metrics_list: "every metric is served",
+  grpc_bind_address: "every endpoint binds to --host",
+  rest_bind_address: "every endpoint binds to --host",
+  custom_node_resources_cleaner_interval_seconds: "seqserve has no custom nodes",
+};
+
+/** OVMS's log level names. */
+const LOG_LEVEL_OF: Readonly<Record<string, LogLevel>> = {
+  TRACE: "trace",
+  DEBUG: "debug",
+  INFO: "info",
+  WARNING: "warn",
+  ERROR: "error",
+};
+
+export interface OvmsSettings {
+  /** undefined: the OVMS port flags were not used. Otherwise the ports they give (undefined = off). */
+  readonly ports: { readonly grpc: number | undefined; readonly http: number | undefined } | undefined;
+  readonly metricsEnable: boolean;
+  readonly singleModel: SingleModelOptions | undefined;
+  readonly configPollSecs: number;
+  readonly sequenceCleanerPollWaitMinutes: number;
+  readonly logLevel: LogLevel | undefined;
+  /** One line per accepted flag that has no effect. */
+  readonly notices: readonly string[];
+}
+
+type Values = Readonly<Record<string, string | string[] | undefined>>;
+
+function integer(name: string, value: string, max = Number.MAX_SAFE_INTEGER): number {
+  if (!/^\d+$/.test(value) || Number(value) > max) {
+    throw new UsageError(`--${name} expects a whole number between 0 and ${max}, got '${value}'`);
+  }
+  return Number(value);
+}
+
+function bool(name: string, value: string): boolean {
+  if (value === "true" || value === "1") return true;
+  if (value === "false" || value === "0") return false;
+  throw new UsageError(`--${name} expects true or false, got '${value}'`);
+}
+
+const STATEFUL_ONLY = [
+  "max_sequence_number",
+  "idle_sequence_cleanup",
+  "low_latency_transformation",
+  "state_pairs",
+];
+
+function singleModel(
+  values: Values,
+  text: (name: string) => string | undefined,
+): SingleModelOptions | undefined {
+  const path = text("model_path");
+  const name = text("model_name");
+  if (path === undefined && name === undefined) {
+    for (const flag of ["stateful", ...STATEFUL_ONLY, "model_version_policy"]) {
+      if (values[flag] !== undefined)
+        throw new UsageError(`--${flag} applies to a model given with --model_path`);
+    }
+    return undefined;
+  }
+  if (path === undefined || name === undefined || name === "") {
+    throw new UsageError("single-model mode needs both --model_path <dir> and --model_name <name>");
+  }
+  const basePath = resolve(path);
+  let isDirectory = false;
+  try {
+    isDirectory = statSync(basePath).isDirectory();
+  } catch {}
+  if (!isDirectory) throw new UsageError(`--model_path '${path}' is not a directory`);
+  const stateful = text("stateful") !== undefined && bool("stateful", text("stateful")!);
+  if (!stateful) {
+    for (const flag of STATEFUL_ONLY) {
+      if (values[flag] !== undefined)
+        throw new UsageError(`--${flag} applies to stateful models only: add --stateful`);
+    }
+  }
+  const maxSequenceNumber = text("max_sequence_number");
+  const idle = text("idle_sequence_cleanup");
+  const lowLatency = text("low_latency_transformation");
+  const statePairs = text("state_pairs");
+  const policy = text("model_version_policy");
+  return {
+    name,
+    basePath,
+    stateful,
+    ...(maxSequenceNumber === undefined
+      ? {}
+      : { maxSequenceNumber: integer("max_sequence_number", maxSequenceNumber, 2 ** 32 - 1) }),
+    ...(idle === undefined ? {} : { idleSequenceCleanup: bool("idle_sequence_cleanup", idle) }),
+    ...(lowLatency === undefined
+      ? {}
+      : { lowLatencyTransformation: bool("low_latency_transformation", lowLatency) }),
+    ...(statePairs === undefined ? {} : { statePairs }),
+    ...(policy === undefined ? {} : { modelVersionPolicy: policy }),
+  };
+}
+
+/** Reads the OVMS flags among parsed `values` (each flag given at most once). */
+export function readOvmsFlags(values: Values): OvmsSettings {
+  const text = (name: string): string | undefined => {
+    const value = values[name];
+    if (!Array.isArray(value)) return value;
+    if (value.length > 1) throw new UsageError(`--${name} is given more than once`);
+    return value[0];
+  };
+  const port = text("port");
+  const restPort = text("rest_port");
+  const ports =
+    port === undefined && restPort === undefined
+      ? undefined
+      : {
+          grpc: port === undefined || port === "0" ? undefined : integer("port", port, 65535),
+          http:
+            restPort === undefined || restPort === "0" ? undefined : integer("rest_port", restPort, 65535),
+        };
+  const level = text("log_level");
+  let logLevel: LogLevel | undefined;
+  if (level !== undefined) {
+    logLevel = LOG_LEVEL_OF[level.toUpperCase()];
+    if (logLevel === undefined) {
+      throw new UsageError(`--log_level must be one of TRACE, DEBUG, INFO, WARNING, ERROR, got '${level}'`);
+    }
+  }
+  const notices: string[] = [];
+  for (const [flag, why] of Object.entries(OVMS_IGNORED_FLAGS)) {
+    if (values[flag] !== undefined) notices.push(`--${flag} has no effect in seqserve: ${why}`);
+  }
+  const model = singleModel(values, text);
+  if (model?.lowLatencyTransformation === true) {
+    notices.push("--low_latency_transformation has no effect in seqserve: it is an OpenVINO transformation");
+  }
+  const metrics = text("metrics_enable");
+  return {
+    ports,
+    metricsEnable: metrics !== undefined && bool("metrics_enable", metrics),
+    singleModel: model,
+    configPollSecs: integer("file_system_poll_wait_seconds", text("file_system_poll_wait_seconds") ?? "1"),
+    sequenceCleanerPollWaitMinutes: integer(
+      "sequence_cleaner_poll_wait_minutes",
+      text("sequence_cleaner_poll_wait_minutes") ?? "5",
+    ),
+    logLevel,
+    notices,
+  };
+}

@@ -1,0 +1,58 @@
+import type { SequenceId } from "../infer.ts";
+import type { SequenceEndReason } from "../model.ts";
+import type { SequenceBatchingConfig } from "../model-config.ts";
+import type { PendingRequest } from "../scheduler/pending-request.ts";
+import { formatShape } from "../tensor.ts";
+import type { SequenceState } from "./state-store.ts";
+
+// Sequences leaving one sequence batcher for another: a model reloaded with a new
+// configuration or new files keeps its live sequences when their state fits the new
+// version. A sequence travels as its id, its state, and the requests it has accepted and
+// not run; nothing about it ends. Whether state fits is decided by the state signature:
+// the state tensors' names, datatypes and shapes (the batch axis included).
+
+export interface TransferredSequence {
+  readonly id: SequenceId;
+  /** The id still answers to this sequence (false once its END was accepted, or it was restarted). */
+  readonly live: boolean;
+  /** Why it is ending, when it is (its END is queued, or it was ended and has work left). */
+  readonly endReason: SequenceEndReason | undefined;
+  /** Its state as the store kept it; undefined before its first step. */
+  readonly state: SequenceState | undefined;
+  /** Accepted requests not yet run, in arrival order. */
+  readonly requests: readonly PendingRequest[];
+  readonly steps: number;
+  readonly createdMs: number;
+  /** When the sequence expires (a session's TTL), if it does. */
+  readonly expiresAtMs: number | undefined;
+}
+
+export interface SequenceTransfer {
+  readonly signature: string;
+  /** In the order the sequences started. */
+  readonly sequences: readonly TransferredSequence[];
+  /** The giver's ends by reason, so the counts go on across the reload. */
+  readonly ended: Readonly<Record<SequenceEndReason, number>>;
+}
+
+/**
+ * What a sequence's state must agree on to move: per state tensor, its names, datatype (as
+ * stored: FP16 when FP32 state is kept as FP16), dims and batch axis.
+ */
+export function stateSignature(sequencing: SequenceBatchingConfig): string {
+  return [...sequencing.states]
+    .sort((a, b) => (a.inputName < b.inputName ? -1 : a.inputName > b.inputName ? 1 : 0))
+    .map((s) => {
+      const stored = sequencing.storeStatesAsFp16 && s.datatype === "FP32" ? "FP16" : s.datatype;
+      return `${s.inputName}->${s.outputName}:${stored}${formatShape(s.dims)}@${s.batchAxis ?? "none"}`;
+    })
+    .join(" ");
+}
+
+/** How a handover went: sequences that moved, and those that ended because their state did not fit. */
+export interface HandoverResult {
+  readonly moved: number;
+  readonly ended: number;
+  /** Why the sequences could not move (empty when they all did). */
+  readonly reason: string;
+}

@@ -1,0 +1,73 @@
+import { status as grpcStatus } from "@grpc/grpc-js";
+import { asServerError, type ErrorCode, type ErrorReason, ServerError } from "../../core/errors.ts";
+import type { HttpStatusTable } from "../common/http/error-reply.ts";
+import type { GrpcStatusTable } from "../grpc/error-status.ts";
+
+// The one error table of the TF-Serving family (REST and gRPC, OpenVINO Model Server's
+// semantics): each seqserve error code has its gRPC code and HTTP status here, and the
+// sequence refusals that OVMS words its own way get OVMS's exact texts, so clients that
+// match on them keep working. Handlers never pick a status or a message themselves.
+
+interface TfsStatus {
+  readonly grpc: grpcStatus;
+  readonly http: number;
+}
+
+/** OVMS's statuses (its http_server.cpp / grpc_utils.cpp tables) for seqserve's codes. */
+const TFS_STATUS: Readonly<Record<ErrorCode, TfsStatus>> = {
+  INVALID_ARG: { grpc: grpcStatus.INVALID_ARGUMENT, http: 400 },
+  NOT_FOUND: { grpc: grpcStatus.NOT_FOUND, http: 404 },
+  ALREADY_EXISTS: { grpc: grpcStatus.ALREADY_EXISTS, http: 409 },
+  FAILED_PRECONDITION: { grpc: grpcStatus.FAILED_PRECONDITION, http: 412 },
+  UNAVAILABLE: { grpc: grpcStatus.UNAVAILABLE, http: 503 },
+  UNSUPPORTED: { grpc: grpcStatus.UNIMPLEMENTED, http: 501 },
+  INTERNAL: { grpc: grpcStatus.INTERNAL, http: 500 },
+  CANCELLED: { grpc: grpcStatus.CANCELLED, http: 400 },
+  RESOURCE_EXHAUSTED: { grpc: grpcStatus.RESOURCE_EXHAUSTED, http: 429 },
+  UNKNOWN: { grpc: grpcStatus.UNKNOWN, http: 500 },
+};
+
+const table = <T>(pick: (s: TfsStatus) => T): Readonly<Record<ErrorCode, T>> =>
+  Object.fromEntries(Object.entries(TFS_STATUS).map(([code, s]) => [code, pick(s)])) as Record<ErrorCode, T>;
+
+export const TFS_GRPC_STATUS: GrpcStatusTable = table((s) => s.grpc);
+export const TFS_HTTP_STATUS: HttpStatusTable = table((s) => s.http);
+
+/** OVMS's texts (status.cpp) for the refusals it words its own way. */
+export const OVMS_MESSAGES = {
+  sequence_id_missing: "Sequence ID has not been provided in request inputs",
+  sequence_unknown: "Sequence with provided ID does not exist",
+  sequence_exists: "Sequence with provided ID already exists",
+  sequence_ending: "Sequence last request is being processed and it's not available anymore",
+  sequence_limit: "Max sequence number has been reached. Could not create new sequence.",
+  control_value: "Unexpected value of sequence control input",
+  id_field: "Could not find sequence id in expected tensor proto field uint64_val",
+  control_field: "Could not find sequence control input in expected tensor proto field uint32_val",
+  no_shape: "Special input proto does not contain tensor shape information",
+  dimensions: "Invalid number of shape dimensions",
+  shape: "Invalid input shape",
+  rest_input: "Could not parse input content. Not valid ndarray detected",
+  rest_order: "Invalid JSON structure. Could not detect row or column format",
+  rest_body: "Request body should be JSON object",
+} as const satisfies Readonly<Record<ErrorReason, string>> & Readonly<Record<string, string>>;
+
+/** `error` as this family answers it: a sequence refusal carries OVMS's text. */
+export function tfsError(error: unknown): ServerError {
+  const serverError = asServerError(error);
+  const reason = serverError.reason;
+  if (reason === undefined) return serverError;
+  return new ServerError(serverError.code, OVMS_MESSAGES[reason], {
+    cause: serverError,
+    ...(serverError.retryAfterSeconds === undefined
+      ? {}
+      : { retryAfterSeconds: serverError.retryAfterSeconds }),
+  });
+}
+
+/** An INVALID_ARG with OVMS's text, optionally followed by OVMS's " - <details>". */
+export function ovmsInvalid(message: keyof typeof OVMS_MESSAGES, details?: string): ServerError {
+  return new ServerError(
+    "INVALID_ARG",
+    details === undefined ? OVMS_MESSAGES[message] : `${OVMS_MESSAGES[message]} - ${details}`,
+  );
+}

@@ -1,0 +1,197 @@
+import type { ServerUnaryCall } from "@grpc/grpc-js";
+import { cancelled, invalidArg } from "../../core/errors.ts";
+import type { ServerContext } from "../../core/model.ts";
+import type { Tensor } from "../../core/tensor.ts";
+import type { Logger } from "../../observability/logger.ts";
+import { int64ToBigInt, int64ToNumber } from "../grpc/int64.ts";
+import type { GrpcServiceRegistration } from "../grpc/service-registration.ts";
+import { unary } from "../grpc/unary-handler.ts";
+import { TFS_GRPC_STATUS, tfsError } from "./error-status.ts";
+import type {
+  GetModelMetadataRequestMessage,
+  GetModelStatusRequestMessage,
+  ModelSpecMessage,
+  PredictRequestMessage,
+  PredictResponseMessage,
+  TensorProtoMessage,
+} from "./messages.ts";
+import { modelStatus, type Signature, signatureOf } from "./model-info.ts";
+import { DEFAULT_SIGNATURE, findModel, type ModelSelector, predict, sequenceOf } from "./predict.ts";
+import {
+  encodeSignatureDefMap,
+  modelServiceDefinition,
+  predictionServiceDefinition,
+  SIGNATURE_DEF_MAP_TYPE_URL,
+} from "./proto-definitions.ts";
+import { SEQUENCE_CONTROL_INPUT, SEQUENCE_ID_INPUT, type SpecialInput } from "./special-inputs.ts";
+import { decodeTensorProto, encodeTensorProto, sequenceIdProto, shapeOf } from "./tensor-proto.ts";
+
+// tensorflow.serving.PredictionService (Predict, GetModelMetadata) and
+// tensorflow.serving.ModelService (GetModelStatus) over a ServerContext, with OpenVINO
+// Model Server's stateful semantics. Handlers only translate; errors leave through the
+// family's one table (error-status.ts).
+
+export interface TfsGrpcOptions {
+  readonly context: ServerContext;
+  readonly logger: Logger;
+}
+
+/** The model a ModelSpec names (OVMS: a request without model_spec is refused). */
+function selectorOf(spec: ModelSpecMessage | null | undefined): ModelSelector {
+  if (spec === null || spec === undefined) throw invalidArg("model_spec missing in request");
+  const version = spec.version?.value;
+  const number = version === undefined ? 0 : int64ToNumber(version);
+  return {
+    name: spec.name ?? "",
+    version: number === 0 ? undefined : String(number),
+    label: spec.version_label,
+    signature: spec.signature_name,
+  };
+}
+
+/** A special input where OVMS reads it: its dims and its uint64_val / uint32_val values. */
+function specialInput(
+  proto: TensorProtoMessage | undefined,
+  field: "uint64_val" | "uint32_val",
+): SpecialInput | undefined {
+  if (proto === undefined) return undefined;
+  const dims = shapeOf(proto.tensor_shape);
+  const values = proto[field];
+  return {
+    dims: dims === undefined || dims.length === 0 ? undefined : dims,
+    values:
+      values === undefined || values.length === 0
+        ? undefined
+        : field === "uint64_val"
+          ? (proto.uint64_val ?? []).map((v) => int64ToBigInt(v, true))
+          : (proto.uint32_val ?? []).map((v) => BigInt(v >>> 0)),
+  };
+}
+
+function specOf(name: string, version: string): ModelSpecMessage {
+  return { name, version: { value: version }, signature_name: DEFAULT_SIGNATURE };
+}
+
+/** Runs `fn`, turning what it throws into this family's errors (OVMS's texts). */
+function worded<Request, Response>(
+  fn: (request: Request, call: ServerUnaryCall<Request, Response>) => Response | Promise<Response>,
+): (request: Request, call: ServerUnaryCall<Request, Response>) => Promise<Response> {
+  return async (request, call) => {
+    try {
+      return await fn(request, call);
+    } catch (error) {
+      throw tfsError(error);
+    }
+  };
+}
+
+function signatureMessage(signature: Signature): object {
+  const infos = (map: Signature["inputs"]) =>
+    Object.fromEntries(
+      [...map].map(([name, info]) => [
+        name,
+        { name: info.name, dtype: info.dtype, tensor_shape: { dim: info.dims.map((size) => ({ size })) } },
+      ]),
+    );
+  return {
+    signature_def: {
+      [DEFAULT_SIGNATURE]: {
+        inputs: infos(signature.inputs),
+        outputs: infos(signature.outputs),
+        method_name: signature.methodName,
+      },
+    },
+  };
+}
+
+export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistration[] {
+  const { context, logger } = options;
+  const registry = context.registry;
+
+  const predictCall = async (
+    message: PredictRequestMessage,
+    call: ServerUnaryCall<PredictRequestMessage, PredictResponseMessage>,
+  ): Promise<PredictResponseMessage> => {
+    const model = findModel(registry, selectorOf(message.model_spec));
+    const protos = message.inputs ?? {};
+    const sequence = sequenceOf(
+      model,
+      specialInput(protos[SEQUENCE_ID_INPUT], "uint64_val"),
+      specialInput(protos[SEQUENCE_CONTROL_INPUT], "uint32_val"),
+    );
+    const inputs = new Map<string, Tensor>();
+    for (const name in protos) {
+      if (sequence !== undefined && (name === SEQUENCE_ID_INPUT || name === SEQUENCE_CONTROL_INPUT)) continue;
+      inputs.set(name, decodeTensorProto(name, protos[name]!));
+    }
+    const filter = message.output_filter ?? [];
+    const controller = new AbortController();
+    const onCancel = (): void =>
+      controller.abort(cancelled("request cancelled: the client cancelled the call"));
+    if (call.cancelled) onCancel();
+    else call.once("cancelled", onCancel);
+    try {
+      const { response, sequenceId } = await predict({
+        model,
+        inputs,
+        sequence,
+        outputs: filter.length === 0 ? undefined : filter,
+        signal: controller.signal,
+      });
+      const outputs: Record<string, TensorProtoMessage> = {};
+      for (const output of response.outputs) outputs[output.name] = encodeTensorProto(output);
+      if (sequenceId !== undefined) outputs[SEQUENCE_ID_INPUT] = sequenceIdProto(sequenceId);
+      return { model_spec: specOf(response.modelName, response.modelVersion), outputs };
+    } finally {
+      call.off("cancelled", onCancel);
+    }
+  };
+
+  const getModelMetadata = (message: GetModelMetadataRequestMessage) => {
+    const selector = selectorOf(message.model_spec);
+    const fields = message.metadata_field ?? [];
+    if (fields.length !== 1 || fields[0] !== "signature_def") {
+      throw invalidArg(
+        `Invalid signature name - metadata_field must be ["signature_def"], got ${JSON.stringify(fields)}`,
+      );
+    }
+    const model = findModel(registry, selector);
+    const metadata = registry.metadata(model.name, model.version);
+    return {
+      model_spec: { name: model.name, version: { value: model.version }, signature_name: "" },
+      metadata: {
+        signature_def: {
+          type_url: SIGNATURE_DEF_MAP_TYPE_URL,
+          value: encodeSignatureDefMap(signatureMessage(signatureOf(metadata))),
+        },
+      },
+    };
+  };
+
+  const getModelStatus = (message: GetModelStatusRequestMessage) => {
+    const selector = selectorOf(message.model_spec);
+    return {
+      model_version_status: modelStatus(registry, selector.name, selector.version).map((s) => ({
+        version: s.version,
+        state: s.state,
+        status: { error_code: s.errorCode, error_message: s.errorMessage },
+      })),
+    };
+  };
+
+  return [
+    {
+      definition: predictionServiceDefinition(),
+      implementation: {
+        Predict: unary(logger, "Predict", worded(predictCall), TFS_GRPC_STATUS),
+        GetModelMetadata: unary(logger, "GetModelMetadata", worded(getModelMetadata), TFS_GRPC_STATUS),
+      },
+    },
+    {
+      definition: modelServiceDefinition(),
+      implementation: {
+        GetModelStatus: unary(logger, "GetModelStatus", worded(getModelStatus), TFS_GRPC_STATUS),
+      },
+    },
+  ];
+}

@@ -1,0 +1,86 @@
+import { invalidArg, notFound } from "../../core/errors.ts";
+import type { InferRequest, InferResponse, SequenceControl } from "../../core/infer.ts";
+import type { ModelRegistry, ServedModel } from "../../core/model.ts";
+import type { Tensor } from "../../core/tensor.ts";
+import { readSpecialInputs, type SpecialInput } from "./special-inputs.ts";
+
+// What REST and gRPC Predict share once each has read its wire format: finding the model
+// (by version, or by label), turning the special inputs of a stateful model into the
+// request's sequence fields, and the `sequence_id` every response of a stateful model
+// carries.
+
+/** The one signature a seqserve model has, under TF-Serving's default name. */
+export const DEFAULT_SIGNATURE = "serving_default";
+
+export interface ModelSelector {
+  readonly name: string;
+  /** undefined: the highest available version. */
+  readonly version?: string | undefined;
+  readonly label?: string | undefined;
+  readonly signature?: string | undefined;
+}
+
+export function findModel(registry: ModelRegistry, selector: ModelSelector): ServedModel {
+  if (selector.name === "") throw invalidArg("the request names no model (model_spec.name is empty)");
+  if (selector.label !== undefined && selector.label !== "") {
+    registry.model(selector.name);
+    throw notFound(
+      `model '${selector.name}' has no version labelled '${selector.label}': seqserve assigns no version labels, name the version instead`,
+    );
+  }
+  const signature = selector.signature;
+  if (signature !== undefined && signature !== "" && signature !== DEFAULT_SIGNATURE) {
+    throw invalidArg(
+      `model '${selector.name}' has one signature, '${DEFAULT_SIGNATURE}'; the request asks for '${signature}'`,
+    );
+  }
+  return registry.model(selector.name, selector.version);
+}
+
+/** A stateful model's requests carry the special inputs; a stateless one's do not. */
+export const isStateful = (model: ServedModel): boolean => model.sequences !== undefined;
+
+/**
+ * A stateful model's sequence fields from its special inputs (OVMS reads them before it
+ * looks at the data inputs, so their errors come first); undefined for a stateless model.
+ */
+export function sequenceOf(
+  model: ServedModel,
+  id: SpecialInput | undefined,
+  control: SpecialInput | undefined,
+): SequenceControl | undefined {
+  return isStateful(model) ? readSpecialInputs(id, control) : undefined;
+}
+
+export interface PredictCall {
+  readonly model: ServedModel;
+  /** The data inputs (special inputs taken out). */
+  readonly inputs: Map<string, Tensor>;
+  readonly sequence: SequenceControl | undefined;
+  /** Outputs to return; undefined = all. */
+  readonly outputs: readonly string[] | undefined;
+  readonly signal?: AbortSignal | undefined;
+}
+
+export interface PredictResult {
+  readonly response: InferResponse;
+  /** The id to answer in the `sequence_id` output (stateful models), chosen or assigned. */
+  readonly sequenceId: bigint | undefined;
+}
+
+export async function predict(call: PredictCall): Promise<PredictResult> {
+  const { sequence } = call;
+  const request: InferRequest = {
+    id: "",
+    inputs: call.inputs,
+    outputs: call.outputs,
+    parameters: {},
+    sequence,
+    ...(call.signal === undefined ? {} : { signal: call.signal }),
+  };
+  const response = await call.model.infer(request);
+  const assigned = response.parameters.sequence_id;
+  const sequenceId =
+    sequence === undefined ? undefined : typeof assigned === "bigint" ? assigned : (sequence.id as bigint);
+  return { response, sequenceId };
+}

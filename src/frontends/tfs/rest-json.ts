@@ -1,0 +1,142 @@
+import type { DataType } from "../../core/datatype.ts";
+import { invalidArg } from "../../core/errors.ts";
+import { fromFloat16Array, toFloat16Array } from "../../core/float16.ts";
+import { type BytesElements, elementCount, type NumericTensor, type Tensor } from "../../core/tensor.ts";
+import { decodeJsonTensor, jsonTensorData } from "../common/kserve/json-tensor.ts";
+
+// Tensors in TF-Serving's REST JSON: a value is a (nested) list whose nesting gives the
+// shape, or a bare scalar; bytes travel as strings or as {"b64": "…"}. A row-format
+// request stacks its instances on a new first axis. Outputs are written as nested lists
+// (exact digits for 64-bit integers); string outputs whose name ends in `_bytes`, or
+// that are not UTF-8, as {"b64": "…"}.
+
+const decoder = new TextDecoder("utf-8", { fatal: true });
+
+const isB64 = (value: unknown): value is { b64: string } =>
+  typeof value === "object" &&
+  value !== null &&
+  !Array.isArray(value) &&
+  Object.keys(value).length === 1 &&
+  typeof (value as { b64?: unknown }).b64 === "string";
+
+/**
+ * The shape of a nested list and its leaves in row-major order; refuses ragged lists (a
+ * list whose items differ in length or depth).
+ */
+export function shapeAndLeaves(input: string, value: unknown): { shape: number[]; leaves: unknown[] } {
+  const shape: number[] = [];
+  for (let v = value; Array.isArray(v); v = v[0]) {
+    shape.push(v.length);
+    if (v.length === 0) break;
+  }
+  const leaves: unknown[] = [];
+  const ragged = () =>
+    invalidArg(
+      `input '${input}' is not a valid ndarray: its lists differ in length or depth (shape from the first items: [${shape.join(",")}])`,
+    );
+  const walk = (v: unknown, depth: number): void => {
+    if (depth === shape.length) {
+      if (Array.isArray(v)) throw ragged();
+      leaves.push(v);
+      return;
+    }
+    if (!Array.isArray(v) || v.length !== shape[depth]) throw ragged();
+    for (const item of v) walk(item, depth + 1);
+  };
+  walk(value, 0);
+  return { shape, leaves };
+}
+
+function bytesOf(input: string, leaf: unknown, index: number): Uint8Array {
+  if (typeof leaf === "string") return Buffer.from(leaf, "utf8");
+  if (isB64(leaf)) return Buffer.from(leaf.b64, "base64");
+  throw invalidArg(
+    `element ${index} of input '${input}' must be a string or {"b64": "..."}, got ${JSON.stringify(leaf)?.slice(0, 40)}`,
+  );
+}
+
+/** A JSON value as a tensor of `datatype` (the model input's). */
+export function decodeRestTensor(input: string, datatype: DataType, value: unknown): Tensor {
+  const { shape, leaves } = shapeAndLeaves(input, value);
+  if (datatype === "BYTES") {
+    return { datatype, shape, data: leaves.map((leaf, i) => bytesOf(input, leaf, i)) };
+  }
+  if (datatype === "BF16") {
+    throw invalidArg(
+      `input '${input}' is BF16, which the REST API does not carry: use gRPC (half_val or tensor_content)`,
+    );
+  }
+  if (datatype === "FP16") {
+    const wide = decodeJsonTensor(input, "FP32", shape, leaves) as NumericTensor;
+    return { datatype, shape, data: toFloat16Array(wide.data as Float32Array) };
+  }
+  return decodeJsonTensor(input, datatype, shape, leaves);
+}
+
+function bytesText(name: string, element: Uint8Array): string {
+  if (!name.endsWith("_bytes")) {
+    try {
+      return JSON.stringify(decoder.decode(element));
+    } catch {}
+  }
+  return `{"b64":${JSON.stringify(Buffer.from(element).toString("base64"))}}`;
+}
+
+/** The texts of a tensor's innermost rows (or of its one element, for a scalar). */
+function rowTexts(name: string, tensor: Tensor): string[] {
+  const width = tensor.shape.length === 0 ? 1 : tensor.shape[tensor.shape.length - 1]!;
+  const count = elementCount(tensor.shape);
+  const rows = width === 0 ? elementCount(tensor.shape.slice(0, -1)) : count / width;
+  const texts = new Array<string>(rows);
+  if (tensor.datatype === "BYTES") {
+    const elements = tensor.data as BytesElements;
+    for (let r = 0; r < rows; r++) {
+      const row = elements.slice(r * width, (r + 1) * width).map((e) => bytesText(name, e));
+      texts[r] = `[${row.join(",")}]`;
+    }
+  } else {
+    let data = (tensor as NumericTensor).data;
+    let datatype = tensor.datatype;
+    if (datatype === "FP16") {
+      data = fromFloat16Array(data as Uint16Array);
+      datatype = "FP32";
+    } else if (datatype === "BF16") {
+      const wide = new Float32Array(data.length);
+      new Uint32Array(wide.buffer).set(Array.from(data as Uint16Array, (bits) => bits << 16));
+      data = wide;
+      datatype = "FP32";
+    }
+    for (let r = 0; r < rows; r++) {
+      const row = (data as Float32Array).subarray(r * width, (r + 1) * width);
+      texts[r] = jsonTensorData({ datatype, shape: [row.length], data: row });
+    }
+  }
+  return tensor.shape.length === 0 ? [texts[0]!.slice(1, -1)] : texts;
+}
+
+/** The tensor as a nested JSON list (a bare value for a scalar). */
+export function restTensorText(name: string, tensor: Tensor): string {
+  let level = rowTexts(name, tensor);
+  for (let d = tensor.shape.length - 2; d >= 0; d--) {
+    const size = tensor.shape[d]!;
+    if (size === 0) {
+      level = new Array<string>(elementCount(tensor.shape.slice(0, d))).fill("[]");
+      continue;
+    }
+    const grouped: string[] = [];
+    for (let i = 0; i < level.length; i += size) grouped.push(`[${level.slice(i, i + size).join(",")}]`);
+    level = grouped;
+  }
+  return level[0] ?? "[]";
+}
+
+/** Row `row` of a tensor batched on its first axis, as its own tensor. */
+export function tensorRow(tensor: Tensor, row: number): Tensor {
+  const shape = tensor.shape.slice(1);
+  const per = elementCount(shape);
+  const data =
+    tensor.datatype === "BYTES"
+      ? (tensor.data as BytesElements).slice(row * per, (row + 1) * per)
+      : (tensor as NumericTensor).data.subarray(row * per, (row + 1) * per);
+  return { datatype: tensor.datatype, shape, data } as Tensor;
+}

@@ -1,0 +1,337 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { invalidArg, ServerError } from "../../core/errors.ts";
+import type { ServedModel, ServerContext } from "../../core/model.ts";
+import type { Tensor } from "../../core/tensor.ts";
+import { watchDisconnect } from "../common/http/client-disconnect.ts";
+import { createErrorHandler } from "../common/http/error-reply.ts";
+import { isJsonObject, type JsonObject } from "../common/http/json-body.ts";
+import { memberSourceText } from "../common/json-source-text.ts";
+import { ovmsInvalid, TFS_HTTP_STATUS, tfsError } from "./error-status.ts";
+import { modelStatus, type Signature, signatureOf, type VersionStatus } from "./model-info.ts";
+import {
+  DEFAULT_SIGNATURE,
+  findModel,
+  isStateful,
+  type ModelSelector,
+  predict,
+  sequenceOf,
+} from "./predict.ts";
+import { decodeRestTensor, restTensorText, tensorRow } from "./rest-json.ts";
+import { SEQUENCE_CONTROL_INPUT, SEQUENCE_ID_INPUT, type SpecialInput } from "./special-inputs.ts";
+import { tfDtypeName } from "./tf-dtype.ts";
+
+// TF-Serving's REST API on the HTTP port, beside KServe v2, with OpenVINO Model Server's
+// stateful semantics:
+//   POST /v1/models/{m}[/versions/{v}|/labels/{l}]:predict   row ("instances") or column ("inputs")
+//   GET  /v1/models/{m}[/versions/{v}|/labels/{l}]           model status
+//   GET  /v1/models/{m}[/versions/{v}|/labels/{l}]/metadata  signature_def
+//   GET  /v1/config                                           every model's status (OVMS)
+// Errors are {"error": "<message>"} with the family's statuses (error-status.ts).
+
+export interface TfsRestOptions {
+  readonly context: ServerContext;
+  readonly bodyLimitBytes: number;
+}
+
+const UINT64_MAX = (1n << 64n) - 1n;
+const UINT32_MAX = 2n ** 32n - 1n;
+
+interface ModelPath extends ModelSelector {
+  /** What follows the model: "" (status), "/metadata", or ":predict" and the like. */
+  readonly action: string;
+}
+
+/** Reads `{m}[/versions/{v}|/labels/{l}]{rest}` (the part after /v1/models/). */
+function parseModelPath(path: string): ModelPath {
+  const match = /^([^/:]+)(?:\/versions\/([^/:]+)|\/labels\/([^/:]+))?(\/metadata|:[a-z]+)?$/.exec(path);
+  if (match === null)
+    throw new ServerError("NOT_FOUND", `Requested REST resource not found: /v1/models/${path}`);
+  const [, name, version, label, action] = match;
+  if (version !== undefined && !/^\d+$/.test(version)) {
+    throw invalidArg(`Could not parse model version in request: '${version}' is not a version number`);
+  }
+  return {
+    name: decodeURIComponent(name!),
+    version: version === undefined || Number(version) === 0 ? undefined : String(Number(version)),
+    label: label === undefined ? undefined : decodeURIComponent(label),
+    action: action ?? "",
+  };
+}
+
+function parseBody(body: Buffer | undefined): { json: JsonObject; text: string } {
+  const text = body?.toString("utf8") ?? "";
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (error) {
+    throw invalidArg(`JSON Parse error: ${(error as Error).message}`);
+  }
+  if (!isJsonObject(json)) throw ovmsInvalid("rest_body");
+  return { json, text };
+}
+
+/** A special input from the JSON: a flat list of unsigned integers (exact beyond 2^53). */
+function specialInput(value: unknown, text: string, name: string, max: bigint): SpecialInput | undefined {
+  if (value === undefined) return undefined;
+  if (!Array.isArray(value)) throw ovmsInvalid("rest_input");
+  let source: string[] | undefined;
+  const values = value.map((item, i) => {
+    if (typeof item !== "number" || !Number.isInteger(item) || item < 0) throw ovmsInvalid("rest_input");
+    if (Number.isSafeInteger(item)) return BigInt(item);
+    source ??= (memberSourceText(text, ["inputs", name]) ?? "").replace(/[[\]\s]/g, "").split(",");
+    const digits = source[i] ?? "";
+    if (!/^\d+$/.test(digits)) throw ovmsInvalid("rest_input");
+    return BigInt(digits);
+  });
+  if (values.some((v) => v > max)) throw ovmsInvalid("rest_input");
+  return { dims: [values.length], values };
+}
+
+/** The model's data inputs (what a request may name), by name. */
+function inputTypes(model: ServedModel): Map<string, ServedModel["inputs"][number]> {
+  return new Map(model.inputs.map((i) => [i.name, i]));
+}
+
+function decodeNamed(model: ServedModel, name: string, value: unknown): [string, Tensor] {
+  const input = inputTypes(model).get(name);
+  if (input === undefined) throw invalidArg(`unexpected inference input '${name}' for model '${model.name}'`);
+  return [name, decodeRestTensor(name, input.datatype, value)];
+}
+
+/** The model's only data input, for a request that does not name it. */
+function onlyInput(model: ServedModel): string {
+  if (model.inputs.length !== 1) {
+    throw invalidArg(
+      `model '${model.name}' has ${model.inputs.length} inputs (${model.inputs.map((i) => i.name).join(", ")}): name them in an object`,
+    );
+  }
+  return model.inputs[0]!.name;
+}
+
+interface DecodedPredict {
+  readonly inputs: Map<string, Tensor>;
+  /** The number of instances of a row-form request; undefined for the column form. */
+  readonly rows: number | undefined;
+}
+
+/** A stateful model's special inputs in the column form (read before the data, as OVMS does). */
+function columnSpecials(
+  model: ServedModel,
+  value: unknown,
+  text: string,
+): [SpecialInput | undefined, SpecialInput | undefined] {
+  if (!isStateful(model) || !isJsonObject(value)) return [undefined, undefined];
+  return [
+    specialInput(value[SEQUENCE_ID_INPUT], text, SEQUENCE_ID_INPUT, UINT64_MAX),
+    specialInput(value[SEQUENCE_CONTROL_INPUT], text, SEQUENCE_CONTROL_INPUT, UINT32_MAX),
+  ];
+}
+
+/** Column form: `"inputs": {name: value, …}` or a bare value for a one-input model. */
+function decodeColumns(model: ServedModel, value: unknown): DecodedPredict {
+  const inputs = new Map<string, Tensor>();
+  if (!isJsonObject(value)) {
+    inputs.set(...decodeNamed(model, onlyInput(model), value));
+    return { inputs, rows: undefined };
+  }
+  const stateful = isStateful(model);
+  for (const name in value) {
+    if (stateful && (name === SEQUENCE_ID_INPUT || name === SEQUENCE_CONTROL_INPUT)) continue;
+    inputs.set(...decodeNamed(model, name, value[name]));
+  }
+  return { inputs, rows: undefined };
+}
+
+/** Row form: `"instances": [{name: value, …}, …]` or a list of bare values for a one-input model. */
+function decodeRows(model: ServedModel, instances: unknown): DecodedPredict {
+  if (!Array.isArray(instances))
+    throw invalidArg("Invalid JSON structure. Nonamed instance is not an array.");
+  if (isStateful(model)) {
+    throw invalidArg(
+      `model '${model.name}' is stateful: send its inputs, with sequence_id and sequence_control_input, in the column format ("inputs")`,
+    );
+  }
+  if (instances.length === 0) throw invalidArg("Invalid JSON structure. Missing instances in row format");
+  const inputs = new Map<string, Tensor>();
+  const named = instances.every(isJsonObject);
+  if (!named) {
+    if (instances.some(isJsonObject)) {
+      throw invalidArg("Could not detect neither named or nonamed format: instances mix objects and values");
+    }
+    inputs.set(...decodeNamed(model, onlyInput(model), instances));
+    return { inputs, rows: instances.length };
+  }
+  const names = Object.keys(instances[0] as JsonObject);
+  for (const instance of instances as JsonObject[]) {
+    const keys = Object.keys(instance);
+    if (keys.length !== names.length || keys.some((k) => !names.includes(k))) {
+      throw invalidArg(
+        `Invalid JSON structure. Every instance must name the same inputs: [${names.join(", ")}] and [${keys.join(", ")}] differ`,
+      );
+    }
+  }
+  for (const name of names) {
+    inputs.set(
+      ...decodeNamed(
+        model,
+        name,
+        (instances as JsonObject[]).map((instance) => instance[name]),
+      ),
+    );
+  }
+  return { inputs, rows: instances.length };
+}
+
+/** `{"outputs": …}`: an object by name, or the bare value of a lone output. */
+function columnText(outputs: readonly (Tensor & { name: string })[], sequenceId: bigint | undefined): string {
+  if (outputs.length === 1 && sequenceId === undefined) {
+    return `{"outputs":${restTensorText(outputs[0]!.name, outputs[0]!)}}`;
+  }
+  const members = outputs.map((o) => `${JSON.stringify(o.name)}:${restTensorText(o.name, o)}`);
+  if (sequenceId !== undefined) members.push(`${JSON.stringify(SEQUENCE_ID_INPUT)}:[${sequenceId}]`);
+  return `{"outputs":{${members.join(",")}}}`;
+}
+
+/** `{"predictions": […]}`: one entry per instance (a bare value when the model has one output). */
+function rowText(outputs: readonly (Tensor & { name: string })[], rows: number): string {
+  for (const output of outputs) {
+    if (output.shape[0] !== rows) {
+      throw new ServerError(
+        "INTERNAL",
+        `output '${output.name}' has shape [${output.shape.join(",")}], which does not split into ${rows} predictions`,
+      );
+    }
+  }
+  const predictions: string[] = [];
+  for (let r = 0; r < rows; r++) {
+    if (outputs.length === 1) predictions.push(restTensorText(outputs[0]!.name, tensorRow(outputs[0]!, r)));
+    else {
+      const members = outputs.map(
+        (o) => `${JSON.stringify(o.name)}:${restTensorText(o.name, tensorRow(o, r))}`,
+      );
+      predictions.push(`{${members.join(",")}}`);
+    }
+  }
+  return `{"predictions":[${predictions.join(",")}]}`;
+}
+
+function statusJson(statuses: readonly VersionStatus[]): object {
+  return {
+    model_version_status: statuses.map((s) => ({
+      version: s.version,
+      state: s.state,
+      status: { error_code: s.errorCode, error_message: s.errorMessage },
+    })),
+  };
+}
+
+/** GetModelMetadataResponse as OVMS writes it (protobuf's JSON mapping, every field printed). */
+function metadataJson(name: string, version: string, signature: Signature): object {
+  const infos = (map: Signature["inputs"]) =>
+    Object.fromEntries(
+      [...map].map(([key, info]) => [
+        key,
+        {
+          name: info.name,
+          dtype: tfDtypeName(info.dtype),
+          tensorShape: {
+            dim: info.dims.map((size) => ({ size: String(size), name: "" })),
+            unknownRank: false,
+          },
+        },
+      ]),
+    );
+  return {
+    modelSpec: { name, signatureName: "", version },
+    metadata: {
+      signature_def: {
+        "@type": "type.googleapis.com/tensorflow.serving.SignatureDefMap",
+        signatureDef: {
+          [DEFAULT_SIGNATURE]: {
+            inputs: infos(signature.inputs),
+            outputs: infos(signature.outputs),
+            methodName: signature.methodName,
+            defaults: {},
+          },
+        },
+      },
+    },
+  };
+}
+
+const sendText = (reply: FastifyReply, text: string): FastifyReply =>
+  reply.type("application/json").send(text);
+
+export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOptions): Promise<void> {
+  const { context } = options;
+  const registry = context.registry;
+  const handler = createErrorHandler(TFS_HTTP_STATUS, options.bodyLimitBytes);
+  app.setErrorHandler((error, request, reply) =>
+    handler(error instanceof ServerError ? tfsError(error) : (error as Error), request, reply),
+  );
+
+  type Wildcard = FastifyRequest<{ Params: { "*": string } }>;
+
+  app.get("/v1/config", (_request, reply) => {
+    const names = [...new Set(registry.index().map((e) => e.name))];
+    const all = Object.fromEntries(names.map((name) => [name, statusJson(modelStatus(registry, name))]));
+    return sendText(reply, JSON.stringify(all));
+  });
+
+  app.get("/v1/models/*", (request: Wildcard, reply) => {
+    const path = parseModelPath(request.params["*"]);
+    if (path.action === "") {
+      if (path.label !== undefined) findModel(registry, path);
+      return sendText(reply, JSON.stringify(statusJson(modelStatus(registry, path.name, path.version))));
+    }
+    if (path.action !== "/metadata") {
+      throw new ServerError("NOT_FOUND", `Requested REST resource not found: ${request.url}`);
+    }
+    const model = findModel(registry, path);
+    const metadata = registry.metadata(model.name, model.version);
+    return sendText(reply, JSON.stringify(metadataJson(model.name, model.version, signatureOf(metadata))));
+  });
+
+  app.post("/v1/models/*", async (request: Wildcard, reply) => {
+    const path = parseModelPath(request.params["*"]);
+    if (path.action !== ":predict") {
+      const what =
+        path.action === ":classify" || path.action === ":regress" ? path.action.slice(1) : undefined;
+      if (what !== undefined) {
+        throw new ServerError("UNSUPPORTED", `${what} is not served: seqserve models answer ':predict'`);
+      }
+      throw new ServerError("NOT_FOUND", `Requested REST resource not found: ${request.url}`);
+    }
+    const { json, text } = parseBody(request.body as Buffer | undefined);
+    const signature = json.signature_name;
+    if (signature !== undefined && typeof signature !== "string") {
+      throw invalidArg("'signature_name' must be a string");
+    }
+    const model = findModel(registry, { ...path, signature });
+    const hasRows = json.instances !== undefined;
+    const hasColumns = json.inputs !== undefined;
+    if (hasRows === hasColumns) throw ovmsInvalid("rest_order");
+    // Special inputs are read (and refused) before the data, as OVMS does.
+    const rows = hasRows ? decodeRows(model, json.instances) : undefined;
+    const [id, control] = hasColumns ? columnSpecials(model, json.inputs, text) : [undefined, undefined];
+    const sequence = sequenceOf(model, id, control);
+    const decoded = rows ?? decodeColumns(model, json.inputs);
+    const disconnect = watchDisconnect(request, reply);
+    try {
+      const { response, sequenceId } = await predict({
+        model,
+        inputs: decoded.inputs,
+        sequence,
+        outputs: undefined,
+        signal: disconnect.signal,
+      });
+      const body =
+        decoded.rows === undefined
+          ? columnText(response.outputs, sequenceId)
+          : rowText(response.outputs, decoded.rows);
+      return sendText(reply, body);
+    } finally {
+      disconnect.dispose();
+    }
+  });
+}

@@ -1,0 +1,70 @@
+import { ServerError } from "../../core/errors.ts";
+import type { SequenceControl } from "../../core/infer.ts";
+import { OVMS_MESSAGES, ovmsInvalid } from "./error-status.ts";
+
+// OpenVINO Model Server's two special inputs of a stateful model's request:
+// `sequence_id` (uint64; 0 = none) and `sequence_control_input` (uint32: 0 none, 1 start,
+// 2 end), each a tensor of shape [1]. Read in OVMS's order and with its errors; a request
+// refused here changes nothing on the server. What they mean for the sequence (unknown
+// id, id in use, no room) is the core's exclusive admission.
+
+export const SEQUENCE_ID_INPUT = "sequence_id";
+export const SEQUENCE_CONTROL_INPUT = "sequence_control_input";
+
+const NO_CONTROL = 0n;
+const SEQUENCE_START = 1n;
+const SEQUENCE_END = 2n;
+
+/** A special input as the wire gave it: its dims (undefined: no shape) and its values. */
+export interface SpecialInput {
+  readonly dims: readonly number[] | undefined;
+  /** The values found where OVMS reads them (uint64_val / uint32_val); undefined when absent there. */
+  readonly values: readonly bigint[] | undefined;
+}
+
+/** OVMS's shape checks: shape information present, one dimension, of size 1. */
+function checkShape(name: string, input: SpecialInput): void {
+  if (input.dims === undefined || input.dims.length === 0) throw ovmsInvalid("no_shape");
+  if (input.dims.length !== 1) throw ovmsInvalid("dimensions", `Required shape for ${name} is: (1)`);
+  if (input.dims[0] !== 1) throw ovmsInvalid("shape", `Required shape for ${name} is: (1)`);
+}
+
+/**
+ * The sequence fields of a request to a stateful model, from its special inputs (either
+ * may be absent). Throws OVMS's INVALID_ARGUMENT errors.
+ */
+export function readSpecialInputs(
+  id: SpecialInput | undefined,
+  control: SpecialInput | undefined,
+): SequenceControl {
+  let sequenceId = 0n;
+  let controlValue = 0n;
+  if (id !== undefined) {
+    checkShape(SEQUENCE_ID_INPUT, id);
+    if (id.values?.length !== 1) throw ovmsInvalid("id_field");
+    sequenceId = id.values[0]!;
+  }
+  if (control !== undefined) {
+    checkShape(SEQUENCE_CONTROL_INPUT, control);
+    if (control.values?.length !== 1) throw ovmsInvalid("control_field");
+    controlValue = control.values[0]!;
+  }
+  if (controlValue !== NO_CONTROL && controlValue !== SEQUENCE_START && controlValue !== SEQUENCE_END) {
+    throw ovmsInvalid("control_value");
+  }
+  const start = controlValue === SEQUENCE_START;
+  if (!start && sequenceId === 0n) throw missingId();
+  return {
+    id: sequenceId === 0n ? undefined : sequenceId,
+    start,
+    end: controlValue === SEQUENCE_END,
+    timeoutUs: undefined,
+    admission: "exclusive",
+  };
+}
+
+function missingId(): ServerError {
+  return new ServerError("INVALID_ARG", OVMS_MESSAGES.sequence_id_missing, {
+    reason: "sequence_id_missing",
+  });
+}

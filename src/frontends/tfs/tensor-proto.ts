@@ -1,0 +1,141 @@
+import { allocateArray, type DataType, type NumericArray } from "../../core/datatype.ts";
+import { invalidArg } from "../../core/errors.ts";
+import { elementCount, formatShape, type NumericTensor, type Tensor } from "../../core/tensor.ts";
+import { decodeRawTensor, encodeRawTensor } from "../common/raw-tensor.ts";
+import { type Int64, int64ToBigInt, int64ToNumber } from "../grpc/int64.ts";
+import type { TensorProtoMessage, TensorShapeMessage } from "./messages.ts";
+import { datatypeOfTf, tfDtypeName, tfDtypeOf, VAL_FIELD_OF, VAL_FIELDS, type ValField } from "./tf-dtype.ts";
+
+// TensorFlow's TensorProto ↔ seqserve's Tensor. A request's values come in every form a
+// client sends: `tensor_content` (raw little-endian bytes, kept as a view, no copy), or
+// the typed `*_val` field of the dtype (a single value fills the shape, as TensorFlow's
+// version 0 encoding allows). Outputs go back in `tensor_content` (strings in
+// `string_val`), which is what TensorFlow's make_ndarray and TF-Serving clients read.
+
+/** Inclusive ranges of the types that travel widened in int_val. */
+const INT_VAL_RANGES: Partial<Record<DataType, readonly [number, number]>> = {
+  INT8: [-128, 127],
+  UINT8: [0, 255],
+  INT16: [-32768, 32767],
+  UINT16: [0, 65535],
+};
+
+/** The dims of a TensorShapeProto; undefined when the proto has none (or no shape at all). */
+export function shapeOf(shape: TensorShapeMessage | null | undefined): number[] | undefined {
+  if (shape === null || shape === undefined) return undefined;
+  return (shape.dim ?? []).map((d) => int64ToNumber(d.size ?? 0));
+}
+
+function checkShape(input: string, shape: TensorShapeMessage | null | undefined): number[] {
+  if (shape?.unknown_rank === true) {
+    throw invalidArg(`input '${input}' has an unknown rank: a request tensor needs its full shape`);
+  }
+  const dims = shapeOf(shape) ?? [];
+  if (dims.some((d) => !Number.isSafeInteger(d) || d < 0)) {
+    throw invalidArg(
+      `input '${input}' has an invalid shape ${formatShape(dims)}: dimensions must be non-negative integers`,
+    );
+  }
+  return dims;
+}
+
+function valuesOf(
+  input: string,
+  datatype: DataType,
+  field: ValField,
+  values: readonly unknown[],
+  count: number,
+): NumericArray | Uint8Array[] {
+  // Version 0 encoding: one value stands for every element.
+  const fill = values.length === 1 && count !== 1;
+  if (values.length !== count && !fill) {
+    throw invalidArg(
+      `input '${input}' has ${values.length} values in ${field}, but its shape needs ${count} (or 1 to fill it)`,
+    );
+  }
+  const at = (i: number): unknown => values[fill ? 0 : i];
+  if (datatype === "BYTES") return Array.from({ length: count }, (_, i) => at(i) as Uint8Array);
+  const data = allocateArray(datatype, count);
+  const range = INT_VAL_RANGES[datatype];
+  for (let i = 0; i < count; i++) {
+    const value = at(i);
+    switch (field) {
+      case "int64_val":
+        (data as BigInt64Array)[i] = int64ToBigInt(value as Int64, false);
+        break;
+      case "uint64_val":
+        (data as BigUint64Array)[i] = int64ToBigInt(value as Int64, true);
+        break;
+      case "bool_val":
+        (data as Uint8Array)[i] = value ? 1 : 0;
+        break;
+      default: {
+        const n = value as number;
+        if (range !== undefined && (n < range[0] || n > range[1])) {
+          throw invalidArg(
+            `value ${n} at index ${i} of input '${input}' is out of range for ${datatype} [${range[0]}, ${range[1]}]`,
+          );
+        }
+        (data as Float32Array)[i] = n;
+      }
+    }
+  }
+  return data;
+}
+
+/** The tensor a request's TensorProto carries; INVALID_ARG naming the input when it cannot be read. */
+export function decodeTensorProto(input: string, proto: TensorProtoMessage): Tensor {
+  const dtype = proto.dtype ?? 0;
+  const datatype = datatypeOfTf(dtype);
+  if (datatype === undefined) {
+    throw invalidArg(`input '${input}' has dtype ${tfDtypeName(dtype)}, which seqserve does not serve`);
+  }
+  const shape = checkShape(input, proto.tensor_shape);
+  const count = elementCount(shape);
+  const expected = VAL_FIELD_OF[datatype];
+  const content = proto.tensor_content;
+  let given: ValField | undefined;
+  for (const field of VAL_FIELDS) {
+    if ((proto[field]?.length ?? 0) === 0) continue;
+    if (field !== expected || given !== undefined) {
+      throw invalidArg(
+        `input '${input}' of dtype ${tfDtypeName(dtype)} sets ${field}; its values belong in tensor_content or ${expected}`,
+      );
+    }
+    given = field;
+  }
+  if (content !== undefined && content.length > 0) {
+    if (given !== undefined) {
+      throw invalidArg(`input '${input}' sets both tensor_content and ${given}: send its values once`);
+    }
+    if (datatype === "BYTES") {
+      throw invalidArg(`input '${input}' of dtype DT_STRING must carry its values in string_val`);
+    }
+    return decodeRawTensor(input, datatype, shape, content);
+  }
+  if (given === undefined) {
+    if (count === 0) return { datatype, shape, data: datatype === "BYTES" ? [] : allocateArray(datatype, 0) };
+    throw invalidArg(
+      `input '${input}' carries no values for its shape ${formatShape(shape)}: set tensor_content or ${expected}`,
+    );
+  }
+  const values = proto[given] as readonly unknown[];
+  const data = valuesOf(input, datatype, given, values, count);
+  return { datatype, shape, data } as Tensor;
+}
+
+function shapeMessage(shape: readonly number[]): TensorShapeMessage {
+  return { dim: shape.map((size) => ({ size })) };
+}
+
+/** An output as a TensorProto: raw bytes in tensor_content, BYTES elements in string_val. */
+export function encodeTensorProto(tensor: Tensor): TensorProtoMessage {
+  const base = { dtype: tfDtypeOf(tensor.datatype), tensor_shape: shapeMessage(tensor.shape) };
+  if (tensor.datatype === "BYTES") return { ...base, string_val: tensor.data as Uint8Array[] };
+  return { ...base, tensor_content: encodeRawTensor(tensor as NumericTensor) };
+}
+
+/** OVMS's `sequence_id` output: DT_UINT64, shape [1], the id in uint64_val. */
+export function sequenceIdProto(id: bigint): TensorProtoMessage {
+  return { dtype: tfDtypeOf("UINT64"), tensor_shape: shapeMessage([1]), uint64_val: [id.toString()] };
+}

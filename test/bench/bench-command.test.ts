@@ -1,0 +1,159 @@
+import assert from "node:assert/strict";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { type BenchReport, runBench } from "../../src/bench/bench-command.ts";
+import { type BenchOptions, parseBenchArgs } from "../../src/bench/bench-options.ts";
+import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
+import { type TempRepository, tempRepository } from "../support/model-repository.ts";
+import { run } from "../support/seqserve-process.ts";
+import { accumulatorConfig } from "../support/sequence-kit.ts";
+import { SILERO_PATH, SILERO_STATEFUL_CONFIG, SILERO_STATEFUL_MODEL } from "../support/silero-oracle.ts";
+
+// `seqserve bench` on tiny runs: it starts its own server, loads a model through a
+// protocol, and reports sane, non-zero figures; with --verify every answer equals ONNX
+// Runtime run alone in this process. (Figures are printed by benchmarks, never asserted
+// on: these tests check that they exist and hang together.)
+
+let repository: TempRepository;
+let scratch: string;
+before(() => {
+  repository = tempRepository({
+    [SILERO_STATEFUL_MODEL]: { config: SILERO_STATEFUL_CONFIG, onnx: readFileSync(SILERO_PATH) },
+    acc: {
+      config: accumulatorConfig("acc", 4, "max_sequence_idle_microseconds: 60000000"),
+      onnx: accumulatorModel(),
+    },
+  });
+  scratch = mkdtempSync(join(tmpdir(), "seqserve-bench-test-"));
+});
+after(() => {
+  repository?.remove();
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+function options(args: string[]): BenchOptions {
+  const parsed = parseBenchArgs([
+    "--model-repository",
+    repository.path,
+    "--duration",
+    "0.6",
+    "--warmup",
+    "0.1",
+    "--quiet",
+    ...args,
+  ]);
+  assert.notEqual(parsed, "help");
+  return parsed as BenchOptions;
+}
+
+function assertSane(report: BenchReport): void {
+  assert.ok(report.requests > 0, JSON.stringify(report));
+  assert.ok(report.requestsPerSecond > 0);
+  const { p50, p90, p99, max } = report.latencyMs;
+  assert.ok(p50 > 0 && p50 <= p90 && p90 <= p99 && p99 <= max, JSON.stringify(report.latencyMs));
+  assert.deepEqual(report.errors, {});
+  assert.ok(report.server !== undefined && report.server.meanBatch >= 1);
+  const executions = Object.values(report.server.batches).reduce((a, b) => a + b, 0);
+  assert.ok(executions > 0);
+  assert.ok(
+    report.inProcess !== undefined && report.inProcess.rowsPerSecond > 0 && report.inProcess.ratio > 0,
+  );
+}
+
+describe("seqserve bench", { timeout: 120_000 }, () => {
+  it("Silero VAD sequences over binary HTTP: sane figures, every answer as ONNX Runtime alone", async () => {
+    const [report] = await runBench(
+      options([
+        "--model",
+        SILERO_STATEFUL_MODEL,
+        "--protocol",
+        "http-binary",
+        "--concurrency",
+        "8",
+        "--sequence-length",
+        "6",
+        "--input",
+        "sr=16000",
+        "--verify",
+      ]),
+    );
+    assertSane(report!);
+    assert.equal(report!.sequenceLength, 6);
+    assert.ok(report!.oracle !== undefined && report!.oracle.checked > 0);
+    assert.deepEqual(report!.oracle.examples, []);
+    assert.equal(report!.oracle.mismatches, 0);
+  });
+
+  it("the same over TF-Serving gRPC, SageMaker sessions and WebSocket streams", async () => {
+    for (const protocol of ["tfs-grpc", "sagemaker", "ws"]) {
+      const [report] = await runBench(
+        options([
+          "--model",
+          SILERO_STATEFUL_MODEL,
+          "--protocol",
+          protocol,
+          "--concurrency",
+          "4",
+          "--sequence-length",
+          "5",
+          "--input",
+          "sr=16000",
+          "--verify",
+        ]),
+      );
+      assertSane(report!);
+      assert.equal(report!.oracle?.mismatches, 0, `${protocol}: ${report!.oracle?.examples.join("; ")}`);
+    }
+  });
+
+  it("a sweep over gRPC streams reports each concurrency and draws the chart", async () => {
+    const chart = join(scratch, "sweep.svg");
+    const reports = await runBench(
+      options([
+        "--model",
+        "acc",
+        "--protocol",
+        "grpc-stream",
+        "--sweep",
+        "1,4",
+        "--chart",
+        chart,
+        "--verify",
+      ]),
+    );
+    assert.deepEqual(
+      reports.map((r) => r.concurrency),
+      [1, 4],
+    );
+    for (const report of reports) {
+      assertSane(report);
+      assert.equal(report.oracle?.mismatches, 0);
+    }
+    assert.ok(existsSync(chart));
+    const svg = readFileSync(chart, "utf8");
+    assert.match(svg, /^<svg /);
+    assert.equal((svg.match(/<circle /g) ?? []).length, 4, "p50 and p99 for each of the two runs");
+  });
+
+  it("is a subcommand of seqserve: --help, and usage errors exit 2", async () => {
+    const help = await run(["bench", "--help"]);
+    assert.equal(help.code, 0);
+    assert.match(help.stdout, /^Usage: seqserve bench --model <name>/);
+    const bad = await run([
+      "bench",
+      "--model",
+      "acc",
+      "--url",
+      "http://127.0.0.1:1",
+      "--protocol",
+      "carrier-pigeon",
+    ]);
+    assert.equal(bad.code, 2);
+    assert.match(
+      bad.stderr,
+      /--protocol must be one of http-json, http-binary, grpc, grpc-stream, ws, tfs-grpc, tfs-rest, sagemaker/,
+    );
+  });
+});

@@ -1,0 +1,143 @@
+import assert from "node:assert/strict";
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { OVMS_FLAGS, OVMS_IGNORED_FLAGS } from "../../src/cli/ovms-flags.ts";
+import { BIN, run, ServerProcess } from "../support/seqserve-process.ts";
+import { SILERO_PATH } from "../support/silero-oracle.ts";
+import { TfsClient } from "../tfs/support/tfs-client.ts";
+import { grpcStep, restStep } from "../tfs/support/vad-steps.ts";
+
+// An OpenVINO Model Server launch line with the program name changed: single-model mode
+// (--model_path / --model_name / --stateful / --max_sequence_number), OVMS's ports
+// (--port gRPC, --rest_port HTTP), OVMS's log level, and flags about OpenVINO accepted
+// with a notice.
+
+/** A port nobody listens on right now. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      server.close(() => resolve(typeof address === "object" && address !== null ? address.port : 0));
+    });
+  });
+}
+
+describe("OVMS's command line", { timeout: 120_000 }, () => {
+  let dir: string;
+  before(() => {
+    dir = mkdtempSync(join(tmpdir(), "seqserve-ovms-cli-"));
+    mkdirSync(join(dir, "vad", "1"), { recursive: true });
+    copyFileSync(SILERO_PATH, join(dir, "vad", "1", "model.onnx"));
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("--help lists OVMS's flags, and those accepted without effect", async () => {
+    const help = await run(["--help"]);
+    assert.equal(help.code, 0);
+    for (const flag of OVMS_FLAGS) assert.match(help.stdout, new RegExp(`^  --${flag.name}(\\s|\\[|$)`, "m"));
+    for (const flag of Object.keys(OVMS_IGNORED_FLAGS)) assert.ok(help.stdout.includes(`--${flag}`), flag);
+  });
+
+  it("refuses what OVMS refuses, with exit code 2 and a message naming the flag", async () => {
+    const cases: [string[], RegExp][] = [
+      [["--model_path", join(dir, "vad")], /needs both --model_path <dir> and --model_name <name>/],
+      [
+        ["--model_path", join(dir, "vad"), "--model_name", "vad", "--max_sequence_number", "5"],
+        /--max_sequence_number applies to stateful models only: add --stateful/,
+      ],
+      [
+        ["--model_path", join(dir, "nope"), "--model_name", "vad"],
+        /--model_path '.*nope' is not a directory/,
+      ],
+      [
+        ["--model_path", join(dir, "vad"), "--model_name", "vad", "--log_level", "LOUD"],
+        /--log_level must be one of TRACE, DEBUG, INFO, WARNING, ERROR/,
+      ],
+      [["--stateful"], /--stateful applies to a model given with --model_path/],
+    ];
+    for (const [args, message] of cases) {
+      const exit = await run(args);
+      assert.equal(exit.code, 2, `${args.join(" ")}: ${exit.stderr}`);
+      assert.match(exit.stderr, message);
+    }
+  });
+
+  it("single-model mode serves a stateful model on OVMS's ports, with OVMS's limits", async () => {
+    const [grpcPort, restPort] = [await freePort(), await freePort()];
+    const server = new ServerProcess(process.execPath, [
+      BIN,
+      "--model_path",
+      join(dir, "vad"),
+      "--model_name",
+      "vad",
+      "--stateful",
+      "--max_sequence_number",
+      "2",
+      "--idle_sequence_cleanup",
+      "false",
+      "--port",
+      String(grpcPort),
+      "--rest_port",
+      String(restPort),
+      "--nireq",
+      "4",
+      "--target_device",
+      "GPU",
+      "--log_level",
+      "INFO",
+      "--log-format",
+      "json",
+      "--host",
+      "127.0.0.1",
+    ]);
+    try {
+      const listening = await server.listening;
+      assert.deepEqual(
+        [listening.grpc_port, listening.http_port, listening.metrics_port],
+        [grpcPort, restPort, null],
+      );
+      const client = new TfsClient(grpcPort);
+      try {
+        const url = `http://127.0.0.1:${restPort}`;
+        const first = await grpcStep(client, "vad", { id: 5n, control: 1 });
+        const second = await restStep(url, "vad", { control: 1 });
+        assert.ok(
+          first.ok && second.ok,
+          JSON.stringify([first, second], (_, v) => (typeof v === "bigint" ? `${v}` : v)),
+        );
+        const third = await grpcStep(client, "vad", { control: 1 });
+        assert.deepEqual(third, {
+          ok: false,
+          code: 14,
+          message: "Max sequence number has been reached. Could not create new sequence.",
+        });
+        assert.equal((await restStep(url, "vad", { id: 5n, control: 2 })).ok, true);
+        const config = (await (await fetch(`${url}/v2/models/vad/config`)).json()) as {
+          parameters: Record<string, { string_value: string }>;
+        };
+        assert.equal(config.parameters.sequence_idle_timeout?.string_value, "never");
+      } finally {
+        client.close();
+      }
+    } finally {
+      const exit = await server.stop();
+      assert.equal(exit.code, 0, exit.stderr);
+      // One line each in the server's log.
+      const notices = server.lines.filter((l) => l.event === "option_notice").map((l) => String(l.msg));
+      assert.ok(
+        notices.some((n) => /--nireq has no effect in seqserve/.test(n)),
+        JSON.stringify(notices),
+      );
+      assert.ok(
+        notices.some((n) =>
+          /--target_device has no effect in seqserve: seqserve runs ONNX models on the CPU/.test(n),
+        ),
+      );
+    }
+  });
+});
