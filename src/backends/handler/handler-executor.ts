@@ -25,6 +25,7 @@ import type {
   FromHandlerMessage,
   HandlerLoadMessage,
   ResponseMessage,
+  WireError,
   WireRequest,
 } from "./handler-messages.ts";
 import { stateFromWire, stateToWire } from "./state-wire.ts";
@@ -350,8 +351,7 @@ export class HandlerExecutor implements RequestExecutor {
         signal: AbortSignal.timeout(timeoutMs),
       };
     } catch (error) {
-      const failure = asServerError(error);
-      answer({ ok: false, error: { code: failure.code, message: failure.message } });
+      answer({ ok: false, error: wireError(error) });
       return;
     }
     let timer: NodeJS.Timeout | undefined;
@@ -385,8 +385,7 @@ export class HandlerExecutor implements RequestExecutor {
       },
       (error: unknown) => {
         clearTimeout(timer);
-        const failure = asServerError(error);
-        answer({ ok: false, error: { code: failure.code, message: failure.message } });
+        answer({ ok: false, error: wireError(error) });
       },
     );
   }
@@ -396,8 +395,7 @@ export class HandlerExecutor implements RequestExecutor {
     try {
       result = { ok: true, closed: this.#options.calls.closeSequence(message.model, message.id) };
     } catch (error) {
-      const failure = asServerError(error);
-      result = { ok: false, error: { code: failure.code, message: failure.message } };
+      result = { ok: false, error: wireError(error) };
     }
     this.#worker?.postMessage({ type: "call-result", cid: message.cid, result });
   }
@@ -489,6 +487,12 @@ export class HandlerExecutor implements RequestExecutor {
     if (this.#running.size > 0 || this.#batches.size > 0 || this.#loading !== undefined) worker.ref();
     else worker.unref();
   }
+}
+
+/** A failure as it crosses to the worker: its status class and message. */
+function wireError(error: unknown): WireError {
+  const failure = asServerError(error);
+  return { code: failure.code, message: failure.message };
 }
 
 function tensorsOf(wire: readonly WireTensor[]): Map<string, Tensor> {
