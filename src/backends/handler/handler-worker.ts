@@ -1,7 +1,7 @@
 import { parentPort } from "node:worker_threads";
 import pLimit from "p-limit";
 import { ERROR_CODES, type ErrorCode } from "../../core/errors.ts";
-import type { Tensor } from "../../core/tensor.ts";
+import { type Tensor, tensorByteLength } from "../../core/tensor.ts";
 import type {
   CallError,
   CallRequest,
@@ -91,12 +91,8 @@ function outputsToWire(
     const value = outputs[name];
     if (value === undefined) continue;
     const tensor = checkTensor(`output '${name}'`, value);
-    const w = toWire(name, tensor, transfer ?? []);
-    bytes +=
-      "offsets" in (w.data as object)
-        ? (w.data as { bytes: Uint8Array }).bytes.byteLength
-        : (w.data as ArrayBufferView).byteLength;
-    wire.push(w);
+    bytes += tensorByteLength(tensor);
+    wire.push(toWire(name, tensor, transfer ?? []));
   }
   return { wire, bytes };
 }
