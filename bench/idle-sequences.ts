@@ -20,7 +20,10 @@ if (gc === undefined) throw new Error("run with node --expose-gc");
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const repository = mkdtempSync(join(tmpdir(), "seqserve-idle-"));
 mkdirSync(join(repository, "vad", "1"), { recursive: true });
-symlinkSync(`${ROOT}node_modules/@ricky0123/vad-web/dist/silero_vad_v5.onnx`, join(repository, "vad", "1", "model.onnx"));
+symlinkSync(
+  `${ROOT}node_modules/@ricky0123/vad-web/dist/silero_vad_v5.onnx`,
+  join(repository, "vad", "1", "model.onnx"),
+);
 const config = readFileSync(`${ROOT}examples/models/silero_vad_stateful/config.pbtxt`, "utf8")
   .replace(/^name: .*$/m, 'name: "vad"')
   .replace("max_candidate_sequences: 1024", `max_candidate_sequences: ${N + 1}`)
@@ -28,7 +31,13 @@ const config = readFileSync(`${ROOT}examples/models/silero_vad_stateful/config.p
 writeFileSync(join(repository, "vad", "config.pbtxt"), config);
 
 const server = await startServer(
-  { ...DEFAULT_SERVER_OPTIONS, modelRepositories: [repository], httpPort: undefined, grpcPort: undefined, metricsPort: undefined },
+  {
+    ...DEFAULT_SERVER_OPTIONS,
+    modelRepositories: [repository],
+    httpPort: undefined,
+    grpcPort: undefined,
+    metricsPort: undefined,
+  },
   { logger: silentLogger() },
 );
 const model = server.repository.model("vad");

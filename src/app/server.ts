@@ -9,6 +9,7 @@ import { createLogger, type Logger } from "../observability/logger.ts";
 import { createMetricsRegistry } from "../observability/metrics.ts";
 import { type MetricsServer, startMetricsServer } from "../observability/metrics-server.ts";
 import { ModelRepository } from "../repository/model-repository.ts";
+import { handlerBackend, modelBackends, registryCalls } from "./model-backends.ts";
 import { onnxBackend } from "./onnx-backend.ts";
 
 // The composition root: options → repository → models → frontends. The only place that
@@ -51,6 +52,7 @@ export interface StartOptions {
 export async function startServer(options: ServerOptions, start: StartOptions = {}): Promise<RunningServer> {
   const logger = start.logger ?? createLogger({ level: options.logLevel, format: options.logFormat });
   let stopping = false;
+  const calls = registryCalls();
   for (const notice of options.notices) logger.info({ event: "option_notice" }, notice);
   const repository = await ModelRepository.open({
     repositories: options.modelRepositories,
@@ -62,11 +64,15 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
     singleModel: options.singleModel,
     configPollSecs: options.configPollSecs ?? 0,
     sequenceCleanerPollWaitMinutes: options.sequenceCleanerPollWaitMinutes ?? 5,
-    backend: start.backend ?? onnxBackend(logger, options.backendSettings),
+    backend: modelBackends(
+      start.backend ?? onnxBackend(logger, options.backendSettings),
+      handlerBackend(logger, calls),
+    ),
     logger,
     defaultMaxBatchSize: options.backendSettings.defaultMaxBatchSize,
     loadThreadCount: options.modelLoadThreadCount,
   });
+  calls.attach(repository);
   const metadata: ServerMetadata = { name: "seqserve", version: SEQSERVE_VERSION, extensions: EXTENSIONS };
   const context: ServerContext = {
     registry: repository,

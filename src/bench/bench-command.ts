@@ -62,7 +62,11 @@ function hostPort(value: string | undefined): { host: string; port: number } | u
 
 async function endpoints(options: BenchOptions): Promise<Endpoints> {
   if (options.modelRepository !== undefined) {
-    const server = await startServerProcess(options.modelRepository, options.serverArgs, options.serverNodeArgs);
+    const server = await startServerProcess(
+      options.modelRepository,
+      options.serverArgs,
+      options.serverNodeArgs,
+    );
     return {
       httpBase: `http://127.0.0.1:${server.ports.http}`,
       target: {

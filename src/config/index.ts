@@ -9,6 +9,7 @@ export {
   type LoadSettings,
   readLoadSettings,
 } from "./load-settings.ts";
+export { handlerFile, withModelCodeBackend } from "./model-code.ts";
 export {
   formatOfFile,
   type ModelConfigTextFormat,
@@ -39,7 +40,12 @@ export type {
   SourceLocations,
 } from "./parsed-config.ts";
 export { DEFAULT_MAX_BATCH_SIZE } from "./resolve/io-config.ts";
-export { DEFAULT_MODEL_FILENAME, ONNX_BACKEND, ONNX_PLATFORM } from "./resolve/model-identity.ts";
+export {
+  DEFAULT_MODEL_FILENAME,
+  ONNX_BACKEND,
+  ONNX_PLATFORM,
+  TYPESCRIPT_BACKEND,
+} from "./resolve/model-identity.ts";
 export {
   type ResolvedModelConfig,
   type ResolveModelConfigOptions,

@@ -15,10 +15,13 @@ export interface OpenModelRequest {
   readonly parameters: Readonly<Record<string, string>>;
   /** Triton's `optimization { graph { level } }`, when set. */
   readonly graphOptimizationLevel: number | undefined;
+  /** The version being opened (model code is told which it is). */
+  readonly version?: string;
 }
 
 export interface OpenedModel {
-  readonly io: ModelIo;
+  /** What the model file declares; undefined when it declares nothing (a handler without metadata). */
+  readonly io: ModelIo | undefined;
   readonly executors: ModelExecutor[];
 }
 

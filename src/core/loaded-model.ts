@@ -1,9 +1,10 @@
-import { asServerError } from "./errors.ts";
+import { asServerError, cancelled, ServerError } from "./errors.ts";
 import type { ModelExecutor } from "./executor.ts";
 import type { InferRequest, InferResponse, NamedTensor } from "./infer.ts";
 import type { SequenceAdmin, ServedModel, TensorMetadata } from "./model.ts";
 import type { ModelConfig } from "./model-config.ts";
 import { validateRequest } from "./request-validation.ts";
+import { type InferResponseStream, ResponseChannel, singleResponseStream } from "./response-stream.ts";
 import type { BatchObserver } from "./scheduler/batch-observer.ts";
 import { DynamicBatcher } from "./scheduler/dynamic-batcher.ts";
 import { nowNs, PendingRequest } from "./scheduler/pending-request.ts";
@@ -84,9 +85,20 @@ export class LoadedModel implements ServedModel {
     }
   }
 
+  get decoupled(): boolean {
+    return this.config.decoupled === true;
+  }
+
   async infer(request: InferRequest): Promise<InferResponse> {
     const startNs = nowNs();
     try {
+      if (this.decoupled) {
+        throw new ServerError(
+          "UNSUPPORTED",
+          `model '${this.name}' is decoupled (it may send several responses per request): use a streaming endpoint ` +
+            "(gRPC ModelStreamInfer, a WebSocket stream, or /generate and /generate_stream)",
+        );
+      }
       const pending = new PendingRequest(request, validateRequest(this.config, request));
       this.#scheduler.enqueue(pending);
       const result = await pending.promise;
@@ -107,6 +119,52 @@ export class LoadedModel implements ServedModel {
       this.#statistics.recordFailure(nowNs() - startNs);
       throw asServerError(error);
     }
+  }
+
+  /**
+   * The request's responses as the model produces them. A decoupled model's request runs
+   * with a response channel; any other model's one answer is streamed as it is.
+   */
+  stream(request: InferRequest): InferResponseStream {
+    if (!this.decoupled) return singleResponseStream(this.infer(request));
+    const startNs = nowNs();
+    const controller = new AbortController();
+    const signal =
+      request.signal === undefined ? controller.signal : AbortSignal.any([request.signal, controller.signal]);
+    let pending: PendingRequest | undefined;
+    const channel = new ResponseChannel(
+      () => controller.abort(cancelled("the client stopped reading the request's responses")),
+      (partial) => ({
+        modelName: this.name,
+        modelVersion: this.version,
+        id: request.id,
+        parameters: { ...partial.parameters, ...pending?.responseParameters },
+        outputs: [...partial.outputs].map(([name, tensor]) => ({ name, ...tensor })),
+        final: partial.final,
+      }),
+    );
+    try {
+      pending = new PendingRequest({ ...request, signal }, validateRequest(this.config, request));
+      pending.responses = channel;
+      channel.parameters = pending.responseParameters;
+      this.#scheduler.enqueue(pending);
+    } catch (error) {
+      this.#statistics.recordFailure(nowNs() - startNs);
+      channel.fail(asServerError(error));
+      return channel;
+    }
+    const accepted = pending;
+    accepted.promise.then(
+      (result) => {
+        this.#statistics.recordSuccess(result.timings, accepted.validated.rows);
+        channel.finish();
+      },
+      (error: unknown) => {
+        this.#statistics.recordFailure(nowNs() - startNs);
+        channel.fail(asServerError(error));
+      },
+    );
+    return channel;
   }
 
   statistics(): ModelStatisticsSnapshot {

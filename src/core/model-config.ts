@@ -187,6 +187,11 @@ export interface ModelConfig {
   readonly sequenceBatching?: SequenceBatchingConfig;
   /** Triton `parameters { key value { string_value } }`. */
   readonly parameters: Readonly<Record<string, string>>;
+  /**
+   * Triton's `model_transaction_policy { decoupled }`: the model may send any number of
+   * responses per request (model code only). Absent = false.
+   */
+  readonly decoupled?: boolean;
 }
 
 export function instanceCount(config: ModelConfig): number {

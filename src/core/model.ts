@@ -1,6 +1,7 @@
 import type { DataType } from "./datatype.ts";
 import type { InferRequest, InferResponse, SequenceId } from "./infer.ts";
 import type { ModelConfig } from "./model-config.ts";
+import type { InferResponseStream } from "./response-stream.ts";
 import type { ModelStatisticsSnapshot } from "./statistics.ts";
 
 // The interfaces the frontends program against. The repository implements
@@ -36,6 +37,11 @@ export const SEQUENCE_END_REASONS = [
   "unloaded",
   /** The model was reloaded with a different state signature, which the sequence's state does not fit. */
   "reloaded",
+  /**
+   * The model instance holding the sequence failed (its worker thread died) and was
+   * replaced: what model code kept for the sequence there is gone.
+   */
+  "instance_failed",
 ] as const;
 export type SequenceEndReason = (typeof SEQUENCE_END_REASONS)[number];
 
@@ -114,6 +120,13 @@ export interface ServedModel {
   readonly inputs: readonly TensorMetadata[];
   readonly outputs: readonly TensorMetadata[];
   infer(request: InferRequest): Promise<InferResponse>;
+  /**
+   * Decoupled models (model code that may send any number of responses per request) are
+   * served through `stream`; `infer` refuses them. Absent or false: one answer per request.
+   */
+  readonly decoupled?: boolean;
+  /** The request's responses as they are produced; for other models, its one answer. */
+  stream?(request: InferRequest): InferResponseStream;
   statistics(): ModelStatisticsSnapshot;
   /** Requests accepted and not yet answered. */
   readonly pending: number;

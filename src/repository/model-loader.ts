@@ -1,8 +1,9 @@
 import { existsSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import {
   findSharedInputs,
   findStatePairs,
+  handlerFile,
   type LoadSettings,
   type OvmsToParsedOptions,
   type ParsedModelConfig,
@@ -10,6 +11,8 @@ import {
   parseModelConfigText,
   readLoadSettings,
   resolveModelConfig,
+  TYPESCRIPT_BACKEND,
+  withModelCodeBackend,
 } from "../config/index.ts";
 import type { ModelBackend } from "../core/backend.ts";
 import { invalidArg, unavailable } from "../core/errors.ts";
@@ -59,6 +62,11 @@ export async function prepareModel(
       );
     }
   }
+  parsed = withModelCodeBackend(
+    parsed,
+    source.dir,
+    source.ovms !== undefined && configOverride === undefined,
+  );
   return { source, parsed, settings: readLoadSettings(parsed, source.name, source.dir), strict, ovms };
 }
 
@@ -67,9 +75,19 @@ export async function prepareModel(
  * (config/ovms-from-model.ts) when it names none, or a clear refusal when the file does
  * not show the state.
  */
-function withFoundStatePairs(prepared: PreparedModel, io: ModelIo): ParsedModelConfig | undefined {
+function withFoundStatePairs(
+  prepared: PreparedModel,
+  io: ModelIo | undefined,
+): ParsedModelConfig | undefined {
   const entry = prepared.source.ovms?.entry;
-  if (entry === undefined || !entry.stateful) return prepared.parsed;
+  // Model code keeps its state itself: it has no state pairs to find.
+  if (
+    entry === undefined ||
+    !entry.stateful ||
+    io === undefined ||
+    prepared.settings.backend === TYPESCRIPT_BACKEND
+  )
+    return prepared.parsed;
   let statePairs = entry.statePairs;
   if (statePairs === undefined) {
     const search = findStatePairs(entry.name, io);
@@ -97,7 +115,9 @@ export async function openVersion(
   options: VersionLoadOptions,
 ): Promise<{ model: LoadedModel; configJson: Record<string, unknown> }> {
   const { source, settings } = prepared;
-  const modelPath = versionPath(source.dir, version, settings.defaultModelFilename);
+  let modelPath = versionPath(source.dir, version, settings.defaultModelFilename);
+  if (settings.backend === TYPESCRIPT_BACKEND)
+    modelPath = handlerFile(dirname(modelPath), settings.defaultModelFilename);
   if (!existsSync(modelPath)) {
     throw unavailable(`model '${source.name}' version ${version}: file '${modelPath}' not found`);
   }
@@ -105,6 +125,7 @@ export async function openVersion(
     modelName: source.name,
     modelPath,
     backendName: settings.backend,
+    version: String(version),
     instanceCount: settings.instanceCount,
     parameters: settings.parameters,
     graphOptimizationLevel: settings.graphOptimizationLevel,

@@ -98,7 +98,7 @@ describe("MemoryStateStore", () => {
       ]),
     );
     batch.fill(0);
-    const kept = store.get("a")!;
+    const kept = store.get("a") as ReadonlyMap<string, Tensor>;
     assert.deepEqual([...(kept.get("s")!.data as Float32Array)], [3, 3]);
     assert.equal((kept.get("s")!.data as Float32Array).buffer.byteLength, 8);
     assert.equal(kept.get("t")!.data, owned);

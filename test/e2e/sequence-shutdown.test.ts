@@ -109,6 +109,7 @@ describe("ending well", { timeout: 60_000 }, () => {
         expired: 0,
         unloaded: 0,
         reloaded: 0,
+        instance_failed: 0,
       },
     });
   });
@@ -150,6 +151,7 @@ describe("ending well", { timeout: 60_000 }, () => {
         expired: 0,
         unloaded: 0,
         reloaded: 0,
+        instance_failed: 0,
       },
     });
   });

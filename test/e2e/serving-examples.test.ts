@@ -9,10 +9,11 @@ import { GENERATED_EXAMPLES } from "../../scripts/generate-example-models.ts";
 const ROOT = new URL("../../", import.meta.url);
 
 describe("the committed example models equal what their generator builds", () => {
-  it("covers simple and accumulator", () => {
+  it("covers simple, accumulator and text_embedder", () => {
     assert.deepEqual(Object.keys(GENERATED_EXAMPLES).sort(), [
       "examples/models/accumulator/1/model.onnx",
       "examples/models/simple/1/model.onnx",
+      "examples/models/text_embedder/1/model.onnx",
     ]);
   });
 

@@ -1,9 +1,8 @@
-import { stat } from "node:fs/promises";
 import type { ResourceLimits } from "node:worker_threads";
 import type { OpenedModel } from "../../core/backend.ts";
-import { invalidArg, ServerError } from "../../core/errors.ts";
 import type { ModelIo } from "../../core/model-io.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { checkModelFile, startInstances } from "../worker/model-instances.ts";
 import { WorkerExecutor } from "../worker/worker-executor.ts";
 import { type OnnxSessionOptions, onnxSessionOptions } from "./session-options.ts";
 
@@ -34,38 +33,26 @@ export interface LoadOnnxModelOptions {
  * with a ServerError carrying ONNX Runtime's message and the file when the model cannot be
  * loaded; no worker is left running then.
  */
-export async function loadOnnxModel(options: LoadOnnxModelOptions): Promise<OpenedModel> {
+export async function loadOnnxModel(
+  options: LoadOnnxModelOptions,
+): Promise<OpenedModel & { readonly io: ModelIo }> {
   const { modelName, modelPath, instanceCount, logger } = options;
-  if (!Number.isInteger(instanceCount) || instanceCount < 1) {
-    throw invalidArg(`model '${modelName}' needs at least one instance, got ${instanceCount}`);
-  }
-  const isFile = await stat(modelPath).then(
-    (s) => s.isFile(),
-    () => false,
-  );
-  if (!isFile) throw new ServerError("UNAVAILABLE", `unable to find '${modelPath}' for model '${modelName}'`);
-
+  await checkModelFile(modelName, modelPath, instanceCount);
   const sessionOptions = options.sessionOptions ?? onnxSessionOptions({}, undefined);
-  const executors = Array.from(
-    { length: instanceCount },
-    (_, i) =>
+  const { instances: executors, loaded: io } = await startInstances(
+    modelName,
+    instanceCount,
+    (name) =>
       new WorkerExecutor({
-        name: `${modelName}_${i}`,
+        name,
         entry: WORKER_ENTRY,
-        load: { type: "load", instanceName: `${modelName}_${i}`, modelPath, sessionOptions },
+        load: { type: "load", instanceName: name, modelPath, sessionOptions },
         logger: logger.child({ model: modelName }),
         ...(options.workerResourceLimits === undefined
           ? {}
           : { resourceLimits: options.workerResourceLimits }),
       }),
   );
-  const loads = await Promise.allSettled(executors.map((executor) => executor.start()));
-  const failed = loads.find((load) => load.status === "rejected");
-  if (failed !== undefined) {
-    await Promise.all(executors.map((executor) => executor.close()));
-    throw failed.reason;
-  }
-  const io = (loads[0] as PromiseFulfilledResult<ModelIo>).value;
   logger.info({ model: modelName, instances: instanceCount, sessionOptions }, "onnx model loaded");
   return { io, executors };
 }

@@ -9,6 +9,9 @@ export const ONNX_BACKEND = "onnxruntime";
 /** Triton's ONNX stateful backend (triton-inference-server/stateful_backend): ONNX models whose state the server keeps. */
 export const STATEFUL_BACKEND = "stateful";
 export const DEFAULT_MODEL_FILENAME = "model.onnx";
+/** Model code in TypeScript or JavaScript (src/handler-api.ts): `model.ts`, else `model.js`. */
+export const TYPESCRIPT_BACKEND = "typescript";
+export const HANDLER_FILENAMES = ["model.ts", "model.js"] as const;
 
 export interface ModelIdentity {
   readonly name: string;
@@ -19,7 +22,7 @@ export interface ModelIdentity {
 
 const UNSUPPORTED =
   `seqserve serves ONNX models (platform '${ONNX_PLATFORM}', backend '${ONNX_BACKEND}', ` +
-  `or the ONNX stateful backend '${STATEFUL_BACKEND}')`;
+  `or the ONNX stateful backend '${STATEFUL_BACKEND}') and model code (backend '${TYPESCRIPT_BACKEND}')`;
 
 function checkFileName(root: MessageNode, field: string, filename: string, where: string): void {
   if (filename.includes("/") || filename.includes("\\") || filename === "." || filename === "..") {
@@ -53,9 +56,15 @@ export function resolveIdentity(root: MessageNode): ModelIdentity {
   if (platform !== "" && platform !== ONNX_PLATFORM) {
     root.fail("platform", `platform '${platform}' of model '${modelName}' is not supported: ${UNSUPPORTED}`);
   }
-  if (backend !== "" && backend !== ONNX_BACKEND && backend !== STATEFUL_BACKEND) {
+  if (
+    backend !== "" &&
+    backend !== ONNX_BACKEND &&
+    backend !== STATEFUL_BACKEND &&
+    backend !== TYPESCRIPT_BACKEND
+  ) {
     root.fail("backend", `backend '${backend}' of model '${modelName}' is not supported: ${UNSUPPORTED}`);
   }
+  if (backend === TYPESCRIPT_BACKEND) return typeScriptIdentity(root, platform);
   if (backend === STATEFUL_BACKEND && platform !== "") {
     root.fail(
       "platform",
@@ -80,6 +89,25 @@ export function resolveIdentity(root: MessageNode): ModelIdentity {
     platform: stateful ? "" : ONNX_PLATFORM,
     backend: stateful ? STATEFUL_BACKEND : ONNX_BACKEND,
     defaultModelFilename: filename,
+  };
+}
+
+/** Model code: no platform; its file is `default_model_filename`, else model.ts, else model.js. */
+function typeScriptIdentity(root: MessageNode, platform: string): ModelIdentity {
+  const { modelName } = root.ctx;
+  if (platform !== "") {
+    root.fail(
+      "platform",
+      `model '${modelName}' sets both platform '${platform}' and backend '${TYPESCRIPT_BACKEND}'; model code takes no platform`,
+    );
+  }
+  const configured = root.string("default_model_filename");
+  if (configured !== "") checkFileName(root, "default_model_filename", configured, "default_model_filename");
+  return {
+    name: modelName,
+    platform: "",
+    backend: TYPESCRIPT_BACKEND,
+    defaultModelFilename: configured || HANDLER_FILENAMES[0],
   };
 }
 

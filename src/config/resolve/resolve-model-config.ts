@@ -1,4 +1,4 @@
-import type { ModelConfig } from "../../core/model-config.ts";
+import type { ModelConfig, SequenceBatchingConfig } from "../../core/model-config.ts";
 import type { ModelIo } from "../../core/model-io.ts";
 import { ConfigError } from "../config-error.ts";
 import { deepFreeze } from "../deep-freeze.ts";
@@ -19,7 +19,12 @@ import {
   resolveInputs,
   resolveOutputs,
 } from "./io-config.ts";
-import { resolveIdentity, resolveVersionPolicy, STATEFUL_BACKEND } from "./model-identity.ts";
+import {
+  resolveIdentity,
+  resolveVersionPolicy,
+  STATEFUL_BACKEND,
+  TYPESCRIPT_BACKEND,
+} from "./model-identity.ts";
 import { ModelParameters } from "./model-parameters.ts";
 import { resolveSequenceBatching, sequenceTensorNames } from "./sequence-batching.ts";
 
@@ -67,12 +72,13 @@ function refuseUnsupported(root: MessageNode): void {
     if (root.list(field).length > 0)
       root.failItem(field, 0, `${field} (model '${modelName}') is not supported by seqserve`);
   }
-  if (root.child("model_transaction_policy")?.bool("decoupled") === true) {
+  const modelCode = root.string("backend") === TYPESCRIPT_BACKEND;
+  if (!modelCode && root.child("model_transaction_policy")?.bool("decoupled") === true) {
     root
       .child("model_transaction_policy")
       ?.fail(
         "decoupled",
-        `model '${modelName}' is decoupled, which the ONNX Runtime backend does not support`,
+        `model '${modelName}' is decoupled, which the ONNX Runtime backend does not support (model code, backend '${TYPESCRIPT_BACKEND}', may be decoupled)`,
       );
   }
   if ((root.child("model_operations")?.list("op_library_filename").length ?? 0) > 0) {
@@ -116,6 +122,28 @@ function normalizeOptimization(root: MessageNode): void {
   const optimization = root.ensureChild("optimization");
   for (const field of ["input_pinned_memory", "output_pinned_memory"]) {
     if (!optimization.has(field)) optimization.set(field, { enable: true });
+  }
+}
+
+/**
+ * Model code is given each request's sequence (id, flags, its own state) directly: it
+ * has no control tensors or implicit state to be fed.
+ */
+function checkModelCodeSequencing(root: MessageNode, sequencing: SequenceBatchingConfig | undefined): void {
+  if (sequencing === undefined) return;
+  const modelName = root.ctx.modelName;
+  const node = root.child("sequence_batching")!;
+  if (sequencing.states.length > 0) {
+    node.fail(
+      "state",
+      `model '${modelName}' is model code (backend '${TYPESCRIPT_BACKEND}'): it keeps its state in request.sequence.state, not in implicit state tensors`,
+    );
+  }
+  if (sequencing.controlInputs.length > 0) {
+    node.fail(
+      "control_input",
+      `model '${modelName}' is model code (backend '${TYPESCRIPT_BACKEND}'): it reads request.sequence (id, start, end) rather than control tensors`,
+    );
   }
 }
 
@@ -191,6 +219,7 @@ export function resolveModelConfig(options: ResolveModelConfigOptions): Resolved
     backend: identity.backend,
     instanceCount: instanceGroups.reduce((sum, group) => sum + group.count, 0),
   });
+  if (identity.backend === TYPESCRIPT_BACKEND) checkModelCodeSequencing(root, sequenceBatching);
   if (identity.backend === STATEFUL_BACKEND && sequenceBatching === undefined) {
     root.fail(
       "backend",
@@ -220,6 +249,9 @@ export function resolveModelConfig(options: ResolveModelConfigOptions): Resolved
     ...(dynamicBatching === undefined ? {} : { dynamicBatching }),
     ...(sequenceBatching === undefined ? {} : { sequenceBatching }),
     parameters: { ...params.values },
+    ...(identity.backend === TYPESCRIPT_BACKEND
+      ? { decoupled: root.child("model_transaction_policy")?.bool("decoupled") === true }
+      : {}),
   };
   return deepFreeze({
     config,

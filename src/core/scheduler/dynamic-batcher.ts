@@ -1,10 +1,11 @@
 import { unavailable } from "../errors.ts";
-import type { ModelExecutor } from "../executor.ts";
+import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
 import type { ModelConfig } from "../model-config.ts";
 import type { ModelStatistics } from "../statistics.ts";
 import { runStatelessBatch } from "./batch-execution.ts";
 import { OrderedRelease } from "./ordered-release.ts";
 import type { PendingRequest } from "./pending-request.ts";
+import { runRequestBatch } from "./request-batch-execution.ts";
 import { Deque } from "./request-queue.ts";
 import type { Scheduler } from "./scheduler.ts";
 
@@ -27,6 +28,8 @@ const MAX_IN_FLIGHT = 2;
 interface Instance {
   readonly executor: ModelExecutor;
   inFlight: number;
+  /** Model code runs one batch at a time per instance (Triton's contract with a backend). */
+  readonly maxInFlight: number;
 }
 
 export interface DynamicBatcherOptions {
@@ -55,7 +58,11 @@ export class DynamicBatcher implements Scheduler {
     const { config } = options;
     this.#config = config;
     this.#statistics = options.statistics;
-    this.#instances = options.executors.map((executor) => ({ executor, inFlight: 0 }));
+    this.#instances = options.executors.map((executor) => ({
+      executor,
+      inFlight: 0,
+      maxInFlight: isRequestExecutor(executor) ? 1 : MAX_IN_FLIGHT,
+    }));
     const dynamic = config.dynamicBatching;
     this.#merge = dynamic !== undefined && config.maxBatchSize > 0;
     this.#maxRows = Math.max(1, config.maxBatchSize);
@@ -136,7 +143,10 @@ export class DynamicBatcher implements Scheduler {
   #leastBusy(): Instance | undefined {
     let best: Instance | undefined;
     for (const instance of this.#instances) {
-      if (instance.inFlight < MAX_IN_FLIGHT && (best === undefined || instance.inFlight < best.inFlight)) {
+      if (
+        instance.inFlight < instance.maxInFlight &&
+        (best === undefined || instance.inFlight < best.inFlight)
+      ) {
         best = instance;
       }
     }
@@ -154,7 +164,11 @@ export class DynamicBatcher implements Scheduler {
       const batch = this.#merge ? this.#collect(head, behindRunning) : [this.#queue.shift()!];
       if (batch.length === 0) return;
       instance.inFlight++;
-      runStatelessBatch(this.#config, instance.executor, this.#statistics, batch).finally(() => {
+      const { executor } = instance;
+      const run = isRequestExecutor(executor)
+        ? runRequestBatch(executor, this.#statistics, batch)
+        : runStatelessBatch(this.#config, executor, this.#statistics, batch);
+      run.finally(() => {
         instance.inFlight--;
         this.#schedule();
       });

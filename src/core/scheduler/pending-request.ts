@@ -1,4 +1,5 @@
 import { cancelled, type ServerError } from "../errors.ts";
+import type { ResponseSink } from "../executor.ts";
 import type { InferRequest, Parameters, ParameterValue } from "../infer.ts";
 import type { ValidatedRequest } from "../request-validation.ts";
 import type { RequestTimings } from "../statistics.ts";
@@ -22,6 +23,8 @@ export class PendingRequest {
   readonly arrivalNs = nowNs();
   /** Parameters the scheduler adds to the response (e.g. a server-assigned `sequence_id`). */
   readonly responseParameters: Record<string, ParameterValue> = {};
+  /** Decoupled models: where the request's responses go (the outcome then only completes it). */
+  responses: ResponseSink | undefined;
   /** Set when the request is handed to an executor; after that it can no longer be cancelled. */
   dispatchNs = 0;
   readonly promise: Promise<RequestResult>;

@@ -41,7 +41,9 @@ const isEnd = (row: SequenceRow): boolean => row.request.request.sequence?.end =
 
 /** The state a row runs with: fresh on START (or when none was kept), else the stored one (FP32). */
 function stateOf(model: SequenceModel, row: SequenceRow, state: StateConfig): Tensor {
-  const stored = isStart(row) ? undefined : model.store.get(row.sequence.key)?.get(state.inputName);
+  const stored = isStart(row)
+    ? undefined
+    : (model.store.get(row.sequence.key)?.get(state.inputName) as Tensor | undefined);
   if (stored === undefined) return model.initialStates.get(state.inputName)!;
   if (stored.datatype === "FP16" && state.datatype === "FP32") {
     return { datatype: "FP32", shape: stored.shape, data: fromFloat16Array(stored.data as Uint16Array) };
@@ -55,7 +57,9 @@ export function stateKey(model: SequenceModel, row: SequenceRow): string {
   if (states.length === 0 || model.fixedStateShapes) return "";
   let key = "";
   for (const state of states) {
-    const stored = isStart(row) ? undefined : model.store.get(row.sequence.key)?.get(state.inputName);
+    const stored = isStart(row)
+      ? undefined
+      : (model.store.get(row.sequence.key)?.get(state.inputName) as Tensor | undefined);
     key += `#${formatShape((stored ?? model.initialStates.get(state.inputName)!).shape)}`;
   }
   return key;

@@ -1,5 +1,5 @@
 import { cancelled, invalidArg, ServerError, unavailable } from "../errors.ts";
-import type { ModelExecutor } from "../executor.ts";
+import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
 import type { SequenceId } from "../infer.ts";
 import {
   SEQUENCE_END_REASONS,
@@ -18,7 +18,7 @@ import type { PendingRequest } from "../scheduler/pending-request.ts";
 import { Deque } from "../scheduler/request-queue.ts";
 import type { DrainReason, Scheduler } from "../scheduler/scheduler.ts";
 import type { ModelStatistics } from "../statistics.ts";
-import { cloneTensor, type NumericTensor, type Tensor } from "../tensor.ts";
+import { cloneTensor, type NumericTensor } from "../tensor.ts";
 import { checkCorrelationIdType } from "./control-tensors.ts";
 import { DirectInstance } from "./direct-instance.ts";
 import { initialStateTensor } from "./initial-state.ts";
@@ -29,7 +29,7 @@ import type { SequenceModel } from "./sequence-batch-execution.ts";
 import type { SequenceInstance, SequenceOwner } from "./sequence-instance.ts";
 import { formatSequenceId } from "./sequence-parameters.ts";
 import { type SequenceTransfer, stateSignature, type TransferredSequence } from "./sequence-transfer.ts";
-import type { SequenceState, StateStore } from "./state-store.ts";
+import { isSerializedValue, type SequenceState, type StateEntry, type StateStore } from "./state-store.ts";
 import { fixedStateLayouts, stateStoreForModel } from "./state-store-for-model.ts";
 
 // The scheduler of stateful models (Triton's sequence batcher). It admits requests with
@@ -63,8 +63,10 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
 
 function copyState(state: SequenceState | undefined): SequenceState | undefined {
   if (state === undefined) return undefined;
-  const copy = new Map<string, Tensor>();
-  for (const [name, tensor] of state) copy.set(name, cloneTensor(tensor));
+  const copy = new Map<string, StateEntry>();
+  for (const [name, entry] of state) {
+    copy.set(name, isSerializedValue(entry) ? { serialized: entry.serialized.slice() } : cloneTensor(entry));
+  }
   return copy;
 }
 
@@ -141,6 +143,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     >;
     this.#ordering =
       strategy.kind === "oldest" && strategy.preserveOrdering ? new OrderedRelease() : undefined;
+    for (const instance of this.#instances) {
+      const executor = instance.executor;
+      if (isRequestExecutor(executor)) executor.onReplaced((why) => this.#instanceFailed(instance, why));
+    }
   }
 
   get pending(): number {
@@ -396,6 +402,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#forgetEnding(sequence);
     for (const p of sequence.queue.drain())
       p.reject(failQueued ?? cancelled(`sequence ${formatSequenceId(sequence.id)} ended`));
+    // Model code that keeps per-sequence data hears why, with the state, before it is freed.
+    sequence.holder?.sequenceEnded(sequence, reason, this.#model.store.get(sequence.key));
     this.#model.store.delete(sequence.key);
     this.#clearBacklogTimeout(sequence);
     this.#clearExpiry(sequence);
@@ -445,6 +453,31 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       "cancelled",
       cancelled(`sequence ${formatSequenceId(sequence.id)} ended: one of its requests was cancelled`),
     );
+  }
+
+  runningRequestCancelled(sequence: Sequence): void {
+    this.#endNow(
+      sequence,
+      "cancelled",
+      cancelled(`sequence ${formatSequenceId(sequence.id)} ended: one of its requests was cancelled`),
+    );
+  }
+
+  /**
+   * An instance whose model code kept per-sequence data was replaced (its thread died):
+   * every sequence it held ends, its queued requests failing with the reason.
+   */
+  #instanceFailed(instance: SequenceInstance, why: string): void {
+    for (const sequence of [...this.#all]) {
+      if (sequence.holder !== instance) continue;
+      this.#endNow(
+        sequence,
+        "instance_failed",
+        unavailable(
+          `sequence ${formatSequenceId(sequence.id)} of model '${this.#config.name}' ended: its model instance '${instance.instanceName}' failed (${why}) and was restarted`,
+        ),
+      );
+    }
   }
 
   #armBacklogTimeout(sequence: Sequence, timeoutUs: number): void {

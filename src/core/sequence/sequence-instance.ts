@@ -1,6 +1,9 @@
-import type { ModelExecutor } from "../executor.ts";
+import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
+import type { SequenceEndReason } from "../model.ts";
 import type { Sequence, SlotHolder } from "./sequence.ts";
 import { runSequenceBatch, type SequenceModel, type SequenceRow } from "./sequence-batch-execution.ts";
+import { runSequenceRequests } from "./sequence-request-execution.ts";
+import type { SequenceState } from "./state-store.ts";
 
 /** What an instance tells the batcher that owns the sequences. */
 export interface SequenceOwner {
@@ -10,6 +13,8 @@ export interface SequenceOwner {
   settleWithoutRun(sequence: Sequence): boolean;
   /** A slot of `instance` became free. */
   slotFreed(instance: SequenceInstance): void;
+  /** A running request of `sequence` was cancelled by its client: the sequence ends, as for a queued one. */
+  runningRequestCancelled(sequence: Sequence): void;
 }
 
 /**
@@ -34,6 +39,8 @@ export abstract class SequenceInstance implements SlotHolder {
   /** No batch starts while paused (a reload is taking the sequences' state). */
   #paused = false;
   #quietWaiters: (() => void)[] = [];
+  /** Requests of model code still running (a decoupled one may outlast its batch). */
+  #runningRequests = 0;
 
   constructor(
     model: SequenceModel,
@@ -80,8 +87,17 @@ export abstract class SequenceInstance implements SlotHolder {
   /** Starts no more batches; resolves once none is running (every state in the store is final). */
   pause(): Promise<void> {
     this.#paused = true;
-    if (this.#inFlight === 0) return Promise.resolve();
+    if (this.#quiet) return Promise.resolve();
     return new Promise((resolve) => this.#quietWaiters.push(resolve));
+  }
+
+  /** No batch and no request of model code is running: every state in the store is final. */
+  get #quiet(): boolean {
+    return this.#inFlight === 0 && this.#runningRequests === 0;
+  }
+
+  #notifyQuiet(): void {
+    if (this.#quiet) for (const quiet of this.#quietWaiters.splice(0)) quiet();
   }
 
   resume(): void {
@@ -122,6 +138,26 @@ export abstract class SequenceInstance implements SlotHolder {
     this.#inFlight++;
     const real = rows.filter((r): r is SequenceRow => r !== undefined);
     for (const row of real) row.sequence.running = true;
+    if (isRequestExecutor(this.executor)) {
+      // Model code answers each request on its own time: a sequence steps again when its
+      // request is complete; the instance takes another batch when the executor is ready.
+      this.#runningRequests += real.length;
+      runSequenceRequests(this.model, this.executor, rows, (row, outcome) => {
+        this.#runningRequests--;
+        row.sequence.running = false;
+        row.sequence.steps++;
+        const signal = row.request.request.signal;
+        if (outcome?.ok === false && outcome.error.code === "CANCELLED" && signal?.aborted === true) {
+          this.owner.runningRequestCancelled(row.sequence);
+        } else this.owner.afterStep(row.sequence);
+        this.#notifyQuiet();
+      }).finally(() => {
+        this.#inFlight--;
+        this.#notifyQuiet();
+        this.schedule();
+      });
+      return;
+    }
     runSequenceBatch(this.model, this.executor, rows).finally(() => {
       this.#inFlight--;
       for (const row of real) {
@@ -129,9 +165,15 @@ export abstract class SequenceInstance implements SlotHolder {
         row.sequence.steps++;
         this.owner.afterStep(row.sequence);
       }
-      if (this.#inFlight === 0) for (const quiet of this.#quietWaiters.splice(0)) quiet();
+      this.#notifyQuiet();
       this.schedule();
     });
+  }
+
+  /** Tells model code that keeps per-sequence data that `sequence` ended (after its last step). */
+  sequenceEnded(sequence: Sequence, reason: SequenceEndReason, state: SequenceState | undefined): void {
+    if (!isRequestExecutor(this.executor) || sequence.steps === 0) return;
+    this.executor.sequenceEnded({ id: sequence.id, key: sequence.key, reason, state });
   }
 
   /** The request `sequence` would run next, after settling any that need no model run. */

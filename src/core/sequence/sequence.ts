@@ -2,6 +2,7 @@ import type { SequenceId } from "../infer.ts";
 import type { SequenceEndReason } from "../model.ts";
 import type { PendingRequest } from "../scheduler/pending-request.ts";
 import { Deque } from "../scheduler/request-queue.ts";
+import type { SequenceState } from "./state-store.ts";
 
 /** Where a sequence's requests run: one slot of one model instance. */
 export interface SlotHolder {
@@ -13,6 +14,8 @@ export interface SlotHolder {
   release(sequence: Sequence, slot: number): void;
   /** The slot passes from `sequence` to `successor` (a restart keeps its slot). */
   handOver(sequence: Sequence, successor: Sequence): void;
+  /** `sequence` ended (its last step is done); its state comes along, before the core frees it. */
+  sequenceEnded(sequence: Sequence, reason: SequenceEndReason, state: SequenceState | undefined): void;
 }
 
 export type SequenceStatus = "backlogged" | "active" | "ending";

@@ -55,7 +55,8 @@ export class SlabStateStore implements StateStore {
     if (policy.initialRows > 0) this.#grow(Math.min(policy.initialRows, this.#plannedRows));
   }
 
-  get(key: string): SequenceState | undefined {
+  /** Slabs hold tensors only. */
+  get(key: string): ReadonlyMap<string, Tensor> | undefined {
     const place = this.#places.get(key);
     if (place === undefined) return undefined;
     const state = new Map<string, Tensor>();
@@ -75,7 +76,8 @@ export class SlabStateStore implements StateStore {
     // Check before taking a row: a state that does not fit leaves the store as it was.
     for (let i = 0; i < this.#layouts.length; i++) {
       const layout = this.#layouts[i]!;
-      const tensor = state.get(layout.inputName);
+      // Slabs keep implicit-state tensors only (models whose states all have fixed shapes).
+      const tensor = state.get(layout.inputName) as Tensor | undefined;
       if (
         tensor === undefined ||
         tensor.datatype !== layout.datatype ||
@@ -89,7 +91,7 @@ export class SlabStateStore implements StateStore {
     }
     const place = this.#places.get(key) ?? this.#take(key);
     for (let i = 0; i < this.#layouts.length; i++) {
-      const data = state.get(this.#layouts[i]!.inputName)!.data as NumericArray;
+      const data = (state.get(this.#layouts[i]!.inputName) as Tensor).data as NumericArray;
       const target = place.slab.arrays[i]!;
       const n = this.#elements[i]!;
       // Reading a row and writing it back (a migration) is a copy onto itself: skip it.

@@ -6,8 +6,32 @@ import { cloneTensor, type Tensor, tensorByteLength } from "../tensor.ts";
 // it later; the in-memory store is the first implementation. State is keyed by a key
 // unique to one life of one sequence: an id that ends and starts again gets a new key.
 
-/** One sequence's state: its implicit-state tensors by state input name. */
-export type SequenceState = ReadonlyMap<string, Tensor>;
+/**
+ * A value model code keeps for a sequence (a handler's chat history, a cached id), held in
+ * serialised form (the structured-clone format of node:v8): bytes that a store can count,
+ * keep and write elsewhere, decoded only by the code that uses it.
+ */
+export interface SerializedValue {
+  readonly serialized: Uint8Array;
+}
+
+/** One entry of a sequence's state: a tensor, or a serialised value. */
+export type StateEntry = Tensor | SerializedValue;
+
+export function isSerializedValue(entry: StateEntry): entry is SerializedValue {
+  return (entry as Partial<SerializedValue>).serialized !== undefined;
+}
+
+/** Bytes an entry holds. */
+export function stateEntryBytes(entry: StateEntry): number {
+  return isSerializedValue(entry) ? entry.serialized.byteLength : tensorByteLength(entry);
+}
+
+/**
+ * One sequence's state: its implicit-state tensors by state input name (ONNX models), or
+ * the entries a handler keeps by its own names (tensors and serialised values).
+ */
+export type SequenceState = ReadonlyMap<string, StateEntry>;
 
 export interface StateStore {
   /** The sequence's state; the tensors may be views of the store's memory, valid until the next set or delete. */
@@ -26,18 +50,20 @@ export interface StateStore {
 
 function stateBytes(state: SequenceState): number {
   let total = 0;
-  for (const tensor of state.values()) total += tensorByteLength(tensor);
+  for (const entry of state.values()) total += stateEntryBytes(entry);
   return total;
 }
 
 /** A view of part of a larger buffer would keep the whole buffer (a batch's output) alive. */
-function ownsItsBuffer(tensor: Tensor): boolean {
+function ownsItsBuffer(entry: StateEntry): boolean {
+  if (isSerializedValue(entry)) return true;
+  const tensor = entry;
   if (tensor.datatype === "BYTES") return true;
   const data = tensor.data as NumericArray;
   return data.byteOffset === 0 && data.byteLength === data.buffer.byteLength;
 }
 
-/** Any state: one map of tensors per sequence (growing or variable-shaped state included). */
+/** Any state: one map of entries per sequence (growing or variable-shaped state, handler values). */
 export class MemoryStateStore implements StateStore {
   readonly #states = new Map<string, { state: SequenceState; bytes: number }>();
   #totalBytes = 0;
@@ -47,8 +73,9 @@ export class MemoryStateStore implements StateStore {
   }
 
   set(key: string, state: SequenceState): void {
-    const owned = new Map<string, Tensor>();
-    for (const [name, tensor] of state) owned.set(name, ownsItsBuffer(tensor) ? tensor : cloneTensor(tensor));
+    const owned = new Map<string, StateEntry>();
+    for (const [name, entry] of state)
+      owned.set(name, ownsItsBuffer(entry) ? entry : cloneTensor(entry as Tensor));
     state = owned;
     const bytes = stateBytes(state);
     const previous = this.#states.get(key);

@@ -1,9 +1,11 @@
 import { setMaxListeners } from "node:events";
 import type { ServerDuplexStream } from "@grpc/grpc-js";
 import { asServerError, cancelled } from "../../core/errors.ts";
-import type { InferResponse } from "../../core/infer.ts";
-import type { ModelRegistry } from "../../core/model.ts";
+import type { InferRequest, InferResponse } from "../../core/infer.ts";
+import type { ModelRegistry, ServedModel } from "../../core/model.ts";
+import { inferStream } from "../../core/response-stream.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { relayResponses } from "../common/kserve/decoupled-responses.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse, streamError } from "./infer-response-encoder.ts";
 import type { ModelInferRequestMessage, ModelStreamInferResponseMessage } from "./messages.ts";
@@ -14,6 +16,9 @@ import { encodeStreamInferResponse } from "./proto-definitions.ts";
 // stream; the core resolves the requests of one sequence in arrival order, and writing
 // in completion order keeps that order. A failed request is answered in-band
 // (error_message + its id) and the stream stays open.
+//
+// A decoupled model's request is answered by each of its responses as they come; it
+// counts as in flight until its last.
 //
 // Back-pressure: reading stops while `maxInflight` requests are unanswered, or while the
 // client is not reading its responses (write() returned false), and resumes when both
@@ -43,6 +48,9 @@ export class StreamInferSession {
   /** Requests accepted and not yet answered. */
   #inflight = 0;
   #writeBlocked = false;
+  /** Decoupled requests waiting for the client to read before their next response. */
+  #drainWaiters: Promise<void> | undefined;
+  #releaseDrain: (() => void) | undefined;
   #paused = false;
   #readEnded = false;
   #closed = false;
@@ -68,6 +76,10 @@ export class StreamInferSession {
     });
     call.on("drain", () => {
       this.#writeBlocked = false;
+      const release = this.#releaseDrain;
+      this.#drainWaiters = undefined;
+      this.#releaseDrain = undefined;
+      release?.();
       this.#updateFlow();
     });
     call.on("cancelled", () => this.#abandon("the client cancelled the stream"));
@@ -85,7 +97,12 @@ export class StreamInferSession {
     let pending: Promise<InferResponse>;
     try {
       const decoded = decodeInferRequest(message, this.#controller.signal);
-      pending = this.#registry.model(decoded.modelName, decoded.modelVersion).infer(decoded.request);
+      const model = this.#registry.model(decoded.modelName, decoded.modelVersion);
+      if (model.decoupled === true) {
+        this.#relay(model, decoded.request, message.id);
+        return;
+      }
+      pending = model.infer(decoded.request);
     } catch (error) {
       this.#fail(error, message.id);
       return;
@@ -96,29 +113,62 @@ export class StreamInferSession {
     );
   }
 
+  /**
+   * A decoupled model's request: each response is written as it comes (Triton's
+   * `triton_final_response` on each); the next waits while the client is not reading.
+   */
+  #relay(model: ServedModel, request: InferRequest, requestId: string | undefined): void {
+    const stream = inferStream(model, request);
+    relayResponses(model, stream, request, (response) => {
+      if (this.#closed) {
+        stream.cancel();
+        return undefined;
+      }
+      const encoded = this.#encode(response, requestId);
+      if (!this.#call.write(encoded)) this.#writeBlocked = true;
+      this.#updateFlow();
+      return this.#writeBlocked ? this.#drained() : undefined;
+    }).then(
+      () => this.#answered(),
+      (error: unknown) => this.#fail(error, requestId),
+    );
+  }
+
+  /** Resolves once the client has read what was written (grpc-js 'drain'). */
+  #drained(): Promise<void> {
+    this.#drainWaiters ??= new Promise<void>((resolve) => {
+      this.#releaseDrain = resolve;
+    });
+    return this.#drainWaiters;
+  }
+
   #succeed(response: InferResponse, requestId: string | undefined): void {
     // Encoded here rather than by grpc-js on write: a message over the send limit (or one
     // that fails to encode) makes grpc-js end the whole call, which would fail every other
     // request in flight on the stream and cancel their sequences' queued work. Seen here,
     // it is refused in-band like any other error and the stream goes on.
+    this.#answer(this.#encode(response, requestId));
+  }
+
+  /** The response as it goes out, or an in-band error when it cannot. */
+  #encode(
+    response: InferResponse,
+    requestId: string | undefined,
+  ): ModelStreamInferResponseMessage | Uint8Array {
     let encoded: Buffer;
     try {
       encoded = encodeStreamInferResponse({ infer_response: encodeInferResponse(response) });
     } catch (error) {
-      this.#fail(error, requestId);
-      return;
+      return streamError(asServerError(error).message, requestId);
     }
     // A negative limit is grpc-js's "unlimited".
     if (this.#maxMessageBytes >= 0 && encoded.byteLength > this.#maxMessageBytes) {
-      this.#answer(
-        streamError(
-          `the response is larger than the server's maximum gRPC message size (${encoded.byteLength} vs. ${this.#maxMessageBytes} bytes)`,
-          requestId,
-        ),
+      return streamError(
+        `the response is larger than the server's maximum gRPC message size (${encoded.byteLength} vs. ${this.#maxMessageBytes} bytes)`,
+        requestId,
       );
-      return;
     }
-    this.#answer(encoded);
+    return encoded;
   }
 
   #fail(error: unknown, requestId: string | undefined): void {
@@ -130,9 +180,14 @@ export class StreamInferSession {
   }
 
   #answer(message: ModelStreamInferResponseMessage | Uint8Array): void {
+    if (!this.#closed && !this.#call.write(message)) this.#writeBlocked = true;
+    this.#answered();
+  }
+
+  /** A request is answered (a decoupled one: its last response was written). */
+  #answered(): void {
     this.#inflight--;
     if (this.#closed) return;
-    if (!this.#call.write(message)) this.#writeBlocked = true;
     this.#updateFlow();
     this.#maybeFinish();
   }
@@ -160,6 +215,8 @@ export class StreamInferSession {
   #abandon(why: string): void {
     if (this.#closed && this.#inflight === 0) return;
     this.#closed = true;
+    // Decoupled requests waiting to write see the stream closed and stop (their model is told).
+    this.#releaseDrain?.();
     if (this.#inflight > 0) this.#controller.abort(cancelled(`request cancelled: ${why}`));
   }
 }

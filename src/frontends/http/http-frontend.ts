@@ -5,6 +5,7 @@ import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
 import { createHttpApp, type HttpApp } from "../common/http/http-app.ts";
 import { tfsRestRoutes } from "../tfs/rest-routes.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
+import { generateRoutes } from "./generate/generate-routes.ts";
 import { kserveRoutes } from "./kserve-routes.ts";
 import { sequenceRoutes } from "./sequence-routes.ts";
 import { onStreamError, streamRoutes } from "./websocket/stream-routes.ts";
@@ -48,6 +49,7 @@ export function createHttpFrontend(options: HttpFrontendOptions): HttpFrontend {
   // WebSocket streams share the port; a message may be as large as a request body.
   app.register(fastifyWebsocket, { options: { maxPayload: bodyLimitBytes }, errorHandler: onStreamError });
   app.register(kserveRoutes, { context, bodyLimitBytes });
+  app.register(generateRoutes, { context, bodyLimitBytes });
   app.register(sequenceRoutes, { context, bodyLimitBytes });
   app.register(tfsRestRoutes, { context, bodyLimitBytes });
   app.register(streamRoutes, {

@@ -4,8 +4,10 @@ import type { RawData, WebSocket } from "ws";
 import { asServerError, cancelled, invalidArg, type ServerError } from "../../../core/errors.ts";
 import type { InferRequest, InferResponse, SequenceControl, SequenceId } from "../../../core/infer.ts";
 import type { SequenceAdmin, SequenceEndReason, ServedModel } from "../../../core/model.ts";
+import { inferStream } from "../../../core/response-stream.ts";
 import { Deque } from "../../../core/scheduler/request-queue.ts";
 import { formatSequenceId } from "../../../core/sequence/sequence-parameters.ts";
+import { relayResponses } from "../../common/kserve/decoupled-responses.ts";
 import {
   type DecodedInferRequest,
   type DecodeOptions,
@@ -69,8 +71,12 @@ class StreamEntry {
   ends = false;
   /** The end message, carried out when its turn to be answered comes. */
   endMessage = false;
-  /** What to send, once known. */
-  answer: string | Buffer | undefined;
+  /** What to send, in order: one answer, or a decoupled model's responses as they come. */
+  readonly answers: (string | Buffer)[] = [];
+  /** Every answer is known: once sent, the entry is done. */
+  complete = false;
+  /** A decoupled request's relay waits here while its responses wait to be sent. */
+  sent: (() => void) | undefined;
   /** Set when the connection closes after sending the answer. */
   closeCode: number | undefined;
   closeText = "";
@@ -79,6 +85,12 @@ class StreamEntry {
     this.data = data;
     this.binary = binary;
   }
+}
+
+/** The entry's one answer: it is complete. */
+function answer(entry: StreamEntry, data: string | Buffer): void {
+  entry.answers.push(data);
+  entry.complete = true;
 }
 
 function asBuffer(data: RawData): Buffer {
@@ -206,7 +218,7 @@ export class StreamConnection {
       request = this.#sequenced(entry, decoded.request);
     } catch (error) {
       // A message that cannot be decoded is answered and skipped; it starts nothing.
-      entry.answer = errorText(asServerError(error).message, entry.requestId);
+      answer(entry, errorText(asServerError(error).message, entry.requestId));
       return;
     }
     if (entry.starts) {
@@ -218,6 +230,10 @@ export class StreamConnection {
     }
     if (entry.ends) this.#stopped = true;
     this.#running++;
+    if (this.#model.decoupled === true) {
+      this.#relay(entry, request);
+      return;
+    }
     let pending: Promise<InferResponse>;
     try {
       pending = this.#model.infer(request);
@@ -283,11 +299,68 @@ export class StreamConnection {
     };
   }
 
-  #answered(entry: StreamEntry, response: InferResponse): void {
+  /**
+   * A decoupled model's request: its responses are sent as they come, in order, and the
+   * next waits until they have reached the socket, so a client that reads slowly slows
+   * the model down rather than filling this server's memory. A start that sends nothing
+   * is answered with an empty response naming the sequence.
+   */
+  #relay(entry: StreamEntry, request: InferRequest): void {
+    const stream = inferStream(this.#model, request);
+    let responses = 0;
+    const send = (response: InferResponse): Promise<void> | undefined => {
+      if (this.#closed) {
+        stream.cancel();
+        return undefined;
+      }
+      const named = responses++ === 0 && entry.starts ? this.#named(response) : response;
+      this.#push(entry, named);
+      this.#advance();
+      return entry.answers.length > 0 || this.#writeBlocked
+        ? new Promise<void>((resolve) => {
+            entry.sent = resolve;
+          })
+        : undefined;
+    };
+    relayResponses(this.#model, stream, request, send).then(
+      () => {
+        if (responses === 0 && entry.starts && !this.#closed) {
+          send({
+            modelName: this.#model.name,
+            modelVersion: this.#model.version,
+            id: request.id,
+            parameters: stream.parameters,
+            outputs: [],
+          });
+        }
+        this.#answered(entry, undefined);
+      },
+      (error: unknown) => this.#failed(entry, error),
+    );
+  }
+
+  /** The first answer of a start names the sequence, also when the client chose the id. */
+  #named(response: InferResponse): InferResponse {
+    this.#id ??= answeredId(response);
+    if (this.#ownerKey === undefined && this.#id !== undefined) this.#claim(this.#id, false);
+    if (response.parameters.sequence_id !== undefined || this.#id === undefined) return response;
+    return { ...response, parameters: { ...response.parameters, sequence_id: this.#id } };
+  }
+
+  #push(entry: StreamEntry, response: InferResponse): void {
+    try {
+      entry.answers.push(this.#encode(response, entry.encoding!));
+    } catch (error) {
+      entry.answers.push(errorText(asServerError(error).message, entry.requestId));
+    }
+  }
+
+  /** A request is answered (`response`: its one answer; undefined: a decoupled request's responses were sent). */
+  #answered(entry: StreamEntry, response: InferResponse | undefined): void {
     this.#running--;
     if (entry.starts) {
       this.#startRunning = false;
-      this.#id ??= answeredId(response);
+      if (response !== undefined) this.#id ??= answeredId(response);
       if (this.#ownerKey === undefined && this.#id !== undefined) this.#claim(this.#id, false);
     }
     if (this.#closed) {
@@ -296,19 +369,9 @@ export class StreamConnection {
       if (this.#ownerKey !== undefined) this.#owners.release(this.#ownerKey, this);
       return;
     }
-    let answer = response;
-    if (entry.starts) {
-      this.#established = true;
-      // The first answer names the sequence, also when the client chose the id.
-      if (response.parameters.sequence_id === undefined && this.#id !== undefined) {
-        answer = { ...response, parameters: { ...response.parameters, sequence_id: this.#id } };
-      }
-    }
-    try {
-      entry.answer = this.#encode(answer, entry.encoding!);
-    } catch (error) {
-      entry.answer = errorText(asServerError(error).message, entry.requestId);
-    }
+    if (entry.starts) this.#established = true;
+    if (response !== undefined) this.#push(entry, entry.starts ? this.#named(response) : response);
+    entry.complete = true;
     if (entry.ends) {
       this.#over = true;
       entry.closeCode = CLOSE_CODES.sequenceEnded;
@@ -328,7 +391,7 @@ export class StreamConnection {
         failure.message,
       );
     }
-    entry.answer = errorText(failure.message, entry.requestId);
+    answer(entry, errorText(failure.message, entry.requestId));
     if (entry.ends) {
       // The client asked for the end: the sequence ends whether or not its last request ran.
       if (this.#established) this.#endSequence("end");
@@ -357,11 +420,21 @@ export class StreamConnection {
       const entry = this.#answering.peek();
       if (entry === undefined) return;
       if (entry.endMessage) this.#endByMessage(entry);
-      if (entry.answer === undefined) return;
+      for (const data of entry.answers.splice(0)) this.#send(data);
+      this.#release(entry);
+      if (!entry.complete) return;
       this.#answering.shift();
-      this.#send(entry.answer);
       if (entry.closeCode !== undefined) this.#close(entry.closeCode, entry.closeText);
     }
+  }
+
+  /** A decoupled request's next response may come once this one's are on their way. */
+  #release(entry: StreamEntry): void {
+    if (entry.sent === undefined || entry.answers.length > 0 || (this.#writeBlocked && !this.#closing))
+      return;
+    const sent = entry.sent;
+    entry.sent = undefined;
+    sent();
   }
 
   /** Its turn comes once every earlier message is answered, so ending cancels nothing. */
@@ -369,7 +442,7 @@ export class StreamConnection {
     const id = this.#established ? this.#id : undefined;
     if (id !== undefined) this.#endSequence("end");
     this.#over = true;
-    entry.answer = endText(id);
+    answer(entry, endText(id));
     entry.closeCode = CLOSE_CODES.sequenceEnded;
     entry.closeText = "sequence ended";
   }
@@ -396,7 +469,7 @@ export class StreamConnection {
   /** Another stream started this sequence's id again: the sequence is no longer this stream's. */
   #takenOver(entry: StreamEntry): void {
     const message = `sequence ${formatSequenceId(this.#id!)} of model '${this.#model.name}' was started again by another stream`;
-    entry.answer = errorText(message, entry.requestId);
+    answer(entry, errorText(message, entry.requestId));
     entry.closeCode = CLOSE_CODES.sequenceGone;
     entry.closeText = message;
     this.#stopped = true;
@@ -412,6 +485,8 @@ export class StreamConnection {
   readonly #onSent = (): void => {
     if (!this.#writeBlocked || this.#socket.bufferedAmount > this.#limits.writeHighWaterBytes / 2) return;
     this.#writeBlocked = false;
+    const head = this.#answering.peek();
+    if (head !== undefined) this.#release(head);
     this.#updateFlow();
   };
 
@@ -447,9 +522,13 @@ export class StreamConnection {
       else this.#lateEnd = reason;
     }
     if (this.#ownerKey !== undefined) this.#owners.release(this.#ownerKey, this);
-    // Requests not yet run fail (those of an ended sequence already have): nobody is left to answer.
+    // Requests not yet run fail (those of an ended sequence already have): nobody is left to
+    // answer; decoupled requests running are cancelled (their model is told).
     this.#controller.abort(cancelled("the client closed the stream"));
     this.#waiting.drain();
-    this.#answering.drain();
+    for (const entry of this.#answering.drain()) {
+      entry.sent?.();
+      entry.sent = undefined;
+    }
   }
 }

@@ -1,0 +1,55 @@
+import { dirname } from "node:path";
+import type { OpenedModel } from "../../core/backend.ts";
+import type { Logger } from "../../observability/logger.ts";
+import { checkModelFile, startInstances } from "../worker/model-instances.ts";
+import { HandlerExecutor, type ModelCalls } from "./handler-executor.ts";
+import { handlerSettings } from "./handler-settings.ts";
+
+// Loads a handler (model.ts / model.js) as `instanceCount` instances, each a worker thread
+// with its own copy of the module, named as Triton names instances (`<model>_0`, ...).
+
+const WORKER_ENTRY = new URL("./handler-worker.ts", import.meta.url);
+
+export interface LoadHandlerModelOptions {
+  readonly modelName: string;
+  readonly version: string;
+  readonly modelPath: string;
+  readonly instanceCount: number;
+  /** The config's parameters: they reach initialize(), and set the handler's limits. */
+  readonly parameters: Readonly<Record<string, string>>;
+  readonly calls: ModelCalls;
+  readonly logger: Logger;
+}
+
+export async function loadHandlerModel(options: LoadHandlerModelOptions): Promise<OpenedModel> {
+  const { modelName, modelPath, instanceCount, logger } = options;
+  await checkModelFile(modelName, modelPath, instanceCount);
+  const settings = handlerSettings(modelName, options.parameters);
+  const { instances: executors, loaded: io } = await startInstances(
+    modelName,
+    instanceCount,
+    (name) =>
+      new HandlerExecutor({
+        name,
+        entry: WORKER_ENTRY,
+        load: {
+          type: "load",
+          instanceName: name,
+          modelName,
+          version: options.version,
+          modelPath,
+          parameters: options.parameters,
+          limits: settings.limits,
+        },
+        logger: logger.child({ model: modelName }),
+        calls: options.calls,
+        timeoutMs: settings.timeoutMs,
+        callTimeoutMs: settings.callTimeoutMs,
+      }),
+  );
+  logger.info(
+    { model: modelName, instances: instanceCount, handler: modelPath, directory: dirname(modelPath) },
+    "handler model loaded",
+  );
+  return { io, executors };
+}

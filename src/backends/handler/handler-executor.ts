@@ -1,0 +1,502 @@
+import type { Worker } from "node:worker_threads";
+import { asServerError, internal, ServerError, unavailable } from "../../core/errors.ts";
+import type {
+  EndedSequence,
+  ExecutionOutcome,
+  ExecutionRequest,
+  ExecutionResult,
+  ExecutorTimings,
+  RequestExecutor,
+  ResponseSink,
+} from "../../core/executor.ts";
+import type { InferRequest, InferResponse, SequenceId } from "../../core/infer.ts";
+import type { ModelIo } from "../../core/model-io.ts";
+import { readSequenceControl } from "../../core/sequence/sequence-parameters.ts";
+import type { Tensor } from "../../core/tensor.ts";
+import type { Logger } from "../../observability/logger.ts";
+import { spawnWorker } from "../worker/spawn-worker.ts";
+import { fromWire, toWire, type WireTensor } from "../worker/wire-tensor.ts";
+import { handlerEndReason } from "./end-reasons.ts";
+import type {
+  CallMessage,
+  CallResultMessage,
+  CloseSequenceMessage,
+  DoneMessage,
+  FromHandlerMessage,
+  HandlerLoadMessage,
+  ResponseMessage,
+  WireError,
+  WireRequest,
+} from "./handler-messages.ts";
+import { stateFromWire, stateToWire } from "./state-wire.ts";
+
+// One handler instance: a worker thread running the user's module. It sends batches of
+// requests, relays decoupled responses with flow control (the worker sends more only as
+// the client takes them), runs the worker's calls to other models through the registry,
+// and tells the worker which of its sequences ended and why.
+//
+// Isolation: a request that gets no answer within `timeoutMs` is stopped (the handler's
+// signal aborts) and fails; a worker that does not even give the request back within as
+// long again is stuck, and is terminated. A worker that dies is replaced: its requests
+// fail, and `onReplaced` listeners (the sequence batcher) end the sequences it held.
+// Unlike ONNX Runtime's workers, a handler worker may be terminated: it runs no native
+// inference code of its own (it calls models through the main thread).
+
+/** What a handler may call: the server's models. */
+export interface ModelCalls {
+  infer(model: string, version: string | undefined, request: InferRequest): Promise<InferResponse>;
+  /** Ends a live sequence of `model` as a close without a request; false when it is not live. */
+  closeSequence(model: string, id: SequenceId): boolean;
+}
+
+export interface HandlerExecutorOptions {
+  readonly name: string;
+  readonly entry: URL;
+  readonly load: HandlerLoadMessage;
+  readonly logger: Logger;
+  readonly calls: ModelCalls;
+  /** A request not answered within this long fails (the clock restarts with each decoupled response). */
+  readonly timeoutMs: number;
+  /** A call to another model not answered within this long fails. */
+  readonly callTimeoutMs: number;
+}
+
+interface Running {
+  readonly index: number;
+  readonly id: string;
+  readonly settle: (index: number, outcome: ExecutionOutcome) => void;
+  readonly sink: ResponseSink | undefined;
+  readonly signal: AbortSignal | undefined;
+  onAbort: (() => void) | undefined;
+  timer: NodeJS.Timeout | undefined;
+  /** Responses sent and not yet taken by the client, and their bytes. */
+  unacked: number;
+  unackedBytes: number;
+  timedOut: boolean;
+}
+
+interface Batch {
+  readonly resolve: (timings: ExecutorTimings) => void;
+  readonly reject: (error: ServerError) => void;
+}
+
+const NO_TIMINGS: ExecutorTimings = { inputNs: 0, inferNs: 0, outputNs: 0 };
+
+export class HandlerExecutor implements RequestExecutor {
+  readonly name: string;
+  readonly #options: HandlerExecutorOptions;
+  readonly #logger: Logger;
+  readonly #running = new Map<number, Running>();
+  readonly #batches = new Map<number, Batch>();
+  readonly #replaced: ((why: string) => void)[] = [];
+  #worker: Worker | undefined;
+  #loading: { resolve: (io: ModelIo | undefined) => void; reject: (error: ServerError) => void } | undefined;
+  #ready: Promise<ModelIo | undefined> | undefined;
+  #loaded = false;
+  #closed = false;
+  #nextRid = 1;
+  #nextBatch = 1;
+  #lastError: Error | undefined;
+  #stuckTimer: NodeJS.Timeout | undefined;
+
+  constructor(options: HandlerExecutorOptions) {
+    this.name = options.name;
+    this.#options = options;
+    this.#logger = options.logger.child({ instance: options.name });
+  }
+
+  /** Starts the worker and loads the handler; resolves with what the handler's metadata declares. */
+  start(): Promise<ModelIo | undefined> {
+    if (this.#closed) return Promise.reject(unavailable(`model instance '${this.name}' is closed`));
+    if (this.#ready !== undefined) return this.#ready;
+    this.#ready = new Promise((resolve, reject) => {
+      this.#loading = { resolve, reject };
+    });
+    this.#lastError = undefined;
+    const worker = spawnWorker(this.#options.entry);
+    this.#worker = worker;
+    worker.on("message", (message: FromHandlerMessage) => this.#onMessage(worker, message));
+    worker.on("error", (error) => {
+      if (worker === this.#worker) this.#lastError = error;
+    });
+    worker.on("exit", (code) => this.#onExit(worker, code));
+    worker.postMessage(this.#options.load);
+    return this.#ready;
+  }
+
+  run(): Promise<ExecutionResult> {
+    return Promise.reject(
+      new ServerError("UNSUPPORTED", `model instance '${this.name}' runs requests, not tensor batches`),
+    );
+  }
+
+  onReplaced(listener: (why: string) => void): void {
+    this.#replaced.push(listener);
+  }
+
+  async execute(
+    requests: readonly ExecutionRequest[],
+    settle: (index: number, outcome: ExecutionOutcome) => void,
+  ): Promise<ExecutorTimings> {
+    if (this.#closed) throw unavailable(`model instance '${this.name}' is closed`);
+    await this.start();
+    const worker = this.#worker;
+    if (worker === undefined) throw unavailable(`model instance '${this.name}' is not running`);
+    const batch = this.#nextBatch++;
+    const transfer: ArrayBuffer[] = [];
+    const wire: WireRequest[] = [];
+    let decoupled = false;
+    requests.forEach((request, index) => {
+      const rid = this.#nextRid++;
+      const inputs: WireTensor[] = [];
+      for (const [name, tensor] of request.inputs) inputs.push(toWire(name, tensor, transfer));
+      const sequence = request.sequence;
+      wire.push({
+        rid,
+        id: request.request.id,
+        inputs,
+        outputNames: request.outputNames,
+        parameters: request.request.parameters,
+        sequence:
+          sequence === undefined ? undefined : { ...sequence, state: stateToWire(sequence.state, transfer) },
+      });
+      decoupled ||= request.responses !== undefined;
+      this.#track(rid, index, request, settle);
+    });
+    const timings = new Promise<ExecutorTimings>((resolve, reject) =>
+      this.#batches.set(batch, { resolve, reject }),
+    );
+    this.#updateReference();
+    worker.postMessage({ type: "execute", batch, decoupled, requests: wire }, transfer);
+    return timings;
+  }
+
+  sequenceEnded(ended: EndedSequence): void {
+    const reason = handlerEndReason(ended.reason);
+    // The instance that knew a sequence ended with "instance_failed" is gone: nobody to tell.
+    const worker = this.#worker;
+    if (reason === undefined || worker === undefined || !this.#loaded) return;
+    const transfer: ArrayBuffer[] = [];
+    worker.postMessage(
+      { type: "ended", id: ended.id, reason, state: stateToWire(ended.state, transfer) },
+      transfer,
+    );
+  }
+
+  /** Calls the handler's finalize() and ends the worker; requests not answered fail. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#failAll(unavailable(`model instance '${this.name}' is closing`));
+    const worker = this.#worker;
+    if (worker === undefined) return;
+    const exited = new Promise<void>((resolve) => worker.once("exit", () => resolve()));
+    worker.ref();
+    worker.postMessage({ type: "close" });
+    // finalize() gets as long as a request would; a worker that hangs in it is ended.
+    const timer = setTimeout(() => void worker.terminate(), this.#options.timeoutMs);
+    await exited;
+    clearTimeout(timer);
+  }
+
+  // ---- requests in flight ----
+
+  #track(
+    rid: number,
+    index: number,
+    request: ExecutionRequest,
+    settle: (index: number, outcome: ExecutionOutcome) => void,
+  ): void {
+    const running: Running = {
+      index,
+      id: request.request.id,
+      settle,
+      sink: request.responses,
+      signal: request.request.signal,
+      onAbort: undefined,
+      timer: undefined,
+      unacked: 0,
+      unackedBytes: 0,
+      timedOut: false,
+    };
+    this.#running.set(rid, running);
+    running.sink?.onConsumed((bytes) => {
+      running.unacked--;
+      running.unackedBytes -= bytes;
+      this.#worker?.postMessage({ type: "credit", rid, responses: 1, bytes });
+      this.#arm(rid, running);
+    });
+    const signal = running.signal;
+    if (signal !== undefined) {
+      running.onAbort = () => this.#worker?.postMessage({ type: "cancel", rid, why: "client" });
+      if (signal.aborted) running.onAbort();
+      else signal.addEventListener("abort", running.onAbort, { once: true });
+    }
+    this.#arm(rid, running);
+  }
+
+  /** The request's clock: runs while the handler owes an answer, not while the client is slow to read. */
+  #arm(rid: number, running: Running): void {
+    if (running.timer !== undefined) clearTimeout(running.timer);
+    running.timer = undefined;
+    const { maxUnackedResponses, maxUnackedBytes } = this.#options.load.limits;
+    if (running.unacked >= maxUnackedResponses || running.unackedBytes >= maxUnackedBytes) return;
+    running.timer = setTimeout(() => this.#timedOut(rid, running), this.#options.timeoutMs);
+  }
+
+  #timedOut(rid: number, running: Running): void {
+    running.timer = undefined;
+    running.timedOut = true;
+    this.#worker?.postMessage({ type: "cancel", rid, why: "timeout" });
+    // A worker that cannot even give the request back is stuck (a loop that never yields).
+    this.#stuckTimer ??= setTimeout(() => {
+      this.#stuckTimer = undefined;
+      const worker = this.#worker;
+      if (worker === undefined || !this.#running.has(rid)) return;
+      this.#lastError = new Error(
+        `it did not give back request '${running.id}' within ${2 * this.#options.timeoutMs} ms`,
+      );
+      void worker.terminate();
+    }, this.#options.timeoutMs);
+  }
+
+  #response(message: ResponseMessage): void {
+    const running = this.#running.get(message.rid);
+    if (running?.sink === undefined) return;
+    running.unacked++;
+    running.unackedBytes += message.bytes;
+    this.#arm(message.rid, running);
+    running.sink.push(
+      { outputs: tensorsOf(message.outputs), parameters: message.parameters, final: message.final },
+      message.bytes,
+    );
+  }
+
+  #done(message: DoneMessage): void {
+    const running = this.#untrack(message.rid);
+    if (running === undefined) return;
+    const state = stateFromWire(message.state);
+    const timings = { inputNs: 0, inferNs: message.inferNs, outputNs: 0 };
+    let outcome: ExecutionOutcome;
+    if (running.timedOut) {
+      outcome = { ok: false, error: this.#timeoutError(running), state, timings };
+    } else if (message.error !== undefined) {
+      outcome = {
+        ok: false,
+        error: new ServerError(message.error.code, message.error.message),
+        state,
+        timings,
+      };
+    } else {
+      outcome = {
+        ok: true,
+        outputs: tensorsOf(message.outputs),
+        parameters: message.parameters,
+        state,
+        timings,
+      };
+    }
+    running.settle(running.index, outcome);
+  }
+
+  #timeoutError(running: Running): ServerError {
+    return unavailable(
+      `model '${this.#options.load.modelName}' (instance '${this.name}') did not answer request ` +
+        `'${running.id}' within ${this.#options.timeoutMs} ms (its handler_timeout_ms)`,
+    );
+  }
+
+  #untrack(rid: number): Running | undefined {
+    const running = this.#running.get(rid);
+    if (running === undefined) return undefined;
+    this.#running.delete(rid);
+    if (running.timer !== undefined) clearTimeout(running.timer);
+    if (running.onAbort !== undefined) running.signal?.removeEventListener("abort", running.onAbort);
+    if (this.#running.size === 0 && this.#stuckTimer !== undefined) {
+      clearTimeout(this.#stuckTimer);
+      this.#stuckTimer = undefined;
+    }
+    this.#updateReference();
+    return running;
+  }
+
+  #failAll(error: ServerError): void {
+    for (const rid of [...this.#running.keys()]) {
+      const running = this.#untrack(rid)!;
+      const failure = running.timedOut ? this.#timeoutError(running) : error;
+      running.settle(running.index, { ok: false, error: failure, state: undefined, timings: NO_TIMINGS });
+    }
+    const batches = [...this.#batches.values()];
+    this.#batches.clear();
+    for (const batch of batches) batch.reject(error);
+  }
+
+  // ---- calls to other models ----
+
+  #call(message: CallMessage): void {
+    const answer = (result: CallResultMessage["result"], transfer?: ArrayBuffer[]): void => {
+      this.#worker?.postMessage({ type: "call-result", cid: message.cid, result }, transfer ?? []);
+    };
+    const timeoutMs = this.#options.callTimeoutMs;
+    let request: InferRequest;
+    try {
+      const inputs = new Map<string, Tensor>();
+      for (const input of message.inputs) inputs.set(input.name, fromWire(input));
+      request = {
+        id: message.id,
+        inputs,
+        outputs: message.outputs,
+        parameters: message.parameters,
+        sequence: readSequenceControl(message.parameters),
+        signal: AbortSignal.timeout(timeoutMs),
+      };
+    } catch (error) {
+      answer({ ok: false, error: wireError(error) });
+      return;
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(
+            unavailable(
+              `the call from model '${this.#options.load.modelName}' to model '${message.model}' got no answer within ${timeoutMs} ms (handler_call_timeout_ms)`,
+            ),
+          ),
+        timeoutMs,
+      );
+    });
+    Promise.race([this.#options.calls.infer(message.model, message.version, request), deadline]).then(
+      (response) => {
+        clearTimeout(timer);
+        const transfer: ArrayBuffer[] = [];
+        const outputs = response.outputs.map((o) => toWire(o.name, o, transfer));
+        answer(
+          {
+            ok: true,
+            modelName: response.modelName,
+            modelVersion: response.modelVersion,
+            id: response.id,
+            outputs,
+            parameters: response.parameters,
+          },
+          transfer,
+        );
+      },
+      (error: unknown) => {
+        clearTimeout(timer);
+        answer({ ok: false, error: wireError(error) });
+      },
+    );
+  }
+
+  #closeSequence(message: CloseSequenceMessage): void {
+    let result: CallResultMessage["result"];
+    try {
+      result = { ok: true, closed: this.#options.calls.closeSequence(message.model, message.id) };
+    } catch (error) {
+      result = { ok: false, error: wireError(error) };
+    }
+    this.#worker?.postMessage({ type: "call-result", cid: message.cid, result });
+  }
+
+  // ---- the worker's life ----
+
+  #onMessage(worker: Worker, message: FromHandlerMessage): void {
+    if (worker !== this.#worker) return;
+    switch (message.type) {
+      case "loaded":
+        this.#loaded = true;
+        this.#loading?.resolve(message.io);
+        this.#loading = undefined;
+        this.#updateReference();
+        return;
+      case "load-failed": {
+        this.#logger.error({ stack: message.stack }, `handler failed to load: ${message.message}`);
+        const loading = this.#loading;
+        this.#loading = undefined;
+        this.#ready = undefined;
+        this.#worker = undefined;
+        void worker.terminate();
+        loading?.reject(
+          internal(
+            `failed to load model instance '${this.name}' from '${this.#options.load.modelPath}': ${message.message}`,
+          ),
+        );
+        return;
+      }
+      case "response":
+        this.#response(message);
+        return;
+      case "done":
+        this.#done(message);
+        return;
+      case "executed": {
+        const batch = this.#batches.get(message.batch);
+        this.#batches.delete(message.batch);
+        batch?.resolve({ inputNs: message.inputNs, inferNs: message.inferNs, outputNs: message.outputNs });
+        this.#updateReference();
+        return;
+      }
+      case "call":
+        this.#call(message);
+        return;
+      case "close-sequence":
+        this.#closeSequence(message);
+        return;
+      case "log": {
+        const fields = { ...message.fields, model: this.#options.load.modelName, handler: true };
+        this.#logger[message.level](fields, message.message);
+        return;
+      }
+    }
+  }
+
+  #onExit(worker: Worker, code: number): void {
+    if (worker !== this.#worker) return;
+    this.#worker = undefined;
+    this.#ready = undefined;
+    const wasLoaded = this.#loaded;
+    this.#loaded = false;
+    if (this.#stuckTimer !== undefined) clearTimeout(this.#stuckTimer);
+    this.#stuckTimer = undefined;
+    if (this.#closed) return;
+    const why = this.#lastError?.message ?? `exit code ${code}`;
+    const error = internal(`model instance '${this.name}' stopped unexpectedly (${why})`, this.#lastError);
+    this.#logger.error(
+      { reason: why, failedRequests: this.#running.size },
+      "handler worker stopped; restarting it",
+    );
+    const loading = this.#loading;
+    this.#loading = undefined;
+    loading?.reject(error);
+    this.#failAll(error);
+    if (!wasLoaded) return;
+    for (const listener of this.#replaced) listener(why);
+    this.start().then(
+      () => this.#logger.info("handler worker restarted"),
+      (restartError: ServerError) =>
+        this.#logger.error({ err: restartError }, "handler worker could not be restarted"),
+    );
+  }
+
+  // An idle worker must not keep the process alive; a loading or busy one must.
+  #updateReference(): void {
+    const worker = this.#worker;
+    if (worker === undefined) return;
+    if (this.#running.size > 0 || this.#batches.size > 0 || this.#loading !== undefined) worker.ref();
+    else worker.unref();
+  }
+}
+
+/** A failure as it crosses to the worker: its status class and message. */
+function wireError(error: unknown): WireError {
+  const failure = asServerError(error);
+  return { code: failure.code, message: failure.message };
+}
+
+function tensorsOf(wire: readonly WireTensor[]): Map<string, Tensor> {
+  const tensors = new Map<string, Tensor>();
+  for (const tensor of wire) tensors.set(tensor.name, fromWire(tensor));
+  return tensors;
+}

@@ -1,0 +1,83 @@
+import { pathToFileURL } from "node:url";
+import { isDataType } from "../../core/datatype.ts";
+import type { ModelIo, ModelTensorInfo } from "../../core/model-io.ts";
+import type { Handler, HandlerMetadata } from "../../handler-api.ts";
+
+// Loading a user's handler file in its worker. A `.ts` file is loaded through tsx's
+// tsImport, imported here and only then: servers whose handlers are `.js` (and ONNX-only
+// servers, which start no handler worker) load no TypeScript toolchain. tsImport (rather
+// than a global loader) also loads a model.ts that no `"type": "module"` package.json
+// covers, as model repositories usually are (it then comes as CommonJS, its exports under
+// `default`). A handler is the module's default export (an object, or a class to
+// instantiate), or the module's own named exports (`export function execute…`).
+
+/** This worker itself runs as TypeScript (development, tests): tsx is loaded already. */
+const RUNNING_TYPESCRIPT = import.meta.url.endsWith(".ts");
+
+async function importModule(modelPath: string): Promise<Record<string, unknown>> {
+  const url = pathToFileURL(modelPath).href;
+  // Where tsx is registered globally it takes over every module; its tsImport then loads
+  // a model.js as well as Node alone would (a global tsx cannot: an ES module outside any
+  // "type": "module" package fails there).
+  const typeScript = /\.(c|m)?ts$/.test(modelPath);
+  if (!typeScript && !RUNNING_TYPESCRIPT) return (await import(url)) as Record<string, unknown>;
+  const { tsImport } = await import("tsx/esm/api");
+  return (await tsImport(url, import.meta.url)) as Record<string, unknown>;
+}
+
+/** The module's exports, whether it was loaded as ESM or as CommonJS (exports under `default`). */
+function exportsOf(module: Record<string, unknown>): Record<string, unknown> {
+  const inner = module.default;
+  if (typeof inner !== "object" || inner === null || asHandler(inner) !== undefined) return module;
+  return "default" in inner || "execute" in inner ? (inner as Record<string, unknown>) : module;
+}
+
+export interface LoadedHandler {
+  readonly handler: Handler;
+  readonly io: ModelIo | undefined;
+}
+
+function asHandler(candidate: unknown): Handler | undefined {
+  if (typeof candidate === "function") {
+    const proto = (candidate as { prototype?: { execute?: unknown } }).prototype;
+    if (typeof proto?.execute === "function") return new (candidate as new () => Handler)();
+    return undefined;
+  }
+  if (typeof candidate === "object" && candidate !== null) {
+    return typeof (candidate as Partial<Handler>).execute === "function" ? (candidate as Handler) : undefined;
+  }
+  return undefined;
+}
+
+function tensorSpecs(kind: string, value: unknown): ModelTensorInfo[] {
+  if (!Array.isArray(value)) throw new Error(`the handler's metadata.${kind} must be an array`);
+  return value.map((spec: unknown, i: number) => {
+    const s = spec as { name?: unknown; datatype?: unknown; shape?: unknown };
+    if (typeof s?.name !== "string" || !isDataType(s.datatype) || !Array.isArray(s.shape)) {
+      throw new Error(`the handler's metadata.${kind}[${i}] must be { name, datatype, shape }`);
+    }
+    const shape = s.shape as unknown[];
+    if (!shape.every((d) => Number.isSafeInteger(d) && (d as number) >= -1)) {
+      throw new Error(`the handler's metadata.${kind}[${i}] ('${s.name}') has an invalid shape`);
+    }
+    return { name: s.name, datatype: s.datatype, typeName: s.datatype, shape: shape as number[] };
+  });
+}
+
+export async function loadHandler(modelPath: string): Promise<LoadedHandler> {
+  const module = exportsOf(await importModule(modelPath));
+  const handler = asHandler(module.default) ?? asHandler(module);
+  if (handler === undefined) {
+    throw new Error(
+      `'${modelPath}' exports no handler: export default an object or class with an execute() method, or export function execute`,
+    );
+  }
+  const metadata = (module.metadata ?? (handler as { metadata?: unknown }).metadata) as
+    | HandlerMetadata
+    | undefined;
+  const io =
+    metadata === undefined
+      ? undefined
+      : { inputs: tensorSpecs("inputs", metadata.inputs), outputs: tensorSpecs("outputs", metadata.outputs) };
+  return { handler, io };
+}

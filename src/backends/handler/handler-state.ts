@@ -1,0 +1,120 @@
+import { deserialize, serialize } from "node:v8";
+import { tensorByteLength } from "../../core/tensor.ts";
+import type { SequenceState } from "../../handler-api.ts";
+import { fromWire, toWire, transferableArray } from "../worker/wire-tensor.ts";
+import type { WireStateEntry } from "./handler-messages.ts";
+import { checkTensor, looksLikeTensor } from "./handler-tensor.ts";
+
+// A sequence's state as a handler sees it during one request. Entries arrive from the
+// core (tensors as they are, values serialised); a value is decoded when first read, and
+// only entries set during the request are encoded again, so an unchanged large entry
+// costs nothing. The entries as they arrived are kept: a failed request gives them back.
+
+interface Entry {
+  /** As it arrived (undefined: set during this request). */
+  readonly wire: WireStateEntry | undefined;
+  /** Decoded or set value; `decoded` says whether it is known. */
+  value: unknown;
+  decoded: boolean;
+  changed: boolean;
+}
+
+export class HandlerSequenceState implements SequenceState {
+  readonly #entries = new Map<string, Entry>();
+  readonly #original: readonly WireStateEntry[];
+
+  constructor(entries: readonly WireStateEntry[]) {
+    this.#original = entries;
+    for (const wire of entries)
+      this.#entries.set(wire.key, { wire, value: undefined, decoded: false, changed: false });
+  }
+
+  get<T = unknown>(key: string): T | undefined {
+    const entry = this.#entries.get(key);
+    if (entry === undefined) return undefined;
+    if (!entry.decoded) {
+      const wire = entry.wire!;
+      entry.value = "serialized" in wire ? deserialize(wire.serialized) : fromWire(wire.tensor);
+      entry.decoded = true;
+    }
+    return entry.value as T;
+  }
+
+  set(key: string, value: unknown): void {
+    if (value === undefined) {
+      this.delete(key);
+      return;
+    }
+    const entry = this.#entries.get(key);
+    if (entry === undefined) this.#entries.set(key, { wire: undefined, value, decoded: true, changed: true });
+    else {
+      entry.value = value;
+      entry.decoded = true;
+      entry.changed = true;
+    }
+  }
+
+  has(key: string): boolean {
+    return this.#entries.has(key);
+  }
+
+  delete(key: string): boolean {
+    return this.#entries.delete(key);
+  }
+
+  clear(): void {
+    this.#entries.clear();
+  }
+
+  keys(): string[] {
+    return [...this.#entries.keys()];
+  }
+
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  /** The entries as they arrived: what a failed request leaves. */
+  original(transfer: ArrayBuffer[]): WireStateEntry[] {
+    return this.#original.map((wire) => retransfer(wire, transfer));
+  }
+
+  /**
+   * The entries after the request, encoded, and the bytes they hold. Throws when a value
+   * cannot be kept (not a tensor and not structured-clonable).
+   */
+  result(transfer: ArrayBuffer[]): { entries: WireStateEntry[]; bytes: number } {
+    const entries: WireStateEntry[] = [];
+    let bytes = 0;
+    for (const [key, entry] of this.#entries) {
+      let wire: WireStateEntry;
+      if (!entry.changed) wire = entry.wire!;
+      else if (looksLikeTensor(entry.value)) {
+        const tensor = checkTensor(`state '${key}'`, entry.value);
+        wire = { key, tensor: toWire(key, tensor, []) };
+      } else {
+        let serialized: Buffer;
+        try {
+          serialized = serialize(entry.value);
+        } catch (error) {
+          throw new Error(`state '${key}' cannot be kept: ${(error as Error).message}`);
+        }
+        wire = {
+          key,
+          serialized: new Uint8Array(serialized.buffer, serialized.byteOffset, serialized.byteLength),
+        };
+      }
+      bytes += "serialized" in wire ? wire.serialized.byteLength : tensorByteLength(fromWire(wire.tensor));
+      entries.push(wire);
+    }
+    return { entries: entries.map((wire) => retransfer(wire, transfer)), bytes };
+  }
+}
+
+/** The entry ready to post: its buffers in `transfer` (copied when they are views of something larger). */
+function retransfer(wire: WireStateEntry, transfer: ArrayBuffer[]): WireStateEntry {
+  if ("serialized" in wire) {
+    return { key: wire.key, serialized: transferableArray(wire.serialized, transfer) as Uint8Array };
+  }
+  return { key: wire.key, tensor: toWire(wire.key, fromWire(wire.tensor), transfer) };
+}

@@ -1,0 +1,473 @@
+import { parentPort } from "node:worker_threads";
+import pLimit from "p-limit";
+import { ERROR_CODES, type ErrorCode } from "../../core/errors.ts";
+import { type Tensor, tensorByteLength } from "../../core/tensor.ts";
+import type {
+  CallError,
+  CallRequest,
+  CallResponse,
+  Handler,
+  HandlerContext,
+  HandlerRequest,
+  HandlerResponse,
+  SendOptions,
+} from "../../handler-api.ts";
+import { fromWire, toWire, type WireTensor } from "../worker/wire-tensor.ts";
+import type {
+  CallResultMessage,
+  CancelMessage,
+  CreditMessage,
+  EndedMessage,
+  ExecuteMessage,
+  FromHandlerMessage,
+  HandlerLimits,
+  HandlerLoadMessage,
+  Parameters,
+  ToHandlerMessage,
+  WireError,
+  WireRequest,
+  WireStateEntry,
+} from "./handler-messages.ts";
+import { loadHandler } from "./handler-module.ts";
+import { HandlerSequenceState } from "./handler-state.ts";
+import { checkTensor } from "./handler-tensor.ts";
+
+// The worker thread of one handler instance: the user's module, loaded once, and the
+// requests the main thread sends it. A handler's failure fails only its requests: the
+// client gets the message, the log gets the stack. Requests of decoupled models stay open
+// after execute() returns, until the handler completes them.
+
+if (parentPort === null) throw new Error("handler-worker.ts runs as a worker thread");
+const port = parentPort;
+
+let handler: Handler | undefined;
+let context: HandlerContext;
+let limits: HandlerLimits;
+let limitCalls: ReturnType<typeof pLimit>;
+let nextCall = 1;
+const calls = new Map<number, (message: CallResultMessage["result"]) => void>();
+const open = new Map<number, OpenRequest>();
+
+function post(message: FromHandlerMessage, transfer?: ArrayBuffer[]): void {
+  port.postMessage(message, transfer);
+}
+
+function errorText(error: unknown): string {
+  return (error instanceof Error ? error.message : String(error)).trim() || "handler failed";
+}
+
+function log(
+  level: "debug" | "info" | "warn" | "error",
+  message: string,
+  fields?: Record<string, unknown>,
+): void {
+  post({ type: "log", level, message, fields });
+}
+
+/** The client's message (never the stack); the stack goes to the log. */
+function handlerError(error: unknown, where: string): WireError {
+  const stack = error instanceof Error ? error.stack : undefined;
+  log("error", `handler ${where} failed: ${errorText(error)}`, stack === undefined ? undefined : { stack });
+  const code = (error as { code?: unknown } | undefined)?.code;
+  return {
+    code:
+      typeof code === "string" && (ERROR_CODES as readonly string[]).includes(code)
+        ? (code as ErrorCode)
+        : "INTERNAL",
+    message: errorText(error),
+  };
+}
+
+function outputsToWire(
+  what: string,
+  outputs: Readonly<Record<string, Tensor>> | undefined,
+  wanted: readonly string[],
+  transfer: ArrayBuffer[] | undefined,
+): { wire: WireTensor[]; bytes: number } {
+  if (typeof outputs !== "object" || outputs === null) throw new Error(`${what} has no 'outputs' object`);
+  const wire: WireTensor[] = [];
+  let bytes = 0;
+  for (const name of wanted) {
+    const value = outputs[name];
+    if (value === undefined) continue;
+    const tensor = checkTensor(`output '${name}'`, value);
+    bytes += tensorByteLength(tensor);
+    wire.push(toWire(name, tensor, transfer ?? []));
+  }
+  return { wire, bytes };
+}
+
+function callError(error: WireError): CallError {
+  return Object.assign(new Error(error.message), { code: error.code });
+}
+
+// ---- one request ----
+
+class OpenRequest implements HandlerRequest {
+  readonly rid: number;
+  readonly id: string;
+  readonly inputs: Readonly<Record<string, Tensor>>;
+  readonly parameters: Parameters;
+  readonly outputs: readonly string[];
+  readonly sequence: HandlerRequest["sequence"];
+  readonly #state: HandlerSequenceState | undefined;
+  readonly #controller = new AbortController();
+  readonly #decoupled: boolean;
+  readonly #startMs = performance.now();
+  #done = false;
+  #markFinished!: () => void;
+  /** Resolves when the request is done (answered, failed, cancelled). */
+  readonly finished = new Promise<void>((resolve) => {
+    this.#markFinished = resolve;
+  });
+  #unacked = 0;
+  #unackedBytes = 0;
+  #waiting: { resolve: () => void; reject: (error: Error) => void }[] = [];
+
+  constructor(wire: WireRequest, decoupled: boolean) {
+    this.rid = wire.rid;
+    this.id = wire.id;
+    const inputs: Record<string, Tensor> = {};
+    for (const input of wire.inputs) inputs[input.name] = fromWire(input);
+    this.inputs = inputs;
+    this.parameters = wire.parameters;
+    this.outputs = wire.outputNames;
+    this.#decoupled = decoupled;
+    if (wire.sequence !== undefined) {
+      this.#state = new HandlerSequenceState(wire.sequence.state);
+      this.sequence = {
+        id: wire.sequence.id,
+        start: wire.sequence.start,
+        end: wire.sequence.end,
+        state: this.#state,
+      };
+    } else this.sequence = undefined;
+  }
+
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  get done(): boolean {
+    return this.#done;
+  }
+
+  send(response: HandlerResponse, options?: SendOptions): Promise<void> {
+    if (!this.#decoupled) {
+      return Promise.reject(new Error("send() is for decoupled models: return the responses from execute()"));
+    }
+    if (this.#done) return Promise.reject(new Error(`request '${this.id}' is already complete`));
+    if (this.signal.aborted) return Promise.reject(this.signal.reason as Error);
+    let encoded: { wire: WireTensor[]; bytes: number };
+    try {
+      // Copied, not transferred: the handler may keep what it sent (in its state, say).
+      encoded = outputsToWire("the response", response.outputs, this.outputs, undefined);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const final = options?.final === true;
+    post({
+      type: "response",
+      rid: this.rid,
+      outputs: encoded.wire,
+      parameters: response.parameters ?? {},
+      final,
+      bytes: encoded.bytes,
+    });
+    this.#unacked++;
+    this.#unackedBytes += encoded.bytes;
+    if (final) {
+      this.complete();
+      return Promise.resolve();
+    }
+    if (this.#unacked < limits.maxUnackedResponses && this.#unackedBytes < limits.maxUnackedBytes) {
+      return Promise.resolve();
+    }
+    // The client has not taken enough of what was sent: wait for it.
+    return new Promise((resolve, reject) => this.#waiting.push({ resolve, reject }));
+  }
+
+  credit(message: CreditMessage): void {
+    this.#unacked -= message.responses;
+    this.#unackedBytes -= message.bytes;
+    while (
+      this.#waiting.length > 0 &&
+      this.#unacked < limits.maxUnackedResponses &&
+      this.#unackedBytes < limits.maxUnackedBytes
+    ) {
+      this.#waiting.shift()!.resolve();
+    }
+  }
+
+  complete(error?: Error): void {
+    if (this.#done) return;
+    if (error !== undefined) this.fail(handlerError(error, `request '${this.id}'`));
+    else this.#finish(undefined, undefined);
+  }
+
+  /** A response of a request that is not decoupled: the request is complete with it. */
+  answer(response: HandlerResponse | Error | undefined): void {
+    if (response instanceof Error) {
+      this.fail(handlerError(response, `request '${this.id}'`));
+      return;
+    }
+    if (response === undefined) {
+      this.fail({ code: "INTERNAL", message: `the handler gave no response to request '${this.id}'` });
+      return;
+    }
+    this.#finish(undefined, response);
+  }
+
+  fail(error: WireError): void {
+    this.#finish(error, undefined);
+  }
+
+  cancel(message: CancelMessage): void {
+    if (this.#done) return;
+    const why =
+      message.why === "client" ? "the client went away" : "it did not finish within handler_timeout_ms";
+    const reason = Object.assign(new Error(`request '${this.id}' cancelled: ${why}`), { code: "CANCELLED" });
+    this.#controller.abort(reason);
+    for (const waiter of this.#waiting.splice(0)) waiter.reject(reason);
+    this.fail({ code: message.why === "client" ? "CANCELLED" : "UNAVAILABLE", message: reason.message });
+  }
+
+  #finish(error: WireError | undefined, response: HandlerResponse | undefined): void {
+    if (this.#done) return;
+    this.#done = true;
+    this.#markFinished();
+    open.delete(this.rid);
+    for (const waiter of this.#waiting.splice(0))
+      waiter.reject(new Error(`request '${this.id}' is complete`));
+    let transfer: ArrayBuffer[] = [];
+    let outputs: WireTensor[] = [];
+    let state: WireStateEntry[] | undefined;
+    if (error === undefined) {
+      try {
+        if (this.#state !== undefined) {
+          const kept = this.#state.result(transfer);
+          if (kept.bytes > limits.maxStateBytes) {
+            throw Object.assign(
+              new Error(
+                `the state of sequence ${String(this.sequence!.id)} would hold ${kept.bytes} bytes, more than the model's sequence_state_max_bytes (${limits.maxStateBytes})`,
+              ),
+              { code: "RESOURCE_EXHAUSTED" },
+            );
+          }
+          state = kept.entries;
+        }
+        if (response !== undefined) {
+          outputs = outputsToWire("the response", response.outputs, this.outputs, transfer).wire;
+        }
+      } catch (failure) {
+        error = handlerError(failure, `request '${this.id}'`);
+        outputs = [];
+        transfer = [];
+      }
+    }
+    // A failed request leaves the state as it was.
+    if (error !== undefined) state = this.#state?.original(transfer);
+    post(
+      {
+        type: "done",
+        rid: this.rid,
+        error,
+        outputs,
+        parameters: error === undefined ? (response?.parameters ?? {}) : {},
+        state,
+        inferNs: (performance.now() - this.#startMs) * 1e6,
+      },
+      transfer,
+    );
+  }
+}
+
+// ---- the context a handler is given ----
+
+function makeContext(message: HandlerLoadMessage, directory: string): HandlerContext {
+  const waitFor = (cid: number): Promise<CallResultMessage["result"]> =>
+    new Promise((resolve) => calls.set(cid, resolve));
+  return {
+    model: {
+      name: message.modelName,
+      version: message.version,
+      instance: message.instanceName,
+      parameters: message.parameters,
+      directory,
+    },
+    log: {
+      debug: (m, f) => log("debug", m, f),
+      info: (m, f) => log("info", m, f),
+      warn: (m, f) => log("warn", m, f),
+      error: (m, f) => log("error", m, f),
+    },
+    infer: (model: string, request: CallRequest): Promise<CallResponse> =>
+      limitCalls(async () => {
+        const cid = nextCall++;
+        const inputs: WireTensor[] = [];
+        for (const [name, tensor] of Object.entries(request.inputs ?? {})) {
+          // Copied, not transferred: the handler keeps its tensors.
+          inputs.push(toWire(name, checkTensor(`input '${name}' of the call to '${model}'`, tensor), []));
+        }
+        const result = waitFor(cid);
+        post({
+          type: "call",
+          cid,
+          model,
+          version: request.version,
+          id: request.id ?? "",
+          inputs,
+          outputs: request.outputs,
+          parameters: request.parameters ?? {},
+        });
+        const answer = await result;
+        if (!answer.ok) throw callError(answer.error);
+        if (!("outputs" in answer)) throw new Error("unexpected answer to a call");
+        const outputs: Record<string, Tensor> = {};
+        for (const output of answer.outputs) outputs[output.name] = fromWire(output);
+        return {
+          modelName: answer.modelName,
+          modelVersion: answer.modelVersion,
+          id: answer.id,
+          outputs,
+          parameters: answer.parameters,
+        };
+      }),
+    closeSequence: async (model: string, id: bigint | string): Promise<boolean> => {
+      const cid = nextCall++;
+      const result = waitFor(cid);
+      post({ type: "close-sequence", cid, model, id });
+      const answer = await result;
+      if (!answer.ok) throw callError(answer.error);
+      return "closed" in answer ? answer.closed : false;
+    },
+  };
+}
+
+// ---- messages ----
+
+async function load(message: HandlerLoadMessage): Promise<void> {
+  limits = message.limits;
+  limitCalls = pLimit(Math.max(1, limits.maxConcurrentCalls));
+  try {
+    const loaded = await loadHandler(message.modelPath);
+    const directory = message.modelPath.replace(/[\\/][^\\/]*$/, "");
+    context = makeContext(message, directory);
+    await loaded.handler.initialize?.(context);
+    handler = loaded.handler;
+    post({ type: "loaded", io: loaded.io });
+  } catch (error) {
+    post({
+      type: "load-failed",
+      message: errorText(error),
+      stack: error instanceof Error ? error.stack : undefined,
+    });
+  }
+}
+
+async function execute(message: ExecuteMessage): Promise<void> {
+  const start = performance.now();
+  const requests = message.requests.map((wire) => new OpenRequest(wire, message.decoupled));
+  for (const request of requests) open.set(request.rid, request);
+  const built = performance.now();
+  let result: unknown;
+  let failure: WireError | undefined;
+  try {
+    // An execute() that never returns holds the instance only until its requests are all
+    // done (answered, timed out, cancelled): then the instance takes other batches.
+    result = await Promise.race([handler!.execute(requests, context), allDone(requests)]);
+  } catch (error) {
+    failure = handlerError(error, "execute()");
+  }
+  const executed = performance.now();
+  if (failure !== undefined) {
+    for (const request of requests) request.fail(failure);
+  } else if (Array.isArray(result)) {
+    if (!message.decoupled && result.length !== requests.length) {
+      const error: WireError = {
+        code: "INTERNAL",
+        message: `the handler's execute() returned ${result.length} responses for ${requests.length} requests`,
+      };
+      for (const request of requests) request.fail(error);
+    } else {
+      requests.forEach((request, i) => {
+        if (request.done) return;
+        if (message.decoupled) {
+          const response = result[i] as HandlerResponse | Error | undefined;
+          if (response instanceof Error || response === undefined) request.answer(response);
+          else request.send(response, { final: true }).catch(() => {});
+        } else request.answer(result[i] as HandlerResponse | Error | undefined);
+      });
+    }
+  } else if (!message.decoupled && result !== GAVE_UP) {
+    const error: WireError = {
+      code: "INTERNAL",
+      message: "the handler's execute() returned no responses (an array with one per request is expected)",
+    };
+    for (const request of requests) request.fail(error);
+  }
+  post({
+    type: "executed",
+    batch: message.batch,
+    inputNs: (built - start) * 1e6,
+    inferNs: (executed - built) * 1e6,
+    outputNs: (performance.now() - executed) * 1e6,
+  });
+}
+
+const GAVE_UP = Symbol("every request of the batch is done");
+
+function allDone(requests: readonly OpenRequest[]): Promise<typeof GAVE_UP> {
+  return Promise.all(requests.map((r) => r.finished)).then(() => GAVE_UP);
+}
+
+async function sequenceEnded(message: EndedMessage): Promise<void> {
+  if (handler?.sequenceEnded === undefined) return;
+  try {
+    await handler.sequenceEnded(
+      { id: message.id, state: new HandlerSequenceState(message.state) },
+      message.reason,
+      context,
+    );
+  } catch (error) {
+    handlerError(error, `sequenceEnded() of sequence ${String(message.id)}`);
+  }
+}
+
+async function close(): Promise<void> {
+  try {
+    await handler?.finalize?.();
+  } catch (error) {
+    handlerError(error, "finalize()");
+  }
+  port.close();
+}
+
+port.on("message", (message: ToHandlerMessage) => {
+  switch (message.type) {
+    case "load":
+      void load(message);
+      return;
+    case "execute":
+      void execute(message);
+      return;
+    case "credit":
+      open.get(message.rid)?.credit(message);
+      return;
+    case "cancel":
+      open.get(message.rid)?.cancel(message);
+      return;
+    case "ended":
+      void sequenceEnded(message);
+      return;
+    case "call-result": {
+      const resolve = calls.get(message.cid);
+      calls.delete(message.cid);
+      resolve?.(message.result);
+      return;
+    }
+    case "close":
+      void close();
+      return;
+  }
+});

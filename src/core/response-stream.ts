@@ -1,0 +1,154 @@
+import type { ServerError } from "./errors.ts";
+import type { PartialResponse, ResponseSink } from "./executor.ts";
+import type { InferRequest, InferResponse, Parameters } from "./infer.ts";
+import type { ServedModel } from "./model.ts";
+import { Deque } from "./scheduler/request-queue.ts";
+
+// Several responses to one request (Triton's decoupled models), protocol-free. The model
+// side pushes responses as they are produced; a frontend iterates them and writes each to
+// its client. The consumer sets the pace: each response it takes is reported back to the
+// producer (`onConsumed`), which sends more only while few enough are untaken, so a client
+// that reads slowly slows its own request's producer and holds a bounded amount here.
+// Leaving the iteration early (a client gone) cancels the request, and the model is told.
+
+export interface StreamedInferResponse extends InferResponse {
+  /** The model marked this response as the request's last. */
+  readonly final: boolean;
+}
+
+export interface InferResponseStream extends AsyncIterable<StreamedInferResponse> {
+  /** Stops the request: the model is told, and the iteration ends. */
+  cancel(): void;
+  /**
+   * What the server adds to the request's responses (a server-assigned `sequence_id`),
+   * for a client told of the request's end without a response from the model.
+   */
+  readonly parameters: Parameters;
+}
+
+interface Queued {
+  readonly response: StreamedInferResponse;
+  readonly bytes: number;
+}
+
+export class ResponseChannel implements ResponseSink, InferResponseStream {
+  readonly #toResponse: ((partial: PartialResponse) => StreamedInferResponse) | undefined;
+  readonly #onCancel: () => void;
+  readonly #queue = new Deque<Queued>();
+  readonly #consumed: ((bytes: number) => void)[] = [];
+  #wake: (() => void) | undefined;
+  #done = false;
+  #error: ServerError | undefined;
+  #iterating = false;
+  parameters: Parameters = {};
+
+  /** `toResponse` completes a model's partial response (model name, version, request id). */
+  constructor(onCancel: () => void, toResponse?: (partial: PartialResponse) => StreamedInferResponse) {
+    this.#toResponse = toResponse;
+    this.#onCancel = onCancel;
+  }
+
+  // ---- producer side ----
+
+  push(partial: PartialResponse, bytes: number): void {
+    if (this.#toResponse === undefined) throw new Error("this channel takes complete responses");
+    this.deliver(this.#toResponse(partial), bytes);
+  }
+
+  deliver(response: StreamedInferResponse, bytes: number): void {
+    if (this.#done) return;
+    this.#queue.push({ response, bytes });
+    this.#signal();
+  }
+
+  onConsumed(listener: (bytes: number) => void): void {
+    this.#consumed.push(listener);
+  }
+
+  /** No more responses: the iteration ends after the queued ones. */
+  finish(): void {
+    this.#done = true;
+    this.#signal();
+  }
+
+  /** The request failed: the iteration throws `error` after the queued responses. */
+  fail(error: ServerError): void {
+    if (this.#done) return;
+    this.#error = error;
+    this.#done = true;
+    this.#signal();
+  }
+
+  // ---- consumer side ----
+
+  cancel(): void {
+    const wasDone = this.#done;
+    this.#done = true;
+    this.#queue.drain();
+    this.#signal();
+    if (!wasDone || this.#error === undefined) this.#onCancel();
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<StreamedInferResponse> {
+    if (this.#iterating) throw new Error("a response stream can be iterated once");
+    this.#iterating = true;
+    return {
+      next: () => this.#next(),
+      return: () => {
+        if (!this.#done || this.#queue.length > 0) this.cancel();
+        return Promise.resolve({ done: true, value: undefined });
+      },
+    };
+  }
+
+  async #next(): Promise<IteratorResult<StreamedInferResponse>> {
+    for (;;) {
+      const queued = this.#queue.shift();
+      if (queued !== undefined) {
+        for (const listener of this.#consumed) listener(queued.bytes);
+        return { done: false, value: queued.response };
+      }
+      if (this.#error !== undefined) {
+        const error = this.#error;
+        this.#error = undefined;
+        throw error;
+      }
+      if (this.#done) return { done: true, value: undefined };
+      await new Promise<void>((resolve) => {
+        this.#wake = resolve;
+      });
+    }
+  }
+
+  #signal(): void {
+    const wake = this.#wake;
+    this.#wake = undefined;
+    wake?.();
+  }
+}
+
+/** One response as a stream: how a model that answers once is streamed. */
+export function singleResponseStream(response: Promise<InferResponse>): InferResponseStream {
+  const channel = new ResponseChannel(() => {});
+  response.then(
+    (value) => {
+      channel.parameters = value.parameters;
+      channel.deliver({ ...value, final: true }, 0);
+      channel.finish();
+    },
+    (error: ServerError) => channel.fail(error),
+  );
+  return channel;
+}
+
+/** A request's responses: as many as a decoupled model sends, else its one answer. */
+export function inferStream(model: ServedModel, request: InferRequest): InferResponseStream {
+  if (model.stream !== undefined) return model.stream(request);
+  let response: Promise<InferResponse>;
+  try {
+    response = model.infer(request);
+  } catch (error) {
+    response = Promise.reject(error);
+  }
+  return singleResponseStream(response);
+}

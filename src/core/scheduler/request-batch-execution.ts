@@ -1,0 +1,48 @@
+import { asServerError } from "../errors.ts";
+import type { ExecutionOutcome, ExecutionRequest, RequestExecutor } from "../executor.ts";
+import type { ModelStatistics } from "../statistics.ts";
+import type { PendingRequest } from "./pending-request.ts";
+
+// Running one batch of stateless requests on model code that takes requests (a handler):
+// each request goes as it is, and is settled by its own outcome, on its own time.
+
+export function executionRequest(pending: PendingRequest): Omit<ExecutionRequest, "sequence"> {
+  return {
+    request: pending.request,
+    inputs: pending.validated.inputs,
+    outputNames: pending.validated.outputNames,
+    responses: pending.responses,
+  };
+}
+
+/** Settles `pending` with `outcome`: its response, or its error. */
+export function settleWith(pending: PendingRequest, outcome: ExecutionOutcome): void {
+  if (!outcome.ok) {
+    pending.reject(outcome.error);
+    return;
+  }
+  const { inputNs, inferNs, outputNs } = outcome.timings;
+  pending.resolve({
+    outputs: outcome.outputs,
+    parameters: outcome.parameters,
+    timings: pending.timings(inputNs, inferNs, outputNs),
+  });
+}
+
+/** Runs `requests` on `executor`; resolves (never rejects) when the executor can take another batch. */
+export async function runRequestBatch(
+  executor: RequestExecutor,
+  statistics: ModelStatistics,
+  requests: readonly PendingRequest[],
+): Promise<void> {
+  for (const r of requests) r.markDispatched();
+  try {
+    const timings = await executor.execute(
+      requests.map((r) => ({ ...executionRequest(r), sequence: undefined })),
+      (index, outcome) => settleWith(requests[index]!, outcome),
+    );
+    statistics.recordExecution(requests.length, timings.inputNs, timings.inferNs, timings.outputNs);
+  } catch (error) {
+    for (const r of requests) r.reject(asServerError(error));
+  }
+}

@@ -1,0 +1,82 @@
+import { asServerError } from "../errors.ts";
+import type { ExecutionOutcome, RequestExecutor } from "../executor.ts";
+import { executionRequest, settleWith } from "../scheduler/request-batch-execution.ts";
+import type { Sequence } from "./sequence.ts";
+import type { SequenceModel, SequenceRow } from "./sequence-batch-execution.ts";
+
+// One step of a batch of sequences on model code that takes requests (a handler). Each
+// request goes with its sequence's id, flags and state; the state is lent to the executor
+// for the step and comes back with the request's outcome, when the store keeps it again.
+// A request settles, and its sequence may take its next step, as soon as that request is
+// complete, whatever the rest of the batch is doing. Padding rows mean nothing here.
+
+/** The first step of this life of the sequence: a START, or the first request of one opened without a request. */
+const startsLife = (row: SequenceRow): boolean =>
+  row.request.request.sequence?.start === true || row.sequence.steps === 0;
+
+/**
+ * Runs the rows as one batch. `rowDone(row)` is called once per row when its request is
+ * complete (its sequence may step again). Resolves when the executor can take another
+ * batch; never rejects.
+ */
+export async function runSequenceRequests(
+  model: SequenceModel,
+  executor: RequestExecutor,
+  batch: readonly (SequenceRow | undefined)[],
+  rowDone: (row: SequenceRow, outcome: ExecutionOutcome | undefined) => void,
+): Promise<void> {
+  const rows = batch.filter((r): r is SequenceRow => r !== undefined);
+  const { store } = model;
+  const startNs = performance.now() * 1e6;
+  const settled = new Set<SequenceRow>();
+  const finish = (row: SequenceRow, outcome: ExecutionOutcome | undefined): void => {
+    if (settled.has(row)) return;
+    settled.add(row);
+    keepState(model, row.sequence, outcome);
+    rowDone(row, outcome);
+  };
+  try {
+    const requests = rows.map((row) => {
+      row.request.markDispatched();
+      const start = startsLife(row);
+      return {
+        ...executionRequest(row.request),
+        sequence: {
+          id: row.sequence.id,
+          key: row.sequence.key,
+          start,
+          end: row.request.request.sequence?.end === true,
+          state: start ? undefined : store.get(row.sequence.key),
+        },
+      };
+    });
+    const timings = await executor.execute(requests, (index, outcome) => {
+      const row = rows[index]!;
+      // State first: the request's settling may let the next step of its sequence run.
+      finish(row, outcome);
+      settleWith(row.request, outcome);
+    });
+    model.statistics.recordExecution(rows.length, timings.inputNs, timings.inferNs, timings.outputNs);
+    model.observer?.batchRan({
+      instance: executor.name,
+      rows: rows.length,
+      executedRows: rows.length,
+      resets: rows.filter(startsLife).map((r) => r.sequence.id),
+      queueNs: rows.reduce((sum, r) => sum + (r.request.dispatchNs - r.request.arrivalNs), 0),
+      computeNs: performance.now() * 1e6 - startNs,
+    });
+  } catch (error) {
+    const failure = asServerError(error);
+    for (const row of rows) {
+      row.request.reject(failure);
+      finish(row, undefined);
+    }
+  }
+}
+
+/** The store keeps what the step left (nothing, when the state did not come back). */
+function keepState(model: SequenceModel, sequence: Sequence, outcome: ExecutionOutcome | undefined): void {
+  const state = outcome?.state;
+  if (state === undefined || state.size === 0) model.store.delete(sequence.key);
+  else model.store.set(sequence.key, state);
+}

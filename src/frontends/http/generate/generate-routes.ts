@@ -1,0 +1,146 @@
+import { once } from "node:events";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { asServerError, internal } from "../../../core/errors.ts";
+import type { ServerContext } from "../../../core/model.ts";
+import { type InferResponseStream, inferStream } from "../../../core/response-stream.ts";
+import { watchDisconnect } from "../../common/http/client-disconnect.ts";
+import { createErrorHandler } from "../../common/http/error-reply.ts";
+import { readJsonBody } from "../../common/http/json-body.ts";
+import { KSERVE_HTTP_STATUS } from "../error-status.ts";
+import { MODEL_PATHS, type ModelParams } from "../kserve-routes.ts";
+import { modelVersion } from "../model-version.ts";
+import { decodeGenerateRequest, encodeGenerateResponse } from "./generate-codec.ts";
+
+// Triton's generate extension: `/generate` answers one JSON object; `/generate_stream`
+// answers Server-Sent Events, one `data:` event per response, as a decoupled model
+// produces them. The status comes with the first response: a request that fails before
+// it gets a JSON error with its status; a failure after it is an `{"error"}` event.
+// Slow readers are waited for (the next event is written once the socket drains, and the
+// model's sending waits with it); a client that leaves cancels the request, and the
+// model is told.
+
+export interface GenerateRoutesOptions {
+  readonly context: ServerContext;
+  readonly bodyLimitBytes: number;
+}
+
+type GenerateRequest = FastifyRequest<{ Params: ModelParams; Body: Record<string, unknown> }>;
+
+/** The request body (documented for OpenAPI; read as JSON before validation). */
+const GENERATE_BODY = {
+  type: "object",
+  properties: {
+    id: { type: "string" },
+    text_input: { type: "string" },
+    parameters: { type: "object", additionalProperties: true },
+  },
+  additionalProperties: true,
+} as const;
+
+const GENERATE_RESPONSE = {
+  type: "object",
+  properties: {
+    id: { type: "string" },
+    model_name: { type: "string" },
+    model_version: { type: "string" },
+    text_output: { type: "string" },
+  },
+  required: ["model_name", "model_version"],
+  additionalProperties: true,
+} as const;
+
+const ERROR_RESPONSE = {
+  type: "object",
+  properties: { error: { type: "string" } },
+  required: ["error"],
+} as const;
+
+const SCHEMA = {
+  body: GENERATE_BODY,
+  response: { 200: GENERATE_RESPONSE, "4xx": ERROR_RESPONSE, "5xx": ERROR_RESPONSE },
+};
+
+const STREAM_SCHEMA = {
+  body: GENERATE_BODY,
+  response: {
+    200: {
+      description: "Server-Sent Events: one `data: <generate response object>` event per response",
+      content: { "text/event-stream": { schema: { type: "string" } } },
+    },
+    "4xx": ERROR_RESPONSE,
+    "5xx": ERROR_RESPONSE,
+  },
+};
+
+/** The body arrives as bytes (every route reads them raw): parsed here so the schema can check it. */
+async function parseBody(request: FastifyRequest): Promise<void> {
+  request.body = readJsonBody(request.body as Buffer | undefined) ?? {};
+}
+
+const sse = (json: string): string => `data: ${json}\n\n`;
+
+async function generate(
+  context: ServerContext,
+  request: GenerateRequest,
+  reply: FastifyReply,
+  streaming: boolean,
+): Promise<FastifyReply | undefined> {
+  const { model: name, version } = request.params;
+  const model = context.registry.model(name, modelVersion(version));
+  const disconnect = watchDisconnect(request, reply);
+  let stream: InferResponseStream | undefined;
+  try {
+    stream = inferStream(model, decodeGenerateRequest(request.body, model, disconnect.signal));
+    const responses = stream[Symbol.asyncIterator]();
+    const first = await responses.next();
+    if (!streaming) {
+      const second = first.done === true ? first : await responses.next();
+      if (first.done === true || second.done !== true) {
+        await responses.return?.();
+        throw internal(
+          "generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses",
+        );
+      }
+      return reply.type("application/json").send(encodeGenerateResponse(first.value));
+    }
+    reply.hijack();
+    const raw = reply.raw;
+    raw.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
+    let next = first;
+    try {
+      while (next.done !== true) {
+        if (!raw.write(sse(encodeGenerateResponse(next.value)))) {
+          await Promise.race([once(raw, "drain"), once(raw, "close")]);
+        }
+        if (raw.destroyed) {
+          await responses.return?.();
+          return undefined;
+        }
+        next = await responses.next();
+      }
+    } catch (error) {
+      raw.write(sse(JSON.stringify({ error: asServerError(error).message })));
+    }
+    raw.end();
+    return undefined;
+  } finally {
+    disconnect.dispose();
+  }
+}
+
+export async function generateRoutes(app: FastifyInstance, options: GenerateRoutesOptions): Promise<void> {
+  const { context } = options;
+  app.setErrorHandler(createErrorHandler(KSERVE_HTTP_STATUS, options.bodyLimitBytes));
+  for (const path of MODEL_PATHS) {
+    app.post(
+      `${path}/generate`,
+      { schema: SCHEMA, preValidation: parseBody },
+      (request: GenerateRequest, reply) => generate(context, request, reply, false),
+    );
+    app.post(
+      `${path}/generate_stream`,
+      { schema: STREAM_SCHEMA, preValidation: parseBody },
+      (request: GenerateRequest, reply) => generate(context, request, reply, true),
+    );
+  }
+}

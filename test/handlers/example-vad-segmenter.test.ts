@@ -1,0 +1,161 @@
+import assert from "node:assert/strict";
+import { request as httpRequest } from "node:http";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import WebSocket from "ws";
+import {
+  finish,
+  newSegmenter,
+  pushChunk,
+  type SpeechEvent,
+} from "../../examples/models/vad_segmenter/1/segmenter.ts";
+import { expectedBits, SILERO_SAMPLES, sequenceAudio } from "../support/silero-oracle.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+import { sequencesOf } from "./support/handler-kit.ts";
+
+// The vad_segmenter example end to end: audio streams in, speech_start / speech_end
+// events come out as they happen, over a WebSocket stream and Server-Sent Events. The
+// expected events are the example's own segmenter run on Silero VAD's probabilities from
+// ONNX Runtime in this process, each stream alone at batch 1: the served events, scored
+// by silero_vad_stateful in batches across streams, must be exactly these.
+
+const CHUNKS = 96;
+/** Not a multiple of 512: the handler carries the rest over to the next request. */
+const PIECE = 700;
+
+let server: TestServer;
+let audio: Float32Array[];
+let expected: SpeechEvent[][];
+
+before(async () => {
+  server = await startTestServer(fileURLToPath(new URL("../../examples/models", import.meta.url)));
+  const streams = [0, 1, 2].map((s) => sequenceAudio(40 + s, CHUNKS));
+  const bits = await expectedBits(streams);
+  audio = streams.map((chunks) => {
+    const all = new Float32Array(chunks.length * SILERO_SAMPLES);
+    for (const [i, chunk] of chunks.entries()) all.set(chunk, i * SILERO_SAMPLES);
+    return all;
+  });
+  expected = bits.map((stream) => {
+    const state = newSegmenter();
+    const probabilities = new Float32Array(stream.buffer);
+    const events = [...probabilities].flatMap((p) => pushChunk(state, p, SILERO_SAMPLES));
+    return [...events, ...finish(state)];
+  });
+});
+
+after(() => server.stop());
+
+function pieces(samples: Float32Array): Float32Array[] {
+  const out: Float32Array[] = [];
+  for (let i = 0; i < samples.length; i += PIECE) out.push(samples.subarray(i, i + PIECE));
+  return out;
+}
+
+interface EventJson {
+  readonly outputs?: { name: string; data: unknown[] }[];
+  readonly [key: string]: unknown;
+}
+
+function eventFrom(outputs: { name: string; data: unknown[] }[]): SpeechEvent & { time: number } {
+  const value = (name: string) => outputs.find((o) => o.name === name)!.data[0];
+  return {
+    event: value("EVENT") as SpeechEvent["event"],
+    sample: Number(value("SAMPLE")),
+    time: value("TIME") as number,
+  };
+}
+
+test("the expected streams have speech starts and ends to find", () => {
+  for (const events of expected) {
+    assert.ok(events.some((e) => e.event === "speech_start"));
+    assert.ok(events.some((e) => e.event === "speech_end"));
+  }
+});
+
+async function overWebSocket(stream: number): Promise<(SpeechEvent & { time: number })[]> {
+  const socket = new WebSocket(`${server.url.replace("http", "ws")}/v2/models/vad_segmenter/stream`);
+  await new Promise((resolve, reject) => socket.once("open", resolve).once("error", reject));
+  const events: (SpeechEvent & { time: number })[] = [];
+  const closed = new Promise<number>((resolve) => socket.on("close", (code: number) => resolve(code)));
+  socket.on("message", (data: Buffer) => {
+    const message = JSON.parse(data.toString()) as EventJson;
+    if (message.error !== undefined) throw new Error(String(message.error));
+    if ((message.outputs ?? []).length > 0) events.push(eventFrom(message.outputs!));
+  });
+  const parts = pieces(audio[stream]!);
+  parts.forEach((part, i) => {
+    socket.send(
+      JSON.stringify({
+        ...(i === parts.length - 1 ? { parameters: { sequence_end: true } } : {}),
+        inputs: [{ name: "AUDIO", datatype: "FP32", shape: [1, part.length], data: [...part] }],
+      }),
+    );
+  });
+  assert.equal(await closed, 1000);
+  return events;
+}
+
+function postEvents(body: unknown): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const call = httpRequest(
+      `${server.url}/v2/models/vad_segmenter/generate_stream`,
+      { method: "POST", headers: { "content-type": "application/json" } },
+      (response) => {
+        let text = "";
+        response.setEncoding("utf8");
+        response.on("data", (chunk: string) => {
+          text += chunk;
+        });
+        response.on("end", () => (response.statusCode === 200 ? resolve(text) : reject(new Error(text))));
+      },
+    );
+    call.on("error", reject);
+    call.end(JSON.stringify(body));
+  });
+}
+
+async function overEventStreams(stream: number, id: number): Promise<(SpeechEvent & { time: number })[]> {
+  const events: (SpeechEvent & { time: number })[] = [];
+  const parts = pieces(audio[stream]!);
+  for (let i = 0; i < parts.length; i++) {
+    const text = await postEvents({
+      AUDIO: [...parts[i]!],
+      sequence_id: id,
+      sequence_start: i === 0,
+      sequence_end: i === parts.length - 1,
+    });
+    for (const chunk of text.split("\n\n")) {
+      if (!chunk.startsWith("data: ")) continue;
+      const json = JSON.parse(chunk.slice(6)) as Record<string, unknown>;
+      if (json.error !== undefined) throw new Error(String(json.error));
+      events.push({
+        event: json.EVENT as SpeechEvent["event"],
+        sample: json.SAMPLE as number,
+        time: json.TIME as number,
+      });
+    }
+  }
+  return events;
+}
+
+test("events over WebSocket streams and Server-Sent Events match the in-process oracle", async () => {
+  const [first, second, third] = await Promise.all([
+    overWebSocket(0),
+    overWebSocket(1),
+    overEventStreams(2, 4242),
+  ]);
+  for (const [stream, events] of [first!, second!, third!].entries()) {
+    assert.deepEqual(
+      events.map(({ event, sample }) => ({ event, sample })),
+      expected[stream],
+    );
+    for (const event of events) assert.equal(event.time, event.sample / 16000);
+  }
+  // Every stream ended: the segmenter's sequences and the VAD sequences it opened are gone.
+  for (const model of ["vad_segmenter", "silero_vad_stateful"]) {
+    const listing = await sequencesOf(server.url, model);
+    assert.deepEqual(listing.sequences, [], model);
+    assert.equal(listing.summary.state_bytes, 0, model);
+  }
+});

@@ -1,0 +1,138 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { addSubModel } from "../../tools/onnx/test-models.ts";
+import { getJson, postJson } from "../support/http-client.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+import { type HandlerRepository, handlerRepository } from "./support/handler-kit.ts";
+
+// context.infer: a handler's calls go through the called model's scheduler, so they are
+// batched with the rest of its traffic (here one call at a time from the handler and one
+// request at a time from an outside client: every batch larger than 1 mixes the two);
+// a refusal comes back as an error with its status class, and a call that gets no answer
+// fails after handler_call_timeout_ms instead of hanging.
+
+const RELAY = `
+export default {
+  async execute(requests: any[], context: any) {
+    const results = [];
+    for (const request of requests) {
+      const target = new TextDecoder().decode(request.inputs.TARGET.data[0]);
+      try {
+        const answer = await context.infer(target, {
+          inputs: { INPUT0: request.inputs.X, INPUT1: request.inputs.X },
+          outputs: ["OUTPUT0"],
+        });
+        results.push({ outputs: { Y: { ...answer.outputs.OUTPUT0, shape: [1, 4] } }, parameters: { called: answer.modelName } });
+      } catch (error) {
+        results.push(error);
+      }
+    }
+    return results;
+  },
+};
+`;
+
+const SLEEPY = `
+export default {
+  execute() {
+    return new Promise(() => {});
+  },
+};
+`;
+
+let repository: HandlerRepository;
+let server: TestServer;
+
+before(async () => {
+  repository = handlerRepository({
+    addsub: {
+      config: `
+backend: "onnxruntime"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+dynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 2000000 }
+`,
+      files: { "1/model.onnx": addSubModel("FP32", [-1, 4]) },
+    },
+    relay: {
+      config: `
+backend: "typescript"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "TARGET" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+parameters { key: "handler_call_timeout_ms" value { string_value: "300" } }
+`,
+      files: { "1/model.ts": RELAY },
+    },
+    sleepy: {
+      config: `
+backend: "typescript"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+parameters { key: "handler_timeout_ms" value { string_value: "5000" } }
+`,
+      files: { "1/model.ts": SLEEPY },
+    },
+  });
+  server = await startTestServer(repository.path);
+});
+
+after(async () => {
+  await server.stop();
+  repository.remove();
+});
+
+const x = (v: number) => ({ name: "X", datatype: "FP32", shape: [1, 4], data: [v, v + 1, v + 2, v + 3] });
+const target = (name: string) => ({ name: "TARGET", datatype: "BYTES", shape: [1, 1], data: [name] });
+
+test("calls from a handler are batched with the called model's other traffic", async () => {
+  const rounds = 8;
+  const viaHandler = (async () => {
+    const answers = [];
+    for (let i = 0; i < rounds; i++) {
+      answers.push(
+        await postJson(`${server.url}/v2/models/relay/infer`, { inputs: [x(i), target("addsub")] }),
+      );
+    }
+    return answers;
+  })();
+  const direct = (async () => {
+    for (let i = 0; i < rounds; i++) {
+      const answer = await postJson(`${server.url}/v2/models/addsub/infer`, {
+        inputs: [
+          { name: "INPUT0", datatype: "FP32", shape: [1, 4], data: [i, i, i, i] },
+          { name: "INPUT1", datatype: "FP32", shape: [1, 4], data: [1, 1, 1, 1] },
+        ],
+      });
+      assert.equal(answer.status, 200);
+    }
+  })();
+  const [answers] = await Promise.all([viaHandler, direct]);
+  answers.forEach((answer, i) => {
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    const y = (answer.body.outputs as { data: number[] }[])[0]!.data;
+    assert.deepEqual(y, [2 * i, 2 * i + 2, 2 * i + 4, 2 * i + 6]);
+    assert.deepEqual(answer.body.parameters, { called: "addsub" });
+  });
+  const stats = await getJson(`${server.url}/v2/models/addsub/stats`);
+  const batches = (stats.body.model_stats as { batch_stats: { batch_size: number }[] }[])[0]!.batch_stats;
+  const largest = Math.max(...batches.map((b) => b.batch_size));
+  assert.ok(largest > 1, `batch sizes seen: ${JSON.stringify(batches.map((b) => b.batch_size))}`);
+});
+
+test("a call the server refuses comes back as an error with its status class", async () => {
+  const unknown = await postJson(`${server.url}/v2/models/relay/infer`, { inputs: [x(1), target("nope")] });
+  assert.equal(unknown.status, 404);
+  assert.match(unknown.body.error as string, /nope/);
+});
+
+test("a call that gets no answer fails after handler_call_timeout_ms", async () => {
+  const stuck = await postJson(`${server.url}/v2/models/relay/infer`, { inputs: [x(1), target("sleepy")] });
+  assert.equal(stuck.status, 503);
+  assert.match(
+    stuck.body.error as string,
+    /the call from model 'relay' to model 'sleepy' got no answer within 300 ms \(handler_call_timeout_ms\)/,
+  );
+});

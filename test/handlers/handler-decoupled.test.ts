@@ -1,0 +1,266 @@
+import assert from "node:assert/strict";
+import { request as httpRequest, type IncomingMessage } from "node:http";
+import { after, before, test } from "node:test";
+import WebSocket from "ws";
+import type { ModelStreamInferResponseMessage } from "../../src/frontends/grpc/messages.ts";
+import { TestClient } from "../grpc/support/grpc-harness.ts";
+import { postJson } from "../support/http-client.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+import {
+  eventOf,
+  type HandlerRepository,
+  handlerRepository,
+  RECORDER,
+  readEvents,
+} from "./support/handler-kit.ts";
+
+// A decoupled handler sends any number of responses per request, then completes it. They
+// reach the client in order over gRPC ModelStreamInfer, a WebSocket stream and Server-Sent
+// Events; a client that reads slowly makes the handler's send() wait (back-pressure all the
+// way to the model code), and a client that leaves cancels the request: the handler's
+// signal aborts and its pending send() rejects.
+
+const TICKER = `${RECORDER}
+export default {
+  initialize(context: any) {
+    eventsFile = context.model.parameters.events_file;
+  },
+  execute(requests: any[]) {
+    for (const request of requests) void run(request);
+  },
+};
+async function run(r: any) {
+  const count = Number(r.inputs.COUNT.data[0]);
+  const size = Number(r.parameters.payload ?? 1);
+  r.signal.addEventListener("abort", () => record({ hook: "aborted", id: r.id, message: r.signal.reason?.message }));
+  try {
+    for (let i = 0; i < count; i++) {
+      const sent = r.send({
+        outputs: {
+          INDEX: { datatype: "INT32", shape: [1], data: Int32Array.of(i) },
+          PAYLOAD: { datatype: "UINT8", shape: [size], data: new Uint8Array(size).fill(i % 256) },
+        },
+      });
+      let done = false;
+      sent.then(() => { done = true; }, () => {});
+      await null;
+      if (!done) record({ hook: "waiting", id: r.id, index: i });
+      await sent;
+    }
+    r.complete();
+  } catch (error: any) {
+    record({ hook: "stopped", id: r.id, message: error.message });
+  }
+}
+`;
+
+let repository: HandlerRepository;
+let server: TestServer;
+
+before(async () => {
+  repository = handlerRepository((eventsFile) => ({
+    ticker: {
+      config: `
+backend: "typescript"
+max_batch_size: 0
+input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "PAYLOAD" data_type: TYPE_UINT8 dims: [ -1 ] } ]
+model_transaction_policy { decoupled: true }
+parameters { key: "handler_max_unacked_responses" value { string_value: "2" } }
+parameters { key: "events_file" value { string_value: "${eventsFile}" } }
+`,
+      files: { "1/model.ts": TICKER },
+    },
+  }));
+  server = await startTestServer(repository.path);
+});
+
+after(async () => {
+  await server.stop();
+  repository.remove();
+});
+
+const countInput = (count: number) => ({ name: "COUNT", datatype: "INT32", shape: [1], data: [count] });
+
+test("gRPC ModelStreamInfer: each request's responses in order, flagged, with the empty final response", async () => {
+  const client = new TestClient(server.grpcPort);
+  try {
+    const stream = client.stream();
+    const received: ModelStreamInferResponseMessage[] = [];
+    const ended = new Promise<void>((resolve) => stream.on("end", resolve));
+    stream.on("data", (message: ModelStreamInferResponseMessage) => received.push(message));
+    for (const [id, count] of [
+      ["a", 4],
+      ["b", 3],
+    ] as const) {
+      stream.write({
+        model_name: "ticker",
+        id,
+        parameters: { triton_enable_empty_final_response: { bool_param: true } },
+        inputs: [{ name: "COUNT", datatype: "INT32", shape: [1] }],
+        raw_input_contents: [Buffer.from(Int32Array.of(count).buffer)],
+      });
+    }
+    stream.end();
+    await ended;
+    for (const [id, count] of [
+      ["a", 4],
+      ["b", 3],
+    ] as const) {
+      const mine = received.filter((m) => m.infer_response?.id === id).map((m) => m.infer_response!);
+      assert.equal(mine.length, count + 1);
+      const indexes = mine.slice(0, count).map((r) => Buffer.from(r.raw_output_contents![0]!).readInt32LE(0));
+      assert.deepEqual(indexes, [...Array(count).keys()]);
+      assert.deepEqual(
+        mine.map((r) => r.parameters?.triton_final_response?.bool_param),
+        [...Array(count).fill(false), true],
+      );
+      assert.deepEqual(mine.at(-1)!.outputs, []);
+    }
+    assert.ok(received.every((m) => (m.error_message ?? "") === ""));
+  } finally {
+    client.close();
+  }
+});
+
+test("a WebSocket stream: every response of a message before the next message's, in order", async () => {
+  const socket = new WebSocket(`${server.url.replace("http", "ws")}/v2/models/ticker/stream`);
+  await new Promise((resolve, reject) => socket.once("open", resolve).once("error", reject));
+  const messages: Record<string, unknown>[] = [];
+  const all = new Promise<void>((resolve) =>
+    socket.on("message", (data: Buffer) => {
+      messages.push(JSON.parse(data.toString()) as Record<string, unknown>);
+      if (messages.length === 7) resolve();
+    }),
+  );
+  socket.send(JSON.stringify({ id: "first", inputs: [countInput(3)] }));
+  socket.send(JSON.stringify({ id: "second", inputs: [countInput(4)] }));
+  await all;
+  socket.close(1000);
+  const seen = messages.map((m) => {
+    const outputs = m.outputs as { name: string; data: number[] }[];
+    return `${m.id}:${outputs.find((o) => o.name === "INDEX")!.data[0]}`;
+  });
+  assert.deepEqual(seen, ["first:0", "first:1", "first:2", "second:0", "second:1", "second:2", "second:3"]);
+});
+
+/** A generate_stream call whose response the test reads when it wants. */
+function openEventStream(body: unknown): Promise<IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const call = httpRequest(
+      `${server.url}/v2/models/ticker/generate_stream`,
+      { method: "POST", headers: { "content-type": "application/json" } },
+      resolve,
+    );
+    call.on("error", reject);
+    call.end(JSON.stringify(body));
+  });
+}
+
+function dataEvents(text: string): Record<string, unknown>[] {
+  return text
+    .split("\n\n")
+    .filter((chunk) => chunk.startsWith("data: "))
+    .map((chunk) => JSON.parse(chunk.slice(6)) as Record<string, unknown>);
+}
+
+test("Server-Sent Events on /generate_stream, in order; /generate refuses several responses", async () => {
+  const response = await openEventStream({ id: "sse", COUNT: 5 });
+  assert.equal(response.statusCode, 200);
+  assert.equal(response.headers["content-type"], "text/event-stream; charset=utf-8");
+  let text = "";
+  for await (const chunk of response) text += chunk;
+  const events = dataEvents(text);
+  assert.deepEqual(
+    events.map((e) => e.INDEX),
+    [0, 1, 2, 3, 4],
+  );
+  assert.deepEqual(events[0], { id: "sse", model_name: "ticker", model_version: "1", INDEX: 0, PAYLOAD: 0 });
+
+  const single = await postJson(`${server.url}/v2/models/ticker/generate`, { COUNT: 1 });
+  assert.equal(single.status, 200);
+  assert.deepEqual(single.body, { model_name: "ticker", model_version: "1", INDEX: 0, PAYLOAD: 0 });
+  const several = await postJson(`${server.url}/v2/models/ticker/generate`, { COUNT: 2 });
+  assert.equal(several.status, 500);
+  assert.match(several.body.error as string, /generate expects model to produce exactly 1 response/);
+  const unary = await postJson(`${server.url}/v2/models/ticker/infer`, { inputs: [countInput(1)] });
+  assert.equal(unary.status, 501);
+  assert.match(unary.body.error as string, /is decoupled/);
+});
+
+test("a slow SSE reader makes the handler wait; every event still arrives, in order", async () => {
+  const count = 40;
+  const response = await openEventStream({ id: "slow", COUNT: count, parameters: { payload: 65536 } });
+  response.pause();
+  // The client reads nothing: the handler's send() is left waiting.
+  await eventOf(repository.eventsFile, "the handler waiting", (e) => e.hook === "waiting" && e.id === "slow");
+  const waitedAt = readEvents(repository.eventsFile).find((e) => e.hook === "waiting" && e.id === "slow")!;
+  assert.ok((waitedAt.index as number) < count - 1, "the handler waited before it had sent everything");
+  let text = "";
+  response.setEncoding("utf8");
+  for await (const chunk of response) text += chunk;
+  assert.deepEqual(
+    dataEvents(text).map((e) => e.INDEX),
+    [...Array(count).keys()],
+  );
+});
+
+test("clients that leave cancel the request: the handler is told (SSE, gRPC, WebSocket)", async () => {
+  const response = await openEventStream({
+    id: "leaver-sse",
+    COUNT: 1_000_000,
+    parameters: { payload: 65536 },
+  });
+  response.pause();
+  await eventOf(
+    repository.eventsFile,
+    "the SSE request waiting",
+    (e) => e.hook === "waiting" && e.id === "leaver-sse",
+  );
+  response.destroy();
+  const aborted = await eventOf(
+    repository.eventsFile,
+    "SSE abort",
+    (e) => e.hook === "aborted" && e.id === "leaver-sse",
+  );
+  assert.match(aborted.message as string, /the client went away/);
+  await eventOf(
+    repository.eventsFile,
+    "SSE send rejected",
+    (e) => e.hook === "stopped" && e.id === "leaver-sse",
+  );
+
+  const client = new TestClient(server.grpcPort);
+  const stream = client.stream();
+  stream.on("error", () => {});
+  stream.pause();
+  stream.write({
+    model_name: "ticker",
+    id: "leaver-grpc",
+    parameters: { payload: { int64_param: "65536" } },
+    inputs: [{ name: "COUNT", datatype: "INT32", shape: [1] }],
+    raw_input_contents: [Buffer.from(Int32Array.of(1_000_000).buffer)],
+  });
+  await eventOf(
+    repository.eventsFile,
+    "the gRPC request waiting",
+    (e) => e.hook === "waiting" && e.id === "leaver-grpc",
+  );
+  stream.cancel();
+  client.close();
+  await eventOf(repository.eventsFile, "gRPC abort", (e) => e.hook === "aborted" && e.id === "leaver-grpc");
+
+  const socket = new WebSocket(`${server.url.replace("http", "ws")}/v2/models/ticker/stream`);
+  await new Promise((resolve, reject) => socket.once("open", resolve).once("error", reject));
+  const first = new Promise((resolve) => socket.once("message", resolve));
+  socket.send(
+    JSON.stringify({ id: "leaver-ws", parameters: { payload: 16 }, inputs: [countInput(1_000_000)] }),
+  );
+  await first;
+  socket.terminate();
+  await eventOf(
+    repository.eventsFile,
+    "WebSocket abort",
+    (e) => e.hook === "aborted" && e.id === "leaver-ws",
+  );
+});

@@ -1,0 +1,170 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { pino } from "pino";
+import { postJson } from "../support/http-client.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+import {
+  eventOf,
+  eventually,
+  type HandlerRepository,
+  handlerRepository,
+  RECORDER,
+  sequencesOf,
+} from "./support/handler-kit.ts";
+
+// A handler's failures stay its own: an Error it returns fails only that request, an
+// exception from execute() only that batch, with the message (never the stack) to the
+// client and the stack in the log; a request it does not answer in handler_timeout_ms
+// fails (and the handler's signal tells it); a handler stuck in a loop is ended and
+// replaced; a worker that dies is replaced, and the sequences it held end with the reason
+// "instance_failed" instead of hanging. The server goes on serving throughout.
+
+const FAULTY = `${RECORDER}
+export default {
+  initialize(context: any) {
+    eventsFile = context.model.parameters.events_file;
+  },
+  async execute(requests: any[]) {
+    if (requests.some((r) => text(r) === "throw-all")) throw new Error("execute blew up");
+    return Promise.all(requests.map(async (r) => {
+      const mode = text(r);
+      if (mode === "throw") return new Error("the handler refused this one");
+      if (mode === "hang") {
+        r.signal.addEventListener("abort", () => record({ hook: "aborted", message: r.signal.reason.message }));
+        return new Promise(() => {});
+      }
+      if (mode === "loop") for (;;) {}
+      if (mode === "exit") process.exit(3);
+      return { outputs: { ECHO: { datatype: "BYTES", shape: [1, 1], data: [mode] } } };
+    }));
+  },
+};
+function text(r: any): string {
+  return new TextDecoder().decode(r.inputs.MODE.data[0]);
+}
+`;
+
+function config(sequences: boolean, eventsFile: string): string {
+  return `
+backend: "typescript"
+max_batch_size: 8
+input [ { name: "MODE" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "ECHO" data_type: TYPE_STRING dims: [ 1 ] } ]
+${sequences ? "sequence_batching { oldest { max_candidate_sequences: 8 } }" : "dynamic_batching { }"}
+instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "handler_timeout_ms" value { string_value: "400" } }
+parameters { key: "events_file" value { string_value: "${eventsFile}" } }
+`;
+}
+
+let repository: HandlerRepository;
+let server: TestServer;
+const logLines: string[] = [];
+
+before(async () => {
+  repository = handlerRepository((eventsFile) => ({
+    faulty: { config: config(false, eventsFile), files: { "1/model.ts": FAULTY } },
+    faulty_seq: { config: config(true, eventsFile), files: { "1/model.ts": FAULTY } },
+  }));
+  const logger = pino({ level: "info" }, { write: (line: string) => logLines.push(line) });
+  server = await startTestServer(repository.path, {}, logger);
+});
+
+after(async () => {
+  await server.stop();
+  repository.remove();
+});
+
+function call(model: string, mode: string, sequence?: { id: number; start?: boolean; end?: boolean }) {
+  return postJson(`${server.url}/v2/models/${model}/infer`, {
+    ...(sequence === undefined
+      ? {}
+      : {
+          parameters: {
+            sequence_id: sequence.id,
+            sequence_start: sequence.start ?? false,
+            sequence_end: sequence.end ?? false,
+          },
+        }),
+    inputs: [{ name: "MODE", datatype: "BYTES", shape: [1, 1], data: [mode] }],
+  });
+}
+
+const echoed = (answer: Awaited<ReturnType<typeof call>>): unknown =>
+  (answer.body.outputs as { data: unknown[] }[] | undefined)?.[0]?.data[0];
+
+test("an Error returned for one request fails only it, with its message and not its stack", async () => {
+  const [bad, good] = await Promise.all([call("faulty", "throw"), call("faulty", "fine")]);
+  assert.equal(bad.status, 500);
+  assert.deepEqual(bad.body, { error: "the handler refused this one" });
+  assert.equal(good.status, 200);
+  assert.equal(echoed(good), "fine");
+  assert.ok(logLines.some((line) => line.includes("the handler refused this one") && line.includes("stack")));
+});
+
+test("an exception from execute() fails its batch only; the stack is in the log", async () => {
+  const failed = await call("faulty", "throw-all");
+  assert.equal(failed.status, 500);
+  assert.deepEqual(failed.body, { error: "execute blew up" });
+  assert.ok(
+    logLines.some(
+      (line) => line.includes("execute blew up") && /"stack":"Error: execute blew up\\n\s+at /.test(line),
+    ),
+  );
+  assert.equal(echoed(await call("faulty", "after")), "after");
+});
+
+test("a request not answered within handler_timeout_ms fails, and the handler's signal says so", async () => {
+  const hung = await call("faulty", "hang");
+  assert.equal(hung.status, 503);
+  assert.match(
+    hung.body.error as string,
+    /did not answer request '' within 400 ms \(its handler_timeout_ms\)/,
+  );
+  const aborted = await eventOf(repository.eventsFile, "the handler told", (e) => e.hook === "aborted");
+  assert.match(aborted.message as string, /did not finish within handler_timeout_ms/);
+  // The instance is free again: execute() never returned, but its request is done.
+  assert.equal(echoed(await call("faulty", "next")), "next");
+});
+
+test("a handler stuck in a loop is ended and replaced; later requests are served", async () => {
+  const stuck = await call("faulty", "loop");
+  assert.equal(stuck.status, 503);
+  assert.match(stuck.body.error as string, /did not answer request/);
+  const next = await eventually("the replaced instance to answer", async () => {
+    const answer = await call("faulty", "again");
+    return answer.status === 200 ? answer : undefined;
+  });
+  assert.equal(echoed(next), "again");
+  assert.ok(logLines.some((line) => line.includes("handler worker stopped; restarting it")));
+});
+
+test("a worker that dies is restarted; the sequences it held end ('instance_failed') and say why", async () => {
+  assert.equal(echoed(await call("faulty_seq", "a1", { id: 1, start: true })), "a1");
+  assert.equal(echoed(await call("faulty_seq", "b1", { id: 2, start: true })), "b1");
+  assert.ok((await sequencesOf(server.url, "faulty_seq")).summary.state_bytes >= 0);
+
+  const died = await call("faulty_seq", "exit", { id: 1 });
+  assert.equal(died.status, 500);
+  assert.match(
+    died.body.error as string,
+    /model instance 'faulty_seq_0' stopped unexpectedly \(exit code 3\)/,
+  );
+
+  const listing = await eventually("both sequences ended", async () => {
+    const seen = await sequencesOf(server.url, "faulty_seq");
+    return seen.summary.ended.instance_failed === 2 ? seen : undefined;
+  });
+  assert.deepEqual(listing.sequences, []);
+  assert.equal(listing.summary.state_bytes, 0);
+  // The other sequence's next request is told its sequence is gone, rather than hanging.
+  const gone = await call("faulty_seq", "b2", { id: 2 });
+  assert.equal(gone.status, 400);
+  assert.match(gone.body.error as string, /must specify the START flag/);
+  // The instance was replaced: new sequences are served.
+  const fresh = await eventually("the restarted instance", async () => {
+    const answer = await call("faulty_seq", "c1", { id: 3, start: true, end: true });
+    return answer.status === 200 ? answer : undefined;
+  });
+  assert.equal(echoed(fresh), "c1");
+});

@@ -1,0 +1,103 @@
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { getJson } from "../../support/http-client.ts";
+
+// Model repositories of handlers for the handler tests, and the events the test handlers
+// write: each hook a handler runs appends a JSON line to a file the test names in a
+// config parameter, so a test sees what the handler saw, when it saw it.
+
+/** A model folder: its config.pbtxt (omit for auto-complete) and files by path inside the folder. */
+export interface FolderModel {
+  readonly config?: string;
+  readonly files: Readonly<Record<string, string | Uint8Array>>;
+}
+
+export interface HandlerRepository {
+  readonly path: string;
+  /** The file the handlers' events go to (pass it as parameter `events_file`). */
+  readonly eventsFile: string;
+  remove(): void;
+}
+
+/** `models` may be a function of the events file, to name it in the configs. */
+export function handlerRepository(
+  models:
+    | Readonly<Record<string, FolderModel>>
+    | ((eventsFile: string) => Readonly<Record<string, FolderModel>>),
+): HandlerRepository {
+  const path = mkdtempSync(join(tmpdir(), "seqserve-handlers-"));
+  const repository = join(path, "models");
+  const eventsFile = join(path, "events.jsonl");
+  const folders = typeof models === "function" ? models(eventsFile) : models;
+  for (const [name, model] of Object.entries(folders)) {
+    const dir = join(repository, name);
+    mkdirSync(dir, { recursive: true });
+    if (model.config !== undefined) writeFileSync(join(dir, "config.pbtxt"), model.config);
+    for (const [file, content] of Object.entries(model.files)) {
+      mkdirSync(dirname(join(dir, file)), { recursive: true });
+      writeFileSync(join(dir, file), content);
+    }
+  }
+  return {
+    path: repository,
+    eventsFile,
+    remove: () => rmSync(path, { recursive: true, force: true }),
+  };
+}
+
+/** The handler-side code every test handler starts with: `record(event)` appends to the events file. */
+export const RECORDER = `
+import { appendFileSync } from "node:fs";
+let eventsFile = "";
+const record = (event: Record<string, unknown>) => {
+  if (eventsFile !== "")
+    appendFileSync(eventsFile, JSON.stringify(event, (_k, v) => (typeof v === "bigint" ? v.toString() : v)) + "\\n");
+};
+`;
+
+export type HandlerEvent = Record<string, unknown> & { readonly hook: string };
+
+export function readEvents(file: string): HandlerEvent[] {
+  if (!existsSync(file)) return [];
+  return readFileSync(file, "utf8")
+    .split("\n")
+    .filter((line) => line !== "")
+    .map((line) => JSON.parse(line) as HandlerEvent);
+}
+
+/**
+ * Waits until `check` passes (polling; bounded, so a missing event fails with the events
+ * seen instead of hanging). Not a timing assertion: only "eventually".
+ */
+export async function eventually<T>(
+  what: string,
+  check: () => T | undefined | Promise<T | undefined>,
+): Promise<T> {
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined && value !== false) return value;
+    if (Date.now() > deadline) throw new Error(`gave up waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+/** Waits for an event of the events file matching `match`. */
+export function eventOf(
+  file: string,
+  what: string,
+  match: (event: HandlerEvent) => boolean,
+): Promise<HandlerEvent> {
+  return eventually(what, () => readEvents(file).find(match));
+}
+
+export interface SequenceListing {
+  readonly sequences: Record<string, unknown>[];
+  readonly summary: { live: number; backlog: number; state_bytes: number; ended: Record<string, number> };
+}
+
+export async function sequencesOf(url: string, model: string): Promise<SequenceListing> {
+  const answer = await getJson(`${url}/v2/models/${model}/sequences`);
+  return answer.body as unknown as SequenceListing;
+}
