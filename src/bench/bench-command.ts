@@ -44,6 +44,8 @@ export interface BenchReport {
         readonly cpuMsPerRequest: number | undefined;
       }
     | undefined;
+  /** This process's CPU per answered request: the load generator's own cost, a bound on a 2-core machine. */
+  readonly clientCpuMsPerRequest: number;
   readonly inProcess: { readonly rowsPerSecond: number; readonly ratio: number } | undefined;
   readonly oracle: OracleReport | undefined;
 }
@@ -132,13 +134,18 @@ async function runOnce(
   const before = await readStatistics(ends.httpBase, options.model);
   const sequenceLength = shape.sequences ? options.sequenceLength : undefined;
   let cpuStart: number | undefined;
+  let clientStart = process.cpuUsage();
   const measureAt = setTimeout(() => {
     if (ends.server !== undefined) cpuStart = processCpuMs(ends.server.pid);
+    clientStart = process.cpuUsage();
   }, options.warmupSeconds * 1000);
   let cpuEnd: number | undefined;
+  let clientUs = 0;
   const stopAt = setTimeout(
     () => {
       if (ends.server !== undefined) cpuEnd = processCpuMs(ends.server.pid);
+      const used = process.cpuUsage(clientStart);
+      clientUs = used.user + used.system;
     },
     (options.warmupSeconds + options.seconds) * 1000,
   );
@@ -204,6 +211,7 @@ async function runOnce(
             cpuMsPerRequest:
               cpuMs === undefined || recorder.count === 0 ? undefined : round(cpuMs / recorder.count, 4),
           },
+    clientCpuMsPerRequest: recorder.count === 0 ? 0 : round(clientUs / 1000 / recorder.count, 4),
     inProcess:
       limit === undefined
         ? undefined
@@ -238,6 +246,7 @@ export function formatReport(report: BenchReport): string {
       `  server       queue ${report.server.queueMs} ms, compute ${report.server.computeMs} ms per request${report.server.cpuMsPerRequest === undefined ? "" : `; CPU ${report.server.cpuMsPerRequest} ms per request`}`,
     );
   }
+  lines.push(`  client       CPU ${report.clientCpuMsPerRequest} ms per request (this load generator)`);
   if (report.inProcess !== undefined) {
     lines.push(
       `  in-process   ${report.inProcess.rowsPerSecond} rows/s at these batch sizes: ${(report.inProcess.ratio * 100).toFixed(1)} % reached`,
