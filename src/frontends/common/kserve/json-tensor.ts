@@ -227,26 +227,30 @@ export function decodeJsonTensor(
   return { datatype, shape, data: tensorData };
 }
 
-/** Whether `array` holds a value join() cannot write exactly: a non-finite one, or -0. */
-function needsCare(array: Float32Array | Float64Array): boolean {
-  for (let i = 0; i < array.length; i++) {
-    const v = array[i] as number;
-    if (v - v !== 0 || (v === 0 && 1 / v < 0)) return true;
-  }
-  return false;
+/** The text JSON needs for a value join() cannot write exactly (-0, non-finite), or undefined. */
+function specialText(v: number): string | undefined {
+  if (v - v !== 0) return "null";
+  if (v === 0 && 1 / v < 0) return "-0";
+  return undefined;
 }
 
 function floatText(array: Float32Array | Float64Array): string {
-  // TypedArray#join prints each element's shortest round-trip decimal natively.
-  if (!needsCare(array)) return array.join(",");
-  const parts = new Array<string>(array.length);
+  // TypedArray#join prints each element's shortest round-trip decimal natively; only the
+  // elements it cannot write exactly are written one by one, and the runs between them
+  // still go through join. join() and String() write -0 as "0"; JSON keeps the sign ("-0"
+  // parses back to -0), and models do produce -0 (Silero VAD's state does), so write it
+  // as Triton does.
+  let text = "";
+  let from = 0;
   for (let i = 0; i < array.length; i++) {
-    const v = array[i] as number;
-    // join() and String() write -0 as "0"; JSON keeps the sign ("-0" parses back to -0),
-    // and models do produce -0 (Silero VAD's state does), so write it as Triton does.
-    parts[i] = Number.isFinite(v) ? (v === 0 && 1 / v < 0 ? "-0" : String(v)) : "null";
+    const special = specialText(array[i] as number);
+    if (special === undefined) continue;
+    if (i > from) text += `${array.subarray(from, i).join(",")},`;
+    text += i === array.length - 1 ? special : `${special},`;
+    from = i + 1;
   }
-  return parts.join(",");
+  if (from === 0) return array.join(",");
+  return from < array.length ? text + array.subarray(from).join(",") : text;
 }
 
 /** The JSON text of a tensor's data as a flat array, e.g. `[1,2,3]`. */
