@@ -42,9 +42,7 @@ import {
 import { startServerProcess } from "./server-process.ts";
 import { WsSequenceClient } from "./ws-client.ts";
 
-const SILERO = fileURLToPath(
-  new URL("../node_modules/@ricky0123/vad-web/dist/silero_vad_v5.onnx", import.meta.url),
-);
+const SILERO = fileURLToPath(new URL("../examples/models/silero_vad/1/model.onnx", import.meta.url));
 const STATEFUL_CONFIG = readFileSync(
   new URL("../examples/models/silero_vad_stateful/config.pbtxt", import.meta.url),
   "utf8",
