@@ -4,6 +4,7 @@ import type { OpenedModel } from "../../core/backend.ts";
 import { invalidArg, ServerError } from "../../core/errors.ts";
 import type { ModelIo } from "../../core/model-io.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { siblingModule } from "../worker/spawn-worker.ts";
 import { WorkerExecutor } from "../worker/worker-executor.ts";
 import { type OnnxSessionOptions, onnxSessionOptions } from "./session-options.ts";
 
@@ -11,7 +12,7 @@ import { type OnnxSessionOptions, onnxSessionOptions } from "./session-options.t
 // own worker thread (onnxruntime-node's run() blocks its thread, and two sessions on one
 // thread never overlap).
 
-const WORKER_ENTRY = new URL("./onnx-worker.ts", import.meta.url);
+const WORKER_ENTRY = siblingModule(import.meta.url, "onnx-worker");
 
 export interface LoadOnnxModelOptions {
   readonly modelName: string;
