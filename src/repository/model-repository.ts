@@ -11,6 +11,7 @@ import type {
   RepositoryIndexEntry,
   ServedModel,
 } from "../core/model.ts";
+import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
 import type { ModelStatisticsSnapshot } from "../core/statistics.ts";
 import type { Logger } from "../observability/logger.ts";
 import { openVersion, prepareModel } from "./model-loader.ts";
@@ -35,6 +36,12 @@ export interface ModelRepositoryOptions {
   readonly defaultMaxBatchSize: number;
   /** Models opened at the same time (--model-load-thread-count). */
   readonly loadThreadCount: number;
+  /** More tries of a load that failed (--model-load-retry-count). */
+  readonly loadRetryCount?: number;
+  /** `configs/<name>.pbtxt` is read instead of config.pbtxt where it exists (--model-config-name). */
+  readonly configName?: string | undefined;
+  /** Builds the observer each loaded version reports its requests to. */
+  readonly observeRequests?: RequestObserverFactory;
 }
 
 interface ModelEntry {
@@ -205,10 +212,12 @@ export class ModelRepository implements ModelRegistry {
     const signature = sourceSignature(source);
     try {
       const opened = await this.#loadSlots(() =>
-        openModelVersions(this.#options, source, configOverride, (v, model, json) => {
-          loaded.set(String(v), model);
-          configJson = json;
-        }),
+        withRetries(this.#options.loadRetryCount ?? 0, () =>
+          openModelVersions(this.#options, source, configOverride, (v, model, json) => {
+            loaded.set(String(v), model);
+            configJson = json;
+          }),
+        ),
       );
       if (!opened) throw unavailable(`failed to load '${name}': no version is available`);
       entry.versions = loaded;
@@ -403,6 +412,17 @@ function settled(work: Promise<void>): Promise<void> {
   );
 }
 
+/** `open`, tried again up to `retries` more times while it fails (Triton's --model-load-retry-count). */
+async function withRetries<T>(retries: number, open: () => Promise<T>): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await open();
+    } catch (error) {
+      if (attempt >= retries) throw error;
+    }
+  }
+}
+
 /** Opens every version the policy serves; false when there is none. */
 async function openModelVersions(
   options: ModelRepositoryOptions,
@@ -410,7 +430,7 @@ async function openModelVersions(
   configOverride: string | undefined,
   onVersion: (version: number, model: LoadedModel, configJson: Record<string, unknown>) => void,
 ): Promise<boolean> {
-  const prepared = await prepareModel(source, configOverride, options.strict);
+  const prepared = await prepareModel(source, configOverride, options.strict, options.configName);
   const available =
     existsSync(source.dir) && statSync(source.dir).isDirectory() ? versionFolders(source.dir) : [];
   const versions = selectVersions(available, prepared.settings.versionPolicy);

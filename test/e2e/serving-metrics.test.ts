@@ -71,7 +71,6 @@ async function scrape(): Promise<Scrape> {
 const SIMPLE = { model: "simple", version: "1" };
 const COUNTERS = [
   "nv_inference_request_success",
-  "nv_inference_request_failure",
   "nv_inference_count",
   "nv_inference_exec_count",
   "nv_inference_request_duration_us",
@@ -95,6 +94,10 @@ describe("the metrics port", () => {
       assert.equal(metrics.value(name, SIMPLE), 0, name);
     }
     assert.equal(metrics.value("nv_inference_pending_request_count", SIMPLE), 0);
+    assert.match(metrics.text, /^# TYPE nv_inference_request_failure counter$/m);
+    for (const reason of ["REJECTED", "CANCELED", "BACKEND", "OTHER"]) {
+      assert.equal(metrics.value("nv_inference_request_failure", { ...SIMPLE, reason }), 0, reason);
+    }
   });
 
   it("grows with the requests served", async () => {
@@ -104,7 +107,9 @@ describe("the metrics port", () => {
 
     const first = await scrape();
     assert.equal(first.value("nv_inference_request_success", SIMPLE), 3);
-    assert.equal(first.value("nv_inference_request_failure", SIMPLE), 1);
+    // A request the model refused (a batch larger than max_batch_size): Triton's reason OTHER.
+    assert.equal(first.value("nv_inference_request_failure", { ...SIMPLE, reason: "OTHER" }), 1);
+    assert.equal(first.value("nv_inference_request_failure", { ...SIMPLE, reason: "BACKEND" }), 0);
     assert.equal(first.value("nv_inference_exec_count", SIMPLE), 3);
     assert.ok((first.value("nv_inference_count", SIMPLE) ?? 0) >= 3);
     for (const name of COUNTERS.filter((n) => n.endsWith("_duration_us") && !n.includes("queue"))) {

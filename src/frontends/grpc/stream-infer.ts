@@ -1,9 +1,10 @@
 import { setMaxListeners } from "node:events";
-import type { ServerDuplexStream } from "@grpc/grpc-js";
+import type { MetadataValue, ServerDuplexStream } from "@grpc/grpc-js";
 import { asServerError, cancelled } from "../../core/errors.ts";
 import type { InferResponse } from "../../core/infer.ts";
 import type { ModelRegistry } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { withTraceContext } from "../common/trace-context.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse, streamError } from "./infer-response-encoder.ts";
 import type { ModelInferRequestMessage, ModelStreamInferResponseMessage } from "./messages.ts";
@@ -38,6 +39,8 @@ export class StreamInferSession {
   readonly #logger: Logger;
   readonly #maxInflight: number;
   readonly #maxMessageBytes: number;
+  readonly #traceparent: MetadataValue | undefined;
+  readonly #tracestate: MetadataValue | undefined;
   /** Aborts the requests in flight when the stream goes away. */
   readonly #controller = new AbortController();
   /** Requests accepted and not yet answered. */
@@ -59,6 +62,9 @@ export class StreamInferSession {
     this.#logger = logger;
     this.#maxInflight = Math.max(1, maxInflight);
     this.#maxMessageBytes = maxMessageBytes;
+    // The stream's trace context (its call's metadata) goes with each of its requests.
+    [this.#traceparent] = call.metadata.get("traceparent");
+    [this.#tracestate] = call.metadata.get("tracestate");
     // One listener per request in flight, so up to maxInflight: not a leak.
     setMaxListeners(0, this.#controller.signal);
     call.on("data", (message: ModelInferRequestMessage) => this.#accept(message));
@@ -85,7 +91,9 @@ export class StreamInferSession {
     let pending: Promise<InferResponse>;
     try {
       const decoded = decodeInferRequest(message, this.#controller.signal);
-      pending = this.#registry.model(decoded.modelName, decoded.modelVersion).infer(decoded.request);
+      pending = this.#registry
+        .model(decoded.modelName, decoded.modelVersion)
+        .infer(withTraceContext(decoded.request, this.#traceparent, this.#tracestate));
     } catch (error) {
       this.#fail(error, message.id);
       return;
