@@ -7,7 +7,7 @@ import { helpText, parseCommandLine, UsageError } from "./options.ts";
 async function main(): Promise<number> {
   let command: ReturnType<typeof parseCommandLine>;
   try {
-    command = parseCommandLine(process.argv.slice(2), process.env);
+    command = parseCommandLine(process.argv.slice(2), process.env, { terminal: process.stdout.isTTY });
   } catch (error) {
     if (error instanceof UsageError) {
       process.stderr.write(`seqserve: ${error.message}\nRun 'seqserve --help' for the options.\n`);

@@ -9,6 +9,13 @@ import {
 } from "../config/server-options.ts";
 import { LOG_LEVELS, type LogFormat, type LogLevel } from "../observability/logger.ts";
 import { SAGEMAKER_FLAGS, serveDefaults } from "./sagemaker-options.ts";
+import {
+  asUsageError,
+  OTHER_TRITON_FLAGS,
+  readTritonFlags,
+  TRITON_FLAGS,
+  tritonFlagNames,
+} from "./triton-options.ts";
 import { UsageError } from "./usage-error.ts";
 
 // argv → ServerOptions. Flags keep Triton's spelling so existing launch scripts work;
@@ -59,9 +66,10 @@ export const FLAGS: readonly FlagSpec[] = [
   { name: "log-level", value: LOG_LEVELS.join("|"), default: "info", help: "Least severe level logged." },
   {
     name: "log-format",
-    value: "json|text",
-    default: "text",
-    help: "json: one JSON object per line; text: for people.",
+    value: "json|text|default|ISO8601",
+    help:
+      "json: one JSON object per line; text (or Triton's default): lines for people; ISO8601: the same " +
+      "with UTC timestamps. Without the flag: text when standard output is a terminal, else json.",
   },
   {
     name: "strict-model-config",
@@ -144,11 +152,14 @@ export const FLAGS: readonly FlagSpec[] = [
     default: String(DEFAULT_SERVER_OPTIONS.modelLoadThreadCount),
     help: "How many models load at the same time.",
   },
+  ...TRITON_FLAGS,
   { name: "help", boolean: true, help: "Show this help and exit." },
   { name: "version", boolean: true, help: "Show the version and exit." },
 ];
 
-const BOOLEAN_FLAGS = new Set(FLAGS.filter((f) => f.boolean).map((f) => f.name));
+const BOOLEAN_FLAGS = new Set(
+  [...FLAGS, ...OTHER_TRITON_FLAGS].filter((f) => f.boolean === true).map((f) => f.name),
+);
 
 export function helpText(version: string): string {
   const lines = [
@@ -165,7 +176,28 @@ export function helpText(version: string): string {
     const def = flag.default !== undefined ? ` (default: ${flag.default})` : "";
     lines.push(left, `      ${flag.help}${def}`);
   }
+  lines.push(
+    "",
+    "Accepted from Triton launch scripts with a one-line notice that they have no effect here (or, where",
+    "running without them would mislead, refused with the reason):",
+    ...wrap(OTHER_TRITON_FLAGS.map((f) => `--${f.name}`)),
+  );
   return lines.join("\n");
+}
+
+/** Words on lines of at most 100 characters, indented. */
+function wrap(words: readonly string[]): string[] {
+  const lines: string[] = [];
+  let line = " ";
+  for (const word of words) {
+    if (line.length + word.length + 1 > 100) {
+      lines.push(line);
+      line = " ";
+    }
+    line += ` ${word}`;
+  }
+  if (line.trim() !== "") lines.push(line);
+  return lines;
 }
 
 /** Boolean flags may be given bare (--strict-model-config) or with a value (--strict-model-config=false). */
@@ -176,7 +208,7 @@ function normalizeBooleans(argv: readonly string[]): string[] {
     const name = arg.startsWith("--") ? arg.slice(2) : "";
     if (BOOLEAN_FLAGS.has(name)) {
       const next = argv[i + 1];
-      if (next === "true" || next === "false") {
+      if (next !== undefined && /^(true|false|on|off|1|0)$/i.test(next)) {
         out.push(`${arg}=${next}`);
         i++;
       } else out.push(`${arg}=true`);
@@ -185,9 +217,11 @@ function normalizeBooleans(argv: readonly string[]): string[] {
   return out;
 }
 
+/** Triton's spelling: true/false, on/off, 1/0, in any case. */
 function parseBoolean(name: string, value: string): boolean {
-  if (value === "true" || value === "1") return true;
-  if (value === "false" || value === "0") return false;
+  const lower = value.toLowerCase();
+  if (lower === "true" || lower === "on" || lower === "1") return true;
+  if (lower === "false" || lower === "off" || lower === "0") return false;
   throw new UsageError(`--${name} expects true or false, got '${value}'`);
 }
 
@@ -225,12 +259,27 @@ function checkFile(path: string): string {
   throw new UsageError(`config file '${path}' does not exist`);
 }
 
+/** `default` is Triton's name for its text format. */
+function logFormat(value: string): LogFormat {
+  const format = oneOf("log-format", value, ["json", "text", "default", "ISO8601"] as const);
+  return format === "default" ? "text" : format;
+}
+
 export type CliCommand = { kind: "help" } | { kind: "version" } | { kind: "serve"; options: ServerOptions };
 
-/** `env` is read by the `serve` command only (SageMaker's container conventions). */
+export interface CommandLineContext {
+  /** Standard output is a terminal: logs default to text rather than JSON. */
+  readonly terminal?: boolean;
+}
+
+/**
+ * `env` is read by the `serve` command (SageMaker's container conventions) and by the
+ * trace settings (OTEL_BSP_*, OTEL_RESOURCE_ATTRIBUTES, as Triton reads them).
+ */
 export function parseCommandLine(
   argv: readonly string[],
   env: Readonly<Record<string, string | undefined>> = {},
+  context: CommandLineContext = {},
 ): CliCommand {
   const serve = argv[0] === "serve";
   const defaults: Readonly<Record<string, string>> = serve ? serveDefaults(env) : {};
@@ -239,6 +288,7 @@ export function parseCommandLine(
   for (const flag of FLAGS)
     options[flag.name] = flag.multiple ? { type: "string", multiple: true } : { type: "string" };
   options["model-store"] = { type: "string", multiple: true };
+  for (const flag of tritonFlagNames()) options[flag.name] ??= { type: "string", multiple: flag.multiple };
   let values: Record<string, string | string[] | undefined>;
   try {
     ({ values } = parseArgs({
@@ -281,6 +331,7 @@ export function parseCommandLine(
     parseBoolean(allow, get(allow)) ? parseInteger(name, get(name), 0, 65535) : undefined;
 
   const serverOptions: ServerOptions = {
+    ...DEFAULT_SERVER_OPTIONS,
     modelRepositories: repositories,
     ovmsConfigs,
     host: get("host"),
@@ -288,7 +339,7 @@ export function parseCommandLine(
     grpcPort: port("grpc-port", "allow-grpc"),
     metricsPort: port("metrics-port", "allow-metrics"),
     logLevel: oneOf<LogLevel>("log-level", get("log-level"), LOG_LEVELS),
-    logFormat: oneOf<LogFormat>("log-format", get("log-format"), ["json", "text"]),
+    logFormat: logFormat(str("log-format") ?? (context.terminal === true ? "text" : "json")),
     strictModelConfig: parseBoolean("strict-model-config", get("strict-model-config")),
     modelControlMode: oneOf<ModelControlMode>("model-control-mode", get("model-control-mode"), [
       "none",
@@ -323,5 +374,9 @@ export function parseCommandLine(
   if (serverOptions.loadModels.length > 0 && serverOptions.modelControlMode !== "explicit") {
     throw new UsageError("--load-model requires --model-control-mode=explicit");
   }
-  return { kind: "serve", options: Object.freeze(serverOptions) };
+  try {
+    return { kind: "serve", options: Object.freeze(readTritonFlags(values, serverOptions, env)) };
+  } catch (error) {
+    throw asUsageError(error);
+  }
 }

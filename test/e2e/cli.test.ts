@@ -64,7 +64,10 @@ describe("usage errors exit with code 2 and a message naming the problem", {
     assert.match(port.stderr, /^seqserve: --http-port expects a whole number, got 'eighty'$/m);
     const format = await run(["--model-repository", "examples/models", "--log-format=xml"]);
     assert.equal(format.code, 2);
-    assert.match(format.stderr, /^seqserve: --log-format must be one of json, text, got 'xml'$/m);
+    assert.match(
+      format.stderr,
+      /^seqserve: --log-format must be one of json, text, default, ISO8601, got 'xml'$/m,
+    );
     const inflight = await run(["--model-repository", "examples/models", "--http-stream-max-inflight", "0"]);
     assert.equal(inflight.code, 2);
     assert.match(inflight.stderr, /^seqserve: --http-stream-max-inflight must be between 1 and \d+, got 0$/m);

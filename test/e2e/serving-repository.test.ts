@@ -131,13 +131,24 @@ describe("version policies", () => {
   });
 });
 
-describe("a model that fails to load", () => {
+const CORRUPT_AND_FINE = {
+  corrupt: { onnx: new TextEncoder().encode("this is not an ONNX model") },
+  fine: { config: simpleConfig("fine", { instances: 2 }), onnx: addSubModel("INT32", [-1, 16]) },
+};
+
+describe("a model that fails to load, with --exit-on-error (Triton's default)", () => {
+  it("stops the start with a message naming the model and ONNX Runtime's error", async () => {
+    await assert.rejects(
+      startTestServer(CORRUPT_AND_FINE),
+      /^Error: model 'corrupt' failed to load: .*Protobuf parsing failed.*--exit-on-error=false serves the other models\)$/,
+    );
+  });
+});
+
+describe("a model that fails to load, with --exit-on-error=false", () => {
   let server: TestServer;
   before(async () => {
-    server = await startTestServer({
-      corrupt: { onnx: new TextEncoder().encode("this is not an ONNX model") },
-      fine: { config: simpleConfig("fine", { instances: 2 }), onnx: addSubModel("INT32", [-1, 16]) },
-    });
+    server = await startTestServer(CORRUPT_AND_FINE, { exitOnError: false });
   });
   after(() => server.stop());
 
@@ -166,6 +177,20 @@ describe("a model that fails to load", () => {
     for (const [i, answer] of answers.entries()) {
       assert.deepEqual(outputData(answer, "OUTPUT0"), sum(rowsOf(i), rowsOf(i + 1)));
     }
+  });
+});
+
+describe("--strict-readiness=false", () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startTestServer(CORRUPT_AND_FINE, { exitOnError: false, strictReadiness: false });
+  });
+  after(() => server.stop());
+
+  it("reports the server ready while it runs, a model that failed to load notwithstanding", async () => {
+    assert.equal(await status(`${server.url}/v2/health/ready`), 200);
+    assert.equal(await status(`${server.url}/v2/models/corrupt/ready`), 400);
+    assert.equal(await status(`${server.url}/v2/models/fine/ready`), 200);
   });
 });
 
@@ -339,6 +364,7 @@ describe("poll mode", () => {
         metricsPort: undefined,
         modelControlMode: "poll",
         repositoryPollSecs: 1,
+        exitOnError: false,
       },
       { logger: pino({ level: "info" }, logs) },
     );
