@@ -200,18 +200,26 @@ function wrap(words: readonly string[]): string[] {
   return lines;
 }
 
-/** Boolean flags may be given bare (--strict-model-config) or with a value (--strict-model-config=false). */
+/**
+ * Boolean flags may be given bare (--strict-model-config) or with a value, joined or not
+ * (--strict-model-config=false, --strict-model-config false); a flag takes a negative number
+ * as its value.
+ */
 function normalizeBooleans(argv: readonly string[]): string[] {
   const out: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     const name = arg.startsWith("--") ? arg.slice(2) : "";
+    const next = argv[i + 1];
     if (BOOLEAN_FLAGS.has(name)) {
-      const next = argv[i + 1];
       if (next !== undefined && /^(true|false|on|off|1|0)$/i.test(next)) {
         out.push(`${arg}=${next}`);
         i++;
       } else out.push(`${arg}=true`);
+    } else if (name !== "" && !name.includes("=") && next !== undefined && /^-\d/.test(next)) {
+      // A negative value, as Triton takes it (`--trace-count -1`).
+      out.push(`${arg}=${next}`);
+      i++;
     } else out.push(arg);
   }
   return out;

@@ -52,11 +52,26 @@ export class ServerProcess {
   #stdout = "";
   #stderr = "";
 
-  constructor(command: string, args: readonly string[], env: Env = {}) {
+  readonly #group: boolean;
+
+  /**
+   * `env` is added to this process's environment, or to `options.baseEnv` when given.
+   * `options.group` runs the command in its own process group, signalled as a whole, as a
+   * terminal signals what it runs (for launchers such as npx, which run the server as a
+   * child of their own).
+   */
+  constructor(
+    command: string,
+    args: readonly string[],
+    env: Env = {},
+    options: { readonly cwd?: string; readonly baseEnv?: Env; readonly group?: boolean } = {},
+  ) {
+    this.#group = options.group === true;
     this.child = spawn(command, args, {
-      cwd: ROOT,
-      env: { ...process.env, ...env },
+      cwd: options.cwd ?? ROOT,
+      env: { ...(options.baseEnv ?? process.env), ...env },
       stdio: ["ignore", "pipe", "pipe"],
+      detached: this.#group,
     });
     let onListening!: (line: ListeningLine) => void;
     let notListening!: (error: Error) => void;
@@ -96,11 +111,16 @@ export class ServerProcess {
   /** SIGTERM, and its exit; a process still running after a generous wait is killed (and the exit shows it). */
   async stop(): Promise<Exit> {
     if (this.child.exitCode === null && this.child.signalCode === null) {
-      this.child.kill("SIGTERM");
-      const timer = setTimeout(() => this.child.kill("SIGKILL"), 60_000);
+      this.#signal("SIGTERM");
+      const timer = setTimeout(() => this.#signal("SIGKILL"), 60_000);
       await this.exit;
       clearTimeout(timer);
     }
     return this.exit;
+  }
+
+  #signal(signal: NodeJS.Signals): void {
+    if (this.#group && this.child.pid !== undefined) process.kill(-this.child.pid, signal);
+    else this.child.kill(signal);
   }
 }
