@@ -163,7 +163,7 @@ describe("Triton's flags", () => {
     assert.ok(start >= 0, "the README has the section");
     const section = readme.slice(start, readme.indexOf("\n### ", start + 1));
     for (const [name] of [...TRITON_HELP, ...REFUSED]) {
-      assert.match(section, new RegExp(`^\\| \`--${name}\``, "m"), `--${name} has a row`);
+      assert.match(section, new RegExp(`^\\| [^|]*\`--${name}\`[^|]*\\|`, "m"), `--${name} has a row`);
     }
   });
 

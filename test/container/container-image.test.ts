@@ -9,8 +9,9 @@ import { ROOT } from "../support/seqserve-process.ts";
 
 // The container image. What the Dockerfile promises is checked on the file itself, and
 // the image is built and run (serving the example models, healthy by its HEALTHCHECK,
-// as SageMaker starts it too) when a container engine answers here; without one that
-// part is skipped, saying why.
+// as SageMaker starts it too) when a container engine answers here and has the base image
+// or can pull it; otherwise that part is skipped, saying why. SEQSERVE_TEST_NODE_IMAGE
+// names another base image (the Dockerfile's NODE_IMAGE) to build on.
 
 const exec = promisify(execFile);
 
@@ -108,23 +109,50 @@ describe("the compiled server's dependencies", () => {
   });
 });
 
-/** The first container engine that answers, or why none does. */
+const BASE_IMAGE =
+  process.env.SEQSERVE_TEST_NODE_IMAGE ??
+  /^ARG NODE_IMAGE=(\S+)$/m.exec(dockerfile)?.[1] ??
+  "node:22-bookworm-slim";
+
+/** The first line of what a failed command said. */
+function firstLine(error: unknown): string {
+  if ((error as NodeJS.ErrnoException).code === "ENOENT") return "not installed";
+  return String((error as { stderr?: Buffer }).stderr ?? (error as Error).message)
+    .trim()
+    .split("\n")[0]!;
+}
+
+/** The first container engine that has (or can pull) the base image and runs containers, or why there is none. */
 function findEngine(): { command: string } | { skip: string } {
   const reasons: string[] = [];
   for (const command of ["docker", "podman"]) {
     try {
       execFileSync(command, ["info"], { stdio: "pipe", timeout: 20_000 });
+    } catch (error) {
+      reasons.push(`${command}: ${firstLine(error)}`);
+      continue;
+    }
+    try {
+      execFileSync(command, ["image", "inspect", BASE_IMAGE], { stdio: "pipe", timeout: 20_000 });
+    } catch {
+      try {
+        execFileSync(command, ["pull", BASE_IMAGE], { stdio: "pipe", timeout: 300_000 });
+      } catch (error) {
+        reasons.push(`${command}: the base image ${BASE_IMAGE} cannot be pulled: ${firstLine(error)}`);
+        continue;
+      }
+    }
+    try {
+      execFileSync(command, ["run", "--rm", BASE_IMAGE, "node", "--version"], {
+        stdio: "pipe",
+        timeout: 60_000,
+      });
       return { command };
     } catch (error) {
-      const stderr = String((error as { stderr?: Buffer }).stderr ?? "")
-        .trim()
-        .split("\n")[0];
-      reasons.push(
-        `${command}: ${(error as NodeJS.ErrnoException).code === "ENOENT" ? "not installed" : stderr}`,
-      );
+      reasons.push(`${command}: cannot run a container here: ${firstLine(error)}`);
     }
   }
-  return { skip: `no container engine answers here (${reasons.join("; ")})` };
+  return { skip: `no container engine here can build and run the image (${reasons.join("; ")})` };
 }
 
 const engine = findEngine();
@@ -156,7 +184,9 @@ describe("the image, built and run", {
   };
 
   before(async () => {
-    await run(["build", "--tag", tag, ROOT]);
+    // podman keeps HEALTHCHECK only in Docker's image format.
+    const format = command === "podman" ? ["--format", "docker"] : [];
+    await run(["build", ...format, "--build-arg", `NODE_IMAGE=${BASE_IMAGE}`, "--tag", tag, ROOT]);
     const bytes = Number(await run(["image", "inspect", "--format", "{{.Size}}", tag]));
     console.log(`image ${tag}: ${(bytes / 1e6).toFixed(0)} MB`);
   });

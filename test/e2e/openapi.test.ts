@@ -80,36 +80,21 @@ const KSERVE_EXCHANGES: readonly Exchange[] = [
   { method: "POST", path: "/v2/repository/models/simple/unload", body: {}, status: 503 },
 ];
 
+/** An invocation of `model` (its name in the Target-Model header), answered with `status`. */
+const invocation = (path: string, model: string, body: unknown, status: number): Exchange => ({
+  method: "POST",
+  path,
+  body,
+  headers: { "x-amzn-sagemaker-target-model": model },
+  status,
+});
+
 const SAGEMAKER_EXCHANGES: readonly Exchange[] = [
   { method: "GET", path: "/ping", status: 200 },
-  {
-    method: "POST",
-    path: "/invocations",
-    body: { inputs: simpleInputs(SIXTEEN) },
-    headers: { "x-amzn-sagemaker-target-model": "simple" },
-    status: 200,
-  },
-  {
-    method: "POST",
-    path: "/endpoints/any/invocations",
-    body: { inputs: simpleInputs(SIXTEEN) },
-    headers: { "x-amzn-sagemaker-target-model": "simple" },
-    status: 200,
-  },
-  {
-    method: "POST",
-    path: "/invocations",
-    body: { requestType: "NEW_SESSION" },
-    headers: { "x-amzn-sagemaker-target-model": "accumulator" },
-    status: 200,
-  },
-  {
-    method: "POST",
-    path: "/invocations",
-    body: { inputs: simpleInputs(SIXTEEN) },
-    headers: { "x-amzn-sagemaker-target-model": "nothing" },
-    status: 404,
-  },
+  invocation("/invocations", "simple", { inputs: simpleInputs(SIXTEEN) }, 200),
+  invocation("/endpoints/any/invocations", "simple", { inputs: simpleInputs(SIXTEEN) }, 200),
+  invocation("/invocations", "accumulator", { requestType: "NEW_SESSION" }, 200),
+  invocation("/invocations", "nothing", { inputs: simpleInputs(SIXTEEN) }, 404),
 ];
 
 type Document = Record<string, unknown> & { paths: Record<string, Record<string, OperationObject>> };

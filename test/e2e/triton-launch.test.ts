@@ -2,7 +2,6 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer as createHttpServer, type Server } from "node:http";
-import { createServer as createNetServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -13,7 +12,7 @@ import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { addSubModel } from "../../tools/onnx/test-models.ts";
 import { getJson, infer, outputData } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
-import { BIN, run, ServerProcess } from "../support/seqserve-process.ts";
+import { BIN, FREE_PORT_FLAGS, freePort, run, ServerProcess } from "../support/seqserve-process.ts";
 import { accumulatorConfig, int32Input } from "../support/sequence-kit.ts";
 import { rowsOf, simpleConfig, simpleInputs, sum, waitUntil } from "./support/serving.ts";
 
@@ -21,18 +20,6 @@ import { rowsOf, simpleConfig, simpleInputs, sum, waitUntil } from "./support/se
 // (log file and format, per-endpoint addresses, --id, metrics and trace settings, GPU flags
 // that have no effect here), --exit-on-error both ways, --strict-readiness, gRPC over TLS,
 // and traces sent to an OTLP/HTTP receiver.
-
-/** A port nobody listens on now. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createNetServer();
-    probe.once("error", reject);
-    probe.listen(0, "127.0.0.1", () => {
-      const address = probe.address();
-      probe.close(() => resolve(typeof address === "object" && address !== null ? address.port : 0));
-    });
-  });
-}
 
 const MODELS = {
   simple: { config: simpleConfig("simple"), onnx: addSubModel("INT32", [-1, 16]) },
@@ -210,21 +197,8 @@ describe("--exit-on-error and --strict-readiness", { timeout: 180_000 }, () => {
   });
   after(() => repository?.remove());
 
-  const free = [
-    "--host",
-    "127.0.0.1",
-    "--http-port",
-    "0",
-    "--grpc-port",
-    "0",
-    "--metrics-port",
-    "0",
-    "--log-format",
-    "json",
-  ];
-
   it("by default (true, as Triton) a model that fails to load stops the start: exit code 1, the model named", async () => {
-    const exit = await run(["--model-repository", repository.path, ...free]);
+    const exit = await run(["--model-repository", repository.path, ...FREE_PORT_FLAGS]);
     assert.equal(exit.code, 1);
     assert.match(
       exit.stderr,
@@ -238,7 +212,7 @@ describe("--exit-on-error and --strict-readiness", { timeout: 180_000 }, () => {
         BIN,
         "--model-repository",
         repository.path,
-        ...free,
+        ...FREE_PORT_FLAGS,
         "--exit-on-error=false",
         `--strict-readiness=${strict}`,
       ]);
@@ -290,15 +264,7 @@ describe("--grpc-use-ssl", { timeout: 120_000 }, () => {
       BIN,
       "--model-repository",
       repository.path,
-      "--host",
-      "127.0.0.1",
-      "--http-port",
-      "0",
-      "--grpc-port",
-      "0",
-      "--allow-metrics=false",
-      "--log-format",
-      "json",
+      ...FREE_PORT_FLAGS,
       "--grpc-use-ssl=true",
       `--grpc-server-cert=${cert}`,
       `--grpc-server-key=${key}`,

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
 import { getJson, infer, inferBinary, outputData, postJson } from "../support/http-client.ts";
-import { ROOT, ServerProcess } from "../support/seqserve-process.ts";
+import { FREE_PORT_FLAGS, ROOT, ServerProcess } from "../support/seqserve-process.ts";
 import {
   expectedBits,
   firstMismatch,
@@ -147,19 +147,7 @@ describe("the packed package, installed in an empty project", { timeout: 600_000
   it("`npx seqserve` serves every packaged example model READY", async () => {
     server = new ServerProcess(
       npx,
-      [
-        "seqserve",
-        "--model-repository",
-        "node_modules/seqserve/examples/models",
-        "--host",
-        "127.0.0.1",
-        "--http-port",
-        "0",
-        "--grpc-port",
-        "0",
-        "--metrics-port",
-        "0",
-      ],
+      ["seqserve", "--model-repository", "node_modules/seqserve/examples/models", ...FREE_PORT_FLAGS],
       {},
       { cwd: project, baseEnv: env, group: true },
     );

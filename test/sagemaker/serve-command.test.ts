@@ -1,10 +1,9 @@
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { createServer } from "node:net";
 import { after, before, describe, it } from "node:test";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
-import { BIN, type ListeningLine, run, ServerProcess } from "../support/seqserve-process.ts";
+import { BIN, freePort, type ListeningLine, run, ServerProcess } from "../support/seqserve-process.ts";
 import { accumulatorConfig } from "../support/sequence-kit.ts";
 import { closeSession, invoke, jsonAnswer, newSession, sdkClient } from "./support/sagemaker-kit.ts";
 
@@ -12,18 +11,6 @@ import { closeSession, invoke, jsonAnswer, newSession, sdkClient } from "./suppo
 // the SageMaker API on SAGEMAKER_BIND_TO_PORT, the other endpoints off. The image's
 // models would be in /opt/ml/model; here --model-repository overrides it, as a flag may.
 // The image built from the Dockerfile starts this same command (test/container).
-
-/** A port nobody listens on now. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once("error", reject);
-    probe.listen(0, "127.0.0.1", () => {
-      const address = probe.address();
-      probe.close(() => resolve(typeof address === "object" && address !== null ? address.port : 0));
-    });
-  });
-}
 
 describe("seqserve serve", { timeout: 120_000 }, () => {
   let repository: TempRepository;

@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 
 // The seqserve command as a user runs it, `node bin/seqserve.js …`, in a child process:
@@ -8,6 +9,32 @@ export const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 export const BIN = "bin/seqserve.js";
 
 type Env = Readonly<Record<string, string | undefined>>;
+
+/** Every endpoint on a free loopback port, and JSON logs (so the listening line can be read). */
+export const FREE_PORT_FLAGS: readonly string[] = [
+  "--host",
+  "127.0.0.1",
+  "--http-port",
+  "0",
+  "--grpc-port",
+  "0",
+  "--metrics-port",
+  "0",
+  "--log-format",
+  "json",
+];
+
+/** A loopback port nobody listens on now. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once("error", reject);
+    probe.listen(0, "127.0.0.1", () => {
+      const address = probe.address();
+      probe.close(() => resolve(typeof address === "object" && address !== null ? address.port : 0));
+    });
+  });
+}
 
 export interface Exit {
   readonly code: number | null;

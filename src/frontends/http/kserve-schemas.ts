@@ -1,3 +1,4 @@
+import { DATATYPES } from "../../core/datatype.ts";
 import { BINARY_SCHEMA, emptyResponse, jsonContent, pathParams } from "../common/http/openapi.ts";
 
 // The KServe v2 / Triton HTTP API and seqserve's sequence endpoints, as route schemas for
@@ -22,25 +23,7 @@ const PARAMETERS: JsonSchema = {
   additionalProperties: { oneOf: [{ type: "boolean" }, { type: "number" }, { type: "string" }] },
 };
 
-const DATATYPE: JsonSchema = {
-  type: "string",
-  enum: [
-    "BOOL",
-    "UINT8",
-    "UINT16",
-    "UINT32",
-    "UINT64",
-    "INT8",
-    "INT16",
-    "INT32",
-    "INT64",
-    "FP16",
-    "FP32",
-    "FP64",
-    "BYTES",
-    "BF16",
-  ],
-};
+const DATATYPE: JsonSchema = { type: "string", enum: [...DATATYPES] };
 
 const SHAPE: JsonSchema = { type: "array", items: { type: "integer" } };
 
@@ -55,6 +38,19 @@ const TENSOR_DATA: JsonSchema = {
   description: "Row-major elements, flat or nested; absent when the tensor travels as binary data",
 };
 
+/** An input of a request, or an output of a response. */
+const TENSOR: JsonSchema = {
+  type: "object",
+  properties: {
+    name: { type: "string" },
+    shape: SHAPE,
+    datatype: DATATYPE,
+    parameters: PARAMETERS,
+    data: TENSOR_DATA,
+  },
+  required: ["name", "shape", "datatype"],
+};
+
 const INFER_REQUEST: JsonSchema = {
   type: "object",
   properties: {
@@ -62,17 +58,7 @@ const INFER_REQUEST: JsonSchema = {
     parameters: PARAMETERS,
     inputs: {
       type: "array",
-      items: {
-        type: "object",
-        properties: {
-          name: { type: "string" },
-          shape: SHAPE,
-          datatype: DATATYPE,
-          parameters: PARAMETERS,
-          data: TENSOR_DATA,
-        },
-        required: ["name", "shape", "datatype"],
-      },
+      items: TENSOR,
     },
     outputs: {
       type: "array",
@@ -95,17 +81,7 @@ const INFER_RESPONSE: JsonSchema = {
     parameters: PARAMETERS,
     outputs: {
       type: "array",
-      items: {
-        type: "object",
-        properties: {
-          name: { type: "string" },
-          shape: SHAPE,
-          datatype: DATATYPE,
-          parameters: PARAMETERS,
-          data: TENSOR_DATA,
-        },
-        required: ["name", "shape", "datatype"],
-      },
+      items: TENSOR,
     },
   },
   required: ["model_name", "outputs"],
