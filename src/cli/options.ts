@@ -205,7 +205,7 @@ function wrap(words: readonly string[]): string[] {
  * (--strict-model-config=false, --strict-model-config false); a flag takes a negative number
  * as its value.
  */
-function normalizeBooleans(argv: readonly string[]): string[] {
+function normalizeFlags(argv: readonly string[]): string[] {
   const out: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
@@ -300,7 +300,7 @@ export function parseCommandLine(
   let values: Record<string, string | string[] | undefined>;
   try {
     ({ values } = parseArgs({
-      args: normalizeBooleans(argv),
+      args: normalizeFlags(argv),
       options,
       strict: true,
       allowPositionals: false,

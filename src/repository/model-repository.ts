@@ -212,12 +212,19 @@ export class ModelRepository implements ModelRegistry {
     const signature = sourceSignature(source);
     try {
       const opened = await this.#loadSlots(() =>
-        withRetries(this.#options.loadRetryCount ?? 0, () =>
-          openModelVersions(this.#options, source, configOverride, (v, model, json) => {
-            loaded.set(String(v), model);
-            configJson = json;
-          }),
-        ),
+        withRetries(this.#options.loadRetryCount ?? 0, async () => {
+          try {
+            return await openModelVersions(this.#options, source, configOverride, (v, model, json) => {
+              loaded.set(String(v), model);
+              configJson = json;
+            });
+          } catch (error) {
+            // Versions this try opened are closed before the next try opens them again.
+            for (const model of loaded.values()) await model.close().catch(() => {});
+            loaded.clear();
+            throw error;
+          }
+        }),
       );
       if (!opened) throw unavailable(`failed to load '${name}': no version is available`);
       entry.versions = loaded;
