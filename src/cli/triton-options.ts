@@ -349,7 +349,8 @@ export function readTritonFlags(values: Values, base: ServerOptions, env: Env): 
       "grpc-keepalive-permit-without-calls",
       base.grpcKeepalivePermitWithoutCalls,
     ),
-    notices,
+    // A flag given several times (one value per GPU, say) is noticed once.
+    notices: [...new Set(notices)],
   };
   checkSafePortRange(str("sagemaker-safe-port-range"), options);
   return options;

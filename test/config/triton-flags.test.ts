@@ -142,6 +142,11 @@ describe("Triton's flags", () => {
       );
     }
     assert.ok(options.notices.some((n) => n.startsWith("--trace-file is deprecated in Triton")));
+    const twice = withRepository(
+      "--cuda-memory-pool-byte-size=0:1024",
+      "--cuda-memory-pool-byte-size=1:1024",
+    );
+    assert.equal(twice.notices.filter((n) => n.startsWith("--cuda-memory-pool-byte-size")).length, 1);
   });
 
   it("refuses, saying why, the flags whose absence here would mislead", () => {
