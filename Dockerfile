@@ -1,26 +1,48 @@
-# seqserve as a SageMaker inference container.
+# seqserve as a container image: the compiled server and its production dependencies on
+# an official Node.js slim image, run as the unprivileged `node` user.
 #
 #   docker build -t seqserve .
-#   docker run -p 8080:8080 -v "$PWD/examples/models:/opt/ml/model:ro" seqserve   # as SageMaker runs it: `<image> serve`
+#   docker run -p 8000:8000 -p 8001:8001 -p 8002:8002 -v "$PWD/examples/models:/models:ro" seqserve
 #
-# SageMaker starts the image with the argument `serve`, mounts the model artifacts
-# (model.tar.gz unpacked: a Triton-style model repository) at /opt/ml/model, sets
-# SAGEMAKER_BIND_TO_PORT when the port is not 8080, probes GET /ping and sends
-# POST /invocations. Stopping sends SIGTERM: live sessions get --exit-timeout-secs to end.
-FROM node:20-bookworm-slim
+# By default it serves the Triton-style model repository mounted at /models: KServe v2 HTTP
+# on 8000, gRPC on 8001, metrics on 8002. Arguments replace the default command, so any
+# flag works (`docker run … seqserve --model-repository /models --log-verbose 1`), and so
+# does Amazon SageMaker's `docker run <image> serve`: the SageMaker API on 8080
+# ($SAGEMAKER_BIND_TO_PORT), the models from /opt/ml/model. Stopping sends SIGTERM: live
+# sequences get --exit-timeout-secs to finish.
 
-WORKDIR /opt/seqserve
-ENV NODE_ENV=production
+ARG NODE_IMAGE=node:22-bookworm-slim
 
-# Dependencies first, so code changes reuse this layer. .npmrc skips onnxruntime-node's
-# install step: the CPU build ships inside the package.
-COPY package.json package-lock.json .npmrc ./
-RUN npm ci --omit=dev && npm cache clean --force
-
-COPY bin ./bin
+FROM ${NODE_IMAGE} AS build
+WORKDIR /build
+# Dependencies first, so a code change reuses this layer. Install steps are skipped:
+# onnxruntime-node's CPU build is in its package (its step would only download GPU
+# libraries), and the build needs no other.
+COPY package.json package-lock.json ./
+RUN npm ci --ignore-scripts
+COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
-COPY proto ./proto
+# Then production dependencies only, and of onnxruntime-node's libraries (it ships every
+# platform's) only this platform's.
+RUN npm run build \
+ && npm prune --omit=dev --ignore-scripts \
+ && arch="$(node -p process.arch)" \
+ && find node_modules/onnxruntime-node/bin/napi-v6 -mindepth 1 -maxdepth 1 ! -name linux -exec rm -rf {} + \
+ && find node_modules/onnxruntime-node/bin/napi-v6/linux -mindepth 1 -maxdepth 1 ! -name "$arch" -exec rm -rf {} +
 
-EXPOSE 8080
+FROM ${NODE_IMAGE}
+ENV NODE_ENV=production
+WORKDIR /opt/seqserve
+COPY --from=build /build/node_modules ./node_modules
+COPY --from=build /build/dist ./dist
+COPY package.json ./
+COPY bin ./bin
+COPY proto ./proto
+COPY docker/healthcheck.mjs ./docker/
+USER node
+EXPOSE 8000 8001 8002 8080
+# Ready as /v2/health/ready says (or SageMaker's /ping when started with `serve`).
+HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
+  CMD ["node", "/opt/seqserve/docker/healthcheck.mjs"]
 ENTRYPOINT ["node", "/opt/seqserve/bin/seqserve.js"]
-CMD ["serve"]
+CMD ["--model-repository", "/models"]

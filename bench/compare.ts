@@ -16,7 +16,7 @@ import { type BenchOptions, parseBenchArgs } from "../src/bench/bench-options.ts
 import { startServerProcess } from "../src/bench/server-process.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const SILERO = `${ROOT}node_modules/@ricky0123/vad-web/dist/silero_vad_v5.onnx`;
+const SILERO = `${ROOT}examples/models/silero_vad/1/model.onnx`;
 const EXAMPLES = `${ROOT}examples/models`;
 
 const { values } = parseArgs({

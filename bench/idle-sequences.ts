@@ -20,10 +20,7 @@ if (gc === undefined) throw new Error("run with node --expose-gc");
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const repository = mkdtempSync(join(tmpdir(), "seqserve-idle-"));
 mkdirSync(join(repository, "vad", "1"), { recursive: true });
-symlinkSync(
-  `${ROOT}node_modules/@ricky0123/vad-web/dist/silero_vad_v5.onnx`,
-  join(repository, "vad", "1", "model.onnx"),
-);
+symlinkSync(`${ROOT}examples/models/silero_vad/1/model.onnx`, join(repository, "vad", "1", "model.onnx"));
 const config = readFileSync(`${ROOT}examples/models/silero_vad_stateful/config.pbtxt`, "utf8")
   .replace(/^name: .*$/m, 'name: "vad"')
   .replace("max_candidate_sequences: 1024", `max_candidate_sequences: ${N + 1}`)

@@ -1,7 +1,11 @@
 #!/usr/bin/env node
-// seqserve's command: registers the TypeScript loader, then runs the CLI. Model
-// instances run in worker threads, which register the same loader themselves.
-import { register } from "tsx/esm/api";
+// seqserve's command: the compiled CLI. The package ships `dist/`; a clone builds it with
+// `npm run build` (`npm ci` does it too).
+import { existsSync } from "node:fs";
 
-register();
-await import("../src/cli/main.ts");
+const main = new URL("../dist/cli/main.js", import.meta.url);
+if (!existsSync(main)) {
+  process.stderr.write("seqserve: dist/ is missing: run 'npm run build' in the seqserve folder first\n");
+  process.exit(1);
+}
+await import(main.href);

@@ -1,5 +1,6 @@
-// Writes the example models that are generated in code (the Silero VAD models are links to
-// the file shipped in the @ricky0123/vad-web package). Run: node --import tsx scripts/generate-example-models.ts
+// Writes the example models that are generated in code (the Silero VAD models are the
+// published Silero VAD v5 file, see examples/models/SILERO_VAD.md).
+// Run: node --import tsx scripts/generate-example-models.ts
 import { writeOnnxModel } from "../tools/onnx/onnx-model-builder.ts";
 import { accumulatorModel } from "../tools/onnx/sequence-models.ts";
 import { addSubModel } from "../tools/onnx/test-models.ts";

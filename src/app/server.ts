@@ -1,13 +1,17 @@
 import { readFileSync } from "node:fs";
+import type { SpanExporter } from "@opentelemetry/sdk-trace-base";
+import { resolveServerOptions, type ServerOptionsInput } from "../config/resolve-server-options.ts";
 import { DEFAULT_SERVER_OPTIONS, type ServerOptions } from "../config/server-options.ts";
 import type { ModelBackend } from "../core/backend.ts";
 import type { ServerContext, ServerMetadata } from "../core/model.ts";
-import { createGrpcFrontend, type GrpcFrontend } from "../frontends/grpc/grpc-frontend.ts";
+import { createGrpcFrontend, type GrpcFrontend, type GrpcTls } from "../frontends/grpc/grpc-frontend.ts";
 import { createHttpFrontend } from "../frontends/http/http-frontend.ts";
 import { createSageMakerFrontend } from "../frontends/sagemaker/sagemaker-frontend.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
-import { createMetricsRegistry } from "../observability/metrics.ts";
+import { createMetricsRegistry, type ServerMetrics } from "../observability/metrics.ts";
 import { type MetricsServer, startMetricsServer } from "../observability/metrics-server.ts";
+import { combineObservers, type ObserverFactory } from "../observability/request-observers.ts";
+import { createTracing } from "../observability/tracing.ts";
 import { ModelRepository } from "../repository/model-repository.ts";
 import { handlerBackend, modelBackends, registryCalls } from "./model-backends.ts";
 import { onnxBackend } from "./onnx-backend.ts";
@@ -45,41 +49,115 @@ export interface RunningServer {
 }
 
 export interface StartOptions {
+  /** The server's logger; by default one built from the log options. */
   readonly logger?: Logger;
+  /** Opens the models; by default ONNX Runtime in worker threads. */
   readonly backend?: ModelBackend;
+  /**
+   * Where traced requests' spans go, instead of the OTLP/HTTP exporter the trace options
+   * name (an in-memory exporter in tests, or an embedding program's own).
+   */
+  readonly traceExporter?: SpanExporter;
 }
 
-export async function startServer(options: ServerOptions, start: StartOptions = {}): Promise<RunningServer> {
-  const logger = start.logger ?? createLogger({ level: options.logLevel, format: options.logFormat });
+/** The models that failed to load, as a message; undefined when none did. */
+function loadFailures(repository: ModelRepository): string | undefined {
+  const failed = repository.index().filter((e) => e.state === "UNAVAILABLE" && e.reason !== "unloaded");
+  if (failed.length === 0) return undefined;
+  return failed.map((e) => `model '${e.name}' failed to load: ${e.reason}`).join("; ");
+}
+
+function readTls(options: ServerOptions): GrpcTls | undefined {
+  const tls = options.grpcTls;
+  if (tls === undefined) return undefined;
+  return {
+    certChain: readFileSync(tls.certFile),
+    privateKey: readFileSync(tls.keyFile),
+    rootCerts: tls.rootCertFile === undefined ? undefined : readFileSync(tls.rootCertFile),
+    requireClientCertificate: tls.mutual,
+  };
+}
+
+/**
+ * Starts seqserve: loads the models, then opens the endpoints the options ask for. The
+ * options are the command line's (ServerOptions), each optional; what is left out takes
+ * the command line's default.
+ */
+export async function startServer(
+  input: ServerOptionsInput,
+  start: StartOptions = {},
+): Promise<RunningServer> {
+  const options = resolveServerOptions(input);
+  const logger =
+    start.logger ??
+    (await createLogger({ level: options.logLevel, format: options.logFormat, file: options.logFile }));
   let stopping = false;
   const calls = registryCalls();
   for (const notice of options.notices) logger.info({ event: "option_notice" }, notice);
-  const repository = await ModelRepository.open({
-    repositories: options.modelRepositories,
-    ovmsConfigs: options.ovmsConfigs,
-    strict: options.strictModelConfig,
-    controlMode: options.modelControlMode,
-    loadModels: options.loadModels,
-    pollSecs: options.repositoryPollSecs,
-    singleModel: options.singleModel,
-    configPollSecs: options.configPollSecs ?? 0,
-    sequenceCleanerPollWaitMinutes: options.sequenceCleanerPollWaitMinutes ?? 5,
-    backend: modelBackends(
-      start.backend ?? onnxBackend(logger, options.backendSettings),
-      handlerBackend(logger, calls),
-    ),
-    logger,
-    defaultMaxBatchSize: options.backendSettings.defaultMaxBatchSize,
-    loadThreadCount: options.modelLoadThreadCount,
-  });
+  const tls = readTls(options);
+  const metrics: ServerMetrics | undefined =
+    options.metricsPort === undefined ? undefined : createMetricsRegistry(options.metrics);
+  const tracing = createTracing(options.tracing, SEQSERVE_VERSION, start.traceExporter);
+  const observers = [metrics?.observeRequests, tracing?.observeRequests].filter(
+    (factory): factory is ObserverFactory => factory !== undefined,
+  );
+  const releaseObservability = async (): Promise<void> => {
+    metrics?.close();
+    await tracing?.close().catch((error: unknown) => logger.warn({ err: error }, "flushing traces failed"));
+  };
+  let repository: ModelRepository;
+  try {
+    repository = await ModelRepository.open({
+      repositories: options.modelRepositories,
+      ovmsConfigs: options.ovmsConfigs,
+      strict: options.strictModelConfig,
+      controlMode: options.modelControlMode,
+      loadModels: options.loadModels,
+      pollSecs: options.repositoryPollSecs,
+      singleModel: options.singleModel,
+      configPollSecs: options.configPollSecs ?? 0,
+      sequenceCleanerPollWaitMinutes: options.sequenceCleanerPollWaitMinutes ?? 5,
+      backend: modelBackends(
+        start.backend ?? onnxBackend(logger, options.backendSettings),
+        handlerBackend(logger, calls),
+      ),
+      logger,
+      defaultMaxBatchSize: options.backendSettings.defaultMaxBatchSize,
+      loadThreadCount: options.modelLoadThreadCount,
+      loadRetryCount: options.modelLoadRetryCount,
+      configName: options.modelConfigName,
+      observeRequests: combineObservers(observers, (error) =>
+        logger.warn({ err: error }, "a request observer failed"),
+      ),
+    });
+  } catch (error) {
+    await releaseObservability();
+    throw error;
+  }
   calls.attach(repository);
-  const metadata: ServerMetadata = { name: "seqserve", version: SEQSERVE_VERSION, extensions: EXTENSIONS };
+  // As Triton's --exit-on-error: a model that failed to load stops the start.
+  const failures = options.exitOnError ? loadFailures(repository) : undefined;
+  if (failures !== undefined) {
+    await repository.shutdown(Date.now());
+    await releaseObservability();
+    throw new Error(`${failures} (--exit-on-error=false serves the other models)`);
+  }
+  metrics?.watchModels(repository);
+  const metadata: ServerMetadata = {
+    name: options.serverId,
+    version: SEQSERVE_VERSION,
+    extensions: EXTENSIONS,
+  };
   const context: ServerContext = {
     registry: repository,
     metadata,
     isLive: () => true,
-    isReady: () => !stopping && repository.allReady(),
+    // Triton's --strict-readiness: every model ready, or (false) the server running.
+    isReady: () => !stopping && (!options.strictReadiness || repository.allReady()),
   };
+  const httpAddress = options.httpAddress ?? options.host;
+  const grpcAddress = options.grpcAddress ?? options.host;
+  const metricsAddress = options.metricsAddress ?? options.httpAddress ?? options.host;
 
   const closers: (() => Promise<void>)[] = [];
   let httpPort: number | undefined;
@@ -94,7 +172,7 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
         bodyLimitBytes: options.httpBodyLimitBytes,
         streamMaxInFlight: options.httpStreamMaxInflight,
       });
-      await http.listen({ host: options.host, port: options.httpPort });
+      await http.listen({ host: httpAddress, port: options.httpPort });
       const address = http.server.address();
       httpPort = typeof address === "object" && address !== null ? address.port : options.httpPort;
       closers.push(() => http.close());
@@ -105,10 +183,21 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
         context,
         logger,
         maxMessageBytes: options.grpcMaxMessageBytes,
-        keepalive: { timeMs: options.grpcKeepaliveTimeMs, timeoutMs: options.grpcKeepaliveTimeoutMs },
+        keepalive: {
+          timeMs: options.grpcKeepaliveTimeMs,
+          timeoutMs: options.grpcKeepaliveTimeoutMs,
+          permitWithoutCalls: options.grpcKeepalivePermitWithoutCalls,
+          ...(options.grpcMaxConnectionAgeMs > 0
+            ? {
+                maxConnectionAgeMs: options.grpcMaxConnectionAgeMs,
+                maxConnectionAgeGraceMs: options.grpcMaxConnectionAgeGraceMs,
+              }
+            : {}),
+        },
         maxInflightPerStream: options.grpcMaxInflightPerStream,
+        tls,
       });
-      grpcPort = await grpc.listen(options.host, options.grpcPort);
+      grpcPort = await grpc.listen(grpcAddress, options.grpcPort);
       const frontend = grpc;
       closers.push(() => frontend.close(1000));
     }
@@ -124,18 +213,19 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
       sagemakerPort = typeof address === "object" && address !== null ? address.port : options.sagemakerPort;
       closers.push(() => sagemaker.close());
     }
-    if (options.metricsPort !== undefined) {
-      const metrics: MetricsServer = await startMetricsServer(
-        createMetricsRegistry(repository),
-        options.host,
+    if (metrics !== undefined && options.metricsPort !== undefined) {
+      const server: MetricsServer = await startMetricsServer(
+        metrics.registry,
+        metricsAddress,
         options.metricsPort,
       );
-      metricsPort = metrics.port;
-      closers.push(() => metrics.close());
+      metricsPort = server.port;
+      closers.push(() => server.close());
     }
   } catch (error) {
     for (const close of closers.reverse()) await close().catch(() => {});
     await repository.shutdown(Date.now());
+    await releaseObservability();
     throw error;
   }
 
@@ -171,6 +261,7 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
       for (const close of closers.reverse())
         await close().catch((error: unknown) => logger.warn({ err: error }, "closing an endpoint failed"));
       await repository.shutdown(Date.now());
+      await releaseObservability();
       logger.info({ event: "stopped" }, "stopped");
     },
   };

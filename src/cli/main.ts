@@ -13,7 +13,7 @@ async function main(): Promise<number> {
   }
   let command: ReturnType<typeof parseCommandLine>;
   try {
-    command = parseCommandLine(process.argv.slice(2), process.env);
+    command = parseCommandLine(process.argv.slice(2), process.env, { terminal: process.stdout.isTTY });
   } catch (error) {
     if (error instanceof UsageError) {
       process.stderr.write(`seqserve: ${error.message}\nRun 'seqserve --help' for the options.\n`);

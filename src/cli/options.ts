@@ -10,6 +10,13 @@ import {
 import { LOG_LEVELS, type LogFormat, type LogLevel } from "../observability/logger.ts";
 import { OVMS_FLAGS, OVMS_IGNORED_FLAGS, readOvmsFlags } from "./ovms-flags.ts";
 import { SAGEMAKER_FLAGS, serveDefaults } from "./sagemaker-options.ts";
+import {
+  asUsageError,
+  OTHER_TRITON_FLAGS,
+  readTritonFlags,
+  TRITON_FLAGS,
+  tritonFlagNames,
+} from "./triton-options.ts";
 import { UsageError } from "./usage-error.ts";
 
 // argv → ServerOptions. Flags keep Triton's spelling so existing launch scripts work;
@@ -60,9 +67,10 @@ export const FLAGS: readonly FlagSpec[] = [
   { name: "log-level", value: LOG_LEVELS.join("|"), default: "info", help: "Least severe level logged." },
   {
     name: "log-format",
-    value: "json|text",
-    default: "text",
-    help: "json: one JSON object per line; text: for people.",
+    value: "json|text|default|ISO8601",
+    help:
+      "json: one JSON object per line; text (or Triton's default): lines for people; ISO8601: the same " +
+      "with UTC timestamps. Without the flag: text when standard output is a terminal, else json.",
   },
   {
     name: "strict-model-config",
@@ -145,11 +153,14 @@ export const FLAGS: readonly FlagSpec[] = [
     default: String(DEFAULT_SERVER_OPTIONS.modelLoadThreadCount),
     help: "How many models load at the same time.",
   },
+  ...TRITON_FLAGS,
   { name: "help", boolean: true, help: "Show this help and exit." },
   { name: "version", boolean: true, help: "Show the version and exit." },
 ];
 
-const BOOLEAN_FLAGS = new Set([...FLAGS, ...OVMS_FLAGS].filter((f) => f.boolean).map((f) => f.name));
+const BOOLEAN_FLAGS = new Set(
+  [...FLAGS, ...OTHER_TRITON_FLAGS, ...OVMS_FLAGS].filter((f) => f.boolean === true).map((f) => f.name),
+);
 
 export function helpText(version: string): string {
   const lines = [
@@ -174,33 +185,62 @@ export function helpText(version: string): string {
   }
   lines.push(
     "  Accepted without effect (a notice says why):",
-    `      ${Object.keys(OVMS_IGNORED_FLAGS)
-      .map((f) => `--${f}`)
-      .join(", ")}`,
+    ...wrap(Object.keys(OVMS_IGNORED_FLAGS).map((f) => `--${f}`)),
+  );
+  lines.push(
+    "",
+    "Accepted from Triton launch scripts with a one-line notice that they have no effect here (or, where",
+    "running without them would mislead, refused with the reason):",
+    ...wrap(OTHER_TRITON_FLAGS.map((f) => `--${f.name}`)),
   );
   return lines.join("\n");
 }
 
-/** Boolean flags may be given bare (--strict-model-config) or with a value (--strict-model-config=false). */
-function normalizeBooleans(argv: readonly string[]): string[] {
+/** Words on lines of at most 100 characters, indented. */
+function wrap(words: readonly string[]): string[] {
+  const lines: string[] = [];
+  let line = " ";
+  for (const word of words) {
+    if (line.length + word.length + 1 > 100) {
+      lines.push(line);
+      line = " ";
+    }
+    line += ` ${word}`;
+  }
+  if (line.trim() !== "") lines.push(line);
+  return lines;
+}
+
+/**
+ * Boolean flags may be given bare (--strict-model-config) or with a value, joined or not
+ * (--strict-model-config=false, --strict-model-config false); a flag takes a negative number
+ * as its value.
+ */
+function normalizeFlags(argv: readonly string[]): string[] {
   const out: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     const name = arg.startsWith("--") ? arg.slice(2) : "";
+    const next = argv[i + 1];
     if (BOOLEAN_FLAGS.has(name)) {
-      const next = argv[i + 1];
-      if (next === "true" || next === "false") {
+      if (next !== undefined && /^(true|false|on|off|1|0)$/i.test(next)) {
         out.push(`${arg}=${next}`);
         i++;
       } else out.push(`${arg}=true`);
+    } else if (name !== "" && !name.includes("=") && next !== undefined && /^-\d/.test(next)) {
+      // A negative value, as Triton takes it (`--trace-count -1`).
+      out.push(`${arg}=${next}`);
+      i++;
     } else out.push(arg);
   }
   return out;
 }
 
+/** Triton's spelling: true/false, on/off, 1/0, in any case. */
 function parseBoolean(name: string, value: string): boolean {
-  if (value === "true" || value === "1") return true;
-  if (value === "false" || value === "0") return false;
+  const lower = value.toLowerCase();
+  if (lower === "true" || lower === "on" || lower === "1") return true;
+  if (lower === "false" || lower === "off" || lower === "0") return false;
   throw new UsageError(`--${name} expects true or false, got '${value}'`);
 }
 
@@ -238,12 +278,27 @@ function checkFile(path: string): string {
   throw new UsageError(`config file '${path}' does not exist`);
 }
 
+/** `default` is Triton's name for its text format. */
+function logFormat(value: string): LogFormat {
+  const format = oneOf("log-format", value, ["json", "text", "default", "ISO8601"] as const);
+  return format === "default" ? "text" : format;
+}
+
 export type CliCommand = { kind: "help" } | { kind: "version" } | { kind: "serve"; options: ServerOptions };
 
-/** `env` is read by the `serve` command only (SageMaker's container conventions). */
+export interface CommandLineContext {
+  /** Standard output is a terminal: logs default to text rather than JSON. */
+  readonly terminal?: boolean;
+}
+
+/**
+ * `env` is read by the `serve` command (SageMaker's container conventions) and by the
+ * trace settings (OTEL_BSP_*, OTEL_RESOURCE_ATTRIBUTES, as Triton reads them).
+ */
 export function parseCommandLine(
   argv: readonly string[],
   env: Readonly<Record<string, string | undefined>> = {},
+  context: CommandLineContext = {},
 ): CliCommand {
   const serve = argv[0] === "serve";
   const defaults: Readonly<Record<string, string>> = serve ? serveDefaults(env) : {};
@@ -255,10 +310,11 @@ export function parseCommandLine(
   options.config_path = { type: "string", multiple: true };
   for (const flag of OVMS_FLAGS) options[flag.name] = { type: "string", multiple: true };
   for (const flag of Object.keys(OVMS_IGNORED_FLAGS)) options[flag] = { type: "string", multiple: true };
+  for (const flag of tritonFlagNames()) options[flag.name] ??= { type: "string", multiple: flag.multiple };
   let values: Record<string, string | string[] | undefined>;
   try {
     ({ values } = parseArgs({
-      args: normalizeBooleans(argv),
+      args: normalizeFlags(argv),
       options,
       strict: true,
       allowPositionals: false,
@@ -317,6 +373,7 @@ export function parseCommandLine(
         };
 
   const serverOptions: ServerOptions = {
+    ...DEFAULT_SERVER_OPTIONS,
     modelRepositories: repositories,
     ovmsConfigs,
     singleModel: ovms.singleModel,
@@ -330,7 +387,7 @@ export function parseCommandLine(
       str("log-level") === undefined && ovms.logLevel !== undefined
         ? ovms.logLevel
         : oneOf<LogLevel>("log-level", get("log-level"), LOG_LEVELS),
-    logFormat: oneOf<LogFormat>("log-format", get("log-format"), ["json", "text"]),
+    logFormat: logFormat(str("log-format") ?? (context.terminal === true ? "text" : "json")),
     strictModelConfig: parseBoolean("strict-model-config", get("strict-model-config")),
     modelControlMode: oneOf<ModelControlMode>("model-control-mode", get("model-control-mode"), [
       "none",
@@ -366,5 +423,9 @@ export function parseCommandLine(
   if (serverOptions.loadModels.length > 0 && serverOptions.modelControlMode !== "explicit") {
     throw new UsageError("--load-model requires --model-control-mode=explicit");
   }
-  return { kind: "serve", options: Object.freeze(serverOptions) };
+  try {
+    return { kind: "serve", options: Object.freeze(readTritonFlags(values, serverOptions, env)) };
+  } catch (error) {
+    throw asUsageError(error);
+  }
 }

@@ -1,5 +1,6 @@
 import { DEFAULT_MAX_BATCH_SIZE } from "./resolve/io-config.ts";
 import { ONNX_BACKEND, STATEFUL_BACKEND } from "./resolve/model-identity.ts";
+import { splitSettingFlag } from "./setting-flag.ts";
 
 // Triton's `--backend-config=<backend>,<setting>=<value>` (or `<setting>=<value>` for every
 // backend), read the way Triton's ONNX Runtime and ONNX stateful backends read their
@@ -57,20 +58,13 @@ export function readBackendConfig(values: readonly string[]): BackendConfigResul
   const ortLogSeverity: Partial<Record<string, OrtLogSeverity>> = {};
   const notices: string[] = [];
   for (const raw of values) {
-    const comma = raw.indexOf(",");
-    const equals = raw.indexOf("=");
-    // "<backend>,<key>=<value>", or "<key>=<value>" for every backend.
-    const scoped = comma >= 0 && (equals < 0 || comma < equals);
-    const backend = scoped ? raw.slice(0, comma).trim() : "";
-    const setting = scoped ? raw.slice(comma + 1) : raw;
-    const eq = setting.indexOf("=");
-    const key = eq < 0 ? "" : setting.slice(0, eq).trim();
-    const value = eq < 0 ? "" : setting.slice(eq + 1).trim();
-    if ((scoped && backend === "") || key === "" || value === "") {
+    const setting = splitSettingFlag(raw);
+    if (setting === undefined) {
       throw new BackendConfigError(
         `--backend-config expects <backend>,<setting>=<value> or <setting>=<value>, got '${raw}'`,
       );
     }
+    const { scope: backend, key, value } = setting;
     const flag = `${backend === "" ? "" : `${backend},`}${key}`;
     if (key === "default-max-batch-size" && (backend === "" || backend === ONNX_BACKEND)) {
       defaultMaxBatchSize = wholeNumber(flag, value, 0, 2 ** 31 - 1);

@@ -1,5 +1,7 @@
 import type { LogFormat, LogLevel } from "../observability/logger.ts";
 import { type BackendSettings, DEFAULT_BACKEND_SETTINGS } from "./backend-config.ts";
+import { DEFAULT_METRICS_SETTINGS, type MetricsSettings } from "./metrics-config.ts";
+import { DEFAULT_TRACE_SETTINGS, type TraceSettings } from "./trace-config.ts";
 
 // The server's options: what the CLI (or an embedding program) decides, validated once
 // and frozen. Names follow Triton's flags.
@@ -67,6 +69,42 @@ export interface ServerOptions {
   readonly sagemakerModel?: string | undefined;
   /** How long a SageMaker session lives from its opening. */
   readonly sagemakerSessionTtlSecs?: number;
+  /** The server's name in `GET /v2` and gRPC ServerMetadata (Triton's --id). */
+  readonly serverId: string;
+  /** Addresses the HTTP, gRPC and metrics endpoints bind to; undefined: `host`. */
+  readonly httpAddress: string | undefined;
+  readonly grpcAddress: string | undefined;
+  /** undefined: the HTTP address (as Triton), else `host`. */
+  readonly metricsAddress: string | undefined;
+  /** A model that fails to load at start stops the start (Triton's --exit-on-error). */
+  readonly exitOnError: boolean;
+  /** Ready only while every model is ready (Triton's --strict-readiness); false: while the server runs. */
+  readonly strictReadiness: boolean;
+  /** Logs go to this file instead of standard output. */
+  readonly logFile: string | undefined;
+  /** How many times a failed model load is tried again (Triton's --model-load-retry-count). */
+  readonly modelLoadRetryCount: number;
+  /** Read `<model>/configs/<name>.pbtxt` instead of config.pbtxt where it exists (Triton's --model-config-name). */
+  readonly modelConfigName: string | undefined;
+  readonly metrics: MetricsSettings;
+  readonly tracing: TraceSettings;
+  /** TLS on the gRPC port (Triton's --grpc-use-ssl and its certificate flags); undefined: plaintext. */
+  readonly grpcTls: GrpcTlsOptions | undefined;
+  /** gRPC connections are closed after this long, in ms, then given the grace period (0: never). */
+  readonly grpcMaxConnectionAgeMs: number;
+  readonly grpcMaxConnectionAgeGraceMs: number;
+  /** Passed to grpc-js as grpc.keepalive_permit_without_calls (Triton's --grpc-keepalive-permit-without-calls). */
+  readonly grpcKeepalivePermitWithoutCalls: boolean;
+}
+
+export interface GrpcTlsOptions {
+  /** PEM files. */
+  readonly certFile: string;
+  readonly keyFile: string;
+  /** The CA that client certificates must chain to (mutual TLS needs it). */
+  readonly rootCertFile: string | undefined;
+  /** Clients must present a certificate (Triton's --grpc-use-ssl-mutual). */
+  readonly mutual: boolean;
 }
 
 export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
@@ -79,7 +117,7 @@ export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   grpcPort: 8001,
   metricsPort: 8002,
   logLevel: "info",
-  logFormat: "text",
+  logFormat: "json",
   strictModelConfig: false,
   modelControlMode: "none",
   loadModels: [],
@@ -97,4 +135,19 @@ export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   sagemakerPort: undefined,
   sagemakerModel: undefined,
   sagemakerSessionTtlSecs: 1200,
+  serverId: "seqserve",
+  httpAddress: undefined,
+  grpcAddress: undefined,
+  metricsAddress: undefined,
+  exitOnError: true,
+  strictReadiness: true,
+  logFile: undefined,
+  modelLoadRetryCount: 0,
+  modelConfigName: undefined,
+  metrics: DEFAULT_METRICS_SETTINGS,
+  tracing: DEFAULT_TRACE_SETTINGS,
+  grpcTls: undefined,
+  grpcMaxConnectionAgeMs: 0,
+  grpcMaxConnectionAgeGraceMs: 0,
+  grpcKeepalivePermitWithoutCalls: false,
 });

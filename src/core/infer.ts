@@ -34,6 +34,12 @@ export interface SequenceControl {
  */
 export type SequenceAdmission = "restart" | "exclusive";
 
+/** A caller's W3C trace context (`traceparent` / `tracestate`), carried for tracing. */
+export interface TraceCarrier {
+  readonly traceparent: string;
+  readonly tracestate?: string | undefined;
+}
+
 export interface InferRequest {
   /** The client's request id, echoed in the response ("" when absent). */
   readonly id: string;
@@ -45,6 +51,8 @@ export interface InferRequest {
   readonly sequence: SequenceControl | undefined;
   /** Aborts the request while it has not run (client gone, call cancelled). */
   readonly signal?: AbortSignal;
+  /** The caller's trace context, when it sent one: traced requests join its trace. */
+  readonly trace?: TraceCarrier | undefined;
 }
 
 export interface NamedTensor extends Tensor {

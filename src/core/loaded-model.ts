@@ -1,13 +1,14 @@
 import { asServerError, cancelled, ServerError } from "./errors.ts";
 import type { ModelExecutor } from "./executor.ts";
-import type { InferRequest, InferResponse, NamedTensor } from "./infer.ts";
+import type { InferRequest, InferResponse, NamedTensor, SequenceId } from "./infer.ts";
 import type { SequenceAdmin, ServedModel, TensorMetadata } from "./model.ts";
 import type { ModelConfig } from "./model-config.ts";
 import { validateRequest } from "./request-validation.ts";
 import { type InferResponseStream, ResponseChannel, singleResponseStream } from "./response-stream.ts";
 import type { BatchObserver } from "./scheduler/batch-observer.ts";
 import { DynamicBatcher } from "./scheduler/dynamic-batcher.ts";
-import { nowNs, PendingRequest } from "./scheduler/pending-request.ts";
+import { nowNs, PendingRequest, type RequestResult } from "./scheduler/pending-request.ts";
+import type { RequestObserver } from "./scheduler/request-observer.ts";
 import type { DrainReason, Scheduler } from "./scheduler/scheduler.ts";
 import { SequenceBatcher } from "./sequence/sequence-batcher.ts";
 import type { HandoverResult } from "./sequence/sequence-transfer.ts";
@@ -25,6 +26,15 @@ export interface LoadedModelOptions {
   readonly warn?: (message: string) => void;
   /** Told about every batch of a sequence model (the model runner's log). */
   readonly observer?: BatchObserver;
+  /** Told about every request when it is answered (latency metrics, tracing). */
+  readonly requestObserver?: RequestObserver | undefined;
+}
+
+/** The request's sequence id, or the one the server assigned to its START. */
+function sequenceIdOf(request: InferRequest, pending: PendingRequest | undefined): SequenceId | undefined {
+  const assigned = pending?.responseParameters.sequence_id;
+  if (typeof assigned === "bigint" || typeof assigned === "string") return assigned;
+  return request.sequence?.id;
 }
 
 function tensorMetadata(config: ModelConfig): { inputs: TensorMetadata[]; outputs: TensorMetadata[] } {
@@ -53,6 +63,7 @@ export class LoadedModel implements ServedModel {
   readonly #executors: readonly ModelExecutor[];
   readonly #scheduler: Scheduler;
   readonly #statistics: ModelStatistics;
+  readonly #requestObserver: RequestObserver | undefined;
 
   constructor(options: LoadedModelOptions) {
     const { config } = options;
@@ -64,6 +75,7 @@ export class LoadedModel implements ServedModel {
     this.outputs = metadata.outputs;
     this.#executors = options.executors;
     this.#statistics = new ModelStatistics(config.name, options.version);
+    this.#requestObserver = options.requestObserver;
     if (config.sequenceBatching !== undefined) {
       const batcher = new SequenceBatcher({
         config,
@@ -91,6 +103,8 @@ export class LoadedModel implements ServedModel {
 
   async infer(request: InferRequest): Promise<InferResponse> {
     const startNs = nowNs();
+    let pending: PendingRequest | undefined;
+    let result: RequestResult;
     try {
       if (this.decoupled) {
         throw new ServerError(
@@ -99,26 +113,43 @@ export class LoadedModel implements ServedModel {
             "(gRPC ModelStreamInfer, a WebSocket stream, or /generate and /generate_stream)",
         );
       }
-      const pending = new PendingRequest(request, validateRequest(this.config, request));
+      pending = new PendingRequest(request, validateRequest(this.config, request));
       this.#scheduler.enqueue(pending);
-      const result = await pending.promise;
-      this.#statistics.recordSuccess(result.timings, pending.validated.rows);
-      const outputs: NamedTensor[] = [];
-      for (const name of pending.validated.outputNames) {
-        const tensor = result.outputs.get(name);
-        if (tensor !== undefined) outputs.push({ name, ...tensor });
-      }
-      return {
-        modelName: this.name,
-        modelVersion: this.version,
-        id: request.id,
-        parameters: { ...result.parameters, ...pending.responseParameters },
-        outputs,
-      };
+      result = await pending.promise;
     } catch (error) {
-      this.#statistics.recordFailure(nowNs() - startNs);
-      throw asServerError(error);
+      const failure = asServerError(error);
+      const totalNs = nowNs() - startNs;
+      this.#statistics.recordFailure(totalNs);
+      this.#requestObserver?.requestDone({
+        request,
+        arrivalNs: startNs,
+        totalNs,
+        sequenceId: sequenceIdOf(request, pending),
+        error: failure,
+      });
+      throw failure;
     }
+    this.#statistics.recordSuccess(result.timings, pending.validated.rows);
+    this.#requestObserver?.requestDone({
+      request,
+      arrivalNs: pending.arrivalNs,
+      totalNs: result.timings.totalNs,
+      sequenceId: sequenceIdOf(request, pending),
+      timings: result.timings,
+      outputs: result.outputs,
+    });
+    const outputs: NamedTensor[] = [];
+    for (const name of pending.validated.outputNames) {
+      const tensor = result.outputs.get(name);
+      if (tensor !== undefined) outputs.push({ name, ...tensor });
+    }
+    return {
+      modelName: this.name,
+      modelVersion: this.version,
+      id: request.id,
+      parameters: { ...result.parameters, ...pending.responseParameters },
+      outputs,
+    };
   }
 
   /**

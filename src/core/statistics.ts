@@ -45,6 +45,8 @@ export interface RequestTimings {
   readonly computeInferNs: number;
   readonly computeOutputNs: number;
   readonly totalNs: number;
+  /** Rows of the model execution the request ran in (0 when it needed none). */
+  readonly batchSize: number;
 }
 
 const duration = (): StatDuration => ({ count: 0, ns: 0 });

@@ -1,9 +1,16 @@
 import { type Counter, collectDefaultMetrics, Gauge, Counter as PromCounter, Registry } from "prom-client";
+import type { MetricsSettings } from "../config/metrics-config.ts";
 import { type ModelRegistry, SEQUENCE_END_REASONS } from "../core/model.ts";
+import type { RequestObserver } from "../core/scheduler/request-observer.ts";
+import { cpuMetrics } from "./cpu-metrics.ts";
+import { latencyMetrics } from "./latency-metrics.ts";
 
-// Prometheus metrics, named as Triton names them (nv_inference_*) so existing dashboards
-// work, plus seqserve's sequence metrics. Every value is read at scrape time from the
-// models' statistics and sequence summaries: one source of truth, nothing to keep in sync.
+// Prometheus metrics, named as Triton names them (nv_inference_*, nv_cpu_*) so existing
+// dashboards work, plus seqserve's sequence metrics and latency histograms, and Node's
+// process metrics under their usual names. Counts and cumulative durations are read at
+// scrape time from the models' statistics and sequence summaries (one source of truth);
+// what needs each request's own values (histograms, summaries, failures by reason) is
+// kept by a request observer per model version (latency-metrics.ts).
 
 type Labels = "model" | "version";
 
@@ -26,10 +33,30 @@ function cumulative(
   });
 }
 
-export function createMetricsRegistry(models: ModelRegistry): Registry {
-  const registry = new Registry();
-  collectDefaultMetrics({ register: registry, prefix: "seqserve_process_" });
+export interface ServerMetrics {
+  readonly registry: Registry;
+  /** The observer a model version reports its requests to (models load after this exists). */
+  observeRequests(model: string, version: string): RequestObserver;
+  /** Publishes what is read from the models at scrape time. */
+  watchModels(models: ModelRegistry): void;
+  /** Stops the sampling timers. */
+  close(): void;
+}
 
+export function createMetricsRegistry(settings: MetricsSettings): ServerMetrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  const cpu = settings.cpuMetrics ? cpuMetrics(registry, settings.intervalMs) : undefined;
+  return {
+    registry,
+    observeRequests: latencyMetrics(registry, settings),
+    watchModels: (models) => modelMetrics(registry, models, settings),
+    close: () => cpu?.close(),
+  };
+}
+
+/** The families read from the models' statistics and sequence summaries at scrape time. */
+function modelMetrics(registry: Registry, models: ModelRegistry, settings: MetricsSettings): void {
   const fromStats = (pick: (s: ReturnType<ModelRegistry["statistics"]>[number]) => number) =>
     function* (m: ModelRegistry): Iterable<[Record<Labels, string>, number]> {
       for (const s of m.statistics()) yield [{ model: s.name, version: s.version }, pick(s)];
@@ -41,13 +68,6 @@ export function createMetricsRegistry(models: ModelRegistry): Registry {
     "nv_inference_request_success",
     "Number of successful inference requests, all batch sizes",
     fromStats((s) => s.inference_stats.success.count),
-    models,
-  );
-  cumulative(
-    registry,
-    "nv_inference_request_failure",
-    "Number of failed inference requests, all batch sizes",
-    fromStats((s) => s.inference_stats.fail.count),
     models,
   );
   cumulative(
@@ -64,41 +84,43 @@ export function createMetricsRegistry(models: ModelRegistry): Registry {
     fromStats((s) => s.execution_count),
     models,
   );
-  cumulative(
-    registry,
-    "nv_inference_request_duration_us",
-    "Cumulative inference request duration in microseconds (includes cached requests)",
-    fromStats((s) => us(s.inference_stats.success.ns + s.inference_stats.fail.ns)),
-    models,
-  );
-  cumulative(
-    registry,
-    "nv_inference_queue_duration_us",
-    "Cumulative inference queuing duration in microseconds (includes cached requests)",
-    fromStats((s) => us(s.inference_stats.queue.ns)),
-    models,
-  );
-  cumulative(
-    registry,
-    "nv_inference_compute_input_duration_us",
-    "Cumulative compute input duration in microseconds (does not include cached requests)",
-    fromStats((s) => us(s.inference_stats.compute_input.ns)),
-    models,
-  );
-  cumulative(
-    registry,
-    "nv_inference_compute_infer_duration_us",
-    "Cumulative compute inference duration in microseconds (does not include cached requests)",
-    fromStats((s) => us(s.inference_stats.compute_infer.ns)),
-    models,
-  );
-  cumulative(
-    registry,
-    "nv_inference_compute_output_duration_us",
-    "Cumulative inference compute output duration in microseconds (does not include cached requests)",
-    fromStats((s) => us(s.inference_stats.compute_output.ns)),
-    models,
-  );
+  if (settings.counterLatencies) {
+    cumulative(
+      registry,
+      "nv_inference_request_duration_us",
+      "Cumulative inference request duration in microseconds (includes cached requests)",
+      fromStats((s) => us(s.inference_stats.success.ns + s.inference_stats.fail.ns)),
+      models,
+    );
+    cumulative(
+      registry,
+      "nv_inference_queue_duration_us",
+      "Cumulative inference queuing duration in microseconds (includes cached requests)",
+      fromStats((s) => us(s.inference_stats.queue.ns)),
+      models,
+    );
+    cumulative(
+      registry,
+      "nv_inference_compute_input_duration_us",
+      "Cumulative compute input duration in microseconds (does not include cached requests)",
+      fromStats((s) => us(s.inference_stats.compute_input.ns)),
+      models,
+    );
+    cumulative(
+      registry,
+      "nv_inference_compute_infer_duration_us",
+      "Cumulative compute inference duration in microseconds (does not include cached requests)",
+      fromStats((s) => us(s.inference_stats.compute_infer.ns)),
+      models,
+    );
+    cumulative(
+      registry,
+      "nv_inference_compute_output_duration_us",
+      "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+      fromStats((s) => us(s.inference_stats.compute_output.ns)),
+      models,
+    );
+  }
 
   new PromCounter<Labels | "batch_size">({
     name: "seqserve_inference_exec_count_by_batch_size",
@@ -179,6 +201,4 @@ export function createMetricsRegistry(models: ModelRegistry): Registry {
       for (const m of models.served()) this.set({ model: m.name, version: m.version }, m.pending);
     },
   });
-
-  return registry;
 }

@@ -18,6 +18,7 @@ import type { ModelBackend } from "../core/backend.ts";
 import { invalidArg, unavailable } from "../core/errors.ts";
 import { LoadedModel } from "../core/loaded-model.ts";
 import type { ModelIo } from "../core/model-io.ts";
+import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
 import type { Logger } from "../observability/logger.ts";
 import { modelRunnerLog } from "../observability/model-runner-log.ts";
 import type { ModelSource } from "./model-source.ts";
@@ -29,6 +30,13 @@ import { versionPath } from "./version-folders.ts";
 // LoadedModel with the scheduler the config asks for.
 
 const CONFIG_FILES = ["config.pbtxt", "config.json"];
+
+/** The config file of a model folder: `configs/<configName>.pbtxt` when named and present (Triton's --model-config-name), else the usual ones. */
+function configFile(dir: string, configName: string | undefined): string | undefined {
+  const custom = configName === undefined ? undefined : join(dir, "configs", `${configName}.pbtxt`);
+  if (custom !== undefined && existsSync(custom)) return custom;
+  return CONFIG_FILES.map((f) => join(dir, f)).find((f) => existsSync(f));
+}
 
 export interface PreparedModel {
   readonly source: ModelSource;
@@ -44,6 +52,7 @@ export async function prepareModel(
   configOverride: string | undefined,
   strict: boolean,
   ovms: OvmsToParsedOptions = {},
+  configName?: string,
 ): Promise<PreparedModel> {
   let parsed: ParsedModelConfig | undefined;
   if (configOverride !== undefined) {
@@ -54,7 +63,7 @@ export async function prepareModel(
   } else if (source.ovms !== undefined) {
     parsed = source.ovms.entry.toParsedConfig(ovms);
   } else {
-    const file = CONFIG_FILES.map((f) => join(source.dir, f)).find((f) => existsSync(f));
+    const file = configFile(source.dir, configName);
     if (file !== undefined) parsed = await parseModelConfigFile(file);
     else if (strict) {
       throw invalidArg(
@@ -107,6 +116,7 @@ export interface VersionLoadOptions {
   readonly logger: Logger;
   /** max_batch_size autocomplete gives a batchable model (--backend-config default-max-batch-size). */
   readonly defaultMaxBatchSize: number;
+  readonly observeRequests?: RequestObserverFactory;
 }
 
 export async function openVersion(
@@ -151,6 +161,7 @@ export async function openVersion(
       executors: opened.executors,
       warn: (message) => logger.warn({ event: "sequence", model: source.name }, message),
       ...(observer === undefined ? {} : { observer }),
+      requestObserver: options.observeRequests?.(source.name, String(version)),
     });
     return { model, configJson: resolved.tritonJson as Record<string, unknown> };
   } catch (error) {

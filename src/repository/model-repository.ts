@@ -11,6 +11,7 @@ import type {
   RepositoryIndexEntry,
   ServedModel,
 } from "../core/model.ts";
+import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
 import type { ModelStatisticsSnapshot } from "../core/statistics.ts";
 import type { Logger } from "../observability/logger.ts";
 import { openVersion, prepareModel } from "./model-loader.ts";
@@ -41,6 +42,12 @@ export interface ModelRepositoryOptions {
   readonly configPollSecs?: number;
   /** OVMS's sequence cleaner period (default 5 minutes). */
   readonly sequenceCleanerPollWaitMinutes?: number;
+  /** More tries of a load that failed (--model-load-retry-count). */
+  readonly loadRetryCount?: number;
+  /** `configs/<name>.pbtxt` is read instead of config.pbtxt where it exists (--model-config-name). */
+  readonly configName?: string | undefined;
+  /** Builds the observer each loaded version reports its requests to. */
+  readonly observeRequests?: RequestObserverFactory;
 }
 
 interface ModelEntry {
@@ -281,9 +288,18 @@ export class ModelRepository implements ModelRegistry {
     const signature = sourceSignature(source);
     try {
       const opened = await this.#loadSlots(() =>
-        openModelVersions(this.#options, source, configOverride, (v, model, json) => {
-          loaded.set(String(v), model);
-          configJson = json;
+        withRetries(this.#options.loadRetryCount ?? 0, async () => {
+          try {
+            return await openModelVersions(this.#options, source, configOverride, (v, model, json) => {
+              loaded.set(String(v), model);
+              configJson = json;
+            });
+          } catch (error) {
+            // Versions this try opened are closed before the next try opens them again.
+            for (const model of loaded.values()) await model.close().catch(() => {});
+            loaded.clear();
+            throw error;
+          }
         }),
       );
       if (!opened) throw unavailable(`failed to load '${name}': no version is available`);
@@ -553,6 +569,17 @@ function settled(work: Promise<void>): Promise<void> {
   );
 }
 
+/** `open`, tried again up to `retries` more times while it fails (Triton's --model-load-retry-count). */
+async function withRetries<T>(retries: number, open: () => Promise<T>): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await open();
+    } catch (error) {
+      if (attempt >= retries) throw error;
+    }
+  }
+}
+
 /** Opens every version the policy serves; false when there is none. */
 async function openModelVersions(
   options: ModelRepositoryOptions,
@@ -560,9 +587,13 @@ async function openModelVersions(
   configOverride: string | undefined,
   onVersion: (version: number, model: LoadedModel, configJson: Record<string, unknown>) => void,
 ): Promise<boolean> {
-  const prepared = await prepareModel(source, configOverride, options.strict, {
-    sequenceCleanerPollWaitMinutes: options.sequenceCleanerPollWaitMinutes ?? 5,
-  });
+  const prepared = await prepareModel(
+    source,
+    configOverride,
+    options.strict,
+    { sequenceCleanerPollWaitMinutes: options.sequenceCleanerPollWaitMinutes ?? 5 },
+    options.configName,
+  );
   const available =
     existsSync(source.dir) && statSync(source.dir).isDirectory() ? versionFolders(source.dir) : [];
   const versions = selectVersions(available, prepared.settings.versionPolicy);

@@ -6,7 +6,14 @@ import { addSubModel } from "../../tools/onnx/test-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { infer, outputData, postJson } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
-import { BIN, type Exit, type ListeningLine, run, ServerProcess } from "../support/seqserve-process.ts";
+import {
+  BIN,
+  type Exit,
+  FREE_PORT_FLAGS,
+  type ListeningLine,
+  run,
+  ServerProcess,
+} from "../support/seqserve-process.ts";
 import { rowsOf, simpleConfig, simpleInputs, sum } from "./support/serving.ts";
 
 // The seqserve command as a user runs it: `node bin/seqserve.js …` in a child process.
@@ -64,7 +71,10 @@ describe("usage errors exit with code 2 and a message naming the problem", {
     assert.match(port.stderr, /^seqserve: --http-port expects a whole number, got 'eighty'$/m);
     const format = await run(["--model-repository", "examples/models", "--log-format=xml"]);
     assert.equal(format.code, 2);
-    assert.match(format.stderr, /^seqserve: --log-format must be one of json, text, got 'xml'$/m);
+    assert.match(
+      format.stderr,
+      /^seqserve: --log-format must be one of json, text, default, ISO8601, got 'xml'$/m,
+    );
     const inflight = await run(["--model-repository", "examples/models", "--http-stream-max-inflight", "0"]);
     assert.equal(inflight.code, 2);
     assert.match(inflight.stderr, /^seqserve: --http-stream-max-inflight must be between 1 and \d+, got 0$/m);
@@ -83,19 +93,6 @@ describe("usage errors exit with code 2 and a message naming the problem", {
   });
 });
 
-const FREE_PORTS = [
-  "--host",
-  "127.0.0.1",
-  "--http-port",
-  "0",
-  "--grpc-port",
-  "0",
-  "--metrics-port",
-  "0",
-  "--log-format",
-  "json",
-];
-
 describe("a server started on free ports", { timeout: 120_000 }, () => {
   let repository: TempRepository;
   let server: ServerProcess;
@@ -104,7 +101,12 @@ describe("a server started on free ports", { timeout: 120_000 }, () => {
     repository = tempRepository({
       simple: { config: simpleConfig("simple"), onnx: addSubModel("INT32", [-1, 16]) },
     });
-    server = new ServerProcess(process.execPath, [BIN, "--model-repository", repository.path, ...FREE_PORTS]);
+    server = new ServerProcess(process.execPath, [
+      BIN,
+      "--model-repository",
+      repository.path,
+      ...FREE_PORT_FLAGS,
+    ]);
     listening = await server.listening;
   });
   after(async () => {
@@ -159,7 +161,7 @@ describe("the npm start configuration", { timeout: 120_000 }, () => {
     // command, on free ports so it runs beside anything.
     const [command, ...args] = packageJson.scripts.start!.split(/\s+/);
     assert.equal(command, "node");
-    const server = new ServerProcess(process.execPath, [...args, ...FREE_PORTS]);
+    const server = new ServerProcess(process.execPath, [...args, ...FREE_PORT_FLAGS]);
     try {
       const listening = await server.listening;
       const http = `http://127.0.0.1:${listening.http_port}`;

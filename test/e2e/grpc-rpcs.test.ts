@@ -13,7 +13,7 @@ import { startTestServer, type TestServer } from "../support/test-server.ts";
 // socket against the real server: its model repository (explicit model control), its
 // schedulers and ONNX Runtime. One short test each; test/grpc covers the details.
 
-const SILERO_ONNX = new URL("../../node_modules/@ricky0123/vad-web/dist/silero_vad_v5.onnx", import.meta.url);
+const SILERO_ONNX = new URL("../../examples/models/silero_vad/1/model.onnx", import.meta.url);
 const SILERO_CONFIG = new URL("../../examples/models/silero_vad_stateful/config.pbtxt", import.meta.url);
 
 const ACC_CONFIG = `

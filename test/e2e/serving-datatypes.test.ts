@@ -122,14 +122,17 @@ output [ { name: "OUTPUT0" data_type: TYPE_BF16 dims: [ 4 ] } ]
 
 let server: TestServer;
 before(async () => {
-  server = await startTestServer({
-    ...Object.fromEntries(
-      ONNX_RUNTIME_DATATYPES.map((d) => [modelName(d), { onnx: identityModel(d, [-1, 4]) }]),
-    ),
-    // A BF16 model completed from the ONNX file, and one whose config.pbtxt declares TYPE_BF16.
-    bf16_auto: { onnx: identityModel("BF16", [-1, 4]) },
-    bf16_config: { config: BF16_CONFIG, onnx: identityModel("BF16", [-1, 4]) },
-  });
+  server = await startTestServer(
+    {
+      ...Object.fromEntries(
+        ONNX_RUNTIME_DATATYPES.map((d) => [modelName(d), { onnx: identityModel(d, [-1, 4]) }]),
+      ),
+      // A BF16 model completed from the ONNX file, and one whose config.pbtxt declares TYPE_BF16.
+      bf16_auto: { onnx: identityModel("BF16", [-1, 4]) },
+      bf16_config: { config: BF16_CONFIG, onnx: identityModel("BF16", [-1, 4]) },
+    },
+    { exitOnError: false },
+  );
 });
 after(() => server.stop());
 

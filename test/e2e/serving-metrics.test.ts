@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { DEFAULT_METRICS_SETTINGS } from "../../src/config/metrics-config.ts";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { addSubModel } from "../../tools/onnx/test-models.ts";
 import { infer, outputData } from "../support/http-client.ts";
@@ -71,7 +72,6 @@ async function scrape(): Promise<Scrape> {
 const SIMPLE = { model: "simple", version: "1" };
 const COUNTERS = [
   "nv_inference_request_success",
-  "nv_inference_request_failure",
   "nv_inference_count",
   "nv_inference_exec_count",
   "nv_inference_request_duration_us",
@@ -95,6 +95,10 @@ describe("the metrics port", () => {
       assert.equal(metrics.value(name, SIMPLE), 0, name);
     }
     assert.equal(metrics.value("nv_inference_pending_request_count", SIMPLE), 0);
+    assert.match(metrics.text, /^# TYPE nv_inference_request_failure counter$/m);
+    for (const reason of ["REJECTED", "CANCELED", "BACKEND", "OTHER"]) {
+      assert.equal(metrics.value("nv_inference_request_failure", { ...SIMPLE, reason }), 0, reason);
+    }
   });
 
   it("grows with the requests served", async () => {
@@ -104,7 +108,9 @@ describe("the metrics port", () => {
 
     const first = await scrape();
     assert.equal(first.value("nv_inference_request_success", SIMPLE), 3);
-    assert.equal(first.value("nv_inference_request_failure", SIMPLE), 1);
+    // A request the model refused (a batch larger than max_batch_size): Triton's reason OTHER.
+    assert.equal(first.value("nv_inference_request_failure", { ...SIMPLE, reason: "OTHER" }), 1);
+    assert.equal(first.value("nv_inference_request_failure", { ...SIMPLE, reason: "BACKEND" }), 0);
     assert.equal(first.value("nv_inference_exec_count", SIMPLE), 3);
     assert.ok((first.value("nv_inference_count", SIMPLE) ?? 0) >= 3);
     for (const name of COUNTERS.filter((n) => n.endsWith("_duration_us") && !n.includes("queue"))) {
@@ -169,5 +175,92 @@ describe("the metrics port", () => {
     const response = await fetch(server.metricsUrl.replace("/metrics", "/other"));
     assert.equal(response.status, 404);
     await response.body?.cancel();
+  });
+});
+
+describe("latency distributions, CPU and process metrics", () => {
+  it("histograms of request, queue and compute time per model, Triton's first-response histogram, counts that match", async () => {
+    const metrics = await scrape();
+    const success = metrics.value("nv_inference_request_success", SIMPLE) ?? 0;
+    assert.ok(success > 0);
+    for (const name of [
+      "seqserve_inference_request_duration_seconds",
+      "seqserve_inference_queue_duration_seconds",
+      "seqserve_inference_compute_duration_seconds",
+      "nv_inference_first_response_histogram_ms",
+    ]) {
+      assert.match(metrics.text, new RegExp(`^# TYPE ${name} histogram$`, "m"), name);
+      assert.equal(
+        metrics.value(`${name}_count`, SIMPLE),
+        success,
+        `${name} counts every successful request`,
+      );
+      assert.equal(metrics.value(`${name}_bucket`, { ...SIMPLE, le: "+Inf" }), success);
+    }
+    assert.ok((metrics.value("seqserve_inference_request_duration_seconds_sum", SIMPLE) ?? 0) > 0);
+  });
+
+  it("Triton's CPU metrics, and Node's process metrics under their usual names", async () => {
+    const metrics = await scrape();
+    const utilization = metrics.value("nv_cpu_utilization", {}) ?? -1;
+    assert.ok(utilization >= 0 && utilization <= 1, `nv_cpu_utilization ${utilization}`);
+    const total = metrics.value("nv_cpu_memory_total_bytes", {}) ?? 0;
+    const used = metrics.value("nv_cpu_memory_used_bytes", {}) ?? 0;
+    assert.ok(total > 0 && used > 0 && used <= total);
+    for (const name of [
+      "process_cpu_seconds_total",
+      "process_resident_memory_bytes",
+      "nodejs_eventloop_lag_seconds",
+    ]) {
+      assert.match(metrics.text, new RegExp(`^# TYPE ${name} `, "m"), name);
+    }
+    assert.doesNotMatch(metrics.text, /seqserve_process_/);
+  });
+});
+
+describe("--metrics-config", () => {
+  let other: TestServer;
+  before(async () => {
+    other = await startTestServer(
+      { simple: { config: simpleConfig("simple"), onnx: addSubModel("INT32", [-1, 16]) } },
+      {
+        metrics: {
+          ...DEFAULT_METRICS_SETTINGS,
+          counterLatencies: false,
+          summaryLatencies: true,
+          histogramLatencies: false,
+          summaryQuantiles: [
+            { quantile: 0.5, error: 0.05 },
+            { quantile: 0.99, error: 0.001 },
+          ],
+          cpuMetrics: false,
+        },
+      },
+    );
+  });
+  after(() => other.stop());
+
+  it("summary_latencies=true publishes Triton's summaries with the quantiles asked; the families turned off are gone", async () => {
+    const a = rowsOf(1);
+    assert.deepEqual(outputData(await infer(other.url, "simple", simpleInputs(a, a)), "OUTPUT0"), sum(a, a));
+    const text = await (await fetch(other.metricsUrl)).text();
+    for (const name of [
+      "nv_inference_request_summary_us",
+      "nv_inference_queue_summary_us",
+      "nv_inference_compute_input_summary_us",
+      "nv_inference_compute_infer_summary_us",
+      "nv_inference_compute_output_summary_us",
+    ]) {
+      assert.match(text, new RegExp(`^# TYPE ${name} summary$`, "m"), name);
+      assert.match(text, new RegExp(`^${name}_count\\{model="simple",version="1"\\} 1$`, "m"), name);
+      assert.match(text, new RegExp(`^${name}\\{quantile="0.99",model="simple",version="1"\\} `, "m"), name);
+    }
+    assert.doesNotMatch(text, /quantile="0.9"/);
+    // seqserve's and Triton's series only: Node's own GC histogram may have buckets by now.
+    assert.doesNotMatch(
+      text,
+      /nv_inference_request_duration_us|_histogram_ms|^seqserve_\S*_duration_seconds_bucket|nv_cpu_/m,
+    );
+    assert.match(text, /^nv_inference_request_success\{model="simple",version="1"\} 1$/m);
   });
 });

@@ -1,12 +1,17 @@
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { after, before, describe, it } from "node:test";
 import { pino } from "pino";
+import { onnxBackend } from "../../src/app/onnx-backend.ts";
 import { type RunningServer, startServer } from "../../src/app/server.ts";
+import { DEFAULT_BACKEND_SETTINGS } from "../../src/config/backend-config.ts";
 import { DEFAULT_SERVER_OPTIONS } from "../../src/config/server-options.ts";
+import type { ModelBackend } from "../../src/core/backend.ts";
+import { unavailable } from "../../src/core/errors.ts";
+import { silentLogger } from "../../src/observability/logger.ts";
 import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
 import { addSubModel, identityModel } from "../../tools/onnx/test-models.ts";
 import { getJson, type HttpAnswer, infer, outputData, postJson } from "../support/http-client.ts";
@@ -131,13 +136,24 @@ describe("version policies", () => {
   });
 });
 
-describe("a model that fails to load", () => {
+const CORRUPT_AND_FINE = {
+  corrupt: { onnx: new TextEncoder().encode("this is not an ONNX model") },
+  fine: { config: simpleConfig("fine", { instances: 2 }), onnx: addSubModel("INT32", [-1, 16]) },
+};
+
+describe("a model that fails to load, with --exit-on-error (Triton's default)", () => {
+  it("stops the start with a message naming the model and ONNX Runtime's error", async () => {
+    await assert.rejects(
+      startTestServer(CORRUPT_AND_FINE),
+      /^Error: model 'corrupt' failed to load: .*Protobuf parsing failed.*--exit-on-error=false serves the other models\)$/,
+    );
+  });
+});
+
+describe("a model that fails to load, with --exit-on-error=false", () => {
   let server: TestServer;
   before(async () => {
-    server = await startTestServer({
-      corrupt: { onnx: new TextEncoder().encode("this is not an ONNX model") },
-      fine: { config: simpleConfig("fine", { instances: 2 }), onnx: addSubModel("INT32", [-1, 16]) },
-    });
+    server = await startTestServer(CORRUPT_AND_FINE, { exitOnError: false });
   });
   after(() => server.stop());
 
@@ -166,6 +182,20 @@ describe("a model that fails to load", () => {
     for (const [i, answer] of answers.entries()) {
       assert.deepEqual(outputData(answer, "OUTPUT0"), sum(rowsOf(i), rowsOf(i + 1)));
     }
+  });
+});
+
+describe("--strict-readiness=false", () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startTestServer(CORRUPT_AND_FINE, { exitOnError: false, strictReadiness: false });
+  });
+  after(() => server.stop());
+
+  it("reports the server ready while it runs, a model that failed to load notwithstanding", async () => {
+    assert.equal(await status(`${server.url}/v2/health/ready`), 200);
+    assert.equal(await status(`${server.url}/v2/models/corrupt/ready`), 400);
+    assert.equal(await status(`${server.url}/v2/models/fine/ready`), 200);
   });
 });
 
@@ -339,6 +369,7 @@ describe("poll mode", () => {
         metricsPort: undefined,
         modelControlMode: "poll",
         repositoryPollSecs: 1,
+        exitOnError: false,
       },
       { logger: pino({ level: "info" }, logs) },
     );
@@ -405,5 +436,79 @@ describe("poll mode", () => {
     assert.equal(answer.status, 503);
     assert.equal(errorOf(answer), "Request for unknown model: 'first' has no available versions");
     assert.equal(await status(`${url}/v2/models/added/ready`), 200);
+  });
+});
+
+describe("--model-config-name", () => {
+  it("reads <model>/configs/<name>.pbtxt where it exists, config.pbtxt elsewhere", async () => {
+    const repository = tempRepository({
+      custom: { config: simpleConfig("custom"), onnx: addSubModel("INT32", [-1, 16]) },
+      plain: { config: simpleConfig("plain"), onnx: addSubModel("INT32", [-1, 16]) },
+    });
+    mkdirSync(join(repository.path, "custom", "configs"));
+    writeFileSync(
+      join(repository.path, "custom", "configs", "h100.pbtxt"),
+      simpleConfig("custom").replace(/max_batch_size: \d+/, "max_batch_size: 3"),
+    );
+    const server = await startTestServer(repository.path, { modelConfigName: "h100" });
+    try {
+      const maxBatch = async (model: string) =>
+        (await getJson(`${server.url}/v2/models/${model}/config`)).body.max_batch_size;
+      assert.equal(await maxBatch("custom"), 3);
+      assert.equal(await maxBatch("plain"), Number(/max_batch_size: (\d+)/.exec(simpleConfig("plain"))![1]));
+    } finally {
+      await server.stop();
+      repository.remove();
+    }
+  });
+});
+
+describe("--model-load-retry-count", () => {
+  /** ONNX Runtime in workers, failing the first `failures` opens of each model. */
+  const flaky = (failures: number): ModelBackend => {
+    const real = onnxBackend(silentLogger(), DEFAULT_BACKEND_SETTINGS);
+    const opens = new Map<string, number>();
+    return {
+      open: (request) => {
+        const n = (opens.get(request.modelName) ?? 0) + 1;
+        opens.set(request.modelName, n);
+        return n <= failures ? Promise.reject(unavailable("the disk was not ready")) : real.open(request);
+      },
+    };
+  };
+  const start = (retries: number, failures: number) =>
+    startServer(
+      {
+        ...DEFAULT_SERVER_OPTIONS,
+        modelRepositories: [repository.path],
+        host: "127.0.0.1",
+        httpPort: 0,
+        grpcPort: undefined,
+        metricsPort: undefined,
+        modelLoadRetryCount: retries,
+      },
+      { logger: silentLogger(), backend: flaky(failures) },
+    );
+  let repository: ReturnType<typeof tempRepository>;
+  before(() => {
+    repository = tempRepository({
+      simple: { config: simpleConfig("simple"), onnx: addSubModel("INT32", [-1, 16]) },
+    });
+  });
+  after(() => repository.remove());
+
+  it("tries a failed load again, up to the count", async () => {
+    const server = await start(2, 2);
+    try {
+      const a = rowsOf(1);
+      const url = `http://127.0.0.1:${server.httpPort}`;
+      assert.deepEqual(outputData(await infer(url, "simple", simpleInputs(a, a)), "OUTPUT0"), sum(a, a));
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it("fails the load when every try failed", async () => {
+    await assert.rejects(start(1, 2), /model 'simple' failed to load: the disk was not ready/);
   });
 });

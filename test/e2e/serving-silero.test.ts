@@ -9,7 +9,7 @@ import { startTestServer, type TestServer } from "../support/test-server.ts";
 // to) answers bit for bit what ONNX Runtime answers in this process for the same input:
 // through JSON and through binary tensors, chunk after chunk with the state fed back.
 
-const MODEL_FILE = new URL("../../node_modules/@ricky0123/vad-web/dist/silero_vad_v5.onnx", import.meta.url);
+const MODEL_FILE = new URL("../../examples/models/silero_vad/1/model.onnx", import.meta.url);
 const CONFIG_FILE = new URL("../../examples/models/silero_vad/config.pbtxt", import.meta.url);
 const CHUNK = 512;
 const STATE = 2 * 128;

@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 
 // The seqserve command as a user runs it, `node bin/seqserve.js …`, in a child process:
@@ -8,6 +9,32 @@ export const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 export const BIN = "bin/seqserve.js";
 
 type Env = Readonly<Record<string, string | undefined>>;
+
+/** Every endpoint on a free loopback port, and JSON logs (so the listening line can be read). */
+export const FREE_PORT_FLAGS: readonly string[] = [
+  "--host",
+  "127.0.0.1",
+  "--http-port",
+  "0",
+  "--grpc-port",
+  "0",
+  "--metrics-port",
+  "0",
+  "--log-format",
+  "json",
+];
+
+/** A loopback port nobody listens on now. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once("error", reject);
+    probe.listen(0, "127.0.0.1", () => {
+      const address = probe.address();
+      probe.close(() => resolve(typeof address === "object" && address !== null ? address.port : 0));
+    });
+  });
+}
 
 export interface Exit {
   readonly code: number | null;
@@ -52,11 +79,26 @@ export class ServerProcess {
   #stdout = "";
   #stderr = "";
 
-  constructor(command: string, args: readonly string[], env: Env = {}) {
+  readonly #group: boolean;
+
+  /**
+   * `env` is added to this process's environment, or to `options.baseEnv` when given.
+   * `options.group` runs the command in its own process group, signalled as a whole, as a
+   * terminal signals what it runs (for launchers such as npx, which run the server as a
+   * child of their own).
+   */
+  constructor(
+    command: string,
+    args: readonly string[],
+    env: Env = {},
+    options: { readonly cwd?: string; readonly baseEnv?: Env; readonly group?: boolean } = {},
+  ) {
+    this.#group = options.group === true;
     this.child = spawn(command, args, {
-      cwd: ROOT,
-      env: { ...process.env, ...env },
+      cwd: options.cwd ?? ROOT,
+      env: { ...(options.baseEnv ?? process.env), ...env },
       stdio: ["ignore", "pipe", "pipe"],
+      detached: this.#group,
     });
     let onListening!: (line: ListeningLine) => void;
     let notListening!: (error: Error) => void;
@@ -96,11 +138,16 @@ export class ServerProcess {
   /** SIGTERM, and its exit; a process still running after a generous wait is killed (and the exit shows it). */
   async stop(): Promise<Exit> {
     if (this.child.exitCode === null && this.child.signalCode === null) {
-      this.child.kill("SIGTERM");
-      const timer = setTimeout(() => this.child.kill("SIGKILL"), 60_000);
+      this.#signal("SIGTERM");
+      const timer = setTimeout(() => this.#signal("SIGKILL"), 60_000);
       await this.exit;
       clearTimeout(timer);
     }
     return this.exit;
+  }
+
+  #signal(signal: NodeJS.Signals): void {
+    if (this.#group && this.child.pid !== undefined) process.kill(-this.child.pid, signal);
+    else this.child.kill(signal);
   }
 }

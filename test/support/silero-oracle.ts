@@ -10,7 +10,7 @@ import { seeded } from "./seeded-random.ts";
 // options. A sequence served through seqserve must give exactly these bits.
 
 export const SILERO_PATH = fileURLToPath(
-  new URL("../../node_modules/@ricky0123/vad-web/dist/silero_vad_v5.onnx", import.meta.url),
+  new URL("../../examples/models/silero_vad/1/model.onnx", import.meta.url),
 );
 export const SILERO_STATEFUL_CONFIG = readFileSync(
   new URL("../../examples/models/silero_vad_stateful/config.pbtxt", import.meta.url),

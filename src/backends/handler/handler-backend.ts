@@ -2,13 +2,14 @@ import { dirname } from "node:path";
 import type { OpenedModel } from "../../core/backend.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { checkModelFile, startInstances } from "../worker/model-instances.ts";
+import { siblingModule } from "../worker/spawn-worker.ts";
 import { HandlerExecutor, type ModelCalls } from "./handler-executor.ts";
 import { handlerSettings } from "./handler-settings.ts";
 
 // Loads a handler (model.ts / model.js) as `instanceCount` instances, each a worker thread
 // with its own copy of the module, named as Triton names instances (`<model>_0`, ...).
 
-const WORKER_ENTRY = new URL("./handler-worker.ts", import.meta.url);
+const WORKER_ENTRY = siblingModule(import.meta.url, "handler-worker");
 
 export interface LoadHandlerModelOptions {
   readonly modelName: string;

@@ -3,6 +3,7 @@ import type { OpenedModel } from "../../core/backend.ts";
 import type { ModelIo } from "../../core/model-io.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { checkModelFile, startInstances } from "../worker/model-instances.ts";
+import { siblingModule } from "../worker/spawn-worker.ts";
 import { WorkerExecutor } from "../worker/worker-executor.ts";
 import { type OnnxSessionOptions, onnxSessionOptions } from "./session-options.ts";
 
@@ -10,7 +11,7 @@ import { type OnnxSessionOptions, onnxSessionOptions } from "./session-options.t
 // own worker thread (onnxruntime-node's run() blocks its thread, and two sessions on one
 // thread never overlap).
 
-const WORKER_ENTRY = new URL("./onnx-worker.ts", import.meta.url);
+const WORKER_ENTRY = siblingModule(import.meta.url, "onnx-worker");
 
 export interface LoadOnnxModelOptions {
   readonly modelName: string;

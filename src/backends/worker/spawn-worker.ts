@@ -1,11 +1,20 @@
 import { type ResourceLimits, Worker } from "node:worker_threads";
 
-// Starts a worker thread whose entry is a TypeScript module. Node 20 cannot load `.ts`
-// itself, and tsx's `--import tsx` hooks do not reach a worker's entry on Node 20 (tsx
-// registers its loader on the main thread only there), so a `.ts` entry is started
-// through a two-line ESM bootstrap that registers tsx in the worker and then imports the
-// entry. tsx is resolved from this module, so this works wherever the server was started
-// from: `node --import tsx`, the `bin/seqserve.js` entry (tsx's register() API), or tests.
+// Starts a worker thread. The package runs compiled JavaScript: a `.js` entry starts as it
+// is, with no loader. A `.ts` entry (the sources run by `node --import tsx`, as the tests
+// do) needs tsx inside the worker: Node 20 cannot load `.ts` itself, and tsx's
+// `--import tsx` hooks do not reach a worker's entry on Node 20 (tsx registers its loader
+// on the main thread only there), so such an entry is started through a two-line ESM
+// bootstrap that registers tsx in the worker and then imports the entry. tsx is resolved
+// only then, from this module.
+
+/**
+ * The module `stem` beside `base` (an `import.meta.url`), with `base`'s extension: the
+ * `.ts` source when running from sources, the compiled `.js` file in the package.
+ */
+export function siblingModule(base: string, stem: string): URL {
+  return new URL(`./${stem}${base.endsWith(".ts") ? ".ts" : ".js"}`, base);
+}
 
 const REGISTRATION_FLAGS = new Set(["--import", "--require", "-r", "--loader", "--experimental-loader"]);
 

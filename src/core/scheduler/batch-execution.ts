@@ -122,13 +122,14 @@ export async function runStatelessBatch(
   const inputNs = assembledNs - startNs + result.timings.inputNs;
   const outputNs = endNs - splitStartNs + result.timings.outputNs;
   const totalRows = rows.reduce((a, b) => a + b, 0);
-  statistics.recordExecution(batching ? totalRows : 1, inputNs, result.timings.inferNs, outputNs);
+  const batchSize = batching ? totalRows : 1;
+  statistics.recordExecution(batchSize, inputNs, result.timings.inferNs, outputNs);
   for (let i = 0; i < requests.length; i++) {
     const r = requests[i]!;
     r.resolve({
       outputs: perRequest[i]!,
       parameters: {},
-      timings: r.timings(inputNs, result.timings.inferNs, outputNs),
+      timings: r.timings(inputNs, result.timings.inferNs, outputNs, batchSize),
     });
   }
 }

@@ -107,8 +107,13 @@ export class PendingRequest {
     this.reject(cancelled(message));
   }
 
-  /** Queue time plus the batch's compute split, for statistics. */
-  timings(computeInputNs: number, computeInferNs: number, computeOutputNs: number): RequestTimings {
+  /** Queue time plus the compute split of the batch of `batchSize` rows it ran in. */
+  timings(
+    computeInputNs: number,
+    computeInferNs: number,
+    computeOutputNs: number,
+    batchSize: number,
+  ): RequestTimings {
     const end = nowNs();
     return {
       queueNs: (this.dispatchNs || end) - this.arrivalNs,
@@ -116,6 +121,7 @@ export class PendingRequest {
       computeInferNs,
       computeOutputNs,
       totalNs: end - this.arrivalNs,
+      batchSize,
     };
   }
 

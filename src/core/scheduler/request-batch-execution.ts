@@ -16,7 +16,7 @@ export function executionRequest(pending: PendingRequest): Omit<ExecutionRequest
 }
 
 /** Settles `pending` with `outcome`: its response, or its error. */
-export function settleWith(pending: PendingRequest, outcome: ExecutionOutcome): void {
+export function settleWith(pending: PendingRequest, outcome: ExecutionOutcome, batchSize: number): void {
   if (!outcome.ok) {
     pending.reject(outcome.error);
     return;
@@ -25,7 +25,7 @@ export function settleWith(pending: PendingRequest, outcome: ExecutionOutcome): 
   pending.resolve({
     outputs: outcome.outputs,
     parameters: outcome.parameters,
-    timings: pending.timings(inputNs, inferNs, outputNs),
+    timings: pending.timings(inputNs, inferNs, outputNs, batchSize),
   });
 }
 
@@ -39,7 +39,7 @@ export async function runRequestBatch(
   try {
     const timings = await executor.execute(
       requests.map((r) => ({ ...executionRequest(r), sequence: undefined })),
-      (index, outcome) => settleWith(requests[index]!, outcome),
+      (index, outcome) => settleWith(requests[index]!, outcome, requests.length),
     );
     statistics.recordExecution(requests.length, timings.inputNs, timings.inferNs, timings.outputNs);
   } catch (error) {

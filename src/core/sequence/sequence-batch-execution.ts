@@ -215,11 +215,12 @@ export async function runSequenceBatch(
   const endNs = nowNs();
   const inputNs = assembledNs - startNs + result.timings.inputNs;
   const outputNs = endNs - scatterStartNs + result.timings.outputNs;
-  model.statistics.recordExecution(batching ? rows.length : 1, inputNs, result.timings.inferNs, outputNs);
+  const batchSize = batching ? rows.length : 1;
+  model.statistics.recordExecution(batchSize, inputNs, result.timings.inferNs, outputNs);
   model.observer?.batchRan({
     instance: executor.name,
     rows: real.length,
-    executedRows: batching ? rows.length : 1,
+    executedRows: batchSize,
     resets: real.filter(isStart).map((r) => r.sequence.id),
     queueNs: real.reduce((sum, r) => sum + (r.request.dispatchNs - r.request.arrivalNs), 0),
     computeNs: endNs - startNs,
@@ -230,7 +231,7 @@ export async function runSequenceBatch(
     row.request.resolve({
       outputs: perRow[i]!,
       parameters: {},
-      timings: row.request.timings(inputNs, result.timings.inferNs, outputNs),
+      timings: row.request.timings(inputNs, result.timings.inferNs, outputNs, batchSize),
     });
   }
   return { ok: true };

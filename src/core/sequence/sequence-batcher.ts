@@ -373,7 +373,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     sequence.queue.shift();
     head.markDispatched();
     sequence.steps++;
-    head.resolve({ outputs: new Map(), parameters: {}, timings: head.timings(0, 0, 0) });
+    head.resolve({ outputs: new Map(), parameters: {}, timings: head.timings(0, 0, 0, 0) });
     if (sequence.idle) this.#finish(sequence);
     return true;
   }

@@ -54,7 +54,7 @@ export async function runSequenceRequests(
       const row = rows[index]!;
       // State first: the request's settling may let the next step of its sequence run.
       finish(row, outcome);
-      settleWith(row.request, outcome);
+      settleWith(row.request, outcome, rows.length);
     });
     model.statistics.recordExecution(rows.length, timings.inputNs, timings.inferNs, timings.outputNs);
     model.observer?.batchRan({

@@ -39,6 +39,16 @@ export const DEFAULT_KEEPALIVE: GrpcKeepaliveOptions = {
   permitWithoutCalls: false,
 };
 
+/** TLS for the gRPC port, as PEM contents. */
+export interface GrpcTls {
+  readonly certChain: Buffer;
+  readonly privateKey: Buffer;
+  /** The CA client certificates must chain to. */
+  readonly rootCerts: Buffer | undefined;
+  /** Clients must present a certificate (mutual TLS). */
+  readonly requireClientCertificate: boolean;
+}
+
 export interface GrpcFrontendOptions {
   readonly context: ServerContext;
   readonly logger: Logger;
@@ -47,6 +57,8 @@ export interface GrpcFrontendOptions {
   readonly keepalive?: Partial<GrpcKeepaliveOptions>;
   /** Unanswered requests per ModelStreamInfer stream before the server stops reading it. */
   readonly maxInflightPerStream?: number;
+  /** Serve over TLS; undefined: plaintext. */
+  readonly tls?: GrpcTls | undefined;
 }
 
 export interface GrpcFrontend {
@@ -108,16 +120,25 @@ export function createGrpcFrontend(options: GrpcFrontendOptions): GrpcFrontend {
   ];
   for (const service of services) server.addService(service.definition, service.implementation);
   let closing: Promise<void> | undefined;
+  const tls = options.tls;
+  const credentials =
+    tls === undefined
+      ? ServerCredentials.createInsecure()
+      : ServerCredentials.createSsl(
+          tls.rootCerts ?? null,
+          [{ cert_chain: tls.certChain, private_key: tls.privateKey }],
+          tls.requireClientCertificate,
+        );
 
   return {
     listen(host, port) {
       return new Promise((resolve, reject) => {
-        server.bindAsync(bindAddress(host, port), ServerCredentials.createInsecure(), (error, boundPort) => {
+        server.bindAsync(bindAddress(host, port), credentials, (error, boundPort) => {
           if (error) {
             reject(error);
             return;
           }
-          logger.info({ host, port: boundPort }, "gRPC frontend listening");
+          logger.info({ host, port: boundPort, tls: tls !== undefined }, "gRPC frontend listening");
           resolve(boundPort);
         });
       });

@@ -3,6 +3,7 @@ import { cancelled, invalidArg, ServerError } from "../../core/errors.ts";
 import type { InferResponse } from "../../core/infer.ts";
 import type { ModelMetadata, ServerContext, TensorMetadata } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { withTraceContext } from "../common/trace-context.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse } from "./infer-response-encoder.ts";
 import type {
@@ -101,7 +102,11 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     let pending: Promise<InferResponse>;
     try {
       const decoded = decodeInferRequest(message, controller.signal);
-      pending = registry.model(decoded.modelName, decoded.modelVersion).infer(decoded.request);
+      const [traceparent] = call.metadata.get("traceparent");
+      const [tracestate] = call.metadata.get("tracestate");
+      pending = registry
+        .model(decoded.modelName, decoded.modelVersion)
+        .infer(withTraceContext(decoded.request, traceparent, tracestate));
     } catch (error) {
       call.off("cancelled", onCancel);
       return Promise.reject(error);

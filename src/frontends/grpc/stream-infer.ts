@@ -1,11 +1,12 @@
 import { setMaxListeners } from "node:events";
-import type { ServerDuplexStream } from "@grpc/grpc-js";
+import type { MetadataValue, ServerDuplexStream } from "@grpc/grpc-js";
 import { asServerError, cancelled } from "../../core/errors.ts";
 import type { InferRequest, InferResponse } from "../../core/infer.ts";
 import type { ModelRegistry, ServedModel } from "../../core/model.ts";
 import { inferStream } from "../../core/response-stream.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { relayResponses } from "../common/kserve/decoupled-responses.ts";
+import { withTraceContext } from "../common/trace-context.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse, streamError } from "./infer-response-encoder.ts";
 import type { ModelInferRequestMessage, ModelStreamInferResponseMessage } from "./messages.ts";
@@ -43,6 +44,8 @@ export class StreamInferSession {
   readonly #logger: Logger;
   readonly #maxInflight: number;
   readonly #maxMessageBytes: number;
+  readonly #traceparent: MetadataValue | undefined;
+  readonly #tracestate: MetadataValue | undefined;
   /** Aborts the requests in flight when the stream goes away. */
   readonly #controller = new AbortController();
   /** Requests accepted and not yet answered. */
@@ -67,6 +70,9 @@ export class StreamInferSession {
     this.#logger = logger;
     this.#maxInflight = Math.max(1, maxInflight);
     this.#maxMessageBytes = maxMessageBytes;
+    // The stream's trace context (its call's metadata) goes with each of its requests.
+    [this.#traceparent] = call.metadata.get("traceparent");
+    [this.#tracestate] = call.metadata.get("tracestate");
     // One listener per request in flight, so up to maxInflight: not a leak.
     setMaxListeners(0, this.#controller.signal);
     call.on("data", (message: ModelInferRequestMessage) => this.#accept(message));
@@ -98,11 +104,12 @@ export class StreamInferSession {
     try {
       const decoded = decodeInferRequest(message, this.#controller.signal);
       const model = this.#registry.model(decoded.modelName, decoded.modelVersion);
+      const request = withTraceContext(decoded.request, this.#traceparent, this.#tracestate);
       if (model.decoupled === true) {
-        this.#relay(model, decoded.request, message.id);
+        this.#relay(model, request, message.id);
         return;
       }
-      pending = model.infer(decoded.request);
+      pending = model.infer(request);
     } catch (error) {
       this.#fail(error, message.id);
       return;

@@ -40,6 +40,13 @@ export function createHttpFrontend(options: HttpFrontendOptions): HttpFrontend {
     bodyLimitBytes,
     compressMinBytes: options.compressMinBytes ?? 1024,
     keepAliveTimeoutMs: options.keepAliveTimeoutMs,
+    openapi: {
+      title: "seqserve: KServe v2 / Triton HTTP API",
+      version: context.metadata.version,
+      description:
+        "Inference, health, metadata, configuration, statistics and repository control as Triton serves them, " +
+        "with the sequence extension; seqserve's sequence endpoints and WebSocket sequence streams.",
+    },
   });
   app.setErrorHandler(createErrorHandler(KSERVE_HTTP_STATUS, bodyLimitBytes));
   app.setNotFoundHandler((request, reply) =>

@@ -8,7 +8,9 @@ import { sendJson } from "../common/http/json-text.ts";
 import { HEADER_LENGTH, HEADER_LENGTH_NAME, readHeaderLength } from "../common/kserve/binary-tensor.ts";
 import { decodeInferRequest } from "../common/kserve/infer-request-decoder.ts";
 import { encodeInferResponse } from "../common/kserve/infer-response-encoder.ts";
+import { withTraceContext } from "../common/trace-context.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
+import { modelSchemas, SERVER_SCHEMAS } from "./kserve-schemas.ts";
 import { modelVersion } from "./model-version.ts";
 
 // The KServe v2 / Triton HTTP API: health, metadata, configuration, statistics,
@@ -75,38 +77,41 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
   const registry = context.registry;
   app.setErrorHandler(createErrorHandler(KSERVE_HTTP_STATUS, options.bodyLimitBytes));
 
-  app.get("/v2", (_request, reply) => {
+  app.get("/v2", { schema: SERVER_SCHEMAS.metadata }, (_request, reply) => {
     const { name, version, extensions } = context.metadata;
     return sendJson(reply, { name, version, extensions });
   });
-  app.get("/v2/health/live", (_request, reply) =>
+  app.get("/v2/health/live", { schema: SERVER_SCHEMAS.live }, (_request, reply) =>
     context.isLive() ? reply.code(200).send() : sendError(reply, 400, "server is not live"),
   );
-  app.get("/v2/health/ready", (_request, reply) =>
+  app.get("/v2/health/ready", { schema: SERVER_SCHEMAS.ready }, (_request, reply) =>
     context.isReady() ? reply.code(200).send() : sendError(reply, 400, "server is not ready"),
   );
-  app.get("/v2/models/stats", (_request, reply) => sendJson(reply, { model_stats: registry.statistics() }));
+  app.get("/v2/models/stats", { schema: SERVER_SCHEMAS.statistics }, (_request, reply) =>
+    sendJson(reply, { model_stats: registry.statistics() }),
+  );
 
   for (const path of MODEL_PATHS) {
-    app.get(path, (request: ModelRequest, reply) => {
+    const schemas = modelSchemas(path);
+    app.get(path, { schema: schemas.metadata }, (request: ModelRequest, reply) => {
       const { model, version } = request.params;
       return sendJson(reply, registry.metadata(model, modelVersion(version)));
     });
-    app.get(`${path}/ready`, (request: ModelRequest, reply) => {
+    app.get(`${path}/ready`, { schema: schemas.ready }, (request: ModelRequest, reply) => {
       const { model, version } = request.params;
       if (registry.isReady(model, modelVersion(version))) return reply.code(200).send();
       const which = version === undefined ? `model '${model}'` : `version ${version} of model '${model}'`;
       return sendError(reply, 400, `${which} is not ready`);
     });
-    app.get(`${path}/config`, (request: ModelRequest, reply) => {
+    app.get(`${path}/config`, { schema: schemas.config }, (request: ModelRequest, reply) => {
       const { model, version } = request.params;
       return sendJson(reply, registry.configJson(model, modelVersion(version)));
     });
-    app.get(`${path}/stats`, (request: ModelRequest, reply) => {
+    app.get(`${path}/stats`, { schema: schemas.statistics }, (request: ModelRequest, reply) => {
       const { model, version } = request.params;
       return sendJson(reply, { model_stats: registry.statistics(model, modelVersion(version)) });
     });
-    app.post(`${path}/infer`, async (request: ModelRequest, reply) => {
+    app.post(`${path}/infer`, { schema: schemas.infer }, async (request: ModelRequest, reply) => {
       const { model: name, version } = request.params;
       const model = registry.model(name, modelVersion(version));
       const body = (request.body as Buffer | undefined) ?? EMPTY_BODY;
@@ -114,7 +119,8 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
       const disconnect = watchDisconnect(request, reply);
       try {
         const decoded = decodeInferRequest(body, headerLength, model, { signal: disconnect.signal });
-        const response = await model.infer(decoded.request);
+        const { traceparent, tracestate } = request.headers;
+        const response = await model.infer(withTraceContext(decoded.request, traceparent, tracestate));
         const encoded = encodeInferResponse(response, decoded.encoding);
         if (encoded.headerLength !== undefined) reply.header(HEADER_LENGTH_NAME, encoded.headerLength);
         return reply.type(encoded.contentType).send(encoded.body);
@@ -124,16 +130,18 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
     });
   }
 
-  app.post("/v2/repository/index", (request, reply) =>
+  app.post("/v2/repository/index", { schema: SERVER_SCHEMAS.repositoryIndex }, (request, reply) =>
     sendJson(reply, registry.index(readyOnly(request.body as Buffer | undefined))),
   );
-  app.post("/v2/repository/models/:model/load", async (request: ModelRequest, reply) => {
+  const load = { schema: SERVER_SCHEMAS.repositoryLoad };
+  app.post("/v2/repository/models/:model/load", load, async (request: ModelRequest, reply) => {
     const { model } = request.params;
     const config = loadConfig(model, request.body as Buffer | undefined);
     await registry.load(model, config === undefined ? {} : { config });
     return reply.code(200).send();
   });
-  app.post("/v2/repository/models/:model/unload", async (request: ModelRequest, reply) => {
+  const unload = { schema: SERVER_SCHEMAS.repositoryUnload };
+  app.post("/v2/repository/models/:model/unload", unload, async (request: ModelRequest, reply) => {
     const { model } = request.params;
     checkUnloadBody(request.body as Buffer | undefined);
     await registry.unload(model);

@@ -13,6 +13,7 @@ import { createErrorHandler } from "../common/http/error-reply.ts";
 import { sendJson } from "../common/http/json-text.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
 import { MODEL_PATHS, type ModelParams } from "./kserve-routes.ts";
+import { modelSchemas } from "./kserve-schemas.ts";
 import { modelVersion } from "./model-version.ts";
 
 // seqserve's sequence endpoints beside the KServe v2 API, for models served with
@@ -100,7 +101,9 @@ export async function sequenceRoutes(app: FastifyInstance, options: SequenceRout
   app.setErrorHandler(createErrorHandler(KSERVE_HTTP_STATUS, options.bodyLimitBytes));
 
   for (const path of MODEL_PATHS) {
-    app.get(`${path}/sequences`, (request: FastifyRequest<{ Params: ModelParams }>, reply) => {
+    const schemas = modelSchemas(path);
+    const list = { schema: schemas.sequences };
+    app.get(`${path}/sequences`, list, (request: FastifyRequest<{ Params: ModelParams }>, reply) => {
       const { model, version } = request.params;
       const admin = sequencesOf(registry.model(model, modelVersion(version)));
       return sendJson(reply, {
@@ -110,6 +113,7 @@ export async function sequenceRoutes(app: FastifyInstance, options: SequenceRout
     });
     app.delete(
       `${path}/sequences/:id`,
+      { schema: schemas.endSequence },
       (request: FastifyRequest<{ Params: SequenceParams; Querystring: SequenceQuery }>, reply) => {
         const { model: name, version, id: text } = request.params;
         const model = registry.model(name, modelVersion(version));

@@ -7,6 +7,7 @@ import { HttpError } from "../common/http/http-error.ts";
 import { isJsonObject } from "../common/http/json-body.ts";
 import { sendJson } from "../common/http/json-text.ts";
 import type { OutputEncoding } from "../common/kserve/infer-request-decoder.ts";
+import { withTraceContext } from "../common/trace-context.ts";
 import {
   decodeInvocation,
   type InvocationBody,
@@ -14,6 +15,7 @@ import {
   readInvocationBody,
 } from "./invocation-body.ts";
 import { type AnswerForm, chooseAnswer, sendAnswer } from "./invocation-response.ts";
+import { SAGEMAKER_SCHEMAS } from "./sagemaker-schemas.ts";
 import { checkSessionId, formatExpiry, NEW_SESSION, newSessionHeaderValue } from "./session-id.ts";
 import type { SageMakerSessions } from "./sessions.ts";
 import { invokedModel, targetModel } from "./target-model.ts";
@@ -91,19 +93,27 @@ interface Step {
   readonly answer: AnswerForm;
 }
 
-/** Decodes the body for `model`, choosing the answer's form first (before anything runs). */
+/**
+ * Decodes the body for `model`, choosing the answer's form first (before anything runs);
+ * the caller's trace context goes with the request.
+ */
 function prepareStep(
   body: InvocationBody,
   model: ServedModel,
-  accept: string | undefined,
+  http: FastifyRequest,
   signal: AbortSignal,
 ): Step {
-  const answer = chooseAnswer(accept, body.form, returnedOutputs(body, model));
+  const answer = chooseAnswer(headerValue(http, "accept"), body.form, returnedOutputs(body, model));
   const decoded = decodeInvocation(body, model, {
     signal,
     binaryOutput: answer === "binary" || answer === "raw",
   });
-  return { request: decoded.request, encoding: decoded.encoding, answer };
+  const { traceparent, tracestate } = http.headers;
+  return {
+    request: withTraceContext(decoded.request, traceparent, tracestate),
+    encoding: decoded.encoding,
+    answer,
+  };
 }
 
 function refuseSequenceFields(request: InferRequest): void {
@@ -136,7 +146,7 @@ export async function invocationRoutes(
   const { context, sessions, defaultModel } = options;
   const registry = context.registry;
 
-  app.get("/ping", (_request, reply) => {
+  app.get("/ping", { schema: SAGEMAKER_SCHEMAS.ping }, (_request, reply) => {
     if (context.isReady()) return reply.code(200).send();
     throw new HttpError(503, describeReadiness(registry));
   });
@@ -148,13 +158,12 @@ export async function invocationRoutes(
     );
     const intent = sessionIntent(headerValue(request, SESSION_ID), body.requestType);
     const target = targetModel(registry, headerValue(request, TARGET_MODEL));
-    const accept = headerValue(request, "accept");
     const disconnect = watchDisconnect(request, reply);
     try {
       switch (intent.kind) {
         case "none": {
           const model = invokedModel(registry, target, defaultModel);
-          const step = prepareStep(body, model, accept, disconnect.signal);
+          const step = prepareStep(body, model, request, disconnect.signal);
           if (model.sequences !== undefined && step.request.sequence === undefined) {
             throw invalidArg(
               `model '${model.name}' keeps state per session: open a session with X-Amzn-SageMaker-Session-Id: ${NEW_SESSION} (or send KServe sequence parameters)`,
@@ -165,7 +174,7 @@ export async function invocationRoutes(
         case "open": {
           const model = invokedModel(registry, target, defaultModel);
           // The body is read before the session exists: a bad one opens nothing.
-          const step = body.hasInputs ? prepareStep(body, model, accept, disconnect.signal) : undefined;
+          const step = body.hasInputs ? prepareStep(body, model, request, disconnect.signal) : undefined;
           if (step !== undefined) refuseSequenceFields(step.request);
           const session = sessions.open(model);
           const value = newSessionHeaderValue(session.id, session.expiresAtMs);
@@ -199,7 +208,7 @@ export async function invocationRoutes(
             reply.header(CLOSED_SESSION_ID_HEADER, id);
             return sendJson(reply, { session_id: id, closed: true });
           }
-          const step = prepareStep(body, model, accept, disconnect.signal);
+          const step = prepareStep(body, model, request, disconnect.signal);
           refuseSequenceFields(step.request);
           const response = await model.infer(inSession(step.request, id, close));
           if (close) reply.header(CLOSED_SESSION_ID_HEADER, id);
@@ -211,6 +220,6 @@ export async function invocationRoutes(
     }
   };
 
-  app.post("/invocations", invoke);
-  app.post("/endpoints/:endpoint/invocations", invoke);
+  app.post("/invocations", { schema: SAGEMAKER_SCHEMAS.invocations }, invoke);
+  app.post("/endpoints/:endpoint/invocations", { schema: SAGEMAKER_SCHEMAS.endpointInvocations }, invoke);
 }

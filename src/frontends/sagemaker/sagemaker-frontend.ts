@@ -34,6 +34,13 @@ export function createSageMakerFrontend(options: SageMakerFrontendOptions): Sage
     bodyLimitBytes: limit,
     compressMinBytes: 1024,
     keepAliveTimeoutMs: options.keepAliveTimeoutMs,
+    openapi: {
+      title: "seqserve: SageMaker inference container API",
+      version: options.context.metadata.version,
+      description:
+        "Amazon SageMaker's inference-container contract (GET /ping, POST /invocations) with stateful sessions, " +
+        "and the runtime API's POST /endpoints/{name}/invocations for the AWS SDKs.",
+    },
   });
   app.setErrorHandler(createErrorHandler(SAGEMAKER_HTTP_STATUS, limit, sendSageMakerError));
   app.setNotFoundHandler((request, reply) =>

@@ -272,66 +272,85 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
 
   type Wildcard = FastifyRequest<{ Params: { "*": string } }>;
 
-  app.get("/v1/config", (_request, reply) => {
-    const names = [...new Set(registry.index().map((e) => e.name))];
-    const all = Object.fromEntries(names.map((name) => [name, statusJson(modelStatus(registry, name))]));
-    return sendText(reply, JSON.stringify(all));
-  });
+  // For the OpenAPI document: TF-Serving's paths put the model, version and verb in one
+  // segment (`{m}/versions/{v}:predict`), so they are one wildcard here.
+  const described = (operationId: string, summary: string) => ({ schema: { operationId, summary } });
 
-  app.get("/v1/models/*", (request: Wildcard, reply) => {
-    const path = parseModelPath(request.params["*"]);
-    if (path.action === "") {
-      if (path.label !== undefined) findModel(registry, path);
-      return sendText(reply, JSON.stringify(statusJson(modelStatus(registry, path.name, path.version))));
-    }
-    if (path.action !== "/metadata") {
-      throw new ServerError("NOT_FOUND", `Requested REST resource not found: ${request.url}`);
-    }
-    const model = findModel(registry, path);
-    const metadata = registry.metadata(model.name, model.version);
-    return sendText(reply, JSON.stringify(metadataJson(model.name, model.version, signatureOf(metadata))));
-  });
+  app.get(
+    "/v1/config",
+    described("tfsConfig", "Every model's status (OpenVINO Model Server)"),
+    (_request, reply) => {
+      const names = [...new Set(registry.index().map((e) => e.name))];
+      const all = Object.fromEntries(names.map((name) => [name, statusJson(modelStatus(registry, name))]));
+      return sendText(reply, JSON.stringify(all));
+    },
+  );
 
-  app.post("/v1/models/*", async (request: Wildcard, reply) => {
-    const path = parseModelPath(request.params["*"]);
-    if (path.action !== ":predict") {
-      const what =
-        path.action === ":classify" || path.action === ":regress" ? path.action.slice(1) : undefined;
-      if (what !== undefined) {
-        throw new ServerError("UNSUPPORTED", `${what} is not served: seqserve models answer ':predict'`);
+  app.get(
+    "/v1/models/*",
+    described(
+      "tfsModelStatusOrMetadata",
+      "TF-Serving model status ({m}[/versions/{v}]) or metadata (…/metadata)",
+    ),
+    (request: Wildcard, reply) => {
+      const path = parseModelPath(request.params["*"]);
+      if (path.action === "") {
+        if (path.label !== undefined) findModel(registry, path);
+        return sendText(reply, JSON.stringify(statusJson(modelStatus(registry, path.name, path.version))));
       }
-      throw new ServerError("NOT_FOUND", `Requested REST resource not found: ${request.url}`);
-    }
-    const { json, text } = parseBody(request.body as Buffer | undefined);
-    const signature = json.signature_name;
-    if (signature !== undefined && typeof signature !== "string") {
-      throw invalidArg("'signature_name' must be a string");
-    }
-    const model = findModel(registry, { ...path, signature });
-    const hasRows = json.instances !== undefined;
-    const hasColumns = json.inputs !== undefined;
-    if (hasRows === hasColumns) throw ovmsInvalid("rest_order");
-    // Special inputs are read (and refused) before the data, as OVMS does.
-    const rows = hasRows ? decodeRows(model, json.instances) : undefined;
-    const [id, control] = hasColumns ? columnSpecials(model, json.inputs, text) : [undefined, undefined];
-    const sequence = sequenceOf(model, id, control);
-    const decoded = rows ?? decodeColumns(model, json.inputs);
-    const disconnect = watchDisconnect(request, reply);
-    try {
-      const { response, sequenceId } = await predict({
-        model,
-        inputs: decoded.inputs,
-        sequence,
-        outputs: undefined,
-        signal: disconnect.signal,
-      });
-      const body =
-        decoded.rows === undefined
-          ? columnText(response.outputs, sequenceId)
-          : rowText(response.outputs, decoded.rows);
-      return sendText(reply, body);
-    } finally {
-      disconnect.dispose();
-    }
-  });
+      if (path.action !== "/metadata") {
+        throw new ServerError("NOT_FOUND", `Requested REST resource not found: ${request.url}`);
+      }
+      const model = findModel(registry, path);
+      const metadata = registry.metadata(model.name, model.version);
+      return sendText(reply, JSON.stringify(metadataJson(model.name, model.version, signatureOf(metadata))));
+    },
+  );
+
+  app.post(
+    "/v1/models/*",
+    described("tfsPredict", "TF-Serving predict ({m}[/versions/{v}]:predict), row or column form"),
+    async (request: Wildcard, reply) => {
+      const path = parseModelPath(request.params["*"]);
+      if (path.action !== ":predict") {
+        const what =
+          path.action === ":classify" || path.action === ":regress" ? path.action.slice(1) : undefined;
+        if (what !== undefined) {
+          throw new ServerError("UNSUPPORTED", `${what} is not served: seqserve models answer ':predict'`);
+        }
+        throw new ServerError("NOT_FOUND", `Requested REST resource not found: ${request.url}`);
+      }
+      const { json, text } = parseBody(request.body as Buffer | undefined);
+      const signature = json.signature_name;
+      if (signature !== undefined && typeof signature !== "string") {
+        throw invalidArg("'signature_name' must be a string");
+      }
+      const model = findModel(registry, { ...path, signature });
+      const hasRows = json.instances !== undefined;
+      const hasColumns = json.inputs !== undefined;
+      if (hasRows === hasColumns) throw ovmsInvalid("rest_order");
+      // Special inputs are read (and refused) before the data, as OVMS does.
+      const rows = hasRows ? decodeRows(model, json.instances) : undefined;
+      const [id, control] = hasColumns ? columnSpecials(model, json.inputs, text) : [undefined, undefined];
+      const sequence = sequenceOf(model, id, control);
+      const decoded = rows ?? decodeColumns(model, json.inputs);
+      const disconnect = watchDisconnect(request, reply);
+      try {
+        const { response, sequenceId } = await predict({
+          model,
+          inputs: decoded.inputs,
+          sequence,
+          outputs: undefined,
+          signal: disconnect.signal,
+        });
+        const body =
+          decoded.rows === undefined
+            ? columnText(response.outputs, sequenceId)
+            : rowText(response.outputs, decoded.rows);
+        return sendText(reply, body);
+      } finally {
+        disconnect.dispose();
+      }
+    },
+  );
 }

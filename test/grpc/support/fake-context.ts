@@ -112,6 +112,7 @@ class EchoModel extends FakeModel {
         computeInferNs: 3,
         computeOutputNs: 4,
         totalNs: 10,
+        batchSize: 1,
       },
       1,
     );

@@ -92,6 +92,7 @@ export class FakeModel implements ServedModel {
         computeInferNs: 3000,
         computeOutputNs: 4000,
         totalNs: 10000,
+        batchSize: 1,
       },
       1,
     );

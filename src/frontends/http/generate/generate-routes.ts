@@ -8,6 +8,7 @@ import { createErrorHandler } from "../../common/http/error-reply.ts";
 import { readJsonBody } from "../../common/http/json-body.ts";
 import { KSERVE_HTTP_STATUS } from "../error-status.ts";
 import { MODEL_PATHS, type ModelParams } from "../kserve-routes.ts";
+import { operationId } from "../kserve-schemas.ts";
 import { modelVersion } from "../model-version.ts";
 import { decodeGenerateRequest, encodeGenerateResponse } from "./generate-codec.ts";
 
@@ -134,12 +135,15 @@ export async function generateRoutes(app: FastifyInstance, options: GenerateRout
   for (const path of MODEL_PATHS) {
     app.post(
       `${path}/generate`,
-      { schema: SCHEMA, preValidation: parseBody },
+      { schema: { ...SCHEMA, operationId: operationId("modelGenerate", path) }, preValidation: parseBody },
       (request: GenerateRequest, reply) => generate(context, request, reply, false),
     );
     app.post(
       `${path}/generate_stream`,
-      { schema: STREAM_SCHEMA, preValidation: parseBody },
+      {
+        schema: { ...STREAM_SCHEMA, operationId: operationId("modelGenerateStream", path) },
+        preValidation: parseBody,
+      },
       (request: GenerateRequest, reply) => generate(context, request, reply, true),
     );
   }

@@ -5,6 +5,7 @@ import { createErrorHandler } from "../../common/http/error-reply.ts";
 import { HttpError } from "../../common/http/http-error.ts";
 import { KSERVE_HTTP_STATUS } from "../error-status.ts";
 import { MODEL_PATHS, type ModelParams } from "../kserve-routes.ts";
+import { modelSchemas } from "../kserve-schemas.ts";
 import { modelVersion } from "../model-version.ts";
 import { CLOSE_CODES } from "./close-codes.ts";
 import { SequenceOwners } from "./sequence-owners.ts";
@@ -69,6 +70,7 @@ export async function streamRoutes(app: FastifyInstance, options: StreamRoutesOp
     app.route({
       method: "GET",
       url: `${path}/stream`,
+      schema: modelSchemas(path).stream,
       // Runs before the upgrade: a throw here is an HTTP error response.
       preValidation: async (request: StreamRequest) => {
         targets.set(request, streamTarget(registry, request));

@@ -1,0 +1,31 @@
+import type { ServerError } from "../errors.ts";
+import type { InferRequest, SequenceId } from "../infer.ts";
+import type { RequestTimings } from "../statistics.ts";
+import type { Tensor } from "../tensor.ts";
+
+// What a model tells whoever watches its requests (latency metrics, tracing): one call per
+// request, when it is answered, with what is already at hand then. Observers keep their
+// share small (a histogram observation, a sampling counter), do anything heavier only for
+// the requests they pick, and never throw.
+
+export interface RequestRecord {
+  readonly request: InferRequest;
+  /** When the model took the request, in ns on the `performance.now()` clock. */
+  readonly arrivalNs: number;
+  /** From arrival to the answer, in ns. */
+  readonly totalNs: number;
+  /** The sequence the request belongs to (an id the server assigned included). */
+  readonly sequenceId: SequenceId | undefined;
+  /** Present when the request was answered with outputs. */
+  readonly timings?: RequestTimings;
+  readonly outputs?: ReadonlyMap<string, Tensor>;
+  /** Present when the request failed. */
+  readonly error?: ServerError;
+}
+
+export interface RequestObserver {
+  requestDone(record: RequestRecord): void;
+}
+
+/** Builds a model version's request observer; undefined when nothing watches its requests. */
+export type RequestObserverFactory = (model: string, version: string) => RequestObserver | undefined;

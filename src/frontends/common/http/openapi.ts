@@ -1,0 +1,60 @@
+import fastifySwagger from "@fastify/swagger";
+import type { HttpApp } from "./http-app.ts";
+
+// Every HTTP protocol family's server documents itself: GET /openapi.json is an OpenAPI 3
+// document generated from the schemas its routes declare. A family documents a route by
+// giving it a `schema` (built with the helpers below); nothing else is needed, and nothing
+// is written by hand. The schemas describe; they are not used to check requests or to
+// shape answers (each family checks requests itself, with messages in its protocol's
+// words, and writes its answers itself), so the server sets fastify to check nothing.
+
+export interface OpenApiInfo {
+  readonly title: string;
+  readonly version: string;
+  readonly description: string;
+}
+
+/** The path of the document on every HTTP server. */
+export const OPENAPI_PATH = "/openapi.json";
+
+type JsonSchema = Record<string, unknown>;
+
+/** A response (or body) of JSON described by `schema`. */
+export function jsonContent(schema: JsonSchema): { content: Record<string, { schema: JsonSchema }> } {
+  return { content: { "application/json": { schema } } };
+}
+
+/** Raw bytes, in either direction. */
+export const BINARY_SCHEMA: JsonSchema = { type: "string", format: "binary" };
+
+/** An answer with no body. */
+export function emptyResponse(description: string): JsonSchema {
+  return { description, type: "null" };
+}
+
+/** A path parameter of text. */
+export function pathParams(
+  names: readonly string[],
+  descriptions: Readonly<Record<string, string>>,
+): JsonSchema {
+  return {
+    type: "object",
+    properties: Object.fromEntries(names.map((n) => [n, { type: "string", description: descriptions[n] }])),
+    required: [...names],
+  };
+}
+
+/** Registers the document and its route on `app`, before the families add their routes. */
+export function documentRoutes(app: HttpApp, info: OpenApiInfo): void {
+  app.setValidatorCompiler(() => () => true);
+  app.setSerializerCompiler(() => (data) => JSON.stringify(data));
+  app.register(fastifySwagger, {
+    openapi: {
+      openapi: "3.0.3",
+      info: { title: info.title, version: info.version, description: info.description },
+    },
+  });
+  app.get(OPENAPI_PATH, { schema: { hide: true } }, (_request, reply) =>
+    reply.type("application/json").send(JSON.stringify(app.swagger())),
+  );
+}

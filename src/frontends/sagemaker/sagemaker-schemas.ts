@@ -1,0 +1,77 @@
+import { BINARY_SCHEMA, emptyResponse, jsonContent, pathParams } from "../common/http/openapi.ts";
+
+// The SageMaker inference-container contract and the runtime API's invocation path, as
+// route schemas for the OpenAPI document (PROTOCOLS.md §4).
+
+const SAGEMAKER_ERROR = {
+  description: "An error; its AWS error type is in x-amzn-errortype",
+  headers: { "x-amzn-errortype": { type: "string" } },
+  ...jsonContent({
+    type: "object",
+    properties: {
+      error: { type: "string" },
+      message: { type: "string", description: "The same, as the AWS SDKs read it" },
+    },
+    required: ["error", "message"],
+  }),
+};
+
+const SESSION_HEADERS = {
+  type: "object",
+  properties: {
+    "x-amzn-sagemaker-session-id": {
+      type: "string",
+      description: "NEW_SESSION to open a session, or the id of an open one",
+    },
+    "x-amzn-sagemaker-target-model": {
+      type: "string",
+      description: "The model (or a model.tar.gz named after it)",
+    },
+  },
+};
+
+/** The bodies an invocation may carry and an answer may take. */
+const INVOCATION_CONTENT = {
+  "application/json": {
+    schema: {
+      description:
+        'A KServe v2 inference request (or response), a bare array of the only input (or output), or {"requestType": "NEW_SESSION" | "CLOSE"}',
+    },
+  },
+  "application/vnd.sagemaker-triton.binary+json": { schema: BINARY_SCHEMA },
+  "application/octet-stream": { schema: BINARY_SCHEMA },
+};
+
+const invocation = (operationId: string, withEndpoint: boolean) => ({
+  operationId,
+  tags: ["sagemaker"],
+  summary: withEndpoint
+    ? "An inference as the AWS SDKs' InvokeEndpoint sends it (any endpoint name)"
+    : "An inference, as SageMaker forwards InvokeEndpoint to the container",
+  ...(withEndpoint ? { params: pathParams(["endpoint"], { endpoint: "Any endpoint name" }) } : {}),
+  headers: SESSION_HEADERS,
+  body: { content: INVOCATION_CONTENT },
+  response: {
+    200: {
+      description:
+        "The outputs, in the form of the request unless Accept asks for another; a session's opening and closing name it in X-Amzn-SageMaker-New-Session-Id and X-Amzn-SageMaker-Closed-Session-Id",
+      headers: {
+        "x-amzn-sagemaker-new-session-id": { type: "string", description: "<id>; Expires=<UTC time>" },
+        "x-amzn-sagemaker-closed-session-id": { type: "string" },
+      },
+      content: INVOCATION_CONTENT,
+    },
+    default: SAGEMAKER_ERROR,
+  },
+});
+
+export const SAGEMAKER_SCHEMAS = {
+  ping: {
+    operationId: "ping",
+    tags: ["sagemaker"],
+    summary: "200 when every model is ready (and the server is not stopping)",
+    response: { 200: emptyResponse("Ready"), default: SAGEMAKER_ERROR },
+  },
+  invocations: invocation("invocations", false),
+  endpointInvocations: invocation("endpointInvocations", true),
+};

@@ -1,0 +1,333 @@
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { describe, it } from "node:test";
+import { parseCommandLine, UsageError } from "../../src/cli/options.ts";
+import type { ServerOptions } from "../../src/config/server-options.ts";
+
+// Triton's command line as seqserve reads it: every flag of `tritonserver --help` (Triton's
+// src/command_line_parser.cc) is accepted with Triton's spelling and values, honoured or
+// accepted with a one-line notice, except those refused because serving without them
+// would mislead; the README's table lists each of them.
+
+/** Every flag of `tritonserver --help`, with a value as a launch script would give it (undefined: none). */
+const TRITON_HELP: readonly (readonly [string, string | undefined])[] = [
+  ["id", "triton"],
+  ["exit-timeout-secs", "30"],
+  ["model-store", "."],
+  ["model-repository", "."],
+  ["exit-on-error", "true"],
+  ["disable-auto-complete-config", undefined],
+  ["strict-readiness", "true"],
+  ["model-control-mode", "none"],
+  ["repository-poll-secs", "15"],
+  ["model-config-name", "h100"],
+  ["model-load-thread-count", "4"],
+  ["model-load-retry-count", "0"],
+  ["model-namespacing", "false"],
+  ["enable-peer-access", "true"],
+  ["allow-http", "true"],
+  ["http-address", "0.0.0.0"],
+  ["http-port", "8000"],
+  ["reuse-http-port", "false"],
+  ["http-header-forward-pattern", "x-.*"],
+  ["http-thread-count", "8"],
+  ["http-max-input-size", "67108864"],
+  ["allow-grpc", "true"],
+  ["grpc-address", "0.0.0.0"],
+  ["grpc-port", "8001"],
+  ["reuse-grpc-port", "false"],
+  ["grpc-header-forward-pattern", "x-.*"],
+  ["grpc-infer-thread-count", "2"],
+  ["grpc-infer-allocation-pool-size", "8"],
+  ["grpc-max-response-pool-size", "64"],
+  ["grpc-use-ssl", "false"],
+  ["grpc-use-ssl-mutual", "false"],
+  ["grpc-infer-response-compression-level", "none"],
+  ["grpc-keepalive-time", "7200000"],
+  ["grpc-keepalive-timeout", "20000"],
+  ["grpc-keepalive-permit-without-calls", "false"],
+  ["grpc-http2-max-pings-without-data", "2"],
+  ["grpc-http2-min-recv-ping-interval-without-data", "300000"],
+  ["grpc-http2-max-ping-strikes", "2"],
+  ["grpc-max-connection-age", "600000"],
+  ["grpc-max-connection-age-grace", "30000"],
+  ["log-verbose", "0"],
+  ["log-info", "true"],
+  ["log-warning", "true"],
+  ["log-error", "true"],
+  ["log-format", "default"],
+  ["log-file", "server.log"],
+  ["allow-sagemaker", "false"],
+  ["sagemaker-port", "8080"],
+  ["sagemaker-safe-port-range", "8000-8002"],
+  ["sagemaker-thread-count", "8"],
+  ["allow-vertex-ai", "false"],
+  ["vertex-ai-port", "8080"],
+  ["vertex-ai-thread-count", "8"],
+  ["vertex-ai-default-model", "m"],
+  ["allow-metrics", "true"],
+  ["allow-gpu-metrics", "true"],
+  ["allow-cpu-metrics", "true"],
+  ["metrics-address", "0.0.0.0"],
+  ["metrics-port", "8002"],
+  ["metrics-interval-ms", "2000"],
+  ["metrics-config", "summary_latencies=true"],
+  ["trace-config", "level=TIMESTAMPS"],
+  ["cache-config", "local,size=1048576"],
+  ["cache-directory", "/opt/tritonserver/caches"],
+  ["rate-limit", "off"],
+  ["rate-limit-resource", "R1:10:0"],
+  ["pinned-memory-pool-byte-size", "268435456"],
+  ["cuda-memory-pool-byte-size", "0:67108864"],
+  ["cuda-virtual-address-size", "0:1073741824"],
+  ["min-supported-compute-capability", "6.0"],
+  ["buffer-manager-thread-count", "0"],
+  ["host-policy", "gpu_0,numa-node=0"],
+  ["model-load-gpu-limit", "0:0.8"],
+  ["allow-client-shm", "false"],
+  ["backend-directory", "/opt/tritonserver/backends"],
+  ["backend-config", "onnxruntime,default-max-batch-size=8"],
+  ["repoagent-directory", "/opt/tritonserver/repoagents"],
+  ["strict-model-config", "false"],
+  ["response-cache-byte-size", "0"],
+  ["trace-file", "trace.json"],
+  ["trace-level", "TIMESTAMPS"],
+  ["trace-rate", "1000"],
+  ["trace-count", "-1"],
+  ["trace-log-frequency", "0"],
+];
+
+/** Refused, whatever their value, with the reason. */
+const REFUSED: readonly (readonly [string, string, RegExp])[] = [
+  ["http-restricted-api", "model-repository:admin-key=secret", /cannot restrict APIs/],
+  ["grpc-restricted-protocol", "model-repository:admin-key=secret", /cannot restrict APIs/],
+  ["allow-vertex-ai", "true", /no Vertex AI endpoint/],
+];
+
+const parse = (argv: readonly string[], env: Record<string, string> = {}): ServerOptions => {
+  const command = parseCommandLine(argv, env);
+  assert.equal(command.kind, "serve");
+  return (command as { options: ServerOptions }).options;
+};
+const withRepository = (...argv: string[]): ServerOptions => parse(["--model-repository", ".", ...argv]);
+
+describe("Triton's flags", () => {
+  it("every flag of tritonserver --help is accepted with Triton's spelling and a typical value", () => {
+    for (const [name, value] of TRITON_HELP) {
+      const argv = value === undefined ? [`--${name}`] : [`--${name}`, value];
+      assert.doesNotThrow(() => withRepository(...argv), `--${name}`);
+      assert.doesNotThrow(
+        () => withRepository(...(value === undefined ? argv : [`--${name}=${value}`])),
+        name,
+      );
+    }
+  });
+
+  it("all at once, as one launch script, with a one-line notice for each that has no effect", () => {
+    const argv = TRITON_HELP.filter(([name]) => !["model-config-name", "log-file"].includes(name)).flatMap(
+      ([name, value]) => (value === undefined ? [`--${name}`] : [`--${name}`, value]),
+    );
+    const options = parse([...argv, "--log-format", "ISO8601"]);
+    assert.equal(options.logFormat, "ISO8601");
+    for (const notice of options.notices) assert.doesNotMatch(notice, /\n/);
+    for (const flag of [
+      "allow-gpu-metrics",
+      "pinned-memory-pool-byte-size",
+      "http-thread-count",
+      "cache-config",
+    ]) {
+      assert.ok(
+        options.notices.some((n) => n.startsWith(`--${flag}`) && n.includes("has no effect")),
+        flag,
+      );
+    }
+    assert.ok(options.notices.some((n) => n.startsWith("--trace-file is deprecated in Triton")));
+    const twice = withRepository(
+      "--cuda-memory-pool-byte-size=0:1024",
+      "--cuda-memory-pool-byte-size=1:1024",
+    );
+    assert.equal(twice.notices.filter((n) => n.startsWith("--cuda-memory-pool-byte-size")).length, 1);
+  });
+
+  it("refuses, saying why, the flags whose absence here would mislead", () => {
+    for (const [name, value, why] of REFUSED) {
+      assert.throws(
+        () => withRepository(`--${name}`, value),
+        (error: unknown) =>
+          error instanceof UsageError &&
+          error.message.startsWith(`--${name} is not supported`) &&
+          why.test(error.message),
+        name,
+      );
+    }
+  });
+
+  it("are all in the README's table, each honoured, accepted without effect, or refused", () => {
+    const readme = readFileSync(new URL("../../README.md", import.meta.url), "utf8");
+    const start = readme.indexOf("### Triton's command line");
+    assert.ok(start >= 0, "the README has the section");
+    const section = readme.slice(start, readme.indexOf("\n### ", start + 1));
+    for (const [name] of [...TRITON_HELP, ...REFUSED]) {
+      assert.match(section, new RegExp(`^\\| [^|]*\`--${name}\`[^|]*\\|`, "m"), `--${name} has a row`);
+    }
+  });
+
+  it("booleans in Triton's spellings: true/false, on/off, 1/0, any case", () => {
+    assert.equal(withRepository("--strict-readiness", "OFF").strictReadiness, false);
+    assert.equal(withRepository("--strict-readiness=0").strictReadiness, false);
+    assert.equal(withRepository("--exit-on-error", "False").exitOnError, false);
+    assert.equal(withRepository("--allow-http", "on").httpPort, 8000);
+    assert.throws(
+      () => withRepository("--exit-on-error=maybe"),
+      /--exit-on-error expects true or false, got 'maybe'/,
+    );
+  });
+
+  it("logging: --log-verbose, --log-info/-warning/-error as a level, --log-level over them, --log-file, formats", () => {
+    assert.equal(withRepository().logLevel, "info");
+    assert.equal(withRepository("--log-verbose", "1").logLevel, "debug");
+    assert.equal(withRepository("--log-verbose=3").logLevel, "trace");
+    assert.equal(withRepository("--log-info", "false").logLevel, "warn");
+    assert.equal(withRepository("--log-info=false", "--log-warning=false").logLevel, "error");
+    assert.equal(withRepository("--log-info=0", "--log-warning=0", "--log-error=0").logLevel, "silent");
+    assert.equal(withRepository("--log-info=false", "--log-level", "debug").logLevel, "debug");
+    assert.equal(withRepository("--log-file", "logs/server.log").logFile, "logs/server.log");
+    assert.equal(withRepository("--log-format", "default").logFormat, "text");
+    assert.equal(withRepository().logFormat, "json");
+    const terminal = parseCommandLine(["--model-repository", "."], {}, { terminal: true });
+    assert.equal((terminal as { options: ServerOptions }).options.logFormat, "text");
+  });
+
+  it("server, readiness and model loading", () => {
+    const options = withRepository(
+      "--id=edge-7",
+      "--exit-on-error=false",
+      "--strict-readiness=false",
+      "--disable-auto-complete-config",
+      "--model-config-name=h100",
+      "--model-load-retry-count=2",
+    );
+    assert.deepEqual(
+      [
+        options.serverId,
+        options.exitOnError,
+        options.strictReadiness,
+        options.strictModelConfig,
+        options.modelConfigName,
+        options.modelLoadRetryCount,
+      ],
+      ["edge-7", false, false, true, "h100", 2],
+    );
+    const defaults = withRepository();
+    assert.deepEqual(
+      [defaults.exitOnError, defaults.strictReadiness, defaults.serverId],
+      [true, true, "seqserve"],
+    );
+    assert.throws(
+      () => withRepository("--model-config-name", "../x"),
+      /--model-config-name must be a file name/,
+    );
+  });
+
+  it("addresses per endpoint: the metrics address follows the HTTP address, as Triton's", () => {
+    const options = withRepository("--http-address", "127.0.0.2", "--grpc-address", "127.0.0.3");
+    assert.deepEqual(
+      [options.httpAddress, options.grpcAddress, options.metricsAddress],
+      ["127.0.0.2", "127.0.0.3", "127.0.0.2"],
+    );
+    assert.equal(withRepository("--http-address=a", "--metrics-address=b").metricsAddress, "b");
+    assert.equal(withRepository("--http-max-input-size", "1024").httpBodyLimitBytes, 1024);
+  });
+
+  it("metrics and trace settings in Triton's syntax", () => {
+    const options = withRepository(
+      "--metrics-config",
+      "summary_latencies=true",
+      "--metrics-config",
+      "summary_quantiles=0.5:0.05,0.99:0.001",
+      "--metrics-config=counter_latencies=false",
+      "--allow-cpu-metrics=false",
+      "--metrics-interval-ms",
+      "500",
+      "--trace-config",
+      "mode=opentelemetry",
+      "--trace-config",
+      "opentelemetry,url=collector:4318/v1/traces",
+      "--trace-config",
+      "opentelemetry,resource=service.name=edge",
+      "--trace-config",
+      "rate=10",
+      "--trace-config",
+      "count=100",
+      "--trace-config",
+      "level=TIMESTAMPS",
+      "--trace-config",
+      "opentelemetry,bsp_schedule_delay=100",
+    );
+    assert.deepEqual(
+      [
+        options.metrics.summaryLatencies,
+        options.metrics.counterLatencies,
+        options.metrics.histogramLatencies,
+      ],
+      [true, false, true],
+    );
+    assert.deepEqual(
+      options.metrics.summaryQuantiles.map((q) => q.quantile),
+      [0.5, 0.99],
+    );
+    assert.deepEqual([options.metrics.cpuMetrics, options.metrics.intervalMs], [false, 500]);
+    const t = options.tracing;
+    assert.deepEqual(
+      [t.mode, t.url, t.rate, t.count, t.timestamps, t.bspScheduleDelayMs, t.resource["service.name"]],
+      ["opentelemetry", "http://collector:4318/v1/traces", 10, 100, true, 100, "edge"],
+    );
+    // The deprecated flags, and --trace-config over them.
+    const old = withRepository(
+      "--trace-rate",
+      "5",
+      "--trace-level",
+      "TIMESTAMPS",
+      "--trace-config",
+      "rate=7",
+    );
+    assert.deepEqual([old.tracing.rate, old.tracing.timestamps], [7, true]);
+    assert.equal(
+      withRepository("--trace-level=TENSORS", "--trace-config", "level=OFF").tracing.tensors,
+      false,
+    );
+    const fromEnv = parse(["--model-repository", "."], {
+      OTEL_BSP_MAX_QUEUE_SIZE: "4096",
+      OTEL_RESOURCE_ATTRIBUTES: "deployment.environment=test",
+    });
+    assert.equal(fromEnv.tracing.bspMaxQueueSize, 4096);
+    assert.equal(fromEnv.tracing.resource["deployment.environment"], "test");
+    assert.throws(
+      () => withRepository("--trace-config", "level=LOUD"),
+      /--trace-config level must be OFF, TIMESTAMPS or TENSORS/,
+    );
+    assert.throws(
+      () => withRepository("--metrics-config", "summary_quantiles=2:0.1"),
+      /summary_quantiles expects/,
+    );
+  });
+
+  it("gRPC TLS needs its certificate and key; the SageMaker safe port range is checked", () => {
+    assert.throws(
+      () => withRepository("--grpc-use-ssl", "true"),
+      /gRPC over TLS needs --grpc-server-cert <file>/,
+    );
+    assert.throws(
+      () =>
+        withRepository("--grpc-use-ssl=true", "--grpc-server-cert", "no/cert.pem", "--grpc-server-key", "k"),
+      /--grpc-server-cert 'no\/cert.pem' does not exist/,
+    );
+    assert.throws(
+      () => withRepository("--allow-sagemaker=true", "--sagemaker-safe-port-range", "9000-9100"),
+      /The server cannot listen to HTTP requests at port 8000, allowed port range is \[9000, 9100\]/,
+    );
+    assert.doesNotThrow(() =>
+      withRepository("--allow-sagemaker=true", "--sagemaker-safe-port-range=8000-8002"),
+    );
+  });
+});

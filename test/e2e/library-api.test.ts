@@ -1,0 +1,82 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import {
+  type CliCommand,
+  parseCommandLine,
+  type RunningServer,
+  SEQSERVE_VERSION,
+  type ServerOptionsInput,
+  startServer,
+} from "../../src/index.ts";
+import { addSubModel } from "../../tools/onnx/test-models.ts";
+import { getJson, infer, outputData } from "../support/http-client.ts";
+import { type TempRepository, tempRepository } from "../support/model-repository.ts";
+import { rowsOf, simpleConfig, simpleInputs, sum } from "./support/serving.ts";
+
+// seqserve embedded in a program, through the package entry (src/index.ts): startServer
+// takes the command line's options, each optional, checked; stop() ends it. The packed
+// package's own entry is exercised in test/package.
+
+describe("the library entry", () => {
+  let repository: TempRepository;
+  before(() => {
+    repository = tempRepository({
+      simple: { config: simpleConfig("simple"), onnx: addSubModel("INT32", [-1, 16]) },
+    });
+  });
+  after(() => repository?.remove());
+
+  it("startServer with only what differs from the defaults, then stop()", async () => {
+    const options: ServerOptionsInput = {
+      modelRepositories: [repository.path],
+      host: "127.0.0.1",
+      httpPort: 0,
+      grpcPort: undefined,
+      metricsPort: undefined,
+      logLevel: "silent",
+    };
+    const server: RunningServer = await startServer(options);
+    try {
+      assert.equal(server.grpcPort, undefined);
+      const url = `http://127.0.0.1:${server.httpPort}`;
+      assert.equal((await getJson(`${url}/v2`)).body.version, SEQSERVE_VERSION);
+      const a = rowsOf(2);
+      assert.deepEqual(outputData(await infer(url, "simple", simpleInputs(a, a)), "OUTPUT0"), sum(a, a));
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it("the command line's options, as parseCommandLine reads them", async () => {
+    const command: CliCommand = parseCommandLine([
+      "--model-repository",
+      repository.path,
+      "--host=127.0.0.1",
+      "--http-port=0",
+      "--allow-grpc=false",
+      "--allow-metrics=false",
+      "--log-level=silent",
+      "--id=embedded",
+    ]);
+    assert.equal(command.kind, "serve");
+    if (command.kind !== "serve") return;
+    const server = await startServer(command.options);
+    try {
+      assert.equal((await getJson(`http://127.0.0.1:${server.httpPort}/v2`)).body.name, "embedded");
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it("refuses wrong options before starting anything, naming the option", async () => {
+    await assert.rejects(startServer({}), /^TypeError: seqserve options: no models to serve/);
+    await assert.rejects(
+      startServer({ modelRepositories: [repository.path], httpPort: 70_000 }),
+      /^TypeError: seqserve option 'httpPort' must be a port from 0 to 65535, or undefined \(off\), got 70000$/,
+    );
+    await assert.rejects(
+      startServer({ modelRepositories: [repository.path], logFormat: "xml" as never }),
+      /option 'logFormat' must be json, text or ISO8601/,
+    );
+  });
+});
