@@ -97,7 +97,7 @@ export async function startServer(
   const tls = readTls(options);
   const metrics: ServerMetrics | undefined =
     options.metricsPort === undefined ? undefined : createMetricsRegistry(options.metrics);
-  const tracing = createTracing(options.tracing, SEQSERVE_VERSION, start.traceExporter);
+  const tracing = await createTracing(options.tracing, SEQSERVE_VERSION, start.traceExporter);
   const observers = [metrics?.observeRequests, tracing?.observeRequests].filter(
     (factory): factory is ObserverFactory => factory !== undefined,
   );
