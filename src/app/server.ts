@@ -11,6 +11,7 @@ import { type MetricsServer, startMetricsServer } from "../observability/metrics
 import { ModelRepository } from "../repository/model-repository.ts";
 import { handlerBackend, modelBackends, registryCalls } from "./model-backends.ts";
 import { onnxBackend } from "./onnx-backend.ts";
+import { openSequenceTier } from "./state-tier.ts";
 
 // The composition root: options → repository → models → frontends. The only place that
 // picks concrete implementations (ONNX Runtime, fastify, grpc-js, prom-client).
@@ -54,7 +55,9 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
   let stopping = false;
   const calls = registryCalls();
   for (const notice of options.notices) logger.info({ event: "option_notice" }, notice);
+  const sequenceTier = await openSequenceTier(options.stateStore, logger);
   const repository = await ModelRepository.open({
+    sequenceTier,
     repositories: options.modelRepositories,
     ovmsConfigs: options.ovmsConfigs,
     strict: options.strictModelConfig,
@@ -136,6 +139,7 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
   } catch (error) {
     for (const close of closers.reverse()) await close().catch(() => {});
     await repository.shutdown(Date.now());
+    await sequenceTier?.close();
     throw error;
   }
 
@@ -167,10 +171,21 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
         "stopping: no new sequences; waiting for live ones to finish",
       );
       repository.beginShutdown();
-      await repository.drain(deadline);
-      for (const close of closers.reverse())
-        await close().catch((error: unknown) => logger.warn({ err: error }, "closing an endpoint failed"));
+      const closeEndpoints = async (): Promise<void> => {
+        for (const close of closers.reverse())
+          await close().catch((error: unknown) => logger.warn({ err: error }, "closing an endpoint failed"));
+      };
+      if (sequenceTier === undefined) {
+        await repository.drain(deadline);
+        await closeEndpoints();
+      } else {
+        // A hand-over: the endpoints stop taking connections at once (a balancer sends
+        // the next requests elsewhere) while the requests accepted finish and their
+        // state is written; the sequences go on on the other replicas.
+        await Promise.all([repository.drain(deadline), closeEndpoints()]);
+      }
       await repository.shutdown(Date.now());
+      await sequenceTier?.close();
       logger.info({ event: "stopped" }, "stopped");
     },
   };

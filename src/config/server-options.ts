@@ -67,6 +67,11 @@ export interface ServerOptions {
   readonly sagemakerModel?: string | undefined;
   /** How long a SageMaker session lives from its opening. */
   readonly sagemakerSessionTtlSecs?: number;
+  /**
+   * Where sequences keep their state: "memory" (default: this process) or a Redis location
+   * (redis://, rediss://, redis+cluster://…) shared by replicas, written through at every step.
+   */
+  readonly stateStore?: string;
 }
 
 export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
@@ -97,4 +102,5 @@ export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   sagemakerPort: undefined,
   sagemakerModel: undefined,
   sagemakerSessionTtlSecs: 1200,
+  stateStore: "memory",
 });

@@ -10,6 +10,7 @@ import { DynamicBatcher } from "./scheduler/dynamic-batcher.ts";
 import { nowNs, PendingRequest } from "./scheduler/pending-request.ts";
 import type { DrainReason, Scheduler } from "./scheduler/scheduler.ts";
 import { SequenceBatcher } from "./sequence/sequence-batcher.ts";
+import type { ModelTier } from "./sequence/sequence-tier.ts";
 import type { HandoverResult } from "./sequence/sequence-transfer.ts";
 import type { StateStore } from "./sequence/state-store.ts";
 import { ModelStatistics, type ModelStatisticsSnapshot } from "./statistics.ts";
@@ -25,6 +26,8 @@ export interface LoadedModelOptions {
   readonly warn?: (message: string) => void;
   /** Told about every batch of a sequence model (the model runner's log). */
   readonly observer?: BatchObserver;
+  /** A sequence model's tier shared with other replicas (sequence-tier.ts). */
+  readonly tier?: ModelTier;
 }
 
 function tensorMetadata(config: ModelConfig): { inputs: TensorMetadata[]; outputs: TensorMetadata[] } {
@@ -72,6 +75,7 @@ export class LoadedModel implements ServedModel {
         ...(options.store === undefined ? {} : { store: options.store }),
         ...(options.warn === undefined ? {} : { warn: options.warn }),
         ...(options.observer === undefined ? {} : { observer: options.observer }),
+        ...(options.tier === undefined ? {} : { tier: options.tier }),
       });
       this.#scheduler = batcher;
       this.sequences = batcher;

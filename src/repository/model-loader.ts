@@ -18,6 +18,7 @@ import type { ModelBackend } from "../core/backend.ts";
 import { invalidArg, unavailable } from "../core/errors.ts";
 import { LoadedModel } from "../core/loaded-model.ts";
 import type { ModelIo } from "../core/model-io.ts";
+import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
 import type { Logger } from "../observability/logger.ts";
 import { modelRunnerLog } from "../observability/model-runner-log.ts";
 import type { ModelSource } from "./model-source.ts";
@@ -107,6 +108,8 @@ export interface VersionLoadOptions {
   readonly logger: Logger;
   /** max_batch_size autocomplete gives a batchable model (--backend-config default-max-batch-size). */
   readonly defaultMaxBatchSize: number;
+  /** Where sequence models keep their state beside memory, shared with other replicas (--state-store). */
+  readonly sequenceTier?: SequenceTier | undefined;
 }
 
 export async function openVersion(
@@ -151,6 +154,9 @@ export async function openVersion(
       executors: opened.executors,
       warn: (message) => logger.warn({ event: "sequence", model: source.name }, message),
       ...(observer === undefined ? {} : { observer }),
+      ...(sequencing === undefined || options.sequenceTier === undefined
+        ? {}
+        : { tier: options.sequenceTier.forModel(source.name, String(version)) }),
     });
     return { model, configJson: resolved.tritonJson as Record<string, unknown> };
   } catch (error) {

@@ -11,6 +11,7 @@ import type {
   RepositoryIndexEntry,
   ServedModel,
 } from "../core/model.ts";
+import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
 import type { ModelStatisticsSnapshot } from "../core/statistics.ts";
 import type { Logger } from "../observability/logger.ts";
 import { openVersion, prepareModel } from "./model-loader.ts";
@@ -41,6 +42,8 @@ export interface ModelRepositoryOptions {
   readonly configPollSecs?: number;
   /** OVMS's sequence cleaner period (default 5 minutes). */
   readonly sequenceCleanerPollWaitMinutes?: number;
+  /** Where sequence models keep their state beside memory, shared with other replicas (--state-store). */
+  readonly sequenceTier?: SequenceTier | undefined;
 }
 
 interface ModelEntry {

@@ -468,6 +468,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         }
         sequence.queue.shift();
         head.markDispatched();
+        // The tier's word was used once: the next surprise asks it again.
+        if (place !== undefined) place.verified = false;
         const check = checkStep(step, sequence.applied, sequence.answers, sequence.id, this.#config.name);
         if (check.kind === "answered") head.resolve(this.#recorded(head, check.answer));
         else if (check.kind === "refused") head.reject(check.error);
@@ -1030,7 +1032,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       const fresh = place.version === undefined;
       writes.push({
         id: sequence.id,
-        mode: end ? (fresh ? "force_end" : "end") : fresh ? (exclusive ? "new_exclusive" : "new") : "next",
+        mode: end ? (fresh ? "new_end" : "end") : fresh ? (exclusive ? "new_exclusive" : "new") : "next",
         ...(fresh ? {} : { expect: { version: place.version!, life: place.life } }),
         life: place.life,
         body: this.#body(sequence, sequence.applied + 1, kept, !end),

@@ -31,10 +31,11 @@ export interface TierRecord {
  * - `next`: the sequence's next state, only if the record is still at `expect`;
  * - `new`: a new life of the id, whatever the tier held (a START);
  * - `new_exclusive`: a new life, only if the id has no live record (OpenVINO Model Server's START);
+ * - `new_end`: a new life that ends at once (a START that is also the END), whatever the tier held;
  * - `end`: the life ends (the record is kept as a tombstone with `endReason`), only if still at `expect`;
- * - `force_end`: whatever life the id has ends (an operator's DELETE, an expiry).
+ * - `force_end`: whatever live life the id has ends (an operator's DELETE).
  */
-export type TierWriteMode = "next" | "new" | "new_exclusive" | "end" | "force_end";
+export type TierWriteMode = "next" | "new" | "new_exclusive" | "new_end" | "end" | "force_end";
 
 /** How long a live record lives without being written again. */
 export type TierExpiry =

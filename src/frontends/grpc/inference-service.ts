@@ -3,6 +3,7 @@ import { cancelled, invalidArg, ServerError } from "../../core/errors.ts";
 import type { InferResponse } from "../../core/infer.ts";
 import type { ModelMetadata, ServerContext, TensorMetadata } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { routedSequenceId, SEQUENCE_ID_METADATA, withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse } from "./infer-response-encoder.ts";
 import type {
@@ -101,7 +102,9 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     let pending: Promise<InferResponse>;
     try {
       const decoded = decodeInferRequest(message, controller.signal);
-      pending = registry.model(decoded.modelName, decoded.modelVersion).infer(decoded.request);
+      const model = registry.model(decoded.modelName, decoded.modelVersion);
+      const routed = routedSequenceId(call.metadata.get(SEQUENCE_ID_METADATA)[0]?.toString());
+      pending = model.infer(withRoutedSequenceId(decoded.request, routed, model));
     } catch (error) {
       call.off("cancelled", onCancel);
       return Promise.reject(error);

@@ -1,11 +1,12 @@
 import { setMaxListeners } from "node:events";
 import type { ServerDuplexStream } from "@grpc/grpc-js";
 import { asServerError, cancelled } from "../../core/errors.ts";
-import type { InferRequest, InferResponse } from "../../core/infer.ts";
+import type { InferRequest, InferResponse, SequenceId } from "../../core/infer.ts";
 import type { ModelRegistry, ServedModel } from "../../core/model.ts";
 import { inferStream } from "../../core/response-stream.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { relayResponses } from "../common/kserve/decoupled-responses.ts";
+import { routedSequenceId, SEQUENCE_ID_METADATA, withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse, streamError } from "./infer-response-encoder.ts";
 import type { ModelInferRequestMessage, ModelStreamInferResponseMessage } from "./messages.ts";
@@ -39,6 +40,7 @@ export type StreamInferCall = ServerDuplexStream<
 
 export class StreamInferSession {
   readonly #call: StreamInferCall;
+  readonly #routedId: SequenceId | undefined;
   readonly #registry: ModelRegistry;
   readonly #logger: Logger;
   readonly #maxInflight: number;
@@ -63,6 +65,8 @@ export class StreamInferSession {
     maxMessageBytes: number,
   ) {
     this.#call = call;
+    // A balancer routes the whole stream by its metadata: its requests may leave the id out.
+    this.#routedId = routedSequenceId(call.metadata.get(SEQUENCE_ID_METADATA)[0]?.toString());
     this.#registry = registry;
     this.#logger = logger;
     this.#maxInflight = Math.max(1, maxInflight);
@@ -98,11 +102,12 @@ export class StreamInferSession {
     try {
       const decoded = decodeInferRequest(message, this.#controller.signal);
       const model = this.#registry.model(decoded.modelName, decoded.modelVersion);
+      const request = withRoutedSequenceId(decoded.request, this.#routedId, model);
       if (model.decoupled === true) {
-        this.#relay(model, decoded.request, message.id);
+        this.#relay(model, request, message.id);
         return;
       }
-      pending = model.infer(decoded.request);
+      pending = model.infer(request);
     } catch (error) {
       this.#fail(error, message.id);
       return;

@@ -8,6 +8,7 @@ import { sendJson } from "../common/http/json-text.ts";
 import { HEADER_LENGTH, HEADER_LENGTH_NAME, readHeaderLength } from "../common/kserve/binary-tensor.ts";
 import { decodeInferRequest } from "../common/kserve/infer-request-decoder.ts";
 import { encodeInferResponse } from "../common/kserve/infer-response-encoder.ts";
+import { routedSequenceId, SEQUENCE_ID_HEADER, withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
 import { modelVersion } from "./model-version.ts";
 
@@ -114,7 +115,8 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
       const disconnect = watchDisconnect(request, reply);
       try {
         const decoded = decodeInferRequest(body, headerLength, model, { signal: disconnect.signal });
-        const response = await model.infer(decoded.request);
+        const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
+        const response = await model.infer(withRoutedSequenceId(decoded.request, routed, model));
         const encoded = encodeInferResponse(response, decoded.encoding);
         if (encoded.headerLength !== undefined) reply.header(HEADER_LENGTH_NAME, encoded.headerLength);
         return reply.type(encoded.contentType).send(encoded.body);
