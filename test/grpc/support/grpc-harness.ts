@@ -5,6 +5,7 @@ import {
   type ClientReadableStream,
   type ClientUnaryCall,
   credentials,
+  Metadata,
   type ServiceError,
 } from "@grpc/grpc-js";
 import type { MethodDefinition } from "@grpc/proto-loader";
@@ -81,12 +82,14 @@ export class TestClient {
     return this.#client.makeServerStreamRequest(m.path, m.requestSerialize, m.responseDeserialize, request);
   }
 
-  stream(): ClientDuplexStream<ModelInferRequestMessage, ModelStreamInferResponseMessage> {
+  /** A ModelStreamInfer call, with `metadata` (e.g. the sequence-id a balancer routes by). */
+  stream(metadata: Metadata = new Metadata()): ClientDuplexStream<ModelInferRequestMessage, ModelStreamInferResponseMessage> {
     const m = method(INFERENCE_SERVICE_NAME, "ModelStreamInfer");
     return this.#client.makeBidiStreamRequest(
       m.path,
       m.requestSerialize,
       m.responseDeserialize,
+      metadata,
     ) as ClientDuplexStream<ModelInferRequestMessage, ModelStreamInferResponseMessage>;
   }
 
