@@ -5,7 +5,7 @@ import { Metadata } from "@grpc/grpc-js";
 import type { ModelInferRequestMessage } from "../../src/frontends/grpc/messages.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { rawBytes, StreamCall } from "../support/grpc-stream-call.ts";
-import { tempRepository, type TempRepository } from "../support/model-repository.ts";
+import { type TempRepository, tempRepository } from "../support/model-repository.ts";
 import {
   expectedBits,
   firstMismatch,
@@ -80,7 +80,12 @@ async function httpStep(
         binary_data_output: true,
       },
       inputs: [
-        { name: "input", datatype: "FP32", shape: [1, SILERO_SAMPLES], parameters: { binary_data_size: 2048 } },
+        {
+          name: "input",
+          datatype: "FP32",
+          shape: [1, SILERO_SAMPLES],
+          parameters: { binary_data_size: 2048 },
+        },
         { name: "sr", datatype: "INT64", shape: [], parameters: { binary_data_size: 8 } },
       ],
     }),
@@ -148,7 +153,8 @@ class GrpcSequence {
       if (/retry/i.test(message)) throw new RetryableError(message);
       assert.fail(`sequence ${this.#id} step ${step}: ${message}`);
     }
-    return answer.infer_response!.raw_output_contents![0]!.readUInt32LE(0);
+    const raw = answer.infer_response!.raw_output_contents![0]!;
+    return Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength).readUInt32LE(0);
   }
 
   close(): void {
@@ -164,7 +170,9 @@ describe("replicas behind nginx sharing a Redis state store", { skip }, () => {
 
   before(async () => {
     redis = await RedisServer.start();
-    repository = tempRepository({ [MODEL]: { config: SILERO_STATEFUL_CONFIG, onnx: readFileSync(SILERO_PATH) } });
+    repository = tempRepository({
+      [MODEL]: { config: SILERO_STATEFUL_CONFIG, onnx: readFileSync(SILERO_PATH) },
+    });
     // The fourth is started now and joins nginx's upstreams later, as a new pod does once ready.
     for (let i = 0; i < 4; i++) replicas.push(new Replica(repository.path, redis.url));
     const ports = await Promise.all(replicas.map((r) => r.ready()));

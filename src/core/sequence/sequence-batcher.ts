@@ -263,7 +263,12 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     // A numbered retry of a START that was applied continues the sequence it began (and
     // is answered from the recorded answer) instead of starting it again.
     const starts = start && !(control?.step !== undefined && existing !== undefined && existing.applied > 0);
-    if (!starts && existing === undefined) throw this.#unknownId(id, exclusive);
+    if (!starts && existing === undefined) {
+      // Lost with the tier's data: say so rather than ask for a START as if it had ended.
+      if (this.#tier !== undefined && this.#recentEnds.get(key)?.reason === "state_lost")
+        throw this.#lostError(id);
+      throw this.#unknownId(id, exclusive);
+    }
     if (starts && exclusive) this.#checkExclusiveStart(id, existing);
     if (starts && existing === undefined) this.#checkRoomForNew();
 
@@ -891,7 +896,6 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     const waiting = this.#looks.get(key) ?? [];
     this.#looks.delete(key);
     this.#pending -= waiting.length;
-    let ended: StepAnswers | undefined;
     try {
       if (record !== undefined && record.ended === undefined) {
         if (!this.#live.has(key) && !this.#ending.has(key)) this.#adoptFromTier(key, id, record);
@@ -900,7 +904,6 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
           reason: record.ended as SequenceEndReason,
           endedAtMs: record.writtenAtMs,
         });
-        ended = new StepAnswers(decodeRecordBody(record.body, this.#describe(id)).answers);
       }
     } catch (error) {
       for (const p of waiting) p.reject(asServerError(error));
@@ -909,13 +912,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     }
     for (const p of waiting) {
       // The retry of a step that ended its sequence (its END) gets the END's answer.
-      const step = p.request.sequence?.step;
-      const answer = step === undefined ? undefined : ended?.get(step);
-      if (answer !== undefined) {
-        p.markDispatched();
-        p.resolve(this.#recorded(p, answer));
-        continue;
-      }
+      if (this.#answerFromEnded(p, record)) continue;
       try {
         this.#admit(p, true);
       } catch (error) {
@@ -989,6 +986,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         } else {
           place.ended = true;
           const reason = this.#goneReason(record);
+          const head = sequence.queue.peek();
+          if (head !== undefined && this.#answerFromEnded(head, record)) sequence.queue.shift();
           this.#endNow(sequence, reason, this.#endedElsewhere(sequence.id, reason));
           return;
         }
@@ -1112,8 +1111,24 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     place.ended = true;
     const reason = this.#goneReason(current);
     const error = this.#endedElsewhere(sequence.id, reason);
-    row.request.reject(error);
+    // A retried END that another replica applied: its answer is kept with the ended record.
+    if (!this.#answerFromEnded(row.request, current)) row.request.reject(error);
     this.#endNow(sequence, reason, error);
+  }
+
+  /** Answers a numbered request whose step the ended sequence `record` recorded; false when it did not. */
+  #answerFromEnded(request: PendingRequest, record: TierRecord | undefined): boolean {
+    const step = request.request.sequence?.step;
+    if (step === undefined || record?.ended === undefined) return false;
+    let answer: StepAnswer | undefined;
+    try {
+      answer = decodeRecordBody(record.body, "an ended sequence").answers.find((a) => a.step === step);
+    } catch {
+      return false;
+    }
+    if (answer === undefined) return false;
+    request.resolve(this.#recorded(request, answer));
+    return true;
   }
 
   /** The tier learns of an end decided here (a timeout, a cancellation, an operator's DELETE…). */

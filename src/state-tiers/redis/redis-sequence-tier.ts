@@ -180,6 +180,13 @@ export class RedisSequenceTier implements SequenceTier {
       );
     });
     const replies = await Promise.all(answers);
+    // A record gone from under its writer: Redis may have lost its data. Find out before
+    // the writer is told, so that it can say so rather than report an ordinary end.
+    if (
+      replies.some(([written, detail]) => Number(written) !== 1 && toRecord(detail as Buffer[]) === undefined)
+    ) {
+      await this.#checkMarker().catch(() => {});
+    }
     return replies.map(([written, detail]) =>
       Number(written) === 1
         ? { kind: "written", version: Number(detail) }

@@ -83,7 +83,9 @@ export class TestClient {
   }
 
   /** A ModelStreamInfer call, with `metadata` (e.g. the sequence-id a balancer routes by). */
-  stream(metadata: Metadata = new Metadata()): ClientDuplexStream<ModelInferRequestMessage, ModelStreamInferResponseMessage> {
+  stream(
+    metadata: Metadata = new Metadata(),
+  ): ClientDuplexStream<ModelInferRequestMessage, ModelStreamInferResponseMessage> {
     const m = method(INFERENCE_SERVICE_NAME, "ModelStreamInfer");
     return this.#client.makeBidiStreamRequest(
       m.path,

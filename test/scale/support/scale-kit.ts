@@ -71,13 +71,27 @@ export class RedisServer {
   async #spawn(): Promise<void> {
     const child = spawn(
       "redis-server",
-      ["--port", String(this.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", this.#dir],
+      [
+        "--port",
+        String(this.port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        this.#dir,
+      ],
       { stdio: "ignore" },
     );
     this.#child = child;
     for (let i = 0; i < 200; i++) {
       try {
-        if (execFileSync("redis-cli", ["-p", String(this.port), "ping"], { encoding: "utf8" }).trim() === "PONG") return;
+        if (
+          execFileSync("redis-cli", ["-p", String(this.port), "ping"], { encoding: "utf8" }).trim() === "PONG"
+        )
+          return;
       } catch {}
       await pause(25);
     }
@@ -131,7 +145,14 @@ export class Nginx {
     nginx.#render(replicas);
     const child = spawn(
       existsExecutable("nginx") ?? "/usr/sbin/nginx",
-      ["-p", nginx.#dir, "-c", join(nginx.#dir, "nginx.conf"), "-g", `daemon off; pid ${join(nginx.#dir, "nginx.pid")}; error_log ${join(nginx.#dir, "error.log")} warn;`],
+      [
+        "-p",
+        nginx.#dir,
+        "-c",
+        join(nginx.#dir, "nginx.conf"),
+        "-g",
+        `daemon off; pid ${join(nginx.#dir, "nginx.pid")}; error_log ${join(nginx.#dir, "error.log")} warn;`,
+      ],
       { stdio: ["ignore", "ignore", "pipe"] },
     );
     let stderr = "";
