@@ -11,7 +11,7 @@ import type { StepAnswer } from "./step-answers.ts";
 // slab), and model code's values are already bytes in it.
 
 /** Bumped when the layout changes; a record of another layout is refused by name. */
-const RECORD_FORMAT = 1;
+const RECORD_FORMAT = 2;
 
 export interface SequenceRecordBody {
   /** Steps applied in the sequence's current life. */
@@ -25,13 +25,37 @@ export interface SequenceRecordBody {
   readonly expiresAtMs: number | undefined;
 }
 
+interface EncodedAnswer {
+  readonly step: number;
+  readonly outputs: [string, Tensor][];
+  readonly parameters: Parameters;
+}
+
 interface Encoded {
   readonly format: number;
   readonly applied: number;
   readonly state: [string, StateEntry][] | undefined;
-  readonly answers: { step: number; outputs: [string, Tensor][]; parameters: Parameters }[];
+  /** Each answer encoded on its own, once: a sequence writes the same answers with several steps. */
+  readonly answers: Uint8Array[];
   readonly createdMs: number;
   readonly expiresAtMs: number | undefined;
+}
+
+/** Answers recorded here, encoded once each (answers read from a record keep their bytes). */
+const answerBytes = new WeakMap<StepAnswer, Uint8Array>();
+
+function encodedAnswer(answer: StepAnswer): Uint8Array {
+  let bytes = answer.encoded ?? answerBytes.get(answer);
+  if (bytes === undefined) {
+    const plain: EncodedAnswer = {
+      step: answer.step,
+      outputs: [...answer.outputs],
+      parameters: answer.parameters,
+    };
+    bytes = serialize(plain);
+    answerBytes.set(answer, bytes);
+  }
+  return bytes;
 }
 
 export function encodeRecordBody(body: SequenceRecordBody): Uint8Array {
@@ -39,7 +63,7 @@ export function encodeRecordBody(body: SequenceRecordBody): Uint8Array {
     format: RECORD_FORMAT,
     applied: body.applied,
     state: body.state === undefined ? undefined : [...body.state],
-    answers: body.answers.map((a) => ({ step: a.step, outputs: [...a.outputs], parameters: a.parameters })),
+    answers: body.answers.map(encodedAnswer),
     createdMs: body.createdMs,
     expiresAtMs: body.expiresAtMs,
   };
@@ -61,11 +85,10 @@ export function decodeRecordBody(bytes: Uint8Array, what: string): SequenceRecor
   return {
     applied: encoded.applied,
     state: encoded.state === undefined ? undefined : new Map(encoded.state),
-    answers: encoded.answers.map((a) => ({
-      step: a.step,
-      outputs: new Map(a.outputs),
-      parameters: a.parameters,
-    })),
+    answers: encoded.answers.map((bytes) => {
+      const a = deserialize(bytes) as EncodedAnswer;
+      return { step: a.step, outputs: new Map(a.outputs), parameters: a.parameters, encoded: bytes };
+    }),
     createdMs: encoded.createdMs,
     expiresAtMs: encoded.expiresAtMs,
   };

@@ -12,7 +12,7 @@ import { formatSequenceId } from "./sequence-parameters.ts";
 // answers kept are bounded in count and in bytes per sequence.
 
 /** The answers a sequence keeps at most, and the bytes they may take together. */
-export const STEP_ANSWERS_KEPT = 8;
+export const STEP_ANSWERS_KEPT = 4;
 export const STEP_ANSWERS_MAX_BYTES = 256 * 1024;
 
 /** The answer of one applied step: what its client was (or would have been) sent. */
@@ -20,6 +20,8 @@ export interface StepAnswer {
   readonly step: number;
   readonly outputs: ReadonlyMap<string, Tensor>;
   readonly parameters: Parameters;
+  /** Its encoding in a tier's record, when it was read from one (sequence-record.ts). */
+  readonly encoded?: Uint8Array;
 }
 
 function answerBytes(answer: StepAnswer): number {

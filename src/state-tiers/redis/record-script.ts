@@ -9,39 +9,60 @@
 //       (idle | at | never), expiry value (ms or epoch ms), tombstone ttl (ms), now (epoch ms)
 // Returns {1, version} when written, or {0, <the record as HGETALL>} when not.
 
-export const WRITE_RECORD_LUA = `
-local key = KEYS[1]
-local mode = ARGV[1]
-local current = redis.call('HMGET', key, 'v', 'life', 'ended')
-local version = tonumber(current[1]) or 0
-local life = current[2]
-local ended = current[3]
-local function refused()
-  return {0, redis.call('HGETALL', key)}
-end
-if mode == 'next' or mode == 'end' then
-  if (not life) or ended or life ~= ARGV[3] or version ~= tonumber(ARGV[2]) then return refused() end
-elseif mode == 'new_exclusive' then
-  if life and not ended then return refused() end
-elseif mode == 'force_end' then
-  if (not life) or ended then return refused() end
-end
-version = version + 1
-if mode == 'end' or mode == 'force_end' or mode == 'new_end' then
-  local keep = life
-  if mode == 'new_end' then keep = ARGV[4] end
-  redis.call('HSET', key, 'v', version, 'life', keep, 'body', ARGV[5], 'ended', ARGV[6], 'at', ARGV[10])
-  redis.call('PEXPIRE', key, ARGV[9])
-else
-  redis.call('HSET', key, 'v', version, 'life', ARGV[4], 'body', ARGV[5], 'at', ARGV[10])
-  redis.call('HDEL', key, 'ended')
-  if ARGV[7] == 'idle' then
-    redis.call('PEXPIRE', key, ARGV[8])
-  elseif ARGV[7] == 'at' then
-    redis.call('PEXPIREAT', key, ARGV[8])
-  else
-    redis.call('PERSIST', key)
+/** The write of one record: `write(key, a)` where `a` holds the ARGV above, from a[1]. */
+const WRITE_FUNCTION = `
+local function write(key, a)
+  local mode = a[1]
+  local current = redis.call('HMGET', key, 'v', 'life', 'ended')
+  local version = tonumber(current[1]) or 0
+  local life = current[2]
+  local ended = current[3]
+  if mode == 'next' or mode == 'end' then
+    if (not life) or ended or life ~= a[3] or version ~= tonumber(a[2]) then return {0, redis.call('HGETALL', key)} end
+  elseif mode == 'new_exclusive' then
+    if life and not ended then return {0, redis.call('HGETALL', key)} end
+  elseif mode == 'force_end' then
+    if (not life) or ended then return {0, redis.call('HGETALL', key)} end
   end
+  version = version + 1
+  if mode == 'end' or mode == 'force_end' or mode == 'new_end' then
+    local keep = life
+    if mode == 'new_end' then keep = a[4] end
+    redis.call('HSET', key, 'v', version, 'life', keep, 'body', a[5], 'ended', a[6], 'at', a[10])
+    redis.call('PEXPIRE', key, a[9])
+  else
+    redis.call('HSET', key, 'v', version, 'life', a[4], 'body', a[5], 'at', a[10])
+    redis.call('HDEL', key, 'ended')
+    if a[7] == 'idle' then
+      redis.call('PEXPIRE', key, a[8])
+    elseif a[7] == 'at' then
+      redis.call('PEXPIREAT', key, a[8])
+    else
+      redis.call('PERSIST', key)
+    end
+  end
+  return {1, version}
 end
-return {1, version}
+`;
+
+/** The number of ARGV entries per record. */
+export const WRITE_ARGUMENTS = 10;
+
+export const WRITE_RECORD_LUA = `${WRITE_FUNCTION}
+return write(KEYS[1], ARGV)
+`;
+
+/**
+ * Several records in one script run (a batch's rows, on one Redis server): KEYS[i] with
+ * ARGV[(i-1)*10+1 .. i*10]; one answer per record, in order. Each record is fenced on its
+ * own. (A Redis Cluster spreads the keys over nodes: there each record is its own call.)
+ */
+export const WRITE_RECORDS_LUA = `${WRITE_FUNCTION}
+local answers = {}
+for i = 1, #KEYS do
+  local a = {}
+  for j = 1, ${WRITE_ARGUMENTS} do a[j] = ARGV[(i - 1) * ${WRITE_ARGUMENTS} + j] end
+  answers[i] = write(KEYS[i], a)
+end
+return answers
 `;

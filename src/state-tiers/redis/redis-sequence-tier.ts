@@ -8,7 +8,7 @@ import type {
   TierWrite,
   TierWriteResult,
 } from "../../core/sequence/sequence-tier.ts";
-import { WRITE_RECORD_LUA } from "./record-script.ts";
+import { WRITE_RECORD_LUA, WRITE_RECORDS_LUA } from "./record-script.ts";
 import type { RedisLocation } from "./redis-location.ts";
 
 // The sequence tier on Redis (or Valkey, or a Redis Cluster): one hash per sequence id of
@@ -24,11 +24,12 @@ import type { RedisLocation } from "./redis-location.ts";
 
 type Client = Redis | Cluster;
 
-interface WriteCommand {
-  writeRecordBuffer(
-    key: string,
-    ...args: (string | Buffer | Uint8Array | number)[]
-  ): Promise<[number, unknown]>;
+type Argument = string | Buffer | number;
+type WriteReply = [number, unknown];
+
+interface WriteCommands {
+  writeRecordBuffer(key: string, ...args: Argument[]): Promise<WriteReply>;
+  writeRecordsBuffer(keyCount: number, ...keysThenArgs: Argument[]): Promise<WriteReply[]>;
 }
 
 const encode = (text: string): string => encodeURIComponent(text);
@@ -71,6 +72,7 @@ export class RedisSequenceTier implements SequenceTier {
     this.location = location.display;
     this.#client = client;
     client.defineCommand("writeRecord", { numberOfKeys: 1, lua: WRITE_RECORD_LUA });
+    client.defineCommand("writeRecords", { lua: WRITE_RECORDS_LUA });
     // Every (re)connection checks that Redis still has its data.
     client.on("ready", () => {
       void this.#checkMarker().catch(() => {});
@@ -159,27 +161,31 @@ export class RedisSequenceTier implements SequenceTier {
   }
 
   async #write(model: string, version: string, writes: readonly TierWrite[]): Promise<TierWriteResult[]> {
-    const client = this.#client as unknown as WriteCommand;
+    const client = this.#client as unknown as WriteCommands;
     const endedTtlMs = this.#location.endedTtlSecs * 1000;
-    // Issued in one turn: auto-pipelining sends them together.
-    const answers = writes.map((w) => {
-      const expiryValue =
-        w.expiry.kind === "idle" ? w.expiry.ms : w.expiry.kind === "at" ? w.expiry.epochMs : 0;
-      return client.writeRecordBuffer(
-        recordKey(this.#location.prefix, model, version, w.id),
-        w.mode,
-        w.expect?.version ?? 0,
-        w.expect?.life ?? "",
-        w.life,
-        Buffer.from(w.body.buffer, w.body.byteOffset, w.body.byteLength),
-        w.endReason ?? "",
-        w.expiry.kind,
-        expiryValue,
-        endedTtlMs,
-        Date.now(),
+    const keys = writes.map((w) => recordKey(this.#location.prefix, model, version, w.id));
+    const argumentsOf = (w: TierWrite): Argument[] => [
+      w.mode,
+      w.expect?.version ?? 0,
+      w.expect?.life ?? "",
+      w.life,
+      Buffer.from(w.body.buffer, w.body.byteOffset, w.body.byteLength),
+      w.endReason ?? "",
+      w.expiry.kind,
+      w.expiry.kind === "idle" ? w.expiry.ms : w.expiry.kind === "at" ? w.expiry.epochMs : 0,
+      endedTtlMs,
+      Date.now(),
+    ];
+    let replies: WriteReply[];
+    if (this.#location.cluster || writes.length === 1) {
+      // Issued in one turn: auto-pipelining sends them together (per node in a cluster).
+      replies = await Promise.all(
+        writes.map((w, i) => client.writeRecordBuffer(keys[i]!, ...argumentsOf(w))),
       );
-    });
-    const replies = await Promise.all(answers);
+    } else {
+      // A batch's rows on one server: one script run writes them all, each fenced on its own.
+      replies = await client.writeRecordsBuffer(writes.length, ...keys, ...writes.flatMap(argumentsOf));
+    }
     // A record gone from under its writer: Redis may have lost its data. Find out before
     // the writer is told, so that it can say so rather than report an ordinary end.
     if (
