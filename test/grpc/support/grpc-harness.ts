@@ -54,6 +54,7 @@ export class TestClient {
     name: string,
     request: object,
     service = INFERENCE_SERVICE_NAME,
+    metadata: Metadata = new Metadata(),
   ): { call: ClientUnaryCall; response: Promise<Response> } {
     const m = method(service, name);
     let call: ClientUnaryCall | undefined;
@@ -63,14 +64,20 @@ export class TestClient {
         m.requestSerialize,
         m.responseDeserialize,
         request,
+        metadata,
         (error: ServiceError | null, value?: object) => (error ? reject(error) : resolve(value as Response)),
       );
     });
     return { call: call as ClientUnaryCall, response };
   }
 
-  unary<Response>(name: string, request: object = {}, service = INFERENCE_SERVICE_NAME): Promise<Response> {
-    return this.start<Response>(name, request, service).response;
+  unary<Response>(
+    name: string,
+    request: object = {},
+    service = INFERENCE_SERVICE_NAME,
+    metadata?: Metadata,
+  ): Promise<Response> {
+    return this.start<Response>(name, request, service, metadata).response;
   }
 
   health<Response>(name: string, request: object = {}): Promise<Response> {
