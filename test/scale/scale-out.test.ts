@@ -47,6 +47,10 @@ class RetryableError extends Error {}
 
 interface Progress {
   answered: number;
+  /** When each sequence last got an answer, and the longest wait any saw across the kill. */
+  lastAnswerMs: number[];
+  killedAtMs: number | undefined;
+  longestFailoverMs: number;
   retries: number;
   duplicates: number;
 }
@@ -189,7 +193,23 @@ describe("replicas behind nginx sharing a Redis state store", { skip }, () => {
   it("64 Silero VAD sequences over HTTP and gRPC survive kill -9 of a replica and a fourth joining, oracle-exact", async () => {
     const audio = Array.from({ length: SEQUENCES }, (_, s) => sequenceAudio(s, CHUNKS));
     const expected = await expectedBits(audio);
-    const progress: Progress = { answered: 0, retries: 0, duplicates: 0 };
+    const progress: Progress = {
+      answered: 0,
+      retries: 0,
+      duplicates: 0,
+      lastAnswerMs: [],
+      killedAtMs: undefined,
+      longestFailoverMs: 0,
+    };
+    const answered = (s: number): void => {
+      const now = performance.now();
+      const previous = progress.lastAnswerMs[s];
+      if (progress.killedAtMs !== undefined && previous !== undefined && previous <= progress.killedAtMs) {
+        progress.longestFailoverMs = Math.max(progress.longestFailoverMs, now - progress.killedAtMs);
+      }
+      progress.lastAnswerMs[s] = now;
+      progress.answered++;
+    };
     const total = SEQUENCES * CHUNKS;
     const httpUrl = `http://127.0.0.1:${nginx.httpPort}`;
     const grpcClient = new TestClient(nginx.grpcPort);
@@ -202,6 +222,7 @@ describe("replicas behind nginx sharing a Redis state store", { skip }, () => {
       while (running) {
         if (!killed && progress.answered >= total / 3) {
           killed = true;
+          progress.killedAtMs = performance.now();
           await replicas[0]!.kill();
         }
         if (joined === undefined && progress.answered >= (2 * total) / 3) {
@@ -219,7 +240,7 @@ describe("replicas behind nginx sharing a Redis state store", { skip }, () => {
         const step = c + 1;
         const last = c === CHUNKS - 1;
         bits.push(await withRetries(progress, () => httpStep(httpUrl, id, step, audio[s]![c]!, last)));
-        progress.answered++;
+        answered(s);
         if (step % DUPLICATE_EVERY === 0) {
           // The same step again, as a client that never saw the answer would send it.
           const again = await withRetries(progress, () => httpStep(httpUrl, id, step, audio[s]![c]!, last));
@@ -234,7 +255,7 @@ describe("replicas behind nginx sharing a Redis state store", { skip }, () => {
       const bits: number[] = [];
       for (let c = 0; c < CHUNKS; c++) {
         bits.push(await withRetries(progress, () => sequence.step(c + 1, audio[s]![c]!, c === CHUNKS - 1)));
-        progress.answered++;
+        answered(s);
       }
       sequence.close();
       return bits;
@@ -259,7 +280,8 @@ describe("replicas behind nginx sharing a Redis state store", { skip }, () => {
     assert.ok(progress.retries > 0, "killing a replica mid-run made clients retry");
     assert.ok(progress.duplicates > 0);
     process.stdout.write(
-      `${total} steps; ${progress.retries} retried after failures, ${progress.duplicates} sent twice on purpose\n`,
+      `${total} steps; ${progress.retries} retried after failures, ${progress.duplicates} sent twice on purpose; ` +
+        `the longest a sequence waited across the kill: ${progress.longestFailoverMs.toFixed(0)} ms\n`,
     );
     const survivors = replicas.slice(1);
     const summaries = await Promise.all(survivors.map((r) => r.summary(MODEL)));
