@@ -15,6 +15,7 @@ import { createTracing } from "../observability/tracing.ts";
 import { ModelRepository } from "../repository/model-repository.ts";
 import { handlerBackend, modelBackends, registryCalls } from "./model-backends.ts";
 import { onnxBackend } from "./onnx-backend.ts";
+import { openSequenceTier } from "./state-tier.ts";
 
 // The composition root: options → repository → models → frontends. The only place that
 // picks concrete implementations (ONNX Runtime, fastify, grpc-js, prom-client).
@@ -106,8 +107,10 @@ export async function startServer(
     await tracing?.close().catch((error: unknown) => logger.warn({ err: error }, "flushing traces failed"));
   };
   let repository: ModelRepository;
+  const sequenceTier = await openSequenceTier(options.stateStore, logger);
   try {
     repository = await ModelRepository.open({
+      sequenceTier,
       repositories: options.modelRepositories,
       ovmsConfigs: options.ovmsConfigs,
       strict: options.strictModelConfig,
@@ -132,6 +135,7 @@ export async function startServer(
     });
   } catch (error) {
     await releaseObservability();
+    await sequenceTier?.close();
     throw error;
   }
   calls.attach(repository);
@@ -140,6 +144,7 @@ export async function startServer(
   if (failures !== undefined) {
     await repository.shutdown(Date.now());
     await releaseObservability();
+    await sequenceTier?.close();
     throw new Error(`${failures} (--exit-on-error=false serves the other models)`);
   }
   metrics?.watchModels(repository);
@@ -226,6 +231,7 @@ export async function startServer(
     for (const close of closers.reverse()) await close().catch(() => {});
     await repository.shutdown(Date.now());
     await releaseObservability();
+    await sequenceTier?.close();
     throw error;
   }
 
@@ -257,11 +263,22 @@ export async function startServer(
         "stopping: no new sequences; waiting for live ones to finish",
       );
       repository.beginShutdown();
-      await repository.drain(deadline);
-      for (const close of closers.reverse())
-        await close().catch((error: unknown) => logger.warn({ err: error }, "closing an endpoint failed"));
+      const closeEndpoints = async (): Promise<void> => {
+        for (const close of closers.reverse())
+          await close().catch((error: unknown) => logger.warn({ err: error }, "closing an endpoint failed"));
+      };
+      if (sequenceTier === undefined) {
+        await repository.drain(deadline);
+        await closeEndpoints();
+      } else {
+        // A hand-over: the endpoints stop taking connections at once (a balancer sends
+        // the next requests elsewhere) while the requests accepted finish and their
+        // state is written; the sequences go on on the other replicas.
+        await Promise.all([repository.drain(deadline), closeEndpoints()]);
+      }
       await repository.shutdown(Date.now());
       await releaseObservability();
+      await sequenceTier?.close();
       logger.info({ event: "stopped" }, "stopped");
     },
   };

@@ -1,5 +1,38 @@
 import type { Tensor } from "../core/tensor.ts";
-import { type BenchClient, type BenchSequence, StepError } from "./clients/bench-client.ts";
+import {
+  type BenchClient,
+  type BenchSequence,
+  retryable,
+  StepError,
+  type StepFlags,
+} from "./clients/bench-client.ts";
+
+/** Retries of one numbered step after failures that allow it (a replica lost, a 503). */
+const STEP_RETRIES = 5;
+
+/**
+ * One step; a numbered step of a sequence that failed in a way that allows it is sent
+ * again, as the example clients do: the server answers it from its recorded answer if the
+ * first attempt was applied, so it is never applied twice. The latency counts the retries.
+ */
+async function stepWithRetries(
+  client: BenchClient,
+  sequence: BenchSequence,
+  inputs: ReadonlyMap<string, Tensor>,
+  flags: StepFlags,
+  stateful: boolean,
+): Promise<Map<string, Tensor>> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await client.step(sequence, inputs, flags);
+    } catch (error) {
+      if (!stateful || !(error instanceof StepError) || !retryable(error) || attempt >= STEP_RETRIES)
+        throw error;
+      await new Promise((resolve) => setTimeout(resolve, 20 * (attempt + 1)));
+    }
+  }
+}
+
 import { LatencyRecorder } from "./latency.ts";
 import type { Workload } from "./workload.ts";
 
@@ -83,10 +116,10 @@ export async function runLoad(
       // After the window only open sequences are ended; a stateless lane just stops.
       if (finishing && (!stateful || step === 0)) return;
       const last = stateful && (finishing || step === options.sequenceLength! - 1);
-      const flags = { start: stateful && step === 0, end: last };
+      const flags = { start: stateful && step === 0, end: last, ...(stateful ? { step: step + 1 } : {}) };
       const inputs = workload.step(sequence.index, step);
       try {
-        const outputs = await client.step(sequence, inputs, flags);
+        const outputs = await stepWithRetries(client, sequence, inputs, flags, stateful);
         const now = performance.now();
         if (due >= measureFrom && now <= end) recorder.record(now - due);
         if (options.keepOutputs)

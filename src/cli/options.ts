@@ -10,6 +10,7 @@ import {
 import { LOG_LEVELS, type LogFormat, type LogLevel } from "../observability/logger.ts";
 import { OVMS_FLAGS, OVMS_IGNORED_FLAGS, readOvmsFlags } from "./ovms-flags.ts";
 import { SAGEMAKER_FLAGS, serveDefaults } from "./sagemaker-options.ts";
+import { readStateStore, SCALE_FLAGS } from "./scale-options.ts";
 import {
   asUsageError,
   OTHER_TRITON_FLAGS,
@@ -64,6 +65,7 @@ export const FLAGS: readonly FlagSpec[] = [
   { name: "allow-grpc", boolean: true, default: "true", help: "Serve gRPC." },
   { name: "allow-metrics", boolean: true, default: "true", help: "Serve metrics." },
   ...SAGEMAKER_FLAGS,
+  ...SCALE_FLAGS,
   { name: "log-level", value: LOG_LEVELS.join("|"), default: "info", help: "Least severe level logged." },
   {
     name: "log-format",
@@ -419,6 +421,7 @@ export function parseCommandLine(
     sagemakerPort: port("sagemaker-port", "allow-sagemaker"),
     sagemakerModel: str("sagemaker-model") ?? defaults["sagemaker-model"],
     sagemakerSessionTtlSecs: parseInteger("sagemaker-session-ttl-secs", get("sagemaker-session-ttl-secs"), 1),
+    stateStore: readStateStore(get("state-store")),
   };
   if (serverOptions.loadModels.length > 0 && serverOptions.modelControlMode !== "explicit") {
     throw new UsageError("--load-model requires --model-control-mode=explicit");

@@ -95,6 +95,11 @@ export interface ServerOptions {
   readonly grpcMaxConnectionAgeGraceMs: number;
   /** Passed to grpc-js as grpc.keepalive_permit_without_calls (Triton's --grpc-keepalive-permit-without-calls). */
   readonly grpcKeepalivePermitWithoutCalls: boolean;
+  /**
+   * Where sequences keep their state: "memory" (default: this process) or a Redis location
+   * (redis://, rediss://, redis+cluster://…) shared by replicas, written through at every step.
+   */
+  readonly stateStore?: string;
 }
 
 export interface GrpcTlsOptions {
@@ -150,4 +155,5 @@ export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   grpcMaxConnectionAgeMs: 0,
   grpcMaxConnectionAgeGraceMs: 0,
   grpcKeepalivePermitWithoutCalls: false,
+  stateStore: "memory",
 });

@@ -20,6 +20,12 @@ export interface SequenceControl {
   readonly timeoutUs: number | undefined;
   /** How ids in an unexpected state are treated; undefined = "restart". */
   readonly admission?: SequenceAdmission;
+  /**
+   * The request's place in its sequence (`sequence_step`: 1 for the START, 2 for the next
+   * request…), when the client gives it: a step already applied is answered from the
+   * recorded answer instead of running again (exactly-once retries).
+   */
+  readonly step?: number;
 }
 
 /**

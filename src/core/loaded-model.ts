@@ -11,6 +11,7 @@ import { nowNs, PendingRequest, type RequestResult } from "./scheduler/pending-r
 import type { RequestObserver } from "./scheduler/request-observer.ts";
 import type { DrainReason, Scheduler } from "./scheduler/scheduler.ts";
 import { SequenceBatcher } from "./sequence/sequence-batcher.ts";
+import type { ModelTier } from "./sequence/sequence-tier.ts";
 import type { HandoverResult } from "./sequence/sequence-transfer.ts";
 import type { StateStore } from "./sequence/state-store.ts";
 import { ModelStatistics, type ModelStatisticsSnapshot } from "./statistics.ts";
@@ -28,6 +29,8 @@ export interface LoadedModelOptions {
   readonly observer?: BatchObserver;
   /** Told about every request when it is answered (latency metrics, tracing). */
   readonly requestObserver?: RequestObserver | undefined;
+  /** A sequence model's tier shared with other replicas (sequence-tier.ts). */
+  readonly tier?: ModelTier;
 }
 
 /** The request's sequence id, or the one the server assigned to its START. */
@@ -84,6 +87,7 @@ export class LoadedModel implements ServedModel {
         ...(options.store === undefined ? {} : { store: options.store }),
         ...(options.warn === undefined ? {} : { warn: options.warn }),
         ...(options.observer === undefined ? {} : { observer: options.observer }),
+        ...(options.tier === undefined ? {} : { tier: options.tier }),
       });
       this.#scheduler = batcher;
       this.sequences = batcher;

@@ -42,6 +42,11 @@ export const SEQUENCE_END_REASONS = [
    * replaced: what model code kept for the sequence there is gone.
    */
   "instance_failed",
+  /**
+   * The shared state store (a sequence tier) lost the sequence's state: it restarted
+   * without persistence. The sequence must start again.
+   */
+  "state_lost",
 ] as const;
 export type SequenceEndReason = (typeof SEQUENCE_END_REASONS)[number];
 
@@ -76,7 +81,21 @@ export type SequenceLookup =
   | { readonly kind: "ended"; readonly reason: SequenceEndReason; readonly endedAtMs: number }
   | { readonly kind: "unknown" };
 
+/** A model's use of a sequence tier shared with other replicas (state-tiers/, --state-store). */
+export interface SequenceTierSummary {
+  /** Where the tier is (no credentials). */
+  readonly location: string;
+  /** Sequences read from the tier because this replica did not hold them. */
+  readonly loaded: number;
+  /** Steps whose write found the sequence advanced or ended by another replica. */
+  readonly conflicts: number;
+  /** Sequences this replica let go of, going on elsewhere (a hand-over at shutdown). */
+  readonly handedOver: number;
+}
+
 export interface SequenceSummary {
+  /** Present when the model keeps its sequences in a shared tier. */
+  readonly tier?: SequenceTierSummary;
   readonly live: number;
   readonly backlog: number;
   /** State bytes held by sequences. */
@@ -95,21 +114,27 @@ export interface SequenceAdmin {
    * DELETE); a stream whose client closed passes "end" or "cancelled". False when the id
    * is unknown.
    */
-  end(id: SequenceId, reason?: SequenceEndReason): boolean;
+  end(id: SequenceId, reason?: SequenceEndReason): boolean | Promise<boolean>;
   /**
    * Starts a sequence without a request: it takes a slot (or a place in the backlog) now,
    * and its first request begins from fresh state, as a START would. Throws as a START
    * would (UNAVAILABLE when the backlog is full, ALREADY_EXISTS when the id is live).
    */
-  open(id: SequenceId, options?: SequenceOpenOptions): void;
+  open(id: SequenceId, options?: SequenceOpenOptions): void | Promise<void>;
   /**
    * Ends a sequence as an END request would, without running the model: requests it has
    * accepted still run, in order, then its state is freed (reason "end"). False when the
    * id is not live.
    */
-  close(id: SequenceId): boolean;
+  close(id: SequenceId): boolean | Promise<boolean>;
   /** Whether `id` is live, ended recently (kept within a bounded memory), or unknown. */
   lookup(id: SequenceId): SequenceLookup;
+  /**
+   * As lookup, also asking the shared tier (when the model has one) about ids this
+   * replica does not hold. With a tier, end, open and close may also need it: their
+   * promise settles once the tier has the change.
+   */
+  locate?(id: SequenceId): Promise<SequenceLookup>;
 }
 
 /** One loaded, ready model version. */

@@ -19,6 +19,7 @@ import { invalidArg, unavailable } from "../core/errors.ts";
 import { LoadedModel } from "../core/loaded-model.ts";
 import type { ModelIo } from "../core/model-io.ts";
 import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
+import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
 import type { Logger } from "../observability/logger.ts";
 import { modelRunnerLog } from "../observability/model-runner-log.ts";
 import type { ModelSource } from "./model-source.ts";
@@ -117,6 +118,8 @@ export interface VersionLoadOptions {
   /** max_batch_size autocomplete gives a batchable model (--backend-config default-max-batch-size). */
   readonly defaultMaxBatchSize: number;
   readonly observeRequests?: RequestObserverFactory;
+  /** Where sequence models keep their state beside memory, shared with other replicas (--state-store). */
+  readonly sequenceTier?: SequenceTier | undefined;
 }
 
 export async function openVersion(
@@ -162,6 +165,9 @@ export async function openVersion(
       warn: (message) => logger.warn({ event: "sequence", model: source.name }, message),
       ...(observer === undefined ? {} : { observer }),
       requestObserver: options.observeRequests?.(source.name, String(version)),
+      ...(sequencing === undefined || options.sequenceTier === undefined
+        ? {}
+        : { tier: options.sequenceTier.forModel(source.name, String(version)) }),
     });
     return { model, configJson: resolved.tritonJson as Record<string, unknown> };
   } catch (error) {

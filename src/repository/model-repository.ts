@@ -12,6 +12,7 @@ import type {
   ServedModel,
 } from "../core/model.ts";
 import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
+import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
 import type { ModelStatisticsSnapshot } from "../core/statistics.ts";
 import type { Logger } from "../observability/logger.ts";
 import { openVersion, prepareModel } from "./model-loader.ts";
@@ -48,6 +49,8 @@ export interface ModelRepositoryOptions {
   readonly configName?: string | undefined;
   /** Builds the observer each loaded version reports its requests to. */
   readonly observeRequests?: RequestObserverFactory;
+  /** Where sequence models keep their state beside memory, shared with other replicas (--state-store). */
+  readonly sequenceTier?: SequenceTier | undefined;
 }
 
 interface ModelEntry {

@@ -44,6 +44,15 @@ describe("example clients", { timeout: 60_000 }, () => {
     assert.deepEqual(run.stdout.trim().split("\n"), SUMS);
   });
 
+  it("http-sequence-retry.ts numbers its steps and names the sequence in X-Sequence-Id", async () => {
+    const run = await runExample(
+      "examples/clients/http-sequence-retry.ts",
+      `127.0.0.1:${new URL(server.url).port}`,
+    );
+    assert.equal(run.code, 0, run.stderr);
+    assert.deepEqual(run.stdout.trim().split("\n"), SUMS);
+  });
+
   it("websocket-sequence.ts streams a sequence over a WebSocket and the server closes with 1000", async () => {
     const port = new URL(server.url).port;
     const run = await runExample("examples/clients/websocket-sequence.ts", `127.0.0.1:${port}`);

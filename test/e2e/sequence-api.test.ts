@@ -96,6 +96,7 @@ describe("sequences API and metrics", { timeout: 60_000 }, () => {
         unloaded: 0,
         reloaded: 0,
         instance_failed: 0,
+        state_lost: 0,
       },
     });
     assert.equal(await accumulate(server.url, "api", 0, { id: "two", end: true }), 2);

@@ -110,6 +110,7 @@ describe("ending well", { timeout: 60_000 }, () => {
         unloaded: 0,
         reloaded: 0,
         instance_failed: 0,
+        state_lost: 0,
       },
     });
   });
@@ -152,6 +153,7 @@ describe("ending well", { timeout: 60_000 }, () => {
         unloaded: 0,
         reloaded: 0,
         instance_failed: 0,
+        state_lost: 0,
       },
     });
   });

@@ -1,4 +1,4 @@
-import type { ClientDuplexStream, StatusObject } from "@grpc/grpc-js";
+import type { ClientDuplexStream, Metadata, StatusObject } from "@grpc/grpc-js";
 import type {
   InferParameterMessage,
   ModelInferRequestMessage,
@@ -28,8 +28,8 @@ export class StreamCall {
   /** How the call ended (its gRPC status), once it has. */
   readonly status: Promise<StatusObject>;
 
-  constructor(client: TestClient, prefix = "r") {
-    this.#stream = client.stream();
+  constructor(client: TestClient, prefix = "r", metadata?: Metadata) {
+    this.#stream = client.stream(metadata);
     this.#prefix = prefix;
     this.#stream.on("data", (response: ModelStreamInferResponseMessage) => {
       const id = response.infer_response?.id ?? "";

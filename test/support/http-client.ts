@@ -53,6 +53,8 @@ export interface SequenceParams {
   readonly start?: boolean;
   readonly end?: boolean;
   readonly timeoutUs?: number;
+  /** sequence_step: the request's place in its sequence (exactly-once retries). */
+  readonly step?: number;
 }
 
 /** The request body of a JSON inference, with sequence parameters written exactly (bigints too). */
@@ -70,6 +72,7 @@ export function inferBody(
   if (sequence.start !== undefined) parameters.push(`"sequence_start":${sequence.start}`);
   if (sequence.end !== undefined) parameters.push(`"sequence_end":${sequence.end}`);
   if (sequence.timeoutUs !== undefined) parameters.push(`"timeout":${sequence.timeoutUs}`);
+  if (sequence.step !== undefined) parameters.push(`"sequence_step":${sequence.step}`);
   const outputsPart =
     outputs === undefined ? "" : `,"outputs":${JSON.stringify(outputs.map((name) => ({ name })))}`;
   return `{"parameters":{${parameters.join(",")}},"inputs":${JSON.stringify(inputs)}${outputsPart}}`;

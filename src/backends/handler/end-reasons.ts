@@ -7,7 +7,7 @@ import type { SequenceEndReason } from "../../handler-api.ts";
 // - `reloaded` (a model reload whose state the sequence did not fit) is `unloaded`: the
 //   version that ran it is gone;
 // - `instance_failed` is told to nobody: the instance that ran the sequence died with
-//   whatever it knew of it.
+//   whatever it knew of it; `state_lost` neither (the shared state store lost it).
 // Keyed by string so that reasons the core adds later fail loudly in review, not in type
 // errors of unrelated branches: an unknown reason is not told.
 
@@ -24,6 +24,8 @@ const HANDLER_REASONS: Readonly<Record<string, SequenceEndReason | undefined>> =
   reloaded: "unloaded",
   shutdown: "shutdown",
   instance_failed: undefined,
+  // The shared state store lost it: the instance that ran it may not even be this one.
+  state_lost: undefined,
 };
 
 export function handlerEndReason(reason: CoreEndReason): SequenceEndReason | undefined {

@@ -46,7 +46,7 @@ import { stateFromWire, stateToWire } from "./state-wire.ts";
 export interface ModelCalls {
   infer(model: string, version: string | undefined, request: InferRequest): Promise<InferResponse>;
   /** Ends a live sequence of `model` as a close without a request; false when it is not live. */
-  closeSequence(model: string, id: SequenceId): boolean;
+  closeSequence(model: string, id: SequenceId): boolean | Promise<boolean>;
 }
 
 export interface HandlerExecutorOptions {
@@ -391,13 +391,15 @@ export class HandlerExecutor implements RequestExecutor {
   }
 
   #closeSequence(message: CloseSequenceMessage): void {
-    let result: CallResultMessage["result"];
-    try {
-      result = { ok: true, closed: this.#options.calls.closeSequence(message.model, message.id) };
-    } catch (error) {
-      result = { ok: false, error: wireError(error) };
-    }
-    this.#worker?.postMessage({ type: "call-result", cid: message.cid, result });
+    const reply = (result: CallResultMessage["result"]): void =>
+      this.#worker?.postMessage({ type: "call-result", cid: message.cid, result });
+    // With a shared tier the close may have to reach the sequence through it.
+    new Promise<boolean>((resolve) =>
+      resolve(this.#options.calls.closeSequence(message.model, message.id)),
+    ).then(
+      (closed) => reply({ ok: true, closed }),
+      (error: unknown) => reply({ ok: false, error: wireError(error) }),
+    );
   }
 
   // ---- the worker's life ----

@@ -29,6 +29,19 @@ export interface BenchSequence {
 export interface StepFlags {
   readonly start: boolean;
   readonly end: boolean;
+  /**
+   * The step's place in its sequence (1 for the start), sent as `sequence_step` where the
+   * protocol has it: a step retried after a failure is then answered, never applied twice.
+   */
+  readonly step?: number;
+}
+
+/** Failures after which the same step may be sent again (nothing was answered, or the server asked). */
+export function retryable(error: StepError): boolean {
+  return (
+    /^(connection|http 50[234]|grpc UNAVAILABLE|grpc INTERNAL|stream closed)/.test(error.kind) ||
+    /retry/i.test(error.message)
+  );
 }
 
 /** A failed step: `kind` groups failures in the report (an HTTP status, a gRPC code, ...). */

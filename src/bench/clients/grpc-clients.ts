@@ -44,6 +44,7 @@ function encodeInfer(
     parameters.sequence_id = { int64_param: BigInt.asIntN(64, sequence.id).toString() };
     if (flags.start) parameters.sequence_start = { bool_param: true };
     if (flags.end) parameters.sequence_end = { bool_param: true };
+    if (flags.step !== undefined) parameters.sequence_step = { int64_param: String(flags.step) };
   }
   const described: object[] = [];
   const raw: Uint8Array[] = [];
@@ -214,6 +215,13 @@ export class TfsGrpcClient implements BenchClient {
         tensor_shape: { dim: [{ size: 1 }] },
         uint64_val: [sequence.id.toString()],
       };
+      if (flags.step !== undefined) {
+        protos.sequence_step = {
+          dtype: 23,
+          tensor_shape: { dim: [{ size: 1 }] },
+          uint64_val: [String(flags.step)],
+        };
+      }
       const control = flags.start ? 1 : flags.end ? 2 : 0;
       if (control !== 0) {
         protos.sequence_control_input = {

@@ -88,7 +88,13 @@ function sequenceMembers(sequence: BenchSequence, flags: StepFlags): string[] {
   const members = [`"sequence_id":${sequence.id}`];
   if (flags.start) members.push('"sequence_start":true');
   if (flags.end) members.push('"sequence_end":true');
+  if (flags.step !== undefined) members.push(`"sequence_step":${flags.step}`);
   return members;
+}
+
+/** The header a load balancer hashes on to keep a sequence on one replica. */
+function routing(sequence: BenchSequence): Record<string, string> {
+  return sequence.id === undefined ? {} : { "x-sequence-id": sequence.id.toString() };
 }
 
 /** The binary-extension body: the JSON header (inputs with binary_data_size), then the raw tensors. */
@@ -203,7 +209,11 @@ export class KserveBinaryClient implements BenchClient {
       '"binary_data_output":true',
     ]);
     const answer = check(
-      await this.#http.post(this.#path, { "inference-header-content-length": String(headerLength) }, body),
+      await this.#http.post(
+        this.#path,
+        { "inference-header-content-length": String(headerLength), ...routing(sequence) },
+        body,
+      ),
     );
     return binaryOutputs(answer.body, Number(answer.headers["inference-header-content-length"]));
   }
@@ -244,6 +254,9 @@ export class SageMakerClient implements BenchClient {
     );
     const headers: Record<string, string> = {
       "content-type": `${SAGEMAKER_BINARY};json-header-size=${headerLength}`,
+      ...(flags.step === undefined
+        ? {}
+        : { "x-amzn-sagemaker-custom-attributes": `sequence_step=${flags.step}` }),
       "x-amzn-sagemaker-target-model": this.#model,
     };
     if (stateful) headers[SESSION] = flags.start ? "NEW_SESSION" : String(sequence.session);
@@ -283,9 +296,12 @@ export class TfsRestClient implements BenchClient {
       members.push(`"sequence_id":[${sequence.id}]`);
       const control = flags.start ? 1 : flags.end ? 2 : 0;
       if (control !== 0) members.push(`"sequence_control_input":[${control}]`);
+      if (flags.step !== undefined) members.push(`"sequence_step":[${flags.step}]`);
     }
     const body = Buffer.from(`{"inputs":{${members.join(",")}}}`);
-    const answer = check(await this.#http.post(this.#path, { "content-type": "application/json" }, body));
+    const answer = check(
+      await this.#http.post(this.#path, { "content-type": "application/json", ...routing(sequence) }, body),
+    );
     const parsed = JSON.parse(answer.body.toString("utf8")) as { outputs: unknown };
     const named =
       typeof parsed.outputs === "object" && parsed.outputs !== null && !Array.isArray(parsed.outputs)

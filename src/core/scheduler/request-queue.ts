@@ -13,6 +13,12 @@ export class Deque<T> {
     this.#items.push(item);
   }
 
+  /** Puts `item` first (a request that must run again before those behind it). */
+  unshift(item: T): void {
+    if (this.#head > 0) this.#items[--this.#head] = item;
+    else this.#items.unshift(item);
+  }
+
   peek(): T | undefined {
     return this.#items[this.#head];
   }

@@ -5,12 +5,13 @@ import { fromFloat16Array, toFloat16Array } from "../float16.ts";
 import type { ModelConfig, StateConfig } from "../model-config.ts";
 import { clientOutputShape, outputBatchAxis, requestedOutputNames } from "../scheduler/batch-execution.ts";
 import type { BatchObserver } from "../scheduler/batch-observer.ts";
-import { nowNs, type PendingRequest } from "../scheduler/pending-request.ts";
+import { nowNs, type PendingRequest, type RequestResult } from "../scheduler/pending-request.ts";
 import type { ModelStatistics } from "../statistics.ts";
 import { cloneTensor, formatShape, type NumericTensor, type Tensor, zeroTensor } from "../tensor.ts";
 import { controlTensors } from "./control-tensors.ts";
 import type { Sequence } from "./sequence.ts";
 import type { SequenceState, StateStore } from "./state-store.ts";
+import { StepAnswers, stepAnswer } from "./step-answers.ts";
 
 // One step of a batch of sequences: gather each sequence's state into the batch along
 // the state's batch axis, add the control tensors, run, then scatter the new state back
@@ -32,6 +33,32 @@ export interface SequenceModel {
   readonly fixedStateShapes: boolean;
   /** Told about each batch that ran (the model runner's log). */
   readonly observer?: BatchObserver;
+  /**
+   * With a sequence tier: takes the steps that succeeded (their new state already in the
+   * store), writes their state through to the tier, and answers each once it is safe
+   * there. Without one, a step is answered at once (answerStep).
+   */
+  readonly writeThrough?: (steps: readonly StepDone[]) => Promise<void>;
+}
+
+/** A step that ran successfully: its row, its answer, and whether it ended its sequence. */
+export interface StepDone {
+  readonly row: SequenceRow;
+  readonly result: RequestResult;
+  readonly end: boolean;
+}
+
+/** The sequence has applied the step: counted, its answer kept when the request is numbered, and sent. */
+export function answerStep(row: SequenceRow, result: RequestResult): void {
+  const sequence = row.sequence;
+  sequence.applied++;
+  const step = row.request.request.sequence?.step;
+  // A decoupled request's responses went out as they came: there is no one answer to keep.
+  if (step !== undefined && row.request.responses === undefined) {
+    sequence.answers ??= new StepAnswers();
+    sequence.answers.record(stepAnswer(step, result));
+  }
+  row.request.resolve(result);
 }
 
 /** The first step of a sequence starts it: its START request, or the first one of a sequence opened without a request. */
@@ -94,6 +121,8 @@ function storedForm(tensor: Tensor, state: StateConfig, fp16: boolean): Tensor {
 export interface StepOutcome {
   /** The step ran and its state was kept (or dropped, for an END). */
   readonly ok: boolean;
+  /** With a sequence tier: settles once every row's state is written through and answered. */
+  readonly written?: Promise<void>;
 }
 
 /**
@@ -225,16 +254,21 @@ export async function runSequenceBatch(
     queueNs: real.reduce((sum, r) => sum + (r.request.dispatchNs - r.request.arrivalNs), 0),
     computeNs: endNs - startNs,
   });
+  // With a tier the answers wait for the state to be written; without one they go now.
+  const toWrite: StepDone[] | undefined = model.writeThrough === undefined ? undefined : [];
   for (let i = 0; i < rows.length; i++) {
     const row = rows[i];
     if (row === undefined) continue;
-    row.request.resolve({
+    const answer: RequestResult = {
       outputs: perRow[i]!,
       parameters: {},
       timings: row.request.timings(inputNs, result.timings.inferNs, outputNs, batchSize),
-    });
+    };
+    if (toWrite === undefined) answerStep(row, answer);
+    else toWrite.push({ row, result: answer, end: isEnd(row) });
   }
-  return { ok: true };
+  if (toWrite === undefined) return { ok: true };
+  return { ok: true, written: model.writeThrough!(toWrite) };
 }
 
 /** A failed step keeps every sequence's previous state, except that an END still frees it. */

@@ -1,4 +1,5 @@
-import { cancelled, invalidArg, ServerError, unavailable } from "../errors.ts";
+import { randomUUID } from "node:crypto";
+import { asServerError, cancelled, invalidArg, ServerError, unavailable } from "../errors.ts";
 import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
 import type { SequenceId } from "../infer.ts";
 import {
@@ -14,23 +15,27 @@ import type { ModelConfig, SequenceBatchingConfig } from "../model-config.ts";
 import { validateRequest } from "../request-validation.ts";
 import type { BatchObserver } from "../scheduler/batch-observer.ts";
 import { OrderedRelease } from "../scheduler/ordered-release.ts";
-import type { PendingRequest } from "../scheduler/pending-request.ts";
+import type { PendingRequest, RequestResult } from "../scheduler/pending-request.ts";
 import { Deque } from "../scheduler/request-queue.ts";
 import type { DrainReason, Scheduler } from "../scheduler/scheduler.ts";
 import type { ModelStatistics } from "../statistics.ts";
 import { cloneTensor, type NumericTensor } from "../tensor.ts";
 import { checkCorrelationIdType } from "./control-tensors.ts";
 import { DirectInstance } from "./direct-instance.ts";
+import { IdReservation } from "./id-reservation.ts";
 import { initialStateTensor } from "./initial-state.ts";
 import { OldestInstance } from "./oldest-instance.ts";
 import { RecentEnds } from "./recent-ends.ts";
-import { Sequence } from "./sequence.ts";
-import type { SequenceModel } from "./sequence-batch-execution.ts";
+import { Sequence, type TierPlace } from "./sequence.ts";
+import { answerStep, type SequenceModel, type StepDone } from "./sequence-batch-execution.ts";
 import type { SequenceInstance, SequenceOwner } from "./sequence-instance.ts";
 import { formatSequenceId } from "./sequence-parameters.ts";
+import { decodeRecordBody, encodeRecordBody } from "./sequence-record.ts";
+import type { ModelTier, TierExpiry, TierRecord, TierWrite, TierWriteResult } from "./sequence-tier.ts";
 import { type SequenceTransfer, stateSignature, type TransferredSequence } from "./sequence-transfer.ts";
 import { isSerializedValue, type SequenceState, type StateEntry, type StateStore } from "./state-store.ts";
 import { fixedStateLayouts, stateStoreForModel } from "./state-store-for-model.ts";
+import { checkStep, type StepAnswer, StepAnswers, stepAnswer } from "./step-answers.ts";
 
 // The scheduler of stateful models (Triton's sequence batcher). It admits requests with
 // Triton's checks and messages, in Triton's order; gives each new sequence a slot on an
@@ -51,7 +56,24 @@ export interface SequenceBatcherOptions {
   readonly warn?: (message: string) => void;
   /** Told about every batch (the model runner's log). */
   readonly observer?: BatchObserver;
+  /**
+   * A tier shared with other replicas (sequence-tier.ts): each step's state is written
+   * through to it before the step is answered, and sequences this replica does not hold
+   * are read from it. The in-memory store is then a cache.
+   */
+  readonly tier?: ModelTier;
 }
+
+/** How often a step runs again after another replica advanced its sequence at the same time. */
+const MAX_STEP_RETRIES = 3;
+
+/** Ends that a replica records in the tier; the others only let go of its copy (or the tier has no record). */
+const UNRECORDED_ENDS: ReadonlySet<SequenceEndReason> = new Set([
+  "shutdown",
+  "unloaded",
+  "reloaded",
+  "state_lost",
+]);
 
 const idKey = (id: SequenceId): string => (typeof id === "bigint" ? `u${id}` : `s${id}`);
 
@@ -106,6 +128,20 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   #pending = 0;
   #shuttingDown = false;
   #idleWaiters: (() => void)[] = [];
+  /** Waiters for the moment no request is pending (a hand-over's drain). */
+  #settleWaiters: (() => void)[] = [];
+  /** The tier shared with other replicas, when the model has one. */
+  readonly #tier: ModelTier | undefined;
+  /** Server-assigned ids reserved from the tier (unique across its replicas). */
+  readonly #ids: IdReservation | undefined;
+  /** Ids whose admission waits for the tier's record, with the requests that wait. */
+  readonly #looks = new Map<string, PendingRequest[]>();
+  /** Steps sent back to their sequence's queue after a write conflict, and how often. */
+  readonly #retries = new WeakMap<PendingRequest, number>();
+  #stopListening: (() => void) | undefined;
+  #tierLoaded = 0;
+  #tierConflicts = 0;
+  #handedOver = 0;
 
   constructor(options: SequenceBatcherOptions) {
     const { config } = options;
@@ -120,6 +156,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     const perInstance =
       strategy.kind === "direct" ? Math.max(1, config.maxBatchSize) : strategy.maxCandidateSequences;
     const slots = perInstance * options.executors.length;
+    this.#tier = options.tier;
     this.#model = {
       config,
       statistics: options.statistics,
@@ -127,7 +164,16 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       initialStates,
       fixedStateShapes: layouts !== undefined,
       ...(options.observer === undefined ? {} : { observer: options.observer }),
+      ...(options.tier === undefined
+        ? {}
+        : { writeThrough: (steps: readonly StepDone[]) => this.#writeThrough(steps) }),
     };
+    if (options.tier !== undefined) {
+      const shared = options.tier.tier;
+      this.#ids = new IdReservation((count) => shared.reserveIds(count));
+      void this.#ids.ready().catch(() => {});
+      this.#stopListening = shared.onDataLost((atMs) => this.#dataLost(atMs));
+    }
     this.#instances = options.executors.map((executor) =>
       strategy.kind === "direct"
         ? new DirectInstance(this.#model, this, executor, strategy)
@@ -159,6 +205,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   enqueue(pending: PendingRequest): void {
+    this.#admit(pending, false);
+  }
+
+  /** Admits `pending`; `looked`: the tier was already asked about its id (or need not be). */
+  #admit(pending: PendingRequest, looked: boolean): void {
     const model = this.#config.name;
     const control = pending.request.sequence;
     const start = control?.start ?? false;
@@ -173,7 +224,15 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
           { reason: "sequence_id_missing" },
         );
       }
-      id = this.#assignId();
+      if (this.#shuttingDown) {
+        throw unavailable(`the server is shutting down: model '${model}' accepts no new sequences`);
+      }
+      const assigned = this.#assignId();
+      if (assigned === undefined) {
+        this.#waitForIds(pending);
+        return;
+      }
+      id = assigned;
       pending.responseParameters.sequence_id = id;
     }
     checkCorrelationIdType(this.#config, id);
@@ -188,13 +247,35 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       if (!start) throw invalidArg(this.#expiredMessage(existing));
       existing = undefined;
     }
-    if (!start && existing === undefined) throw this.#unknownId(id, exclusive);
-    if (start && exclusive) this.#checkExclusiveStart(id, existing);
-    if (start && existing === undefined) this.#checkRoomForNew();
+    if (
+      this.#tier !== undefined &&
+      !looked &&
+      existing === undefined &&
+      control?.id !== undefined &&
+      !this.#ending.has(key) &&
+      (!start || exclusive || control.step !== undefined)
+    ) {
+      // Another replica may hold it: the tier says.
+      if (this.#shuttingDown) throw this.#leavingError(id);
+      this.#lookUp(key, id, pending);
+      return;
+    }
+    // A numbered retry of a START that was applied continues the sequence it began (and
+    // is answered from the recorded answer) instead of starting it again.
+    const starts = start && !(control?.step !== undefined && existing !== undefined && existing.applied > 0);
+    if (!starts && existing === undefined) {
+      // Lost with the tier's data: say so rather than ask for a START as if it had ended.
+      if (this.#tier !== undefined && this.#recentEnds.get(key)?.reason === "state_lost")
+        throw this.#lostError(id);
+      throw this.#unknownId(id, exclusive);
+    }
+    if (starts && exclusive) this.#checkExclusiveStart(id, existing);
+    if (starts && existing === undefined) this.#checkRoomForNew();
 
     let sequence: Sequence;
-    if (start) {
+    if (starts) {
       sequence = new Sequence(id);
+      sequence.tier = this.#newPlace();
       if (existing !== undefined) {
         // The successor must be known (in #all) before #restart: when the old life is
         // idle, #restart finishes it at once, and #finish only hands the slot to (or
@@ -223,7 +304,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       this.#byArrival.set(sequence, true);
       this.#armIdleTimer();
     }
-    if (start && sequence.holder === undefined && control?.timeoutUs !== undefined) {
+    if (starts && sequence.holder === undefined && control?.timeoutUs !== undefined) {
       this.#armBacklogTimeout(sequence, control.timeoutUs);
     }
     sequence.holder?.wake(sequence);
@@ -269,13 +350,19 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     );
   }
 
-  #assignId(): bigint {
+  /** A server-assigned id, or undefined while the tier has not reserved more. */
+  #assignId(): bigint | undefined {
     for (;;) {
-      const key = idKey(this.#nextAssignedId);
-      if (!this.#live.has(key) && !this.#ending.has(key)) break;
-      this.#nextAssignedId++;
+      let id: bigint;
+      if (this.#ids === undefined) id = this.#nextAssignedId++;
+      else {
+        const taken = this.#ids.take();
+        if (taken === undefined) return undefined;
+        id = FIRST_ASSIGNED_ID + taken;
+      }
+      const key = idKey(id);
+      if (!this.#live.has(key) && !this.#ending.has(key)) return id;
     }
-    return this.#nextAssignedId++;
   }
 
   /** A request without START for an id no live sequence answers to. */
@@ -367,15 +454,61 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   settleWithoutRun(sequence: Sequence): boolean {
-    if (this.#sequencing.inferEndRequests) return false;
-    const head = sequence.queue.peek();
-    if (head === undefined || sequence.running || head.request.sequence?.end !== true) return false;
-    sequence.queue.shift();
-    head.markDispatched();
-    sequence.steps++;
-    head.resolve({ outputs: new Map(), parameters: {}, timings: head.timings(0, 0, 0, 0) });
-    if (sequence.idle) this.#finish(sequence);
-    return true;
+    let settled = false;
+    for (;;) {
+      const head = sequence.queue.peek();
+      const place = sequence.tier;
+      if (head === undefined || sequence.running || place?.loading === true) return settled;
+      if (place?.stale === true) {
+        this.#reload(sequence);
+        return true;
+      }
+      const step = head.request.sequence?.step;
+      if (step !== undefined && step !== sequence.applied + 1) {
+        // A retry, or a step ahead of what this replica holds: with a tier, what it holds
+        // may be behind another replica's, so the tier decides.
+        if (place !== undefined && !place.verified) {
+          this.#reload(sequence);
+          return true;
+        }
+        sequence.queue.shift();
+        head.markDispatched();
+        // The tier's word was used once: the next surprise asks it again.
+        if (place !== undefined) place.verified = false;
+        const check = checkStep(step, sequence.applied, sequence.answers, sequence.id, this.#config.name);
+        if (check.kind === "answered") head.resolve(this.#recorded(head, check.answer));
+        else if (check.kind === "refused") head.reject(check.error);
+        settled = true;
+        if (sequence.endReason !== undefined && sequence.idle) {
+          this.#finish(sequence);
+          return true;
+        }
+        continue;
+      }
+      if (this.#sequencing.inferEndRequests || head.request.sequence?.end !== true) return settled;
+      sequence.queue.shift();
+      head.markDispatched();
+      sequence.steps++;
+      const result = { outputs: new Map(), parameters: {}, timings: head.timings(0, 0, 0, 0) };
+      const row = { sequence, request: head };
+      if (this.#tier !== undefined) {
+        // The END frees the state everywhere once the tier has it.
+        this.#model.store.delete(sequence.key);
+        sequence.running = true;
+        void this.#writeThrough([{ row, result, end: true }]).finally(() => {
+          sequence.running = false;
+          this.afterStep(sequence);
+        });
+        return true;
+      }
+      answerStep(row, result);
+      if (sequence.idle) this.#finish(sequence);
+      return true;
+    }
+  }
+
+  #recorded(request: PendingRequest, answer: StepAnswer): RequestResult {
+    return { outputs: answer.outputs, parameters: answer.parameters, timings: request.timings(0, 0, 0, 0) };
   }
 
   slotFreed(instance: SequenceInstance): void {
@@ -397,13 +530,17 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   #finish(sequence: Sequence, failQueued?: ServerError): void {
     if (!this.#all.delete(sequence)) return;
     const reason = sequence.endReason ?? "end";
-    this.#ended[reason]++;
+    // A sequence handed over to another replica has not ended: it is neither counted nor told.
+    const leaving = sequence.tier?.leaving === true;
+    if (leaving) this.#handedOver++;
+    else this.#ended[reason]++;
     this.#releaseId(sequence);
     this.#forgetEnding(sequence);
     for (const p of sequence.queue.drain())
       p.reject(failQueued ?? cancelled(`sequence ${formatSequenceId(sequence.id)} ended`));
     // Model code that keeps per-sequence data hears why, with the state, before it is freed.
-    sequence.holder?.sequenceEnded(sequence, reason, this.#model.store.get(sequence.key));
+    if (!leaving) sequence.holder?.sequenceEnded(sequence, reason, this.#model.store.get(sequence.key));
+    this.#endInTier(sequence, reason);
     this.#model.store.delete(sequence.key);
     this.#clearBacklogTimeout(sequence);
     this.#clearExpiry(sequence);
@@ -448,6 +585,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   #cancelled(sequence: Sequence, request: PendingRequest): void {
     sequence.queue.remove((p) => p === request);
     request.cancel();
+    // Handing over, the sequence goes on elsewhere: a stream cut by the shutdown does not end it.
+    if (this.#handingOver) return;
     this.#endNow(
       sequence,
       "cancelled",
@@ -456,6 +595,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   runningRequestCancelled(sequence: Sequence): void {
+    if (this.#handingOver) {
+      this.afterStep(sequence);
+      return;
+    }
     this.#endNow(
       sequence,
       "cancelled",
@@ -589,7 +732,13 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#notifyIdle();
   }
 
+  /** No request is pending: every accepted step has run and been answered. */
+  #notifySettled(): void {
+    if (this.#pending === 0) for (const waiter of this.#settleWaiters.splice(0)) waiter();
+  }
+
   #notifyIdle(): void {
+    this.#notifySettled();
     if (this.#pending !== 0 || this.#all.size !== 0) return;
     for (const waiter of this.#idleWaiters.splice(0)) waiter();
   }
@@ -604,6 +753,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    */
   async drain(deadlineMs: number, reason: DrainReason = "shutdown"): Promise<void> {
     this.#shuttingDown = true;
+    if (this.#tier !== undefined) {
+      await this.#handOver(deadlineMs);
+      return;
+    }
     if (this.#pending > 0 || this.#all.size > 0) {
       await new Promise<void>((resolve) => {
         // Referenced: whoever awaits the drain (a stopping server, an embedding program)
@@ -620,6 +773,432 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     for (const sequence of [...this.#all]) this.#endNow(sequence, reason, unavailable(why));
     if (this.#idleTimer !== undefined) clearTimeout(this.#idleTimer);
     if (this.#pending > 0) await new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
+  }
+
+  // ---- the shared tier (write-through state, fencing, hand-over) ----
+
+  /** Handing the sequences over to other replicas: the server stops, and the tier keeps them. */
+  get #handingOver(): boolean {
+    return this.#tier !== undefined && this.#shuttingDown;
+  }
+
+  #newPlace(): TierPlace | undefined {
+    if (this.#tier === undefined) return undefined;
+    return {
+      life: randomUUID(),
+      version: undefined,
+      loading: false,
+      stale: false,
+      ended: false,
+      verified: true,
+      leaving: false,
+    };
+  }
+
+  #describe(id: SequenceId): string {
+    return `sequence ${formatSequenceId(id)} of model '${this.#config.name}'`;
+  }
+
+  #leavingError(id: SequenceId): ServerError {
+    return unavailable(
+      `${this.#describe(id)} is moving to another replica: this one is shutting down; retry the request`,
+      1,
+    );
+  }
+
+  #tierError(id: SequenceId, what: string, error: unknown): ServerError {
+    const tier = this.#tier!.tier;
+    return new ServerError(
+      "UNAVAILABLE",
+      `${what} ${this.#describe(id)} in the state store at ${tier.location} failed (${(error as Error).message ?? String(error)}); retry the request (with sequence_step, a step that was applied is answered, not run again)`,
+      { retryAfterSeconds: 1, cause: error },
+    );
+  }
+
+  /** What a request for a sequence that ended on another replica (or whose record is gone) is told. */
+  #endedElsewhere(id: SequenceId, reason: SequenceEndReason): ServerError {
+    if (reason === "state_lost") return this.#lostError(id);
+    return new ServerError(
+      "INVALID_ARG",
+      `inference request for sequence ${formatSequenceId(id)} to model '${this.#config.name}' must specify the START flag on the first request of the sequence: it has ended (reason '${reason}')`,
+      { reason: "sequence_unknown" },
+    );
+  }
+
+  #lostError(id: SequenceId): ServerError {
+    const tier = this.#tier!.tier;
+    const at = new Date(tier.dataLostAtMs ?? Date.now()).toISOString();
+    return new ServerError(
+      "FAILED_PRECONDITION",
+      `the state of ${this.#describe(id)} was lost: the state store at ${tier.location} lost its data at ${at} (it restarted without persistence); start the sequence again`,
+      { reason: "sequence_unknown" },
+    );
+  }
+
+  #expiry(sequence: { readonly expiresAtMs: number | undefined }): TierExpiry {
+    if (sequence.expiresAtMs !== undefined) return { kind: "at", epochMs: sequence.expiresAtMs };
+    return this.#idleMs === undefined ? { kind: "never" } : { kind: "idle", ms: Math.ceil(this.#idleMs) };
+  }
+
+  #body(
+    sequence: Sequence,
+    applied: number,
+    answers: StepAnswers | undefined,
+    withState: boolean,
+  ): Uint8Array {
+    return encodeRecordBody({
+      applied,
+      state: withState ? this.#model.store.get(sequence.key) : undefined,
+      answers: answers?.all ?? [],
+      createdMs: sequence.createdMs,
+      expiresAtMs: sequence.expiresAtMs,
+    });
+  }
+
+  /** Takes the tier's record into `sequence`: its state, steps, answers and version. */
+  #install(sequence: Sequence, record: TierRecord): void {
+    const body = decodeRecordBody(record.body, this.#describe(sequence.id));
+    const place = sequence.tier ?? this.#newPlace()!;
+    sequence.tier = place;
+    place.life = record.life;
+    place.version = record.version;
+    place.stale = false;
+    place.verified = true;
+    sequence.applied = body.applied;
+    sequence.steps = body.applied;
+    sequence.answers = body.answers.length === 0 ? undefined : new StepAnswers(body.answers);
+    if (body.state === undefined) this.#model.store.delete(sequence.key);
+    else this.#model.store.set(sequence.key, body.state);
+  }
+
+  /** Admission waits for the tier's record of `id` (one read for every request that waits). */
+  #lookUp(key: string, id: SequenceId, pending: PendingRequest): void {
+    this.#pending++;
+    const waiting = this.#looks.get(key);
+    if (waiting !== undefined) {
+      waiting.push(pending);
+      return;
+    }
+    this.#looks.set(key, [pending]);
+    this.#tier!.read(id).then(
+      (record) => this.#looked(key, id, record),
+      (error: unknown) => {
+        const failed = this.#looks.get(key) ?? [];
+        this.#looks.delete(key);
+        this.#pending -= failed.length;
+        for (const p of failed) p.reject(this.#tierError(id, "reading", error));
+        this.#notifyIdle();
+      },
+    );
+  }
+
+  #looked(key: string, id: SequenceId, record: TierRecord | undefined): void {
+    const waiting = this.#looks.get(key) ?? [];
+    this.#looks.delete(key);
+    this.#pending -= waiting.length;
+    try {
+      if (record !== undefined && record.ended === undefined) {
+        if (!this.#live.has(key) && !this.#ending.has(key)) this.#adoptFromTier(key, id, record);
+      } else if (record !== undefined) {
+        this.#recentEnds.remember(key, {
+          reason: record.ended as SequenceEndReason,
+          endedAtMs: record.writtenAtMs,
+        });
+      }
+    } catch (error) {
+      for (const p of waiting) p.reject(asServerError(error));
+      this.#notifyIdle();
+      return;
+    }
+    for (const p of waiting) {
+      // The retry of a step that ended its sequence (its END) gets the END's answer.
+      if (this.#answerFromEnded(p, record)) continue;
+      try {
+        this.#admit(p, true);
+      } catch (error) {
+        p.reject(asServerError(error));
+      }
+    }
+    this.#notifyIdle();
+  }
+
+  /** A sequence this replica did not hold, taken up from the tier's record. */
+  #adoptFromTier(key: string, id: SequenceId, record: TierRecord): Sequence {
+    const body = decodeRecordBody(record.body, this.#describe(id));
+    const sequence = new Sequence(id, body.createdMs);
+    sequence.expiresAtMs = body.expiresAtMs;
+    this.#install(sequence, record);
+    try {
+      this.#place(sequence);
+    } catch (error) {
+      this.#model.store.delete(sequence.key);
+      throw error;
+    }
+    this.#tierLoaded++;
+    this.#all.add(sequence);
+    this.#live.set(key, sequence);
+    this.#recentEnds.forget(key);
+    if (body.expiresAtMs !== undefined) this.#armExpiry(sequence, body.expiresAtMs);
+    if (sequence.holder !== undefined) this.#startIdleClock(sequence);
+    return sequence;
+  }
+
+  /** A START without an id waits for the tier to reserve more ids. */
+  #waitForIds(pending: PendingRequest): void {
+    this.#pending++;
+    this.#ids!.ready().then(
+      () => {
+        this.#pending--;
+        try {
+          this.#admit(pending, false);
+        } catch (error) {
+          pending.reject(asServerError(error));
+        }
+        this.#notifyIdle();
+      },
+      (error: unknown) => {
+        this.#pending--;
+        pending.reject(
+          unavailable(
+            `model '${this.#config.name}' cannot assign a sequence id: the state store at ${this.#tier!.tier.location} did not answer (${(error as Error).message})`,
+            1,
+          ),
+        );
+        this.#notifyIdle();
+      },
+    );
+  }
+
+  /** Reads the tier's record again before the sequence's next step (it does not run meanwhile). */
+  #reload(sequence: Sequence): void {
+    const place = sequence.tier!;
+    place.loading = true;
+    this.#tier!.read(sequence.id).then(
+      (record) => {
+        place.loading = false;
+        if (!this.#all.has(sequence)) return;
+        if (record !== undefined && record.ended === undefined) {
+          try {
+            this.#install(sequence, record);
+          } catch (error) {
+            for (const p of sequence.queue.drain()) p.reject(asServerError(error));
+          }
+        } else {
+          place.ended = true;
+          const reason = this.#goneReason(record);
+          const head = sequence.queue.peek();
+          if (head !== undefined && this.#answerFromEnded(head, record)) sequence.queue.shift();
+          this.#endNow(sequence, reason, this.#endedElsewhere(sequence.id, reason));
+          return;
+        }
+        this.afterStep(sequence);
+      },
+      (error: unknown) => {
+        place.loading = false;
+        // The head request fails; the record is read again before the next one.
+        sequence.queue.shift()?.reject(this.#tierError(sequence.id, "reading", error));
+        this.afterStep(sequence);
+      },
+    );
+  }
+
+  /** Why a sequence is over when the tier has no live record of it. */
+  #goneReason(record: TierRecord | undefined): SequenceEndReason {
+    if (record?.ended !== undefined) return record.ended as SequenceEndReason;
+    return this.#tier!.tier.dataLostAtMs !== undefined ? "state_lost" : "timeout";
+  }
+
+  /**
+   * Writes the new state of steps that ran (already in the store) through to the tier in
+   * one round trip, then answers each: written, it is answered; another replica having
+   * advanced the sequence, the step runs again on the tier's state; the sequence having
+   * ended elsewhere, the request is told so.
+   */
+  async #writeThrough(steps: readonly StepDone[]): Promise<void> {
+    const writes: TierWrite[] = [];
+    const answers: (StepAnswers | undefined)[] = [];
+    for (const step of steps) {
+      const { row, result, end } = step;
+      const sequence = row.sequence;
+      const place = sequence.tier!;
+      const numbered = row.request.request.sequence?.step;
+      const kept =
+        numbered === undefined || row.request.responses !== undefined
+          ? sequence.answers
+          : (sequence.answers ?? new StepAnswers()).with(stepAnswer(numbered, result));
+      answers.push(kept);
+      const exclusive = row.request.request.sequence?.admission === "exclusive";
+      const fresh = place.version === undefined;
+      writes.push({
+        id: sequence.id,
+        mode: end ? (fresh ? "new_end" : "end") : fresh ? (exclusive ? "new_exclusive" : "new") : "next",
+        ...(fresh ? {} : { expect: { version: place.version!, life: place.life } }),
+        life: place.life,
+        body: this.#body(sequence, sequence.applied + 1, kept, !end),
+        ...(end ? { endReason: "end" } : {}),
+        expiry: this.#expiry(sequence),
+      });
+    }
+    let results: TierWriteResult[];
+    try {
+      results = await this.#tier!.write(writes);
+    } catch (error) {
+      for (const { row } of steps) {
+        // What this replica holds is ahead of what the tier confirms: read it again first.
+        row.sequence.tier!.stale = true;
+        row.request.reject(this.#tierError(row.sequence.id, "writing the state of", error));
+      }
+      return;
+    }
+    for (let i = 0; i < steps.length; i++) this.#written(steps[i]!, writes[i]!, answers[i], results[i]!);
+  }
+
+  #written(
+    step: StepDone,
+    write: TierWrite,
+    answers: StepAnswers | undefined,
+    result: TierWriteResult,
+  ): void {
+    const { row, result: answer, end } = step;
+    const sequence = row.sequence;
+    const place = sequence.tier!;
+    if (result.kind === "written") {
+      place.version = result.version;
+      place.verified = false;
+      if (end) place.ended = true;
+      sequence.applied++;
+      sequence.answers = answers;
+      row.request.resolve(answer);
+      return;
+    }
+    this.#tierConflicts++;
+    const current = result.current;
+    if (write.mode === "new_exclusive") {
+      // Another replica started the id first: this START is refused, as on one server.
+      place.ended = true;
+      const error = new ServerError(
+        "ALREADY_EXISTS",
+        `${this.#describe(sequence.id)} already exists: end it before starting it again`,
+        { reason: "sequence_exists" },
+      );
+      row.request.reject(error);
+      this.#endNow(sequence, "forced", error);
+      return;
+    }
+    if (current !== undefined && current.ended === undefined && this.#all.has(sequence)) {
+      // Another replica advanced (or restarted) the sequence meanwhile: this step runs
+      // again on what the tier holds, never on top of a state that was not current.
+      const tries = (this.#retries.get(row.request) ?? 0) + 1;
+      try {
+        this.#install(sequence, current);
+      } catch (error) {
+        row.request.reject(asServerError(error));
+        return;
+      }
+      if (tries > MAX_STEP_RETRIES) {
+        row.request.reject(
+          unavailable(
+            `${this.#describe(sequence.id)} was advanced by another replica at the same time, ${tries} times in a row; retry the request`,
+            1,
+          ),
+        );
+        return;
+      }
+      this.#retries.set(row.request, tries);
+      sequence.queue.unshift(row.request);
+      return;
+    }
+    place.ended = true;
+    const reason = this.#goneReason(current);
+    const error = this.#endedElsewhere(sequence.id, reason);
+    // A retried END that another replica applied: its answer is kept with the ended record.
+    if (!this.#answerFromEnded(row.request, current)) row.request.reject(error);
+    this.#endNow(sequence, reason, error);
+  }
+
+  /** Answers a numbered request whose step the ended sequence `record` recorded; false when it did not. */
+  #answerFromEnded(request: PendingRequest, record: TierRecord | undefined): boolean {
+    const step = request.request.sequence?.step;
+    if (step === undefined || record?.ended === undefined) return false;
+    let answer: StepAnswer | undefined;
+    try {
+      answer = decodeRecordBody(record.body, "an ended sequence").answers.find((a) => a.step === step);
+    } catch {
+      return false;
+    }
+    if (answer === undefined) return false;
+    request.resolve(this.#recorded(request, answer));
+    return true;
+  }
+
+  /** The tier learns of an end decided here (a timeout, a cancellation, an operator's DELETE…). */
+  #endInTier(sequence: Sequence, reason: SequenceEndReason): void {
+    const place = sequence.tier;
+    if (this.#tier === undefined || place === undefined || place.ended || place.leaving) return;
+    if (UNRECORDED_ENDS.has(reason)) return;
+    const force = reason === "forced";
+    if (!force && place.version === undefined) return;
+    place.ended = true;
+    const write: TierWrite = {
+      id: sequence.id,
+      mode: force ? "force_end" : "end",
+      ...(place.version === undefined ? {} : { expect: { version: place.version, life: place.life } }),
+      life: place.life,
+      body: this.#body(sequence, sequence.applied, sequence.answers, false),
+      endReason: reason,
+      expiry: { kind: "never" },
+    };
+    this.#tier
+      .write([write])
+      .catch((error: unknown) =>
+        this.#warn(
+          `the end of ${this.#describe(sequence.id)} (${reason}) could not be written to the state store at ${this.#tier!.tier.location}: ${(error as Error).message}; its record expires by itself`,
+        ),
+      );
+  }
+
+  /** The tier lost its data: the sequences this replica held and had written are gone. */
+  #dataLost(atMs: number): void {
+    const lost = [...this.#all].filter((s) => s.tier?.version !== undefined && !s.tier.ended);
+    if (lost.length === 0) return;
+    const names = lost.map((s) => formatSequenceId(s.id));
+    this.#warn(
+      `the state store at ${this.#tier!.tier.location} lost its data at ${new Date(atMs).toISOString()} (it restarted without persistence): ` +
+        `${lost.length} sequence(s) of model '${this.#config.name}' lost their state and end (reason state_lost): ${names.join(", ")}`,
+    );
+    for (const sequence of lost) {
+      sequence.tier!.ended = true;
+      this.#endNow(sequence, "state_lost", this.#lostError(sequence.id));
+    }
+  }
+
+  /**
+   * Shutdown with a tier: no new sequence starts; the requests accepted run and their
+   * state is written; then every sequence is let go of, to go on on another replica.
+   */
+  async #handOver(deadlineMs: number): Promise<void> {
+    await this.#untilSettled(deadlineMs);
+    for (const sequence of [...this.#all]) {
+      if (sequence.tier !== undefined) sequence.tier.leaving = true;
+      this.#endNow(sequence, "shutdown", this.#leavingError(sequence.id));
+    }
+    if (this.#idleTimer !== undefined) clearTimeout(this.#idleTimer);
+    await this.#untilSettled(Number.POSITIVE_INFINITY);
+    this.#stopListening?.();
+    await this.#tier!.tier.flush();
+  }
+
+  #untilSettled(deadlineMs: number): Promise<void> {
+    if (this.#pending === 0) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const timer = Number.isFinite(deadlineMs)
+        ? setTimeout(resolve, Math.max(0, deadlineMs - Date.now()))
+        : undefined;
+      this.#settleWaiters.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
   }
 
   // ---- SequenceAdmin ----
@@ -647,6 +1226,16 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     let live = 0;
     for (const sequence of this.#all) if (sequence.holder !== undefined) live++;
     return {
+      ...(this.#tier === undefined
+        ? {}
+        : {
+            tier: {
+              location: this.#tier.tier.location,
+              loaded: this.#tierLoaded,
+              conflicts: this.#tierConflicts,
+              handedOver: this.#handedOver,
+            },
+          }),
       live,
       backlog: this.#all.size - live,
       stateBytes: this.#model.store.totalBytes,
@@ -655,9 +1244,32 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     };
   }
 
-  end(id: SequenceId, reason: SequenceEndReason = "forced"): boolean {
+  end(id: SequenceId, reason: SequenceEndReason = "forced"): boolean | Promise<boolean> {
     const sequence = this.#live.get(idKey(id));
-    if (sequence === undefined) return false;
+    if (sequence === undefined) {
+      // Another replica may hold it: an operator's end reaches it through the tier.
+      if (this.#tier === undefined || reason !== "forced") return false;
+      const write: TierWrite = {
+        id,
+        mode: "force_end",
+        life: "",
+        body: encodeRecordBody({
+          applied: 0,
+          state: undefined,
+          answers: [],
+          createdMs: Date.now(),
+          expiresAtMs: undefined,
+        }),
+        endReason: reason,
+        expiry: { kind: "never" },
+      };
+      return this.#tier.write([write]).then(
+        ([result]) => result?.kind === "written",
+        (error: unknown) => {
+          throw this.#tierError(id, "ending", error);
+        },
+      );
+    }
     const how = reason === "forced" ? "through the sequences API" : `(${reason})`;
     this.#endNow(
       sequence,
@@ -698,6 +1310,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       state: copyState(this.#model.store.get(s.key)),
       requests: s.queue.drain(),
       steps: s.steps,
+      applied: s.applied,
+      answers: s.answers,
       createdMs: s.createdMs,
       expiresAtMs: s.expiresAtMs,
     }));
@@ -736,6 +1350,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   #adoptOne(moving: TransferredSequence): void {
     const sequence = new Sequence(moving.id, moving.createdMs);
     sequence.steps = moving.steps;
+    sequence.applied = moving.applied ?? 0;
+    sequence.answers = moving.answers;
+    // A new version keeps its records apart: the sequence's next step writes its first one.
+    sequence.tier = this.#newPlace();
     sequence.endReason = moving.endReason;
     sequence.expiresAtMs = moving.expiresAtMs;
     try {
@@ -784,7 +1402,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (this.#ending.get(key) === sequence) this.#ending.delete(key);
   }
 
-  open(id: SequenceId, options: SequenceOpenOptions = {}): void {
+  open(id: SequenceId, options: SequenceOpenOptions = {}): void | Promise<void> {
     const model = this.#config.name;
     checkCorrelationIdType(this.#config, id);
     if (this.#shuttingDown) {
@@ -810,11 +1428,47 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#recentEnds.forget(key);
     if (sequence.holder !== undefined) this.#startIdleClock(sequence);
     if (options.expiresAtMs !== undefined) this.#armExpiry(sequence, options.expiresAtMs);
+    const place = this.#newPlace();
+    if (place === undefined) return;
+    // Any replica may take the next request: the sequence exists in the tier before this resolves.
+    sequence.tier = place;
+    const write: TierWrite = {
+      id,
+      mode: "new",
+      life: place.life,
+      body: this.#body(sequence, 0, undefined, false),
+      expiry: this.#expiry(sequence),
+    };
+    return this.#tier!.write([write]).then(
+      ([result]) => {
+        if (result?.kind === "written") place.version = result.version;
+      },
+      (error: unknown) => {
+        const failure = this.#tierError(id, "opening", error);
+        place.ended = true;
+        this.#endNow(sequence, "forced", failure);
+        throw failure;
+      },
+    );
   }
 
-  close(id: SequenceId): boolean {
-    const sequence = this.#live.get(idKey(id));
-    if (sequence === undefined) return false;
+  close(id: SequenceId): boolean | Promise<boolean> {
+    const key = idKey(id);
+    const sequence = this.#live.get(key);
+    if (sequence === undefined) {
+      if (this.#tier === undefined || this.#ending.has(key)) return false;
+      // Held by another replica (or by none, since one died): taken up here to be closed.
+      return this.#tier.read(id).then(
+        (record) => {
+          if (record === undefined || record.ended !== undefined) return false;
+          if (!this.#live.has(key)) this.#adoptFromTier(key, id, record);
+          return this.close(id) as boolean;
+        },
+        (error: unknown) => {
+          throw this.#tierError(id, "closing", error);
+        },
+      );
+    }
     sequence.endReason = "end";
     this.#releaseId(sequence);
     if (sequence.idle) this.#finish(sequence);
@@ -827,5 +1481,22 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (live !== undefined) return { kind: "live", expiresAtMs: live.expiresAtMs };
     const end = this.#recentEnds.get(key);
     return end === undefined ? { kind: "unknown" } : { kind: "ended", ...end };
+  }
+
+  async locate(id: SequenceId): Promise<SequenceLookup> {
+    const here = this.lookup(id);
+    if (here.kind === "live" || this.#tier === undefined) return here;
+    let record: TierRecord | undefined;
+    try {
+      record = await this.#tier.read(id);
+    } catch (error) {
+      throw this.#tierError(id, "looking up", error);
+    }
+    if (record === undefined) return here;
+    if (record.ended !== undefined) {
+      return { kind: "ended", reason: record.ended as SequenceEndReason, endedAtMs: record.writtenAtMs };
+    }
+    const body = decodeRecordBody(record.body, this.#describe(id));
+    return { kind: "live", expiresAtMs: body.expiresAtMs };
   }
 }

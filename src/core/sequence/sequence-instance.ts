@@ -1,7 +1,12 @@
 import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
 import type { SequenceEndReason } from "../model.ts";
 import type { Sequence, SlotHolder } from "./sequence.ts";
-import { runSequenceBatch, type SequenceModel, type SequenceRow } from "./sequence-batch-execution.ts";
+import {
+  runSequenceBatch,
+  type SequenceModel,
+  type SequenceRow,
+  type StepOutcome,
+} from "./sequence-batch-execution.ts";
 import { runSequenceRequests } from "./sequence-request-execution.ts";
 import type { SequenceState } from "./state-store.ts";
 
@@ -158,16 +163,30 @@ export abstract class SequenceInstance implements SlotHolder {
       });
       return;
     }
-    runSequenceBatch(this.model, this.executor, rows).finally(() => {
-      this.#inFlight--;
+    const stepped = (): void => {
       for (const row of real) {
         row.sequence.running = false;
         row.sequence.steps++;
         this.owner.afterStep(row.sequence);
       }
+    };
+    const ran = (outcome: StepOutcome): void => {
+      this.#inFlight--;
+      if (outcome.written === undefined) stepped();
+      else {
+        // The next batch may run while this one's state is written through (the rows'
+        // sequences wait for it: each steps again only once its state is safe).
+        this.#runningRequests += real.length;
+        void outcome.written.finally(() => {
+          this.#runningRequests -= real.length;
+          stepped();
+          this.#notifyQuiet();
+        });
+      }
       this.#notifyQuiet();
       this.schedule();
-    });
+    };
+    runSequenceBatch(this.model, this.executor, rows).then(ran, () => ran({ ok: false }));
   }
 
   /** Tells model code that keeps per-sequence data that `sequence` ended (after its last step). */

@@ -3,9 +3,17 @@ import type { Parameters, ParameterValue, SequenceControl, SequenceId } from "..
 
 // The KServe v2 sequence extension's request parameters, read the way Triton reads them:
 // `sequence_id` is an unsigned integer or a string (0 and "" mean "no sequence id"),
-// `sequence_start` / `sequence_end` are booleans, `timeout` is in microseconds.
+// `sequence_start` / `sequence_end` are booleans, `timeout` is in microseconds. seqserve
+// adds `sequence_step`, the request's place in its sequence (1 for the START), with which
+// a retried step is answered from its recorded answer instead of running twice.
 
-export const SEQUENCE_PARAMETERS = ["sequence_id", "sequence_start", "sequence_end", "timeout"] as const;
+export const SEQUENCE_PARAMETERS = [
+  "sequence_id",
+  "sequence_start",
+  "sequence_end",
+  "timeout",
+  "sequence_step",
+] as const;
 
 const UINT64_MAX = (1n << 64n) - 1n;
 
@@ -35,20 +43,35 @@ function parseTimeout(value: ParameterValue | undefined): number | undefined {
   return n === 0 ? undefined : n;
 }
 
+/** `sequence_step`: a whole number from 1 (JSON number, int64 or uint64 parameter). */
+export function parseSequenceStep(value: ParameterValue | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = typeof value === "bigint" && value <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(value) : value;
+  if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 1) {
+    throw invalidArg(
+      "Unable to parse 'sequence_step': expected the request's place in its sequence, a whole number from 1 (1 for the START)",
+    );
+  }
+  return n;
+}
+
 /** The sequence fields of a request, or undefined when it carries none. */
 export function readSequenceControl(parameters: Parameters): SequenceControl | undefined {
   const hasAny =
     parameters.sequence_id !== undefined ||
     parameters.sequence_start !== undefined ||
     parameters.sequence_end !== undefined ||
-    parameters.timeout !== undefined;
+    parameters.timeout !== undefined ||
+    parameters.sequence_step !== undefined;
   if (!hasAny) return undefined;
   const raw = parameters.sequence_id;
+  const step = parseSequenceStep(parameters.sequence_step);
   return {
     id: raw === undefined ? undefined : parseSequenceId(raw),
     start: parseFlag(parameters, "sequence_start"),
     end: parseFlag(parameters, "sequence_end"),
     timeoutUs: parseTimeout(parameters.timeout),
+    ...(step === undefined ? {} : { step }),
   };
 }
 

@@ -1,8 +1,9 @@
 import { asServerError } from "../errors.ts";
 import type { ExecutionOutcome, RequestExecutor } from "../executor.ts";
-import { executionRequest, settleWith } from "../scheduler/request-batch-execution.ts";
+import type { RequestResult } from "../scheduler/pending-request.ts";
+import { executionRequest } from "../scheduler/request-batch-execution.ts";
 import type { Sequence } from "./sequence.ts";
-import type { SequenceModel, SequenceRow } from "./sequence-batch-execution.ts";
+import { answerStep, type SequenceModel, type SequenceRow } from "./sequence-batch-execution.ts";
 
 // One step of a batch of sequences on model code that takes requests (a handler). Each
 // request goes with its sequence's id, flags and state; the state is lent to the executor
@@ -33,7 +34,26 @@ export async function runSequenceRequests(
     if (settled.has(row)) return;
     settled.add(row);
     keepState(model, row.sequence, outcome);
+    if (outcome?.ok !== true) {
+      rowDone(row, outcome);
+      if (outcome !== undefined) row.request.reject(outcome.error);
+      return;
+    }
+    const { inputNs, inferNs, outputNs } = outcome.timings;
+    const result: RequestResult = {
+      outputs: outcome.outputs,
+      parameters: outcome.parameters,
+      timings: row.request.timings(inputNs, inferNs, outputNs, rows.length),
+    };
+    if (model.writeThrough !== undefined) {
+      // The sequence steps again once its state is written and the request answered.
+      const end = row.request.request.sequence?.end === true;
+      void model.writeThrough([{ row, result, end }]).finally(() => rowDone(row, outcome));
+      return;
+    }
+    // State first: the request's settling may let the next step of its sequence run.
     rowDone(row, outcome);
+    answerStep(row, result);
   };
   try {
     const requests = rows.map((row) => {
@@ -50,12 +70,7 @@ export async function runSequenceRequests(
         },
       };
     });
-    const timings = await executor.execute(requests, (index, outcome) => {
-      const row = rows[index]!;
-      // State first: the request's settling may let the next step of its sequence run.
-      finish(row, outcome);
-      settleWith(row.request, outcome, rows.length);
-    });
+    const timings = await executor.execute(requests, (index, outcome) => finish(rows[index]!, outcome));
     model.statistics.recordExecution(rows.length, timings.inputNs, timings.inferNs, timings.outputNs);
     model.observer?.batchRan({
       instance: executor.name,

@@ -4,6 +4,7 @@ import type { SequenceBatchingConfig } from "../model-config.ts";
 import type { PendingRequest } from "../scheduler/pending-request.ts";
 import { formatShape } from "../tensor.ts";
 import type { SequenceState } from "./state-store.ts";
+import type { StepAnswers } from "./step-answers.ts";
 
 // Sequences leaving one sequence batcher for another: a model reloaded with a new
 // configuration or new files keeps its live sequences when their state fits the new
@@ -22,6 +23,9 @@ export interface TransferredSequence {
   /** Accepted requests not yet run, in arrival order. */
   readonly requests: readonly PendingRequest[];
   readonly steps: number;
+  /** Steps applied, and the answers kept for numbered retries (sequence_step). */
+  readonly applied?: number;
+  readonly answers?: StepAnswers | undefined;
   readonly createdMs: number;
   /** When the sequence expires (a session's TTL), if it does. */
   readonly expiresAtMs: number | undefined;

@@ -3,6 +3,7 @@ import type { SequenceEndReason } from "../model.ts";
 import type { PendingRequest } from "../scheduler/pending-request.ts";
 import { Deque } from "../scheduler/request-queue.ts";
 import type { SequenceState } from "./state-store.ts";
+import type { StepAnswers } from "./step-answers.ts";
 
 /** Where a sequence's requests run: one slot of one model instance. */
 export interface SlotHolder {
@@ -19,6 +20,24 @@ export interface SlotHolder {
 }
 
 export type SequenceStatus = "backlogged" | "active" | "ending";
+
+/** Where a sequence stands in a sequence tier (sequence-tier.ts), when the model has one. */
+export interface TierPlace {
+  /** The token of this life in the tier. */
+  life: string;
+  /** The record's version this replica last read or wrote; undefined: not in the tier yet. */
+  version: number | undefined;
+  /** Being read from the tier: the sequence does not run meanwhile. */
+  loading: boolean;
+  /** The tier's record must be read before the next step (a write failed, or a retry needs the truth). */
+  stale: boolean;
+  /** The tier already holds the end (the END step wrote it, or it ended on another replica). */
+  ended: boolean;
+  /** Just read from the tier: a retried step may be judged by what this replica holds. */
+  verified: boolean;
+  /** The sequence leaves this replica but goes on (a hand-over): its end here is not an end. */
+  leaving: boolean;
+}
 
 let nextToken = 0;
 
@@ -50,6 +69,12 @@ export class Sequence {
   backlogDeadlineMs: number | undefined;
   /** When the sequence ends by itself (epoch ms), when it was opened with an expiry. */
   expiresAtMs: number | undefined;
+  /** Steps applied in this life (those that succeeded): what a request's `sequence_step` counts. */
+  applied = 0;
+  /** The answers of its last steps that carried `sequence_step`. */
+  answers: StepAnswers | undefined;
+  /** Its place in the model's sequence tier, when it has one. */
+  tier: TierPlace | undefined;
 
   constructor(id: SequenceId, createdMs = Date.now()) {
     this.id = id;
@@ -58,7 +83,7 @@ export class Sequence {
 
   /** Has a request that could run now. */
   get ready(): boolean {
-    return !this.running && this.queue.length > 0 && this.holder !== undefined;
+    return !this.running && this.queue.length > 0 && this.holder !== undefined && this.tier?.loading !== true;
   }
 
   /** Nothing left to run: an ending sequence can be finished. */

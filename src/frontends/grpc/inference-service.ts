@@ -3,6 +3,7 @@ import { cancelled, invalidArg, ServerError } from "../../core/errors.ts";
 import type { InferResponse } from "../../core/infer.ts";
 import type { ModelMetadata, ServerContext, TensorMetadata } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { routedSequenceId, SEQUENCE_ID_METADATA, withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse } from "./infer-response-encoder.ts";
@@ -104,9 +105,11 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
       const decoded = decodeInferRequest(message, controller.signal);
       const [traceparent] = call.metadata.get("traceparent");
       const [tracestate] = call.metadata.get("tracestate");
-      pending = registry
-        .model(decoded.modelName, decoded.modelVersion)
-        .infer(withTraceContext(decoded.request, traceparent, tracestate));
+      const model = registry.model(decoded.modelName, decoded.modelVersion);
+      const routed = routedSequenceId(call.metadata.get(SEQUENCE_ID_METADATA)[0]?.toString());
+      pending = model.infer(
+        withTraceContext(withRoutedSequenceId(decoded.request, routed, model), traceparent, tracestate),
+      );
     } catch (error) {
       call.off("cancelled", onCancel);
       return Promise.reject(error);

@@ -1,11 +1,12 @@
 import { setMaxListeners } from "node:events";
 import type { MetadataValue, ServerDuplexStream } from "@grpc/grpc-js";
 import { asServerError, cancelled } from "../../core/errors.ts";
-import type { InferRequest, InferResponse } from "../../core/infer.ts";
+import type { InferRequest, InferResponse, SequenceId } from "../../core/infer.ts";
 import type { ModelRegistry, ServedModel } from "../../core/model.ts";
 import { inferStream } from "../../core/response-stream.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { relayResponses } from "../common/kserve/decoupled-responses.ts";
+import { routedSequenceId, SEQUENCE_ID_METADATA, withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse, streamError } from "./infer-response-encoder.ts";
@@ -40,6 +41,7 @@ export type StreamInferCall = ServerDuplexStream<
 
 export class StreamInferSession {
   readonly #call: StreamInferCall;
+  readonly #routedId: SequenceId | undefined;
   readonly #registry: ModelRegistry;
   readonly #logger: Logger;
   readonly #maxInflight: number;
@@ -66,6 +68,8 @@ export class StreamInferSession {
     maxMessageBytes: number,
   ) {
     this.#call = call;
+    // A balancer routes the whole stream by its metadata: its requests may leave the id out.
+    this.#routedId = routedSequenceId(call.metadata.get(SEQUENCE_ID_METADATA)[0]?.toString());
     this.#registry = registry;
     this.#logger = logger;
     this.#maxInflight = Math.max(1, maxInflight);
@@ -104,7 +108,11 @@ export class StreamInferSession {
     try {
       const decoded = decodeInferRequest(message, this.#controller.signal);
       const model = this.#registry.model(decoded.modelName, decoded.modelVersion);
-      const request = withTraceContext(decoded.request, this.#traceparent, this.#tracestate);
+      const request = withTraceContext(
+        withRoutedSequenceId(decoded.request, this.#routedId, model),
+        this.#traceparent,
+        this.#tracestate,
+      );
       if (model.decoupled === true) {
         this.#relay(model, request, message.id);
         return;

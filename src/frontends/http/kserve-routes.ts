@@ -8,6 +8,7 @@ import { sendJson } from "../common/http/json-text.ts";
 import { HEADER_LENGTH, HEADER_LENGTH_NAME, readHeaderLength } from "../common/kserve/binary-tensor.ts";
 import { decodeInferRequest } from "../common/kserve/infer-request-decoder.ts";
 import { encodeInferResponse } from "../common/kserve/infer-response-encoder.ts";
+import { routedSequenceId, SEQUENCE_ID_HEADER, withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
 import { modelSchemas, SERVER_SCHEMAS } from "./kserve-schemas.ts";
@@ -120,7 +121,10 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
       try {
         const decoded = decodeInferRequest(body, headerLength, model, { signal: disconnect.signal });
         const { traceparent, tracestate } = request.headers;
-        const response = await model.infer(withTraceContext(decoded.request, traceparent, tracestate));
+        const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
+        const response = await model.infer(
+          withTraceContext(withRoutedSequenceId(decoded.request, routed, model), traceparent, tracestate),
+        );
         const encoded = encodeInferResponse(response, decoded.encoding);
         if (encoded.headerLength !== undefined) reply.header(HEADER_LENGTH_NAME, encoded.headerLength);
         return reply.type(encoded.contentType).send(encoded.body);

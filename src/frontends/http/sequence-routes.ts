@@ -72,6 +72,16 @@ function summaryJson(summary: SequenceSummary): Record<string, unknown> {
     state_bytes: summary.stateBytes,
     state_allocated_bytes: summary.stateAllocatedBytes,
     ended: summary.ended,
+    ...(summary.tier === undefined
+      ? {}
+      : {
+          tier: {
+            location: summary.tier.location,
+            loaded: summary.tier.loaded,
+            conflicts: summary.tier.conflicts,
+            handed_over: summary.tier.handedOver,
+          },
+        }),
   };
 }
 

@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest, InferResponse } from "../../core/infer.ts";
 import type { ModelRegistry, ServedModel, ServerContext, TensorMetadata } from "../../core/model.ts";
+import { parseSequenceStep } from "../../core/sequence/sequence-parameters.ts";
 import { watchDisconnect } from "../common/http/client-disconnect.ts";
 import { HttpError } from "../common/http/http-error.ts";
 import { isJsonObject } from "../common/http/json-body.ts";
@@ -45,6 +46,7 @@ export interface InvocationRoutesOptions {
 
 const SESSION_ID = "x-amzn-sagemaker-session-id";
 const TARGET_MODEL = "x-amzn-sagemaker-target-model";
+const CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes";
 /** Response headers, spelled as SageMaker's documentation spells them. */
 const NEW_SESSION_ID_HEADER = "X-Amzn-SageMaker-New-Session-Id";
 const SESSION_ID_HEADER = "X-Amzn-SageMaker-Session-Id";
@@ -117,15 +119,38 @@ function prepareStep(
 }
 
 function refuseSequenceFields(request: InferRequest): void {
-  if (request.sequence === undefined) return;
+  const sequence = request.sequence;
+  // sequence_step alone is welcome: the step's place in the session, for exactly-once retries.
+  const stepOnly =
+    sequence !== undefined &&
+    sequence.id === undefined &&
+    !sequence.start &&
+    !sequence.end &&
+    sequence.timeoutUs === undefined &&
+    !("sequence_start" in request.parameters || "sequence_end" in request.parameters);
+  if (sequence === undefined || stepOnly) return;
   throw invalidArg(
     "a session request must not carry sequence parameters (sequence_id, sequence_start, sequence_end, timeout): the session is its sequence",
   );
 }
 
+/**
+ * The step's place in its session for exactly-once retries: `sequence_step=N` among the
+ * custom attributes (X-Amzn-SageMaker-Custom-Attributes, which SageMaker passes to the
+ * container as the SDKs' CustomAttributes), or the KServe body's `sequence_step`.
+ */
+function sessionStep(request: InferRequest, attributes: string | undefined): number | undefined {
+  const match = attributes === undefined ? null : /(?:^|[,;]\s*)sequence_step=([^,;\s]*)/.exec(attributes);
+  if (match === null) return request.sequence?.step;
+  return parseSequenceStep(/^\d+$/.test(match[1]!) ? Number(match[1]) : match[1]!);
+}
+
 /** `request` as a step of session `id`: a request of the session's sequence. */
-function inSession(request: InferRequest, id: string, end: boolean): InferRequest {
-  return { ...request, sequence: { id, start: false, end, timeoutUs: undefined } };
+function inSession(request: InferRequest, id: string, end: boolean, step: number | undefined): InferRequest {
+  return {
+    ...request,
+    sequence: { id, start: false, end, timeoutUs: undefined, ...(step === undefined ? {} : { step }) },
+  };
 }
 
 function describeReadiness(registry: ModelRegistry): string {
@@ -158,6 +183,7 @@ export async function invocationRoutes(
     );
     const intent = sessionIntent(headerValue(request, SESSION_ID), body.requestType);
     const target = targetModel(registry, headerValue(request, TARGET_MODEL));
+    const attributes = headerValue(request, CUSTOM_ATTRIBUTES);
     const disconnect = watchDisconnect(request, reply);
     try {
       switch (intent.kind) {
@@ -176,7 +202,7 @@ export async function invocationRoutes(
           // The body is read before the session exists: a bad one opens nothing.
           const step = body.hasInputs ? prepareStep(body, model, request, disconnect.signal) : undefined;
           if (step !== undefined) refuseSequenceFields(step.request);
-          const session = sessions.open(model);
+          const session = await sessions.open(model);
           const value = newSessionHeaderValue(session.id, session.expiresAtMs);
           if (step === undefined) {
             reply.header(NEW_SESSION_ID_HEADER, value).header(SESSION_ID_HEADER, value);
@@ -189,10 +215,12 @@ export async function invocationRoutes(
           }
           let response: InferResponse;
           try {
-            response = await model.infer(inSession(step.request, session.id, false));
+            response = await model.infer(
+              inSession(step.request, session.id, false, sessionStep(step.request, attributes)),
+            );
           } catch (error) {
             // Its id never reached the client: nobody could use or close the session.
-            model.sequences?.end(session.id, "forced");
+            await model.sequences?.end(session.id, "forced");
             throw error;
           }
           reply.header(NEW_SESSION_ID_HEADER, value).header(SESSION_ID_HEADER, value);
@@ -201,16 +229,18 @@ export async function invocationRoutes(
         case "continue":
         case "close": {
           const { id } = intent;
-          const model = sessions.find(id, target);
+          const model = await sessions.find(id, target);
           const close = intent.kind === "close";
           if (close && !body.hasInputs) {
-            model.sequences!.close(id);
+            await model.sequences!.close(id);
             reply.header(CLOSED_SESSION_ID_HEADER, id);
             return sendJson(reply, { session_id: id, closed: true });
           }
           const step = prepareStep(body, model, request, disconnect.signal);
           refuseSequenceFields(step.request);
-          const response = await model.infer(inSession(step.request, id, close));
+          const response = await model.infer(
+            inSession(step.request, id, close, sessionStep(step.request, attributes)),
+          );
           if (close) reply.header(CLOSED_SESSION_ID_HEADER, id);
           return sendAnswer(reply, response, step.answer, step.encoding);
         }

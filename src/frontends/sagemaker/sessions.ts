@@ -39,7 +39,7 @@ export class SageMakerSessions {
   }
 
   /** Opens a session on `model`: a sequence that expires `ttlSecs` after now. */
-  open(model: ServedModel): OpenedSession {
+  async open(model: ServedModel): Promise<OpenedSession> {
     const sequences = model.sequences;
     if (sequences === undefined) {
       throw invalidArg(
@@ -56,7 +56,8 @@ export class SageMakerSessions {
     // SageMaker states the expiry in whole seconds: round up, so the session lasts at
     // least the TTL and ends exactly when its Expires says.
     const expiresAtMs = Math.ceil((Date.now() + this.#ttlSecs * 1000) / 1000) * 1000;
-    sequences.open(id, { expiresAtMs });
+    // With a shared state tier, the session exists there (any replica can continue it) before it is answered.
+    await sequences.open(id, { expiresAtMs });
     return { id, expiresAtMs };
   }
 
@@ -64,10 +65,12 @@ export class SageMakerSessions {
    * The model holding live session `id`. With a TargetModel the session must be that
    * model's. Otherwise a 400 that says why the id cannot be used.
    */
-  find(id: string, target: ServedModel | undefined): ServedModel {
+  async find(id: string, target: ServedModel | undefined): Promise<ServedModel> {
     let found: { model: ServedModel; lookup: Exclude<SequenceLookup, { kind: "unknown" }> } | undefined;
     for (const model of this.#registry.served()) {
-      const lookup = model.sequences?.lookup(id);
+      const sequences = model.sequences;
+      // A session opened on another replica is found in the shared tier.
+      const lookup = sequences?.locate === undefined ? sequences?.lookup(id) : await sequences.locate(id);
       if (lookup === undefined || lookup.kind === "unknown") continue;
       if (lookup.kind === "live") {
         found = { model, lookup };

@@ -3,6 +3,7 @@ import { cancelled, invalidArg } from "../../core/errors.ts";
 import type { ServerContext } from "../../core/model.ts";
 import type { Tensor } from "../../core/tensor.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { routedSequenceId, SEQUENCE_ID_METADATA } from "../common/sequence-routing.ts";
 import { int64ToBigInt, int64ToNumber } from "../grpc/int64.ts";
 import type { GrpcServiceRegistration } from "../grpc/service-registration.ts";
 import { unary } from "../grpc/unary-handler.ts";
@@ -23,7 +24,13 @@ import {
   predictionServiceDefinition,
   SIGNATURE_DEF_MAP_TYPE_URL,
 } from "./proto-definitions.ts";
-import { SEQUENCE_CONTROL_INPUT, SEQUENCE_ID_INPUT, type SpecialInput } from "./special-inputs.ts";
+import {
+  SEQUENCE_CONTROL_INPUT,
+  SEQUENCE_ID_INPUT,
+  SEQUENCE_STEP_INPUT,
+  SPECIAL_INPUTS,
+  type SpecialInput,
+} from "./special-inputs.ts";
 import { decodeTensorProto, encodeTensorProto, sequenceIdProto, shapeOf } from "./tensor-proto.ts";
 
 // tensorflow.serving.PredictionService (Predict, GetModelMetadata) and
@@ -118,10 +125,12 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
       model,
       specialInput(protos[SEQUENCE_ID_INPUT], "uint64_val"),
       specialInput(protos[SEQUENCE_CONTROL_INPUT], "uint32_val"),
+      specialInput(protos[SEQUENCE_STEP_INPUT], "uint64_val"),
+      routedSequenceId(call.metadata.get(SEQUENCE_ID_METADATA)[0]?.toString()),
     );
     const inputs = new Map<string, Tensor>();
     for (const name in protos) {
-      if (sequence !== undefined && (name === SEQUENCE_ID_INPUT || name === SEQUENCE_CONTROL_INPUT)) continue;
+      if (sequence !== undefined && SPECIAL_INPUTS.has(name)) continue;
       inputs.set(name, decodeTensorProto(name, protos[name]!));
     }
     const filter = message.output_filter ?? [];

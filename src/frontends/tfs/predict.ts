@@ -1,5 +1,5 @@
 import { invalidArg, notFound } from "../../core/errors.ts";
-import type { InferRequest, InferResponse, SequenceControl } from "../../core/infer.ts";
+import type { InferRequest, InferResponse, SequenceControl, SequenceId } from "../../core/infer.ts";
 import type { ModelRegistry, ServedModel } from "../../core/model.ts";
 import type { Tensor } from "../../core/tensor.ts";
 import { readSpecialInputs, type SpecialInput } from "./special-inputs.ts";
@@ -48,8 +48,10 @@ export function sequenceOf(
   model: ServedModel,
   id: SpecialInput | undefined,
   control: SpecialInput | undefined,
+  step?: SpecialInput,
+  routedId?: SequenceId,
 ): SequenceControl | undefined {
-  return isStateful(model) ? readSpecialInputs(id, control) : undefined;
+  return isStateful(model) ? readSpecialInputs(id, control, step, routedId) : undefined;
 }
 
 export interface PredictCall {

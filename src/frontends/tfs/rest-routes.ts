@@ -6,6 +6,7 @@ import { watchDisconnect } from "../common/http/client-disconnect.ts";
 import { createErrorHandler } from "../common/http/error-reply.ts";
 import { isJsonObject, type JsonObject } from "../common/http/json-body.ts";
 import { memberSourceText } from "../common/json-source-text.ts";
+import { routedSequenceId, SEQUENCE_ID_HEADER } from "../common/sequence-routing.ts";
 import { ovmsInvalid, TFS_HTTP_STATUS, tfsError } from "./error-status.ts";
 import { modelStatus, type Signature, signatureOf, type VersionStatus } from "./model-info.ts";
 import {
@@ -17,7 +18,13 @@ import {
   sequenceOf,
 } from "./predict.ts";
 import { decodeRestTensor, restTensorText, tensorRow } from "./rest-json.ts";
-import { SEQUENCE_CONTROL_INPUT, SEQUENCE_ID_INPUT, type SpecialInput } from "./special-inputs.ts";
+import {
+  SEQUENCE_CONTROL_INPUT,
+  SEQUENCE_ID_INPUT,
+  SEQUENCE_STEP_INPUT,
+  SPECIAL_INPUTS,
+  type SpecialInput,
+} from "./special-inputs.ts";
 import { tfDtypeName } from "./tf-dtype.ts";
 
 // TF-Serving's REST API on the HTTP port, beside KServe v2, with OpenVINO Model Server's
@@ -119,11 +126,12 @@ function columnSpecials(
   model: ServedModel,
   value: unknown,
   text: string,
-): [SpecialInput | undefined, SpecialInput | undefined] {
-  if (!isStateful(model) || !isJsonObject(value)) return [undefined, undefined];
+): [SpecialInput | undefined, SpecialInput | undefined, SpecialInput | undefined] {
+  if (!isStateful(model) || !isJsonObject(value)) return [undefined, undefined, undefined];
   return [
     specialInput(value[SEQUENCE_ID_INPUT], text, SEQUENCE_ID_INPUT, UINT64_MAX),
     specialInput(value[SEQUENCE_CONTROL_INPUT], text, SEQUENCE_CONTROL_INPUT, UINT32_MAX),
+    specialInput(value[SEQUENCE_STEP_INPUT], text, SEQUENCE_STEP_INPUT, UINT64_MAX),
   ];
 }
 
@@ -136,7 +144,7 @@ function decodeColumns(model: ServedModel, value: unknown): DecodedPredict {
   }
   const stateful = isStateful(model);
   for (const name in value) {
-    if (stateful && (name === SEQUENCE_ID_INPUT || name === SEQUENCE_CONTROL_INPUT)) continue;
+    if (stateful && SPECIAL_INPUTS.has(name)) continue;
     inputs.set(...decodeNamed(model, name, value[name]));
   }
   return { inputs, rows: undefined };
@@ -331,8 +339,11 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
       if (hasRows === hasColumns) throw ovmsInvalid("rest_order");
       // Special inputs are read (and refused) before the data, as OVMS does.
       const rows = hasRows ? decodeRows(model, json.instances) : undefined;
-      const [id, control] = hasColumns ? columnSpecials(model, json.inputs, text) : [undefined, undefined];
-      const sequence = sequenceOf(model, id, control);
+      const [id, control, step] = hasColumns
+        ? columnSpecials(model, json.inputs, text)
+        : [undefined, undefined, undefined];
+      const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
+      const sequence = sequenceOf(model, id, control, step, routed);
       const decoded = rows ?? decodeColumns(model, json.inputs);
       const disconnect = watchDisconnect(request, reply);
       try {

@@ -1,5 +1,5 @@
-import { ServerError } from "../../core/errors.ts";
-import type { SequenceControl } from "../../core/infer.ts";
+import { invalidArg, ServerError } from "../../core/errors.ts";
+import type { SequenceControl, SequenceId } from "../../core/infer.ts";
 import { OVMS_MESSAGES, ovmsInvalid } from "./error-status.ts";
 
 // OpenVINO Model Server's two special inputs of a stateful model's request:
@@ -7,9 +7,22 @@ import { OVMS_MESSAGES, ovmsInvalid } from "./error-status.ts";
 // 2 end), each a tensor of shape [1]. Read in OVMS's order and with its errors; a request
 // refused here changes nothing on the server. What they mean for the sequence (unknown
 // id, id in use, no room) is the core's exclusive admission.
+//
+// seqserve adds a third, `sequence_step` (uint64, shape [1]): the request's place in its
+// sequence (1 for the start), for exactly-once retries; and takes the id from the
+// X-Sequence-Id header / sequence-id metadata when the request has no `sequence_id`
+// input (a load balancer routes by it).
 
 export const SEQUENCE_ID_INPUT = "sequence_id";
 export const SEQUENCE_CONTROL_INPUT = "sequence_control_input";
+export const SEQUENCE_STEP_INPUT = "sequence_step";
+
+/** The inputs that carry sequence fields rather than data. */
+export const SPECIAL_INPUTS: ReadonlySet<string> = new Set([
+  SEQUENCE_ID_INPUT,
+  SEQUENCE_CONTROL_INPUT,
+  SEQUENCE_STEP_INPUT,
+]);
 
 const NO_CONTROL = 0n;
 const SEQUENCE_START = 1n;
@@ -36,13 +49,31 @@ function checkShape(name: string, input: SpecialInput): void {
 export function readSpecialInputs(
   id: SpecialInput | undefined,
   control: SpecialInput | undefined,
+  step?: SpecialInput,
+  routedId?: SequenceId,
 ): SequenceControl {
-  let sequenceId = 0n;
+  let sequenceId = typeof routedId === "bigint" ? routedId : 0n;
   let controlValue = 0n;
   if (id !== undefined) {
     checkShape(SEQUENCE_ID_INPUT, id);
     if (id.values?.length !== 1) throw ovmsInvalid("id_field");
     sequenceId = id.values[0]!;
+    if (typeof routedId === "bigint" && routedId !== sequenceId) {
+      throw invalidArg(
+        `the sequence_id input is ${sequenceId}, but the X-Sequence-Id header (or sequence-id metadata), by which a load balancer routes the request, names ${routedId}`,
+      );
+    }
+  }
+  let stepValue: number | undefined;
+  if (step !== undefined) {
+    checkShape(SEQUENCE_STEP_INPUT, step);
+    const value = step.values?.length === 1 ? step.values[0]! : 0n;
+    if (value < 1n || value > BigInt(Number.MAX_SAFE_INTEGER)) {
+      throw invalidArg(
+        "sequence_step must be one uint64 (uint64_val over gRPC): the request's place in its sequence, from 1 for the start",
+      );
+    }
+    stepValue = Number(value);
   }
   if (control !== undefined) {
     checkShape(SEQUENCE_CONTROL_INPUT, control);
@@ -60,6 +91,7 @@ export function readSpecialInputs(
     end: controlValue === SEQUENCE_END,
     timeoutUs: undefined,
     admission: "exclusive",
+    ...(stepValue === undefined ? {} : { step: stepValue }),
   };
 }
 

@@ -5,6 +5,7 @@ import {
   type ClientReadableStream,
   type ClientUnaryCall,
   credentials,
+  Metadata,
   type ServiceError,
 } from "@grpc/grpc-js";
 import type { MethodDefinition } from "@grpc/proto-loader";
@@ -53,6 +54,7 @@ export class TestClient {
     name: string,
     request: object,
     service = INFERENCE_SERVICE_NAME,
+    metadata: Metadata = new Metadata(),
   ): { call: ClientUnaryCall; response: Promise<Response> } {
     const m = method(service, name);
     let call: ClientUnaryCall | undefined;
@@ -62,14 +64,20 @@ export class TestClient {
         m.requestSerialize,
         m.responseDeserialize,
         request,
+        metadata,
         (error: ServiceError | null, value?: object) => (error ? reject(error) : resolve(value as Response)),
       );
     });
     return { call: call as ClientUnaryCall, response };
   }
 
-  unary<Response>(name: string, request: object = {}, service = INFERENCE_SERVICE_NAME): Promise<Response> {
-    return this.start<Response>(name, request, service).response;
+  unary<Response>(
+    name: string,
+    request: object = {},
+    service = INFERENCE_SERVICE_NAME,
+    metadata?: Metadata,
+  ): Promise<Response> {
+    return this.start<Response>(name, request, service, metadata).response;
   }
 
   health<Response>(name: string, request: object = {}): Promise<Response> {
@@ -81,12 +89,16 @@ export class TestClient {
     return this.#client.makeServerStreamRequest(m.path, m.requestSerialize, m.responseDeserialize, request);
   }
 
-  stream(): ClientDuplexStream<ModelInferRequestMessage, ModelStreamInferResponseMessage> {
+  /** A ModelStreamInfer call, with `metadata` (e.g. the sequence-id a balancer routes by). */
+  stream(
+    metadata: Metadata = new Metadata(),
+  ): ClientDuplexStream<ModelInferRequestMessage, ModelStreamInferResponseMessage> {
     const m = method(INFERENCE_SERVICE_NAME, "ModelStreamInfer");
     return this.#client.makeBidiStreamRequest(
       m.path,
       m.requestSerialize,
       m.responseDeserialize,
+      metadata,
     ) as ClientDuplexStream<ModelInferRequestMessage, ModelStreamInferResponseMessage>;
   }
 

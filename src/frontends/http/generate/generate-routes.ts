@@ -6,6 +6,7 @@ import { type InferResponseStream, inferStream } from "../../../core/response-st
 import { watchDisconnect } from "../../common/http/client-disconnect.ts";
 import { createErrorHandler } from "../../common/http/error-reply.ts";
 import { readJsonBody } from "../../common/http/json-body.ts";
+import { routedSequenceId, SEQUENCE_ID_HEADER, withRoutedSequenceId } from "../../common/sequence-routing.ts";
 import { KSERVE_HTTP_STATUS } from "../error-status.ts";
 import { MODEL_PATHS, type ModelParams } from "../kserve-routes.ts";
 import { operationId } from "../kserve-schemas.ts";
@@ -91,7 +92,11 @@ async function generate(
   const disconnect = watchDisconnect(request, reply);
   let stream: InferResponseStream | undefined;
   try {
-    stream = inferStream(model, decodeGenerateRequest(request.body, model, disconnect.signal));
+    const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
+    stream = inferStream(
+      model,
+      withRoutedSequenceId(decodeGenerateRequest(request.body, model, disconnect.signal), routed, model),
+    );
     const responses = stream[Symbol.asyncIterator]();
     const first = await responses.next();
     if (!streaming) {

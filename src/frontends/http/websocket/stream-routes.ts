@@ -3,6 +3,7 @@ import type { WebSocket } from "ws";
 import type { ModelRegistry, ServedModel, ServerContext } from "../../../core/model.ts";
 import { createErrorHandler } from "../../common/http/error-reply.ts";
 import { HttpError } from "../../common/http/http-error.ts";
+import { SEQUENCE_ID_HEADER } from "../../common/sequence-routing.ts";
 import { KSERVE_HTTP_STATUS } from "../error-status.ts";
 import { MODEL_PATHS, type ModelParams } from "../kserve-routes.ts";
 import { modelSchemas } from "../kserve-schemas.ts";
@@ -37,7 +38,13 @@ type StreamRequest = FastifyRequest<{ Params: ModelParams; Querystring: Record<s
 function streamTarget(registry: ModelRegistry, request: StreamRequest): StreamTarget {
   const { model: name, version } = request.params;
   const model = registry.model(name, modelVersion(version));
-  return { model, options: readStreamOptions(request.query, model) };
+  // Routed by X-Sequence-Id, the stream's sequence may be named by the header alone.
+  const routed = request.headers[SEQUENCE_ID_HEADER];
+  const query =
+    request.query.sequence_id === undefined && typeof routed === "string" && routed !== ""
+      ? { ...request.query, sequence_id: routed }
+      : request.query;
+  return { model, options: readStreamOptions(query, model) };
 }
 
 /**

@@ -1,0 +1,90 @@
+import type { SequenceId } from "../infer.ts";
+
+// A tier that keeps every sequence's state outside the process, shared by the replicas of
+// a server (Redis, in src/state-tiers). With one, the in-memory store is a cache: each
+// step's new state is written through before its answer is sent, a replica that gets a
+// request for a sequence it does not hold reads it from the tier, and a replica that dies
+// loses nothing that was answered.
+//
+// The tier keeps one record per sequence id of a model version: the core's encoded body
+// (state, steps applied, recorded answers; see sequence-record.ts) under a version that
+// every write increments, and the token of the sequence's life (a START begins a new
+// life). Writes are fenced: a step is written only if the version and life it read are
+// still current, atomically, so two replicas can never both advance one sequence; the
+// loser learns the current record in the same answer.
+
+/** One sequence's record as the tier holds it. */
+export interface TierRecord {
+  /** Incremented by every write of the id; the fencing token. */
+  readonly version: number;
+  /** The life the record belongs to (a new START writes a new one). */
+  readonly life: string;
+  /** The core's encoded body (sequence-record.ts). */
+  readonly body: Uint8Array;
+  /** Why the sequence ended, for a record kept after its end (a tombstone); undefined while live. */
+  readonly ended: string | undefined;
+  /** When the record was written (epoch ms). */
+  readonly writtenAtMs: number;
+}
+
+/**
+ * - `next`: the sequence's next state, only if the record is still at `expect`;
+ * - `new`: a new life of the id, whatever the tier held (a START);
+ * - `new_exclusive`: a new life, only if the id has no live record (OpenVINO Model Server's START);
+ * - `new_end`: a new life that ends at once (a START that is also the END), whatever the tier held;
+ * - `end`: the life ends (the record is kept as a tombstone with `endReason`), only if still at `expect`;
+ * - `force_end`: whatever live life the id has ends (an operator's DELETE).
+ */
+export type TierWriteMode = "next" | "new" | "new_exclusive" | "new_end" | "end" | "force_end";
+
+/** How long a live record lives without being written again. */
+export type TierExpiry =
+  | { readonly kind: "idle"; readonly ms: number }
+  | { readonly kind: "at"; readonly epochMs: number }
+  | { readonly kind: "never" };
+
+export interface TierWrite {
+  readonly id: SequenceId;
+  readonly mode: TierWriteMode;
+  /** For `next` and `end`: the version and life the writer read. */
+  readonly expect?: { readonly version: number; readonly life: string };
+  readonly life: string;
+  readonly body: Uint8Array;
+  /** For `end` and `force_end`. */
+  readonly endReason?: string;
+  readonly expiry: TierExpiry;
+}
+
+export type TierWriteResult =
+  | { readonly kind: "written"; readonly version: number }
+  /** The record was not what the writer expected: here is what it is (undefined: none). */
+  | { readonly kind: "conflict"; readonly current: TierRecord | undefined };
+
+/** One model version's records. */
+export interface ModelTier {
+  /** The tier the records are in. */
+  readonly tier: SequenceTier;
+  read(id: SequenceId): Promise<TierRecord | undefined>;
+  /** Applies the writes in order, in one round trip where the tier can; one result each. */
+  write(writes: readonly TierWrite[]): Promise<TierWriteResult[]>;
+}
+
+export interface SequenceTier {
+  /** Where the tier is, for messages and logs (no credentials). */
+  readonly location: string;
+  forModel(model: string, version: string): ModelTier;
+  /**
+   * Reserves `count` consecutive numbers, counted from 0, that no other replica sharing
+   * the tier is ever given; resolves with the first (server-assigned sequence ids).
+   */
+  reserveIds(count: number): Promise<bigint>;
+  /**
+   * When the tier was last found to have lost its data (restarted without persistence),
+   * or undefined. Listeners run when it is found.
+   */
+  readonly dataLostAtMs: number | undefined;
+  onDataLost(listener: (atMs: number) => void): () => void;
+  /** Resolves when every write issued so far has been answered. */
+  flush(): Promise<void>;
+  close(): Promise<void>;
+}

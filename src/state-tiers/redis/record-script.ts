@@ -1,0 +1,68 @@
+// The one write of a sequence's record, as a Lua script so that the check of the version
+// (the fence) and the write are one atomic step in Redis: a replica whose copy of the
+// sequence is no longer current can never overwrite the current record. The record is a
+// hash: v (version, +1 per write), life (the life's token), body (the core's encoding),
+// ended (why it ended, for a tombstone), at (when written, epoch ms).
+//
+// KEYS[1]: the record
+// ARGV: mode, expected version, expected life, life, body, end reason, expiry kind
+//       (idle | at | never), expiry value (ms or epoch ms), tombstone ttl (ms), now (epoch ms)
+// Returns {1, version} when written, or {0, <the record as HGETALL>} when not.
+
+/** The write of one record: `write(key, a)` where `a` holds the ARGV above, from a[1]. */
+const WRITE_FUNCTION = `
+local function write(key, a)
+  local mode = a[1]
+  local current = redis.call('HMGET', key, 'v', 'life', 'ended')
+  local version = tonumber(current[1]) or 0
+  local life = current[2]
+  local ended = current[3]
+  if mode == 'next' or mode == 'end' then
+    if (not life) or ended or life ~= a[3] or version ~= tonumber(a[2]) then return {0, redis.call('HGETALL', key)} end
+  elseif mode == 'new_exclusive' then
+    if life and not ended then return {0, redis.call('HGETALL', key)} end
+  elseif mode == 'force_end' then
+    if (not life) or ended then return {0, redis.call('HGETALL', key)} end
+  end
+  version = version + 1
+  if mode == 'end' or mode == 'force_end' or mode == 'new_end' then
+    local keep = life
+    if mode == 'new_end' then keep = a[4] end
+    redis.call('HSET', key, 'v', version, 'life', keep, 'body', a[5], 'ended', a[6], 'at', a[10])
+    redis.call('PEXPIRE', key, a[9])
+  else
+    redis.call('HSET', key, 'v', version, 'life', a[4], 'body', a[5], 'at', a[10])
+    redis.call('HDEL', key, 'ended')
+    if a[7] == 'idle' then
+      redis.call('PEXPIRE', key, a[8])
+    elseif a[7] == 'at' then
+      redis.call('PEXPIREAT', key, a[8])
+    else
+      redis.call('PERSIST', key)
+    end
+  end
+  return {1, version}
+end
+`;
+
+/** The number of ARGV entries per record. */
+export const WRITE_ARGUMENTS = 10;
+
+export const WRITE_RECORD_LUA = `${WRITE_FUNCTION}
+return write(KEYS[1], ARGV)
+`;
+
+/**
+ * Several records in one script run (a batch's rows, on one Redis server): KEYS[i] with
+ * ARGV[(i-1)*10+1 .. i*10]; one answer per record, in order. Each record is fenced on its
+ * own. (A Redis Cluster spreads the keys over nodes: there each record is its own call.)
+ */
+export const WRITE_RECORDS_LUA = `${WRITE_FUNCTION}
+local answers = {}
+for i = 1, #KEYS do
+  local a = {}
+  for j = 1, ${WRITE_ARGUMENTS} do a[j] = ARGV[(i - 1) * ${WRITE_ARGUMENTS} + j] end
+  answers[i] = write(KEYS[i], a)
+end
+return answers
+`;

@@ -1,0 +1,222 @@
+import { randomUUID } from "node:crypto";
+import { Cluster, Redis, type RedisOptions } from "ioredis";
+import type { SequenceId } from "../../core/infer.ts";
+import type {
+  ModelTier,
+  SequenceTier,
+  TierRecord,
+  TierWrite,
+  TierWriteResult,
+} from "../../core/sequence/sequence-tier.ts";
+import { WRITE_RECORD_LUA, WRITE_RECORDS_LUA } from "./record-script.ts";
+import type { RedisLocation } from "./redis-location.ts";
+
+// The sequence tier on Redis (or Valkey, or a Redis Cluster): one hash per sequence id of
+// a model version, written by one Lua script (record-script.ts) that fences on version
+// and life. Writes issued in the same turn of the event loop go to Redis together
+// (ioredis's auto-pipelining, per node in a cluster), so a batch's rows cost one round
+// trip. Commands are never sent twice: a write whose answer was lost with the connection
+// fails, and the core reads the record again, rather than risk a step applied twice.
+//
+// Keys: <prefix>:seq:<model>:<version>:<u|s>:<id> (model and id URI-encoded), the id
+// counter <prefix>:ids, and <prefix>:marker, a random value whose disappearance after a
+// reconnect shows that Redis lost its data (restarted without persistence).
+
+type Client = Redis | Cluster;
+
+type Argument = string | Buffer | number;
+type WriteReply = [number, unknown];
+
+interface WriteCommands {
+  writeRecordBuffer(key: string, ...args: Argument[]): Promise<WriteReply>;
+  writeRecordsBuffer(keyCount: number, ...keysThenArgs: Argument[]): Promise<WriteReply[]>;
+}
+
+const encode = (text: string): string => encodeURIComponent(text);
+
+function recordKey(prefix: string, model: string, version: string, id: SequenceId): string {
+  const idPart = typeof id === "bigint" ? `u:${id}` : `s:${encode(id)}`;
+  return `${prefix}:seq:${encode(model)}:${encode(version)}:${idPart}`;
+}
+
+/** An HGETALL answer (a flat list, or an object of Buffers) as a record. */
+function toRecord(fields: Record<string, Buffer> | Buffer[] | null | undefined): TierRecord | undefined {
+  let map: Record<string, Buffer>;
+  if (Array.isArray(fields)) {
+    map = {};
+    for (let i = 0; i + 1 < fields.length; i += 2) map[fields[i]!.toString()] = fields[i + 1]!;
+  } else map = fields ?? {};
+  const life = map.life;
+  if (life === undefined || map.v === undefined) return undefined;
+  return {
+    version: Number(map.v.toString()),
+    life: life.toString(),
+    body: map.body ?? Buffer.alloc(0),
+    ended: map.ended?.toString(),
+    writtenAtMs: Number(map.at?.toString() ?? "0"),
+  };
+}
+
+export class RedisSequenceTier implements SequenceTier {
+  readonly location: string;
+  readonly #location: RedisLocation;
+  readonly #client: Client;
+  readonly #writes = new Set<Promise<unknown>>();
+  readonly #lostListeners = new Set<(atMs: number) => void>();
+  #marker: string | undefined;
+  #dataLostAtMs: number | undefined;
+  #closed = false;
+
+  private constructor(location: RedisLocation, client: Client) {
+    this.#location = location;
+    this.location = location.display;
+    this.#client = client;
+    client.defineCommand("writeRecord", { numberOfKeys: 1, lua: WRITE_RECORD_LUA });
+    client.defineCommand("writeRecords", { lua: WRITE_RECORDS_LUA });
+    // Every (re)connection checks that Redis still has its data.
+    client.on("ready", () => {
+      void this.#checkMarker().catch(() => {});
+    });
+  }
+
+  /** Connects and checks the server answers; rejects with a message naming the location. */
+  static async connect(location: RedisLocation, onError: (error: Error) => void): Promise<RedisSequenceTier> {
+    const options: RedisOptions = {
+      lazyConnect: true,
+      enableAutoPipelining: true,
+      autoResendUnfulfilledCommands: false,
+      maxRetriesPerRequest: 3,
+      connectTimeout: 5000,
+      commandTimeout: 10_000,
+      retryStrategy: (attempt) => Math.min(attempt * 100, 1000),
+      ...(location.username === undefined ? {} : { username: location.username }),
+      ...(location.password === undefined ? {} : { password: location.password }),
+      ...(location.tls ? { tls: {} } : {}),
+    };
+    const client: Client = location.cluster
+      ? new Cluster(
+          location.nodes.map((n) => ({ host: n.host, port: n.port })),
+          { redisOptions: options, enableAutoPipelining: true, lazyConnect: true },
+        )
+      : new Redis({
+          ...options,
+          host: location.nodes[0]!.host,
+          port: location.nodes[0]!.port,
+          db: location.db,
+        });
+    client.on("error", onError);
+    const tier = new RedisSequenceTier(location, client);
+    try {
+      await client.connect();
+      await tier.#checkMarker();
+    } catch (error) {
+      client.disconnect();
+      throw new Error(
+        `the state store at ${location.display} cannot be reached: ${(error as Error).message}`,
+      );
+    }
+    return tier;
+  }
+
+  get dataLostAtMs(): number | undefined {
+    return this.#dataLostAtMs;
+  }
+
+  onDataLost(listener: (atMs: number) => void): () => void {
+    this.#lostListeners.add(listener);
+    return () => this.#lostListeners.delete(listener);
+  }
+
+  async #checkMarker(): Promise<void> {
+    const key = `${this.#location.prefix}:marker`;
+    let value = await this.#client.get(key);
+    const known = this.#marker;
+    if (value === null) {
+      await this.#client.set(key, randomUUID(), "NX");
+      value = await this.#client.get(key);
+    }
+    this.#marker = value ?? undefined;
+    if (known !== undefined && value !== known) {
+      const atMs = Date.now();
+      this.#dataLostAtMs = atMs;
+      for (const listener of this.#lostListeners) listener(atMs);
+    }
+  }
+
+  async reserveIds(count: number): Promise<bigint> {
+    const last = await this.#client.incrby(`${this.#location.prefix}:ids`, count);
+    return BigInt(last) - BigInt(count);
+  }
+
+  forModel(model: string, version: string): ModelTier {
+    return {
+      tier: this,
+      read: (id) => this.#read(recordKey(this.#location.prefix, model, version, id)),
+      write: (writes) => this.#track(this.#write(model, version, writes)),
+    };
+  }
+
+  async #read(key: string): Promise<TierRecord | undefined> {
+    return toRecord(await this.#client.hgetallBuffer(key));
+  }
+
+  async #write(model: string, version: string, writes: readonly TierWrite[]): Promise<TierWriteResult[]> {
+    const client = this.#client as unknown as WriteCommands;
+    const endedTtlMs = this.#location.endedTtlSecs * 1000;
+    const keys = writes.map((w) => recordKey(this.#location.prefix, model, version, w.id));
+    const argumentsOf = (w: TierWrite): Argument[] => [
+      w.mode,
+      w.expect?.version ?? 0,
+      w.expect?.life ?? "",
+      w.life,
+      Buffer.from(w.body.buffer, w.body.byteOffset, w.body.byteLength),
+      w.endReason ?? "",
+      w.expiry.kind,
+      w.expiry.kind === "idle" ? w.expiry.ms : w.expiry.kind === "at" ? w.expiry.epochMs : 0,
+      endedTtlMs,
+      Date.now(),
+    ];
+    let replies: WriteReply[];
+    if (this.#location.cluster || writes.length === 1) {
+      // Issued in one turn: auto-pipelining sends them together (per node in a cluster).
+      replies = await Promise.all(
+        writes.map((w, i) => client.writeRecordBuffer(keys[i]!, ...argumentsOf(w))),
+      );
+    } else {
+      // A batch's rows on one server: one script run writes them all, each fenced on its own.
+      replies = await client.writeRecordsBuffer(writes.length, ...keys, ...writes.flatMap(argumentsOf));
+    }
+    // A record gone from under its writer: Redis may have lost its data. Find out before
+    // the writer is told, so that it can say so rather than report an ordinary end.
+    if (
+      replies.some(([written, detail]) => Number(written) !== 1 && toRecord(detail as Buffer[]) === undefined)
+    ) {
+      await this.#checkMarker().catch(() => {});
+    }
+    return replies.map(([written, detail]) =>
+      Number(written) === 1
+        ? { kind: "written", version: Number(detail) }
+        : { kind: "conflict", current: toRecord(detail as Buffer[]) },
+    );
+  }
+
+  #track<T>(promise: Promise<T>): Promise<T> {
+    this.#writes.add(promise);
+    const forget = (): void => {
+      this.#writes.delete(promise);
+    };
+    promise.then(forget, forget);
+    return promise;
+  }
+
+  async flush(): Promise<void> {
+    while (this.#writes.size > 0) await Promise.allSettled([...this.#writes]);
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.flush();
+    await this.#client.quit().catch(() => this.#client.disconnect());
+  }
+}
