@@ -4,6 +4,7 @@ import { asServerError, cancelled } from "../../core/errors.ts";
 import type { InferRequest, InferResponse } from "../../core/infer.ts";
 import type { ModelRegistry, ServedModel } from "../../core/model.ts";
 import { inferStream } from "../../core/response-stream.ts";
+import { OrderedRelease } from "../../core/scheduler/ordered-release.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { relayResponses } from "../common/kserve/decoupled-responses.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
@@ -11,14 +12,15 @@ import { encodeInferResponse, streamError } from "./infer-response-encoder.ts";
 import type { ModelInferRequestMessage, ModelStreamInferResponseMessage } from "./messages.ts";
 import { encodeStreamInferResponse } from "./proto-definitions.ts";
 
-// One ModelStreamInfer call. Requests start as they arrive and each response is written
-// the moment it is ready, so many requests (of many sequences) are in flight on one
-// stream; the core resolves the requests of one sequence in arrival order, and writing
-// in completion order keeps that order. A failed request is answered in-band
-// (error_message + its id) and the stream stays open.
+// One ModelStreamInfer call. Requests start as they arrive, so many requests (of many
+// sequences) are in flight on one stream, and their answers are written in the order the
+// requests came, as Triton writes a stream's responses: clients match answers to requests
+// by position, and a request of one sequence that finishes early (another sequence's
+// request waits for a slot) waits for the answers before it. A failed request is answered
+// in-band (error_message + its id), in its turn, and the stream stays open.
 //
-// A decoupled model's request is answered by each of its responses as they come; it
-// counts as in flight until its last.
+// A decoupled model's request is answered by each of its responses as they come (its
+// model decides their order and number); it counts as in flight until its last.
 //
 // Back-pressure: reading stops while `maxInflight` requests are unanswered, or while the
 // client is not reading its responses (write() returned false), and resumes when both
@@ -45,6 +47,8 @@ export class StreamInferSession {
   readonly #maxMessageBytes: number;
   /** Aborts the requests in flight when the stream goes away. */
   readonly #controller = new AbortController();
+  /** Answers leave in request order. */
+  readonly #order = new OrderedRelease();
   /** Requests accepted and not yet answered. */
   #inflight = 0;
   #writeBlocked = false;
@@ -94,23 +98,31 @@ export class StreamInferSession {
   #accept(message: ModelInferRequestMessage): void {
     this.#inflight++;
     this.#updateFlow();
+    const turn = this.#order.issue();
     let pending: Promise<InferResponse>;
     try {
       const decoded = decodeInferRequest(message, this.#controller.signal);
       const model = this.#registry.model(decoded.modelName, decoded.modelVersion);
       if (model.decoupled === true) {
+        // Its responses go out as they come: it holds no place in the order.
+        this.#order.complete(turn, () => {});
         this.#relay(model, decoded.request, message.id);
         return;
       }
       pending = model.infer(decoded.request);
     } catch (error) {
-      this.#fail(error, message.id);
+      this.#inTurn(turn, () => this.#fail(error, message.id));
       return;
     }
     pending.then(
-      (response) => this.#succeed(response, message.id),
-      (error: unknown) => this.#fail(error, message.id),
+      (response) => this.#inTurn(turn, () => this.#succeed(response, message.id)),
+      (error: unknown) => this.#inTurn(turn, () => this.#fail(error, message.id)),
     );
+  }
+
+  /** Answers once every earlier request has been answered. */
+  #inTurn(turn: number, write: () => void): void {
+    this.#order.complete(turn, write);
   }
 
   /**

@@ -1,0 +1,74 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import type {
+  ModelInferRequestMessage,
+  ModelStreamInferResponseMessage,
+} from "../../src/frontends/grpc/messages.ts";
+import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
+import { TestClient } from "../grpc/support/grpc-harness.ts";
+import { accumulatorRequest, errorOf, int32Output } from "../support/grpc-stream-call.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+
+// One ModelStreamInfer stream carrying several sequences of a Direct model answers in
+// request order, as Triton does: clients that match answers by position must get theirs.
+// With one slot, the second sequence's START waits in the backlog until the first
+// sequence ends, so it completes after requests sent later.
+
+const CONFIG = `
+name: "acc"
+backend: "onnxruntime"
+max_batch_size: 1
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  direct { }
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
+  ]
+  state [ { input_name: "STATE" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+}
+instance_group [ { count: 1 kind: KIND_CPU } ]
+`;
+
+let server: TestServer;
+let client: TestClient;
+before(async () => {
+  server = await startTestServer({ acc: { config: CONFIG, onnx: accumulatorModel() } });
+  client = new TestClient(server.grpcPort);
+});
+after(async () => {
+  client.close();
+  await server.stop();
+});
+
+test("a stream of several sequences answers in request order", async () => {
+  const stream = client.stream();
+  const answers: ModelStreamInferResponseMessage[] = [];
+  const done = new Promise<void>((resolve) => stream.on("end", resolve));
+  stream.on("data", (m: ModelStreamInferResponseMessage) => answers.push(m));
+  const requests: ModelInferRequestMessage[] = [
+    { ...accumulatorRequest("acc", 5, { id: 1, start: true }), id: "a1" },
+    // Waits in the backlog for the only slot, which sequence 1 holds until its end.
+    { ...accumulatorRequest("acc", 100, { id: 2, start: true }), id: "b1" },
+    { ...accumulatorRequest("acc", 3, { id: 1 }), id: "a2" },
+    // Refused at once (no such input): answered in its turn all the same.
+    { model_name: "acc", id: "bad", inputs: [{ name: "NOPE", datatype: "INT32", shape: [1, 1] }] },
+    { ...accumulatorRequest("acc", 2, { id: 1, end: true }), id: "a3" },
+    { ...accumulatorRequest("acc", 1, { id: 2, end: true }), id: "b2" },
+  ];
+  for (const request of requests) stream.write(request);
+  stream.end();
+  await done;
+  assert.deepEqual(
+    answers.map((a) => a.infer_response?.id ?? ""),
+    ["a1", "b1", "a2", "bad", "a3", "b2"],
+  );
+  assert.equal(int32Output(answers[0]!), 5);
+  assert.equal(int32Output(answers[1]!), 100);
+  assert.equal(int32Output(answers[2]!), 8);
+  assert.match(errorOf(answers[3]!), /NOPE|raw_input_contents|data for input/);
+  assert.equal(int32Output(answers[4]!), 10);
+  assert.equal(int32Output(answers[5]!), 101);
+});
