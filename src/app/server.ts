@@ -1,7 +1,11 @@
 import { readFileSync } from "node:fs";
+import { DEFAULT_SECURITY_OPTIONS } from "../config/security-options.ts";
 import { DEFAULT_SERVER_OPTIONS, type ServerOptions } from "../config/server-options.ts";
 import type { ModelBackend } from "../core/backend.ts";
 import type { ServerContext, ServerMetadata } from "../core/model.ts";
+import { Refusals } from "../core/refusals.ts";
+import { AccessPolicy } from "../frontends/common/access/access-policy.ts";
+import { ResponseBudgets } from "../frontends/common/response-budget.ts";
 import { createGrpcFrontend, type GrpcFrontend } from "../frontends/grpc/grpc-frontend.ts";
 import { createHttpFrontend } from "../frontends/http/http-frontend.ts";
 import { createSageMakerFrontend } from "../frontends/sagemaker/sagemaker-frontend.ts";
@@ -52,6 +56,29 @@ export interface StartOptions {
 export async function startServer(options: ServerOptions, start: StartOptions = {}): Promise<RunningServer> {
   const logger = start.logger ?? createLogger({ level: options.logLevel, format: options.logFormat });
   let stopping = false;
+  const security = options.security ?? DEFAULT_SECURITY_OPTIONS;
+  const { limits, access } = security;
+  const refusals = new Refusals();
+  const budgets = new ResponseBudgets(limits.maxBufferedResponseBytes, refusals);
+  const httpAccess = new AccessPolicy({
+    access,
+    restrictions: access.httpRestrictions,
+    restrictedWord: "API",
+    refusals,
+  });
+  const httpLimits = {
+    maxConnections: limits.httpMaxConnections,
+    maxHeaderBytes: limits.httpMaxHeaderBytes,
+    headerTimeoutMs: limits.httpHeaderTimeoutSecs * 1000,
+    requestTimeoutMs: limits.httpRequestTimeoutSecs * 1000,
+    keepAliveTimeoutMs: limits.httpKeepAliveTimeoutSecs * 1000,
+  };
+  const httpSecurity = {
+    limits: httpLimits,
+    tls: security.httpTls,
+    access: { policy: httpAccess, corsAllowOrigins: security.corsAllowOrigins },
+    refusals,
+  };
   const calls = registryCalls();
   for (const notice of options.notices) logger.info({ event: "option_notice" }, notice);
   const repository = await ModelRepository.open({
@@ -71,6 +98,9 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
     logger,
     defaultMaxBatchSize: options.backendSettings.defaultMaxBatchSize,
     loadThreadCount: options.modelLoadThreadCount,
+    maxInstancesPerModel: security.limits.maxInstancesPerModel,
+    maxSequenceIdBytes: security.limits.maxSequenceIdBytes,
+    refusals,
   });
   calls.attach(repository);
   const metadata: ServerMetadata = { name: "seqserve", version: SEQSERVE_VERSION, extensions: EXTENSIONS };
@@ -93,6 +123,9 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
         logger,
         bodyLimitBytes: options.httpBodyLimitBytes,
         streamMaxInFlight: options.httpStreamMaxInflight,
+        streamIdleTimeoutMs: limits.httpStreamIdleTimeoutSecs * 1000,
+        budgets,
+        ...httpSecurity,
       });
       await http.listen({ host: options.host, port: options.httpPort });
       const address = http.server.address();
@@ -107,6 +140,19 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
         maxMessageBytes: options.grpcMaxMessageBytes,
         keepalive: { timeMs: options.grpcKeepaliveTimeMs, timeoutMs: options.grpcKeepaliveTimeoutMs },
         maxInflightPerStream: options.grpcMaxInflightPerStream,
+        maxDecompressedBytes: limits.grpcMaxDecompressedBytes,
+        maxConnections: limits.grpcMaxConnections,
+        handshakeTimeoutMs: limits.grpcHandshakeTimeoutSecs * 1000,
+        maxConcurrentStreams: limits.grpcMaxConcurrentStreams,
+        budgets,
+        tls: security.grpcTls,
+        access: new AccessPolicy({
+          access,
+          restrictions: access.grpcRestrictions,
+          restrictedWord: "protocol",
+          refusals,
+        }),
+        refusals,
       });
       grpcPort = await grpc.listen(options.host, options.grpcPort);
       const frontend = grpc;
@@ -118,6 +164,7 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
         logger,
         sessionTtlSecs: options.sagemakerSessionTtlSecs ?? DEFAULT_SERVER_OPTIONS.sagemakerSessionTtlSecs!,
         defaultModel: options.sagemakerModel,
+        ...httpSecurity,
       });
       await sagemaker.listen({ host: options.host, port: options.sagemakerPort });
       const address = sagemaker.server.address();
@@ -126,9 +173,15 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
     }
     if (options.metricsPort !== undefined) {
       const metrics: MetricsServer = await startMetricsServer(
-        createMetricsRegistry(repository),
+        createMetricsRegistry(repository, { refusals, bufferedResponseBytes: () => budgets.totalBytes }),
         options.host,
         options.metricsPort,
+        {
+          tls: security.httpTls,
+          access: (header) => httpAccess.check("metrics", header),
+          maxConnections: limits.httpMaxConnections,
+          refusals,
+        },
       );
       metricsPort = metrics.port;
       closers.push(() => metrics.close());

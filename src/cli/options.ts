@@ -10,6 +10,7 @@ import {
 import { LOG_LEVELS, type LogFormat, type LogLevel } from "../observability/logger.ts";
 import { OVMS_FLAGS, OVMS_IGNORED_FLAGS, readOvmsFlags } from "./ovms-flags.ts";
 import { SAGEMAKER_FLAGS, serveDefaults } from "./sagemaker-options.ts";
+import { readSecurityOptions, SECURITY_FLAGS } from "./security-options.ts";
 import { UsageError } from "./usage-error.ts";
 
 // argv → ServerOptions. Flags keep Triton's spelling so existing launch scripts work;
@@ -145,6 +146,7 @@ export const FLAGS: readonly FlagSpec[] = [
     default: String(DEFAULT_SERVER_OPTIONS.modelLoadThreadCount),
     help: "How many models load at the same time.",
   },
+  ...SECURITY_FLAGS,
   { name: "help", boolean: true, help: "Show this help and exit." },
   { name: "version", boolean: true, help: "Show the version and exit." },
 ];
@@ -240,7 +242,7 @@ function checkFile(path: string): string {
 
 export type CliCommand = { kind: "help" } | { kind: "version" } | { kind: "serve"; options: ServerOptions };
 
-/** `env` is read by the `serve` command only (SageMaker's container conventions). */
+/** `env` gives the `serve` command SageMaker's container conventions, and --api-keys-env its keys. */
 export function parseCommandLine(
   argv: readonly string[],
   env: Readonly<Record<string, string | undefined>> = {},
@@ -362,6 +364,7 @@ export function parseCommandLine(
     sagemakerPort: port("sagemaker-port", "allow-sagemaker"),
     sagemakerModel: str("sagemaker-model") ?? defaults["sagemaker-model"],
     sagemakerSessionTtlSecs: parseInteger("sagemaker-session-ttl-secs", get("sagemaker-session-ttl-secs"), 1),
+    security: readSecurityOptions(values, env),
   };
   if (serverOptions.loadModels.length > 0 && serverOptions.modelControlMode !== "explicit") {
     throw new UsageError("--load-model requires --model-control-mode=explicit");

@@ -1,5 +1,6 @@
 import type { LogFormat, LogLevel } from "../observability/logger.ts";
 import { type BackendSettings, DEFAULT_BACKEND_SETTINGS } from "./backend-config.ts";
+import { DEFAULT_SECURITY_OPTIONS, type SecurityOptions } from "./security-options.ts";
 
 // The server's options: what the CLI (or an embedding program) decides, validated once
 // and frozen. Names follow Triton's flags.
@@ -67,6 +68,8 @@ export interface ServerOptions {
   readonly sagemakerModel?: string | undefined;
   /** How long a SageMaker session lives from its opening. */
   readonly sagemakerSessionTtlSecs?: number;
+  /** Limits, access control, TLS and CORS (security-options.ts); absent = the defaults. */
+  readonly security?: SecurityOptions;
 }
 
 export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
@@ -97,4 +100,5 @@ export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   sagemakerPort: undefined,
   sagemakerModel: undefined,
   sagemakerSessionTtlSecs: 1200,
+  security: DEFAULT_SECURITY_OPTIONS,
 });

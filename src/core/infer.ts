@@ -45,6 +45,12 @@ export interface InferRequest {
   readonly sequence: SequenceControl | undefined;
   /** Aborts the request while it has not run (client gone, call cancelled). */
   readonly signal?: AbortSignal;
+  /**
+   * Who sent it: the name of the API key it was authenticated with; undefined when the
+   * API needs no key. A sequence belongs to the caller that started it: only that caller
+   * may continue, restart or end it.
+   */
+  readonly principal?: string | undefined;
 }
 
 export interface NamedTensor extends Tensor {

@@ -3,6 +3,7 @@ import type { ModelExecutor } from "./executor.ts";
 import type { InferRequest, InferResponse, NamedTensor } from "./infer.ts";
 import type { SequenceAdmin, ServedModel, TensorMetadata } from "./model.ts";
 import type { ModelConfig } from "./model-config.ts";
+import type { Refusals } from "./refusals.ts";
 import { validateRequest } from "./request-validation.ts";
 import { type InferResponseStream, ResponseChannel, singleResponseStream } from "./response-stream.ts";
 import type { BatchObserver } from "./scheduler/batch-observer.ts";
@@ -13,6 +14,7 @@ import { SequenceBatcher } from "./sequence/sequence-batcher.ts";
 import type { HandoverResult } from "./sequence/sequence-transfer.ts";
 import type { StateStore } from "./sequence/state-store.ts";
 import { ModelStatistics, type ModelStatisticsSnapshot } from "./statistics.ts";
+import type { Tensor } from "./tensor.ts";
 
 // A loaded model version: its frozen config, its instances, and the scheduler the config
 // asks for. This is what the frontends call `infer` on.
@@ -25,6 +27,12 @@ export interface LoadedModelOptions {
   readonly warn?: (message: string) => void;
   /** Told about every batch of a sequence model (the model runner's log). */
   readonly observer?: BatchObserver;
+  /** Longest string sequence id, in UTF-8 bytes; undefined = no limit. */
+  readonly maxSequenceIdBytes?: number;
+  /** Where refusals by a limit are counted. */
+  readonly refusals?: Refusals;
+  /** The backend's check of a request's inputs (see OpenedModel.checkInputs). */
+  readonly checkInputs?: (inputs: ReadonlyMap<string, Tensor>) => void;
 }
 
 function tensorMetadata(config: ModelConfig): { inputs: TensorMetadata[]; outputs: TensorMetadata[] } {
@@ -53,6 +61,7 @@ export class LoadedModel implements ServedModel {
   readonly #executors: readonly ModelExecutor[];
   readonly #scheduler: Scheduler;
   readonly #statistics: ModelStatistics;
+  readonly #checkInputs: ((inputs: ReadonlyMap<string, Tensor>) => void) | undefined;
 
   constructor(options: LoadedModelOptions) {
     const { config } = options;
@@ -63,6 +72,7 @@ export class LoadedModel implements ServedModel {
     this.inputs = metadata.inputs;
     this.outputs = metadata.outputs;
     this.#executors = options.executors;
+    this.#checkInputs = options.checkInputs;
     this.#statistics = new ModelStatistics(config.name, options.version);
     if (config.sequenceBatching !== undefined) {
       const batcher = new SequenceBatcher({
@@ -72,6 +82,8 @@ export class LoadedModel implements ServedModel {
         ...(options.store === undefined ? {} : { store: options.store }),
         ...(options.warn === undefined ? {} : { warn: options.warn }),
         ...(options.observer === undefined ? {} : { observer: options.observer }),
+        ...(options.maxSequenceIdBytes === undefined ? {} : { maxIdBytes: options.maxSequenceIdBytes }),
+        ...(options.refusals === undefined ? {} : { refusals: options.refusals }),
       });
       this.#scheduler = batcher;
       this.sequences = batcher;
@@ -99,7 +111,7 @@ export class LoadedModel implements ServedModel {
             "(gRPC ModelStreamInfer, a WebSocket stream, or /generate and /generate_stream)",
         );
       }
-      const pending = new PendingRequest(request, validateRequest(this.config, request));
+      const pending = new PendingRequest(request, this.#validate(request));
       this.#scheduler.enqueue(pending);
       const result = await pending.promise;
       this.#statistics.recordSuccess(result.timings, pending.validated.rows);
@@ -144,7 +156,7 @@ export class LoadedModel implements ServedModel {
       }),
     );
     try {
-      pending = new PendingRequest({ ...request, signal }, validateRequest(this.config, request));
+      pending = new PendingRequest({ ...request, signal }, this.#validate(request));
       pending.responses = channel;
       channel.parameters = pending.responseParameters;
       this.#scheduler.enqueue(pending);
@@ -165,6 +177,12 @@ export class LoadedModel implements ServedModel {
       },
     );
     return channel;
+  }
+
+  #validate(request: InferRequest): ReturnType<typeof validateRequest> {
+    const validated = validateRequest(this.config, request);
+    this.#checkInputs?.(validated.inputs);
+    return validated;
   }
 
   statistics(): ModelStatisticsSnapshot {

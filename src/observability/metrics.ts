@@ -1,5 +1,6 @@
 import { type Counter, collectDefaultMetrics, Gauge, Counter as PromCounter, Registry } from "prom-client";
 import { type ModelRegistry, SEQUENCE_END_REASONS } from "../core/model.ts";
+import { registerSecurityMetrics, type SecurityMetricsSource } from "./security-metrics.ts";
 
 // Prometheus metrics, named as Triton names them (nv_inference_*) so existing dashboards
 // work, plus seqserve's sequence metrics. Every value is read at scrape time from the
@@ -26,9 +27,10 @@ function cumulative(
   });
 }
 
-export function createMetricsRegistry(models: ModelRegistry): Registry {
+export function createMetricsRegistry(models: ModelRegistry, security?: SecurityMetricsSource): Registry {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: "seqserve_process_" });
+  if (security !== undefined) registerSecurityMetrics(registry, security);
 
   const fromStats = (pick: (s: ReturnType<ModelRegistry["statistics"]>[number]) => number) =>
     function* (m: ModelRegistry): Iterable<[Record<Labels, string>, number]> {

@@ -4,6 +4,7 @@ import type { SequenceId } from "../infer.ts";
 import {
   SEQUENCE_END_REASONS,
   type SequenceAdmin,
+  type SequenceCaller,
   type SequenceEndReason,
   type SequenceInfo,
   type SequenceLookup,
@@ -11,6 +12,7 @@ import {
   type SequenceSummary,
 } from "../model.ts";
 import type { ModelConfig, SequenceBatchingConfig } from "../model-config.ts";
+import type { Refusals } from "../refusals.ts";
 import { validateRequest } from "../request-validation.ts";
 import type { BatchObserver } from "../scheduler/batch-observer.ts";
 import { OrderedRelease } from "../scheduler/ordered-release.ts";
@@ -51,6 +53,10 @@ export interface SequenceBatcherOptions {
   readonly warn?: (message: string) => void;
   /** Told about every batch (the model runner's log). */
   readonly observer?: BatchObserver;
+  /** Longest string id, in UTF-8 bytes (a sequence keeps its id for its whole life). */
+  readonly maxIdBytes?: number;
+  /** Where refusals by a limit are counted. */
+  readonly refusals?: Refusals;
 }
 
 const idKey = (id: SequenceId): string => (typeof id === "bigint" ? `u${id}` : `s${id}`);
@@ -102,6 +108,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   readonly #ending = new Map<string, Sequence>();
   /** Live sequences allowed at once (max_candidate_sequence_use_ratio of the slots). */
   readonly #maxLive: number;
+  readonly #maxIdBytes: number;
+  readonly #refusals: Refusals | undefined;
   #nextAssignedId = FIRST_ASSIGNED_ID;
   #pending = 0;
   #shuttingDown = false;
@@ -112,6 +120,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#config = config;
     this.#sequencing = config.sequenceBatching!;
     this.#warn = options.warn ?? (() => {});
+    this.#maxIdBytes = options.maxIdBytes ?? Number.POSITIVE_INFINITY;
+    this.#refusals = options.refusals;
     const initialStates = new Map<string, NumericTensor>();
     for (const state of this.#sequencing.states)
       initialStates.set(state.inputName, initialStateTensor(state));
@@ -176,6 +186,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       id = this.#assignId();
       pending.responseParameters.sequence_id = id;
     }
+    this.#checkIdLength(id);
     checkCorrelationIdType(this.#config, id);
     if (this.#shuttingDown && start) {
       throw unavailable(`the server is shutting down: model '${model}' accepts no new sequences`);
@@ -189,12 +200,14 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       existing = undefined;
     }
     if (!start && existing === undefined) throw this.#unknownId(id, exclusive);
+    const principal = pending.request.principal;
+    if (existing !== undefined) this.#checkOwner(existing, principal);
     if (start && exclusive) this.#checkExclusiveStart(id, existing);
     if (start && existing === undefined) this.#checkRoomForNew();
 
     let sequence: Sequence;
     if (start) {
-      sequence = new Sequence(id);
+      sequence = new Sequence(id, Date.now(), principal);
       if (existing !== undefined) {
         // The successor must be known (in #all) before #restart: when the old life is
         // idle, #restart finishes it at once, and #finish only hands the slot to (or
@@ -257,6 +270,29 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   // ---- admission helpers ----
+
+  /**
+   * A sequence keeps its id for its whole life (and the id is remembered a while after):
+   * an id without bound would pin any amount of memory.
+   */
+  #checkIdLength(id: SequenceId): void {
+    if (typeof id !== "string" || id.length * 3 <= this.#maxIdBytes) return;
+    const bytes = Buffer.byteLength(id, "utf8");
+    if (bytes <= this.#maxIdBytes) return;
+    this.#refusals?.refused("sequence_id_bytes");
+    throw invalidArg(
+      `the sequence id of model '${this.#config.name}' is ${bytes} bytes long, more than the ${this.#maxIdBytes} bytes allowed (--max-sequence-id-bytes)`,
+    );
+  }
+
+  /** Only the caller that started a sequence may continue, restart or end it. */
+  #checkOwner(sequence: Sequence, principal: string | undefined): void {
+    if (sequence.owner === principal) return;
+    throw new ServerError(
+      "PERMISSION_DENIED",
+      `sequence ${formatSequenceId(sequence.id)} of model '${this.#config.name}' belongs to another caller: only the API key that started it may continue or end it`,
+    );
+  }
 
   /** max_candidate_sequence_use_ratio: refuses a new sequence at once past that share of the slots. */
   #checkRoomForNew(): void {
@@ -700,6 +736,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       steps: s.steps,
       createdMs: s.createdMs,
       expiresAtMs: s.expiresAtMs,
+      owner: s.owner,
     }));
     // Out of every table first, so freeing their slots hands none to another leaver.
     this.#all.clear();
@@ -734,7 +771,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   #adoptOne(moving: TransferredSequence): void {
-    const sequence = new Sequence(moving.id, moving.createdMs);
+    const sequence = new Sequence(moving.id, moving.createdMs, moving.owner);
     sequence.steps = moving.steps;
     sequence.endReason = moving.endReason;
     sequence.expiresAtMs = moving.expiresAtMs;
@@ -786,6 +823,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
 
   open(id: SequenceId, options: SequenceOpenOptions = {}): void {
     const model = this.#config.name;
+    this.#checkIdLength(id);
     checkCorrelationIdType(this.#config, id);
     if (this.#shuttingDown) {
       throw unavailable(`the server is shutting down: model '${model}' accepts no new sequences`);
@@ -793,6 +831,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     const key = idKey(id);
     const existing = this.#live.get(key);
     if (existing !== undefined) {
+      this.#checkOwner(existing, options.owner);
       if (!this.#pastExpiry(existing)) {
         throw new ServerError(
           "ALREADY_EXISTS",
@@ -802,7 +841,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       this.#expire(existing);
     }
     this.#checkRoomForNew();
-    const sequence = new Sequence(id);
+    const sequence = new Sequence(id, Date.now(), options.owner);
     sequence.expiresAtMs = options.expiresAtMs;
     this.#place(sequence);
     this.#all.add(sequence);
@@ -812,9 +851,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (options.expiresAtMs !== undefined) this.#armExpiry(sequence, options.expiresAtMs);
   }
 
-  close(id: SequenceId): boolean {
+  close(id: SequenceId, caller?: SequenceCaller): boolean {
     const sequence = this.#live.get(idKey(id));
     if (sequence === undefined) return false;
+    if (caller !== undefined) this.#checkOwner(sequence, caller.principal);
     sequence.endReason = "end";
     this.#releaseId(sequence);
     if (sequence.idle) this.#finish(sequence);

@@ -50,10 +50,16 @@ export class Sequence {
   backlogDeadlineMs: number | undefined;
   /** When the sequence ends by itself (epoch ms), when it was opened with an expiry. */
   expiresAtMs: number | undefined;
+  /**
+   * The caller that started it (an API key's name), the only one that may continue, restart
+   * or end it; undefined when its API needs no key. Kept with the sequence wherever it goes.
+   */
+  readonly owner: string | undefined;
 
-  constructor(id: SequenceId, createdMs = Date.now()) {
+  constructor(id: SequenceId, createdMs = Date.now(), owner?: string) {
     this.id = id;
     this.createdMs = createdMs;
+    this.owner = owner;
   }
 
   /** Has a request that could run now. */

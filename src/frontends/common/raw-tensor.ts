@@ -1,6 +1,7 @@
 import { type DataType, elementByteSize, viewArray } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
 import { type BytesElements, elementCount, type NumericTensor, type Tensor } from "../../core/tensor.ts";
+import { checkedElementCount } from "../../core/tensor-size.ts";
 
 // The raw tensor layout shared by the HTTP binary extension and gRPC
 // `raw_input_contents` / `raw_output_contents`: little-endian, row-major; a BYTES tensor is
@@ -16,7 +17,9 @@ export function decodeRawTensor(
   shape: readonly number[],
   bytes: Uint8Array,
 ): Tensor {
-  const count = elementCount(shape);
+  // Each element takes at least its 4-byte length, each number its width: a shape the
+  // bytes cannot fill is refused before anything is allocated for it.
+  const count = checkedElementCount(name, datatype, shape, datatype === "BYTES" ? bytes.byteLength : undefined);
   if (datatype === "BYTES") {
     return { datatype, shape, data: decodeBytesElements(name, count, bytes) };
   }

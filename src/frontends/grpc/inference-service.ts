@@ -18,6 +18,8 @@ import type {
   UnusedMessage,
 } from "./messages.ts";
 import { inferenceServiceDefinition } from "./proto-definitions.ts";
+import type { ResponseBudgets } from "../common/response-budget.ts";
+import { principalOf } from "./grpc-access.ts";
 import type { GrpcServiceRegistration } from "./service-registration.ts";
 import { type StreamInferCall, StreamInferSession } from "./stream-infer.ts";
 import { unary } from "./unary-handler.ts";
@@ -32,6 +34,8 @@ export interface InferenceServiceOptions {
   readonly maxInflightPerStream: number;
   /** The server's send limit: a larger stream response is refused in-band. */
   readonly maxMessageBytes: number;
+  /** Per-connection budgets of answers waiting for slow readers. */
+  readonly budgets: ResponseBudgets;
 }
 
 /** "" means "not given" on the wire (proto3 has no absent strings). */
@@ -100,7 +104,7 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     else call.once("cancelled", onCancel);
     let pending: Promise<InferResponse>;
     try {
-      const decoded = decodeInferRequest(message, controller.signal);
+      const decoded = decodeInferRequest(message, controller.signal, principalOf(call.metadata));
       pending = registry.model(decoded.modelName, decoded.modelVersion).infer(decoded.request);
     } catch (error) {
       call.off("cancelled", onCancel);
@@ -121,7 +125,12 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     ),
     ModelInfer: unary(logger, "ModelInfer", modelInfer),
     ModelStreamInfer: (call: StreamInferCall) => {
-      new StreamInferSession(call, registry, logger, options.maxInflightPerStream, options.maxMessageBytes);
+      new StreamInferSession(call, registry, logger, {
+        maxInflight: options.maxInflightPerStream,
+        maxMessageBytes: options.maxMessageBytes,
+        budget: options.budgets.acquire(call.getPeer()),
+        principal: principalOf(call.metadata),
+      });
     },
     ModelConfig: unary(logger, "ModelConfig", (m: ModelRequestMessage) => ({
       config: registry.configJson(m.name ?? "", given(m.version)),

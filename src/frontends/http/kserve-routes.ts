@@ -113,7 +113,10 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
       const headerLength = readHeaderLength(request.headers[HEADER_LENGTH], body.byteLength);
       const disconnect = watchDisconnect(request, reply);
       try {
-        const decoded = decodeInferRequest(body, headerLength, model, { signal: disconnect.signal });
+        const decoded = decodeInferRequest(body, headerLength, model, {
+          signal: disconnect.signal,
+          principal: request.principal,
+        });
         const response = await model.infer(decoded.request);
         const encoded = encodeInferResponse(response, decoded.encoding);
         if (encoded.headerLength !== undefined) reply.header(HEADER_LENGTH_NAME, encoded.headerLength);

@@ -97,11 +97,13 @@ function prepareStep(
   model: ServedModel,
   accept: string | undefined,
   signal: AbortSignal,
+  principal: string | undefined,
 ): Step {
   const answer = chooseAnswer(accept, body.form, returnedOutputs(body, model));
   const decoded = decodeInvocation(body, model, {
     signal,
     binaryOutput: answer === "binary" || answer === "raw",
+    principal,
   });
   return { request: decoded.request, encoding: decoded.encoding, answer };
 }
@@ -154,7 +156,7 @@ export async function invocationRoutes(
       switch (intent.kind) {
         case "none": {
           const model = invokedModel(registry, target, defaultModel);
-          const step = prepareStep(body, model, accept, disconnect.signal);
+          const step = prepareStep(body, model, accept, disconnect.signal, request.principal);
           if (model.sequences !== undefined && step.request.sequence === undefined) {
             throw invalidArg(
               `model '${model.name}' keeps state per session: open a session with X-Amzn-SageMaker-Session-Id: ${NEW_SESSION} (or send KServe sequence parameters)`,
@@ -165,9 +167,9 @@ export async function invocationRoutes(
         case "open": {
           const model = invokedModel(registry, target, defaultModel);
           // The body is read before the session exists: a bad one opens nothing.
-          const step = body.hasInputs ? prepareStep(body, model, accept, disconnect.signal) : undefined;
+          const step = body.hasInputs ? prepareStep(body, model, accept, disconnect.signal, request.principal) : undefined;
           if (step !== undefined) refuseSequenceFields(step.request);
-          const session = sessions.open(model);
+          const session = sessions.open(model, request.principal);
           const value = newSessionHeaderValue(session.id, session.expiresAtMs);
           if (step === undefined) {
             reply.header(NEW_SESSION_ID_HEADER, value).header(SESSION_ID_HEADER, value);
@@ -195,11 +197,11 @@ export async function invocationRoutes(
           const model = sessions.find(id, target);
           const close = intent.kind === "close";
           if (close && !body.hasInputs) {
-            model.sequences!.close(id);
+            model.sequences!.close(id, { principal: request.principal });
             reply.header(CLOSED_SESSION_ID_HEADER, id);
             return sendJson(reply, { session_id: id, closed: true });
           }
-          const step = prepareStep(body, model, accept, disconnect.signal);
+          const step = prepareStep(body, model, accept, disconnect.signal, request.principal);
           refuseSequenceFields(step.request);
           const response = await model.infer(inSession(step.request, id, close));
           if (close) reply.header(CLOSED_SESSION_ID_HEADER, id);

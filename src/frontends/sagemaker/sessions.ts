@@ -39,7 +39,8 @@ export class SageMakerSessions {
   }
 
   /** Opens a session on `model`: a sequence that expires `ttlSecs` after now. */
-  open(model: ServedModel): OpenedSession {
+  /** Opens a session on `model`, owned by `owner` (the caller's API key's name). */
+  open(model: ServedModel, owner?: string): OpenedSession {
     const sequences = model.sequences;
     if (sequences === undefined) {
       throw invalidArg(
@@ -56,7 +57,7 @@ export class SageMakerSessions {
     // SageMaker states the expiry in whole seconds: round up, so the session lasts at
     // least the TTL and ends exactly when its Expires says.
     const expiresAtMs = Math.ceil((Date.now() + this.#ttlSecs * 1000) / 1000) * 1000;
-    sequences.open(id, { expiresAtMs });
+    sequences.open(id, { expiresAtMs, owner });
     return { id, expiresAtMs };
   }
 
