@@ -173,7 +173,11 @@ export async function startServer(options: ServerOptions, start: StartOptions = 
     }
     if (options.metricsPort !== undefined) {
       const metrics: MetricsServer = await startMetricsServer(
-        createMetricsRegistry(repository, { refusals, bufferedResponseBytes: () => budgets.totalBytes }),
+        createMetricsRegistry(repository, {
+          refusals,
+          bufferedResponseBytes: () => budgets.totalBytes,
+          bufferedResponsePeakBytes: () => budgets.peakBytes,
+        }),
         options.host,
         options.metricsPort,
         {

@@ -8,6 +8,8 @@ export interface SecurityMetricsSource {
   readonly refusals: Refusals;
   /** Bytes of answers waiting to be sent, over every connection. */
   bufferedResponseBytes(): number;
+  /** The most such bytes held at once since the server started. */
+  bufferedResponsePeakBytes(): number;
 }
 
 export function registerSecurityMetrics(registry: Registry, source: SecurityMetricsSource): void {
@@ -37,6 +39,14 @@ export function registerSecurityMetrics(registry: Registry, source: SecurityMetr
     registers: [registry],
     collect(this: Gauge) {
       this.set(source.bufferedResponseBytes());
+    },
+  });
+  new Gauge({
+    name: "seqserve_buffered_response_peak_bytes",
+    help: "The most bytes of answers held at once for slow readers since the server started",
+    registers: [registry],
+    collect(this: Gauge) {
+      this.set(source.bufferedResponsePeakBytes());
     },
   });
 }

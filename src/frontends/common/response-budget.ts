@@ -91,6 +91,7 @@ export class ResponseBudgets {
   readonly refusals: Refusals | undefined;
   readonly #connections = new Map<unknown, ConnectionBudget>();
   #total = 0;
+  #peak = 0;
 
   constructor(limitBytes: number, refusals?: Refusals) {
     this.limitBytes = limitBytes;
@@ -114,8 +115,14 @@ export class ResponseBudgets {
     return this.#total;
   }
 
+  /** The most bytes of answers held at once since the server started. */
+  get peakBytes(): number {
+    return this.#peak;
+  }
+
   adjust(bytes: number): void {
     this.#total += bytes;
+    if (this.#total > this.#peak) this.#peak = this.#total;
   }
 
   forget(key: unknown): void {

@@ -39,6 +39,12 @@ import { encodeStreamInferResponse } from "./proto-definitions.ts";
 // per message would be a measurable part of the per-message cost.
 
 // Responses: errors go out as messages; successful answers already encoded (see #prepare).
+/**
+ * Answers waiting to be written beyond which the client is taken to be behind: reading
+ * stops, and a decoupled request's next response waits (grpc-js's own high-water mark).
+ */
+const WRITE_HIGH_WATER = 16;
+
 export type StreamInferCall = ServerDuplexStream<
   ModelInferRequestMessage,
   ModelStreamInferResponseMessage | Uint8Array
@@ -101,7 +107,10 @@ export class StreamInferSession {
     this.#maxMessageBytes = options.maxMessageBytes;
     this.#budget = options.budget;
     this.#principal = options.principal;
-    this.#stopWatchingBudget = this.#budget.onRoom(() => this.#updateFlow());
+    this.#stopWatchingBudget = this.#budget.onRoom(() => {
+      this.#writeNext();
+      this.#updateFlow();
+    });
     // One listener per request in flight, so up to maxInflight: not a leak.
     setMaxListeners(0, this.#controller.signal);
     call.on("data", (message: ModelInferRequestMessage) => this.#accept(message));
@@ -172,7 +181,7 @@ export class StreamInferSession {
       }
       this.#send(outgoing);
       this.#updateFlow();
-      return this.#outbox.length > 0 ? this.#drained() : undefined;
+      return this.#outbox.length >= WRITE_HIGH_WATER || this.#budget.saturated ? this.#drained() : undefined;
     }).then(
       () => this.#answered(),
       (error: unknown) => {
@@ -270,11 +279,13 @@ export class StreamInferSession {
   #writeNext(): void {
     if (this.#writing || this.#closed) return;
     const next = this.#outbox.shift();
-    if (next === undefined) {
+    if (this.#outbox.length < WRITE_HIGH_WATER / 2 && !this.#budget.saturated) {
       const release = this.#releaseDrain;
       this.#drainWaiters = undefined;
       this.#releaseDrain = undefined;
       release?.();
+    }
+    if (next === undefined) {
       this.#maybeFinish();
       return;
     }
@@ -302,7 +313,8 @@ export class StreamInferSession {
 
   #updateFlow(): void {
     if (this.#closed) return;
-    const hold = this.#budget.saturated || this.#inflight >= this.#maxInflight;
+    const hold =
+      this.#budget.saturated || this.#outbox.length >= WRITE_HIGH_WATER || this.#inflight >= this.#maxInflight;
     if (hold && !this.#paused) {
       this.#paused = true;
       this.#call.pause();

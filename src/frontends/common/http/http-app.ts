@@ -54,9 +54,13 @@ function httpsOptions(tls: TlsOptions): Record<string, unknown> {
   };
 }
 
-/** A refusal written straight to a socket whose request never reached a route. */
+/**
+ * A refusal written straight to a socket whose request never reached a route; only on a
+ * socket nothing was written to yet (on a kept-alive one the client could take it for the
+ * answer to a request it sends next).
+ */
 function refuseOnSocket(socket: Socket, status: number, reason: string, message: string): void {
-  if (!socket.writable) {
+  if (!socket.writable || socket.bytesWritten > 0) {
     socket.destroy();
     return;
   }
@@ -77,12 +81,24 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     ...(keepAliveTimeoutMs === undefined ? {} : { keepAliveTimeout: keepAliveTimeoutMs }),
     ...(limits === undefined
       ? {}
-      : { requestTimeout: limits.requestTimeoutMs, http: { maxHeaderSize: limits.maxHeaderBytes } }),
+      : {
+          requestTimeout: limits.requestTimeoutMs,
+          http: {
+            maxHeaderSize: limits.maxHeaderBytes,
+            // How often node looks for requests past their time (its default, 30 s, would
+            // let a request live up to 30 s past its limit).
+            connectionsCheckingInterval: Math.max(
+              250,
+              Math.min(30_000, limits.headerTimeoutMs / 4, limits.requestTimeoutMs / 4),
+            ),
+          },
+        }),
     ...(options.tls === undefined ? {} : { https: httpsOptions(options.tls) }),
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 2048 },
     // Requests refused before fastify sees them (a head too large, a request too slow)
     // are answered with the reason and counted.
     clientErrorHandler: (error: NodeJS.ErrnoException, socket: Socket) => {
+      if (error.code === "ECONNRESET" || socket.destroyed) return;
       if (error.code === "HPE_HEADER_OVERFLOW") {
         refusals?.refused("http_header_bytes");
         refuseOnSocket(
