@@ -43,6 +43,7 @@ describe("without --cors-allow-origin", () => {
 
   test("a cross-site WebSocket is refused before the upgrade", async () => {
     const socket = new WebSocket(`ws://127.0.0.1:${server.server.httpPort}/v2/models/floats/stream`, { origin: EVIL });
+    socket.on("error", () => {});
     const status = await new Promise<number>((resolve) => {
       socket.on("unexpected-response", (_request, response) => resolve(response.statusCode ?? 0));
       socket.on("open", () => resolve(101));

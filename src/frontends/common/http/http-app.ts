@@ -129,6 +129,12 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     const status = error instanceof HttpError ? error.status : (error as { statusCode?: unknown }).statusCode;
     if (status === 413) refusals?.refused("http_body_bytes");
   });
+  // A WebSocket upgrade refused with an HTTP answer (a 401 from access control, which runs
+  // before the WebSocket plugin's own hooks) closes its connection once answered: node has
+  // handed the socket over for the upgrade, and left open it would outlive the server.
+  app.addHook("onResponse", async (request, reply) => {
+    if (request.headers.upgrade !== undefined && reply.statusCode >= 400) request.raw.socket?.destroy();
+  });
   app.addHook("onSend", compressResponses(options.compressMinBytes));
   return app;
 }
