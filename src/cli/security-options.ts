@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import {
-  API_GROUPS,
   type AccessOptions,
+  API_GROUPS,
   type ApiGroup,
   type ApiKey,
   DEFAULT_LIMITS,
@@ -233,7 +233,8 @@ const many = (values: Values, name: string): string[] => (values[name] as string
 function wholeNumber(name: string, text: string, min: number): number {
   if (!/^\d+$/.test(text)) throw new UsageError(`--${name} expects a whole number, got '${text}'`);
   const n = Number(text);
-  if (!Number.isSafeInteger(n) || n < min) throw new UsageError(`--${name} must be at least ${min}, got ${text}`);
+  if (!Number.isSafeInteger(n) || n < min)
+    throw new UsageError(`--${name} must be at least ${min}, got ${text}`);
   return n;
 }
 
@@ -401,7 +402,9 @@ function readOrigins(values: Values): string[] {
     try {
       url = new URL(origin);
     } catch {
-      throw new UsageError(`--cors-allow-origin expects an origin such as https://app.example, got '${origin}'`);
+      throw new UsageError(
+        `--cors-allow-origin expects an origin such as https://app.example, got '${origin}'`,
+      );
     }
     if (url.origin !== origin.replace(/\/$/, "")) {
       throw new UsageError(`--cors-allow-origin expects an origin (scheme://host[:port]), got '${origin}'`);

@@ -247,7 +247,9 @@ export class ModelRepository implements ModelRegistry {
     // a load request is refused as a whole, not retried as if the server were busy.
     return this.#load(name, options.config).catch((error: unknown) => {
       const failure = asServerError(error);
-      throw failure.code === "INVALID_ARG" ? failure : new ServerError("INVALID_ARG", failure.message, { cause: failure });
+      throw failure.code === "INVALID_ARG"
+        ? failure
+        : new ServerError("INVALID_ARG", failure.message, { cause: failure });
     });
   }
 

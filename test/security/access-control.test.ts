@@ -6,7 +6,7 @@ import { type ApiKey, OPEN_ACCESS, securityOptions } from "../../src/config/secu
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
-import { sdkClient, invoke } from "../sagemaker/support/sagemaker-kit.ts";
+import { invoke, sdkClient } from "../sagemaker/support/sagemaker-kit.ts";
 import { accumulatorRequest, errorOf, int32Output } from "../support/grpc-stream-call.ts";
 import { inferBody } from "../support/http-client.ts";
 import { accumulatorConfig } from "../support/sequence-kit.ts";
@@ -23,7 +23,11 @@ import { type LogLine, memoryLogger } from "./support/memory-logger.ts";
 const KEYS: ApiKey[] = [
   { name: "tenant-a", secret: "a-secret-key-0123456789", groups: ["inference", "metadata"] },
   { name: "tenant-b", secret: "b-secret-key-0123456789", groups: ["inference"] },
-  { name: "ops", secret: "ops-secret-key-0123456789", groups: ["model-repository", "sequences", "metrics", "statistics"] },
+  {
+    name: "ops",
+    secret: "ops-secret-key-0123456789",
+    groups: ["model-repository", "sequences", "metrics", "statistics"],
+  },
 ];
 const [A, B, OPS] = KEYS.map((k) => k.secret) as [string, string, string];
 const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
@@ -31,11 +35,17 @@ const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
 const MODELS = {
   floats: { onnx: identityModel("FP32", [-1, 4]) },
   acc: {
-    config: accumulatorConfig("acc", 4, "max_sequence_idle_microseconds: 60000000\n  oldest { max_candidate_sequences: 8 }"),
+    config: accumulatorConfig(
+      "acc",
+      4,
+      "max_sequence_idle_microseconds: 60000000\n  oldest { max_candidate_sequences: 8 }",
+    ),
     onnx: accumulatorModel(),
   },
 };
-const FLOATS = JSON.stringify({ inputs: [{ name: "INPUT0", datatype: "FP32", shape: [1, 4], data: [1, 2, 3, 4] }] });
+const FLOATS = JSON.stringify({
+  inputs: [{ name: "INPUT0", datatype: "FP32", shape: [1, 4], data: [1, 2, 3, 4] }],
+});
 
 /** A grpc-js channel option adding `headers` to every call's metadata. */
 function withMetadata(headers: Record<string, string>): { interceptors: Interceptor[] } {
@@ -73,7 +83,11 @@ after(() => server.stop());
 
 const http = (path: string, init: RequestInit = {}) => fetch(`${server.url}${path}`, init);
 const postInfer = (headers: Record<string, string>, model = "floats", body = FLOATS) =>
-  http(`/v2/models/${model}/infer`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body });
+  http(`/v2/models/${model}/infer`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body,
+  });
 
 describe("HTTP", () => {
   test("inference: 401 without a key or with an unknown one, 403 with a key for other APIs, 200 with a tenant's", async () => {
@@ -110,13 +124,19 @@ describe("HTTP", () => {
 
   test("Triton's generate, WebSocket streams and TF-Serving REST", async () => {
     const generate = (headers: Record<string, string>) =>
-      http("/v2/models/floats/generate", { method: "POST", headers, body: JSON.stringify({ INPUT0: [1, 2, 3, 4] }) });
+      http("/v2/models/floats/generate", {
+        method: "POST",
+        headers,
+        body: JSON.stringify({ INPUT0: [1, 2, 3, 4] }),
+      });
     assert.equal((await generate({})).status, 401);
     assert.equal((await generate(bearer(A))).status, 200);
 
     const upgrade = (headers: Record<string, string>) =>
       new Promise<number>((resolve) => {
-        const socket = new WebSocket(`ws://127.0.0.1:${server.server.httpPort}/v2/models/floats/stream`, { headers });
+        const socket = new WebSocket(`ws://127.0.0.1:${server.server.httpPort}/v2/models/floats/stream`, {
+          headers,
+        });
         socket.on("unexpected-response", (_request, response) => resolve(response.statusCode ?? 0));
         socket.on("open", () => {
           socket.close();
@@ -129,7 +149,11 @@ describe("HTTP", () => {
     assert.equal(await upgrade(bearer(A)), 101);
 
     const predict = (headers: Record<string, string>) =>
-      http("/v1/models/floats:predict", { method: "POST", headers, body: JSON.stringify({ instances: [[1, 2, 3, 4]] }) });
+      http("/v1/models/floats:predict", {
+        method: "POST",
+        headers,
+        body: JSON.stringify({ instances: [[1, 2, 3, 4]] }),
+      });
     assert.equal((await predict({})).status, 401);
     assert.equal((await predict(bearer(B))).status, 200);
     assert.equal((await http("/v1/models/floats")).status, 200, "a model's status is health: open");
@@ -141,7 +165,10 @@ describe("HTTP", () => {
     assert.equal((await fetch(server.metricsUrl, { headers: bearer(A) })).status, 403);
     const allowed = await fetch(server.metricsUrl, { headers: bearer(OPS) });
     assert.equal(allowed.status, 200);
-    assert.match(await allowed.text(), /seqserve_auth_refusals_total\{api="inference",reason="missing"\} [1-9]/);
+    assert.match(
+      await allowed.text(),
+      /seqserve_auth_refusals_total\{api="inference",reason="missing"\} [1-9]/,
+    );
   });
 });
 
@@ -150,7 +177,12 @@ describe("gRPC", () => {
     const anonymous = new TestClient(server.grpcPort);
     const tenant = new TestClient(server.grpcPort, withMetadata(bearer(A)));
     const ops = new TestClient(server.grpcPort, withMetadata({ "x-api-key": OPS }));
-    const infer = { model_name: "floats", inputs: [{ name: "INPUT0", datatype: "FP32", shape: [1, 4], contents: { fp32_contents: [1, 2, 3, 4] } }] };
+    const infer = {
+      model_name: "floats",
+      inputs: [
+        { name: "INPUT0", datatype: "FP32", shape: [1, 4], contents: { fp32_contents: [1, 2, 3, 4] } },
+      ],
+    };
     try {
       assert.equal(await grpcCode(anonymous.unary("ModelInfer", infer)), 16);
       assert.equal(await grpcCode(ops.unary("ModelInfer", infer)), 7);
@@ -164,10 +196,19 @@ describe("gRPC", () => {
       const ended = new Promise<StatusObject>((resolve) => stream.on("status", resolve));
       stream.write(accumulatorRequest("acc", 1, { id: 1, start: true }));
       assert.equal((await ended).code, 16);
-      for (const [client, code] of [[new TfsClient(server.grpcPort), 16], [new TfsClient(server.grpcPort, withMetadata(bearer(B))), 0]] as const) {
+      for (const [client, code] of [
+        [new TfsClient(server.grpcPort), 16],
+        [new TfsClient(server.grpcPort, withMetadata(bearer(B))), 0],
+      ] as const) {
         const predict = client.predict({
           model_spec: { name: "floats" },
-          inputs: { INPUT0: { dtype: "DT_FLOAT", tensor_shape: { dim: [{ size: 1 }, { size: 4 }] }, float_val: [1, 2, 3, 4] } },
+          inputs: {
+            INPUT0: {
+              dtype: "DT_FLOAT",
+              tensor_shape: { dim: [{ size: 1 }, { size: 4 }] },
+              float_val: [1, 2, 3, 4],
+            },
+          },
         });
         assert.equal(await grpcCode(predict), code);
         client.close();
@@ -180,14 +221,21 @@ describe("gRPC", () => {
 
 describe("a sequence belongs to the key that started it", () => {
   const step = (key: string, value: number, params: Record<string, unknown>) =>
-    postInfer(bearer(key), "acc", inferBody([{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [value] }], params));
+    postInfer(
+      bearer(key),
+      "acc",
+      inferBody([{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [value] }], params),
+    );
 
   test("over HTTP: another tenant can neither continue, restart nor end it", async () => {
     assert.equal((await step(A, 5, { id: 77, start: true })).status, 200);
     for (const params of [{ id: 77 }, { id: 77, start: true }, { id: 77, end: true }]) {
       const other = await step(B, 1, params);
       assert.equal(other.status, 403, JSON.stringify(params));
-      assert.match(((await other.json()) as { error: string }).error, /sequence 77 of model 'acc' belongs to another caller/);
+      assert.match(
+        ((await other.json()) as { error: string }).error,
+        /sequence 77 of model 'acc' belongs to another caller/,
+      );
     }
     const mine = await step(A, 3, { id: 77, end: true });
     assert.deepEqual(((await mine.json()) as { outputs: { data: number[] }[] }).outputs[0]!.data, [8]);
@@ -234,24 +282,42 @@ describe("a sequence belongs to the key that started it", () => {
       return sdk;
     };
     const body = (value: number, extra: Record<string, unknown> = {}) =>
-      JSON.stringify({ ...extra, inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [value] }] });
+      JSON.stringify({
+        ...extra,
+        inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [value] }],
+      });
     const json = { contentType: "application/json", targetModel: "acc" };
-    await assert.rejects(invoke(client(undefined), { ...json, body: body(1), sessionId: "NEW_SESSION" }), /API key/);
-    const opened = await invoke(client(A), { ...json, body: body(4, { requestType: "NEW_SESSION" }), sessionId: "NEW_SESSION" });
+    await assert.rejects(
+      invoke(client(undefined), { ...json, body: body(1), sessionId: "NEW_SESSION" }),
+      /API key/,
+    );
+    const opened = await invoke(client(A), {
+      ...json,
+      body: body(4, { requestType: "NEW_SESSION" }),
+      sessionId: "NEW_SESSION",
+    });
     const session = opened.NewSessionId!.split(";")[0]!;
-    await assert.rejects(invoke(client(B), { ...json, body: body(1), sessionId: session }), /belongs to another caller/);
+    await assert.rejects(
+      invoke(client(B), { ...json, body: body(1), sessionId: session }),
+      /belongs to another caller/,
+    );
     await assert.rejects(
       invoke(client(B), { ...json, body: JSON.stringify({ requestType: "CLOSE" }), sessionId: session }),
       /belongs to another caller/,
     );
-    const closed = await invoke(client(A), { ...json, body: body(2, { requestType: "CLOSE" }), sessionId: session });
+    const closed = await invoke(client(A), {
+      ...json,
+      body: body(2, { requestType: "CLOSE" }),
+      sessionId: session,
+    });
     assert.equal(closed.ClosedSessionId, session);
   });
 });
 
 test("no key ever reaches the log, not even refused ones", () => {
   const text = JSON.stringify(lines);
-  for (const secret of [A, B, OPS, "not-a-key-at-all-000000"]) assert.ok(!text.includes(secret), "a key was logged");
+  for (const secret of [A, B, OPS, "not-a-key-at-all-000000"])
+    assert.ok(!text.includes(secret), "a key was logged");
 });
 
 describe("Triton's --http-restricted-api and --grpc-restricted-protocol", () => {
@@ -264,7 +330,9 @@ describe("Triton's --http-restricted-api and --grpc-restricted-protocol", () => 
         access: {
           ...OPEN_ACCESS,
           httpRestrictions: { "model-repository": { header: "admin-key", value: "admin-value" } },
-          grpcRestrictions: { "model-repository": { header: "triton-grpc-protocol-admin-key", value: "admin-value" } },
+          grpcRestrictions: {
+            "model-repository": { header: "triton-grpc-protocol-admin-key", value: "admin-value" },
+          },
         },
       }),
     });
@@ -282,11 +350,17 @@ describe("Triton's --http-restricted-api and --grpc-restricted-protocol", () => 
     assert.equal((await fetch(`${triton.url}/v2/models/floats`)).status, 200);
 
     const anonymous = new TestClient(triton.grpcPort);
-    const admin = new TestClient(triton.grpcPort, withMetadata({ "triton-grpc-protocol-admin-key": "admin-value" }));
+    const admin = new TestClient(
+      triton.grpcPort,
+      withMetadata({ "triton-grpc-protocol-admin-key": "admin-value" }),
+    );
     try {
       await assert.rejects(anonymous.unary("RepositoryIndex"), (error: Error & { code: number }) => {
         assert.equal(error.code, 7);
-        assert.match(error.message, /This protocol is restricted, expecting header 'triton-grpc-protocol-admin-key'/);
+        assert.match(
+          error.message,
+          /This protocol is restricted, expecting header 'triton-grpc-protocol-admin-key'/,
+        );
         return true;
       });
       assert.equal(await grpcCode(admin.unary("RepositoryIndex")), 0);

@@ -57,38 +57,50 @@ function untilClosed(socket: Socket): Promise<string> {
   return new Promise((resolve) => socket.once("close", () => resolve(received)));
 }
 
-test("an HTTP body trickled a byte at a time is cut off with 408 once the request time is up", WAIT, async () => {
-  const socket = await open(server.server.httpPort!);
-  const answer = untilClosed(socket);
-  socket.write("POST /v2/models/floats/infer HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{");
-  const trickle = setInterval(() => socket.writable && socket.write(" "), 200);
-  try {
-    assert.match(await answer, /^HTTP\/1\.1 408/);
-  } finally {
-    clearInterval(trickle);
-  }
-  assert.ok(((await refused("http_request_timeout")) ?? 0) >= 1);
-});
+test(
+  "an HTTP body trickled a byte at a time is cut off with 408 once the request time is up",
+  WAIT,
+  async () => {
+    const socket = await open(server.server.httpPort!);
+    const answer = untilClosed(socket);
+    socket.write(
+      "POST /v2/models/floats/infer HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{",
+    );
+    const trickle = setInterval(() => socket.writable && socket.write(" "), 200);
+    try {
+      assert.match(await answer, /^HTTP\/1\.1 408/);
+    } finally {
+      clearInterval(trickle);
+    }
+    assert.ok(((await refused("http_request_timeout")) ?? 0) >= 1);
+  },
+);
 
 test("a request head larger than --http-max-header-bytes gets 431", WAIT, async () => {
-  const response = await fetch(`${server.url}/v2/health/ready`, { headers: { "x-padding": "p".repeat(8192) } });
+  const response = await fetch(`${server.url}/v2/health/ready`, {
+    headers: { "x-padding": "p".repeat(8192) },
+  });
   assert.equal(response.status, 431);
   assert.ok(((await refused("http_header_bytes")) ?? 0) >= 1);
 });
 
-test("a gRPC connection that never sends the HTTP/2 preface is closed after the handshake time", WAIT, async () => {
-  const socket = await open(server.grpcPort);
-  socket.write("PRI * HTTP");
-  await untilClosed(socket);
-  assert.ok(((await refused("grpc_handshake_timeout")) ?? 0) >= 1);
-  // Real clients are not affected.
-  const client = new TestClient(server.grpcPort);
-  try {
-    assert.deepEqual(await client.unary("ServerLive"), { live: true });
-  } finally {
-    client.close();
-  }
-});
+test(
+  "a gRPC connection that never sends the HTTP/2 preface is closed after the handshake time",
+  WAIT,
+  async () => {
+    const socket = await open(server.grpcPort);
+    socket.write("PRI * HTTP");
+    await untilClosed(socket);
+    assert.ok(((await refused("grpc_handshake_timeout")) ?? 0) >= 1);
+    // Real clients are not affected.
+    const client = new TestClient(server.grpcPort);
+    try {
+      assert.deepEqual(await client.unary("ServerLive"), { live: true });
+    } finally {
+      client.close();
+    }
+  },
+);
 
 test("a WebSocket that sends nothing is closed with 1001 after the idle time", WAIT, async () => {
   const socket = new WebSocket(`ws://127.0.0.1:${server.server.httpPort}/v2/models/floats/stream`);

@@ -13,7 +13,9 @@ import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 const EVIL = "http://evil.example";
 const APP = "https://app.example";
-const body = JSON.stringify({ inputs: [{ name: "INPUT0", datatype: "FP32", shape: [1, 4], data: [1, 2, 3, 4] }] });
+const body = JSON.stringify({
+  inputs: [{ name: "INPUT0", datatype: "FP32", shape: [1, 4], data: [1, 2, 3, 4] }],
+});
 
 let server: TestServer;
 let open: TestServer;
@@ -32,17 +34,29 @@ const post = (url: string, headers: Record<string, string>, payload = body) =>
 
 describe("without --cors-allow-origin", () => {
   test("a cross-site POST (text/plain, no preflight) to unload, load or infer is refused with 403 and does nothing", async () => {
-    for (const path of ["/v2/repository/models/floats/unload", "/v2/repository/models/floats/load", "/v2/models/floats/infer"]) {
+    for (const path of [
+      "/v2/repository/models/floats/unload",
+      "/v2/repository/models/floats/load",
+      "/v2/models/floats/infer",
+    ]) {
       const answer = await post(`${server.url}${path}`, { origin: EVIL }, "{}");
       assert.equal(answer.status, 403, path);
-      assert.match(((await answer.json()) as { error: string }).error, /web origin 'http:\/\/evil\.example' are not allowed/);
+      assert.match(
+        ((await answer.json()) as { error: string }).error,
+        /web origin 'http:\/\/evil\.example' are not allowed/,
+      );
     }
     assert.equal((await fetch(`${server.url}/v2/models/floats/ready`)).status, 200);
-    assert.equal((await fetch(`${server.url}/v2/models/floats/ready`, { headers: { origin: EVIL } })).status, 403);
+    assert.equal(
+      (await fetch(`${server.url}/v2/models/floats/ready`, { headers: { origin: EVIL } })).status,
+      403,
+    );
   });
 
   test("a cross-site WebSocket is refused before the upgrade", async () => {
-    const socket = new WebSocket(`ws://127.0.0.1:${server.server.httpPort}/v2/models/floats/stream`, { origin: EVIL });
+    const socket = new WebSocket(`ws://127.0.0.1:${server.server.httpPort}/v2/models/floats/stream`, {
+      origin: EVIL,
+    });
     socket.on("error", () => {});
     const status = await new Promise<number>((resolve) => {
       socket.on("unexpected-response", (_request, response) => resolve(response.statusCode ?? 0));
@@ -62,7 +76,11 @@ describe("with --cors-allow-origin", () => {
   test("a preflight from the allowed origin is answered; its requests carry the CORS headers", async () => {
     const preflight = await fetch(`${open.url}/v2/models/floats/infer`, {
       method: "OPTIONS",
-      headers: { origin: APP, "access-control-request-method": "POST", "access-control-request-headers": "content-type,authorization" },
+      headers: {
+        origin: APP,
+        "access-control-request-method": "POST",
+        "access-control-request-headers": "content-type,authorization",
+      },
     });
     assert.equal(preflight.status, 204);
     assert.equal(preflight.headers.get("access-control-allow-origin"), APP);

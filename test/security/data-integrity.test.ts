@@ -56,7 +56,10 @@ describe("BYTES elements with a NUL byte", () => {
       { name: "INPUT0", datatype: "BYTES", shape: [1, 2], data: ["fine", "a\u0000b"] },
     ]);
     assert.equal(json.status, 400);
-    assert.match(String(json.body.error), /element 1 of BYTES input 'INPUT0' holds a NUL byte \(at offset 1\)/);
+    assert.match(
+      String(json.body.error),
+      /element 1 of BYTES input 'INPUT0' holds a NUL byte \(at offset 1\)/,
+    );
 
     const element = Buffer.from("x\0y");
     const raw = Buffer.concat([Buffer.from(new Uint32Array([element.length]).buffer), element]);
@@ -69,7 +72,9 @@ describe("BYTES elements with a NUL byte", () => {
     await assert.rejects(
       grpc.unary("ModelInfer", {
         model_name: "strings",
-        inputs: [{ name: "INPUT0", datatype: "BYTES", shape: [1, 1], contents: { bytes_contents: [element] } }],
+        inputs: [
+          { name: "INPUT0", datatype: "BYTES", shape: [1, 1], contents: { bytes_contents: [element] } },
+        ],
       }),
       (error: Error & { code: number }) => error.code === 3 && /NUL byte/.test(error.message),
     );
@@ -77,11 +82,17 @@ describe("BYTES elements with a NUL byte", () => {
 
   test("a refused element fails only its own request: others batched with it are exact", async () => {
     const good = Array.from({ length: 6 }, (_, i) =>
-      infer(server.url, "strings", [{ name: "INPUT0", datatype: "BYTES", shape: [1, 1], data: [`value ${i} é`] }]),
+      infer(server.url, "strings", [
+        { name: "INPUT0", datatype: "BYTES", shape: [1, 1], data: [`value ${i} é`] },
+      ]),
     );
-    const bad = infer(server.url, "strings", [{ name: "INPUT0", datatype: "BYTES", shape: [1, 1], data: ["\u0000"] }]);
+    const bad = infer(server.url, "strings", [
+      { name: "INPUT0", datatype: "BYTES", shape: [1, 1], data: ["\u0000"] },
+    ]);
     const answers = await Promise.all(good);
-    answers.forEach((answer, i) => assert.deepEqual(outputData(answer, "OUTPUT0"), [`value ${i} é`]));
+    answers.forEach((answer, i) => {
+      assert.deepEqual(outputData(answer, "OUTPUT0"), [`value ${i} é`]);
+    });
     assert.equal((await bad).status, 400);
   });
 });
@@ -99,7 +110,10 @@ describe("what a client is told of a failure", () => {
   });
 
   test("a JavaScript engine's own message stays in the log", () => {
-    for (const error of [new RangeError("Invalid typed array length: 4294967296"), new TypeError("x is not a function")]) {
+    for (const error of [
+      new RangeError("Invalid typed array length: 4294967296"),
+      new TypeError("x is not a function"),
+    ]) {
       const answer = asServerError(error);
       assert.equal(answer.code, "INTERNAL");
       assert.equal(answer.message, INTERNAL_ERROR_MESSAGE);

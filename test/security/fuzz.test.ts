@@ -14,7 +14,6 @@ import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { accumulatorRequest, int32Output } from "../support/grpc-stream-call.ts";
 import { accumulate, accumulatorConfig } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
-import { TfsClient } from "../tfs/support/tfs-client.ts";
 
 // Malformed requests, generated with fast-check from a fixed seed, against every frontend
 // at once: KServe JSON and binary over HTTP, protobuf over gRPC (well-formed messages with
@@ -111,7 +110,10 @@ const input = fc.record(
     shape: fc.oneof(shape, scalar),
     data,
     parameters: fc.oneof(
-      fc.record({ binary_data_size: fc.oneof(fc.integer({ min: -1, max: 64 }), scalar) }, { requiredKeys: [] }),
+      fc.record(
+        { binary_data_size: fc.oneof(fc.integer({ min: -1, max: 64 }), scalar) },
+        { requiredKeys: [] },
+      ),
       scalar,
     ),
   },
@@ -159,9 +161,18 @@ const contentEncoding = fc.constantFrom(undefined, undefined, undefined, "gzip",
 // ---- frontends ----
 
 /** One HTTP request; its status must be a refusal or a success. */
-async function http(port: number, method: string, path: string, body: Uint8Array | string | undefined, headers: Record<string, string | undefined>): Promise<void> {
+async function http(
+  port: number,
+  method: string,
+  path: string,
+  body: Uint8Array | string | undefined,
+  headers: Record<string, string | undefined>,
+): Promise<void> {
   sent++;
-  const clean = Object.fromEntries(Object.entries(headers).filter(([, v]) => v !== undefined)) as Record<string, string>;
+  const clean = Object.fromEntries(Object.entries(headers).filter(([, v]) => v !== undefined)) as Record<
+    string,
+    string
+  >;
   const response = await fetch(`http://127.0.0.1:${port}${path}`, {
     method,
     headers: clean,
@@ -195,9 +206,13 @@ function grpcCall(service: string, method: string, request: Buffer): Promise<voi
 }
 
 const kserveTypes = () =>
-  import("../../src/frontends/grpc/proto-definitions.ts").then((m) => m.inferenceTypes().lookupType("inference.ModelInferRequest"));
+  import("../../src/frontends/grpc/proto-definitions.ts").then((m) =>
+    m.inferenceTypes().lookupType("inference.ModelInferRequest"),
+  );
 const tfsTypes = () =>
-  import("../../src/frontends/tfs/proto-definitions.ts").then((m) => m.tfsTypes().lookupType("tensorflow.serving.PredictRequest"));
+  import("../../src/frontends/tfs/proto-definitions.ts").then((m) =>
+    m.tfsTypes().lookupType("tensorflow.serving.PredictRequest"),
+  );
 
 // ---- the sequences that must stay exact ----
 
@@ -235,16 +250,23 @@ function runOracle(): Oracle {
         const done = new Promise<void>((resolve) => call.on("end", resolve));
         call.on("error", () => {});
         const values = Array.from({ length: 16 }, (_, i) => (i * 5 + n) % 11);
-        values.forEach((value, step) =>
-          call.write(accumulatorRequest("acc", value, { id, start: step === 0, end: step === values.length - 1 })),
-        );
+        values.forEach((value, step) => {
+          call.write(
+            accumulatorRequest("acc", value, { id, start: step === 0, end: step === values.length - 1 }),
+          );
+        });
         call.end();
         await done;
         let sum = 0;
         values.forEach((value, step) => {
           sum += value;
           const answer = answers[step];
-          const got = answer === undefined ? undefined : (answer.error_message ?? "") === "" ? int32Output(answer) : answer.error_message;
+          const got =
+            answer === undefined
+              ? undefined
+              : (answer.error_message ?? "") === ""
+                ? int32Output(answer)
+                : answer.error_message;
           if (got !== sum) oracle.mismatches.push(`grpc ${id} step ${step}: ${String(got)} != ${sum}`);
         });
         oracle.steps += values.length;
@@ -269,14 +291,17 @@ function heapAfterGc(): number {
   return process.memoryUsage().heapUsed;
 }
 
-test("10,000 malformed requests over every frontend: clean refusals only, the server serves on, sequences beside them exact, memory flat", { timeout: 300_000 }, async () => {
+test("10,000 malformed requests over every frontend: clean refusals only, the server serves on, sequences beside them exact, memory flat", {
+  timeout: 300_000,
+}, async () => {
   const httpPort = server.server.httpPort!;
   const sagemakerPort = server.server.sagemakerPort!;
   const inferType = await kserveTypes();
   const predictType = await tfsTypes();
   const oracle = runOracle();
   const settings = (offset: number) => ({ seed: SEED + offset, numRuns: RUNS });
-  const batchOf = <T>(arbitrary: fc.Arbitrary<T>) => fc.array(arbitrary, { minLength: BATCH, maxLength: BATCH });
+  const batchOf = <T>(arbitrary: fc.Arbitrary<T>) =>
+    fc.array(arbitrary, { minLength: BATCH, maxLength: BATCH });
 
   // Warm up, then take the heap as it is with everything loaded.
   await http(httpPort, "POST", "/v2/models/floats/infer", "{}", {});
@@ -285,11 +310,24 @@ test("10,000 malformed requests over every frontend: clean refusals only, the se
   // KServe JSON over HTTP, to every model and endpoint that takes a body.
   await fc.assert(
     fc.asyncProperty(
-      batchOf(fc.tuple(fc.constantFrom(...MODEL_NAMES), fc.constantFrom("infer", "generate", "generate_stream"), kserveBody, contentType)),
+      batchOf(
+        fc.tuple(
+          fc.constantFrom(...MODEL_NAMES),
+          fc.constantFrom("infer", "generate", "generate_stream"),
+          kserveBody,
+          contentType,
+        ),
+      ),
       async (batch) => {
         await Promise.all(
           batch.map(([model, endpoint, body, type]) =>
-            http(httpPort, "POST", `/v2/models/${encodeURIComponent(model)}/${endpoint}`, JSON.stringify(body) ?? "", { "content-type": type }),
+            http(
+              httpPort,
+              "POST",
+              `/v2/models/${encodeURIComponent(model)}/${endpoint}`,
+              JSON.stringify(body) ?? "",
+              { "content-type": type },
+            ),
           ),
         );
       },
@@ -300,15 +338,29 @@ test("10,000 malformed requests over every frontend: clean refusals only, the se
   // KServe binary: a JSON header, then random bytes, with a header length that may lie.
   await fc.assert(
     fc.asyncProperty(
-      batchOf(fc.tuple(fc.constantFrom(...MODEL_NAMES), kserveBody, bytes, fc.oneof(fc.nat({ max: 400 }).map(String), fc.string({ maxLength: 4 })), contentEncoding)),
+      batchOf(
+        fc.tuple(
+          fc.constantFrom(...MODEL_NAMES),
+          kserveBody,
+          bytes,
+          fc.oneof(fc.nat({ max: 400 }).map(String), fc.string({ maxLength: 4 })),
+          contentEncoding,
+        ),
+      ),
       async (batch) => {
         await Promise.all(
           batch.map(([model, body, tail, length, encoding]) => {
             const json = Buffer.from(JSON.stringify(body) ?? "");
-            return http(httpPort, "POST", `/v2/models/${encodeURIComponent(model)}/infer`, Buffer.concat([json, tail]), {
-              "inference-header-content-length": length,
-              "content-encoding": encoding,
-            });
+            return http(
+              httpPort,
+              "POST",
+              `/v2/models/${encodeURIComponent(model)}/infer`,
+              Buffer.concat([json, tail]),
+              {
+                "inference-header-content-length": length,
+                "content-encoding": encoding,
+              },
+            );
           }),
         );
       },
@@ -320,14 +372,19 @@ test("10,000 malformed requests over every frontend: clean refusals only, the se
   const grpcInput = fc.record({
     name: fc.constantFrom("INPUT0", "INPUT", ...NAMES),
     datatype: fc.constantFrom("FP32", "INT32", "BYTES", ...DATATYPES, "X"),
-    shape: fc.array(fc.oneof(fc.integer({ min: 0, max: 6 }), fc.constantFrom(-1, 2 ** 32, 2 ** 40)).map(String), { maxLength: 4 }),
+    shape: fc.array(
+      fc.oneof(fc.integer({ min: 0, max: 6 }), fc.constantFrom(-1, 2 ** 32, 2 ** 40)).map(String),
+      { maxLength: 4 },
+    ),
     contents: fc.option(
       fc.record(
         {
           int_contents: fc.array(fc.integer(), { maxLength: 6 }),
           fp32_contents: fc.array(fc.float({ noNaN: false }), { maxLength: 6 }),
           bytes_contents: fc.array(bytes, { maxLength: 3 }),
-          uint64_contents: fc.array(fc.bigInt({ min: 0n, max: 2n ** 64n - 1n }).map(String), { maxLength: 3 }),
+          uint64_contents: fc.array(fc.bigInt({ min: 0n, max: 2n ** 64n - 1n }).map(String), {
+            maxLength: 3,
+          }),
         },
         { requiredKeys: [] },
       ),
@@ -335,7 +392,12 @@ test("10,000 malformed requests over every frontend: clean refusals only, the se
     ),
   });
   const grpcParameter = fc.oneof(
-    fc.record({ int64_param: fc.bigInt({ min: -(2n ** 63n), max: 2n ** 63n - 1n }).filter((v) => v < BigInt(ORACLE_BASE)).map(String) }),
+    fc.record({
+      int64_param: fc
+        .bigInt({ min: -(2n ** 63n), max: 2n ** 63n - 1n })
+        .filter((v) => v < BigInt(ORACLE_BASE))
+        .map(String),
+    }),
     fc.record({ string_param: fc.string({ maxLength: 300 }) }),
     fc.record({ bool_param: fc.boolean() }),
     fc.record({ double_param: fc.double() }),
@@ -347,14 +409,26 @@ test("10,000 malformed requests over every frontend: clean refusals only, the se
       id: fc.string({ maxLength: 4 }),
       inputs: fc.array(grpcInput, { maxLength: 3 }),
       raw_input_contents: fc.array(bytes, { maxLength: 3 }),
-      parameters: fc.dictionary(fc.constantFrom("sequence_id", "sequence_start", "sequence_end", "timeout", "x"), grpcParameter, { maxKeys: 4 }),
+      parameters: fc.dictionary(
+        fc.constantFrom("sequence_id", "sequence_start", "sequence_end", "timeout", "x"),
+        grpcParameter,
+        { maxKeys: 4 },
+      ),
     },
     { requiredKeys: [] },
   );
   await fc.assert(
-    fc.asyncProperty(batchOf(fc.oneof(modelInfer.map((m) => Buffer.from(inferType.encode(inferType.fromObject(m)).finish())), bytes.map(Buffer.from))), async (batch) => {
-      await Promise.all(batch.map((message) => grpcCall(INFERENCE_SERVICE_NAME, "ModelInfer", message)));
-    }),
+    fc.asyncProperty(
+      batchOf(
+        fc.oneof(
+          modelInfer.map((m) => Buffer.from(inferType.encode(inferType.fromObject(m)).finish())),
+          bytes.map(Buffer.from),
+        ),
+      ),
+      async (batch) => {
+        await Promise.all(batch.map((message) => grpcCall(INFERENCE_SERVICE_NAME, "ModelInfer", message)));
+      },
+    ),
     settings(3),
   );
 
@@ -368,11 +442,13 @@ test("10,000 malformed requests over every frontend: clean refusals only, the se
         call.on("data", () => answers++);
         call.on("error", () => {});
         const status = new Promise<StatusObject>((resolve) => call.on("status", resolve));
-        for (const message of messages) call.write(inferType.toObject(inferType.fromObject(message), { longs: String, defaults: false }));
+        for (const message of messages)
+          call.write(inferType.toObject(inferType.fromObject(message), { longs: String, defaults: false }));
         sent += messages.length;
         call.end();
         const ended = await status;
-        if (ended.code !== 0 || answers !== messages.length) record("ModelStreamInfer", `${ended.code} ${ended.details} after ${answers} answers`);
+        if (ended.code !== 0 || answers !== messages.length)
+          record("ModelStreamInfer", `${ended.code} ${ended.details} after ${answers} answers`);
       } finally {
         client.close();
       }
@@ -384,7 +460,13 @@ test("10,000 malformed requests over every frontend: clean refusals only, the se
   await fc.assert(
     fc.asyncProperty(
       fc.constantFrom("acc", "floats", "strings"),
-      batchOf(fc.oneof(bytes.map((b) => Buffer.from(b)), kserveBody.map((b) => JSON.stringify(b) ?? "null"), fc.string({ maxLength: 40 }))),
+      batchOf(
+        fc.oneof(
+          bytes.map((b) => Buffer.from(b)),
+          kserveBody.map((b) => JSON.stringify(b) ?? "null"),
+          fc.string({ maxLength: 40 }),
+        ),
+      ),
       async (model, frames) => {
         const socket = new WebSocket(`ws://127.0.0.1:${httpPort}/v2/models/${model}/stream`);
         socket.on("error", () => {});
@@ -411,9 +493,30 @@ test("10,000 malformed requests over every frontend: clean refusals only, the se
   // TF-Serving: REST :predict bodies, and gRPC Predict messages.
   await fc.assert(
     fc.asyncProperty(
-      batchOf(fc.tuple(fc.constantFrom(...MODEL_NAMES), fc.constantFrom(":predict", ":classify", "/metadata", "/versions/x:predict"), fc.oneof(fc.json({ maxDepth: 3 }), fc.record({ instances: data }, { requiredKeys: [] }).map((v) => JSON.stringify(v)), fc.record({ inputs: fc.dictionary(fc.constantFrom(...NAMES, "sequence_id", "sequence_control_input"), data) }).map((v) => JSON.stringify(v))))),
+      batchOf(
+        fc.tuple(
+          fc.constantFrom(...MODEL_NAMES),
+          fc.constantFrom(":predict", ":classify", "/metadata", "/versions/x:predict"),
+          fc.oneof(
+            fc.json({ maxDepth: 3 }),
+            fc.record({ instances: data }, { requiredKeys: [] }).map((v) => JSON.stringify(v)),
+            fc
+              .record({
+                inputs: fc.dictionary(
+                  fc.constantFrom(...NAMES, "sequence_id", "sequence_control_input"),
+                  data,
+                ),
+              })
+              .map((v) => JSON.stringify(v)),
+          ),
+        ),
+      ),
       async (batch) => {
-        await Promise.all(batch.map(([model, action, body]) => http(httpPort, "POST", `/v1/models/${encodeURIComponent(model)}${action}`, body, {})));
+        await Promise.all(
+          batch.map(([model, action, body]) =>
+            http(httpPort, "POST", `/v1/models/${encodeURIComponent(model)}${action}`, body, {}),
+          ),
+        );
       },
     ),
     settings(6),
@@ -421,7 +524,14 @@ test("10,000 malformed requests over every frontend: clean refusals only, the se
   const tensorProto = fc.record(
     {
       dtype: fc.integer({ min: 0, max: 30 }),
-      tensor_shape: fc.record({ dim: fc.array(fc.record({ size: fc.oneof(fc.integer({ min: -2, max: 8 }), fc.constantFrom(2 ** 31, 2 ** 33)).map(String) }), { maxLength: 4 }) }),
+      tensor_shape: fc.record({
+        dim: fc.array(
+          fc.record({
+            size: fc.oneof(fc.integer({ min: -2, max: 8 }), fc.constantFrom(2 ** 31, 2 ** 33)).map(String),
+          }),
+          { maxLength: 4 },
+        ),
+      }),
       float_val: fc.array(fc.float(), { maxLength: 6 }),
       int_val: fc.array(fc.integer(), { maxLength: 6 }),
       string_val: fc.array(bytes, { maxLength: 3 }),
@@ -432,15 +542,31 @@ test("10,000 malformed requests over every frontend: clean refusals only, the se
   );
   const predict = fc.record(
     {
-      model_spec: fc.record({ name: fc.constantFrom(...MODEL_NAMES), signature_name: fc.constantFrom("", "serving_default", "x") }, { requiredKeys: [] }),
-      inputs: fc.dictionary(fc.constantFrom(...NAMES, "sequence_id", "sequence_control_input"), tensorProto, { maxKeys: 3 }),
+      model_spec: fc.record(
+        {
+          name: fc.constantFrom(...MODEL_NAMES),
+          signature_name: fc.constantFrom("", "serving_default", "x"),
+        },
+        { requiredKeys: [] },
+      ),
+      inputs: fc.dictionary(fc.constantFrom(...NAMES, "sequence_id", "sequence_control_input"), tensorProto, {
+        maxKeys: 3,
+      }),
     },
     { requiredKeys: [] },
   );
   await fc.assert(
-    fc.asyncProperty(batchOf(fc.oneof(predict.map((m) => Buffer.from(predictType.encode(predictType.fromObject(m)).finish())), bytes.map(Buffer.from))), async (batch) => {
-      await Promise.all(batch.map((message) => grpcCall(PREDICTION_SERVICE_NAME, "Predict", message)));
-    }),
+    fc.asyncProperty(
+      batchOf(
+        fc.oneof(
+          predict.map((m) => Buffer.from(predictType.encode(predictType.fromObject(m)).finish())),
+          bytes.map(Buffer.from),
+        ),
+      ),
+      async (batch) => {
+        await Promise.all(batch.map((message) => grpcCall(PREDICTION_SERVICE_NAME, "Predict", message)));
+      },
+    ),
     settings(7),
   );
 
@@ -449,11 +575,20 @@ test("10,000 malformed requests over every frontend: clean refusals only, the se
     fc.asyncProperty(
       batchOf(
         fc.tuple(
-          fc.oneof(fc.constantFrom(undefined, "NEW_SESSION", "0b0b0b0b-0000-4000-8000-000000000000"), fc.string({ maxLength: 20 }), fc.constant("x".repeat(300))),
+          fc.oneof(
+            fc.constantFrom(undefined, "NEW_SESSION", "0b0b0b0b-0000-4000-8000-000000000000"),
+            fc.string({ maxLength: 20 }),
+            fc.constant("x".repeat(300)),
+          ),
           fc.constantFrom(undefined, "acc", "floats", "strings", "nope", "acc.tar.gz", ""),
           contentType,
           fc.constantFrom(undefined, "application/json", "application/octet-stream", "text/csv", "*/*"),
-          fc.oneof(kserveBody.map((b) => JSON.stringify(b) ?? ""), fc.constant('{"requestType":"NEW_SESSION"}'), fc.constant('{"requestType":"CLOSE"}'), bytes.map(Buffer.from)),
+          fc.oneof(
+            kserveBody.map((b) => JSON.stringify(b) ?? ""),
+            fc.constant('{"requestType":"NEW_SESSION"}'),
+            fc.constant('{"requestType":"CLOSE"}'),
+            bytes.map(Buffer.from),
+          ),
         ),
       ),
       async (batch) => {
@@ -482,5 +617,7 @@ test("10,000 malformed requests over every frontend: clean refusals only, the se
   assert.equal((await fetch(`${server.url}/v2/health/ready`)).status, 200);
   const growth = heapAfter - heapBefore;
   assert.ok(growth < 48 * 1024 * 1024, `the heap grew by ${Math.round(growth / 1024 / 1024)} MiB`);
-  console.log(`fuzz: ${sent} malformed requests, ${oracle.steps} exact sequence steps beside them, heap ${Math.round(growth / 1024)} KiB`);
+  console.log(
+    `fuzz: ${sent} malformed requests, ${oracle.steps} exact sequence steps beside them, heap ${Math.round(growth / 1024)} KiB`,
+  );
 });

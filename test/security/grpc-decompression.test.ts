@@ -26,7 +26,11 @@ let plain: TestClient;
 before(async () => {
   server = await startTestServer(
     { bytes: { config: CONFIG, onnx: identityModel("UINT8", [-1]) } },
-    { security: securityOptions({ limits: { ...securityOptions().limits, grpcMaxDecompressedBytes: 4 * MiB } }) },
+    {
+      security: securityOptions({
+        limits: { ...securityOptions().limits, grpcMaxDecompressedBytes: 4 * MiB },
+      }),
+    },
   );
   // grpc-js compresses every message of this channel with gzip (algorithm 2).
   gzip = new TestClient(server.grpcPort, { "grpc.default_compression_algorithm": 2 });
@@ -51,7 +55,9 @@ test("a gzip message that inflates past the limit is refused, RESOURCE_EXHAUSTED
     return true;
   });
   assert.equal(
-    await metricValue(server.metricsUrl, "seqserve_limit_refusals_total", { limit: "grpc_decompressed_bytes" }),
+    await metricValue(server.metricsUrl, "seqserve_limit_refusals_total", {
+      limit: "grpc_decompressed_bytes",
+    }),
     1,
   );
 });

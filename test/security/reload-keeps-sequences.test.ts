@@ -11,7 +11,11 @@ import { type LogLine, memoryLogger } from "./support/memory-logger.ts";
 // its live sequences with their state: their next requests continue where they were,
 // and the handover is logged. (Reported as dropping every live sequence's state.)
 
-const CONFIG = accumulatorConfig("acc", 4, "max_sequence_idle_microseconds: 60000000\n  oldest { max_candidate_sequences: 8 }");
+const CONFIG = accumulatorConfig(
+  "acc",
+  4,
+  "max_sequence_idle_microseconds: 60000000\n  oldest { max_candidate_sequences: 8 }",
+);
 
 let server: TestServer;
 let grpc: TestClient;

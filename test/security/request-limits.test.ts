@@ -53,7 +53,10 @@ before(async () => {
     {
       floats: { config: FLOATS, onnx: identityModel("FP32", [-1, -1]) },
       strings: { config: STRINGS, onnx: identityModel("BYTES", [-1, -1]) },
-      acc: { config: accumulatorConfig("acc", 4, "oldest { max_candidate_sequences: 8 }"), onnx: accumulatorModel() },
+      acc: {
+        config: accumulatorConfig("acc", 4, "oldest { max_candidate_sequences: 8 }"),
+        onnx: accumulatorModel(),
+      },
       crowd: { config: TOO_MANY_INSTANCES, onnx: identityModel("FP32", [-1, -1]) },
     },
     {
@@ -96,13 +99,20 @@ describe("a shape is checked before anything is allocated for it", () => {
       for (const input of [
         { raw_input_contents: [Buffer.alloc(16)], inputs: [{ name: "INPUT0", datatype: "FP32", shape }] },
         { inputs: [{ name: "INPUT0", datatype: "FP32", shape, contents: { fp32_contents: [1, 2] } }] },
-        { inputs: [{ name: "INPUT0", datatype: "BYTES", shape, contents: { bytes_contents: [Buffer.from("a")] } }] },
+        {
+          inputs: [
+            { name: "INPUT0", datatype: "BYTES", shape, contents: { bytes_contents: [Buffer.from("a")] } },
+          ],
+        },
       ]) {
-        await assert.rejects(grpc.unary("ModelInfer", { model_name: "floats", ...input }), (error: Error & { code: number }) => {
-          assert.equal(error.code, 3, error.message);
-          assert.match(error.message, /INPUT0/);
-          return true;
-        });
+        await assert.rejects(
+          grpc.unary("ModelInfer", { model_name: "floats", ...input }),
+          (error: Error & { code: number }) => {
+            assert.equal(error.code, 3, error.message);
+            assert.match(error.message, /INPUT0/);
+            return true;
+          },
+        );
       }
     });
     test(`TF-Serving gRPC, one value filling shape [${shape}]`, async () => {
@@ -111,7 +121,13 @@ describe("a shape is checked before anything is allocated for it", () => {
         await assert.rejects(
           tfs.predict({
             model_spec: { name: "floats" },
-            inputs: { INPUT0: { dtype: "DT_FLOAT", tensor_shape: { dim: shape.map((size) => ({ size })) }, float_val: [1] } },
+            inputs: {
+              INPUT0: {
+                dtype: "DT_FLOAT",
+                tensor_shape: { dim: shape.map((size) => ({ size })) },
+                float_val: [1],
+              },
+            },
           }),
           (error: Error & { code: number }) => {
             assert.equal(error.code, 3, error.message);
@@ -136,10 +152,15 @@ describe("a shape is checked before anything is allocated for it", () => {
 describe("string sequence ids are bounded in bytes", () => {
   test("an id over --max-sequence-id-bytes is refused over HTTP and gRPC; one at the limit works", async () => {
     const long = "x".repeat(65);
-    const answer = await infer(server.url, "acc", [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [1] }], {
-      id: long,
-      start: true,
-    });
+    const answer = await infer(
+      server.url,
+      "acc",
+      [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [1] }],
+      {
+        id: long,
+        start: true,
+      },
+    );
     assert.equal(answer.status, 400);
     assert.match(String(answer.body.error), /65 bytes long, more than the 64 bytes allowed/);
     await assert.rejects(
@@ -152,11 +173,19 @@ describe("string sequence ids are bounded in bytes", () => {
       /66 bytes long/,
     );
     const fits = "y".repeat(64);
-    const ok = await infer(server.url, "acc", [{ name: "INPUT", datatype: "INT32", shape: [1, 1] , data: [4] }], { id: fits, start: true, end: true });
+    const ok = await infer(
+      server.url,
+      "acc",
+      [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [4] }],
+      { id: fits, start: true, end: true },
+    );
     assert.deepEqual(outputData(ok, "OUTPUT"), [4]);
     const listing = await getJson(`${server.url}/v2/models/acc/sequences`);
     assert.equal(listing.status, 200);
-    assert.equal(await metricValue(server.metricsUrl, "seqserve_limit_refusals_total", { limit: "sequence_id_bytes" }), 2);
+    assert.equal(
+      await metricValue(server.metricsUrl, "seqserve_limit_refusals_total", { limit: "sequence_id_bytes" }),
+      2,
+    );
   });
 });
 
@@ -179,17 +208,28 @@ describe("instances per model are bounded", () => {
       output: [{ name: "OUTPUT0", data_type: "TYPE_FP32", dims: [-1, -1] }],
       instance_group: [{ count: 100000, kind: "KIND_CPU" }],
     });
-    const answer = await postJson(`${server.url}/v2/repository/models/floats/load`, { parameters: { config } });
+    const answer = await postJson(`${server.url}/v2/repository/models/floats/load`, {
+      parameters: { config },
+    });
     assert.equal(answer.status, 400);
     assert.match(String(answer.body.error), /100000 instances/);
     await assert.rejects(
-      grpc.unary("RepositoryModelLoad", { model_name: "floats", parameters: { config: { string_param: config } } }),
+      grpc.unary("RepositoryModelLoad", {
+        model_name: "floats",
+        parameters: { config: { string_param: config } },
+      }),
       (error: Error & { code: number }) => error.code === 3 && /100000 instances/.test(error.message),
     );
     // The loaded version still serves.
-    const still = await infer(server.url, "floats", [{ name: "INPUT0", datatype: "FP32", shape: [1, 1], data: [7] }]);
+    const still = await infer(server.url, "floats", [
+      { name: "INPUT0", datatype: "FP32", shape: [1, 1], data: [7] },
+    ]);
     assert.deepEqual(outputData(still, "OUTPUT0"), [7]);
-    assert.ok((await metricValue(server.metricsUrl, "seqserve_limit_refusals_total", { limit: "instances_per_model" }))! >= 3);
+    assert.ok(
+      (await metricValue(server.metricsUrl, "seqserve_limit_refusals_total", {
+        limit: "instances_per_model",
+      }))! >= 3,
+    );
   });
 });
 
@@ -198,13 +238,24 @@ describe("a failed load is answered 400, as Triton answers it, whatever the caus
     const unknown = await postJson(`${server.url}/v2/repository/models/nosuch/load`, {});
     assert.equal(unknown.status, 400);
     assert.match(String(unknown.body.error), /nosuch/);
-    const bad = await postJson(`${server.url}/v2/repository/models/floats/load`, { parameters: { config: "{not json" } });
+    const bad = await postJson(`${server.url}/v2/repository/models/floats/load`, {
+      parameters: { config: "{not json" },
+    });
     assert.equal(bad.status, 400);
     const wrongFile = await postJson(`${server.url}/v2/repository/models/floats/load`, {
-      parameters: { config: JSON.stringify({ name: "floats", backend: "onnxruntime", default_model_filename: "absent.onnx" }) },
+      parameters: {
+        config: JSON.stringify({
+          name: "floats",
+          backend: "onnxruntime",
+          default_model_filename: "absent.onnx",
+        }),
+      },
     });
     assert.equal(wrongFile.status, 400);
     assert.match(String(wrongFile.body.error), /absent\.onnx/);
-    await assert.rejects(grpc.unary("RepositoryModelLoad", { model_name: "nosuch" }), (error: Error & { code: number }) => error.code === 3);
+    await assert.rejects(
+      grpc.unary("RepositoryModelLoad", { model_name: "nosuch" }),
+      (error: Error & { code: number }) => error.code === 3,
+    );
   });
 });

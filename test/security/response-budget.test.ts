@@ -28,14 +28,22 @@ output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
 async function start(): Promise<TestServer> {
   return startTestServer(
     { bytes: { config: CONFIG, onnx: identityModel("UINT8", [-1]) } },
-    { security: securityOptions({ limits: { ...securityOptions().limits, maxBufferedResponseBytes: BUDGET } }) },
+    {
+      security: securityOptions({
+        limits: { ...securityOptions().limits, maxBufferedResponseBytes: BUDGET },
+      }),
+    },
   );
 }
 
 const refusals = (server: TestServer) =>
   metricValue(server.metricsUrl, "seqserve_limit_refusals_total", { limit: "buffered_response_bytes" });
 const peak = async (server: TestServer) =>
-  Number((await (await fetch(server.metricsUrl)).text()).match(/^seqserve_buffered_response_peak_bytes (\d+)/m)?.[1]);
+  Number(
+    (await (await fetch(server.metricsUrl)).text()).match(
+      /^seqserve_buffered_response_peak_bytes (\d+)/m,
+    )?.[1],
+  );
 
 /** Waits (bounded) until the server has refused the stream. */
 async function untilRefused(server: TestServer): Promise<void> {
@@ -65,8 +73,18 @@ test("a ModelStreamInfer client that stops reading: the server holds at most its
     stream.resume();
     const ended = await status;
     assert.equal(ended.code, 8, ended.details);
-    assert.match(ended.details, /not reading its responses: more than 1048576 bytes.*--max-buffered-response-bytes/);
-    assert.equal(Number((await (await fetch(server.metricsUrl)).text()).match(/^seqserve_buffered_response_bytes (\d+)/m)?.[1]), 0);
+    assert.match(
+      ended.details,
+      /not reading its responses: more than 1048576 bytes.*--max-buffered-response-bytes/,
+    );
+    assert.equal(
+      Number(
+        (await (await fetch(server.metricsUrl)).text()).match(
+          /^seqserve_buffered_response_bytes (\d+)/m,
+        )?.[1],
+      ),
+      0,
+    );
   } finally {
     client.close();
     await server.stop();
@@ -85,7 +103,11 @@ test("a WebSocket client that stops reading: the server holds at most its budget
     socket.on("error", () => {});
     socket.pause();
     const header = Buffer.from(
-      JSON.stringify({ inputs: [{ name: "INPUT0", datatype: "UINT8", shape: [ANSWER], parameters: { binary_data_size: ANSWER } }] }),
+      JSON.stringify({
+        inputs: [
+          { name: "INPUT0", datatype: "UINT8", shape: [ANSWER], parameters: { binary_data_size: ANSWER } },
+        ],
+      }),
     );
     const prefix = Buffer.alloc(4);
     prefix.writeUInt32LE(header.length);

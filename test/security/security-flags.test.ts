@@ -26,12 +26,18 @@ test("limits have their defaults, and each flag sets its own", () => {
   const limits = serve(["--max-instances-per-model", "4", "--grpc-max-decompressed-bytes=1048576"]).limits;
   assert.equal(limits.maxInstancesPerModel, 4);
   assert.equal(limits.grpcMaxDecompressedBytes, 1048576);
-  assert.throws(() => serve(["--http-request-timeout-secs", "0"]), /--http-request-timeout-secs must be at least 1/);
+  assert.throws(
+    () => serve(["--http-request-timeout-secs", "0"]),
+    /--http-request-timeout-secs must be at least 1/,
+  );
 });
 
 test("API keys from a file and from the environment; bad entries stop the server with the reason", () => {
   const file = join(dir, "keys");
-  writeFileSync(file, "# name  apis  key\ntenant-a inference,metadata aaaaaaaaaaaaaaaaaaaa\nops * oooooooooooooooooooo\n");
+  writeFileSync(
+    file,
+    "# name  apis  key\ntenant-a inference,metadata aaaaaaaaaaaaaaaaaaaa\nops * oooooooooooooooooooo\n",
+  );
   const access = serve(["--api-keys-file", file, "--api-keys-env", "KEYS"], {
     KEYS: "tenant-b inference bbbbbbbbbbbbbbbbbbbb",
   }).access;
@@ -71,12 +77,16 @@ test("Triton's restricted-API syntax and its errors", () => {
 });
 
 test("CORS origins are checked", () => {
-  assert.deepEqual(serve(["--cors-allow-origin", "https://app.example/"]).corsAllowOrigins, ["https://app.example"]);
+  assert.deepEqual(serve(["--cors-allow-origin", "https://app.example/"]).corsAllowOrigins, [
+    "https://app.example",
+  ]);
   assert.throws(() => serve(["--cors-allow-origin", "https://app.example/path"]), /expects an origin/);
 });
 
 test("every security flag and every refusal the metrics count is documented in the README", () => {
   const readme = readFileSync(new URL("../../README.md", import.meta.url), "utf8");
-  for (const flag of SECURITY_FLAGS) assert.ok(readme.includes(`--${flag.name}`), `--${flag.name} is not in the README`);
-  for (const limit of LIMITS) assert.ok(readme.includes(`\`${limit}\``), `refusal '${limit}' is not in the README`);
+  for (const flag of SECURITY_FLAGS)
+    assert.ok(readme.includes(`--${flag.name}`), `--${flag.name} is not in the README`);
+  for (const limit of LIMITS)
+    assert.ok(readme.includes(`\`${limit}\``), `refusal '${limit}' is not in the README`);
 });

@@ -54,14 +54,19 @@ const models = { floats: { onnx: identityModel("FP32", [-1, 4]) } };
 describe("TLS", () => {
   let server: TestServer;
   before(async () => {
-    server = await startTestServer(models, { security: securityOptions({ httpTls: tls(false), grpcTls: tls(false) }) });
+    server = await startTestServer(models, {
+      security: securityOptions({ httpTls: tls(false), grpcTls: tls(false) }),
+    });
   });
   after(() => server.stop());
 
   test("HTTPS on the HTTP and metrics ports; plain HTTP is refused", async () => {
     assert.equal(await httpsStatus(server.server.httpPort!, "/v2/health/ready", { ca: CA }), 200);
     assert.equal(await httpsStatus(server.server.metricsPort!, "/metrics", { ca: CA }), 200);
-    assert.equal(await httpsStatus(server.server.httpPort!, "/v2/health/ready", {}), "SELF_SIGNED_CERT_IN_CHAIN");
+    assert.equal(
+      await httpsStatus(server.server.httpPort!, "/v2/health/ready", {}),
+      "SELF_SIGNED_CERT_IN_CHAIN",
+    );
     await assert.rejects(fetch(`http://127.0.0.1:${server.server.httpPort}/v2/health/ready`));
   });
 
@@ -81,7 +86,9 @@ describe("TLS", () => {
 describe("mutual TLS", () => {
   let server: TestServer;
   before(async () => {
-    server = await startTestServer(models, { security: securityOptions({ httpTls: tls(true), grpcTls: tls(true) }) });
+    server = await startTestServer(models, {
+      security: securityOptions({ httpTls: tls(true), grpcTls: tls(true) }),
+    });
   });
   after(() => server.stop());
 

@@ -1,4 +1,12 @@
-import { Client, type ClientDuplexStream, credentials, type ServiceError, status } from "@grpc/grpc-js";
+import {
+  Client,
+  type ClientDuplexStream,
+  credentials,
+  InterceptingCall,
+  type Interceptor,
+  type ServiceError,
+  status,
+} from "@grpc/grpc-js";
 import type protobuf from "protobufjs";
 import type { DataType } from "../../core/datatype.ts";
 import type { Tensor } from "../../core/tensor.ts";
@@ -71,10 +79,22 @@ function outputsOf(response: DecodedInferResponse): Map<string, Tensor> {
 const failure = (error: ServiceError): StepError =>
   new StepError(`grpc ${status[error.code]}`, error.details);
 
+/** Adds `headers` to every call's metadata. */
+function withHeaders(headers: Readonly<Record<string, string>>): Interceptor {
+  return (options, nextCall) =>
+    new InterceptingCall(nextCall(options), {
+      start(metadata, listener, next) {
+        for (const [name, value] of Object.entries(headers)) metadata.set(name, value);
+        next(metadata, listener);
+      },
+    });
+}
+
 function channel(target: ClientTarget, port: number): Client {
   return new Client(`${target.host}:${port}`, credentials.createInsecure(), {
     "grpc.max_receive_message_length": -1,
     "grpc.max_send_message_length": -1,
+    ...(target.headers === undefined ? {} : { interceptors: [withHeaders(target.headers)] }),
   });
 }
 

@@ -1,6 +1,6 @@
 import { type DataType, elementByteSize, viewArray } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
-import { type BytesElements, elementCount, type NumericTensor, type Tensor } from "../../core/tensor.ts";
+import type { BytesElements, NumericTensor, Tensor } from "../../core/tensor.ts";
 import { checkedElementCount } from "../../core/tensor-size.ts";
 
 // The raw tensor layout shared by the HTTP binary extension and gRPC

@@ -1,6 +1,6 @@
 import {
-  type ServerInterceptingCallInterface,
   ServerInterceptingCall,
+  type ServerInterceptingCallInterface,
   type ServerInterceptor,
   status,
 } from "@grpc/grpc-js";
@@ -30,7 +30,9 @@ function isInflatingCall(call: unknown): call is InflatingCall {
 export function decompressionLimit(maxBytes: number, refusals?: Refusals): ServerInterceptor {
   return (_method, call: ServerInterceptingCallInterface) => {
     if (!isInflatingCall(call)) {
-      throw new Error("grpc-js changed: its call no longer has the receive limit seqserve bounds inflation with");
+      throw new Error(
+        "grpc-js changed: its call no longer has the receive limit seqserve bounds inflation with",
+      );
     }
     const current = call.maxReceiveMessageSize;
     if (current === -1 || current > maxBytes) {

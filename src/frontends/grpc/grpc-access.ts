@@ -1,7 +1,7 @@
 import {
   Metadata,
-  type ServerInterceptingCallInterface,
   ServerInterceptingCall,
+  type ServerInterceptingCallInterface,
   type ServerInterceptor,
 } from "@grpc/grpc-js";
 import type { ApiGroup } from "../../config/security-options.ts";
@@ -46,7 +46,10 @@ const SERVICES: Readonly<Record<string, Readonly<Record<string, ApiGroup>> | Api
     Regress: "inference",
     MultiInference: "inference",
   },
-  "tensorflow.serving.ModelService": { GetModelStatus: "health", HandleReloadConfigRequest: "model-repository" },
+  "tensorflow.serving.ModelService": {
+    GetModelStatus: "health",
+    HandleReloadConfigRequest: "model-repository",
+  },
 };
 
 /** The API group of a method path ("/package.Service/Method"); unknown methods count as inference. */
@@ -72,7 +75,10 @@ function lookup(metadata: Metadata): (name: string) => string | undefined {
   };
 }
 
-export function accessInterceptor(policy: AccessPolicy, table: GrpcStatusTable = KSERVE_GRPC_STATUS): ServerInterceptor {
+export function accessInterceptor(
+  policy: AccessPolicy,
+  table: GrpcStatusTable = KSERVE_GRPC_STATUS,
+): ServerInterceptor {
   return (method, call: ServerInterceptingCallInterface) =>
     new ServerInterceptingCall(call, {
       start: (next) => {

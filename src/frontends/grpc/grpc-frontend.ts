@@ -120,7 +120,8 @@ function interceptors(options: GrpcFrontendOptions): ServerInterceptor[] {
   if (options.maxDecompressedBytes !== undefined) {
     chain.push(decompressionLimit(options.maxDecompressedBytes, options.refusals));
   }
-  if (options.access !== undefined && !options.access.unrestricted) chain.push(accessInterceptor(options.access));
+  if (options.access !== undefined && !options.access.unrestricted)
+    chain.push(accessInterceptor(options.access));
   return chain;
 }
 
@@ -148,7 +149,9 @@ export function createGrpcFrontend(options: GrpcFrontendOptions): GrpcFrontend {
     ...tfsGrpcServices({
       context,
       logger,
-      ...(options.maxDecompressedBytes === undefined ? {} : { maxExpandedBytes: options.maxDecompressedBytes }),
+      ...(options.maxDecompressedBytes === undefined
+        ? {}
+        : { maxExpandedBytes: options.maxDecompressedBytes }),
     }),
   ];
   for (const service of services) server.addService(service.definition, service.implementation);

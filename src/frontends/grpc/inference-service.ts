@@ -3,6 +3,8 @@ import { cancelled, invalidArg, ServerError } from "../../core/errors.ts";
 import type { InferResponse } from "../../core/infer.ts";
 import type { ModelMetadata, ServerContext, TensorMetadata } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
+import type { ResponseBudgets } from "../common/response-budget.ts";
+import { principalOf } from "./grpc-access.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse } from "./infer-response-encoder.ts";
 import type {
@@ -18,8 +20,6 @@ import type {
   UnusedMessage,
 } from "./messages.ts";
 import { inferenceServiceDefinition } from "./proto-definitions.ts";
-import type { ResponseBudgets } from "../common/response-budget.ts";
-import { principalOf } from "./grpc-access.ts";
 import type { GrpcServiceRegistration } from "./service-registration.ts";
 import { type StreamInferCall, StreamInferSession } from "./stream-infer.ts";
 import { unary } from "./unary-handler.ts";

@@ -314,7 +314,9 @@ export class StreamInferSession {
   #updateFlow(): void {
     if (this.#closed) return;
     const hold =
-      this.#budget.saturated || this.#outbox.length >= WRITE_HIGH_WATER || this.#inflight >= this.#maxInflight;
+      this.#budget.saturated ||
+      this.#outbox.length >= WRITE_HIGH_WATER ||
+      this.#inflight >= this.#maxInflight;
     if (hold && !this.#paused) {
       this.#paused = true;
       this.#call.pause();

@@ -167,7 +167,9 @@ export async function invocationRoutes(
         case "open": {
           const model = invokedModel(registry, target, defaultModel);
           // The body is read before the session exists: a bad one opens nothing.
-          const step = body.hasInputs ? prepareStep(body, model, accept, disconnect.signal, request.principal) : undefined;
+          const step = body.hasInputs
+            ? prepareStep(body, model, accept, disconnect.signal, request.principal)
+            : undefined;
           if (step !== undefined) refuseSequenceFields(step.request);
           const session = sessions.open(model, request.principal);
           const value = newSessionHeaderValue(session.id, session.expiresAtMs);

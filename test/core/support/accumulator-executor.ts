@@ -1,7 +1,7 @@
+import { internal } from "../../../src/core/errors.ts";
 import type { ExecutionResult, ModelExecutor } from "../../../src/core/executor.ts";
 import type { ModelConfig } from "../../../src/core/model-config.ts";
 import type { Tensor } from "../../../src/core/tensor.ts";
-import { internal } from "../../../src/core/errors.ts";
 
 /**
  * An in-process executor for core tests: an accumulator with implicit state.

@@ -41,7 +41,11 @@ function method(service: string, name: string): Method {
 export class TestClient {
   readonly #client: Client;
 
-  constructor(port: number, options: ChannelOptions = {}, channel: ChannelCredentials = credentials.createInsecure()) {
+  constructor(
+    port: number,
+    options: ChannelOptions = {},
+    channel: ChannelCredentials = credentials.createInsecure(),
+  ) {
     this.#client = new Client(`${channel._isSecure() ? "localhost" : "127.0.0.1"}:${port}`, channel, {
       "grpc.max_receive_message_length": -1,
       "grpc.max_send_message_length": -1,

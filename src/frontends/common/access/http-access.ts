@@ -55,13 +55,19 @@ export function guardHttpApp(app: FastifyInstance, options: HttpAccessOptions): 
     // Preflights carry no credentials; the origin check below still applies to them.
     if (methods.every((m) => m === "OPTIONS")) return;
     const group = routeApiGroup(methods.find((m) => m !== "HEAD") ?? methods[0]!, route.url);
-    if (group === undefined) throw new Error(`the HTTP route ${methods.join(",")} ${route.url} has no API group`);
+    if (group === undefined)
+      throw new Error(`the HTTP route ${methods.join(",")} ${route.url} has no API group`);
     route.config = { ...route.config, apiGroup: group };
   });
 
   app.addHook("onRequest", async (request: FastifyRequest, reply: FastifyReply) => {
     const origin = request.headers.origin;
-    if (origin !== undefined && !allowAny && !allowed.has(origin) && !sameOrigin(origin, request.headers.host)) {
+    if (
+      origin !== undefined &&
+      !allowAny &&
+      !allowed.has(origin) &&
+      !sameOrigin(origin, request.headers.host)
+    ) {
       refusals?.refused("cross_origin");
       throw new ServerError(
         "PERMISSION_DENIED",
@@ -88,7 +94,13 @@ export function guardHttpApp(app: FastifyInstance, options: HttpAccessOptions): 
     app.register(cors, {
       origin: allowAny ? "*" : [...allowed],
       methods: ["GET", "HEAD", "POST", "DELETE"],
-      allowedHeaders: ["content-type", "authorization", "x-api-key", "inference-header-content-length", "content-encoding"],
+      allowedHeaders: [
+        "content-type",
+        "authorization",
+        "x-api-key",
+        "inference-header-content-length",
+        "content-encoding",
+      ],
       exposedHeaders: ["inference-header-content-length", "retry-after"],
       maxAge: 600,
     });

@@ -39,7 +39,9 @@ export interface HttpAppOptions {
   /** HTTPS with these certificates. */
   readonly tls?: TlsOptions | undefined;
   /** Who may call which route, and from which web origins. */
-  readonly access?: { readonly policy: AccessPolicy; readonly corsAllowOrigins: readonly string[] } | undefined;
+  readonly access?:
+    | { readonly policy: AccessPolicy; readonly corsAllowOrigins: readonly string[] }
+    | undefined;
   readonly refusals?: Refusals | undefined;
 }
 
@@ -120,7 +122,8 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     app.server.maxConnections = limits.maxConnections;
     app.server.on("drop", () => refusals?.refused("http_connections"));
   }
-  if (options.access !== undefined) guardHttpApp(app as unknown as FastifyInstance, { ...options.access, refusals });
+  if (options.access !== undefined)
+    guardHttpApp(app as unknown as FastifyInstance, { ...options.access, refusals });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("*", (request: FastifyRequest, payload: IncomingMessage) =>
     readRequestBody(payload, request.headers, bodyLimitBytes),

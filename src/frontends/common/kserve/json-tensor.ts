@@ -5,13 +5,8 @@ import {
   type NumericDataType,
 } from "../../../core/datatype.ts";
 import { invalidArg } from "../../../core/errors.ts";
+import { type BytesElements, formatShape, type NumericTensor, type Tensor } from "../../../core/tensor.ts";
 import { checkedElementCount } from "../../../core/tensor-size.ts";
-import {
-  type BytesElements,
-  formatShape,
-  type NumericTensor,
-  type Tensor,
-} from "../../../core/tensor.ts";
 
 // Tensor data in the KServe v2 JSON form: a flat or nested (row-major) array of JSON
 // values, one per element. Reading copies flat data straight into the datatype's typed

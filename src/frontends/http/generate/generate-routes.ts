@@ -94,7 +94,10 @@ async function generate(
   const disconnect = watchDisconnect(request, reply);
   let stream: InferResponseStream | undefined;
   try {
-    stream = inferStream(model, decodeGenerateRequest(request.body, model, disconnect.signal, request.principal));
+    stream = inferStream(
+      model,
+      decodeGenerateRequest(request.body, model, disconnect.signal, request.principal),
+    );
     const responses = stream[Symbol.asyncIterator]();
     const first = await responses.next();
     if (!streaming) {
