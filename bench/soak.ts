@@ -15,16 +15,15 @@
 //   the new version and must go on exactly);
 // - malformed requests of every kind.
 // Linux only (reads /proc). Prints one line per sample and a summary.
-import { type ChildProcess, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { Client, type ClientDuplexStream, credentials } from "@grpc/grpc-js";
 import WebSocket from "ws";
+import { startServerProcess } from "../src/bench/server-process.ts";
 import { INFERENCE_SERVICE_NAME, packageDefinition } from "../src/frontends/grpc/proto-definitions.ts";
-import { accumulatorModel } from "../tools/onnx/sequence-models.ts";
+import { accumulatorConfig, accumulatorModel } from "../tools/onnx/sequence-models.ts";
 
 const { values } = parseArgs({
   options: {
@@ -34,29 +33,15 @@ const { values } = parseArgs({
 });
 const DURATION_MS = Number(values.seconds) * 1000;
 const SAMPLE_MS = Number(values["sample-secs"]) * 1000;
-const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
 // ---- the server ----
 
-const CONTROLS = `
-  control_input [
-    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
-    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
-  ]
-  state [ { input_name: "STATE" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]`;
-const config = (name: string, candidates: number) => `
-name: "${name}"
-backend: "onnxruntime"
-max_batch_size: 16
-input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-sequence_batching {
-  max_sequence_idle_microseconds: 1000000
-  oldest { max_candidate_sequences: ${candidates} }
-  ${CONTROLS}
-}
-instance_group [ { count: 1 kind: KIND_CPU } ]
-`;
+const config = (name: string, candidates: number) =>
+  accumulatorConfig(
+    name,
+    16,
+    `max_sequence_idle_microseconds: 1000000\n  oldest { max_candidate_sequences: ${candidates} }`,
+  );
 
 const repository = mkdtempSync(join(tmpdir(), "seqserve-soak-"));
 for (const [name, candidates] of [
@@ -68,46 +53,13 @@ for (const [name, candidates] of [
   writeFileSync(join(repository, name, "1", "model.onnx"), accumulatorModel());
 }
 
-const server: ChildProcess = spawn(
-  process.execPath,
-  [
-    "bin/seqserve.js",
-    "--model-repository",
-    repository,
-    "--model-control-mode",
-    "explicit",
-    "--load-model",
-    "*",
-    "--host",
-    "127.0.0.1",
-    "--http-port",
-    "0",
-    "--grpc-port",
-    "0",
-    "--metrics-port",
-    "0",
-    "--log-format",
-    "json",
-    "--log-level",
-    "info",
-  ],
-  { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] },
-);
-const ports = await new Promise<{ http: number; grpc: number; metrics: number }>((resolve, reject) => {
-  let text = "";
-  server.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
-    text += chunk;
-    for (const line of text.split("\n")) {
-      if (!line.includes('"listening"')) continue;
-      const json = JSON.parse(line) as { http_port: number; grpc_port: number; metrics_port: number };
-      resolve({ http: json.http_port, grpc: json.grpc_port, metrics: json.metrics_port });
-    }
-  });
-  server.once("exit", (code) => reject(new Error(`the server exited with ${code}`)));
-});
-// Start-up lines are read; later ones (warnings) are not kept.
-server.stdout!.removeAllListeners("data");
-server.stdout!.resume();
+const server = await startServerProcess(repository, [
+  "--model-control-mode",
+  "explicit",
+  "--load-model",
+  "*",
+]);
+const ports = { http: server.ports.http!, grpc: server.ports.grpc!, metrics: server.ports.metrics! };
 const base = `http://127.0.0.1:${ports.http}`;
 
 // ---- the load ----
@@ -381,8 +333,7 @@ const endedSmall = (await (await fetch(`${base}/v2/models/small/sequences`)).jso
   summary: { ended: Record<string, number> };
 };
 grpc.close();
-server.kill("SIGTERM");
-await new Promise((resolve) => server.once("exit", resolve));
+await server.stop();
 rmSync(repository, { recursive: true, force: true });
 
 const afterWarmup = samples.filter((s) => s.atS >= 60);

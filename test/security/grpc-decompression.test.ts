@@ -6,19 +6,14 @@ import { identityModel } from "../../tools/onnx/test-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { metricValue } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
+import { identityConfig } from "./support/identity-config.ts";
 
 // A gzip-compressed gRPC message may inflate only to --grpc-max-decompressed-bytes, however
 // large --grpc-max-message-bytes is: a message of a few kilobytes used to inflate to a GiB
 // before any check. Uncompressed messages keep the full message limit.
 
 const MiB = 1024 * 1024;
-const CONFIG = `
-name: "bytes"
-backend: "onnxruntime"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
-`;
+const CONFIG = identityConfig("bytes", "TYPE_UINT8");
 
 let server: TestServer;
 let gzip: TestClient;

@@ -8,6 +8,7 @@ import { getJson, infer, inferBinary, outputData, postJson } from "../support/ht
 import { accumulatorConfig, metricValue } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import { TfsClient } from "../tfs/support/tfs-client.ts";
+import { identityConfig } from "./support/identity-config.ts";
 
 // Regression tests for what a client could make the server allocate or keep, and for the
 // answers it got: shapes of 2^32 elements and more (refused with a message naming the
@@ -15,30 +16,14 @@ import { TfsClient } from "../tfs/support/tfs-client.ts";
 // without bound in a load request or a config file, and load failures answered with
 // statuses that depended on their cause.
 
-const FLOATS = `
-name: "floats"
-backend: "onnxruntime"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1, -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1, -1 ] } ]
-`;
-
-const STRINGS = `
-name: "strings"
-backend: "onnxruntime"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1, -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1, -1 ] } ]
-`;
-
-const TOO_MANY_INSTANCES = `
-name: "crowd"
-backend: "onnxruntime"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1, -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1, -1 ] } ]
-instance_group [ { count: 100000 kind: KIND_CPU } ]
-`;
+const FLOATS = identityConfig("floats", "TYPE_FP32", "[ -1, -1 ]");
+const STRINGS = identityConfig("strings", "TYPE_STRING", "[ -1, -1 ]");
+const TOO_MANY_INSTANCES = identityConfig(
+  "crowd",
+  "TYPE_FP32",
+  "[ -1, -1 ]",
+  "instance_group [ { count: 100000 kind: KIND_CPU } ]",
+);
 
 const HUGE_SHAPES = [
   [1, 2 ** 32],

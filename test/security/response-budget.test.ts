@@ -7,6 +7,7 @@ import { identityModel } from "../../tools/onnx/test-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { metricValue, sleep } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
+import { identityConfig } from "./support/identity-config.ts";
 
 // What a client that stops reading can make the server hold is bounded in bytes, per
 // connection, whatever the size of its answers: a ModelStreamInfer client used to make the
@@ -17,13 +18,7 @@ import { startTestServer, type TestServer } from "../support/test-server.ts";
 const KiB = 1024;
 const ANSWER = 256 * KiB;
 const BUDGET = 1024 * KiB;
-const CONFIG = `
-name: "bytes"
-backend: "onnxruntime"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
-`;
+const CONFIG = identityConfig("bytes", "TYPE_UINT8");
 
 async function start(): Promise<TestServer> {
   return startTestServer(

@@ -4,7 +4,7 @@ import type {
   ModelInferRequestMessage,
   ModelStreamInferResponseMessage,
 } from "../../src/frontends/grpc/messages.ts";
-import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
+import { accumulatorConfig, accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { accumulatorRequest, errorOf, int32Output } from "../support/grpc-stream-call.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
@@ -14,23 +14,7 @@ import { startTestServer, type TestServer } from "../support/test-server.ts";
 // With one slot, the second sequence's START waits in the backlog until the first
 // sequence ends, so it completes after requests sent later.
 
-const CONFIG = `
-name: "acc"
-backend: "onnxruntime"
-max_batch_size: 1
-input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-sequence_batching {
-  max_sequence_idle_microseconds: 60000000
-  direct { }
-  control_input [
-    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
-    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
-  ]
-  state [ { input_name: "STATE" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-}
-instance_group [ { count: 1 kind: KIND_CPU } ]
-`;
+const CONFIG = accumulatorConfig("acc", 1, "max_sequence_idle_microseconds: 60000000\n  direct { }");
 
 let server: TestServer;
 let client: TestClient;
