@@ -4,6 +4,7 @@ import {
   credentials,
   InterceptingCall,
   type Interceptor,
+  Metadata,
   type ServiceError,
   status,
 } from "@grpc/grpc-js";
@@ -154,6 +155,9 @@ export class KserveStreamClient implements BenchClient {
     this.#client = channel(target, required(target.grpcPort, "gRPC"));
     this.#model = target.model;
     for (let s = 0; s < Math.max(1, target.streams); s++) {
+      // Answers are matched by request id: they may come as they complete.
+      const metadata = new Metadata();
+      metadata.set("seqserve-stream-order", "sequence");
       const call = this.#client.makeBidiStreamRequest(
         "/inference.GRPCInferenceService/ModelStreamInfer",
         passthrough,
@@ -162,6 +166,7 @@ export class KserveStreamClient implements BenchClient {
             error_message: string;
             infer_response?: DecodedInferResponse;
           },
+        metadata,
       );
       call.on("data", (message: { error_message: string; infer_response?: DecodedInferResponse }) => {
         const id = message.infer_response?.id ?? "";

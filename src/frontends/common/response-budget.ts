@@ -18,6 +18,8 @@ export class ConnectionBudget {
   readonly #key: unknown;
   #used = 0;
   #users = 1;
+  /** Every stream has released it: late callbacks (a socket's failed writes) change nothing. */
+  #released = false;
   readonly #waiters = new Set<() => void>();
 
   constructor(budgets: ResponseBudgets, key: unknown) {
@@ -44,6 +46,7 @@ export class ConnectionBudget {
    * connection past its budget: the caller drops the answer and ends its stream.
    */
   take(bytes: number): boolean {
+    if (this.#released) return true;
     if (this.#used + bytes > this.#budgets.limitBytes && this.#used > 0) {
       this.#budgets.refusals?.refused("buffered_response_bytes");
       return false;
@@ -55,6 +58,7 @@ export class ConnectionBudget {
 
   /** `bytes` of answers have been taken by the transport (or dropped). */
   give(bytes: number): void {
+    if (this.#released) return;
     const wasSaturated = this.saturated;
     this.#used -= bytes;
     this.#budgets.adjust(-bytes);
@@ -79,6 +83,7 @@ export class ConnectionBudget {
    */
   release(): void {
     if (--this.#users > 0) return;
+    this.#released = true;
     this.#budgets.adjust(-this.#used);
     this.#used = 0;
     this.#budgets.forget(this.#key);

@@ -21,7 +21,7 @@ import type {
 } from "./messages.ts";
 import { inferenceServiceDefinition } from "./proto-definitions.ts";
 import type { GrpcServiceRegistration } from "./service-registration.ts";
-import { type StreamInferCall, StreamInferSession } from "./stream-infer.ts";
+import { STREAM_ORDER_METADATA, type StreamInferCall, StreamInferSession } from "./stream-infer.ts";
 import { unary } from "./unary-handler.ts";
 
 // inference.GRPCInferenceService (KServe v2 / Triton) over a ServerContext. Handlers only
@@ -130,6 +130,7 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
         maxMessageBytes: options.maxMessageBytes,
         budget: options.budgets.acquire(call.getPeer()),
         principal: principalOf(call.metadata),
+        requestOrder: call.metadata.get(STREAM_ORDER_METADATA)[0] !== "sequence",
       });
     },
     ModelConfig: unary(logger, "ModelConfig", (m: ModelRequestMessage) => ({

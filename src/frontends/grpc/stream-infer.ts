@@ -19,7 +19,10 @@ import { encodeStreamInferResponse } from "./proto-definitions.ts";
 // requests came, as Triton writes a stream's responses: clients match answers to requests
 // by position, and a request of one sequence that finishes early (another sequence's
 // request waits for a slot) waits for the answers before it. A failed request is answered
-// in-band (error_message + its id), in its turn, and the stream stays open.
+// in-band (error_message + its id), in its turn, and the stream stays open. A client that
+// matches answers by their request id may ask for them as they complete instead (the call's
+// metadata `seqserve-stream-order: sequence`): each sequence's answers still come in its
+// own order, and a request waiting for a slot holds back no other sequence's answers.
 //
 // A decoupled model's request is answered by each of its responses as they come (its
 // model decides their order and number); it counts as in flight until its last.
@@ -69,7 +72,12 @@ export interface StreamInferOptions {
   readonly budget: ConnectionBudget;
   /** The caller (its API key's name). */
   readonly principal?: string | undefined;
+  /** Answers in request order (Triton's); false: as they complete (each sequence's in its order). */
+  readonly requestOrder?: boolean;
 }
+
+/** The metadata that asks for answers as they complete rather than in request order. */
+export const STREAM_ORDER_METADATA = "seqserve-stream-order";
 
 export class StreamInferSession {
   readonly #call: StreamInferCall;
@@ -79,6 +87,7 @@ export class StreamInferSession {
   readonly #maxMessageBytes: number;
   readonly #budget: ConnectionBudget;
   readonly #principal: string | undefined;
+  readonly #requestOrder: boolean;
   readonly #stopWatchingBudget: () => void;
   /** Aborts the requests in flight when the stream goes away. */
   readonly #controller = new AbortController();
@@ -107,6 +116,7 @@ export class StreamInferSession {
     this.#maxMessageBytes = options.maxMessageBytes;
     this.#budget = options.budget;
     this.#principal = options.principal;
+    this.#requestOrder = options.requestOrder ?? true;
     this.#stopWatchingBudget = this.#budget.onRoom(() => {
       this.#writeNext();
       this.#updateFlow();
@@ -130,7 +140,7 @@ export class StreamInferSession {
   #accept(message: ModelInferRequestMessage): void {
     this.#inflight++;
     this.#updateFlow();
-    const turn = this.#order.issue();
+    const turn = this.#requestOrder ? this.#order.issue() : -1;
     let pending: Promise<InferResponse>;
     let model: ServedModel;
     let request: InferRequest;
@@ -140,7 +150,7 @@ export class StreamInferSession {
       request = decoded.request;
       if (model.decoupled === true) {
         // Its responses go out as they come: it holds no place in the order.
-        this.#order.complete(turn, () => {});
+        if (turn >= 0) this.#order.complete(turn, () => {});
         this.#relay(model, request, message.id);
         return;
       }
@@ -155,12 +165,14 @@ export class StreamInferSession {
     );
   }
 
-  /** Writes the answer once every earlier request has been answered. */
+  /** Writes the answer once every earlier request has been answered (turn -1: at once). */
   #answerInTurn(turn: number, outgoing: Outgoing | undefined): void {
-    this.#order.complete(turn, () => {
+    const write = (): void => {
       if (outgoing !== undefined) this.#send(outgoing);
       this.#answered();
-    });
+    };
+    if (turn < 0) write();
+    else this.#order.complete(turn, write);
   }
 
   /**
