@@ -2,9 +2,11 @@
 // machine, same client (seqserve bench), same run: Silero VAD v5 stateless (the client
 // passes the state) and stateful (the state on the server), plus ONNX Runtime alone in this
 // process and each server's idle memory. Each scenario runs --runs times, interleaved
-// across the servers; the table gives the median with the spread (min–max).
+// across the servers; the table gives the median with the spread (min–max). With
+// --baseline, an earlier seqserve (a checkout with its dependencies installed, e.g. a git
+// worktree of an older commit) runs every seqserve scenario too, as "before".
 //
-//   npm run bench -- [--runs 3] [--duration 10] [--only name,name] [--json file]
+//   npm run bench -- [--runs 3] [--duration 10] [--only name,name] [--baseline dir] [--json file]
 import { spawn } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
@@ -25,12 +27,15 @@ const { values } = parseArgs({
     duration: { type: "string", default: "10" },
     warmup: { type: "string", default: "2" },
     only: { type: "string" },
+    baseline: { type: "string" },
     json: { type: "string" },
   },
 });
 const RUNS = Number(values.runs);
 const only = values.only?.split(",");
 const wanted = (name: string) => only === undefined || only.includes(name);
+
+type Server = "before" | "seqserve" | "naive" | "python";
 
 interface Scenario {
   readonly name: string;
@@ -40,7 +45,7 @@ interface Scenario {
   readonly sequenceLength?: number;
   readonly streams?: number;
   /** Which servers run it. */
-  readonly servers: readonly ("seqserve" | "naive" | "python")[];
+  readonly servers: readonly Server[];
 }
 
 const SCENARIOS: readonly Scenario[] = [
@@ -154,6 +159,31 @@ async function pythonPeer(): Promise<Peer | undefined> {
   );
 }
 
+/** An earlier seqserve, from its own checkout, on the same example models. */
+async function baselineServer(dir: string): Promise<Peer> {
+  const [http, grpc, metrics] = [await freePort(), await freePort(), await freePort()];
+  return startPeer(
+    process.execPath,
+    [
+      `${dir}/bin/seqserve.js`,
+      "--model-repository",
+      `${dir}/examples/models`,
+      "--host",
+      "127.0.0.1",
+      "--http-port",
+      String(http),
+      "--grpc-port",
+      String(grpc),
+      "--metrics-port",
+      String(metrics),
+      "--log-format",
+      "json",
+    ],
+    http,
+    grpc,
+  );
+}
+
 async function naivePeer(): Promise<Peer> {
   const http = await freePort();
   return startPeer(
@@ -217,15 +247,21 @@ async function main(): Promise<void> {
     `in-process ONNX Runtime: batch 1 ${(await inProcess(1, 3)).toFixed(0)}/s, batch 64 ${(await inProcess(64, 3)).toFixed(0)}/s\n`,
   );
 
+  const before = values.baseline === undefined ? undefined : await baselineServer(values.baseline);
   const seqserve = await startServerProcess(EXAMPLES);
   await new Promise((r) => setTimeout(r, 2000));
+  if (before !== undefined) rss.before = rssMb(before.pid);
   rss.seqserve = rssMb(seqserve.pid);
   const naive = await naivePeer();
   const python = await pythonPeer();
   await new Promise((r) => setTimeout(r, 2000));
   rss.naive = rssMb(naive.pid);
   if (python !== undefined) rss.python = rssMb(python.pid);
-  const targets: Record<string, string[] | undefined> = {
+  const targets: Record<Server, string[] | undefined> = {
+    before:
+      before === undefined
+        ? undefined
+        : ["--url", `http://127.0.0.1:${before.http}`, "--grpc", `127.0.0.1:${before.grpc}`],
     seqserve: [
       "--url",
       `http://127.0.0.1:${seqserve.ports.http}`,
@@ -242,7 +278,10 @@ async function main(): Promise<void> {
     for (const scenario of SCENARIOS.filter((s) => wanted(s.name))) {
       results[scenario.name] = {};
       for (let run = 0; run < RUNS; run++) {
-        for (const server of scenario.servers) {
+        const servers: Server[] = scenario.servers.includes("seqserve")
+          ? ["before", ...scenario.servers]
+          : [...scenario.servers];
+        for (const server of servers) {
           const target = targets[server];
           if (target === undefined) continue;
           const [report] = await runBench(options(scenario, target));
@@ -260,6 +299,7 @@ async function main(): Promise<void> {
     }
   } finally {
     await seqserve.stop();
+    before?.stop();
     naive.stop();
     python?.stop();
   }

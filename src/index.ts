@@ -11,7 +11,15 @@ export { type CliCommand, parseCommandLine, UsageError } from "./cli/options.ts"
 export type { BackendSettings } from "./config/backend-config.ts";
 export type { MetricsSettings, SummaryQuantile } from "./config/metrics-config.ts";
 export type { ServerOptionsInput } from "./config/resolve-server-options.ts";
-export type { GrpcTlsOptions, ModelControlMode, ServerOptions } from "./config/server-options.ts";
+export type {
+  AccessOptions,
+  ApiGroup,
+  ApiKey,
+  LimitOptions,
+  SecurityOptions,
+  TlsOptions,
+} from "./config/security-options.ts";
+export type { ModelControlMode, ServerOptions } from "./config/server-options.ts";
 export type { TraceMode, TraceSettings } from "./config/trace-config.ts";
 export { type ErrorCode, ServerError } from "./core/errors.ts";
 // The types TypeScript model handlers are written against.

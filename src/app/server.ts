@@ -1,10 +1,14 @@
 import { readFileSync } from "node:fs";
 import type { SpanExporter } from "@opentelemetry/sdk-trace-base";
 import { resolveServerOptions, type ServerOptionsInput } from "../config/resolve-server-options.ts";
-import { DEFAULT_SERVER_OPTIONS, type ServerOptions } from "../config/server-options.ts";
+import { DEFAULT_SECURITY_OPTIONS } from "../config/security-options.ts";
+import { DEFAULT_SERVER_OPTIONS } from "../config/server-options.ts";
 import type { ModelBackend } from "../core/backend.ts";
 import type { ServerContext, ServerMetadata } from "../core/model.ts";
-import { createGrpcFrontend, type GrpcFrontend, type GrpcTls } from "../frontends/grpc/grpc-frontend.ts";
+import { Refusals } from "../core/refusals.ts";
+import { AccessPolicy } from "../frontends/common/access/access-policy.ts";
+import { ResponseBudgets } from "../frontends/common/response-budget.ts";
+import { createGrpcFrontend, type GrpcFrontend } from "../frontends/grpc/grpc-frontend.ts";
 import { createHttpFrontend } from "../frontends/http/http-frontend.ts";
 import { createSageMakerFrontend } from "../frontends/sagemaker/sagemaker-frontend.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
@@ -68,17 +72,6 @@ function loadFailures(repository: ModelRepository): string | undefined {
   return failed.map((e) => `model '${e.name}' failed to load: ${e.reason}`).join("; ");
 }
 
-function readTls(options: ServerOptions): GrpcTls | undefined {
-  const tls = options.grpcTls;
-  if (tls === undefined) return undefined;
-  return {
-    certChain: readFileSync(tls.certFile),
-    privateKey: readFileSync(tls.keyFile),
-    rootCerts: tls.rootCertFile === undefined ? undefined : readFileSync(tls.rootCertFile),
-    requireClientCertificate: tls.mutual,
-  };
-}
-
 /**
  * Starts seqserve: loads the models, then opens the endpoints the options ask for. The
  * options are the command line's (ServerOptions), each optional; what is left out takes
@@ -93,11 +86,39 @@ export async function startServer(
     start.logger ??
     (await createLogger({ level: options.logLevel, format: options.logFormat, file: options.logFile }));
   let stopping = false;
+  const security = options.security ?? DEFAULT_SECURITY_OPTIONS;
+  const { limits, access } = security;
+  const refusals = new Refusals();
+  const budgets = new ResponseBudgets(limits.maxBufferedResponseBytes, refusals);
+  const httpAccess = new AccessPolicy({
+    access,
+    restrictions: access.httpRestrictions,
+    restrictedWord: "API",
+    refusals,
+  });
+  const httpLimits = {
+    maxConnections: limits.httpMaxConnections,
+    maxHeaderBytes: limits.httpMaxHeaderBytes,
+    headerTimeoutMs: limits.httpHeaderTimeoutSecs * 1000,
+    requestTimeoutMs: limits.httpRequestTimeoutSecs * 1000,
+    keepAliveTimeoutMs: limits.httpKeepAliveTimeoutSecs * 1000,
+  };
+  const httpSecurity = {
+    limits: httpLimits,
+    tls: security.httpTls,
+    access: { policy: httpAccess, corsAllowOrigins: security.corsAllowOrigins },
+    refusals,
+  };
   const calls = registryCalls();
   for (const notice of options.notices) logger.info({ event: "option_notice" }, notice);
-  const tls = readTls(options);
   const metrics: ServerMetrics | undefined =
-    options.metricsPort === undefined ? undefined : createMetricsRegistry(options.metrics);
+    options.metricsPort === undefined
+      ? undefined
+      : createMetricsRegistry(options.metrics, {
+          refusals,
+          bufferedResponseBytes: () => budgets.totalBytes,
+          bufferedResponsePeakBytes: () => budgets.peakBytes,
+        });
   const tracing = await createTracing(options.tracing, SEQSERVE_VERSION, start.traceExporter);
   const observers = [metrics?.observeRequests, tracing?.observeRequests].filter(
     (factory): factory is ObserverFactory => factory !== undefined,
@@ -128,6 +149,9 @@ export async function startServer(
       defaultMaxBatchSize: options.backendSettings.defaultMaxBatchSize,
       loadThreadCount: options.modelLoadThreadCount,
       loadRetryCount: options.modelLoadRetryCount,
+      maxInstancesPerModel: security.limits.maxInstancesPerModel,
+      maxSequenceIdBytes: security.limits.maxSequenceIdBytes,
+      refusals,
       configName: options.modelConfigName,
       observeRequests: combineObservers(observers, (error) =>
         logger.warn({ err: error }, "a request observer failed"),
@@ -176,6 +200,9 @@ export async function startServer(
         logger,
         bodyLimitBytes: options.httpBodyLimitBytes,
         streamMaxInFlight: options.httpStreamMaxInflight,
+        streamIdleTimeoutMs: limits.httpStreamIdleTimeoutSecs * 1000,
+        budgets,
+        ...httpSecurity,
       });
       await http.listen({ host: httpAddress, port: options.httpPort });
       const address = http.server.address();
@@ -200,7 +227,19 @@ export async function startServer(
             : {}),
         },
         maxInflightPerStream: options.grpcMaxInflightPerStream,
-        tls,
+        maxDecompressedBytes: limits.grpcMaxDecompressedBytes,
+        maxConnections: limits.grpcMaxConnections,
+        handshakeTimeoutMs: limits.grpcHandshakeTimeoutSecs * 1000,
+        maxConcurrentStreams: limits.grpcMaxConcurrentStreams,
+        budgets,
+        tls: security.grpcTls,
+        access: new AccessPolicy({
+          access,
+          restrictions: access.grpcRestrictions,
+          restrictedWord: "protocol",
+          refusals,
+        }),
+        refusals,
       });
       grpcPort = await grpc.listen(grpcAddress, options.grpcPort);
       const frontend = grpc;
@@ -212,6 +251,7 @@ export async function startServer(
         logger,
         sessionTtlSecs: options.sagemakerSessionTtlSecs ?? DEFAULT_SERVER_OPTIONS.sagemakerSessionTtlSecs!,
         defaultModel: options.sagemakerModel,
+        ...httpSecurity,
       });
       await sagemaker.listen({ host: options.host, port: options.sagemakerPort });
       const address = sagemaker.server.address();
@@ -223,6 +263,12 @@ export async function startServer(
         metrics.registry,
         metricsAddress,
         options.metricsPort,
+        {
+          tls: security.httpTls,
+          access: (header) => httpAccess.check("metrics", header),
+          maxConnections: limits.httpMaxConnections,
+          refusals,
+        },
       );
       metricsPort = server.port;
       closers.push(() => server.close());

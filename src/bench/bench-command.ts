@@ -130,6 +130,7 @@ async function runOnce(
     concurrency,
     streams,
     outputs: shape.outputs.map((o) => o.name),
+    headers: options.headers,
   });
   const before = await readStatistics(ends.httpBase, options.model);
   const sequenceLength = shape.sequences ? options.sequenceLength : undefined;

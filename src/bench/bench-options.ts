@@ -32,6 +32,8 @@ export interface BenchOptions {
   readonly quiet: boolean;
   readonly sweep: readonly number[] | undefined;
   readonly chart: string | undefined;
+  /** Sent with every request (e.g. an API key: "authorization: Bearer …"). */
+  readonly headers: Readonly<Record<string, string>>;
 }
 
 export class BenchUsageError extends Error {
@@ -66,6 +68,7 @@ ONNX Runtime alone in this process at those batch sizes.
   --verify                     check every answer against ONNX Runtime in this process (needs --model-repository)
   --sweep <n>,<n>,...          run once per concurrency and report each
   --chart <file.svg>           with --sweep: write a latency-versus-throughput chart
+  --header "<name>: <value>"   send this header (gRPC: metadata) with every request, e.g. an API key (repeatable)
   --json                       print the report as JSON
   --quiet                      no progress line`;
 
@@ -131,6 +134,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions | "help" {
         verify: { type: "boolean" },
         sweep: { type: "string" },
         chart: { type: "string" },
+        header: { type: "string", multiple: true },
         json: { type: "boolean" },
         quiet: { type: "boolean" },
         help: { type: "boolean" },
@@ -187,5 +191,16 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions | "help" {
     quiet: values.quiet === true,
     sweep,
     chart,
+    headers: readHeaders((values.header as string[] | undefined) ?? []),
   };
+}
+
+function readHeaders(entries: readonly string[]): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const entry of entries) {
+    const colon = entry.indexOf(":");
+    if (colon < 1) throw new BenchUsageError(`--header expects "<name>: <value>", got '${entry}'`);
+    headers[entry.slice(0, colon).trim().toLowerCase()] = entry.slice(colon + 1).trim();
+  }
+  return headers;
 }

@@ -11,6 +11,7 @@ import { LOG_LEVELS, type LogFormat, type LogLevel } from "../observability/logg
 import { OVMS_FLAGS, OVMS_IGNORED_FLAGS, readOvmsFlags } from "./ovms-flags.ts";
 import { SAGEMAKER_FLAGS, serveDefaults } from "./sagemaker-options.ts";
 import { readStateStore, SCALE_FLAGS } from "./scale-options.ts";
+import { readSecurityOptions, SECURITY_FLAGS } from "./security-options.ts";
 import {
   asUsageError,
   OTHER_TRITON_FLAGS,
@@ -156,6 +157,7 @@ export const FLAGS: readonly FlagSpec[] = [
     help: "How many models load at the same time.",
   },
   ...TRITON_FLAGS,
+  ...SECURITY_FLAGS,
   { name: "help", boolean: true, help: "Show this help and exit." },
   { name: "version", boolean: true, help: "Show the version and exit." },
 ];
@@ -294,8 +296,8 @@ export interface CommandLineContext {
 }
 
 /**
- * `env` is read by the `serve` command (SageMaker's container conventions) and by the
- * trace settings (OTEL_BSP_*, OTEL_RESOURCE_ATTRIBUTES, as Triton reads them).
+ * `env` is read by the `serve` command (SageMaker's container conventions), by the trace
+ * settings (OTEL_BSP_*, OTEL_RESOURCE_ATTRIBUTES, as Triton reads them) and by --api-keys-env.
  */
 export function parseCommandLine(
   argv: readonly string[],
@@ -422,6 +424,7 @@ export function parseCommandLine(
     sagemakerModel: str("sagemaker-model") ?? defaults["sagemaker-model"],
     sagemakerSessionTtlSecs: parseInteger("sagemaker-session-ttl-secs", get("sagemaker-session-ttl-secs"), 1),
     stateStore: readStateStore(get("state-store")),
+    security: readSecurityOptions(values, env),
   };
   if (serverOptions.loadModels.length > 0 && serverOptions.modelControlMode !== "explicit") {
     throw new UsageError("--load-model requires --model-control-mode=explicit");

@@ -1,7 +1,5 @@
-import { existsSync, statSync } from "node:fs";
-import { resolve } from "node:path";
 import { DEFAULT_METRICS_SETTINGS, readMetricsConfig } from "../config/metrics-config.ts";
-import type { GrpcTlsOptions, ServerOptions } from "../config/server-options.ts";
+import type { ServerOptions } from "../config/server-options.ts";
 import { readBoolean, readWholeNumber, SettingFlagError } from "../config/setting-flag.ts";
 import { readTraceConfig } from "../config/trace-config.ts";
 import type { LogLevel } from "../observability/logger.ts";
@@ -11,7 +9,7 @@ import { UsageError } from "./usage-error.ts";
 // The rest of `tritonserver --help`, so a Triton launch script runs unchanged: every flag
 // is honoured with Triton's spelling and values, accepted with a one-line notice saying
 // why it has no effect here, or refused with the reason when running without it would
-// mislead (an API restriction seqserve cannot enforce). README.md has the whole table.
+// mislead (an endpoint seqserve does not have). README.md has the whole table.
 
 const INT32_MAX = 2 ** 31 - 1;
 
@@ -110,16 +108,6 @@ export const TRITON_FLAGS: readonly FlagSpec[] = [
       "endpoint>, opentelemetry,resource=<key>=<value>, opentelemetry,bsp_max_queue_size|bsp_schedule_delay|" +
       "bsp_max_export_batch_size=N; triton,file=<path>, triton,log-frequency=N. Repeatable.",
   },
-  { name: "grpc-use-ssl", boolean: true, default: "false", help: "Serve gRPC over TLS." },
-  {
-    name: "grpc-use-ssl-mutual",
-    boolean: true,
-    default: "false",
-    help: "Serve gRPC over TLS and require client certificates signed by --grpc-root-cert.",
-  },
-  { name: "grpc-server-cert", value: "file", help: "PEM certificate (chain) of the gRPC server." },
-  { name: "grpc-server-key", value: "file", help: "PEM private key of the gRPC server." },
-  { name: "grpc-root-cert", value: "file", help: "PEM CA certificate client certificates must chain to." },
   {
     name: "grpc-keepalive-permit-without-calls",
     boolean: true,
@@ -187,8 +175,6 @@ const NO_GPU = "seqserve runs ONNX Runtime on the CPU";
 const THREADS = "requests are read on the main thread, and each model instance runs in its own worker thread";
 const NO_CACHE = "seqserve has no response cache; every request runs its model";
 const NO_RATE_LIMITER = "seqserve has no rate limiter; a model's instances take batches as they free up";
-const RESTRICTED =
-  "seqserve cannot restrict APIs by header yet, and would serve them unrestricted; remove the flag, or keep the port private";
 
 /** Triton's flags seqserve accepts without effect, or refuses. */
 export const OTHER_TRITON_FLAGS: readonly OtherFlag[] = [
@@ -221,8 +207,6 @@ export const OTHER_TRITON_FLAGS: readonly OtherFlag[] = [
   noEffect("grpc-http2-max-pings-without-data", "grpc-js servers do not count pings without data"),
   noEffect("grpc-http2-min-recv-ping-interval-without-data", "grpc-js servers do not police ping intervals"),
   noEffect("grpc-http2-max-ping-strikes", "grpc-js servers do not police ping intervals"),
-  { name: "http-restricted-api", multiple: true, judge: () => ({ refuse: RESTRICTED }) },
-  { name: "grpc-restricted-protocol", multiple: true, judge: () => ({ refuse: RESTRICTED }) },
   noEffect("sagemaker-thread-count", THREADS),
   {
     name: "allow-vertex-ai",
@@ -341,7 +325,6 @@ export function readTritonFlags(values: Values, base: ServerOptions, env: Env): 
     logFile: str("log-file") ?? base.logFile,
     metrics: metrics.settings,
     tracing: tracing.settings,
-    grpcTls: grpcTls(values) ?? base.grpcTls,
     grpcMaxConnectionAgeMs: whole("grpc-max-connection-age", 0) ?? base.grpcMaxConnectionAgeMs,
     grpcMaxConnectionAgeGraceMs:
       whole("grpc-max-connection-age-grace", 0) ?? base.grpcMaxConnectionAgeGraceMs,
@@ -384,28 +367,6 @@ function modelConfigName(name: string | undefined): string | undefined {
     throw new UsageError(`--model-config-name must be a file name without spaces or slashes, got '${name}'`);
   }
   return name;
-}
-
-function readableFile(flag: string, path: string | undefined): string {
-  if (path === undefined) throw new UsageError(`gRPC over TLS needs ${flag} <file>`);
-  const absolute = resolve(path);
-  if (!existsSync(absolute) || !statSync(absolute).isFile()) {
-    throw new UsageError(`${flag} '${path}' does not exist`);
-  }
-  return absolute;
-}
-
-function grpcTls(values: Values): GrpcTlsOptions | undefined {
-  const on = (name: string): boolean => values[name] !== undefined && isTrue(name, String(values[name]));
-  const mutual = on("grpc-use-ssl-mutual");
-  if (!on("grpc-use-ssl") && !mutual) return undefined;
-  const root = values["grpc-root-cert"] as string | undefined;
-  return {
-    certFile: readableFile("--grpc-server-cert", values["grpc-server-cert"] as string | undefined),
-    keyFile: readableFile("--grpc-server-key", values["grpc-server-key"] as string | undefined),
-    rootCertFile: mutual || root !== undefined ? readableFile("--grpc-root-cert", root) : undefined,
-    mutual,
-  };
 }
 
 /** Triton's check: beside the SageMaker endpoint, the others on the same address use ports in the range. */

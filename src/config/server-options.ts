@@ -1,6 +1,7 @@
 import type { LogFormat, LogLevel } from "../observability/logger.ts";
 import { type BackendSettings, DEFAULT_BACKEND_SETTINGS } from "./backend-config.ts";
 import { DEFAULT_METRICS_SETTINGS, type MetricsSettings } from "./metrics-config.ts";
+import { DEFAULT_SECURITY_OPTIONS, type SecurityOptions } from "./security-options.ts";
 import { DEFAULT_TRACE_SETTINGS, type TraceSettings } from "./trace-config.ts";
 
 // The server's options: what the CLI (or an embedding program) decides, validated once
@@ -88,8 +89,6 @@ export interface ServerOptions {
   readonly modelConfigName: string | undefined;
   readonly metrics: MetricsSettings;
   readonly tracing: TraceSettings;
-  /** TLS on the gRPC port (Triton's --grpc-use-ssl and its certificate flags); undefined: plaintext. */
-  readonly grpcTls: GrpcTlsOptions | undefined;
   /** gRPC connections are closed after this long, in ms, then given the grace period (0: never). */
   readonly grpcMaxConnectionAgeMs: number;
   readonly grpcMaxConnectionAgeGraceMs: number;
@@ -100,16 +99,8 @@ export interface ServerOptions {
    * (redis://, rediss://, redis+cluster://…) shared by replicas, written through at every step.
    */
   readonly stateStore?: string;
-}
-
-export interface GrpcTlsOptions {
-  /** PEM files. */
-  readonly certFile: string;
-  readonly keyFile: string;
-  /** The CA that client certificates must chain to (mutual TLS needs it). */
-  readonly rootCertFile: string | undefined;
-  /** Clients must present a certificate (Triton's --grpc-use-ssl-mutual). */
-  readonly mutual: boolean;
+  /** Limits, access control, TLS and CORS (security-options.ts); absent = the defaults. */
+  readonly security?: SecurityOptions;
 }
 
 export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
@@ -151,9 +142,9 @@ export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   modelConfigName: undefined,
   metrics: DEFAULT_METRICS_SETTINGS,
   tracing: DEFAULT_TRACE_SETTINGS,
-  grpcTls: undefined,
   grpcMaxConnectionAgeMs: 0,
   grpcMaxConnectionAgeGraceMs: 0,
   grpcKeepalivePermitWithoutCalls: false,
   stateStore: "memory",
+  security: DEFAULT_SECURITY_OPTIONS,
 });

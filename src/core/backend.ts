@@ -1,5 +1,6 @@
 import type { ModelExecutor } from "./executor.ts";
 import type { ModelIo } from "./model-io.ts";
+import type { Tensor } from "./tensor.ts";
 
 // What the repository asks of a backend: open a model file as a number of instances.
 // The app picks the implementation (ONNX Runtime in worker threads); the repository and
@@ -23,6 +24,11 @@ export interface OpenedModel {
   /** What the model file declares; undefined when it declares nothing (a handler without metadata). */
   readonly io: ModelIo | undefined;
   readonly executors: ModelExecutor[];
+  /**
+   * Refuses (throws) inputs the backend could not pass to the model unchanged, when a
+   * request arrives, before it shares a batch with other requests.
+   */
+  readonly checkInputs?: (inputs: ReadonlyMap<string, Tensor>) => void;
 }
 
 export interface ModelBackend {

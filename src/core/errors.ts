@@ -14,6 +14,10 @@ export const ERROR_CODES = [
   "INTERNAL",
   "CANCELLED",
   "RESOURCE_EXHAUSTED",
+  /** The caller did not say who it is (no credential, or one the server does not know). */
+  "UNAUTHENTICATED",
+  /** The caller is known and may not do this (an API its key does not open, another caller's sequence). */
+  "PERMISSION_DENIED",
   "UNKNOWN",
 ] as const;
 
@@ -69,9 +73,16 @@ export const internal = (message: string, cause?: unknown): ServerError =>
 export const cancelled = (message = "request cancelled"): ServerError =>
   new ServerError("CANCELLED", message);
 
-/** Any thrown value as a ServerError; unknown failures become INTERNAL. */
+/**
+ * What a client is told of a failure that is not a ServerError: a bug, or a runtime's own
+ * error, whose message is written for whoever reads the server's code ("Invalid typed array
+ * length: 4294967296", a stack's file names). The original travels as the cause, for the log.
+ */
+export const INTERNAL_ERROR_MESSAGE =
+  "internal error: the server failed to handle the request (the server log has the details)";
+
+/** Any thrown value as a ServerError; unknown failures become INTERNAL, with a message for clients. */
 export function asServerError(error: unknown): ServerError {
   if (error instanceof ServerError) return error;
-  const message = error instanceof Error ? error.message : String(error);
-  return new ServerError("INTERNAL", message, { cause: error });
+  return new ServerError("INTERNAL", INTERNAL_ERROR_MESSAGE, { cause: error });
 }

@@ -59,6 +59,12 @@ export interface InferRequest {
   readonly signal?: AbortSignal;
   /** The caller's trace context, when it sent one: traced requests join its trace. */
   readonly trace?: TraceCarrier | undefined;
+  /**
+   * Who sent it: the name of the API key it was authenticated with; undefined when the
+   * API needs no key. A sequence belongs to the caller that started it: only that caller
+   * may continue, restart or end it.
+   */
+  readonly principal?: string | undefined;
 }
 
 export interface NamedTensor extends Tensor {

@@ -3,6 +3,7 @@ import type { ModelExecutor } from "./executor.ts";
 import type { InferRequest, InferResponse, NamedTensor, SequenceId } from "./infer.ts";
 import type { SequenceAdmin, ServedModel, TensorMetadata } from "./model.ts";
 import type { ModelConfig } from "./model-config.ts";
+import type { Refusals } from "./refusals.ts";
 import { validateRequest } from "./request-validation.ts";
 import { type InferResponseStream, ResponseChannel, singleResponseStream } from "./response-stream.ts";
 import type { BatchObserver } from "./scheduler/batch-observer.ts";
@@ -15,6 +16,7 @@ import type { ModelTier } from "./sequence/sequence-tier.ts";
 import type { HandoverResult } from "./sequence/sequence-transfer.ts";
 import type { StateStore } from "./sequence/state-store.ts";
 import { ModelStatistics, type ModelStatisticsSnapshot } from "./statistics.ts";
+import type { Tensor } from "./tensor.ts";
 
 // A loaded model version: its frozen config, its instances, and the scheduler the config
 // asks for. This is what the frontends call `infer` on.
@@ -31,6 +33,12 @@ export interface LoadedModelOptions {
   readonly requestObserver?: RequestObserver | undefined;
   /** A sequence model's tier shared with other replicas (sequence-tier.ts). */
   readonly tier?: ModelTier;
+  /** Longest string sequence id, in UTF-8 bytes; undefined = no limit. */
+  readonly maxSequenceIdBytes?: number;
+  /** Where refusals by a limit are counted. */
+  readonly refusals?: Refusals;
+  /** The backend's check of a request's inputs (see OpenedModel.checkInputs). */
+  readonly checkInputs?: (inputs: ReadonlyMap<string, Tensor>) => void;
 }
 
 /** The request's sequence id, or the one the server assigned to its START. */
@@ -67,6 +75,7 @@ export class LoadedModel implements ServedModel {
   readonly #scheduler: Scheduler;
   readonly #statistics: ModelStatistics;
   readonly #requestObserver: RequestObserver | undefined;
+  readonly #checkInputs: ((inputs: ReadonlyMap<string, Tensor>) => void) | undefined;
 
   constructor(options: LoadedModelOptions) {
     const { config } = options;
@@ -77,6 +86,7 @@ export class LoadedModel implements ServedModel {
     this.inputs = metadata.inputs;
     this.outputs = metadata.outputs;
     this.#executors = options.executors;
+    this.#checkInputs = options.checkInputs;
     this.#statistics = new ModelStatistics(config.name, options.version);
     this.#requestObserver = options.requestObserver;
     if (config.sequenceBatching !== undefined) {
@@ -88,6 +98,8 @@ export class LoadedModel implements ServedModel {
         ...(options.warn === undefined ? {} : { warn: options.warn }),
         ...(options.observer === undefined ? {} : { observer: options.observer }),
         ...(options.tier === undefined ? {} : { tier: options.tier }),
+        ...(options.maxSequenceIdBytes === undefined ? {} : { maxIdBytes: options.maxSequenceIdBytes }),
+        ...(options.refusals === undefined ? {} : { refusals: options.refusals }),
       });
       this.#scheduler = batcher;
       this.sequences = batcher;
@@ -117,7 +129,7 @@ export class LoadedModel implements ServedModel {
             "(gRPC ModelStreamInfer, a WebSocket stream, or /generate and /generate_stream)",
         );
       }
-      pending = new PendingRequest(request, validateRequest(this.config, request));
+      pending = new PendingRequest(request, this.#validate(request));
       this.#scheduler.enqueue(pending);
       result = await pending.promise;
     } catch (error) {
@@ -179,7 +191,7 @@ export class LoadedModel implements ServedModel {
       }),
     );
     try {
-      pending = new PendingRequest({ ...request, signal }, validateRequest(this.config, request));
+      pending = new PendingRequest({ ...request, signal }, this.#validate(request));
       pending.responses = channel;
       channel.parameters = pending.responseParameters;
       this.#scheduler.enqueue(pending);
@@ -200,6 +212,12 @@ export class LoadedModel implements ServedModel {
       },
     );
     return channel;
+  }
+
+  #validate(request: InferRequest): ReturnType<typeof validateRequest> {
+    const validated = validateRequest(this.config, request);
+    this.#checkInputs?.(validated.inputs);
+    return validated;
   }
 
   statistics(): ModelStatisticsSnapshot {

@@ -73,6 +73,13 @@ export interface SequenceOpenOptions {
    * expiry bounds its life: the model's idle timeout does not apply to it.
    */
   readonly expiresAtMs?: number;
+  /** The caller the sequence belongs to (see InferRequest.principal). */
+  readonly owner?: string | undefined;
+}
+
+/** A caller acting on a sequence; its principal must own the sequence. */
+export interface SequenceCaller {
+  readonly principal: string | undefined;
 }
 
 /** What a model knows of a sequence id: live, ended a short while ago (and why), or nothing. */
@@ -124,9 +131,9 @@ export interface SequenceAdmin {
   /**
    * Ends a sequence as an END request would, without running the model: requests it has
    * accepted still run, in order, then its state is freed (reason "end"). False when the
-   * id is not live.
+   * id is not live. With a `caller`, refuses (PERMISSION_DENIED) a sequence it does not own.
    */
-  close(id: SequenceId): boolean | Promise<boolean>;
+  close(id: SequenceId, caller?: SequenceCaller): boolean | Promise<boolean>;
   /** Whether `id` is live, ended recently (kept within a bounded memory), or unknown. */
   lookup(id: SequenceId): SequenceLookup;
   /**

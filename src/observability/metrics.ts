@@ -4,6 +4,7 @@ import { type ModelRegistry, SEQUENCE_END_REASONS } from "../core/model.ts";
 import type { RequestObserver } from "../core/scheduler/request-observer.ts";
 import { cpuMetrics } from "./cpu-metrics.ts";
 import { latencyMetrics } from "./latency-metrics.ts";
+import { registerSecurityMetrics, type SecurityMetricsSource } from "./security-metrics.ts";
 
 // Prometheus metrics, named as Triton names them (nv_inference_*, nv_cpu_*) so existing
 // dashboards work, plus seqserve's sequence metrics and latency histograms, and Node's
@@ -43,9 +44,14 @@ export interface ServerMetrics {
   close(): void;
 }
 
-export function createMetricsRegistry(settings: MetricsSettings): ServerMetrics {
+/** `security`: what limits and access control refused, read at scrape time. */
+export function createMetricsRegistry(
+  settings: MetricsSettings,
+  security?: SecurityMetricsSource,
+): ServerMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
+  if (security !== undefined) registerSecurityMetrics(registry, security);
   const cpu = settings.cpuMetrics ? cpuMetrics(registry, settings.intervalMs) : undefined;
   return {
     registry,

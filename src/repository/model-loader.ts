@@ -18,6 +18,7 @@ import type { ModelBackend } from "../core/backend.ts";
 import { invalidArg, unavailable } from "../core/errors.ts";
 import { LoadedModel } from "../core/loaded-model.ts";
 import type { ModelIo } from "../core/model-io.ts";
+import type { Refusals } from "../core/refusals.ts";
 import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
 import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
 import type { Logger } from "../observability/logger.ts";
@@ -81,6 +82,24 @@ export async function prepareModel(
 }
 
 /**
+ * Each instance is a worker thread with its own copy of the model: a count without bound
+ * (in a config file, or a load request's override) would start threads until the process
+ * runs out of memory. Checked before anything is opened.
+ */
+export function checkInstanceCount(
+  prepared: PreparedModel,
+  maxInstances: number | undefined,
+  refusals: Refusals | undefined,
+): void {
+  const count = prepared.settings.instanceCount;
+  if (maxInstances === undefined || count <= maxInstances) return;
+  refusals?.refused("instances_per_model");
+  throw invalidArg(
+    `model '${prepared.source.name}' asks for ${count} instances in its instance_group, more than the ${maxInstances} a model version may have (--max-instances-per-model)`,
+  );
+}
+
+/**
  * A stateful OVMS entry gets the state pairs and shared inputs its model file shows
  * (config/ovms-from-model.ts) when it names none, or a clear refusal when the file does
  * not show the state.
@@ -120,6 +139,9 @@ export interface VersionLoadOptions {
   readonly observeRequests?: RequestObserverFactory;
   /** Where sequence models keep their state beside memory, shared with other replicas (--state-store). */
   readonly sequenceTier?: SequenceTier | undefined;
+  /** Longest string sequence id, in bytes; undefined = no limit. */
+  readonly maxSequenceIdBytes?: number;
+  readonly refusals?: Refusals;
 }
 
 export async function openVersion(
@@ -162,7 +184,10 @@ export async function openVersion(
       config: resolved.config,
       version: String(version),
       executors: opened.executors,
+      ...(opened.checkInputs === undefined ? {} : { checkInputs: opened.checkInputs }),
       warn: (message) => logger.warn({ event: "sequence", model: source.name }, message),
+      ...(options.maxSequenceIdBytes === undefined ? {} : { maxSequenceIdBytes: options.maxSequenceIdBytes }),
+      ...(options.refusals === undefined ? {} : { refusals: options.refusals }),
       ...(observer === undefined ? {} : { observer }),
       requestObserver: options.observeRequests?.(source.name, String(version)),
       ...(sequencing === undefined || options.sequenceTier === undefined

@@ -11,11 +11,12 @@ import type {
   RepositoryIndexEntry,
   ServedModel,
 } from "../core/model.ts";
+import type { Refusals } from "../core/refusals.ts";
 import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
 import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
 import type { ModelStatisticsSnapshot } from "../core/statistics.ts";
 import type { Logger } from "../observability/logger.ts";
-import { openVersion, prepareModel } from "./model-loader.ts";
+import { checkInstanceCount, openVersion, prepareModel } from "./model-loader.ts";
 import { discoverModels, type ModelSource, readOvmsSources, sourceSignature } from "./model-source.ts";
 import { selectVersions, versionFolders } from "./version-folders.ts";
 
@@ -51,6 +52,12 @@ export interface ModelRepositoryOptions {
   readonly observeRequests?: RequestObserverFactory;
   /** Where sequence models keep their state beside memory, shared with other replicas (--state-store). */
   readonly sequenceTier?: SequenceTier | undefined;
+  /** Instances a model version may ask for (--max-instances-per-model); default unlimited. */
+  readonly maxInstancesPerModel?: number;
+  /** Longest string sequence id, in bytes (--max-sequence-id-bytes); default unlimited. */
+  readonly maxSequenceIdBytes?: number;
+  /** Where refusals by a limit are counted. */
+  readonly refusals?: Refusals;
 }
 
 interface ModelEntry {
@@ -246,7 +253,14 @@ export class ModelRepository implements ModelRegistry {
       );
     }
     this.#discover();
-    return this.#load(name, options.config);
+    // Triton answers every failure to load with INVALID_ARG (HTTP 400), whatever its cause:
+    // a load request is refused as a whole, not retried as if the server were busy.
+    return this.#load(name, options.config).catch((error: unknown) => {
+      const failure = asServerError(error);
+      throw failure.code === "INVALID_ARG"
+        ? failure
+        : new ServerError("INVALID_ARG", failure.message, { cause: failure });
+    });
   }
 
   async #load(name: string, configOverride?: string): Promise<void> {
@@ -597,6 +611,7 @@ async function openModelVersions(
     { sequenceCleanerPollWaitMinutes: options.sequenceCleanerPollWaitMinutes ?? 5 },
     options.configName,
   );
+  checkInstanceCount(prepared, options.maxInstancesPerModel, options.refusals);
   const available =
     existsSync(source.dir) && statSync(source.dir).isDirectory() ? versionFolders(source.dir) : [];
   const versions = selectVersions(available, prepared.settings.versionPolicy);

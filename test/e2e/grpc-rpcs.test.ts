@@ -247,5 +247,5 @@ test("RepositoryModelLoad and RepositoryModelUnload in explicit mode", WAIT, asy
   const later = index.models.find((m) => m.name === "later");
   assert.deepEqual([later?.state, later?.reason], ["UNAVAILABLE", "unloaded"]);
   const missing = await callError(client.unary("RepositoryModelLoad", { model_name: "missing" }));
-  assert.equal(missing.code, status.NOT_FOUND);
+  assert.equal(missing.code, status.INVALID_ARGUMENT);
 });

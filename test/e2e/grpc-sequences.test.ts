@@ -152,7 +152,10 @@ test("a sequence beyond the slots waits in the backlog and runs once a slot free
   assert.equal(int32Output(await call.send(accumulatorRequest(SMALL, 1, { id: 41, start: true }))), 1);
   assert.equal(int32Output(await call.send(accumulatorRequest(SMALL, 2, { id: 42, start: true }))), 2);
   let thirdAnswered = false;
-  const third = call.send(accumulatorRequest(SMALL, 3, { id: 43, start: true })).finally(() => {
+  // On a stream of its own: a stream answers in request order, so on the first stream the
+  // answers after it would wait for it.
+  const other = new StreamCall(client);
+  const third = other.send(accumulatorRequest(SMALL, 3, { id: 43, start: true })).finally(() => {
     thirdAnswered = true;
   });
   const waiting = await waitForSequences(
@@ -164,18 +167,19 @@ test("a sequence beyond the slots waits in the backlog and runs once a slot free
   assert.equal(waiting.summary.backlog, 1);
   assert.equal(waiting.summary.live, 2);
   assert.equal(thirdAnswered, false);
-  // The two live sequences go on meanwhile, on the same stream.
+  // The two live sequences go on meanwhile.
   assert.equal(int32Output(await call.send(accumulatorRequest(SMALL, 10, { id: 42 }))), 12);
   assert.equal(entry(await sequences(SMALL), 43)?.status, "backlogged");
   // Sequence 41 ends: its slot goes to 43, whose first request then runs.
   assert.equal(int32Output(await call.send(accumulatorRequest(SMALL, 5, { id: 41, end: true }))), 6);
   assert.equal(int32Output(await third), 3);
   assert.equal(entry(await sequences(SMALL), 43)?.status, "active");
-  assert.equal(int32Output(await call.send(accumulatorRequest(SMALL, 4, { id: 43, end: true }))), 7);
+  assert.equal(int32Output(await other.send(accumulatorRequest(SMALL, 4, { id: 43, end: true }))), 7);
   assert.equal(int32Output(await call.send(accumulatorRequest(SMALL, 1, { id: 42, end: true }))), 13);
   const done = await sequences(SMALL);
   assert.deepEqual([done.sequences.length, done.summary.backlog], [0, 0]);
   assert.equal((await call.end()).code, status.OK);
+  assert.equal((await other.end()).code, status.OK);
 });
 
 test("an idle sequence times out; its next request is told to START, in-band", WAIT, async () => {

@@ -320,9 +320,9 @@ describe("explicit model control", () => {
     );
   });
 
-  it("loading or unloading a model the repository does not have is a 404", async () => {
+  it("loading a model the repository does not have is a 400, as every failed load; unloading it a 404", async () => {
     const answer = await load("nope");
-    assert.equal(answer.status, 404);
+    assert.equal(answer.status, 400);
     assert.equal(errorOf(answer), "failed to load 'nope', failed to poll from model repository");
     const gone = await unload("nope");
     assert.equal(gone.status, 404);

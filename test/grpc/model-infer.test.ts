@@ -323,6 +323,8 @@ test("every error code maps through the one table, with the message in the detai
     INTERNAL: status.INTERNAL,
     CANCELLED: status.CANCELLED,
     RESOURCE_EXHAUSTED: status.RESOURCE_EXHAUSTED,
+    UNAUTHENTICATED: status.UNAUTHENTICATED,
+    PERMISSION_DENIED: status.PERMISSION_DENIED,
     UNKNOWN: status.UNKNOWN,
   };
   assert.deepEqual(KSERVE_GRPC_STATUS, expected);

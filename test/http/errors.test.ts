@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { ERROR_CODES, type ErrorCode } from "../../src/core/errors.ts";
+import { ERROR_CODES, type ErrorCode, INTERNAL_ERROR_MESSAGE } from "../../src/core/errors.ts";
 import { KSERVE_HTTP_STATUS } from "../../src/frontends/http/error-status.ts";
 import { postJson, startServer, type TestServer } from "./support/http-server.ts";
 
@@ -12,6 +12,8 @@ const EXPECTED: Record<ErrorCode, number> = {
   FAILED_PRECONDITION: 400,
   NOT_FOUND: 404,
   RESOURCE_EXHAUSTED: 429,
+  UNAUTHENTICATED: 401,
+  PERMISSION_DENIED: 403,
   INTERNAL: 500,
   UNSUPPORTED: 501,
   UNAVAILABLE: 503,
@@ -46,10 +48,10 @@ describe("the KServe error table", () => {
     assert.equal(response.headers.get("retry-after"), "3");
   });
 
-  it("an unexpected exception is a 500 with its message", async () => {
+  it("an unexpected exception is a 500 whose message tells nothing of the server's code", async () => {
     const response = await postJson(server, "/v2/models/crash/infer", { inputs: [] });
     assert.equal(response.status, 500);
-    assert.deepEqual(response.json, { error: "something broke inside" });
+    assert.deepEqual(response.json, { error: INTERNAL_ERROR_MESSAGE });
   });
 
   it("an unknown model is a 404", async () => {

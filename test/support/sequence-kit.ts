@@ -18,33 +18,8 @@ export const int32Input = (value: number, name = "INPUT"): JsonInput[] => [
   { name, datatype: "INT32", shape: [1, 1], data: [value] },
 ];
 
-/** The START / READY controls of the accumulator (int32_false_true [0, 1]). */
-export const ACCUMULATOR_CONTROLS = `
-  control_input [
-    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
-    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
-  ]
-  state [ { input_name: "STATE" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]`;
-
-/**
- * A config for tools/onnx accumulatorModel(): `batching` is the body of the
- * sequence_batching section besides the controls and state (a strategy, timeouts).
- */
-export function accumulatorConfig(name: string, maxBatchSize: number, batching: string, extra = ""): string {
-  return `
-name: "${name}"
-backend: "onnxruntime"
-max_batch_size: ${maxBatchSize}
-input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-sequence_batching {
-  ${batching}
-  ${ACCUMULATOR_CONTROLS}
-}
-instance_group [ { count: 1 kind: KIND_CPU } ]
-${extra}
-`;
-}
+// The accumulator's config lives beside its model (tools/onnx), for the benchmarks too.
+export { ACCUMULATOR_CONTROLS, accumulatorConfig } from "../../tools/onnx/sequence-models.ts";
 
 /** The accumulator's OUTPUT after one request (fails with the server's answer otherwise). */
 export async function accumulate(

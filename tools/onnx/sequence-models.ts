@@ -5,6 +5,34 @@ import { OnnxModelBuilder } from "./onnx-model-builder.ts";
 // implicit (an input fed from an output of the previous step), so they run under
 // seqserve's sequence batcher exactly as Triton's implicit-state models do.
 
+/** The accumulator's START / READY controls and its state, as a config's sequence_batching lists them. */
+export const ACCUMULATOR_CONTROLS = `
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
+  ]
+  state [ { input_name: "STATE" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]`;
+
+/**
+ * A config.pbtxt for accumulatorModel(): `batching` is the body of its sequence_batching
+ * section besides the controls and state (a strategy, timeouts); `extra` follows the rest.
+ */
+export function accumulatorConfig(name: string, maxBatchSize: number, batching: string, extra = ""): string {
+  return `
+name: "${name}"
+backend: "onnxruntime"
+max_batch_size: ${maxBatchSize}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  ${batching}
+  ${ACCUMULATOR_CONTROLS}
+}
+instance_group [ { count: 1 kind: KIND_CPU } ]
+${extra}
+`;
+}
+
 /**
  * The accumulator, Triton's classic sequence example with implicit state:
  * `acc = STATE * (1 - START) + INPUT * READY`, OUTPUT = STATE_OUT = acc. INPUT is INT32

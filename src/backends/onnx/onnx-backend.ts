@@ -6,6 +6,7 @@ import { checkModelFile, startInstances } from "../worker/model-instances.ts";
 import { siblingModule } from "../worker/spawn-worker.ts";
 import { WorkerExecutor } from "../worker/worker-executor.ts";
 import { type OnnxSessionOptions, onnxSessionOptions } from "./session-options.ts";
+import { checkStringInputs } from "./string-inputs.ts";
 
 // Loads an ONNX model as `instanceCount` instances, each an ONNX Runtime session in its
 // own worker thread (onnxruntime-node's run() blocks its thread, and two sessions on one
@@ -55,5 +56,5 @@ export async function loadOnnxModel(
       }),
   );
   logger.info({ model: modelName, instances: instanceCount, sessionOptions }, "onnx model loaded");
-  return { io, executors };
+  return { io, executors, checkInputs: checkStringInputs };
 }

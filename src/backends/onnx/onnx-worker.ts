@@ -50,8 +50,16 @@ function post(message: FromWorkerMessage, transfer?: ArrayBuffer[]): void {
   port.postMessage(message, transfer);
 }
 
+/**
+ * ONNX Runtime's checks name the C++ file, line and function that failed
+ * ("/onnxruntime_src/…/element_wise_ops.h:563 void onnxruntime::BroadcastIterator::Init(…) "):
+ * of no use to a client, and a view into the server's build. The rest of the message
+ * (what failed, and why) is kept.
+ */
+const SOURCE_LOCATION = /\S*\.(?:h|hh|hpp|c|cc|cpp|cxx):\d+\s+(?:[\w:<>,*&~ ]*\([^()]*\)\s*(?:const\s+)?)?/g;
+
 function errorText(error: unknown): string {
-  return (error instanceof Error ? error.message : String(error)).trim();
+  return (error instanceof Error ? error.message : String(error)).replace(SOURCE_LOCATION, "").trim();
 }
 
 function tensorInfo(metadata: Binding.ValueMetadata): ModelTensorInfo {

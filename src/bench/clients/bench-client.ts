@@ -76,6 +76,8 @@ export interface ClientTarget {
   readonly streams: number;
   /** Outputs to ask for in binary form / decode. */
   readonly outputs: readonly string[];
+  /** Sent with every request (HTTP headers, gRPC metadata, the WebSocket upgrade), e.g. an API key. */
+  readonly headers?: Readonly<Record<string, string>>;
 }
 
 export function required(port: number | undefined, what: string): number {

@@ -1,4 +1,13 @@
-import { Client, type ClientDuplexStream, credentials, type ServiceError, status } from "@grpc/grpc-js";
+import {
+  Client,
+  type ClientDuplexStream,
+  credentials,
+  InterceptingCall,
+  type Interceptor,
+  Metadata,
+  type ServiceError,
+  status,
+} from "@grpc/grpc-js";
 import type protobuf from "protobufjs";
 import type { DataType } from "../../core/datatype.ts";
 import type { Tensor } from "../../core/tensor.ts";
@@ -72,10 +81,22 @@ function outputsOf(response: DecodedInferResponse): Map<string, Tensor> {
 const failure = (error: ServiceError): StepError =>
   new StepError(`grpc ${status[error.code]}`, error.details);
 
+/** Adds `headers` to every call's metadata. */
+function withHeaders(headers: Readonly<Record<string, string>>): Interceptor {
+  return (options, nextCall) =>
+    new InterceptingCall(nextCall(options), {
+      start(metadata, listener, next) {
+        for (const [name, value] of Object.entries(headers)) metadata.set(name, value);
+        next(metadata, listener);
+      },
+    });
+}
+
 function channel(target: ClientTarget, port: number): Client {
   return new Client(`${target.host}:${port}`, credentials.createInsecure(), {
     "grpc.max_receive_message_length": -1,
     "grpc.max_send_message_length": -1,
+    ...(target.headers === undefined ? {} : { interceptors: [withHeaders(target.headers)] }),
   });
 }
 
@@ -135,6 +156,9 @@ export class KserveStreamClient implements BenchClient {
     this.#client = channel(target, required(target.grpcPort, "gRPC"));
     this.#model = target.model;
     for (let s = 0; s < Math.max(1, target.streams); s++) {
+      // Answers are matched by request id: they may come as they complete.
+      const metadata = new Metadata();
+      metadata.set("seqserve-stream-order", "sequence");
       const call = this.#client.makeBidiStreamRequest(
         "/inference.GRPCInferenceService/ModelStreamInfer",
         passthrough,
@@ -143,6 +167,7 @@ export class KserveStreamClient implements BenchClient {
             error_message: string;
             infer_response?: DecodedInferResponse;
           },
+        metadata,
       );
       call.on("data", (message: { error_message: string; infer_response?: DecodedInferResponse }) => {
         const id = message.infer_response?.id ?? "";

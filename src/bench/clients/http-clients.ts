@@ -30,10 +30,17 @@ class HttpConnection {
   readonly #agent: Agent;
   readonly #host: string;
   readonly #port: number;
+  readonly #headers: Readonly<Record<string, string>>;
 
-  constructor(host: string, port: number, connections: number) {
+  constructor(
+    host: string,
+    port: number,
+    connections: number,
+    headers: Readonly<Record<string, string>> = {},
+  ) {
     this.#host = host;
     this.#port = port;
+    this.#headers = headers;
     this.#agent = new Agent({ keepAlive: true, maxSockets: connections });
   }
 
@@ -46,7 +53,7 @@ class HttpConnection {
           port: this.#port,
           path,
           method: "POST",
-          headers: { ...headers, "content-length": body.byteLength },
+          headers: { ...this.#headers, ...headers, "content-length": body.byteLength },
         },
         (res) => {
           const chunks: Buffer[] = [];
@@ -163,7 +170,12 @@ export class KserveJsonClient implements BenchClient {
   readonly #path: string;
 
   constructor(target: ClientTarget) {
-    this.#http = new HttpConnection(target.host, required(target.httpPort, "HTTP"), target.concurrency);
+    this.#http = new HttpConnection(
+      target.host,
+      required(target.httpPort, "HTTP"),
+      target.concurrency,
+      target.headers,
+    );
     this.#path = `/v2/models/${encodeURIComponent(target.model)}/infer`;
   }
 
@@ -195,7 +207,12 @@ export class KserveBinaryClient implements BenchClient {
   readonly #path: string;
 
   constructor(target: ClientTarget) {
-    this.#http = new HttpConnection(target.host, required(target.httpPort, "HTTP"), target.concurrency);
+    this.#http = new HttpConnection(
+      target.host,
+      required(target.httpPort, "HTTP"),
+      target.concurrency,
+      target.headers,
+    );
     this.#path = `/v2/models/${encodeURIComponent(target.model)}/infer`;
   }
 
@@ -236,6 +253,7 @@ export class SageMakerClient implements BenchClient {
       target.host,
       required(target.sagemakerPort, "SageMaker"),
       target.concurrency,
+      target.headers,
     );
     this.#model = target.model;
   }
@@ -280,7 +298,12 @@ export class TfsRestClient implements BenchClient {
   readonly #outputs: readonly string[];
 
   constructor(target: ClientTarget) {
-    this.#http = new HttpConnection(target.host, required(target.httpPort, "HTTP"), target.concurrency);
+    this.#http = new HttpConnection(
+      target.host,
+      required(target.httpPort, "HTTP"),
+      target.concurrency,
+      target.headers,
+    );
     this.#path = `/v1/models/${encodeURIComponent(target.model)}:predict`;
     this.#outputs = target.outputs;
   }

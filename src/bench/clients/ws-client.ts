@@ -72,9 +72,11 @@ function decodeAnswer(data: Buffer, isBinary: boolean): Map<string, Tensor> {
 
 export class WsStreamClient implements BenchClient {
   readonly #base: string;
+  readonly #headers: Readonly<Record<string, string>>;
   readonly #open = new Set<Connection>();
 
   constructor(target: ClientTarget) {
+    this.#headers = target.headers ?? {};
     this.#base = `ws://${target.host}:${required(target.httpPort, "HTTP")}/v2/models/${encodeURIComponent(target.model)}/stream`;
   }
 
@@ -107,7 +109,7 @@ export class WsStreamClient implements BenchClient {
   #connect(id: bigint | undefined): Promise<Connection> {
     const url = id === undefined ? this.#base : `${this.#base}?sequence_id=${id}`;
     return new Promise((resolve, reject) => {
-      const socket = new WebSocket(url);
+      const socket = new WebSocket(url, { headers: this.#headers });
       const connection: Connection = { socket, waiting: [] };
       socket.on("message", (data: Buffer, isBinary: boolean) => {
         const waiter = connection.waiting.shift();

@@ -5,6 +5,7 @@ import type { SequenceId } from "../infer.ts";
 import {
   SEQUENCE_END_REASONS,
   type SequenceAdmin,
+  type SequenceCaller,
   type SequenceEndReason,
   type SequenceInfo,
   type SequenceLookup,
@@ -12,6 +13,7 @@ import {
   type SequenceSummary,
 } from "../model.ts";
 import type { ModelConfig, SequenceBatchingConfig } from "../model-config.ts";
+import type { Refusals } from "../refusals.ts";
 import { validateRequest } from "../request-validation.ts";
 import type { BatchObserver } from "../scheduler/batch-observer.ts";
 import { OrderedRelease } from "../scheduler/ordered-release.ts";
@@ -62,6 +64,10 @@ export interface SequenceBatcherOptions {
    * are read from it. The in-memory store is then a cache.
    */
   readonly tier?: ModelTier;
+  /** Longest string id, in UTF-8 bytes (a sequence keeps its id for its whole life). */
+  readonly maxIdBytes?: number;
+  /** Where refusals by a limit are counted. */
+  readonly refusals?: Refusals;
 }
 
 /** How often a step runs again after another replica advanced its sequence at the same time. */
@@ -124,6 +130,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   readonly #ending = new Map<string, Sequence>();
   /** Live sequences allowed at once (max_candidate_sequence_use_ratio of the slots). */
   readonly #maxLive: number;
+  readonly #maxIdBytes: number;
+  readonly #refusals: Refusals | undefined;
   #nextAssignedId = FIRST_ASSIGNED_ID;
   #pending = 0;
   #shuttingDown = false;
@@ -148,6 +156,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#config = config;
     this.#sequencing = config.sequenceBatching!;
     this.#warn = options.warn ?? (() => {});
+    this.#maxIdBytes = options.maxIdBytes ?? Number.POSITIVE_INFINITY;
+    this.#refusals = options.refusals;
     const initialStates = new Map<string, NumericTensor>();
     for (const state of this.#sequencing.states)
       initialStates.set(state.inputName, initialStateTensor(state));
@@ -235,6 +245,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       id = assigned;
       pending.responseParameters.sequence_id = id;
     }
+    this.#checkIdLength(id);
     checkCorrelationIdType(this.#config, id);
     if (this.#shuttingDown && start) {
       throw unavailable(`the server is shutting down: model '${model}' accepts no new sequences`);
@@ -269,12 +280,14 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         throw this.#lostError(id);
       throw this.#unknownId(id, exclusive);
     }
+    const principal = pending.request.principal;
+    if (existing !== undefined) this.#checkOwner(existing, principal);
     if (starts && exclusive) this.#checkExclusiveStart(id, existing);
     if (starts && existing === undefined) this.#checkRoomForNew();
 
     let sequence: Sequence;
     if (starts) {
-      sequence = new Sequence(id);
+      sequence = new Sequence(id, Date.now(), principal);
       sequence.tier = this.#newPlace();
       if (existing !== undefined) {
         // The successor must be known (in #all) before #restart: when the old life is
@@ -338,6 +351,29 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   // ---- admission helpers ----
+
+  /**
+   * A sequence keeps its id for its whole life (and the id is remembered a while after):
+   * an id without bound would pin any amount of memory.
+   */
+  #checkIdLength(id: SequenceId): void {
+    if (typeof id !== "string" || id.length * 3 <= this.#maxIdBytes) return;
+    const bytes = Buffer.byteLength(id, "utf8");
+    if (bytes <= this.#maxIdBytes) return;
+    this.#refusals?.refused("sequence_id_bytes");
+    throw invalidArg(
+      `the sequence id of model '${this.#config.name}' is ${bytes} bytes long, more than the ${this.#maxIdBytes} bytes allowed (--max-sequence-id-bytes)`,
+    );
+  }
+
+  /** Only the caller that started a sequence may continue, restart or end it. */
+  #checkOwner(sequence: Sequence, principal: string | undefined): void {
+    if (sequence.owner === principal) return;
+    throw new ServerError(
+      "PERMISSION_DENIED",
+      `sequence ${formatSequenceId(sequence.id)} of model '${this.#config.name}' belongs to another caller: only the API key that started it may continue or end it`,
+    );
+  }
 
   /** max_candidate_sequence_use_ratio: refuses a new sequence at once past that share of the slots. */
   #checkRoomForNew(): void {
@@ -852,6 +888,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       answers: answers?.all ?? [],
       createdMs: sequence.createdMs,
       expiresAtMs: sequence.expiresAtMs,
+      owner: sequence.owner,
     });
   }
 
@@ -925,7 +962,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   /** A sequence this replica did not hold, taken up from the tier's record. */
   #adoptFromTier(key: string, id: SequenceId, record: TierRecord): Sequence {
     const body = decodeRecordBody(record.body, this.#describe(id));
-    const sequence = new Sequence(id, body.createdMs);
+    const sequence = new Sequence(id, body.createdMs, body.owner);
     sequence.expiresAtMs = body.expiresAtMs;
     this.#install(sequence, record);
     try {
@@ -1259,6 +1296,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
           answers: [],
           createdMs: Date.now(),
           expiresAtMs: undefined,
+          owner: undefined,
         }),
         endReason: reason,
         expiry: { kind: "never" },
@@ -1314,6 +1352,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       answers: s.answers,
       createdMs: s.createdMs,
       expiresAtMs: s.expiresAtMs,
+      owner: s.owner,
     }));
     // Out of every table first, so freeing their slots hands none to another leaver.
     this.#all.clear();
@@ -1348,7 +1387,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   #adoptOne(moving: TransferredSequence): void {
-    const sequence = new Sequence(moving.id, moving.createdMs);
+    const sequence = new Sequence(moving.id, moving.createdMs, moving.owner);
     sequence.steps = moving.steps;
     sequence.applied = moving.applied ?? 0;
     sequence.answers = moving.answers;
@@ -1404,6 +1443,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
 
   open(id: SequenceId, options: SequenceOpenOptions = {}): void | Promise<void> {
     const model = this.#config.name;
+    this.#checkIdLength(id);
     checkCorrelationIdType(this.#config, id);
     if (this.#shuttingDown) {
       throw unavailable(`the server is shutting down: model '${model}' accepts no new sequences`);
@@ -1411,6 +1451,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     const key = idKey(id);
     const existing = this.#live.get(key);
     if (existing !== undefined) {
+      this.#checkOwner(existing, options.owner);
       if (!this.#pastExpiry(existing)) {
         throw new ServerError(
           "ALREADY_EXISTS",
@@ -1420,7 +1461,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       this.#expire(existing);
     }
     this.#checkRoomForNew();
-    const sequence = new Sequence(id);
+    const sequence = new Sequence(id, Date.now(), options.owner);
     sequence.expiresAtMs = options.expiresAtMs;
     this.#place(sequence);
     this.#all.add(sequence);
@@ -1452,7 +1493,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     );
   }
 
-  close(id: SequenceId): boolean | Promise<boolean> {
+  close(id: SequenceId, caller?: SequenceCaller): boolean | Promise<boolean> {
     const key = idKey(id);
     const sequence = this.#live.get(key);
     if (sequence === undefined) {
@@ -1462,13 +1503,14 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         (record) => {
           if (record === undefined || record.ended !== undefined) return false;
           if (!this.#live.has(key)) this.#adoptFromTier(key, id, record);
-          return this.close(id) as boolean;
+          return this.close(id, caller) as boolean;
         },
         (error: unknown) => {
           throw this.#tierError(id, "closing", error);
         },
       );
     }
+    if (caller !== undefined) this.#checkOwner(sequence, caller.principal);
     sequence.endReason = "end";
     this.#releaseId(sequence);
     if (sequence.idle) this.#finish(sequence);

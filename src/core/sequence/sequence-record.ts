@@ -11,7 +11,7 @@ import type { StepAnswer } from "./step-answers.ts";
 // slab), and model code's values are already bytes in it.
 
 /** Bumped when the layout changes; a record of another layout is refused by name. */
-const RECORD_FORMAT = 2;
+const RECORD_FORMAT = 3;
 
 export interface SequenceRecordBody {
   /** Steps applied in the sequence's current life. */
@@ -23,6 +23,8 @@ export interface SequenceRecordBody {
   readonly createdMs: number;
   /** When it ends by itself (a SageMaker session's expiry). */
   readonly expiresAtMs: number | undefined;
+  /** The caller that started it (an API key's name): it stays the only one that may use it. */
+  readonly owner: string | undefined;
 }
 
 interface EncodedAnswer {
@@ -39,6 +41,7 @@ interface Encoded {
   readonly answers: Uint8Array[];
   readonly createdMs: number;
   readonly expiresAtMs: number | undefined;
+  readonly owner: string | undefined;
 }
 
 /** Answers recorded here, encoded once each (answers read from a record keep their bytes). */
@@ -66,6 +69,7 @@ export function encodeRecordBody(body: SequenceRecordBody): Uint8Array {
     answers: body.answers.map(encodedAnswer),
     createdMs: body.createdMs,
     expiresAtMs: body.expiresAtMs,
+    owner: body.owner,
   };
   return serialize(encoded);
 }
@@ -91,5 +95,6 @@ export function decodeRecordBody(bytes: Uint8Array, what: string): SequenceRecor
     }),
     createdMs: encoded.createdMs,
     expiresAtMs: encoded.expiresAtMs,
+    owner: encoded.owner,
   };
 }

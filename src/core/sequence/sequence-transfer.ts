@@ -29,6 +29,8 @@ export interface TransferredSequence {
   readonly createdMs: number;
   /** When the sequence expires (a session's TTL), if it does. */
   readonly expiresAtMs: number | undefined;
+  /** The caller it belongs to (see Sequence.owner). */
+  readonly owner: string | undefined;
 }
 
 export interface SequenceTransfer {

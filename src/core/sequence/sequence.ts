@@ -75,10 +75,16 @@ export class Sequence {
   answers: StepAnswers | undefined;
   /** Its place in the model's sequence tier, when it has one. */
   tier: TierPlace | undefined;
+  /**
+   * The caller that started it (an API key's name), the only one that may continue, restart
+   * or end it; undefined when its API needs no key. Kept with the sequence wherever it goes.
+   */
+  readonly owner: string | undefined;
 
-  constructor(id: SequenceId, createdMs = Date.now()) {
+  constructor(id: SequenceId, createdMs = Date.now(), owner?: string) {
     this.id = id;
     this.createdMs = createdMs;
+    this.owner = owner;
   }
 
   /** Has a request that could run now. */

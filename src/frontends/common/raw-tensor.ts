@@ -1,6 +1,7 @@
 import { type DataType, elementByteSize, viewArray } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
-import { type BytesElements, elementCount, type NumericTensor, type Tensor } from "../../core/tensor.ts";
+import type { BytesElements, NumericTensor, Tensor } from "../../core/tensor.ts";
+import { checkedElementCount } from "../../core/tensor-size.ts";
 
 // The raw tensor layout shared by the HTTP binary extension and gRPC
 // `raw_input_contents` / `raw_output_contents`: little-endian, row-major; a BYTES tensor is
@@ -16,7 +17,8 @@ export function decodeRawTensor(
   shape: readonly number[],
   bytes: Uint8Array,
 ): Tensor {
-  const count = elementCount(shape);
+  // A shape the bytes cannot fill is refused before anything is allocated for it.
+  const count = checkedElementCount(name, datatype, shape);
   if (datatype === "BYTES") {
     return { datatype, shape, data: decodeBytesElements(name, count, bytes) };
   }
@@ -31,7 +33,8 @@ export function decodeRawTensor(
 }
 
 function decodeBytesElements(name: string, count: number, bytes: Uint8Array): BytesElements {
-  const elements: Uint8Array[] = new Array(count);
+  // Grown as elements are found: the count is only a claim until the bytes bear it out.
+  const elements: Uint8Array[] = [];
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let offset = 0;
   for (let i = 0; i < count; i++) {
@@ -47,7 +50,7 @@ function decodeBytesElements(name: string, count: number, bytes: Uint8Array): By
         `BYTES element ${i} of input '${name}' claims ${length} bytes, past the end of its data`,
       );
     }
-    elements[i] = bytes.subarray(offset, offset + length);
+    elements.push(bytes.subarray(offset, offset + length));
     offset += length;
   }
   if (offset !== bytes.byteLength) {

@@ -1,13 +1,23 @@
-import { type ChannelOptions, Server, ServerCredentials } from "@grpc/grpc-js";
+import { type ChannelOptions, Server, ServerCredentials, type ServerInterceptor } from "@grpc/grpc-js";
+import type { TlsOptions } from "../../config/security-options.ts";
 import type { ServerContext } from "../../core/model.ts";
+import type { Refusals } from "../../core/refusals.ts";
 import type { Logger } from "../../observability/logger.ts";
+import type { AccessPolicy } from "../common/access/access-policy.ts";
+import { ResponseBudgets } from "../common/response-budget.ts";
 import { tfsGrpcServices } from "../tfs/grpc-services.ts";
+import { type GrpcListener, listenForGrpc } from "./connection-listener.ts";
+import { decompressionLimit } from "./decompression-limit.ts";
+import { accessInterceptor } from "./grpc-access.ts";
 import { healthService } from "./health-service.ts";
 import { inferenceService } from "./inference-service.ts";
 import type { GrpcServiceRegistration } from "./service-registration.ts";
 
 // The gRPC frontend: one grpc-js server carrying inference.GRPCInferenceService,
-// grpc.health.v1.Health, and TF-Serving's PredictionService and ModelService.
+// grpc.health.v1.Health, and TF-Serving's PredictionService and ModelService. Its port is
+// seqserve's own listener (connection-listener.ts), which bounds connections and the time
+// to the HTTP/2 preface; interceptors bound what a compressed message may inflate to and
+// check every call's access before its first message is read.
 
 /** Triton's default message limit (INT32_MAX): tensors are routinely far above grpc-js's 4 MiB. */
 export const DEFAULT_MAX_MESSAGE_BYTES = 2 ** 31 - 1;
@@ -39,16 +49,6 @@ export const DEFAULT_KEEPALIVE: GrpcKeepaliveOptions = {
   permitWithoutCalls: false,
 };
 
-/** TLS for the gRPC port, as PEM contents. */
-export interface GrpcTls {
-  readonly certChain: Buffer;
-  readonly privateKey: Buffer;
-  /** The CA client certificates must chain to. */
-  readonly rootCerts: Buffer | undefined;
-  /** Clients must present a certificate (mutual TLS). */
-  readonly requireClientCertificate: boolean;
-}
-
 export interface GrpcFrontendOptions {
   readonly context: ServerContext;
   readonly logger: Logger;
@@ -57,8 +57,19 @@ export interface GrpcFrontendOptions {
   readonly keepalive?: Partial<GrpcKeepaliveOptions>;
   /** Unanswered requests per ModelStreamInfer stream before the server stops reading it. */
   readonly maxInflightPerStream?: number;
-  /** Serve over TLS; undefined: plaintext. */
-  readonly tls?: GrpcTls | undefined;
+  /** What a compressed message (or a TensorProto filling its shape) may expand to; default unlimited. */
+  readonly maxDecompressedBytes?: number;
+  /** Open connections at once; default unlimited. */
+  readonly maxConnections?: number;
+  /** Time a connection has to finish TLS and send the HTTP/2 preface, in ms (default 10 s). */
+  readonly handshakeTimeoutMs?: number;
+  /** Calls at once on one connection; default unlimited. */
+  readonly maxConcurrentStreams?: number;
+  /** Per-connection budgets of answers waiting for slow readers (default unbounded). */
+  readonly budgets?: ResponseBudgets;
+  readonly tls?: TlsOptions | undefined;
+  readonly access?: AccessPolicy | undefined;
+  readonly refusals?: Refusals | undefined;
 }
 
 export interface GrpcFrontend {
@@ -97,61 +108,82 @@ function serverOptions(options: GrpcFrontendOptions): ChannelOptions {
   if (keepalive.maxConnectionAgeGraceMs !== undefined) {
     channelOptions["grpc.max_connection_age_grace_ms"] = keepalive.maxConnectionAgeGraceMs;
   }
+  if (options.maxConcurrentStreams !== undefined) {
+    channelOptions["grpc.max_concurrent_streams"] = options.maxConcurrentStreams;
+  }
   return channelOptions;
 }
 
-/** "host:port" as grpc-js wants it (IPv6 literals in brackets). */
-function bindAddress(host: string, port: number): string {
-  return host.includes(":") && !host.startsWith("[") ? `[${host}]:${port}` : `${host}:${port}`;
+function interceptors(options: GrpcFrontendOptions): ServerInterceptor[] {
+  const chain: ServerInterceptor[] = [];
+  // First: it needs grpc-js's own call.
+  if (options.maxDecompressedBytes !== undefined) {
+    chain.push(decompressionLimit(options.maxDecompressedBytes, options.refusals));
+  }
+  if (options.access !== undefined && !options.access.unrestricted)
+    chain.push(accessInterceptor(options.access));
+  return chain;
+}
+
+function credentials(tls: TlsOptions | undefined): ServerCredentials {
+  if (tls === undefined) return ServerCredentials.createInsecure();
+  return ServerCredentials.createSsl(
+    tls.rootCert ?? null,
+    [{ private_key: tls.key, cert_chain: tls.cert }],
+    tls.mutual,
+  );
 }
 
 export function createGrpcFrontend(options: GrpcFrontendOptions): GrpcFrontend {
   const { context, logger } = options;
-  const server = new Server(serverOptions(options));
+  const server = new Server({ ...serverOptions(options), interceptors: interceptors(options) });
   const services: GrpcServiceRegistration[] = [
     inferenceService({
       context,
       logger,
       maxInflightPerStream: options.maxInflightPerStream ?? DEFAULT_MAX_INFLIGHT_PER_STREAM,
       maxMessageBytes: options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
+      budgets: options.budgets ?? new ResponseBudgets(Number.POSITIVE_INFINITY),
     }),
     healthService({ context, logger }),
-    ...tfsGrpcServices({ context, logger }),
+    ...tfsGrpcServices({
+      context,
+      logger,
+      ...(options.maxDecompressedBytes === undefined
+        ? {}
+        : { maxExpandedBytes: options.maxDecompressedBytes }),
+    }),
   ];
   for (const service of services) server.addService(service.definition, service.implementation);
   let closing: Promise<void> | undefined;
-  const tls = options.tls;
-  const credentials =
-    tls === undefined
-      ? ServerCredentials.createInsecure()
-      : ServerCredentials.createSsl(
-          tls.rootCerts ?? null,
-          [{ cert_chain: tls.certChain, private_key: tls.privateKey }],
-          tls.requireClientCertificate,
-        );
+  let listener: GrpcListener | undefined;
 
   return {
-    listen(host, port) {
-      return new Promise((resolve, reject) => {
-        server.bindAsync(bindAddress(host, port), credentials, (error, boundPort) => {
-          if (error) {
-            reject(error);
-            return;
-          }
-          logger.info({ host, port: boundPort, tls: tls !== undefined }, "gRPC frontend listening");
-          resolve(boundPort);
-        });
+    async listen(host, port) {
+      const injector = server.createConnectionInjector(credentials(options.tls));
+      listener = await listenForGrpc(injector, host, port, {
+        maxConnections: options.maxConnections ?? Number.POSITIVE_INFINITY,
+        handshakeTimeoutMs: options.handshakeTimeoutMs ?? 10_000,
+        refusals: options.refusals,
       });
+      logger.info({ host, port: listener.port, tls: options.tls !== undefined }, "gRPC frontend listening");
+      return listener.port;
     },
     close(graceMs = 0) {
       closing ??= new Promise<void>((resolve) => {
+        const closed = listener?.close() ?? Promise.resolve();
+        const finish = (): void => {
+          // Connections that never became HTTP/2 sessions are not grpc-js's to close.
+          listener?.destroyConnections();
+          closed.then(() => resolve());
+        };
         const force = setTimeout(() => {
           server.forceShutdown();
-          resolve();
+          finish();
         }, graceMs);
         server.tryShutdown(() => {
           clearTimeout(force);
-          resolve();
+          finish();
         });
       });
       return closing;

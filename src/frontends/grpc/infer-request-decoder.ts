@@ -60,10 +60,14 @@ function decodeInput(
   return decodeRawTensor(name, datatype, shape, bytes);
 }
 
-/** Decodes a request; `signal` aborts it while it has not run (call cancelled, stream gone). */
+/**
+ * Decodes a request; `signal` aborts it while it has not run (call cancelled, stream gone);
+ * `principal` is the caller (its API key's name).
+ */
 export function decodeInferRequest(
   message: ModelInferRequestMessage,
   signal?: AbortSignal,
+  principal?: string,
 ): DecodedInferRequest {
   const modelName = message.model_name ?? "";
   const inputMessages = message.inputs ?? [];
@@ -93,6 +97,7 @@ export function decodeInferRequest(
     parameters,
     sequence: readSequenceControl(parameters),
     signal,
+    principal,
   };
   const version = message.model_version;
   return { modelName, modelVersion: version === undefined || version === "" ? undefined : version, request };

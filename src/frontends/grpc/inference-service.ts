@@ -3,8 +3,10 @@ import { cancelled, invalidArg, ServerError } from "../../core/errors.ts";
 import type { InferResponse } from "../../core/infer.ts";
 import type { ModelMetadata, ServerContext, TensorMetadata } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
+import type { ResponseBudgets } from "../common/response-budget.ts";
 import { routedSequenceId, SEQUENCE_ID_METADATA, withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
+import { principalOf } from "./grpc-access.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse } from "./infer-response-encoder.ts";
 import type {
@@ -21,7 +23,7 @@ import type {
 } from "./messages.ts";
 import { inferenceServiceDefinition } from "./proto-definitions.ts";
 import type { GrpcServiceRegistration } from "./service-registration.ts";
-import { type StreamInferCall, StreamInferSession } from "./stream-infer.ts";
+import { STREAM_ORDER_METADATA, type StreamInferCall, StreamInferSession } from "./stream-infer.ts";
 import { unary } from "./unary-handler.ts";
 
 // inference.GRPCInferenceService (KServe v2 / Triton) over a ServerContext. Handlers only
@@ -34,6 +36,8 @@ export interface InferenceServiceOptions {
   readonly maxInflightPerStream: number;
   /** The server's send limit: a larger stream response is refused in-band. */
   readonly maxMessageBytes: number;
+  /** Per-connection budgets of answers waiting for slow readers. */
+  readonly budgets: ResponseBudgets;
 }
 
 /** "" means "not given" on the wire (proto3 has no absent strings). */
@@ -102,7 +106,7 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     else call.once("cancelled", onCancel);
     let pending: Promise<InferResponse>;
     try {
-      const decoded = decodeInferRequest(message, controller.signal);
+      const decoded = decodeInferRequest(message, controller.signal, principalOf(call.metadata));
       const [traceparent] = call.metadata.get("traceparent");
       const [tracestate] = call.metadata.get("tracestate");
       const model = registry.model(decoded.modelName, decoded.modelVersion);
@@ -129,7 +133,13 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     ),
     ModelInfer: unary(logger, "ModelInfer", modelInfer),
     ModelStreamInfer: (call: StreamInferCall) => {
-      new StreamInferSession(call, registry, logger, options.maxInflightPerStream, options.maxMessageBytes);
+      new StreamInferSession(call, registry, logger, {
+        maxInflight: options.maxInflightPerStream,
+        maxMessageBytes: options.maxMessageBytes,
+        budget: options.budgets.acquire(call.getPeer()),
+        principal: principalOf(call.metadata),
+        requestOrder: call.metadata.get(STREAM_ORDER_METADATA)[0] !== "sequence",
+      });
     },
     ModelConfig: unary(logger, "ModelConfig", (m: ModelRequestMessage) => ({
       config: registry.configJson(m.name ?? "", given(m.version)),

@@ -1,11 +1,14 @@
 import { setMaxListeners } from "node:events";
-import type { MetadataValue, ServerDuplexStream } from "@grpc/grpc-js";
+import { type MetadataValue, type ServerDuplexStream, status } from "@grpc/grpc-js";
 import { asServerError, cancelled } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, SequenceId } from "../../core/infer.ts";
 import type { ModelRegistry, ServedModel } from "../../core/model.ts";
 import { inferStream } from "../../core/response-stream.ts";
+import { OrderedRelease } from "../../core/scheduler/ordered-release.ts";
+import { Deque } from "../../core/scheduler/request-queue.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { relayResponses } from "../common/kserve/decoupled-responses.ts";
+import type { ConnectionBudget } from "../common/response-budget.ts";
 import { routedSequenceId, SEQUENCE_ID_METADATA, withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
@@ -13,19 +16,26 @@ import { encodeInferResponse, streamError } from "./infer-response-encoder.ts";
 import type { ModelInferRequestMessage, ModelStreamInferResponseMessage } from "./messages.ts";
 import { encodeStreamInferResponse } from "./proto-definitions.ts";
 
-// One ModelStreamInfer call. Requests start as they arrive and each response is written
-// the moment it is ready, so many requests (of many sequences) are in flight on one
-// stream; the core resolves the requests of one sequence in arrival order, and writing
-// in completion order keeps that order. A failed request is answered in-band
-// (error_message + its id) and the stream stays open.
+// One ModelStreamInfer call. Requests start as they arrive, so many requests (of many
+// sequences) are in flight on one stream, and their answers are written in the order the
+// requests came, as Triton writes a stream's responses: clients match answers to requests
+// by position, and a request of one sequence that finishes early (another sequence's
+// request waits for a slot) waits for the answers before it. A failed request is answered
+// in-band (error_message + its id), in its turn, and the stream stays open. A client that
+// matches answers by their request id may ask for them as they complete instead (the call's
+// metadata `seqserve-stream-order: sequence`): each sequence's answers still come in its
+// own order, and a request waiting for a slot holds back no other sequence's answers.
 //
-// A decoupled model's request is answered by each of its responses as they come; it
-// counts as in flight until its last.
+// A decoupled model's request is answered by each of its responses as they come (its
+// model decides their order and number); it counts as in flight until its last.
 //
-// Back-pressure: reading stops while `maxInflight` requests are unanswered, or while the
-// client is not reading its responses (write() returned false), and resumes when both
-// clear. Unread requests then wait in HTTP/2 flow control, so a stream never makes the
-// server buffer without bound.
+// Memory: every answer is encoded as soon as it exists and counted in the connection's
+// byte budget (response-budget.ts) until grpc-js has handed it to HTTP/2; answers are
+// handed over one at a time, so those a client does not read wait here, counted, not in
+// grpc-js's queue. Reading stops while `maxInflight` requests are unanswered or while the
+// connection's budget is half used; a decoupled request's next response waits while
+// answers wait to be written. An answer that would take the connection past its budget
+// ends the stream (RESOURCE_EXHAUSTED), and the sequences whose answers were dropped end.
 //
 // Cancellation: when the call is cancelled or the connection breaks, every request still
 // in flight has its signal aborted; the core fails those not yet run with CANCELLED. The
@@ -33,11 +43,43 @@ import { encodeStreamInferResponse } from "./proto-definitions.ts";
 // to it (the core removes its listener when the request settles), and one AbortController
 // per message would be a measurable part of the per-message cost.
 
-// Responses: errors go out as messages; successful answers already encoded (see #succeed).
+// Responses: errors go out as messages; successful answers already encoded (see #prepare).
+/**
+ * Answers waiting to be written beyond which the client is taken to be behind: reading
+ * stops, and a decoupled request's next response waits (grpc-js's own high-water mark).
+ */
+const WRITE_HIGH_WATER = 16;
+
 export type StreamInferCall = ServerDuplexStream<
   ModelInferRequestMessage,
   ModelStreamInferResponseMessage | Uint8Array
 >;
+
+/** An answer ready to go: encoded, counted in the budget, and whose sequence it advanced. */
+interface Outgoing {
+  readonly message: ModelStreamInferResponseMessage | Uint8Array;
+  readonly bytes: number;
+  readonly model: ServedModel | undefined;
+  readonly sequenceId: SequenceId | undefined;
+}
+
+/** What an in-band error holds: its text and the message around it. */
+const errorBytes = (message: ModelStreamInferResponseMessage): number =>
+  (message.error_message?.length ?? 0) + (message.infer_response?.id?.length ?? 0) + 16;
+
+export interface StreamInferOptions {
+  readonly maxInflight: number;
+  readonly maxMessageBytes: number;
+  /** The connection's budget of answers waiting to be sent. */
+  readonly budget: ConnectionBudget;
+  /** The caller (its API key's name). */
+  readonly principal?: string | undefined;
+  /** Answers in request order (Triton's); false: as they complete (each sequence's in its order). */
+  readonly requestOrder?: boolean;
+}
+
+/** The metadata that asks for answers as they complete rather than in request order. */
+export const STREAM_ORDER_METADATA = "seqserve-stream-order";
 
 export class StreamInferSession {
   readonly #call: StreamInferCall;
@@ -48,32 +90,44 @@ export class StreamInferSession {
   readonly #maxMessageBytes: number;
   readonly #traceparent: MetadataValue | undefined;
   readonly #tracestate: MetadataValue | undefined;
+  readonly #budget: ConnectionBudget;
+  readonly #principal: string | undefined;
+  readonly #requestOrder: boolean;
+  readonly #stopWatchingBudget: () => void;
   /** Aborts the requests in flight when the stream goes away. */
   readonly #controller = new AbortController();
+  /** Answers leave in request order. */
+  readonly #order = new OrderedRelease();
+  /** Answers whose turn has come, waiting for the one being written. */
+  readonly #outbox = new Deque<Outgoing>();
+  /** One answer is with grpc-js (written, its callback not yet called). */
+  #writing = false;
   /** Requests accepted and not yet answered. */
   #inflight = 0;
-  #writeBlocked = false;
-  /** Decoupled requests waiting for the client to read before their next response. */
+  /** Decoupled requests waiting for the outbox to empty before their next response. */
   #drainWaiters: Promise<void> | undefined;
   #releaseDrain: (() => void) | undefined;
   #paused = false;
   #readEnded = false;
   #closed = false;
+  /** Closed while an answer was with grpc-js: the budget is released when it is done with. */
+  #releasePending = false;
 
-  constructor(
-    call: StreamInferCall,
-    registry: ModelRegistry,
-    logger: Logger,
-    maxInflight: number,
-    maxMessageBytes: number,
-  ) {
+  constructor(call: StreamInferCall, registry: ModelRegistry, logger: Logger, options: StreamInferOptions) {
     this.#call = call;
     // A balancer routes the whole stream by its metadata: its requests may leave the id out.
     this.#routedId = routedSequenceId(call.metadata.get(SEQUENCE_ID_METADATA)[0]?.toString());
     this.#registry = registry;
     this.#logger = logger;
-    this.#maxInflight = Math.max(1, maxInflight);
-    this.#maxMessageBytes = maxMessageBytes;
+    this.#maxInflight = Math.max(1, options.maxInflight);
+    this.#maxMessageBytes = options.maxMessageBytes;
+    this.#budget = options.budget;
+    this.#principal = options.principal;
+    this.#requestOrder = options.requestOrder ?? true;
+    this.#stopWatchingBudget = this.#budget.onRoom(() => {
+      this.#writeNext();
+      this.#updateFlow();
+    });
     // The stream's trace context (its call's metadata) goes with each of its requests.
     [this.#traceparent] = call.metadata.get("traceparent");
     [this.#tracestate] = call.metadata.get("tracestate");
@@ -83,14 +137,6 @@ export class StreamInferSession {
     call.on("end", () => {
       this.#readEnded = true;
       this.#maybeFinish();
-    });
-    call.on("drain", () => {
-      this.#writeBlocked = false;
-      const release = this.#releaseDrain;
-      this.#drainWaiters = undefined;
-      this.#releaseDrain = undefined;
-      release?.();
-      this.#updateFlow();
     });
     call.on("cancelled", () => this.#abandon("the client cancelled the stream"));
     call.on("error", (error: Error) => {
@@ -104,33 +150,48 @@ export class StreamInferSession {
   #accept(message: ModelInferRequestMessage): void {
     this.#inflight++;
     this.#updateFlow();
+    const turn = this.#requestOrder ? this.#order.issue() : -1;
     let pending: Promise<InferResponse>;
+    let model: ServedModel;
+    let request: InferRequest;
     try {
-      const decoded = decodeInferRequest(message, this.#controller.signal);
-      const model = this.#registry.model(decoded.modelName, decoded.modelVersion);
-      const request = withTraceContext(
+      const decoded = decodeInferRequest(message, this.#controller.signal, this.#principal);
+      model = this.#registry.model(decoded.modelName, decoded.modelVersion);
+      request = withTraceContext(
         withRoutedSequenceId(decoded.request, this.#routedId, model),
         this.#traceparent,
         this.#tracestate,
       );
       if (model.decoupled === true) {
+        // Its responses go out as they come: it holds no place in the order.
+        if (turn >= 0) this.#order.complete(turn, () => {});
         this.#relay(model, request, message.id);
         return;
       }
       pending = model.infer(request);
     } catch (error) {
-      this.#fail(error, message.id);
+      this.#answerInTurn(turn, this.#failure(error, message.id));
       return;
     }
     pending.then(
-      (response) => this.#succeed(response, message.id),
-      (error: unknown) => this.#fail(error, message.id),
+      (response) => this.#answerInTurn(turn, this.#prepare(response, message.id, model, request)),
+      (error: unknown) => this.#answerInTurn(turn, this.#failure(error, message.id)),
     );
+  }
+
+  /** Writes the answer once every earlier request has been answered (turn -1: at once). */
+  #answerInTurn(turn: number, outgoing: Outgoing | undefined): void {
+    const write = (): void => {
+      if (outgoing !== undefined) this.#send(outgoing);
+      this.#answered();
+    };
+    if (turn < 0) write();
+    else this.#order.complete(turn, write);
   }
 
   /**
    * A decoupled model's request: each response is written as it comes (Triton's
-   * `triton_final_response` on each); the next waits while the client is not reading.
+   * `triton_final_response` on each); the next waits while answers wait to be written.
    */
   #relay(model: ServedModel, request: InferRequest, requestId: string | undefined): void {
     const stream = inferStream(model, request);
@@ -139,17 +200,25 @@ export class StreamInferSession {
         stream.cancel();
         return undefined;
       }
-      const encoded = this.#encode(response, requestId);
-      if (!this.#call.write(encoded)) this.#writeBlocked = true;
+      const outgoing = this.#prepare(response, requestId, model, request);
+      if (outgoing === undefined) {
+        stream.cancel();
+        return undefined;
+      }
+      this.#send(outgoing);
       this.#updateFlow();
-      return this.#writeBlocked ? this.#drained() : undefined;
+      return this.#outbox.length >= WRITE_HIGH_WATER || this.#budget.saturated ? this.#drained() : undefined;
     }).then(
       () => this.#answered(),
-      (error: unknown) => this.#fail(error, requestId),
+      (error: unknown) => {
+        const outgoing = this.#failure(error, requestId);
+        if (outgoing !== undefined) this.#send(outgoing);
+        this.#answered();
+      },
     );
   }
 
-  /** Resolves once the client has read what was written (grpc-js 'drain'). */
+  /** Resolves once the answers waiting to be written have been. */
   #drained(): Promise<void> {
     this.#drainWaiters ??= new Promise<void>((resolve) => {
       this.#releaseDrain = resolve;
@@ -157,49 +226,110 @@ export class StreamInferSession {
     return this.#drainWaiters;
   }
 
-  #succeed(response: InferResponse, requestId: string | undefined): void {
-    // Encoded here rather than by grpc-js on write: a message over the send limit (or one
-    // that fails to encode) makes grpc-js end the whole call, which would fail every other
-    // request in flight on the stream and cancel their sequences' queued work. Seen here,
-    // it is refused in-band like any other error and the stream goes on.
-    this.#answer(this.#encode(response, requestId));
-  }
-
-  /** The response as it goes out, or an in-band error when it cannot. */
-  #encode(
+  /**
+   * The response as it goes out, counted in the budget (or an in-band error when it cannot
+   * be encoded). Encoded here rather than by grpc-js on write: a message over the send limit
+   * (or one that fails to encode) makes grpc-js end the whole call, which would fail every
+   * other request in flight on the stream and cancel their sequences' queued work. Seen
+   * here, it is refused in-band like any other error and the stream goes on. Undefined when
+   * the stream is gone or has just ended for want of budget.
+   */
+  #prepare(
     response: InferResponse,
     requestId: string | undefined,
-  ): ModelStreamInferResponseMessage | Uint8Array {
-    let encoded: Buffer;
+    model: ServedModel,
+    request: InferRequest,
+  ): Outgoing | undefined {
+    let message: ModelStreamInferResponseMessage | Uint8Array;
+    let bytes: number;
     try {
-      encoded = encodeStreamInferResponse({ infer_response: encodeInferResponse(response) });
+      const encoded = encodeStreamInferResponse({ infer_response: encodeInferResponse(response) });
+      // A negative limit is grpc-js's "unlimited".
+      if (this.#maxMessageBytes >= 0 && encoded.byteLength > this.#maxMessageBytes) {
+        message = streamError(
+          `the response is larger than the server's maximum gRPC message size (${encoded.byteLength} vs. ${this.#maxMessageBytes} bytes)`,
+          requestId,
+        );
+        bytes = errorBytes(message);
+      } else {
+        message = encoded;
+        bytes = encoded.byteLength;
+      }
     } catch (error) {
-      return streamError(asServerError(error).message, requestId);
+      message = streamError(asServerError(error).message, requestId);
+      bytes = errorBytes(message);
     }
-    // A negative limit is grpc-js's "unlimited".
-    if (this.#maxMessageBytes >= 0 && encoded.byteLength > this.#maxMessageBytes) {
-      return streamError(
-        `the response is larger than the server's maximum gRPC message size (${encoded.byteLength} vs. ${this.#maxMessageBytes} bytes)`,
-        requestId,
-      );
-    }
-    return encoded;
+    const outgoing = { message, bytes, model, sequenceId: request.sequence?.id ?? sequenceOf(response) };
+    return this.#hold(outgoing);
   }
 
-  #fail(error: unknown, requestId: string | undefined): void {
+  #failure(error: unknown, requestId: string | undefined): Outgoing | undefined {
     const serverError = asServerError(error);
     if (serverError.code === "INTERNAL" || serverError.code === "UNKNOWN") {
       this.#logger.error({ err: error, requestId }, "ModelStreamInfer request failed");
     }
-    this.#answer(streamError(serverError.message, requestId));
+    const message = streamError(serverError.message, requestId);
+    return this.#hold({ message, bytes: errorBytes(message), model: undefined, sequenceId: undefined });
   }
 
-  #answer(message: ModelStreamInferResponseMessage | Uint8Array): void {
-    if (!this.#closed && !this.#call.write(message)) this.#writeBlocked = true;
-    this.#answered();
+  /** Counts an answer in the budget; past it, the stream ends and the answer is dropped. */
+  #hold(outgoing: Outgoing): Outgoing | undefined {
+    if (this.#closed) {
+      this.#dropped(outgoing);
+      return undefined;
+    }
+    if (this.#budget.take(outgoing.bytes)) return outgoing;
+    this.#dropped(outgoing);
+    this.#overflow();
+    return undefined;
   }
 
-  /** A request is answered (a decoupled one: its last response was written). */
+  /** An answer nobody will get: its sequence moved on without its client, so it ends. */
+  #dropped(outgoing: Outgoing): void {
+    if (outgoing.model?.sequences !== undefined && outgoing.sequenceId !== undefined) {
+      outgoing.model.sequences.end(outgoing.sequenceId, "cancelled");
+    }
+  }
+
+  #send(outgoing: Outgoing): void {
+    if (this.#closed) {
+      this.#budget.give(outgoing.bytes);
+      this.#dropped(outgoing);
+      return;
+    }
+    this.#outbox.push(outgoing);
+    this.#writeNext();
+  }
+
+  /** Hands the next answer to grpc-js once it has taken the previous one. */
+  #writeNext(): void {
+    if (this.#writing || this.#closed) return;
+    const next = this.#outbox.shift();
+    if (this.#outbox.length < WRITE_HIGH_WATER / 2 && !this.#budget.saturated) {
+      const release = this.#releaseDrain;
+      this.#drainWaiters = undefined;
+      this.#releaseDrain = undefined;
+      release?.();
+    }
+    if (next === undefined) {
+      this.#maybeFinish();
+      return;
+    }
+    this.#writing = true;
+    this.#call.write(next.message, () => {
+      this.#writing = false;
+      this.#budget.give(next.bytes);
+      if (this.#closed) {
+        if (this.#releasePending) this.#budget.release();
+        this.#releasePending = false;
+        return;
+      }
+      this.#writeNext();
+      this.#updateFlow();
+    });
+  }
+
+  /** A request is answered (a decoupled one: its last response was sent). */
   #answered(): void {
     this.#inflight--;
     if (this.#closed) return;
@@ -209,7 +339,10 @@ export class StreamInferSession {
 
   #updateFlow(): void {
     if (this.#closed) return;
-    const hold = this.#writeBlocked || this.#inflight >= this.#maxInflight;
+    const hold =
+      this.#budget.saturated ||
+      this.#outbox.length >= WRITE_HIGH_WATER ||
+      this.#inflight >= this.#maxInflight;
     if (hold && !this.#paused) {
       this.#paused = true;
       this.#call.pause();
@@ -219,19 +352,50 @@ export class StreamInferSession {
     }
   }
 
-  /** The client has sent its last request and every request is answered: end with OK. */
+  /** The client has sent its last request and every answer is written: end with OK. */
   #maybeFinish(): void {
-    if (this.#closed || !this.#readEnded || this.#inflight > 0) return;
-    this.#closed = true;
+    if (this.#closed || !this.#readEnded || this.#inflight > 0 || this.#writing || this.#outbox.length > 0)
+      return;
+    this.#close();
     this.#call.end();
+  }
+
+  /**
+   * The client left more answers unread than the connection's budget: the answers waiting
+   * here are dropped (their sequences end), requests in flight are cancelled, and the call
+   * ends with RESOURCE_EXHAUSTED.
+   */
+  #overflow(): void {
+    const details = `the client is not reading its responses: more than ${this.#budget.limitBytes} bytes wait to be sent on this connection (--max-buffered-response-bytes)`;
+    this.#logger.warn({ event: "stream_overflow" }, details);
+    this.#abandon("the client did not read its responses");
+    this.#call.emit("error", { code: status.RESOURCE_EXHAUSTED, details });
+  }
+
+  #close(): void {
+    this.#closed = true;
+    this.#stopWatchingBudget();
+    // Answers never written are given back; the one with grpc-js is given back by its callback.
+    for (const outgoing of this.#outbox.drain()) {
+      this.#budget.give(outgoing.bytes);
+      this.#dropped(outgoing);
+    }
+    if (this.#writing) this.#releasePending = true;
+    else this.#budget.release();
   }
 
   /** The stream is gone: abort whatever is still in flight (already answered requests are unaffected). */
   #abandon(why: string): void {
     if (this.#closed && this.#inflight === 0) return;
-    this.#closed = true;
+    if (!this.#closed) this.#close();
     // Decoupled requests waiting to write see the stream closed and stop (their model is told).
     this.#releaseDrain?.();
     if (this.#inflight > 0) this.#controller.abort(cancelled(`request cancelled: ${why}`));
   }
+}
+
+/** The id a response names (a server-assigned one), when the request named none. */
+function sequenceOf(response: InferResponse): SequenceId | undefined {
+  const id = response.parameters.sequence_id;
+  return typeof id === "bigint" || (typeof id === "string" && id !== "") ? id : undefined;
 }

@@ -1,6 +1,7 @@
 import type { DataType, NumericArray } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
-import { type BytesElements, elementCount, formatShape, type Tensor } from "../../core/tensor.ts";
+import { type BytesElements, formatShape, type Tensor } from "../../core/tensor.ts";
+import { checkedElementCount } from "../../core/tensor-size.ts";
 import { type Int64, int64ToBigInt } from "./int64.ts";
 import type { InferTensorContentsMessage } from "./messages.ts";
 
@@ -144,7 +145,7 @@ export function decodeTensorContents(
     );
   }
   const values = contents[expected] ?? [];
-  const count = elementCount(shape);
+  const count = checkedElementCount(where.input, datatype, shape);
   if (values.length !== count) {
     throw invalidArg(
       `input '${where.input}' for model '${where.model}' has ${values.length} values in ${expected}, but shape ${formatShape(shape)} needs ${count}`,

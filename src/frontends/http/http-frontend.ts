@@ -2,7 +2,8 @@ import fastifyWebsocket from "@fastify/websocket";
 import type { ServerContext } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
-import { createHttpApp, type HttpApp } from "../common/http/http-app.ts";
+import { createHttpApp, type HttpApp, type HttpAppOptions } from "../common/http/http-app.ts";
+import type { ResponseBudgets } from "../common/response-budget.ts";
 import { tfsRestRoutes } from "../tfs/rest-routes.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
 import { generateRoutes } from "./generate/generate-routes.ts";
@@ -28,6 +29,15 @@ export interface HttpFrontendOptions {
   readonly keepAliveTimeoutMs?: number;
   /** Messages in flight per WebSocket stream before it stops reading (default 64). */
   readonly streamMaxInFlight?: number;
+  /** A WebSocket stream with no message and nothing in flight this long is closed; undefined = never. */
+  readonly streamIdleTimeoutMs?: number;
+  /** Per-connection budgets of answers waiting for slow readers (WebSocket, SSE). */
+  readonly budgets?: ResponseBudgets;
+  /** Connection and time limits, TLS, access control (see createHttpApp). */
+  readonly limits?: HttpAppOptions["limits"];
+  readonly tls?: HttpAppOptions["tls"];
+  readonly access?: HttpAppOptions["access"];
+  readonly refusals?: HttpAppOptions["refusals"];
 }
 
 export type HttpFrontend = HttpApp;
@@ -47,6 +57,10 @@ export function createHttpFrontend(options: HttpFrontendOptions): HttpFrontend {
         "Inference, health, metadata, configuration, statistics and repository control as Triton serves them, " +
         "with the sequence extension; seqserve's sequence endpoints and WebSocket sequence streams.",
     },
+    limits: options.limits,
+    tls: options.tls,
+    access: options.access,
+    refusals: options.refusals,
   });
   app.setErrorHandler(createErrorHandler(KSERVE_HTTP_STATUS, bodyLimitBytes));
   app.setNotFoundHandler((request, reply) =>
@@ -56,13 +70,20 @@ export function createHttpFrontend(options: HttpFrontendOptions): HttpFrontend {
   // WebSocket streams share the port; a message may be as large as a request body.
   app.register(fastifyWebsocket, { options: { maxPayload: bodyLimitBytes }, errorHandler: onStreamError });
   app.register(kserveRoutes, { context, bodyLimitBytes });
-  app.register(generateRoutes, { context, bodyLimitBytes });
+  app.register(generateRoutes, {
+    context,
+    bodyLimitBytes,
+    ...(options.budgets === undefined ? {} : { budgets: options.budgets }),
+  });
   app.register(sequenceRoutes, { context, bodyLimitBytes });
   app.register(tfsRestRoutes, { context, bodyLimitBytes });
   app.register(streamRoutes, {
     context,
     bodyLimitBytes,
     ...(options.streamMaxInFlight === undefined ? {} : { maxInFlight: options.streamMaxInFlight }),
+    ...(options.streamIdleTimeoutMs === undefined ? {} : { idleTimeoutMs: options.streamIdleTimeoutMs }),
+    ...(options.budgets === undefined ? {} : { budgets: options.budgets }),
+    ...(options.refusals === undefined ? {} : { refusals: options.refusals }),
   });
   return app;
 }

@@ -119,7 +119,10 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
       const headerLength = readHeaderLength(request.headers[HEADER_LENGTH], body.byteLength);
       const disconnect = watchDisconnect(request, reply);
       try {
-        const decoded = decodeInferRequest(body, headerLength, model, { signal: disconnect.signal });
+        const decoded = decodeInferRequest(body, headerLength, model, {
+          signal: disconnect.signal,
+          principal: request.principal,
+        });
         const { traceparent, tracestate } = request.headers;
         const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
         const response = await model.infer(

@@ -175,7 +175,12 @@ function onlyInput(model: ServedModel, form: string) {
   return input;
 }
 
-function arrayRequest(array: readonly unknown[], model: ServedModel, signal: AbortSignal | undefined) {
+function arrayRequest(
+  array: readonly unknown[],
+  model: ServedModel,
+  signal: AbortSignal | undefined,
+  principal: string | undefined,
+) {
   const input = onlyInput(model, "a bare JSON array");
   let shape = nestedShape(array);
   // The batch dimension may be left out: the array is then one row.
@@ -189,6 +194,7 @@ function arrayRequest(array: readonly unknown[], model: ServedModel, signal: Abo
     parameters: {},
     sequence: undefined,
     signal,
+    principal,
   };
   return request;
 }
@@ -197,6 +203,8 @@ export interface DecodeInvocationOptions {
   readonly signal: AbortSignal | undefined;
   /** Outputs go back as binary data unless the request says otherwise. */
   readonly binaryOutput: boolean;
+  /** The caller (its API key's name), for the sessions it opens. */
+  readonly principal?: string | undefined;
 }
 
 /** The body's inference request for `model`, and how its outputs are to be encoded. */
@@ -205,14 +213,18 @@ export function decodeInvocation(
   model: ServedModel,
   options: DecodeInvocationOptions,
 ): DecodedInferRequest {
-  const decodeOptions = { signal: options.signal, binaryOutputByDefault: options.binaryOutput };
+  const decodeOptions = {
+    signal: options.signal,
+    binaryOutputByDefault: options.binaryOutput,
+    principal: options.principal,
+  };
   switch (body.form) {
     case "json":
     case "binary":
       return decodeInferJson(body.json!, body.bytes, body.headerLength, model, decodeOptions);
     case "array":
       return {
-        request: arrayRequest(body.array!, model, options.signal),
+        request: arrayRequest(body.array!, model, options.signal, options.principal),
         encoding: { binaryByDefault: options.binaryOutput, binary: new Map() },
       };
     case "raw":

@@ -104,11 +104,13 @@ function prepareStep(
   model: ServedModel,
   http: FastifyRequest,
   signal: AbortSignal,
+  principal: string | undefined,
 ): Step {
   const answer = chooseAnswer(headerValue(http, "accept"), body.form, returnedOutputs(body, model));
   const decoded = decodeInvocation(body, model, {
     signal,
     binaryOutput: answer === "binary" || answer === "raw",
+    principal,
   });
   const { traceparent, tracestate } = http.headers;
   return {
@@ -189,7 +191,7 @@ export async function invocationRoutes(
       switch (intent.kind) {
         case "none": {
           const model = invokedModel(registry, target, defaultModel);
-          const step = prepareStep(body, model, request, disconnect.signal);
+          const step = prepareStep(body, model, request, disconnect.signal, request.principal);
           if (model.sequences !== undefined && step.request.sequence === undefined) {
             throw invalidArg(
               `model '${model.name}' keeps state per session: open a session with X-Amzn-SageMaker-Session-Id: ${NEW_SESSION} (or send KServe sequence parameters)`,
@@ -200,9 +202,11 @@ export async function invocationRoutes(
         case "open": {
           const model = invokedModel(registry, target, defaultModel);
           // The body is read before the session exists: a bad one opens nothing.
-          const step = body.hasInputs ? prepareStep(body, model, request, disconnect.signal) : undefined;
+          const step = body.hasInputs
+            ? prepareStep(body, model, request, disconnect.signal, request.principal)
+            : undefined;
           if (step !== undefined) refuseSequenceFields(step.request);
-          const session = await sessions.open(model);
+          const session = await sessions.open(model, request.principal);
           const value = newSessionHeaderValue(session.id, session.expiresAtMs);
           if (step === undefined) {
             reply.header(NEW_SESSION_ID_HEADER, value).header(SESSION_ID_HEADER, value);
@@ -232,11 +236,11 @@ export async function invocationRoutes(
           const model = await sessions.find(id, target);
           const close = intent.kind === "close";
           if (close && !body.hasInputs) {
-            await model.sequences!.close(id);
+            await model.sequences!.close(id, { principal: request.principal });
             reply.header(CLOSED_SESSION_ID_HEADER, id);
             return sendJson(reply, { session_id: id, closed: true });
           }
-          const step = prepareStep(body, model, request, disconnect.signal);
+          const step = prepareStep(body, model, request, disconnect.signal, request.principal);
           refuseSequenceFields(step.request);
           const response = await model.infer(
             inSession(step.request, id, close, sessionStep(step.request, attributes)),

@@ -1,7 +1,7 @@
 import type { ServerContext } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { createErrorHandler } from "../common/http/error-reply.ts";
-import { createHttpApp, type HttpApp } from "../common/http/http-app.ts";
+import { createHttpApp, type HttpApp, type HttpAppOptions } from "../common/http/http-app.ts";
 import { SAGEMAKER_HTTP_STATUS, sendSageMakerError } from "./error-status.ts";
 import { invocationRoutes } from "./invocation-routes.ts";
 import { SageMakerSessions } from "./sessions.ts";
@@ -22,6 +22,11 @@ export interface SageMakerFrontendOptions {
   readonly defaultModel?: string | undefined;
   /** How long an idle keep-alive connection stays open, in ms (node's default: 5000). */
   readonly keepAliveTimeoutMs?: number;
+  /** Connection and time limits, TLS, access control (see createHttpApp). */
+  readonly limits?: HttpAppOptions["limits"];
+  readonly tls?: HttpAppOptions["tls"];
+  readonly access?: HttpAppOptions["access"];
+  readonly refusals?: HttpAppOptions["refusals"];
 }
 
 export type SageMakerFrontend = HttpApp;
@@ -41,6 +46,10 @@ export function createSageMakerFrontend(options: SageMakerFrontendOptions): Sage
         "Amazon SageMaker's inference-container contract (GET /ping, POST /invocations) with stateful sessions, " +
         "and the runtime API's POST /endpoints/{name}/invocations for the AWS SDKs.",
     },
+    limits: options.limits,
+    tls: options.tls,
+    access: options.access,
+    refusals: options.refusals,
   });
   app.setErrorHandler(createErrorHandler(SAGEMAKER_HTTP_STATUS, limit, sendSageMakerError));
   app.setNotFoundHandler((request, reply) =>

@@ -39,7 +39,8 @@ export class SageMakerSessions {
   }
 
   /** Opens a session on `model`: a sequence that expires `ttlSecs` after now. */
-  async open(model: ServedModel): Promise<OpenedSession> {
+  /** Opens a session on `model`, owned by `owner` (the caller's API key's name). */
+  async open(model: ServedModel, owner?: string): Promise<OpenedSession> {
     const sequences = model.sequences;
     if (sequences === undefined) {
       throw invalidArg(
@@ -57,7 +58,7 @@ export class SageMakerSessions {
     // least the TTL and ends exactly when its Expires says.
     const expiresAtMs = Math.ceil((Date.now() + this.#ttlSecs * 1000) / 1000) * 1000;
     // With a shared state tier, the session exists there (any replica can continue it) before it is answered.
-    await sequences.open(id, { expiresAtMs });
+    await sequences.open(id, { expiresAtMs, owner });
     return { id, expiresAtMs };
   }
 

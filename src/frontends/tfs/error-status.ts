@@ -24,6 +24,8 @@ const TFS_STATUS: Readonly<Record<ErrorCode, TfsStatus>> = {
   INTERNAL: { grpc: grpcStatus.INTERNAL, http: 500 },
   CANCELLED: { grpc: grpcStatus.CANCELLED, http: 400 },
   RESOURCE_EXHAUSTED: { grpc: grpcStatus.RESOURCE_EXHAUSTED, http: 429 },
+  UNAUTHENTICATED: { grpc: grpcStatus.UNAUTHENTICATED, http: 401 },
+  PERMISSION_DENIED: { grpc: grpcStatus.PERMISSION_DENIED, http: 403 },
   UNKNOWN: { grpc: grpcStatus.UNKNOWN, http: 500 },
 };
 

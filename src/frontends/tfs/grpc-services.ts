@@ -4,6 +4,7 @@ import type { ServerContext } from "../../core/model.ts";
 import type { Tensor } from "../../core/tensor.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { routedSequenceId, SEQUENCE_ID_METADATA } from "../common/sequence-routing.ts";
+import { principalOf } from "../grpc/grpc-access.ts";
 import { int64ToBigInt, int64ToNumber } from "../grpc/int64.ts";
 import type { GrpcServiceRegistration } from "../grpc/service-registration.ts";
 import { unary } from "../grpc/unary-handler.ts";
@@ -41,6 +42,8 @@ import { decodeTensorProto, encodeTensorProto, sequenceIdProto, shapeOf } from "
 export interface TfsGrpcOptions {
   readonly context: ServerContext;
   readonly logger: Logger;
+  /** What a TensorProto whose one value fills its shape may expand to, in bytes. */
+  readonly maxExpandedBytes?: number;
 }
 
 /** The model a ModelSpec names (OVMS: a request without model_spec is refused). */
@@ -131,7 +134,7 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
     const inputs = new Map<string, Tensor>();
     for (const name in protos) {
       if (sequence !== undefined && SPECIAL_INPUTS.has(name)) continue;
-      inputs.set(name, decodeTensorProto(name, protos[name]!));
+      inputs.set(name, decodeTensorProto(name, protos[name]!, options.maxExpandedBytes));
     }
     const filter = message.output_filter ?? [];
     const controller = new AbortController();
@@ -146,6 +149,7 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
         sequence,
         outputs: filter.length === 0 ? undefined : filter,
         signal: controller.signal,
+        principal: principalOf(call.metadata),
       });
       const outputs: Record<string, TensorProtoMessage> = {};
       for (const output of response.outputs) outputs[output.name] = encodeTensorProto(output);

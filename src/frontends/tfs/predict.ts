@@ -62,6 +62,8 @@ export interface PredictCall {
   /** Outputs to return; undefined = all. */
   readonly outputs: readonly string[] | undefined;
   readonly signal?: AbortSignal | undefined;
+  /** The caller (its API key's name), for the sequences it starts. */
+  readonly principal?: string | undefined;
 }
 
 export interface PredictResult {
@@ -79,6 +81,7 @@ export async function predict(call: PredictCall): Promise<PredictResult> {
     parameters: {},
     sequence,
     ...(call.signal === undefined ? {} : { signal: call.signal }),
+    principal: call.principal,
   };
   const response = await call.model.infer(request);
   const assigned = response.parameters.sequence_id;

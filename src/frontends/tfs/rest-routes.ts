@@ -353,6 +353,7 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
           sequence,
           outputs: undefined,
           signal: disconnect.signal,
+          principal: request.principal,
         });
         const body =
           decoded.rows === undefined

@@ -1,6 +1,7 @@
 import { allocateArray, type DataType, type NumericArray } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
-import { elementCount, formatShape, type NumericTensor, type Tensor } from "../../core/tensor.ts";
+import { formatShape, type NumericTensor, type Tensor } from "../../core/tensor.ts";
+import { checkedElementCount } from "../../core/tensor-size.ts";
 import { decodeRawTensor, encodeRawTensor } from "../common/raw-tensor.ts";
 import { type Int64, int64ToBigInt, int64ToNumber } from "../grpc/int64.ts";
 import type { TensorProtoMessage, TensorShapeMessage } from "./messages.ts";
@@ -83,15 +84,22 @@ function valuesOf(
   return data;
 }
 
-/** The tensor a request's TensorProto carries; INVALID_ARG naming the input when it cannot be read. */
-export function decodeTensorProto(input: string, proto: TensorProtoMessage): Tensor {
+/**
+ * The tensor a request's TensorProto carries; INVALID_ARG naming the input when it cannot be
+ * read. A single value fills its shape: the tensor may then take at most `maxFillBytes`.
+ */
+export function decodeTensorProto(
+  input: string,
+  proto: TensorProtoMessage,
+  maxFillBytes = Number.POSITIVE_INFINITY,
+): Tensor {
   const dtype = proto.dtype ?? 0;
   const datatype = datatypeOfTf(dtype);
   if (datatype === undefined) {
     throw invalidArg(`input '${input}' has dtype ${tfDtypeName(dtype)}, which seqserve does not serve`);
   }
   const shape = checkShape(input, proto.tensor_shape);
-  const count = elementCount(shape);
+  const count = checkedElementCount(input, datatype, shape);
   const expected = VAL_FIELD_OF[datatype];
   const content = proto.tensor_content;
   let given: ValField | undefined;
@@ -120,6 +128,7 @@ export function decodeTensorProto(input: string, proto: TensorProtoMessage): Ten
     );
   }
   const values = proto[given] as readonly unknown[];
+  if (values.length === 1) checkedElementCount(input, datatype, shape, maxFillBytes);
   const data = valuesOf(input, datatype, given, values, count);
   return { datatype, shape, data } as Tensor;
 }

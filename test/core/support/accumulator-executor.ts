@@ -1,3 +1,4 @@
+import { internal } from "../../../src/core/errors.ts";
 import type { ExecutionResult, ModelExecutor } from "../../../src/core/executor.ts";
 import type { ModelConfig } from "../../../src/core/model-config.ts";
 import type { Tensor } from "../../../src/core/tensor.ts";
@@ -43,7 +44,8 @@ export class AccumulatorExecutor implements ModelExecutor {
     if (this.#gate !== undefined) await this.#gate;
     if (this.#failures > 0) {
       this.#failures--;
-      throw new Error("the accumulator failed on purpose");
+      // As a real executor fails: with a ServerError (anything else is a bug, reported generically).
+      throw internal("the accumulator failed on purpose");
     }
     const out = new Int32Array(rows);
     const a = input.data as Int32Array;

@@ -1,4 +1,5 @@
 import {
+  type ChannelCredentials,
   type ChannelOptions,
   Client,
   type ClientDuplexStream,
@@ -41,8 +42,12 @@ function method(service: string, name: string): Method {
 export class TestClient {
   readonly #client: Client;
 
-  constructor(port: number, options: ChannelOptions = {}) {
-    this.#client = new Client(`127.0.0.1:${port}`, credentials.createInsecure(), {
+  constructor(
+    port: number,
+    options: ChannelOptions = {},
+    channel: ChannelCredentials = credentials.createInsecure(),
+  ) {
+    this.#client = new Client(`${channel._isSecure() ? "localhost" : "127.0.0.1"}:${port}`, channel, {
       "grpc.max_receive_message_length": -1,
       "grpc.max_send_message_length": -1,
       ...options,

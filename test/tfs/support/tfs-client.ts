@@ -1,4 +1,4 @@
-import { Client, credentials, type ServiceError } from "@grpc/grpc-js";
+import { type ChannelOptions, Client, credentials, type ServiceError } from "@grpc/grpc-js";
 import type { MethodDefinition } from "@grpc/proto-loader";
 import {
   MODEL_SERVICE_NAME,
@@ -33,9 +33,10 @@ export interface PredictResponseJs {
 export class TfsClient {
   readonly #client: Client;
 
-  constructor(port: number) {
+  constructor(port: number, options: ChannelOptions = {}) {
     this.#client = new Client(`127.0.0.1:${port}`, credentials.createInsecure(), {
       "grpc.max_receive_message_length": -1,
+      ...options,
     });
   }
 

@@ -1,6 +1,12 @@
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
+import type { Socket } from "node:net";
 import Fastify, { type FastifyInstance, type FastifyRequest, LogController } from "fastify";
+import type { TlsOptions } from "../../../config/security-options.ts";
+import type { Refusals } from "../../../core/refusals.ts";
 import type { Logger } from "../../../observability/logger.ts";
+import type { AccessPolicy } from "../access/access-policy.ts";
+import { guardHttpApp } from "../access/http-access.ts";
+import { HttpError } from "./http-error.ts";
 import { documentRoutes, type OpenApiInfo } from "./openapi.ts";
 import { readRequestBody } from "./request-body.ts";
 import { compressResponses } from "./response-compression.ts";
@@ -9,6 +15,18 @@ import { compressResponses } from "./response-compression.ts";
 // route, as raw bytes whatever the Content-Type (clients differ), decompressed, within the
 // size limit; responses compressed for clients that ask; an OpenAPI document of the routes
 // at GET /openapi.json. Each family adds its own error table, and routes with their schemas.
+// What a client can make it hold is bounded: connections, the request head, the time to
+// send headers and a whole request, idle keep-alive connections; and access control
+// (http-access.ts) runs before anything else a request does.
+
+/** Connection and time limits of an HTTP server. */
+export interface HttpLimits {
+  readonly maxConnections: number;
+  readonly maxHeaderBytes: number;
+  readonly headerTimeoutMs: number;
+  readonly requestTimeoutMs: number;
+  readonly keepAliveTimeoutMs: number;
+}
 
 export interface HttpAppOptions {
   readonly logger: Logger;
@@ -20,24 +38,110 @@ export interface HttpAppOptions {
   readonly keepAliveTimeoutMs?: number | undefined;
   /** What the OpenAPI document says the server is. */
   readonly openapi: OpenApiInfo;
+  /** Connection and time limits (node's and fastify's defaults when absent). */
+  readonly limits?: HttpLimits | undefined;
+  /** HTTPS with these certificates. */
+  readonly tls?: TlsOptions | undefined;
+  /** Who may call which route, and from which web origins. */
+  readonly access?:
+    | { readonly policy: AccessPolicy; readonly corsAllowOrigins: readonly string[] }
+    | undefined;
+  readonly refusals?: Refusals | undefined;
 }
 
 export type HttpApp = FastifyInstance<Server, IncomingMessage, ServerResponse, Logger>;
 
+function httpsOptions(tls: TlsOptions): Record<string, unknown> {
+  return {
+    cert: tls.cert,
+    key: tls.key,
+    ...(tls.rootCert === undefined ? {} : { ca: tls.rootCert }),
+    ...(tls.mutual ? { requestCert: true, rejectUnauthorized: true } : {}),
+  };
+}
+
+/**
+ * A refusal written straight to a socket whose request never reached a route; only on a
+ * socket nothing was written to yet (on a kept-alive one the client could take it for the
+ * answer to a request it sends next).
+ */
+function refuseOnSocket(socket: Socket, status: number, reason: string, message: string): void {
+  if (!socket.writable || socket.bytesWritten > 0) {
+    socket.destroy();
+    return;
+  }
+  const body = JSON.stringify({ error: message });
+  socket.end(
+    `HTTP/1.1 ${status} ${reason}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  );
+}
+
 export function createHttpApp(options: HttpAppOptions): HttpApp {
-  const { bodyLimitBytes } = options;
+  const { bodyLimitBytes, limits, refusals } = options;
+  const keepAliveTimeoutMs = limits?.keepAliveTimeoutMs ?? options.keepAliveTimeoutMs;
   const app = Fastify({
     loggerInstance: options.logger,
     // One log line per request is too much at thousands of requests per second.
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: bodyLimitBytes,
-    ...(options.keepAliveTimeoutMs === undefined ? {} : { keepAliveTimeout: options.keepAliveTimeoutMs }),
+    ...(keepAliveTimeoutMs === undefined ? {} : { keepAliveTimeout: keepAliveTimeoutMs }),
+    ...(limits === undefined
+      ? {}
+      : {
+          requestTimeout: limits.requestTimeoutMs,
+          http: {
+            maxHeaderSize: limits.maxHeaderBytes,
+            // How often node looks for requests past their time (its default, 30 s, would
+            // let a request live up to 30 s past its limit).
+            connectionsCheckingInterval: Math.max(
+              250,
+              Math.min(30_000, limits.headerTimeoutMs / 4, limits.requestTimeoutMs / 4),
+            ),
+          },
+        }),
+    ...(options.tls === undefined ? {} : { https: httpsOptions(options.tls) }),
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 2048 },
-  });
+    // Requests refused before fastify sees them (a head too large, a request too slow)
+    // are answered with the reason and counted.
+    clientErrorHandler: (error: NodeJS.ErrnoException, socket: Socket) => {
+      if (error.code === "ECONNRESET" || socket.destroyed) return;
+      if (error.code === "HPE_HEADER_OVERFLOW") {
+        refusals?.refused("http_header_bytes");
+        refuseOnSocket(
+          socket,
+          431,
+          "Request Header Fields Too Large",
+          `the request head is larger than the limit of ${limits?.maxHeaderBytes ?? 16384} bytes`,
+        );
+      } else if (error.code === "ERR_HTTP_REQUEST_TIMEOUT") {
+        refusals?.refused("http_request_timeout");
+        refuseOnSocket(socket, 408, "Request Timeout", "the request was not received in time");
+      } else {
+        refuseOnSocket(socket, 400, "Bad Request", "the request is not valid HTTP");
+      }
+    },
+  }) as unknown as HttpApp;
+  if (limits !== undefined) {
+    app.server.headersTimeout = limits.headerTimeoutMs;
+    app.server.maxConnections = limits.maxConnections;
+    app.server.on("drop", () => refusals?.refused("http_connections"));
+  }
+  if (options.access !== undefined)
+    guardHttpApp(app as unknown as FastifyInstance, { ...options.access, refusals });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("*", (request: FastifyRequest, payload: IncomingMessage) =>
     readRequestBody(payload, request.headers, bodyLimitBytes),
   );
+  app.addHook("onError", async (_request, _reply, error) => {
+    const status = error instanceof HttpError ? error.status : (error as { statusCode?: unknown }).statusCode;
+    if (status === 413) refusals?.refused("http_body_bytes");
+  });
+  // A WebSocket upgrade refused with an HTTP answer (a 401 from access control, which runs
+  // before the WebSocket plugin's own hooks) closes its connection once answered: node has
+  // handed the socket over for the upgrade, and left open it would outlive the server.
+  app.addHook("onResponse", async (request, reply) => {
+    if (request.headers.upgrade !== undefined && reply.statusCode >= 400) request.raw.socket?.destroy();
+  });
   app.addHook("onSend", compressResponses(options.compressMinBytes));
   documentRoutes(app, options.openapi);
   return app;

@@ -36,6 +36,8 @@ export interface DecodeOptions {
    * to ask for JSON). A stream sets it once for the whole connection.
    */
   readonly binaryOutputByDefault?: boolean | undefined;
+  /** The caller (its API key's name), for the sequences it starts. */
+  readonly principal?: string | undefined;
 }
 
 /** The JSON part of an inference request, parsed once; `text` is kept to read uint64 ids exactly. */
@@ -275,6 +277,7 @@ export function decodeRawBody(body: Buffer, model: ServedModel, options: DecodeO
     parameters: {},
     sequence: undefined,
     signal: options.signal,
+    principal: options.principal,
   };
   // Over HTTP a raw request has nowhere to ask for JSON: its outputs come back binary, as in Triton.
   const binaryByDefault = options.binaryOutputByDefault ?? true;
@@ -330,6 +333,7 @@ export function decodeInferJson(
     parameters,
     sequence,
     signal: options.signal,
+    principal: options.principal,
   };
   return { request, encoding };
 }

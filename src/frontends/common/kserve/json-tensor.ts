@@ -5,13 +5,8 @@ import {
   type NumericDataType,
 } from "../../../core/datatype.ts";
 import { invalidArg } from "../../../core/errors.ts";
-import {
-  type BytesElements,
-  elementCount,
-  formatShape,
-  type NumericTensor,
-  type Tensor,
-} from "../../../core/tensor.ts";
+import { type BytesElements, formatShape, type NumericTensor, type Tensor } from "../../../core/tensor.ts";
+import { checkedElementCount } from "../../../core/tensor-size.ts";
 
 // Tensor data in the KServe v2 JSON form: a flat or nested (row-major) array of JSON
 // values, one per element. Reading copies flat data straight into the datatype's typed
@@ -203,7 +198,12 @@ export function decodeJsonTensor(
   if (!Array.isArray(data)) {
     throw invalidArg(`unable to parse 'data' for input '${input}': expected an array, got ${describe(data)}`);
   }
-  const count = elementCount(shape);
+  const count = checkedElementCount(input, datatype, shape);
+  // Flat data (the common case) is read in place; nested data is flattened first. The
+  // element count is checked against the data before the tensor is allocated.
+  let source: readonly unknown[] = Array.isArray(data[0]) ? flattenLeaves(data) : data;
+  if (source.length !== count && source === data) source = flattenLeaves(data);
+  if (source.length !== count) throw countError(input, shape, count, source.length);
   let tensorData: NumericArray | BytesElements;
   let fill: Fill;
   if (datatype === "BYTES") {
@@ -215,10 +215,6 @@ export function decodeJsonTensor(
     fill = numericFill(input, datatype, array);
     tensorData = array;
   }
-  // Flat data (the common case) is read in place; nested data is flattened first.
-  let source: readonly unknown[] = Array.isArray(data[0]) ? flattenLeaves(data) : data;
-  if (source.length !== count && source === data) source = flattenLeaves(data);
-  if (source.length !== count) throw countError(input, shape, count, source.length);
   if (fill(source) !== -1) {
     source = flattenLeaves(source);
     if (source.length !== count) throw countError(input, shape, count, source.length);

@@ -72,6 +72,7 @@ export function decodeGenerateRequest(
   body: JsonObject,
   model: ServedModel,
   signal: AbortSignal,
+  principal?: string,
 ): InferRequest {
   const id = body.id;
   if (id !== undefined && typeof id !== "string") {
@@ -87,6 +88,7 @@ export function decodeGenerateRequest(
     parameters,
     sequence: readSequenceControl(parameters),
     signal,
+    principal,
   };
 }
 

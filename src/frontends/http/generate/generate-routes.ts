@@ -6,6 +6,7 @@ import { type InferResponseStream, inferStream } from "../../../core/response-st
 import { watchDisconnect } from "../../common/http/client-disconnect.ts";
 import { createErrorHandler } from "../../common/http/error-reply.ts";
 import { readJsonBody } from "../../common/http/json-body.ts";
+import type { ResponseBudgets } from "../../common/response-budget.ts";
 import { routedSequenceId, SEQUENCE_ID_HEADER, withRoutedSequenceId } from "../../common/sequence-routing.ts";
 import { KSERVE_HTTP_STATUS } from "../error-status.ts";
 import { MODEL_PATHS, type ModelParams } from "../kserve-routes.ts";
@@ -24,6 +25,8 @@ import { decodeGenerateRequest, encodeGenerateResponse } from "./generate-codec.
 export interface GenerateRoutesOptions {
   readonly context: ServerContext;
   readonly bodyLimitBytes: number;
+  /** Per-connection budgets of answers waiting for slow readers. */
+  readonly budgets?: ResponseBudgets;
 }
 
 type GenerateRequest = FastifyRequest<{ Params: ModelParams; Body: Record<string, unknown> }>;
@@ -83,6 +86,7 @@ const sse = (json: string): string => `data: ${json}\n\n`;
 
 async function generate(
   context: ServerContext,
+  budgets: ResponseBudgets | undefined,
   request: GenerateRequest,
   reply: FastifyReply,
   streaming: boolean,
@@ -95,7 +99,11 @@ async function generate(
     const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
     stream = inferStream(
       model,
-      withRoutedSequenceId(decodeGenerateRequest(request.body, model, disconnect.signal), routed, model),
+      withRoutedSequenceId(
+        decodeGenerateRequest(request.body, model, disconnect.signal, request.principal),
+        routed,
+        model,
+      ),
     );
     const responses = stream[Symbol.asyncIterator]();
     const first = await responses.next();
@@ -113,9 +121,18 @@ async function generate(
     const raw = reply.raw;
     raw.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
     let next = first;
+    // Events count against the connection's budget until the socket has taken them.
+    const budget = budgets?.acquire(raw.socket ?? raw);
     try {
       while (next.done !== true) {
-        if (!raw.write(sse(encodeGenerateResponse(next.value)))) {
+        const event = sse(encodeGenerateResponse(next.value));
+        const bytes = Buffer.byteLength(event);
+        if (budget !== undefined && !budget.take(bytes)) {
+          await responses.return?.();
+          raw.destroy();
+          return undefined;
+        }
+        if (!raw.write(event, () => budget?.give(bytes))) {
           await Promise.race([once(raw, "drain"), once(raw, "close")]);
         }
         if (raw.destroyed) {
@@ -126,6 +143,8 @@ async function generate(
       }
     } catch (error) {
       raw.write(sse(JSON.stringify({ error: asServerError(error).message })));
+    } finally {
+      budget?.release();
     }
     raw.end();
     return undefined;
@@ -135,13 +154,13 @@ async function generate(
 }
 
 export async function generateRoutes(app: FastifyInstance, options: GenerateRoutesOptions): Promise<void> {
-  const { context } = options;
+  const { context, budgets } = options;
   app.setErrorHandler(createErrorHandler(KSERVE_HTTP_STATUS, options.bodyLimitBytes));
   for (const path of MODEL_PATHS) {
     app.post(
       `${path}/generate`,
       { schema: { ...SCHEMA, operationId: operationId("modelGenerate", path) }, preValidation: parseBody },
-      (request: GenerateRequest, reply) => generate(context, request, reply, false),
+      (request: GenerateRequest, reply) => generate(context, budgets, request, reply, false),
     );
     app.post(
       `${path}/generate_stream`,
@@ -149,7 +168,7 @@ export async function generateRoutes(app: FastifyInstance, options: GenerateRout
         schema: { ...STREAM_SCHEMA, operationId: operationId("modelGenerateStream", path) },
         preValidation: parseBody,
       },
-      (request: GenerateRequest, reply) => generate(context, request, reply, true),
+      (request: GenerateRequest, reply) => generate(context, budgets, request, reply, true),
     );
   }
 }

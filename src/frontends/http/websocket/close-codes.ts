@@ -3,6 +3,10 @@
 export const CLOSE_CODES = {
   /** The sequence ended at the client's request (an END request or the end message). */
   sequenceEnded: 1000,
+  /** The stream sent no message for --http-stream-idle-timeout-secs with nothing in flight. */
+  goingAway: 1001,
+  /** The client left more answers unread than --max-buffered-response-bytes allows. */
+  policyViolation: 1008,
   /** A message larger than the body limit (sent by `ws` itself, which enforces maxPayload). */
   messageTooBig: 1009,
   /** The server failed in a way that left the stream unusable. */

@@ -17,6 +17,7 @@ import {
   parseInferJson,
 } from "../../common/kserve/infer-request-decoder.ts";
 import { encodeInferResponse } from "../../common/kserve/infer-response-encoder.ts";
+import type { ConnectionBudget } from "../../common/response-budget.ts";
 import { CLOSE_CODES, isDeliberateClose } from "./close-codes.ts";
 import { SequenceOwners } from "./sequence-owners.ts";
 import {
@@ -57,6 +58,10 @@ export interface StreamLimits {
   readonly maxInFlight: number;
   /** Bytes waiting to be sent beyond which reading stops until the client catches up. */
   readonly writeHighWaterBytes: number;
+  /** A stream with no message and nothing in flight this long is closed (1001); undefined = never. */
+  readonly idleTimeoutMs?: number | undefined;
+  /** Told when a stream is closed for idling. */
+  readonly onIdleClose?: (() => void) | undefined;
 }
 
 /** One message, from arrival to answer. */
@@ -87,11 +92,8 @@ class StreamEntry {
   }
 }
 
-/** The entry's one answer: it is complete. */
-function answer(entry: StreamEntry, data: string | Buffer): void {
-  entry.answers.push(data);
-  entry.complete = true;
-}
+/** What an answer holds in memory (a string's length: answers are JSON, one byte a character). */
+const sizeOf = (data: string | Buffer): number => (typeof data === "string" ? data.length : data.byteLength);
 
 function asBuffer(data: RawData): Buffer {
   if (Buffer.isBuffer(data)) return data;
@@ -152,6 +154,12 @@ export class StreamConnection {
   #lateEnd: SequenceEndReason | undefined;
   #paused = false;
   #writeBlocked = false;
+  /** The connection's budget of answers waiting to be sent (response-budget.ts). */
+  readonly #budget: ConnectionBudget;
+  readonly #stopWatchingBudget: () => void;
+  /** Sizes of the answers handed to the socket, in order, given back as each is sent. */
+  readonly #sentSizes = new Deque<number>();
+  #idleTimer: NodeJS.Timeout | undefined;
 
   constructor(
     socket: WebSocket,
@@ -160,8 +168,14 @@ export class StreamConnection {
     limits: StreamLimits,
     owners: SequenceOwners,
     logger: FastifyBaseLogger,
+    budget: ConnectionBudget,
+    principal?: string,
   ) {
     this.#socket = socket;
+    this.#budget = budget;
+    this.#stopWatchingBudget = budget.onRoom(() => {
+      if (!this.#closing) this.#advance();
+    });
     this.#model = model;
     this.#sequences = model.sequences;
     this.#raw = options.format === "raw";
@@ -173,14 +187,19 @@ export class StreamConnection {
     const signal = this.#controller.signal;
     // One listener per request in flight, so up to maxInFlight: not a leak.
     setMaxListeners(0, signal);
-    this.#binaryOptions = { signal, binaryOutputByDefault: options.binaryOutput ?? true };
-    this.#textOptions = { signal, binaryOutputByDefault: options.binaryOutput ?? false };
+    this.#binaryOptions = { signal, binaryOutputByDefault: options.binaryOutput ?? true, principal };
+    this.#textOptions = { signal, binaryOutputByDefault: options.binaryOutput ?? false, principal };
+    if (limits.idleTimeoutMs !== undefined) {
+      this.#idleTimer = setTimeout(this.#onIdle, limits.idleTimeoutMs);
+      this.#idleTimer.unref();
+    }
     socket.binaryType = "nodebuffer";
     socket.on("message", (data: RawData, isBinary: boolean) => this.#receive(data, isBinary));
     socket.on("close", (code: number) => this.#onClose(code));
   }
 
   #receive(data: RawData, isBinary: boolean): void {
+    this.#idleTimer?.refresh();
     // After the end, or once closing, messages are not answered.
     if (this.#stopped) return;
     this.#waiting.push(new StreamEntry(asBuffer(data), isBinary));
@@ -194,7 +213,8 @@ export class StreamConnection {
   }
 
   #pump(): void {
-    while (!this.#stopped && this.#running < this.#limits.maxInFlight) {
+    // A connection whose answers wait for its client starts nothing more until they drain.
+    while (!this.#stopped && this.#running < this.#limits.maxInFlight && !this.#budget.saturated) {
       // The start runs alone: whether later messages can continue a sequence depends on it.
       if (this.#startRunning) return;
       const entry = this.#waiting.shift();
@@ -218,7 +238,7 @@ export class StreamConnection {
       request = this.#sequenced(entry, decoded.request);
     } catch (error) {
       // A message that cannot be decoded is answered and skipped; it starts nothing.
-      answer(entry, errorText(asServerError(error).message, entry.requestId));
+      this.#answer(entry, errorText(asServerError(error).message, entry.requestId));
       return;
     }
     if (entry.starts) {
@@ -348,12 +368,54 @@ export class StreamConnection {
   }
 
   #push(entry: StreamEntry, response: InferResponse): void {
+    let data: string | Buffer;
     try {
-      entry.answers.push(this.#encode(response, entry.encoding!));
+      data = this.#encode(response, entry.encoding!);
     } catch (error) {
-      entry.answers.push(errorText(asServerError(error).message, entry.requestId));
+      data = errorText(asServerError(error).message, entry.requestId);
     }
+    this.#hold(entry, data);
   }
+
+  /** The entry's one answer: it is complete. */
+  #answer(entry: StreamEntry, data: string | Buffer): void {
+    this.#hold(entry, data);
+    entry.complete = true;
+  }
+
+  /**
+   * Keeps an answer until its turn to be sent, counted in the connection's budget; an
+   * answer the budget has no room for is dropped and the stream ends (its client is not
+   * reading what it asked for).
+   */
+  #hold(entry: StreamEntry, data: string | Buffer): void {
+    if (this.#closing) return;
+    if (!this.#budget.take(sizeOf(data))) {
+      this.#overflow();
+      return;
+    }
+    entry.answers.push(data);
+  }
+
+  #overflow(): void {
+    const message = `the client is not reading its answers: more than ${this.#budget.limitBytes} bytes wait to be sent on this connection (--max-buffered-response-bytes)`;
+    if (this.#sequences !== undefined && !this.#over && this.#established && this.#id !== undefined) {
+      this.#endSequence("cancelled");
+    }
+    this.#over = true;
+    this.#close(CLOSE_CODES.policyViolation, message);
+  }
+
+  /** No message for the idle timeout: closed when nothing is in flight either. */
+  readonly #onIdle = (): void => {
+    if (this.#closing) return;
+    if (this.#waiting.length + this.#answering.length > 0) {
+      this.#idleTimer?.refresh();
+      return;
+    }
+    this.#limits.onIdleClose?.();
+    this.#close(CLOSE_CODES.goingAway, "the stream was idle");
+  };
 
   /** A request is answered (`response`: its one answer; undefined: a decoupled request's responses were sent). */
   #answered(entry: StreamEntry, response: InferResponse | undefined): void {
@@ -391,7 +453,7 @@ export class StreamConnection {
         failure.message,
       );
     }
-    answer(entry, errorText(failure.message, entry.requestId));
+    this.#answer(entry, errorText(failure.message, entry.requestId));
     if (entry.ends) {
       // The client asked for the end: the sequence ends whether or not its last request ran.
       if (this.#established) this.#endSequence("end");
@@ -442,7 +504,7 @@ export class StreamConnection {
     const id = this.#established ? this.#id : undefined;
     if (id !== undefined) this.#endSequence("end");
     this.#over = true;
-    answer(entry, endText(id));
+    this.#answer(entry, endText(id));
     entry.closeCode = CLOSE_CODES.sequenceEnded;
     entry.closeText = "sequence ended";
   }
@@ -469,7 +531,7 @@ export class StreamConnection {
   /** Another stream started this sequence's id again: the sequence is no longer this stream's. */
   #takenOver(entry: StreamEntry): void {
     const message = `sequence ${formatSequenceId(this.#id!)} of model '${this.#model.name}' was started again by another stream`;
-    answer(entry, errorText(message, entry.requestId));
+    this.#answer(entry, errorText(message, entry.requestId));
     entry.closeCode = CLOSE_CODES.sequenceGone;
     entry.closeText = message;
     this.#stopped = true;
@@ -477,12 +539,14 @@ export class StreamConnection {
   }
 
   #send(data: string | Buffer): void {
+    this.#sentSizes.push(sizeOf(data));
     this.#socket.send(data, this.#onSent);
     if (this.#socket.bufferedAmount > this.#limits.writeHighWaterBytes) this.#writeBlocked = true;
   }
 
   /** Called as each answer reaches the socket: reading resumes once the backlog halves. */
   readonly #onSent = (): void => {
+    this.#budget.give(this.#sentSizes.shift() ?? 0);
     if (!this.#writeBlocked || this.#socket.bufferedAmount > this.#limits.writeHighWaterBytes / 2) return;
     this.#writeBlocked = false;
     const head = this.#answering.peek();
@@ -493,7 +557,9 @@ export class StreamConnection {
   #updateFlow(): void {
     if (this.#closing) return;
     const full =
-      this.#writeBlocked || this.#waiting.length + this.#answering.length >= this.#limits.maxInFlight;
+      this.#writeBlocked ||
+      this.#budget.saturated ||
+      this.#waiting.length + this.#answering.length >= this.#limits.maxInFlight;
     if (full === this.#paused) return;
     this.#paused = full;
     if (full) this.#socket.pause();
@@ -513,6 +579,9 @@ export class StreamConnection {
   }
 
   #onClose(code: number): void {
+    if (this.#idleTimer !== undefined) clearTimeout(this.#idleTimer);
+    this.#stopWatchingBudget();
+    this.#budget.release();
     this.#closed = true;
     this.#closing = true;
     this.#stopped = true;

@@ -1,8 +1,10 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { WebSocket } from "ws";
 import type { ModelRegistry, ServedModel, ServerContext } from "../../../core/model.ts";
+import type { Refusals } from "../../../core/refusals.ts";
 import { createErrorHandler } from "../../common/http/error-reply.ts";
 import { HttpError } from "../../common/http/http-error.ts";
+import { ResponseBudgets } from "../../common/response-budget.ts";
 import { SEQUENCE_ID_HEADER } from "../../common/sequence-routing.ts";
 import { KSERVE_HTTP_STATUS } from "../error-status.ts";
 import { MODEL_PATHS, type ModelParams } from "../kserve-routes.ts";
@@ -26,6 +28,11 @@ export interface StreamRoutesOptions {
   readonly maxInFlight?: number;
   /** Bytes waiting to be sent per connection before reading stops (default 1 MiB). */
   readonly writeHighWaterBytes?: number;
+  /** A stream with no message and nothing in flight this long is closed; undefined = never. */
+  readonly idleTimeoutMs?: number;
+  /** Per-connection budgets of answers waiting to be sent (default: unbounded). */
+  readonly budgets?: ResponseBudgets;
+  readonly refusals?: Refusals;
 }
 
 interface StreamTarget {
@@ -68,7 +75,10 @@ export async function streamRoutes(app: FastifyInstance, options: StreamRoutesOp
   const limits: StreamLimits = {
     maxInFlight: Math.max(1, options.maxInFlight ?? 64),
     writeHighWaterBytes: options.writeHighWaterBytes ?? 1 << 20,
+    idleTimeoutMs: options.idleTimeoutMs,
+    onIdleClose: () => options.refusals?.refused("http_stream_idle_timeout"),
   };
+  const budgets = options.budgets ?? new ResponseBudgets(Number.POSITIVE_INFINITY);
   const owners = new SequenceOwners();
   const targets = new WeakMap<FastifyRequest, StreamTarget>();
   app.setErrorHandler(createErrorHandler(KSERVE_HTTP_STATUS, options.bodyLimitBytes));
@@ -94,7 +104,16 @@ export async function streamRoutes(app: FastifyInstance, options: StreamRoutesOp
           socket.close(CLOSE_CODES.internalError, closeReason("the stream lost its model"));
           return;
         }
-        new StreamConnection(socket, target.model, target.options, limits, owners, request.log);
+        new StreamConnection(
+          socket,
+          target.model,
+          target.options,
+          limits,
+          owners,
+          request.log,
+          budgets.acquire(request.raw.socket),
+          request.principal,
+        );
       },
     });
   }

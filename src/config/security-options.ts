@@ -1,0 +1,145 @@
+// What makes the server safe to expose: limits on everything a client can make it hold
+// (in bytes and in time), who may call which API, TLS, and which web origins may call it
+// from a browser. Validated once by the CLI (or the embedding program) and frozen.
+
+/**
+ * The API groups access is granted by: Triton's restricted-API categories (the spelling
+ * of --http-restricted-api and --grpc-restricted-protocol), plus seqserve's sequences API
+ * and metrics endpoint.
+ */
+export const API_GROUPS = [
+  "health",
+  "metadata",
+  "inference",
+  "shared-memory",
+  "model-config",
+  "model-repository",
+  "statistics",
+  "trace",
+  "logging",
+  "sequences",
+  "metrics",
+] as const;
+
+export type ApiGroup = (typeof API_GROUPS)[number];
+
+export function isApiGroup(value: string): value is ApiGroup {
+  return (API_GROUPS as readonly string[]).includes(value);
+}
+
+/** An API key (bearer token): who holds it (its name) and which API groups it opens. */
+export interface ApiKey {
+  /** Names the caller in logs and owns the sequences it starts; never the secret itself. */
+  readonly name: string;
+  readonly secret: string;
+  readonly groups: readonly ApiGroup[];
+}
+
+/** Triton's restriction: a group answers only requests carrying `header: value`. */
+export interface HeaderRestriction {
+  /** Lower case, as HTTP and gRPC metadata present names. */
+  readonly header: string;
+  readonly value: string;
+}
+
+export interface AccessOptions {
+  /** API keys; when there is any, every group not in `openGroups` needs a key that opens it. */
+  readonly apiKeys: readonly ApiKey[];
+  /** Groups open without a key even when keys are configured. */
+  readonly openGroups: readonly ApiGroup[];
+  /** --http-restricted-api: per group, the header HTTP requests must carry. */
+  readonly httpRestrictions: Readonly<Partial<Record<ApiGroup, HeaderRestriction>>>;
+  /** --grpc-restricted-protocol: per group, the metadata gRPC calls must carry. */
+  readonly grpcRestrictions: Readonly<Partial<Record<ApiGroup, HeaderRestriction>>>;
+}
+
+/** PEM contents, read at start. */
+export interface TlsOptions {
+  readonly cert: Buffer;
+  readonly key: Buffer;
+  /** CA certificates client certificates are checked against (mutual TLS). */
+  readonly rootCert: Buffer | undefined;
+  /** Require and verify a client certificate. */
+  readonly mutual: boolean;
+}
+
+export interface LimitOptions {
+  /** Instances (worker threads) one model version may ask for, in its config or a load request. */
+  readonly maxInstancesPerModel: number;
+  /** Longest string sequence id, in UTF-8 bytes. */
+  readonly maxSequenceIdBytes: number;
+  /** Answers a connection's streams (gRPC, WebSocket, SSE) may have waiting to be sent. */
+  readonly maxBufferedResponseBytes: number;
+  /** What one gzip / deflate gRPC message may inflate to. */
+  readonly grpcMaxDecompressedBytes: number;
+  /** Largest HTTP request head (request line and headers). */
+  readonly httpMaxHeaderBytes: number;
+  /** Time to receive a request's headers. */
+  readonly httpHeaderTimeoutSecs: number;
+  /** Time to receive a whole request, body included. */
+  readonly httpRequestTimeoutSecs: number;
+  /** How long an idle keep-alive connection stays open. */
+  readonly httpKeepAliveTimeoutSecs: number;
+  /** A WebSocket stream with no message and nothing in flight this long is closed. */
+  readonly httpStreamIdleTimeoutSecs: number;
+  /** Open connections per HTTP port (HTTP, SageMaker, metrics). */
+  readonly httpMaxConnections: number;
+  readonly grpcMaxConnections: number;
+  /** Time a gRPC connection has to complete TLS and send the HTTP/2 preface. */
+  readonly grpcHandshakeTimeoutSecs: number;
+  /** Calls at once on one gRPC connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS). */
+  readonly grpcMaxConcurrentStreams: number;
+}
+
+export interface SecurityOptions {
+  readonly limits: LimitOptions;
+  readonly access: AccessOptions;
+  /** HTTPS on every HTTP port; undefined = plain HTTP. */
+  readonly httpTls: TlsOptions | undefined;
+  /** TLS on the gRPC port; undefined = plaintext. */
+  readonly grpcTls: TlsOptions | undefined;
+  /** Web origins allowed to call from a browser (CORS); empty = none, "*" = any. */
+  readonly corsAllowOrigins: readonly string[];
+}
+
+const MiB = 1024 * 1024;
+
+export const DEFAULT_LIMITS: LimitOptions = Object.freeze({
+  maxInstancesPerModel: 64,
+  maxSequenceIdBytes: 256,
+  maxBufferedResponseBytes: 64 * MiB,
+  grpcMaxDecompressedBytes: 64 * MiB,
+  httpMaxHeaderBytes: 16 * 1024,
+  httpHeaderTimeoutSecs: 30,
+  httpRequestTimeoutSecs: 120,
+  httpKeepAliveTimeoutSecs: 5,
+  httpStreamIdleTimeoutSecs: 600,
+  httpMaxConnections: 4096,
+  grpcMaxConnections: 4096,
+  grpcHandshakeTimeoutSecs: 10,
+  grpcMaxConcurrentStreams: 1024,
+});
+
+export const OPEN_ACCESS: AccessOptions = Object.freeze<AccessOptions>({
+  apiKeys: [],
+  openGroups: ["health"],
+  httpRestrictions: {},
+  grpcRestrictions: {},
+});
+
+export const DEFAULT_SECURITY_OPTIONS: SecurityOptions = Object.freeze({
+  limits: DEFAULT_LIMITS,
+  access: OPEN_ACCESS,
+  httpTls: undefined,
+  grpcTls: undefined,
+  corsAllowOrigins: [],
+});
+
+/** The options with every limit not given at its default. */
+export function securityOptions(given: Partial<SecurityOptions> = {}): SecurityOptions {
+  return {
+    ...DEFAULT_SECURITY_OPTIONS,
+    ...given,
+    limits: { ...DEFAULT_LIMITS, ...given.limits },
+  };
+}

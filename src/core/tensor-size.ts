@@ -1,0 +1,38 @@
+import { type DataType, elementByteSize } from "./datatype.ts";
+import { invalidArg } from "./errors.ts";
+import { formatShape } from "./tensor.ts";
+
+// The one size check every frontend makes on a tensor a client describes, before anything
+// is allocated for it: a shape is only a claim, and [1, 2^31] FP32 would reserve 8 GiB for
+// a request of a few bytes. A tensor may not have more elements than a typed array holds,
+// nor more bytes than the request that carries it may have.
+
+/** The most elements one tensor may have (V8's typed arrays hold at most 2^32 - 1). */
+export const MAX_TENSOR_ELEMENTS = 2 ** 32 - 1;
+
+/**
+ * The element count of `shape`, refused (INVALID_ARG) when it is beyond what a tensor can
+ * hold, or when the tensor would take more than `maxBytes` (BYTES elements count 4 bytes
+ * each, their length prefix: the least they take).
+ */
+export function checkedElementCount(
+  input: string,
+  datatype: DataType,
+  shape: readonly number[],
+  maxBytes = Number.POSITIVE_INFINITY,
+): number {
+  let count = 1;
+  for (const dim of shape) count *= dim;
+  if (count > MAX_TENSOR_ELEMENTS || !Number.isSafeInteger(count)) {
+    throw invalidArg(
+      `input '${input}' has shape ${formatShape(shape)}, ${count} elements: more than the ${MAX_TENSOR_ELEMENTS} a tensor can hold`,
+    );
+  }
+  const bytes = count * (elementByteSize(datatype) ?? 4);
+  if (bytes > maxBytes) {
+    throw invalidArg(
+      `input '${input}' has shape ${formatShape(shape)}: ${bytes} bytes of ${datatype}, more than the ${maxBytes} bytes a request may carry`,
+    );
+  }
+  return count;
+}

@@ -1,0 +1,108 @@
+import cors from "@fastify/cors";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { ApiGroup } from "../../../config/security-options.ts";
+import { ServerError } from "../../../core/errors.ts";
+import type { Refusals } from "../../../core/refusals.ts";
+import type { AccessPolicy } from "./access-policy.ts";
+import { routeApiGroup } from "./route-api.ts";
+
+// Access control for an HTTP server, before anything else a request does: requests a
+// browser sends from another web origin are refused unless --cors-allow-origin lists it
+// (a page could otherwise POST `text/plain` to /load or /infer without a CORS preflight),
+// then the route's API group is checked against the access policy. The caller's name
+// (its API key's) is left on the request for the sequences it starts.
+
+declare module "fastify" {
+  interface FastifyRequest {
+    /** The caller, by its API key's name; undefined when the API needs no key. */
+    principal: string | undefined;
+  }
+  interface FastifyContextConfig {
+    /** The route's API group (route-api.ts), or how to tell it from the request's path. */
+    apiGroup?: ApiGroup | ((path: string) => ApiGroup);
+  }
+}
+
+export interface HttpAccessOptions {
+  readonly policy: AccessPolicy;
+  /** Origins allowed to call from a browser; "*" = any; empty = only the server's own. */
+  readonly corsAllowOrigins: readonly string[];
+  readonly refusals?: Refusals | undefined;
+}
+
+function single(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value.join(",") : value;
+}
+
+/** Whether `origin` is the server's own (the Host the request was sent to). */
+function sameOrigin(origin: string, host: string | undefined): boolean {
+  if (host === undefined) return false;
+  try {
+    return new URL(origin).host === host;
+  } catch {
+    return false;
+  }
+}
+
+export function guardHttpApp(app: FastifyInstance, options: HttpAccessOptions): void {
+  const { policy, refusals } = options;
+  const allowAny = options.corsAllowOrigins.includes("*");
+  const allowed = new Set(options.corsAllowOrigins);
+  app.decorateRequest("principal", undefined);
+
+  app.addHook("onRoute", (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    // Preflights carry no credentials; the origin check below still applies to them.
+    if (methods.every((m) => m === "OPTIONS")) return;
+    const group = routeApiGroup(methods.find((m) => m !== "HEAD") ?? methods[0]!, route.url);
+    if (group === undefined)
+      throw new Error(`the HTTP route ${methods.join(",")} ${route.url} has no API group`);
+    route.config = { ...route.config, apiGroup: group };
+  });
+
+  app.addHook("onRequest", async (request: FastifyRequest, reply: FastifyReply) => {
+    const origin = request.headers.origin;
+    if (
+      origin !== undefined &&
+      !allowAny &&
+      !allowed.has(origin) &&
+      !sameOrigin(origin, request.headers.host)
+    ) {
+      refusals?.refused("cross_origin");
+      throw new ServerError(
+        "PERMISSION_DENIED",
+        `requests from the web origin '${origin}' are not allowed (the server allows ${
+          allowed.size === 0 ? "no other origin" : [...allowed].join(", ")
+        }; see --cors-allow-origin)`,
+      );
+    }
+    if (policy.unrestricted) return;
+    const config = request.routeOptions.config.apiGroup;
+    if (config === undefined) return;
+    const group = typeof config === "function" ? config(request.url) : config;
+    try {
+      request.principal = policy.check(group, (name) => single(request.headers[name]));
+    } catch (error) {
+      if (error instanceof ServerError && error.code === "UNAUTHENTICATED") {
+        reply.header("www-authenticate", 'Bearer realm="seqserve"');
+      }
+      throw error;
+    }
+  });
+
+  if (options.corsAllowOrigins.length > 0) {
+    app.register(cors, {
+      origin: allowAny ? "*" : [...allowed],
+      methods: ["GET", "HEAD", "POST", "DELETE"],
+      allowedHeaders: [
+        "content-type",
+        "authorization",
+        "x-api-key",
+        "inference-header-content-length",
+        "content-encoding",
+      ],
+      exposedHeaders: ["inference-header-content-length", "retry-after"],
+      maxAge: 600,
+    });
+  }
+}

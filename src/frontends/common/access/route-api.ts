@@ -1,0 +1,63 @@
+import type { ApiGroup } from "../../../config/security-options.ts";
+
+// The API group of every HTTP route, in one table, so access control cannot miss one: a
+// route this table does not know stops the server at start (see http-access.ts).
+// Triton's categories where Triton has the route, seqserve's `sequences` for its own.
+
+const MODEL = "/v2/models/:model";
+const VERSION = "/v2/models/:model/versions/:version";
+
+const BY_SUFFIX: readonly [string, ApiGroup][] = [
+  ["/ready", "health"],
+  ["/config", "model-config"],
+  ["/stats", "statistics"],
+  ["/infer", "inference"],
+  ["/generate", "inference"],
+  ["/generate_stream", "inference"],
+  ["/stream", "inference"],
+  ["/sequences", "sequences"],
+  ["/sequences/:id", "sequences"],
+  ["", "metadata"],
+];
+
+const EXACT: Readonly<Record<string, ApiGroup>> = {
+  "/v2": "metadata",
+  "/v2/health/live": "health",
+  "/v2/health/ready": "health",
+  "/v2/models/stats": "statistics",
+  "/v2/repository/index": "model-repository",
+  "/v2/repository/models/:model/load": "model-repository",
+  "/v2/repository/models/:model/unload": "model-repository",
+  // The OpenAPI document of the server's routes.
+  "/openapi.json": "metadata",
+  // TF-Serving REST: every model's status.
+  "/v1/config": "health",
+  "POST /v1/models/*": "inference",
+  // SageMaker.
+  "/ping": "health",
+  "/invocations": "inference",
+  "/endpoints/:endpoint/invocations": "inference",
+};
+
+/**
+ * The group of a route (`url` as registered); undefined when unknown. A group decided by
+ * the request's own path (TF-Serving's `GET /v1/models/*`: status or metadata) is given as
+ * a function of it.
+ */
+export function routeApiGroup(
+  method: string,
+  url: string,
+): ApiGroup | ((path: string) => ApiGroup) | undefined {
+  const exact = EXACT[`${method} ${url}`] ?? EXACT[url];
+  if (exact !== undefined) return exact;
+  if (url === "/v1/models/*") {
+    // GET /v1/models/{m}[/versions/{v}] is the model's status; …/metadata its signature.
+    return (path) => (path.split("?")[0]!.endsWith("/metadata") ? "metadata" : "health");
+  }
+  for (const base of [VERSION, MODEL]) {
+    if (!url.startsWith(base)) continue;
+    const suffix = url.slice(base.length);
+    for (const [known, group] of BY_SUFFIX) if (suffix === known) return group;
+  }
+  return undefined;
+}

@@ -1,0 +1,136 @@
+import type { Refusals } from "../../core/refusals.ts";
+
+// One byte budget per client connection for the answers its streams have waiting to be
+// sent (gRPC ModelStreamInfer calls, a WebSocket, Server-Sent Events): what a client that
+// stops reading can make the server hold. A count of messages is no bound when one answer
+// may be megabytes, so every encoded answer is counted from the moment it exists (held
+// for its turn, or written and not yet flushed to the socket) until the transport has
+// taken it.
+//
+// At half the budget, streams stop starting new requests (and stop reading) until
+// answers drain; requests already running still finish, and an answer that would take
+// the connection past the whole budget is not kept: the stream it belongs to ends
+// (RESOURCE_EXHAUSTED, WebSocket 1008), its sequences with it. A client that reads its
+// answers never comes near it.
+
+export class ConnectionBudget {
+  readonly #budgets: ResponseBudgets;
+  readonly #key: unknown;
+  #used = 0;
+  #users = 1;
+  /** Every stream has released it: late callbacks (a socket's failed writes) change nothing. */
+  #released = false;
+  readonly #waiters = new Set<() => void>();
+
+  constructor(budgets: ResponseBudgets, key: unknown) {
+    this.#budgets = budgets;
+    this.#key = key;
+  }
+
+  get limitBytes(): number {
+    return this.#budgets.limitBytes;
+  }
+
+  /** Bytes of answers held for the connection. */
+  get usedBytes(): number {
+    return this.#used;
+  }
+
+  /** Streams should start nothing new (and read nothing more) until answers drain. */
+  get saturated(): boolean {
+    return this.#used * 2 >= this.#budgets.limitBytes;
+  }
+
+  /**
+   * Counts an answer of `bytes`; false (and nothing counted) when it would take the
+   * connection past its budget: the caller drops the answer and ends its stream.
+   */
+  take(bytes: number): boolean {
+    if (this.#released) return true;
+    if (this.#used + bytes > this.#budgets.limitBytes && this.#used > 0) {
+      this.#budgets.refusals?.refused("buffered_response_bytes");
+      return false;
+    }
+    this.#used += bytes;
+    this.#budgets.adjust(bytes);
+    return true;
+  }
+
+  /** `bytes` of answers have been taken by the transport (or dropped). */
+  give(bytes: number): void {
+    if (this.#released) return;
+    const wasSaturated = this.saturated;
+    this.#used -= bytes;
+    this.#budgets.adjust(-bytes);
+    if (wasSaturated && !this.saturated) for (const waiter of [...this.#waiters]) waiter();
+  }
+
+  /** `listener` runs each time the connection stops being saturated. */
+  onRoom(listener: () => void): () => void {
+    this.#waiters.add(listener);
+    return () => this.#waiters.delete(listener);
+  }
+
+  /** One more stream uses the budget. */
+  share(): this {
+    this.#users++;
+    return this;
+  }
+
+  /**
+   * A stream is done with the budget. When the last one is, what the connection still
+   * held (answers a closed socket never took) is given back.
+   */
+  release(): void {
+    if (--this.#users > 0) return;
+    this.#released = true;
+    this.#budgets.adjust(-this.#used);
+    this.#used = 0;
+    this.#budgets.forget(this.#key);
+  }
+}
+
+/** The budgets of a server's connections, and their total for the metrics. */
+export class ResponseBudgets {
+  readonly limitBytes: number;
+  readonly refusals: Refusals | undefined;
+  readonly #connections = new Map<unknown, ConnectionBudget>();
+  #total = 0;
+  #peak = 0;
+
+  constructor(limitBytes: number, refusals?: Refusals) {
+    this.limitBytes = limitBytes;
+    this.refusals = refusals;
+  }
+
+  /**
+   * The budget of the connection `key` names (a socket, or a gRPC peer address), shared
+   * by its streams; each stream releases it when it ends.
+   */
+  acquire(key: unknown): ConnectionBudget {
+    const existing = this.#connections.get(key);
+    if (existing !== undefined) return existing.share();
+    const budget = new ConnectionBudget(this, key);
+    this.#connections.set(key, budget);
+    return budget;
+  }
+
+  /** Bytes of answers held over every connection. */
+  get totalBytes(): number {
+    return this.#total;
+  }
+
+  /** The most bytes of answers held at once since the server started. */
+  get peakBytes(): number {
+    return this.#peak;
+  }
+
+  adjust(bytes: number): void {
+    this.#total += bytes;
+    if (this.#total > this.#peak) this.#peak = this.#total;
+  }
+
+  forget(key: unknown): void {
+    this.#connections.delete(key);
+  }
+}

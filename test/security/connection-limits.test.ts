@@ -1,0 +1,128 @@
+import assert from "node:assert/strict";
+import { connect, type Socket } from "node:net";
+import { after, before, test } from "node:test";
+import WebSocket from "ws";
+import { DEFAULT_LIMITS, securityOptions } from "../../src/config/security-options.ts";
+import { identityModel } from "../../tools/onnx/test-models.ts";
+import { TestClient } from "../grpc/support/grpc-harness.ts";
+import { metricValue } from "../support/sequence-kit.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+
+// Connections and time are bounded too: an HTTP body trickled a byte at a time, a TCP
+// connection to the gRPC port that never sends the HTTP/2 preface, a WebSocket that says
+// nothing, a request head too large, more connections than allowed. Each is refused (or
+// closed), counted, and the server serves on.
+
+/** On a server without these limits the waits below would never end: fail instead. */
+const WAIT = { timeout: 30_000 };
+
+let server: TestServer;
+before(async () => {
+  server = await startTestServer(
+    { floats: { onnx: identityModel("FP32", [-1, 4]) } },
+    {
+      security: securityOptions({
+        limits: {
+          ...DEFAULT_LIMITS,
+          httpHeaderTimeoutSecs: 1,
+          httpRequestTimeoutSecs: 1,
+          httpStreamIdleTimeoutSecs: 1,
+          httpMaxHeaderBytes: 4096,
+          grpcHandshakeTimeoutSecs: 1,
+          httpMaxConnections: 6,
+          grpcMaxConnections: 2,
+        },
+      }),
+    },
+  );
+});
+after(() => server.stop());
+
+const refused = (limit: string) => metricValue(server.metricsUrl, "seqserve_limit_refusals_total", { limit });
+
+function open(port: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, "127.0.0.1", () => resolve(socket));
+    socket.once("error", reject);
+  });
+}
+
+/** Everything the server sent until it closed the connection. */
+function untilClosed(socket: Socket): Promise<string> {
+  let received = "";
+  socket.on("data", (chunk) => {
+    received += chunk.toString();
+  });
+  socket.on("error", () => {});
+  return new Promise((resolve) => socket.once("close", () => resolve(received)));
+}
+
+test(
+  "an HTTP body trickled a byte at a time is cut off with 408 once the request time is up",
+  WAIT,
+  async () => {
+    const socket = await open(server.server.httpPort!);
+    const answer = untilClosed(socket);
+    socket.write(
+      "POST /v2/models/floats/infer HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{",
+    );
+    const trickle = setInterval(() => socket.writable && socket.write(" "), 200);
+    try {
+      assert.match(await answer, /^HTTP\/1\.1 408/);
+    } finally {
+      clearInterval(trickle);
+    }
+    assert.ok(((await refused("http_request_timeout")) ?? 0) >= 1);
+  },
+);
+
+test("a request head larger than --http-max-header-bytes gets 431", WAIT, async () => {
+  const response = await fetch(`${server.url}/v2/health/ready`, {
+    headers: { "x-padding": "p".repeat(8192) },
+  });
+  assert.equal(response.status, 431);
+  assert.ok(((await refused("http_header_bytes")) ?? 0) >= 1);
+});
+
+test(
+  "a gRPC connection that never sends the HTTP/2 preface is closed after the handshake time",
+  WAIT,
+  async () => {
+    const socket = await open(server.grpcPort);
+    socket.write("PRI * HTTP");
+    await untilClosed(socket);
+    assert.ok(((await refused("grpc_handshake_timeout")) ?? 0) >= 1);
+    // Real clients are not affected.
+    const client = new TestClient(server.grpcPort);
+    try {
+      assert.deepEqual(await client.unary("ServerLive"), { live: true });
+    } finally {
+      client.close();
+    }
+  },
+);
+
+test("a WebSocket that sends nothing is closed with 1001 after the idle time", WAIT, async () => {
+  const socket = new WebSocket(`ws://127.0.0.1:${server.server.httpPort}/v2/models/floats/stream`);
+  const closed = new Promise<number>((resolve) => socket.on("close", (code: number) => resolve(code)));
+  socket.on("error", () => {});
+  assert.equal(await closed, 1001);
+  assert.ok(((await refused("http_stream_idle_timeout")) ?? 0) >= 1);
+});
+
+test("connections past --grpc-max-connections are closed at once; the others are served", WAIT, async () => {
+  const held = [await open(server.grpcPort), await open(server.grpcPort)];
+  for (const socket of held) socket.write("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+  const extra = await open(server.grpcPort);
+  await untilClosed(extra);
+  assert.ok(((await refused("grpc_connections")) ?? 0) >= 1);
+  for (const socket of held) socket.destroy();
+});
+
+test("connections past --http-max-connections are closed at once", WAIT, async () => {
+  const held = await Promise.all(Array.from({ length: 6 }, () => open(server.server.httpPort!)));
+  const extra = await open(server.server.httpPort!);
+  assert.equal(await untilClosed(extra), "");
+  assert.ok(((await refused("http_connections")) ?? 0) >= 1);
+  for (const socket of held) socket.destroy();
+});

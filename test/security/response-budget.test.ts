@@ -1,0 +1,142 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import type { StatusObject } from "@grpc/grpc-js";
+import WebSocket from "ws";
+import { securityOptions } from "../../src/config/security-options.ts";
+import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
+import { identityModel } from "../../tools/onnx/test-models.ts";
+import { TestClient } from "../grpc/support/grpc-harness.ts";
+import { metricValue, sleep } from "../support/sequence-kit.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+import { identityConfig } from "./support/identity-config.ts";
+
+// What a client that stops reading can make the server hold is bounded in bytes, per
+// connection, whatever the size of its answers: a ModelStreamInfer client used to make the
+// server keep up to 1024 answers per stream (4 GB with 4 MB outputs), a WebSocket 64.
+// Here answers are 256 KiB and the budget 1 MiB: the server holds at most the budget and
+// one answer, then ends the stream, and counts it.
+
+const KiB = 1024;
+const ANSWER = 256 * KiB;
+const BUDGET = 1024 * KiB;
+const CONFIG = identityConfig("bytes", "TYPE_UINT8");
+
+// One byte in, ANSWER bytes out: a stream's requests are small enough to be read before
+// the first answer is ready, so the answers of the requests already taken (not the reading
+// pause at half the budget) are what overflow it, whatever the timing.
+const EXPAND_CONFIG = `
+name: "expand"
+backend: "onnxruntime"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ ${ANSWER} ] } ]
+`;
+const expandModel = (): Uint8Array =>
+  new OnnxModelBuilder({ opset: 17 })
+    .input("INPUT0", "UINT8", [1])
+    .output("OUTPUT0", "UINT8", [ANSWER])
+    .initializer("shape", "INT64", [1], [ANSWER])
+    .node("Expand", ["INPUT0", "shape"], ["OUTPUT0"])
+    .toBytes();
+
+async function start(): Promise<TestServer> {
+  return startTestServer(
+    {
+      bytes: { config: CONFIG, onnx: identityModel("UINT8", [-1]) },
+      expand: { config: EXPAND_CONFIG, onnx: expandModel() },
+    },
+    {
+      security: securityOptions({
+        limits: { ...securityOptions().limits, maxBufferedResponseBytes: BUDGET },
+      }),
+    },
+  );
+}
+
+const refusals = (server: TestServer) =>
+  metricValue(server.metricsUrl, "seqserve_limit_refusals_total", { limit: "buffered_response_bytes" });
+const peak = async (server: TestServer) =>
+  Number(
+    (await (await fetch(server.metricsUrl)).text()).match(
+      /^seqserve_buffered_response_peak_bytes (\d+)/m,
+    )?.[1],
+  );
+
+/** Waits (bounded) until the server has refused the stream. */
+async function untilRefused(server: TestServer): Promise<void> {
+  for (let i = 0; i < 500 && ((await refusals(server)) ?? 0) === 0; i++) await sleep(20);
+}
+
+test("a ModelStreamInfer client that stops reading: the server holds at most its budget, then ends the stream", async () => {
+  const server = await start();
+  const client = new TestClient(server.grpcPort);
+  try {
+    const stream = client.stream();
+    stream.on("error", () => {});
+    const status = new Promise<StatusObject>((resolve) => stream.on("status", resolve));
+    stream.pause();
+    for (let i = 0; i < 40; i++) {
+      stream.write({
+        model_name: "expand",
+        id: `r${i}`,
+        inputs: [{ name: "INPUT0", datatype: "UINT8", shape: [1] }],
+        raw_input_contents: [Buffer.of(i)],
+      });
+    }
+    await untilRefused(server);
+    assert.equal(await refusals(server), 1);
+    const held = await peak(server);
+    assert.ok(held <= BUDGET + ANSWER + KiB, `the server held ${held} bytes for the stream`);
+    stream.resume();
+    const ended = await status;
+    assert.equal(ended.code, 8, ended.details);
+    assert.match(
+      ended.details,
+      /not reading its responses: more than 1048576 bytes.*--max-buffered-response-bytes/,
+    );
+    assert.equal(
+      Number(
+        (await (await fetch(server.metricsUrl)).text()).match(
+          /^seqserve_buffered_response_bytes (\d+)/m,
+        )?.[1],
+      ),
+      0,
+    );
+  } finally {
+    client.close();
+    await server.stop();
+  }
+});
+
+test("a WebSocket client that stops reading: the server holds at most its budget, then closes with 1008", async () => {
+  const server = await start();
+  const socket = new WebSocket(`ws://127.0.0.1:${server.server.httpPort}/v2/models/bytes/stream`);
+  try {
+    await new Promise((resolve, reject) => {
+      socket.once("open", resolve);
+      socket.once("error", reject);
+    });
+    const closed = new Promise<number>((resolve) => socket.on("close", (code: number) => resolve(code)));
+    socket.on("error", () => {});
+    socket.pause();
+    const header = Buffer.from(
+      JSON.stringify({
+        inputs: [
+          { name: "INPUT0", datatype: "UINT8", shape: [ANSWER], parameters: { binary_data_size: ANSWER } },
+        ],
+      }),
+    );
+    const prefix = Buffer.alloc(4);
+    prefix.writeUInt32LE(header.length);
+    for (let i = 0; i < 64; i++) socket.send(Buffer.concat([prefix, header, Buffer.alloc(ANSWER, i)]));
+    await untilRefused(server);
+    assert.equal(await refusals(server), 1);
+    const held = await peak(server);
+    assert.ok(held <= BUDGET + ANSWER + KiB, `the server held ${held} bytes for the stream`);
+    socket.resume();
+    assert.equal(await closed, 1008);
+  } finally {
+    socket.terminate();
+    await server.stop();
+  }
+});
