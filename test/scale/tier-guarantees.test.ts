@@ -1,7 +1,16 @@
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
-import { type HttpAnswer, infer, outputData, type SequenceParams } from "../support/http-client.ts";
+import {
+  type HttpAnswer,
+  infer,
+  inferBody,
+  outputData,
+  type SequenceParams,
+} from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
 import { accumulatorConfig, int32Input } from "../support/sequence-kit.ts";
 import { missingTools, RedisServer, Replica } from "./support/scale-kit.ts";
@@ -10,7 +19,8 @@ import { missingTools, RedisServer, Replica } from "./support/scale-kit.ts";
 // sends to the replica it means): two replicas racing on one sequence never both advance
 // it from the same state; a numbered step sent to both is applied once; a replica stopped
 // with SIGTERM hands its sequences over; a Redis restart without persistence is reported,
-// naming the sequences lost, instead of their state silently starting over.
+// naming the sequences lost, instead of their state silently starting over; a sequence
+// belongs to the API key that started it on whichever replica it goes on.
 
 const MODEL = "acc";
 const CONFIG = accumulatorConfig(
@@ -166,5 +176,39 @@ describe("the shared state tier's guarantees", { skip }, () => {
     // The sequences start again, and the store works as before.
     assert.equal(sum(await add(a, 7, { id: ids[0]!, start: true })), 7);
     assert.equal(sum(await add(b, 1, { id: ids[0]! })), 8);
+  });
+
+  it("a sequence started with one API key is that key's alone on every replica", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "seqserve-keys-"));
+    const keys = join(dir, "keys");
+    const tenantA = "tenant-a-0123456789abcdef";
+    const tenantB = "tenant-b-0123456789abcdef";
+    writeFileSync(keys, `tenant-a inference ${tenantA}\ntenant-b inference ${tenantB}\n`);
+    const one = new Replica(repository.path, redis.url, ["--api-keys-file", keys]);
+    const two = new Replica(repository.path, redis.url, ["--api-keys-file", keys]);
+    try {
+      await Promise.all([one.ready(), two.ready()]);
+      const step = async (replica: Replica, key: string, value: number, sequence: SequenceParams) => {
+        const response = await fetch(`${replica.url}/v2/models/${MODEL}/infer`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+          body: inferBody(int32Input(value), sequence),
+        });
+        return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+      };
+      const id = 501;
+      assert.equal(sum(await step(one, tenantA, 5, { id, start: true })), 5);
+      // Another tenant, on the replica that does not hold it: refused, and nothing changes.
+      const stranger = await step(two, tenantB, 100, { id });
+      assert.equal(stranger.status, 403, JSON.stringify(stranger.body));
+      const ending = await step(two, tenantB, 0, { id, end: true });
+      assert.equal(ending.status, 403, JSON.stringify(ending.body));
+      // Its owner goes on, on either replica, from its own state.
+      assert.equal(sum(await step(two, tenantA, 1, { id })), 6);
+      assert.equal(sum(await step(one, tenantA, 1, { id, end: true })), 7);
+    } finally {
+      await Promise.all([one.stop(), two.stop()]);
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
