@@ -1,11 +1,11 @@
 import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
 import type { Logger } from "../observability/logger.ts";
 import { parseRedisLocation } from "../state-tiers/redis/redis-location.ts";
-import { RedisSequenceTier } from "../state-tiers/redis/redis-sequence-tier.ts";
 
 // --state-store: memory (no tier: each sequence lives in this process) or a Redis
 // location, connected before any model loads so that a wrong address stops the start
-// with a message that names it.
+// with a message that names it. The Redis client is loaded only then: a server without a
+// tier does not carry it.
 
 export async function openSequenceTier(
   stateStore: string | undefined,
@@ -13,6 +13,7 @@ export async function openSequenceTier(
 ): Promise<SequenceTier | undefined> {
   if (stateStore === undefined || stateStore === "memory") return undefined;
   const location = parseRedisLocation(stateStore);
+  const { RedisSequenceTier } = await import("../state-tiers/redis/redis-sequence-tier.ts");
   let lastError = "";
   const tier = await RedisSequenceTier.connect(location, (error) => {
     // ioredis repeats a connection error at each retry: log each new one once.
