@@ -194,7 +194,11 @@ describe("the shared state tier's guarantees", { skip }, () => {
           headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
           body: inferBody(int32Input(value), sequence),
         });
-        return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+        return {
+          status: response.status,
+          headers: {},
+          body: (await response.json()) as Record<string, unknown>,
+        };
       };
       const id = 501;
       assert.equal(sum(await step(one, tenantA, 5, { id, start: true })), 5);
