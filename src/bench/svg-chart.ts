@@ -32,6 +32,8 @@ export function latencyThroughputSvg(title: string, points: readonly SweepPoint[
     );
   const parts: string[] = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${HEIGHT}" font-family="sans-serif" font-size="12">`,
+    // Read out by screen readers (and shown by some viewers) in place of the drawing.
+    `<title>${escapeXml(`${title}: latency versus throughput`)}</title>`,
     `<rect width="100%" height="100%" fill="white"/>`,
     `<text x="${WIDTH / 2}" y="22" text-anchor="middle" font-size="14">${escapeXml(title)}</text>`,
     `<line x1="${LEFT}" y1="${HEIGHT - BOTTOM}" x2="${WIDTH - RIGHT}" y2="${HEIGHT - BOTTOM}" stroke="black"/>`,
