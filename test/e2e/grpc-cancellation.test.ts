@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { type ServiceError, status } from "@grpc/grpc-js";
 import type { ModelInferResponseMessage } from "../../src/frontends/grpc/messages.ts";
-import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
+import { accumulatorConfig, accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { callError, TestClient } from "../grpc/support/grpc-harness.ts";
 import {
   accumulatorRequest,
@@ -24,25 +24,8 @@ import { startTestServer, type TestServer } from "../support/test-server.ts";
 //          slots have a request, so a lone request of one sequence waits (for 600 s).
 //   single Direct, 1 slot: a second sequence waits in the backlog.
 
-const controls = `
-  control_input [
-    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
-    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
-  ]
-  state [ { input_name: "STATE" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]`;
-
-const config = (name: string, maxBatchSize: number, direct: string): string => `
-name: "${name}"
-backend: "onnxruntime"
-max_batch_size: ${maxBatchSize}
-input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-sequence_batching {
-  max_sequence_idle_microseconds: 600000000
-  direct { ${direct} }
-${controls}
-}
-`;
+const config = (name: string, maxBatchSize: number, direct: string): string =>
+  accumulatorConfig(name, maxBatchSize, `max_sequence_idle_microseconds: 600000000\n  direct { ${direct} }`);
 
 const GATED = "gated";
 const SINGLE = "single";

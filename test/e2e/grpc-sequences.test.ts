@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { status } from "@grpc/grpc-js";
-import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
+import { accumulatorConfig, accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import {
   accumulatorRequest,
@@ -19,25 +19,9 @@ import { startTestServer, type TestServer } from "../support/test-server.ts";
 // errors in-band, restart, backlog, idle timeout, many sequences on one stream and one
 // sequence over several streams.
 
-function accumulatorConfig(name: string, maxBatchSize: number, idleUs: number): string {
-  return `
-name: "${name}"
-backend: "onnxruntime"
-max_batch_size: ${maxBatchSize}
-input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-sequence_batching {
-  max_sequence_idle_microseconds: ${idleUs}
-  direct { }
-  control_input [
-    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
-    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
-  ]
-  state [ { input_name: "STATE" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-}
-instance_group [ { count: 1 kind: KIND_CPU } ]
-`;
-}
+/** The accumulator with the Direct strategy and an idle timeout of `idleUs`. */
+const directConfig = (name: string, maxBatchSize: number, idleUs: number): string =>
+  accumulatorConfig(name, maxBatchSize, `max_sequence_idle_microseconds: ${idleUs}\n  direct { }`);
 
 /** 8 slots, no idle timeout within a test run. */
 const ACC = "acc";
@@ -51,9 +35,9 @@ let client: TestClient;
 before(async () => {
   server = await startTestServer(
     {
-      [ACC]: { config: accumulatorConfig(ACC, 8, 600_000_000), onnx: accumulatorModel() },
-      [SMALL]: { config: accumulatorConfig(SMALL, 2, 600_000_000), onnx: accumulatorModel() },
-      [IDLE]: { config: accumulatorConfig(IDLE, 4, 300_000), onnx: accumulatorModel() },
+      [ACC]: { config: directConfig(ACC, 8, 600_000_000), onnx: accumulatorModel() },
+      [SMALL]: { config: directConfig(SMALL, 2, 600_000_000), onnx: accumulatorModel() },
+      [IDLE]: { config: directConfig(IDLE, 4, 300_000), onnx: accumulatorModel() },
     },
     { exitTimeoutSecs: 1 },
   );
