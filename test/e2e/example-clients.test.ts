@@ -1,12 +1,14 @@
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
+import { spawn } from "node:child_process";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
+import { pythonClient } from "../support/python-client.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 // The README's client examples (examples/clients) run as written against a server of
-// examples/models, and print the running sums the server keeps. The boto3 example needs
-// Python with boto3 (pip install boto3); without them it is skipped, and says why.
+// examples/models, and print the running sums the server keeps. The boto3 example runs
+// with the tests' Python (test/support/python-client.ts); without one it is skipped, and
+// says why.
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
@@ -71,13 +73,8 @@ describe("example clients", { timeout: 60_000 }, () => {
     assert.deepEqual(run.stdout.trim().split("\n"), [...SUMS, "closed: true"]);
   });
 
-  const python = spawnSync("python3", ["-c", "import boto3"], { encoding: "utf8" });
-  const noBoto3 =
-    python.error !== undefined
-      ? `python3 is not available (${python.error.message})`
-      : python.status !== 0
-        ? `boto3 is not installed for python3 (${python.stderr.trim().split("\n").pop()})`
-        : false;
+  const python = pythonClient();
+  const noBoto3 = "reason" in python ? python.reason : false;
   if (noBoto3) process.stdout.write(`# skipping the boto3 example: ${noBoto3}\n`);
   it("sagemaker_session.py runs a SageMaker session with boto3, as AWS documents it", {
     skip: noBoto3,
@@ -85,7 +82,7 @@ describe("example clients", { timeout: 60_000 }, () => {
     const run = await runExample(
       "examples/clients/sagemaker_session.py",
       `127.0.0.1:${server.server.sagemakerPort}`,
-      ["python3"],
+      ["python" in python ? python.python : "python3"],
     );
     assert.equal(run.code, 0, run.stderr);
     const lines = run.stdout.trim().split("\n");

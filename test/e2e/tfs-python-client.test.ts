@@ -1,33 +1,22 @@
 import assert from "node:assert/strict";
-import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { PROTO_DIR } from "../../src/frontends/grpc/proto-definitions.ts";
+import { pythonClient } from "../support/python-client.ts";
 import { expectedBits, firstMismatch, fp32Bits, sequenceAudio } from "../support/silero-oracle.ts";
 import { type OvmsServer, SILERO_OVMS, startOvmsServer } from "../tfs/support/ovms-server.ts";
 
 // The OVMS stateful-models guide's own client, in Python: TensorFlow's make_tensor_proto
 // and make_ndarray, TensorFlow's TensorProto classes, and PredictionService stubs that
 // grpcio-tools compiles from seqserve's tensorflow_serving protos (which import
-// TensorFlow's own tensor.proto from the installed TensorFlow). Needs a Python with
-// tensorflow and grpcio-tools (SEQSERVE_TEST_PYTHON, or python3): skipped, saying why,
-// where there is none. The npm-based tests cover the same API without Python.
+// TensorFlow's own tensor.proto from the installed TensorFlow). The Python comes from
+// test/support/python-client.ts; where there is none the test is skipped, saying why, and
+// the npm-based tests cover the same API without Python.
 
 const CHUNKS = 12;
-
-function findPython(): { python: string } | { reason: string } {
-  const python = process.env.SEQSERVE_TEST_PYTHON ?? "python3";
-  const probe = spawnSync(python, ["-c", "import tensorflow, grpc_tools, grpc"], { encoding: "utf8" });
-  if (probe.error !== undefined) return { reason: `${python} is not available (${probe.error.message})` };
-  if (probe.status !== 0) {
-    return {
-      reason: `${python} lacks tensorflow, grpcio or grpcio-tools: ${probe.stderr.trim().split("\n").pop()}`,
-    };
-  }
-  return { python };
-}
 
 const CLIENT = `
 import json, sys
@@ -58,7 +47,7 @@ for i, chunk in enumerate(chunks):
 print(json.dumps({"sequence_id": str(sequence_id), "outputs": outputs}))
 `;
 
-const found = findPython();
+const found = pythonClient();
 let ovms: OvmsServer;
 let dir: string;
 before(async () => {
