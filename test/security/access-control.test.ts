@@ -241,6 +241,38 @@ describe("a sequence belongs to the key that started it", () => {
     assert.deepEqual(((await mine.json()) as { outputs: { data: number[] }[] }).outputs[0]!.data, [8]);
   });
 
+  test("over a WebSocket: the stream's sequence is its key's; another tenant cannot continue it over HTTP", async () => {
+    const socket = new WebSocket(
+      `ws://127.0.0.1:${server.server.httpPort}/v2/models/acc/stream?sequence_id=88`,
+      { headers: bearer(A) },
+    );
+    socket.on("error", () => {});
+    await new Promise((resolve, reject) => {
+      socket.once("open", resolve);
+      socket.once("unexpected-response", () => reject(new Error("the upgrade was refused")));
+    });
+    type Answer = { outputs: { data: number[] }[] };
+    const answer = new Promise<Answer>((resolve) =>
+      socket.once("message", (data: Buffer) => resolve(JSON.parse(data.toString()) as Answer)),
+    );
+    socket.send(JSON.stringify({ inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [5] }] }));
+    assert.deepEqual((await answer).outputs[0]!.data, [5]);
+    try {
+      const other = await step(B, 1, { id: 88 });
+      assert.equal(other.status, 403);
+      assert.match(((await other.json()) as { error: string }).error, /belongs to another caller/);
+      const owner = await step(A, 1, { id: 88 });
+      assert.equal(owner.status, 200);
+      assert.deepEqual(
+        ((await owner.json()) as Answer).outputs[0]!.data,
+        [6],
+        "the owner's sequence went on from its own state",
+      );
+    } finally {
+      socket.close();
+    }
+  });
+
   test("over a gRPC stream: refused in-band, the owner's sequence exact", async () => {
     const tenantA = new TestClient(server.grpcPort, withMetadata(bearer(A)));
     const tenantB = new TestClient(server.grpcPort, withMetadata(bearer(B)));

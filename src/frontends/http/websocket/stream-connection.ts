@@ -309,14 +309,8 @@ export class StreamConnection {
       end: entry.ends,
       timeoutUs: request.sequence?.timeoutUs,
     };
-    return {
-      id: request.id,
-      inputs: request.inputs,
-      outputs: request.outputs,
-      parameters,
-      sequence,
-      signal: request.signal,
-    };
+    // Everything else (the caller, its trace context) goes with the request as it came.
+    return { ...request, parameters, sequence };
   }
 
   /**
