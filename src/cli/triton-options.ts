@@ -321,7 +321,11 @@ export function readTritonFlags(values: Values, base: ServerOptions, env: Env): 
     grpcAddress: str("grpc-address") ?? base.grpcAddress,
     metricsAddress: str("metrics-address") ?? httpAddress ?? base.metricsAddress,
     httpBodyLimitBytes: whole("http-max-input-size", 1, Number.MAX_SAFE_INTEGER) ?? base.httpBodyLimitBytes,
-    logLevel: values["log-level"] === undefined ? tritonLogLevel(values) : base.logLevel,
+    // --log-level (seqserve's) and --log_level (OVMS's) win over Triton's severity flags.
+    logLevel:
+      values["log-level"] === undefined && values.log_level === undefined
+        ? tritonLogLevel(values)
+        : base.logLevel,
     logFile: str("log-file") ?? base.logFile,
     metrics: metrics.settings,
     tracing: tracing.settings,

@@ -189,6 +189,9 @@ describe("Triton's flags", () => {
     assert.equal(withRepository("--log-info=false", "--log-warning=false").logLevel, "error");
     assert.equal(withRepository("--log-info=0", "--log-warning=0", "--log-error=0").logLevel, "silent");
     assert.equal(withRepository("--log-info=false", "--log-level", "debug").logLevel, "debug");
+    // OVMS's spelling is honoured too, and wins over Triton's flags as --log-level does.
+    assert.equal(withRepository("--log_level", "DEBUG").logLevel, "debug");
+    assert.equal(withRepository("--log_level", "ERROR", "--log-verbose", "1").logLevel, "error");
     assert.equal(withRepository("--log-file", "logs/server.log").logFile, "logs/server.log");
     assert.equal(withRepository("--log-format", "default").logFormat, "text");
     assert.equal(withRepository().logFormat, "json");
