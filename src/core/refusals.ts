@@ -53,10 +53,6 @@ export class Refusals {
     return this.#limits.get(limit) ?? 0;
   }
 
-  limitCounts(): ReadonlyMap<LimitName, number> {
-    return this.#limits;
-  }
-
   /** Refusals by API group and reason. */
   authCounts(): { api: string; reason: AuthRefusal; count: number }[] {
     return [...this.#auth].map(([key, count]) => {

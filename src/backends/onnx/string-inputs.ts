@@ -1,3 +1,4 @@
+import { isUtf8 } from "node:buffer";
 import { invalidArg } from "../../core/errors.ts";
 import type { BytesElements, Tensor } from "../../core/tensor.ts";
 
@@ -6,8 +7,6 @@ import type { BytesElements, Tensor } from "../../core/tensor.ts";
 // model as "a"), and it takes JavaScript strings, so bytes that are not UTF-8 would be
 // replaced. Either would change the data silently: such elements are refused instead,
 // when the request arrives (before it shares a batch with other requests).
-
-const utf8 = new TextDecoder("utf-8", { fatal: true });
 
 /** Throws INVALID_ARG naming the element when a BYTES input holds one ONNX Runtime would alter. */
 export function checkStringInputs(inputs: ReadonlyMap<string, Tensor>): void {
@@ -22,9 +21,8 @@ export function checkStringInputs(inputs: ReadonlyMap<string, Tensor>): void {
           `element ${i} of BYTES input '${name}' holds a NUL byte (at offset ${nul}), which ONNX Runtime string tensors cannot carry: the string would be cut there`,
         );
       }
-      try {
-        utf8.decode(element);
-      } catch {
+      // Checked without making a string of it: the worker decodes it once, for the model.
+      if (!isUtf8(element)) {
         throw invalidArg(
           `element ${i} of BYTES input '${name}' is not valid UTF-8, which ONNX Runtime string tensors require`,
         );

@@ -1,7 +1,7 @@
 import { ServerError } from "../errors.ts";
 import type { Parameters, SequenceId } from "../infer.ts";
 import type { RequestResult } from "../scheduler/pending-request.ts";
-import { type Tensor, tensorByteLength } from "../tensor.ts";
+import { cloneTensor, type Tensor, tensorByteLength } from "../tensor.ts";
 import { formatSequenceId } from "./sequence-parameters.ts";
 
 // Exactly-once steps. A request may say which step of its sequence it is
@@ -71,14 +71,7 @@ export class StepAnswers {
 /** A step's answer as kept: the outputs are copied out of the batch they came from. */
 export function stepAnswer(step: number, result: RequestResult): StepAnswer {
   const outputs = new Map<string, Tensor>();
-  for (const [name, tensor] of result.outputs) {
-    const data = tensor.data;
-    outputs.set(name, {
-      datatype: tensor.datatype,
-      shape: [...tensor.shape],
-      data: Array.isArray(data) ? data.map((b) => (b as Uint8Array).slice()) : (data as Float32Array).slice(),
-    } as Tensor);
-  }
+  for (const [name, tensor] of result.outputs) outputs.set(name, cloneTensor(tensor));
   return { step, outputs, parameters: { ...result.parameters } };
 }
 
