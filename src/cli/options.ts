@@ -8,6 +8,7 @@ import {
   type ServerOptions,
 } from "../config/server-options.ts";
 import { LOG_LEVELS, type LogFormat, type LogLevel } from "../observability/logger.ts";
+import { flagBoolean } from "./flag-boolean.ts";
 import { OVMS_FLAGS, OVMS_IGNORED_FLAGS, readOvmsFlags } from "./ovms-flags.ts";
 import { SAGEMAKER_FLAGS, serveDefaults } from "./sagemaker-options.ts";
 import { readStateStore, SCALE_FLAGS } from "./scale-options.ts";
@@ -240,14 +241,6 @@ function normalizeFlags(argv: readonly string[]): string[] {
   return out;
 }
 
-/** Triton's spelling: true/false, on/off, 1/0, in any case. */
-function parseBoolean(name: string, value: string): boolean {
-  const lower = value.toLowerCase();
-  if (lower === "true" || lower === "on" || lower === "1") return true;
-  if (lower === "false" || lower === "off" || lower === "0") return false;
-  throw new UsageError(`--${name} expects true or false, got '${value}'`);
-}
-
 function parseInteger(name: string, value: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
   if (!/^\d+$/.test(value)) throw new UsageError(`--${name} expects a whole number, got '${value}'`);
   const n = Number(value);
@@ -333,8 +326,8 @@ export function parseCommandLine(
   const flagDefault = (name: string): string => FLAGS.find((f) => f.name === name)!.default!;
   const get = (name: string): string => str(name) ?? defaults[name] ?? flagDefault(name);
 
-  if (str("help") !== undefined && parseBoolean("help", str("help")!)) return { kind: "help" };
-  if (str("version") !== undefined && parseBoolean("version", str("version")!)) return { kind: "version" };
+  if (str("help") !== undefined && flagBoolean("help", str("help")!)) return { kind: "help" };
+  if (str("version") !== undefined && flagBoolean("version", str("version")!)) return { kind: "version" };
 
   const given = [...list("model-repository"), ...list("model-store")];
   const repositories = (given.length === 0 && serve ? [defaults["model-repository"]!] : given).map(
@@ -355,7 +348,7 @@ export function parseCommandLine(
     throw error;
   }
   const port = (name: string, allow: string): number | undefined =>
-    parseBoolean(allow, get(allow)) ? parseInteger(name, get(name), 0, 65535) : undefined;
+    flagBoolean(allow, get(allow)) ? parseInteger(name, get(name), 0, 65535) : undefined;
   // With OVMS's --port / --rest_port, an endpoint without a port is off, as in OVMS,
   // unless seqserve's own flag gives it one; metrics only with --metrics_enable.
   const ovmsPort = (flag: string, allow: string, ovmsValue: number | undefined): number | undefined =>
@@ -392,7 +385,7 @@ export function parseCommandLine(
         ? ovms.logLevel
         : oneOf<LogLevel>("log-level", get("log-level"), LOG_LEVELS),
     logFormat: logFormat(str("log-format") ?? (context.terminal === true ? "text" : "json")),
-    strictModelConfig: parseBoolean("strict-model-config", get("strict-model-config")),
+    strictModelConfig: flagBoolean("strict-model-config", get("strict-model-config")),
     modelControlMode: oneOf<ModelControlMode>("model-control-mode", get("model-control-mode"), [
       "none",
       "explicit",

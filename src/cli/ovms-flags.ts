@@ -2,6 +2,7 @@ import { statSync } from "node:fs";
 import { resolve } from "node:path";
 import type { SingleModelOptions } from "../config/server-options.ts";
 import type { LogLevel } from "../observability/logger.ts";
+import { flagBoolean } from "./flag-boolean.ts";
 import { UsageError } from "./usage-error.ts";
 
 // OpenVINO Model Server's command line, accepted beside Triton's so an `ovms …` launch
@@ -132,12 +133,6 @@ function integer(name: string, value: string, max = Number.MAX_SAFE_INTEGER): nu
   return Number(value);
 }
 
-function bool(name: string, value: string): boolean {
-  if (value === "true" || value === "1") return true;
-  if (value === "false" || value === "0") return false;
-  throw new UsageError(`--${name} expects true or false, got '${value}'`);
-}
-
 const STATEFUL_ONLY = [
   "max_sequence_number",
   "idle_sequence_cleanup",
@@ -167,7 +162,7 @@ function singleModel(
     isDirectory = statSync(basePath).isDirectory();
   } catch {}
   if (!isDirectory) throw new UsageError(`--model_path '${path}' is not a directory`);
-  const stateful = text("stateful") !== undefined && bool("stateful", text("stateful")!);
+  const stateful = text("stateful") !== undefined && flagBoolean("stateful", text("stateful")!);
   if (!stateful) {
     for (const flag of STATEFUL_ONLY) {
       if (values[flag] !== undefined)
@@ -186,10 +181,10 @@ function singleModel(
     ...(maxSequenceNumber === undefined
       ? {}
       : { maxSequenceNumber: integer("max_sequence_number", maxSequenceNumber, 2 ** 32 - 1) }),
-    ...(idle === undefined ? {} : { idleSequenceCleanup: bool("idle_sequence_cleanup", idle) }),
+    ...(idle === undefined ? {} : { idleSequenceCleanup: flagBoolean("idle_sequence_cleanup", idle) }),
     ...(lowLatency === undefined
       ? {}
-      : { lowLatencyTransformation: bool("low_latency_transformation", lowLatency) }),
+      : { lowLatencyTransformation: flagBoolean("low_latency_transformation", lowLatency) }),
     ...(statePairs === undefined ? {} : { statePairs }),
     ...(policy === undefined ? {} : { modelVersionPolicy: policy }),
   };
@@ -232,7 +227,7 @@ export function readOvmsFlags(values: Values): OvmsSettings {
   const metrics = text("metrics_enable");
   return {
     ports,
-    metricsEnable: metrics !== undefined && bool("metrics_enable", metrics),
+    metricsEnable: metrics !== undefined && flagBoolean("metrics_enable", metrics),
     singleModel: model,
     configPollSecs: integer("file_system_poll_wait_seconds", text("file_system_poll_wait_seconds") ?? "1"),
     sequenceCleanerPollWaitMinutes: integer(

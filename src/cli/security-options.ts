@@ -11,6 +11,7 @@ import {
   type SecurityOptions,
   type TlsOptions,
 } from "../config/security-options.ts";
+import { flagBoolean } from "./flag-boolean.ts";
 import type { FlagSpec } from "./options.ts";
 import { UsageError } from "./usage-error.ts";
 
@@ -240,10 +241,7 @@ function wholeNumber(name: string, text: string, min: number): number {
 
 function flag(values: Values, name: string): boolean {
   const text = one(values, name);
-  if (text === undefined) return false;
-  if (text === "true" || text === "1") return true;
-  if (text === "false" || text === "0") return false;
-  throw new UsageError(`--${name} expects true or false, got '${text}'`);
+  return text !== undefined && flagBoolean(name, text);
 }
 
 function readLimits(values: Values): LimitOptions {

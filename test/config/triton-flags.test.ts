@@ -318,6 +318,11 @@ describe("Triton's flags", () => {
       () => withRepository("--grpc-use-ssl", "true"),
       /--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key/,
     );
+    // Triton's other spellings of true, as for every boolean flag.
+    assert.throws(
+      () => withRepository("--grpc-use-ssl", "ON"),
+      /--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key/,
+    );
     assert.throws(
       () =>
         withRepository("--grpc-use-ssl=true", "--grpc-server-cert", "no/cert.pem", "--grpc-server-key", "k"),
