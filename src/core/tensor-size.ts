@@ -20,6 +20,8 @@ export function checkedElementCount(
   datatype: DataType,
   shape: readonly number[],
   maxBytes = Number.POSITIVE_INFINITY,
+  /** What one element holds; by default its datatype's size (4, a length, for BYTES). */
+  elementBytes = elementByteSize(datatype) ?? 4,
 ): number {
   let count = 1;
   for (const dim of shape) count *= dim;
@@ -28,7 +30,7 @@ export function checkedElementCount(
       `input '${input}' has shape ${formatShape(shape)}, ${count} elements: more than the ${MAX_TENSOR_ELEMENTS} a tensor can hold`,
     );
   }
-  const bytes = count * (elementByteSize(datatype) ?? 4);
+  const bytes = count * elementBytes;
   if (bytes > maxBytes) {
     throw invalidArg(
       `input '${input}' has shape ${formatShape(shape)}: ${bytes} bytes of ${datatype}, more than the ${maxBytes} bytes a request may carry`,

@@ -128,6 +128,34 @@ describe("a shape is checked before anything is allocated for it", () => {
     });
   }
 
+  test("TF-Serving gRPC, one long string filling its shape, is counted with the string's length", async () => {
+    const tfs = new TfsClient(server.grpcPort);
+    try {
+      const fill = (count: number) =>
+        tfs.predict({
+          model_spec: { name: "strings" },
+          inputs: {
+            INPUT0: {
+              dtype: "DT_STRING",
+              tensor_shape: { dim: [{ size: 1 }, { size: count }] },
+              string_val: [Buffer.alloc(64 * 1024, "a")],
+            },
+          },
+        });
+      // 2048 copies of 64 KiB: 128 MiB from a 64 KiB message, past the 64 MiB default.
+      await assert.rejects(fill(2048), (error: Error & { code: number }) => {
+        assert.equal(error.code, 3, error.message);
+        assert.match(error.message, /input 'INPUT0' has shape \[1,2048\]: \d+ bytes of BYTES/);
+        return true;
+      });
+      // A few copies are served.
+      const served = await fill(3);
+      assert.equal((served.outputs.OUTPUT0?.string_val as unknown[] | undefined)?.length, 3);
+    } finally {
+      tfs.close();
+    }
+  });
+
   test("the server still answers, and a shape that fits still works", async () => {
     const answer = await infer(server.url, "floats", [
       { name: "INPUT0", datatype: "FP32", shape: [1, 3], data: [1, 2, 3] },

@@ -128,7 +128,11 @@ export function decodeTensorProto(
     );
   }
   const values = proto[given] as readonly unknown[];
-  if (values.length === 1) checkedElementCount(input, datatype, shape, maxFillBytes);
+  if (values.length === 1) {
+    // One value repeated over the shape: a string is repeated whole, with its length.
+    const element = datatype === "BYTES" ? 4 + (values[0] as Uint8Array).byteLength : undefined;
+    checkedElementCount(input, datatype, shape, maxFillBytes, element);
+  }
   const data = valuesOf(input, datatype, given, values, count);
   return { datatype, shape, data } as Tensor;
 }
