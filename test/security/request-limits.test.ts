@@ -156,6 +156,19 @@ describe("a shape is checked before anything is allocated for it", () => {
     }
   });
 
+  test("TF-Serving REST, lists nested 100,000 deep, is refused with 400 naming the input", async () => {
+    const deep = `${"[".repeat(100_000)}1${"]".repeat(100_000)}`;
+    const response = await fetch(`${server.url}/v1/models/floats:predict`, {
+      method: "POST",
+      body: `{"inputs": {"INPUT0": ${deep}}}`,
+    });
+    assert.equal(response.status, 400);
+    assert.match(
+      ((await response.json()) as { error: string }).error,
+      /input 'INPUT0' nests its lists 100000 deep: a tensor has at most 254 dimensions/,
+    );
+  });
+
   test("the server still answers, and a shape that fits still works", async () => {
     const answer = await infer(server.url, "floats", [
       { name: "INPUT0", datatype: "FP32", shape: [1, 3], data: [1, 2, 3] },

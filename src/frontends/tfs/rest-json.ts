@@ -12,6 +12,9 @@ import { decodeJsonTensor, jsonTensorData } from "../common/kserve/json-tensor.t
 
 const decoder = new TextDecoder("utf-8", { fatal: true });
 
+/** TensorFlow's limit on a tensor's rank; it also bounds how deep the lists are walked. */
+const MAX_RANK = 254;
+
 const isB64 = (value: unknown): value is { b64: string } =>
   typeof value === "object" &&
   value !== null &&
@@ -28,6 +31,11 @@ export function shapeAndLeaves(input: string, value: unknown): { shape: number[]
   for (let v = value; Array.isArray(v); v = v[0]) {
     shape.push(v.length);
     if (v.length === 0) break;
+  }
+  if (shape.length > MAX_RANK) {
+    throw invalidArg(
+      `input '${input}' nests its lists ${shape.length} deep: a tensor has at most ${MAX_RANK} dimensions`,
+    );
   }
   const leaves: unknown[] = [];
   const ragged = () =>
