@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import type { StatusObject } from "@grpc/grpc-js";
+import { Metadata, type StatusObject } from "@grpc/grpc-js";
 import WebSocket from "ws";
 import { securityOptions } from "../../src/config/security-options.ts";
 import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
@@ -137,6 +137,42 @@ test("a WebSocket client that stops reading: the server holds at most its budget
     assert.equal(await closed, 1008);
   } finally {
     socket.terminate();
+    await server.stop();
+  }
+});
+
+test("a stream refused for its routing metadata holds no budget and the connection serves on", async () => {
+  const server = await start();
+  const client = new TestClient(server.grpcPort);
+  try {
+    const metadata = new Metadata();
+    metadata.set("sequence-id", "18446744073709551616");
+    const stream = client.stream(metadata);
+    stream.on("error", () => {});
+    const ended = await new Promise<StatusObject>((resolve) => stream.on("status", resolve));
+    assert.equal(ended.code, 3, ended.details);
+    assert.match(ended.details, /the sequence id '18446744073709551616' .* is not a uint64/);
+    // The same connection still streams, and nothing is left held for it.
+    const next = client.stream();
+    const answered = new Promise<unknown>((resolve) => next.once("data", resolve));
+    next.write({
+      model_name: "bytes",
+      id: "ok",
+      inputs: [{ name: "INPUT0", datatype: "UINT8", shape: [4] }],
+      raw_input_contents: [Buffer.from([1, 2, 3, 4])],
+    });
+    assert.ok(await answered);
+    next.end();
+    assert.equal(
+      Number(
+        (await (await fetch(server.metricsUrl)).text()).match(
+          /^seqserve_buffered_response_bytes (\d+)/m,
+        )?.[1],
+      ),
+      0,
+    );
+  } finally {
+    client.close();
     await server.stop();
   }
 });

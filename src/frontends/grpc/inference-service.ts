@@ -1,11 +1,12 @@
 import type { ServerUnaryCall } from "@grpc/grpc-js";
 import { cancelled, invalidArg, ServerError } from "../../core/errors.ts";
-import type { InferResponse } from "../../core/infer.ts";
+import type { InferResponse, SequenceId } from "../../core/infer.ts";
 import type { ModelMetadata, ServerContext, TensorMetadata } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
 import { routedSequenceId, SEQUENCE_ID_METADATA, withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
+import { statusOf } from "./error-status.ts";
 import { principalOf } from "./grpc-access.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse } from "./infer-response-encoder.ts";
@@ -133,9 +134,19 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     ),
     ModelInfer: unary(logger, "ModelInfer", modelInfer),
     ModelStreamInfer: (call: StreamInferCall) => {
+      // A bad routing header ends the call before the stream takes any share of the
+      // connection's answer budget.
+      let routedId: SequenceId | undefined;
+      try {
+        routedId = routedSequenceId(call.metadata.get(SEQUENCE_ID_METADATA)[0]?.toString());
+      } catch (error) {
+        call.emit("error", statusOf(error));
+        return;
+      }
       new StreamInferSession(call, registry, logger, {
         maxInflight: options.maxInflightPerStream,
         maxMessageBytes: options.maxMessageBytes,
+        routedId,
         budget: options.budgets.acquire(call.getPeer()),
         principal: principalOf(call.metadata),
         requestOrder: call.metadata.get(STREAM_ORDER_METADATA)[0] !== "sequence",

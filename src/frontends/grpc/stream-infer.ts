@@ -9,7 +9,7 @@ import { Deque } from "../../core/scheduler/request-queue.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { relayResponses } from "../common/kserve/decoupled-responses.ts";
 import type { ConnectionBudget } from "../common/response-budget.ts";
-import { routedSequenceId, SEQUENCE_ID_METADATA, withRoutedSequenceId } from "../common/sequence-routing.ts";
+import { withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse, streamError } from "./infer-response-encoder.ts";
@@ -74,6 +74,8 @@ export interface StreamInferOptions {
   readonly budget: ConnectionBudget;
   /** The caller (its API key's name). */
   readonly principal?: string | undefined;
+  /** The sequence the call's metadata names (a balancer routes the whole stream by it): its requests may leave the id out. */
+  readonly routedId?: SequenceId | undefined;
   /** Answers in request order (Triton's); false: as they complete (each sequence's in its order). */
   readonly requestOrder?: boolean;
 }
@@ -115,8 +117,7 @@ export class StreamInferSession {
 
   constructor(call: StreamInferCall, registry: ModelRegistry, logger: Logger, options: StreamInferOptions) {
     this.#call = call;
-    // A balancer routes the whole stream by its metadata: its requests may leave the id out.
-    this.#routedId = routedSequenceId(call.metadata.get(SEQUENCE_ID_METADATA)[0]?.toString());
+    this.#routedId = options.routedId;
     this.#registry = registry;
     this.#logger = logger;
     this.#maxInflight = Math.max(1, options.maxInflight);
