@@ -6,6 +6,7 @@ import { DEFAULT_SERVER_OPTIONS } from "../config/server-options.ts";
 import type { ModelBackend } from "../core/backend.ts";
 import type { ServerContext, ServerMetadata } from "../core/model.ts";
 import { Refusals } from "../core/refusals.ts";
+import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
 import { AccessPolicy } from "../frontends/common/access/access-policy.ts";
 import { ResponseBudgets } from "../frontends/common/response-budget.ts";
 import { createGrpcFrontend, type GrpcFrontend } from "../frontends/grpc/grpc-frontend.ts";
@@ -123,13 +124,16 @@ export async function startServer(
   const observers = [metrics?.observeRequests, tracing?.observeRequests].filter(
     (factory): factory is ObserverFactory => factory !== undefined,
   );
-  const releaseObservability = async (): Promise<void> => {
+  let repository: ModelRepository;
+  let sequenceTier: SequenceTier | undefined;
+  /** Everything started before the endpoints: released on a failed start and at stop. */
+  const release = async (): Promise<void> => {
     metrics?.close();
     await tracing?.close().catch((error: unknown) => logger.warn({ err: error }, "flushing traces failed"));
+    await sequenceTier?.close();
   };
-  let repository: ModelRepository;
-  const sequenceTier = await openSequenceTier(options.stateStore, logger);
   try {
+    sequenceTier = await openSequenceTier(options.stateStore, logger);
     repository = await ModelRepository.open({
       sequenceTier,
       repositories: options.modelRepositories,
@@ -158,8 +162,7 @@ export async function startServer(
       ),
     });
   } catch (error) {
-    await releaseObservability();
-    await sequenceTier?.close();
+    await release();
     throw error;
   }
   calls.attach(repository);
@@ -167,8 +170,7 @@ export async function startServer(
   const failures = options.exitOnError ? loadFailures(repository) : undefined;
   if (failures !== undefined) {
     await repository.shutdown(Date.now());
-    await releaseObservability();
-    await sequenceTier?.close();
+    await release();
     throw new Error(`${failures} (--exit-on-error=false serves the other models)`);
   }
   metrics?.watchModels(repository);
@@ -276,8 +278,7 @@ export async function startServer(
   } catch (error) {
     for (const close of closers.reverse()) await close().catch(() => {});
     await repository.shutdown(Date.now());
-    await releaseObservability();
-    await sequenceTier?.close();
+    await release();
     throw error;
   }
 
@@ -323,8 +324,7 @@ export async function startServer(
         await Promise.all([repository.drain(deadline), closeEndpoints()]);
       }
       await repository.shutdown(Date.now());
-      await releaseObservability();
-      await sequenceTier?.close();
+      await release();
       logger.info({ event: "stopped" }, "stopped");
     },
   };

@@ -79,4 +79,18 @@ describe("the library entry", () => {
       /option 'logFormat' must be json, text or ISO8601/,
     );
   });
+
+  it("a state store that cannot be reached stops the start, naming it", async () => {
+    await assert.rejects(
+      startServer({
+        modelRepositories: [repository.path],
+        httpPort: 0,
+        grpcPort: undefined,
+        metricsPort: 0,
+        logLevel: "silent",
+        stateStore: "redis://127.0.0.1:1",
+      }),
+      /the state store at redis:\/\/127\.0\.0\.1:1 cannot be reached/,
+    );
+  });
 });
