@@ -215,4 +215,49 @@ describe("the shared state tier's guarantees", { skip }, () => {
       rmSync(dir, { recursive: true, force: true });
     }
   });
+
+  it("requests waiting for the store are bounded by the model's slots and backlog; the rest are told to retry", async () => {
+    // 2 slots and a backlog of 1: at most 3 requests wait for Redis at once.
+    const small = tempRepository({
+      small: {
+        config: accumulatorConfig(
+          "small",
+          2,
+          "max_sequence_idle_microseconds: 60000000\n  oldest { max_candidate_sequences: 2 }",
+          'parameters [ { key: "sequence_backlog_limit" value: { string_value: "1" } } ]',
+        ),
+        onnx: accumulatorModel(),
+      },
+    });
+    const replica = new Replica(small.path, redis.url);
+    try {
+      await replica.ready();
+      redis.pause();
+      let answers: HttpAnswer[];
+      try {
+        // Steps of sequences this replica does not hold: each waits for the store's record.
+        const waiting = [601, 602, 603].map((id) => infer(replica.url, "small", int32Input(1), { id }));
+        await pause(200);
+        const refused = await infer(replica.url, "small", int32Input(1), { id: 604 });
+        assert.equal(refused.status, 503, JSON.stringify(refused.body));
+        assert.match(
+          refused.body.error as string,
+          /model 'small' has 3 requests waiting for the state store at redis:\/\/127\.0\.0\.1:\d+; retry later/,
+        );
+        redis.resume();
+        answers = await Promise.all(waiting);
+      } finally {
+        redis.resume();
+      }
+      // Once the store answers, the waiting ones are admitted as usual: unknown sequences.
+      for (const answer of answers) {
+        assert.equal(answer.status, 400, JSON.stringify(answer.body));
+        assert.match(answer.body.error as string, /must specify the START flag/);
+      }
+      assert.equal(sum(await infer(replica.url, "small", int32Input(7), { id: 605, start: true })), 7);
+    } finally {
+      await replica.stop();
+      small.remove();
+    }
+  });
 });

@@ -105,6 +105,9 @@ function clearTimer(timers: Map<Sequence, NodeJS.Timeout>, sequence: Sequence): 
   timers.delete(sequence);
 }
 
+/** The most requests of one model that wait for the state store at once. */
+const MAX_WAITING_FOR_TIER = 4096;
+
 export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner {
   readonly #config: ModelConfig;
   readonly #sequencing: SequenceBatchingConfig;
@@ -144,6 +147,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   readonly #ids: IdReservation | undefined;
   /** Ids whose admission waits for the tier's record, with the requests that wait. */
   readonly #looks = new Map<string, PendingRequest[]>();
+  /** Requests in #looks and those waiting for ids (see #checkRoomToWait). */
+  #waitingForTier = 0;
   /** Steps sent back to their sequence's queue after a write conflict, and how often. */
   readonly #retries = new WeakMap<PendingRequest, number>();
   #stopListening: (() => void) | undefined;
@@ -908,8 +913,26 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     else this.#model.store.set(sequence.key, body.state);
   }
 
+  /**
+   * Requests that wait for the tier at once (a record's read, or a block of ids) are
+   * bounded like admitted ones: as many as the model's slots and backlog hold, at most
+   * MAX_WAITING_FOR_TIER. A client sending steps for many unknown ids cannot make this
+   * replica hold their requests without limit while Redis answers.
+   */
+  #checkRoomToWait(): void {
+    const room = Math.min(this.capacity + this.#sequencing.backlogLimit, MAX_WAITING_FOR_TIER);
+    if (this.#waitingForTier < room) return;
+    throw new ServerError(
+      "UNAVAILABLE",
+      `model '${this.#config.name}' has ${this.#waitingForTier} requests waiting for the state store at ${this.#tier!.tier.location}; retry later`,
+      { retryAfterSeconds: 1, reason: "sequence_limit" },
+    );
+  }
+
   /** Admission waits for the tier's record of `id` (one read for every request that waits). */
   #lookUp(key: string, id: SequenceId, pending: PendingRequest): void {
+    this.#checkRoomToWait();
+    this.#waitingForTier++;
     this.#pending++;
     const waiting = this.#looks.get(key);
     if (waiting !== undefined) {
@@ -923,6 +946,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         const failed = this.#looks.get(key) ?? [];
         this.#looks.delete(key);
         this.#pending -= failed.length;
+        this.#waitingForTier -= failed.length;
         for (const p of failed) p.reject(this.#tierError(id, "reading", error));
         this.#notifyIdle();
       },
@@ -933,6 +957,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     const waiting = this.#looks.get(key) ?? [];
     this.#looks.delete(key);
     this.#pending -= waiting.length;
+    this.#waitingForTier -= waiting.length;
     try {
       if (record !== undefined && record.ended === undefined) {
         if (!this.#live.has(key) && !this.#ending.has(key)) this.#adoptFromTier(key, id, record);
@@ -982,10 +1007,13 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
 
   /** A START without an id waits for the tier to reserve more ids. */
   #waitForIds(pending: PendingRequest): void {
+    this.#checkRoomToWait();
+    this.#waitingForTier++;
     this.#pending++;
     this.#ids!.ready().then(
       () => {
         this.#pending--;
+        this.#waitingForTier--;
         try {
           this.#admit(pending, false);
         } catch (error) {
@@ -995,6 +1023,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       },
       (error: unknown) => {
         this.#pending--;
+        this.#waitingForTier--;
         pending.reject(
           unavailable(
             `model '${this.#config.name}' cannot assign a sequence id: the state store at ${this.#tier!.tier.location} did not answer (${(error as Error).message})`,

@@ -106,6 +106,15 @@ export class RedisServer {
     await this.#spawn();
   }
 
+  /** Freezes it (SIGSTOP): connections stay open, nothing is answered until resume(). */
+  pause(): void {
+    this.#child!.kill("SIGSTOP");
+  }
+
+  resume(): void {
+    this.#child!.kill("SIGCONT");
+  }
+
   cli(...args: string[]): string {
     return execFileSync("redis-cli", ["-p", String(this.port), ...args], { encoding: "utf8" }).trim();
   }
