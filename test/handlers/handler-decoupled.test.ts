@@ -2,12 +2,15 @@ import assert from "node:assert/strict";
 import { request as httpRequest, type IncomingMessage } from "node:http";
 import { after, before, test } from "node:test";
 import WebSocket from "ws";
+import { securityOptions } from "../../src/config/security-options.ts";
 import type { ModelStreamInferResponseMessage } from "../../src/frontends/grpc/messages.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { postJson } from "../support/http-client.ts";
+import { metricValue } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import {
   eventOf,
+  eventually,
   type HandlerRepository,
   handlerRepository,
   RECORDER,
@@ -263,4 +266,58 @@ test("clients that leave cancel the request: the handler is told (SSE, gRPC, Web
     "WebSocket abort",
     (e) => e.hook === "aborted" && e.id === "leaver-ws",
   );
+});
+
+test("a client that takes nothing for the stream idle time is let go (SSE, WebSocket); the handler is told", async () => {
+  const idle = await startTestServer(repository.path, {
+    security: securityOptions({ limits: { ...securityOptions().limits, httpStreamIdleTimeoutSecs: 1 } }),
+  });
+  try {
+    const call = httpRequest(`${idle.url}/v2/models/ticker/generate_stream`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+    });
+    const response = new Promise<IncomingMessage>((resolve, reject) => {
+      call.once("response", resolve);
+      call.once("error", reject);
+    });
+    call.end(JSON.stringify({ id: "idle-sse", COUNT: 1_000_000, parameters: { payload: 65536 } }));
+    const events = await response;
+    events.pause();
+    const closed = new Promise<void>((resolve) => events.socket.once("close", () => resolve()));
+    await eventOf(
+      repository.eventsFile,
+      "the SSE request waiting",
+      (e) => e.hook === "waiting" && e.id === "idle-sse",
+    );
+    // Nothing read: after the idle time the server closes the connection and the handler's request aborts.
+    await eventOf(repository.eventsFile, "SSE let go", (e) => e.hook === "aborted" && e.id === "idle-sse");
+    // What was sent before then can still be read; then the connection is closed.
+    events.resume();
+    await closed;
+
+    const socket = new WebSocket(`${idle.url.replace("http", "ws")}/v2/models/ticker/stream`);
+    await new Promise((resolve, reject) => socket.once("open", resolve).once("error", reject));
+    const code = new Promise<number>((resolve) => socket.once("close", (c: number) => resolve(c)));
+    socket.send(
+      JSON.stringify({ id: "idle-ws", parameters: { payload: 65536 }, inputs: [countInput(1_000_000)] }),
+    );
+    socket.pause();
+    // Nothing read: the server's writes block, and after the idle time it closes the stream
+    // (counted as an idle close), whose close frame the client reads once it reads again.
+    const idleCloses = async () =>
+      (await metricValue(idle.metricsUrl, "seqserve_limit_refusals_total", {
+        limit: "http_stream_idle_timeout",
+      })) ?? 0;
+    await eventually("the idle close", async () => (await idleCloses()) > 0 || undefined);
+    socket.resume();
+    assert.equal(await code, 1001);
+    await eventOf(
+      repository.eventsFile,
+      "WebSocket let go",
+      (e) => e.hook === "aborted" && e.id === "idle-ws",
+    );
+  } finally {
+    await idle.stop();
+  }
 });

@@ -74,6 +74,7 @@ export function createHttpFrontend(options: HttpFrontendOptions): HttpFrontend {
     context,
     bodyLimitBytes,
     ...(options.budgets === undefined ? {} : { budgets: options.budgets }),
+    ...(options.streamIdleTimeoutMs === undefined ? {} : { idleTimeoutMs: options.streamIdleTimeoutMs }),
   });
   app.register(sequenceRoutes, { context, bodyLimitBytes });
   app.register(tfsRestRoutes, { context, bodyLimitBytes });

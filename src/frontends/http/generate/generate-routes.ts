@@ -1,4 +1,6 @@
 import { once } from "node:events";
+import type { ServerResponse } from "node:http";
+import { setTimeout as delay } from "node:timers/promises";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { asServerError, internal } from "../../../core/errors.ts";
 import type { ServerContext } from "../../../core/model.ts";
@@ -19,14 +21,16 @@ import { decodeGenerateRequest, encodeGenerateResponse } from "./generate-codec.
 // produces them. The status comes with the first response: a request that fails before
 // it gets a JSON error with its status; a failure after it is an `{"error"}` event.
 // Slow readers are waited for (the next event is written once the socket drains, and the
-// model's sending waits with it); a client that leaves cancels the request, and the
-// model is told.
+// model's sending waits with it), for at most the stream idle time; a client that leaves,
+// or takes nothing for that long, cancels the request, and the model is told.
 
 export interface GenerateRoutesOptions {
   readonly context: ServerContext;
   readonly bodyLimitBytes: number;
   /** Per-connection budgets of answers waiting for slow readers. */
   readonly budgets?: ResponseBudgets;
+  /** A client that takes no event for this long is let go (the stream idle timeout); default: never. */
+  readonly idleTimeoutMs?: number;
 }
 
 type GenerateRequest = FastifyRequest<{ Params: ModelParams; Body: Record<string, unknown> }>;
@@ -84,9 +88,26 @@ async function parseBody(request: FastifyRequest): Promise<void> {
 
 const sse = (json: string): string => `data: ${json}\n\n`;
 
+/** Whether `raw` drains before `ms` pass (false also when it closes first). */
+async function drained(raw: ServerResponse, ms: number | undefined): Promise<boolean> {
+  const stop = new AbortController();
+  const { signal } = stop;
+  const waits: Promise<boolean>[] = [
+    once(raw, "drain", { signal }).then(() => true),
+    once(raw, "close", { signal }).then(() => false),
+  ];
+  if (ms !== undefined) waits.push(delay(ms, false, { signal, ref: false }));
+  try {
+    return await Promise.race(waits.map((wait) => wait.catch(() => false)));
+  } finally {
+    stop.abort();
+  }
+}
+
 async function generate(
   context: ServerContext,
   budgets: ResponseBudgets | undefined,
+  idleTimeoutMs: number | undefined,
   request: GenerateRequest,
   reply: FastifyReply,
   streaming: boolean,
@@ -132,8 +153,9 @@ async function generate(
           raw.destroy();
           return undefined;
         }
-        if (!raw.write(event, () => budget?.give(bytes))) {
-          await Promise.race([once(raw, "drain"), once(raw, "close")]);
+        if (!raw.write(event, () => budget?.give(bytes)) && !(await drained(raw, idleTimeoutMs))) {
+          // It has taken nothing for the whole idle time: the request and its sequence end.
+          raw.destroy();
         }
         if (raw.destroyed) {
           await responses.return?.();
@@ -160,7 +182,8 @@ export async function generateRoutes(app: FastifyInstance, options: GenerateRout
     app.post(
       `${path}/generate`,
       { schema: { ...SCHEMA, operationId: operationId("modelGenerate", path) }, preValidation: parseBody },
-      (request: GenerateRequest, reply) => generate(context, budgets, request, reply, false),
+      (request: GenerateRequest, reply) =>
+        generate(context, budgets, options.idleTimeoutMs, request, reply, false),
     );
     app.post(
       `${path}/generate_stream`,
@@ -168,7 +191,8 @@ export async function generateRoutes(app: FastifyInstance, options: GenerateRout
         schema: { ...STREAM_SCHEMA, operationId: operationId("modelGenerateStream", path) },
         preValidation: parseBody,
       },
-      (request: GenerateRequest, reply) => generate(context, budgets, request, reply, true),
+      (request: GenerateRequest, reply) =>
+        generate(context, budgets, options.idleTimeoutMs, request, reply, true),
     );
   }
 }

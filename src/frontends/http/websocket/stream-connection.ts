@@ -93,7 +93,9 @@ class StreamEntry {
 }
 
 /** What an answer holds in memory (a string's length: answers are JSON, one byte a character). */
-const sizeOf = (data: string | Buffer): number => (typeof data === "string" ? data.length : data.byteLength);
+/** What an answer occupies on the socket (a text frame is UTF-8). */
+const sizeOf = (data: string | Buffer): number =>
+  typeof data === "string" ? Buffer.byteLength(data) : data.byteLength;
 
 function asBuffer(data: RawData): Buffer {
   if (Buffer.isBuffer(data)) return data;
@@ -400,10 +402,16 @@ export class StreamConnection {
     this.#close(CLOSE_CODES.policyViolation, message);
   }
 
-  /** No message for the idle timeout: closed when nothing is in flight either. */
+  /**
+   * No message and no answer taken by the client for the idle timeout: closed unless a
+   * request is still being worked on. A client that has stopped reading does not keep the
+   * stream, its sequence and its slot by leaving requests in flight.
+   */
   readonly #onIdle = (): void => {
     if (this.#closing) return;
-    if (this.#waiting.length + this.#answering.length > 0) {
+    // Answers handed to the socket and not taken (#sentSizes) for the whole idle time: the
+    // client has stopped reading. Otherwise a request in flight is still being worked on.
+    if (this.#waiting.length + this.#answering.length > 0 && this.#sentSizes.length === 0) {
       this.#idleTimer?.refresh();
       return;
     }
@@ -541,6 +549,8 @@ export class StreamConnection {
   /** Called as each answer reaches the socket: reading resumes once the backlog halves. */
   readonly #onSent = (): void => {
     this.#budget.give(this.#sentSizes.shift() ?? 0);
+    // The client is reading: the stream is not idle.
+    this.#idleTimer?.refresh();
     if (!this.#writeBlocked || this.#socket.bufferedAmount > this.#limits.writeHighWaterBytes / 2) return;
     this.#writeBlocked = false;
     const head = this.#answering.peek();
