@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { allocateArray, type DataType, type NumericDataType } from "../core/datatype.ts";
 import type { TensorMetadata } from "../core/model.ts";
 import { elementCount, type Tensor } from "../core/tensor.ts";
+import { seeded } from "./seeded-random.ts";
 
 // What the benchmark sends: each step's inputs, made from the model's metadata. Fixed
 // values (`--input sr=16000`) and shapes for variable dims (`--shape input=1,512`) come
@@ -19,18 +20,6 @@ export interface WorkloadOptions {
   /** The input the audio goes to (default: the first FP32 input). */
   readonly audioInput?: string;
   readonly seed: number;
-}
-
-/** mulberry32: small, seeded, good enough for test data. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** Mono samples in [-1, 1] from a PCM16 or float32 WAV (channels averaged). */

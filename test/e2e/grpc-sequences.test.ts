@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { status } from "@grpc/grpc-js";
+import { seeded } from "../../src/bench/seeded-random.ts";
 import { accumulatorConfig, accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import {
@@ -11,7 +12,6 @@ import {
   startFlagError,
 } from "../support/grpc-stream-call.ts";
 import { getJson } from "../support/http-client.ts";
-import { seeded } from "../support/seeded-random.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 // The stateful suite's key cases over ModelStreamInfer, against the real server and the

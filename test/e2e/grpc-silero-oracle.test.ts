@@ -2,11 +2,11 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { after, before, test } from "node:test";
 import { status } from "@grpc/grpc-js";
+import { seeded } from "../../src/bench/seeded-random.ts";
 import type { ModelInferRequestMessage } from "../../src/frontends/grpc/messages.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { rawBytes, rawOutput, StreamCall, sequenceParameters } from "../support/grpc-stream-call.ts";
 import { getJson } from "../support/http-client.ts";
-import { seeded } from "../support/seeded-random.ts";
 import {
   expectedBits,
   SILERO_PATH,

@@ -1,11 +1,10 @@
 import assert from "node:assert/strict";
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { OVMS_FLAGS, OVMS_IGNORED_FLAGS } from "../../src/cli/ovms-flags.ts";
-import { BIN, run, ServerProcess } from "../support/seqserve-process.ts";
+import { BIN, freePort, run, ServerProcess } from "../support/seqserve-process.ts";
 import { SILERO_PATH } from "../support/silero-oracle.ts";
 import { TfsClient } from "../tfs/support/tfs-client.ts";
 import { grpcStep, restStep } from "../tfs/support/vad-steps.ts";
@@ -14,18 +13,6 @@ import { grpcStep, restStep } from "../tfs/support/vad-steps.ts";
 // (--model_path / --model_name / --stateful / --max_sequence_number), OVMS's ports
 // (--port gRPC, --rest_port HTTP), OVMS's log level, and flags about OpenVINO accepted
 // with a notice.
-
-/** A port nobody listens on right now. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === "object" && address !== null ? address.port : 0));
-    });
-  });
-}
 
 describe("OVMS's command line", { timeout: 120_000 }, () => {
   let dir: string;

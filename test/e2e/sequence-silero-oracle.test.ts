@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { Agent, request } from "node:http";
 import { after, before, describe, it } from "node:test";
-import { seeded } from "../support/seeded-random.ts";
+import { seeded } from "../../src/bench/seeded-random.ts";
 import { batchCounts, listSequences } from "../support/sequence-kit.ts";
 import {
   expectedBits,

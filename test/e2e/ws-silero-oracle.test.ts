@@ -2,8 +2,8 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { after, before, describe, it } from "node:test";
 import WebSocket from "ws";
+import { seeded } from "../../src/bench/seeded-random.ts";
 import { framed, unframe } from "../http/support/ws-client.ts";
-import { seeded } from "../support/seeded-random.ts";
 import { batchCounts, findSequence, listSequences, waitFor } from "../support/sequence-kit.ts";
 import {
   expectedBits,

@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import ort from "onnxruntime-node";
-import { seeded } from "./seeded-random.ts";
+import { seeded } from "../../src/bench/seeded-random.ts";
 
 // What the Silero VAD oracle tests share (test/e2e/*-silero-oracle.test.ts): the real
 // model and its example stateful config, audio-like chunks that make the detector say

@@ -1,4 +1,5 @@
 import ort from "onnxruntime-node";
+import { seeded } from "../../src/bench/seeded-random.ts";
 import {
   allocateArray,
   type DataType,
@@ -13,7 +14,6 @@ import {
   tensorNames,
 } from "../../tools/onnx/stateful-backend-models.ts";
 import { rawBytes, sequenceParameters } from "./grpc-stream-call.ts";
-import { seeded } from "./seeded-random.ts";
 
 // The ONNX stateful backend's four example models, as its users have them: configs in the
 // backend's own style (backend "stateful", onnx_file_name, state_pairs, its GPU and buffer

@@ -1,4 +1,4 @@
-import { seeded } from "../../test/support/seeded-random.ts";
+import { seeded } from "../../src/bench/seeded-random.ts";
 import { OnnxModelBuilder } from "./onnx-model-builder.ts";
 
 // A small text embedding model for the session_context example: hashed word and

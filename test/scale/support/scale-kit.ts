@@ -1,9 +1,15 @@
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { BIN, type ListeningLine, ROOT, ServerProcess } from "../../support/seqserve-process.ts";
+import {
+  BIN,
+  FREE_PORT_FLAGS,
+  freePort,
+  type ListeningLine,
+  ROOT,
+  ServerProcess,
+} from "../../support/seqserve-process.ts";
 
 // Several seqserve replicas sharing a Redis state store, behind nginx, as
 // deploy/nginx/README.md runs them: real redis-server and nginx processes (Debian's
@@ -28,17 +34,6 @@ export function missingTools(tools: readonly string[]): string | undefined {
   }
   process.stdout.write(`skipping the scale-out tests: ${reason}\n`);
   return reason;
-}
-
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === "object" && address !== null ? address.port : 0));
-    });
-  });
 }
 
 const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -240,16 +235,7 @@ export class Replica {
       repository,
       "--state-store",
       stateStore,
-      "--host",
-      "127.0.0.1",
-      "--http-port",
-      "0",
-      "--grpc-port",
-      "0",
-      "--metrics-port",
-      "0",
-      "--log-format",
-      "json",
+      ...FREE_PORT_FLAGS,
       "--exit-timeout-secs",
       "10",
       ...extra,

@@ -1,6 +1,6 @@
 /**
- * mulberry32: a small seeded generator in [0, 1), so a test that picks at random sends the
- * same data in the same order on every run.
+ * mulberry32: a small seeded generator in [0, 1), so a benchmark or test that picks at
+ * random sends the same data in the same order on every run.
  */
 export function seeded(seed: number): () => number {
   let a = seed >>> 0;
