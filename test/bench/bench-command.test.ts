@@ -48,6 +48,12 @@ function options(args: string[]): BenchOptions {
   return parsed as BenchOptions;
 }
 
+/** --verify checked answers, and every one matched ONNX Runtime in this process. */
+function assertVerified(report: BenchReport, what: string): void {
+  assert.ok(report.oracle !== undefined && report.oracle.checked > 0, `${what}: no answer was checked`);
+  assert.equal(report.oracle.mismatches, 0, `${what}: ${report.oracle.examples.join("; ")}`);
+}
+
 function assertSane(report: BenchReport): void {
   assert.ok(report.requests > 0, JSON.stringify(report));
   assert.ok(report.requestsPerSecond > 0);
@@ -104,7 +110,7 @@ describe("seqserve bench", { timeout: 120_000 }, () => {
         ]),
       );
       assertSane(report!);
-      assert.equal(report!.oracle?.mismatches, 0, `${protocol}: ${report!.oracle?.examples.join("; ")}`);
+      assertVerified(report!, protocol);
     }
   });
 
@@ -129,7 +135,7 @@ describe("seqserve bench", { timeout: 120_000 }, () => {
     );
     for (const report of reports) {
       assertSane(report);
-      assert.equal(report.oracle?.mismatches, 0);
+      assertVerified(report, `concurrency ${report.concurrency}`);
     }
     assert.ok(existsSync(chart));
     const svg = readFileSync(chart, "utf8");

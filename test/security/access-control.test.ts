@@ -348,6 +348,9 @@ describe("a sequence belongs to the key that started it", () => {
 
 test("no key ever reaches the log, not even refused ones", () => {
   const text = JSON.stringify(lines);
+  // The refusals were logged (at debug), so the log did see these requests.
+  assert.match(text, /needs an API key/);
+  assert.match(text, /the API key is not valid/);
   for (const secret of [A, B, OPS, "not-a-key-at-all-000000"])
     assert.ok(!text.includes(secret), "a key was logged");
 });

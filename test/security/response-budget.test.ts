@@ -86,6 +86,8 @@ test("a ModelStreamInfer client that stops reading: the server holds at most its
     await untilRefused(server);
     assert.equal(await refusals(server), 1);
     const held = await peak(server);
+    // Up to its budget (the refusal came when one more answer would not fit), never past it.
+    assert.ok(held > BUDGET - ANSWER - KiB, `the server counted only ${held} bytes for the stream`);
     assert.ok(held <= BUDGET + ANSWER + KiB, `the server held ${held} bytes for the stream`);
     stream.resume();
     const ended = await status;
@@ -132,6 +134,8 @@ test("a WebSocket client that stops reading: the server holds at most its budget
     await untilRefused(server);
     assert.equal(await refusals(server), 1);
     const held = await peak(server);
+    // Up to its budget (the refusal came when one more answer would not fit), never past it.
+    assert.ok(held > BUDGET - ANSWER - KiB, `the server counted only ${held} bytes for the stream`);
     assert.ok(held <= BUDGET + ANSWER + KiB, `the server held ${held} bytes for the stream`);
     socket.resume();
     assert.equal(await closed, 1008);
