@@ -898,8 +898,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   /** Takes the tier's record into `sequence`: its state, steps, answers and version. */
-  #install(sequence: Sequence, record: TierRecord): void {
-    const body = decodeRecordBody(record.body, this.#describe(sequence.id));
+  #install(
+    sequence: Sequence,
+    record: TierRecord,
+    body = decodeRecordBody(record.body, this.#describe(sequence.id)),
+  ): void {
     const place = sequence.tier ?? this.#newPlace()!;
     sequence.tier = place;
     place.life = record.life;
@@ -989,7 +992,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     const body = decodeRecordBody(record.body, this.#describe(id));
     const sequence = new Sequence(id, body.createdMs, body.owner);
     sequence.expiresAtMs = body.expiresAtMs;
-    this.#install(sequence, record);
+    this.#install(sequence, record, body);
     try {
       this.#place(sequence);
     } catch (error) {
