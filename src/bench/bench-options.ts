@@ -80,11 +80,13 @@ function whole(name: string, value: string | undefined, fallback: number, min = 
   return n;
 }
 
-function positive(name: string, value: string | undefined): number | undefined {
+function positive(name: string, value: string | undefined, orZero = false): number | undefined {
   if (value === undefined) return undefined;
   const n = Number(value);
-  if (!Number.isFinite(n) || n <= 0)
-    throw new BenchUsageError(`--${name} expects a positive number, got '${value}'`);
+  if (value.trim() === "" || !Number.isFinite(n) || n < 0 || (n === 0 && !orZero)) {
+    const what = orZero ? "a number of 0 or more" : "a positive number";
+    throw new BenchUsageError(`--${name} expects ${what}, got '${value}'`);
+  }
   return n;
 }
 
@@ -180,7 +182,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions | "help" {
     streams: str("streams") === undefined ? undefined : whole("streams", str("streams"), 1),
     rate: positive("rate", str("rate")),
     seconds: positive("duration", str("duration")) ?? 10,
-    warmupSeconds: str("warmup") === undefined ? 2 : Math.max(0, Number(str("warmup"))),
+    warmupSeconds: positive("warmup", str("warmup"), true) ?? 2,
     values: assignments("input", (values.input as string[] | undefined) ?? []),
     shapes: assignments("shape", (values.shape as string[] | undefined) ?? []),
     wavFile: data === undefined || data === "random" ? undefined : data,

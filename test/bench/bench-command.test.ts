@@ -161,5 +161,11 @@ describe("seqserve bench", { timeout: 120_000 }, () => {
       bad.stderr,
       /--protocol must be one of http-json, http-binary, grpc, grpc-stream, ws, tfs-grpc, tfs-rest, sagemaker/,
     );
+    // A warm-up that is not a number would make the run never end.
+    assert.throws(
+      () => options(["--model", "acc", "--warmup", "soon"]),
+      /--warmup expects a number of 0 or more, got 'soon'/,
+    );
+    assert.equal(options(["--model", "acc", "--warmup", "0"]).warmupSeconds, 0);
   });
 });
