@@ -4,7 +4,7 @@ import type { ExecutionResult, ModelExecutor } from "../../src/core/executor.ts"
 import type { InferRequest } from "../../src/core/infer.ts";
 import type { ModelConfig } from "../../src/core/model-config.ts";
 import { validateRequest } from "../../src/core/request-validation.ts";
-import { DynamicBatcher } from "../../src/core/scheduler/dynamic-batcher.ts";
+import { DynamicBatcher, MAX_REQUESTS_IN_FLIGHT } from "../../src/core/scheduler/dynamic-batcher.ts";
 import { PendingRequest } from "../../src/core/scheduler/pending-request.ts";
 import { ModelStatistics } from "../../src/core/statistics.ts";
 import type { Tensor } from "../../src/core/tensor.ts";
@@ -12,8 +12,9 @@ import { turn } from "./support/batcher-harness.ts";
 
 // The stateless schedulers keep an instance fed: while it runs one batch, the next is
 // already with it, so its worker starts the next run without waiting for the main thread.
-// Without dynamic batching any request may queue behind a running one; with it only a
-// full batch does (a short one waits for the running batch to end, and grows meanwhile).
+// Without dynamic batching up to MAX_REQUESTS_IN_FLIGHT requests queue with the instance;
+// with it only a full batch queues behind a running one (a short one waits for the running
+// batch to end, and grows meanwhile).
 // Answers stay each request's own.
 
 /** OUTPUT = INPUT + 1 per row; records its batches; can be held. */
@@ -104,15 +105,19 @@ function harness(dynamic: boolean) {
 }
 
 describe("stateless scheduling: the next batch waits in the instance", () => {
-  it("without dynamic batching, a second request goes to the instance while the first runs, a third waits", async () => {
+  it("without dynamic batching, requests go to the instance while the first runs, up to the limit; the rest wait", async () => {
     const { executor, send } = harness(false);
     executor.hold();
-    const answers = [send(10), send(20), send(30)];
+    const count = MAX_REQUESTS_IN_FLIGHT + 3;
+    const answers = Array.from({ length: count }, (_, i) => send(10 * i));
     await turn();
-    assert.deepEqual(executor.batches, [1, 1], "two runs with the instance at once, not three");
+    assert.equal(executor.batches.length, MAX_REQUESTS_IN_FLIGHT, "the instance holds the limit, not more");
     executor.release();
-    assert.deepEqual(await Promise.all(answers), [11, 21, 31]);
-    assert.deepEqual(executor.batches, [1, 1, 1]);
+    assert.deepEqual(
+      await Promise.all(answers),
+      answers.map((_, i) => 10 * i + 1),
+    );
+    assert.deepEqual(executor.batches, Array(count).fill(1));
   });
 
   it("with dynamic batching, only a full batch goes behind a running one; a short one grows meanwhile", async () => {

@@ -16,14 +16,22 @@ import type { Scheduler } from "./scheduler.ts";
 // max_queue_delay_microseconds, or at once when no delay is configured. Instances take
 // batches as they become free, so work spreads over all of them.
 //
-// An instance may hold a second batch while it runs one, so its worker starts the next run
-// without waiting for this thread to hear of the last one (measured: with one batch at a
-// time the worker sat idle two thirds of the time under load). Only a full batch queues
-// behind a running one: a short one would split requests that would otherwise join the
-// next batch when the running one ends.
+// An instance holds more than the batch it runs, so its worker starts the next run without
+// waiting for this thread to hear of the last one: this thread answers and parses requests
+// in stretches of several milliseconds, longer than a run. Measured (Silero VAD, batch 1,
+// 64 clients): with one run at a time the worker sat idle two thirds of the time; with two
+// it still idled 61 % and served 1.95k/s; with 16 it serves 3.0k/s and the server spends
+// 25 % less CPU per request (fewer wake-ups of both threads).
+//
+// With batching, only a full batch queues behind a running one: a short one would split
+// requests that would otherwise join the next batch when the running one ends. Without
+// batching every request is a full batch of its own, and queueing it in the worker instead
+// of here costs nothing.
 
-/** Batches one instance holds at most: the one it runs and the next. */
-const MAX_IN_FLIGHT = 2;
+/** Batches of several requests one instance holds at most: the one it runs and the next. */
+const MAX_BATCHES_IN_FLIGHT = 2;
+/** Single requests (a model that does not batch) one instance holds at most. */
+export const MAX_REQUESTS_IN_FLIGHT = 16;
 
 interface Instance {
   readonly executor: ModelExecutor;
@@ -58,13 +66,14 @@ export class DynamicBatcher implements Scheduler {
     const { config } = options;
     this.#config = config;
     this.#statistics = options.statistics;
+    const dynamic = config.dynamicBatching;
+    this.#merge = dynamic !== undefined && config.maxBatchSize > 0;
+    const pipelined = this.#merge ? MAX_BATCHES_IN_FLIGHT : MAX_REQUESTS_IN_FLIGHT;
     this.#instances = options.executors.map((executor) => ({
       executor,
       inFlight: 0,
-      maxInFlight: isRequestExecutor(executor) ? 1 : MAX_IN_FLIGHT,
+      maxInFlight: isRequestExecutor(executor) ? 1 : pipelined,
     }));
-    const dynamic = config.dynamicBatching;
-    this.#merge = dynamic !== undefined && config.maxBatchSize > 0;
     this.#maxRows = Math.max(1, config.maxBatchSize);
     const preferred = dynamic?.preferredBatchSizes ?? [];
     this.#targetRows = preferred.length > 0 ? Math.max(...preferred) : this.#maxRows;
