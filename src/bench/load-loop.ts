@@ -41,8 +41,9 @@ import type { Workload } from "./workload.ts";
 // sequence), so `lanes` sequences are live at once. Closed loop: a lane sends its next step
 // when the last one is answered. Open loop (`rate`): step k of lane l is due at
 // (k·lanes + l) / rate seconds and its latency counts from then, so a slow server cannot
-// hide its queueing (no coordinated omission). Only answers inside the measured window
-// count; at the end each lane ends its open sequence.
+// hide its queueing (no coordinated omission). The requests sent inside the measured
+// window count, however late they are answered (dropping the ones answered after it would
+// drop the slowest and bias the tail low); at the end each lane ends its open sequence.
 
 export interface LoadOptions {
   readonly lanes: number;
@@ -118,17 +119,15 @@ export async function runLoad(
       const last = stateful && (finishing || step === options.sequenceLength! - 1);
       const flags = { start: stateful && step === 0, end: last, ...(stateful ? { step: step + 1 } : {}) };
       const inputs = workload.step(sequence.index, step);
+      const measured = due >= measureFrom && due < end;
       try {
         const outputs = await stepWithRetries(client, sequence, inputs, flags, stateful);
-        const now = performance.now();
-        if (due >= measureFrom && now <= end) recorder.record(now - due);
+        if (measured) recorder.record(performance.now() - due);
         if (options.keepOutputs)
           exchanges.push({ sequence: sequence.index, id: sequence.id, step, end: last, outputs });
         step++;
       } catch (error) {
-        const now = performance.now();
-        if (now >= measureFrom && now <= end)
-          recorder.fail(error instanceof StepError ? error.kind : "client error");
+        if (measured) recorder.fail(error instanceof StepError ? error.kind : "client error");
         if (!(error instanceof StepError)) throw error;
         // A sequence whose step failed is left behind; the lane starts a new one.
         step = stateful ? options.sequenceLength! : step;
