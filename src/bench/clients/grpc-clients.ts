@@ -139,50 +139,65 @@ interface Waiter {
   readonly reject: (error: Error) => void;
 }
 
+interface StreamMessage {
+  error_message: string;
+  infer_response?: DecodedInferResponse;
+}
+
+/** One ModelStreamInfer call and the requests it carries that are not answered yet. */
+interface Stream {
+  readonly call: ClientDuplexStream<Uint8Array, StreamMessage>;
+  readonly waiting: Map<string, Waiter>;
+  /** False once the call has ended, however: its slot then gets a new call. */
+  open: boolean;
+}
+
 /** Sequences over `streams` ModelStreamInfer calls: sequence i always on stream i mod streams. */
 export class KserveStreamClient implements BenchClient {
   readonly #client: Client;
   readonly #model: string;
   readonly #request = inferenceTypes().lookupType("inference.ModelInferRequest");
   readonly #streamResponse = inferenceTypes().lookupType("inference.ModelStreamInferResponse");
-  readonly #calls: ClientDuplexStream<
-    Uint8Array,
-    { error_message: string; infer_response?: DecodedInferResponse }
-  >[] = [];
-  readonly #waiting = new Map<string, Waiter>();
+  readonly #streams: Stream[] = [];
   #next = 0;
 
   constructor(target: ClientTarget) {
     this.#client = channel(target, required(target.grpcPort, "gRPC"));
     this.#model = target.model;
-    for (let s = 0; s < Math.max(1, target.streams); s++) {
-      // Answers are matched by request id: they may come as they complete.
-      const metadata = new Metadata();
-      metadata.set("seqserve-stream-order", "sequence");
-      const call = this.#client.makeBidiStreamRequest(
-        "/inference.GRPCInferenceService/ModelStreamInfer",
-        passthrough,
-        (b: Buffer) =>
-          this.#streamResponse.decode(b) as unknown as {
-            error_message: string;
-            infer_response?: DecodedInferResponse;
-          },
-        metadata,
-      );
-      call.on("data", (message: { error_message: string; infer_response?: DecodedInferResponse }) => {
-        const id = message.infer_response?.id ?? "";
-        const waiter = this.#waiting.get(id);
-        if (waiter === undefined) return;
-        this.#waiting.delete(id);
-        if (message.error_message !== "") waiter.reject(new StepError("stream error", message.error_message));
-        else waiter.resolve(outputsOf(message.infer_response!));
-      });
-      call.on("error", (error: ServiceError) => {
-        for (const waiter of this.#waiting.values()) waiter.reject(failure(error));
-        this.#waiting.clear();
-      });
-      this.#calls.push(call);
-    }
+    for (let s = 0; s < Math.max(1, target.streams); s++) this.#streams.push(this.#open());
+  }
+
+  #open(): Stream {
+    // Answers are matched by request id: they may come as they complete.
+    const metadata = new Metadata();
+    metadata.set("seqserve-stream-order", "sequence");
+    const call = this.#client.makeBidiStreamRequest(
+      "/inference.GRPCInferenceService/ModelStreamInfer",
+      passthrough,
+      (b: Buffer) => this.#streamResponse.decode(b) as unknown as StreamMessage,
+      metadata,
+    );
+    const stream: Stream = { call, waiting: new Map(), open: true };
+    call.on("data", (message: StreamMessage) => {
+      const id = message.infer_response?.id ?? "";
+      const waiter = stream.waiting.get(id);
+      if (waiter === undefined) return;
+      stream.waiting.delete(id);
+      if (message.error_message !== "") waiter.reject(new StepError("stream error", message.error_message));
+      else waiter.resolve(outputsOf(message.infer_response!));
+    });
+    // A call the server ends, with an error or without, fails what it still carries (its
+    // lanes go on with new sequences on a new call) rather than leaving them waiting.
+    const ended = (error: StepError) => {
+      stream.open = false;
+      for (const waiter of stream.waiting.values()) waiter.reject(error);
+      stream.waiting.clear();
+    };
+    call.on("error", (error: ServiceError) => ended(failure(error)));
+    call.on("status", (s: { code: number; details: string }) =>
+      ended(new StepError(`grpc ${status[s.code]}`, `the stream ended: ${s.details}`)),
+    );
+    return stream;
   }
 
   step(
@@ -192,22 +207,27 @@ export class KserveStreamClient implements BenchClient {
   ): Promise<Map<string, Tensor>> {
     const id = String(this.#next++);
     const encoded = encodeInfer(this.#request, this.#model, id, sequence, flags, inputs);
+    const slot = sequence.index % this.#streams.length;
+    if (!this.#streams[slot]!.open) this.#streams[slot] = this.#open();
+    const stream = this.#streams[slot]!;
     return new Promise((resolve, reject) => {
-      this.#waiting.set(id, { resolve, reject });
-      this.#calls[sequence.index % this.#calls.length]!.write(encoded);
+      stream.waiting.set(id, { resolve, reject });
+      stream.call.write(encoded);
     });
   }
 
   async close(): Promise<void> {
     await Promise.all(
-      this.#calls.map(
-        (call) =>
-          new Promise<void>((resolve) => {
-            call.once("status", () => resolve());
-            call.once("error", () => resolve());
-            call.end();
-          }),
-      ),
+      this.#streams
+        .filter((stream) => stream.open)
+        .map(
+          ({ call }) =>
+            new Promise<void>((resolve) => {
+              call.once("status", () => resolve());
+              call.once("error", () => resolve());
+              call.end();
+            }),
+        ),
     );
     this.#client.close();
   }

@@ -86,6 +86,15 @@ export class WsStreamClient implements BenchClient {
     flags: StepFlags,
   ): Promise<Map<string, Tensor>> {
     let connection = sequence.session as Connection | undefined;
+    if (connection !== undefined && !flags.start && connection.socket.readyState !== WebSocket.OPEN) {
+      // The server closed it. A sequence ended with its connection: the step fails and the
+      // lane starts a new sequence. A stateless lane just connects again.
+      sequence.session = undefined;
+      connection = undefined;
+      if (sequence.id !== undefined) {
+        throw new StepError("ws closed", "the server closed the sequence's stream before its end");
+      }
+    }
     if (connection === undefined || flags.start) {
       connection = await this.#connect(sequence.id);
       sequence.session = connection;

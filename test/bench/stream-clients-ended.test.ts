@@ -1,0 +1,138 @@
+import assert from "node:assert/strict";
+import type { AddressInfo } from "node:net";
+import { after, before, describe, it } from "node:test";
+import { Server, ServerCredentials, type ServerDuplexStream } from "@grpc/grpc-js";
+import { WebSocketServer } from "ws";
+import type { BenchSequence, ClientTarget } from "../../src/bench/clients/bench-client.ts";
+import { StepError } from "../../src/bench/clients/bench-client.ts";
+import { KserveStreamClient } from "../../src/bench/clients/grpc-clients.ts";
+import { WsStreamClient } from "../../src/bench/clients/ws-client.ts";
+import type { Tensor } from "../../src/core/tensor.ts";
+import { inferenceTypes } from "../../src/frontends/grpc/proto-definitions.ts";
+
+// The benchmark's stream clients when the server ends a stream under them: the steps the
+// stream carried fail with a StepError (counted, and the lane goes on with a new sequence)
+// instead of waiting forever, and the next steps get a new stream. Servers here end the
+// first stream they are sent on, and answer on every later one.
+
+const inputs: ReadonlyMap<string, Tensor> = new Map([
+  ["INPUT", { datatype: "INT32", shape: [1, 1], data: Int32Array.of(1) }],
+]);
+
+function target(ports: { http?: number; grpc?: number }): ClientTarget {
+  return {
+    model: "m",
+    httpPort: ports.http,
+    grpcPort: ports.grpc,
+    sagemakerPort: undefined,
+    host: "127.0.0.1",
+    concurrency: 1,
+    streams: 1,
+    outputs: [],
+  };
+}
+
+const sequence = (index: number, id?: bigint): BenchSequence => ({ index, id });
+
+/** The client's step, which must settle (a hang fails the test by its timeout). */
+async function failsWithStepError(step: Promise<unknown>, what: string): Promise<StepError> {
+  const error = await step.then(
+    () => assert.fail(`${what}: answered`),
+    (e: unknown) => e,
+  );
+  assert.ok(error instanceof StepError, `${what}: ${String(error)}`);
+  return error;
+}
+
+describe("bench stream clients: a stream the server ends", { timeout: 30_000 }, () => {
+  describe("gRPC ModelStreamInfer", () => {
+    let server: Server;
+    let port: number;
+    before(async () => {
+      const request = inferenceTypes().lookupType("inference.ModelInferRequest");
+      const response = inferenceTypes().lookupType("inference.ModelStreamInferResponse");
+      let calls = 0;
+      server = new Server();
+      const identity = (b: Buffer) => b;
+      server.addService(
+        {
+          ModelStreamInfer: {
+            path: "/inference.GRPCInferenceService/ModelStreamInfer",
+            requestStream: true,
+            responseStream: true,
+            requestSerialize: identity,
+            requestDeserialize: identity,
+            responseSerialize: identity,
+            responseDeserialize: identity,
+          },
+        },
+        {
+          ModelStreamInfer: (call: ServerDuplexStream<Buffer, Buffer>) => {
+            const first = ++calls === 1;
+            call.on("data", (message: Buffer) => {
+              if (first) return call.end();
+              const { id } = request.decode(message) as unknown as { id: string };
+              const answer = { error_message: "", infer_response: { model_name: "m", id, outputs: [] } };
+              call.write(Buffer.from(response.encode(answer).finish()));
+            });
+            call.on("end", () => call.end());
+          },
+        },
+      );
+      port = await new Promise<number>((resolve, reject) =>
+        server.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (error, bound) =>
+          error ? reject(error) : resolve(bound),
+        ),
+      );
+    });
+    after(() => server.forceShutdown());
+
+    it("fails the step the ended stream carried, and sends the next on a new stream", async () => {
+      const client = new KserveStreamClient(target({ grpc: port }));
+      const error = await failsWithStepError(
+        client.step(sequence(0, 7n), inputs, { start: true, end: false, step: 1 }),
+        "the step on the ended stream",
+      );
+      assert.match(error.message, /stream ended/);
+      const outputs = await client.step(sequence(1, 8n), inputs, { start: true, end: false, step: 1 });
+      assert.equal(outputs.size, 0, "the new stream answers");
+      await client.close();
+    });
+  });
+
+  describe("WebSocket streams", () => {
+    let server: WebSocketServer;
+    let port: number;
+    before(async () => {
+      let connections = 0;
+      server = new WebSocketServer({ host: "127.0.0.1", port: 0 });
+      await new Promise<void>((resolve) => server.once("listening", () => resolve()));
+      port = (server.address() as AddressInfo).port;
+      server.on("connection", (socket) => {
+        const first = ++connections === 1;
+        socket.on("message", () => {
+          if (first) return socket.close(1011);
+          const header = Buffer.from('{"outputs":[]}');
+          const prefix = Buffer.alloc(4);
+          prefix.writeUInt32LE(header.byteLength);
+          socket.send(Buffer.concat([prefix, header]), { binary: true });
+        });
+      });
+    });
+    after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+
+    it("fails the sequence whose connection closed, at once on its next step; a new sequence connects again", async () => {
+      const client = new WsStreamClient(target({ http: port }));
+      const live = sequence(0, 7n);
+      await failsWithStepError(client.step(live, inputs, { start: true, end: false }), "the step sent");
+      const next = await failsWithStepError(
+        client.step(live, inputs, { start: false, end: false }),
+        "the sequence's next step",
+      );
+      assert.equal(next.kind, "ws closed");
+      const outputs = await client.step(sequence(1, 8n), inputs, { start: true, end: false });
+      assert.equal(outputs.size, 0, "the new connection answers");
+      await client.close();
+    });
+  });
+});
