@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import type { TensorMetadata } from "../core/model.ts";
 import { BENCH_HELP, type BenchOptions, BenchUsageError, parseBenchArgs } from "./bench-options.ts";
-import type { ClientTarget } from "./clients/bench-client.ts";
+import type { ClientTarget, Endpoint } from "./clients/bench-client.ts";
 import { createClient } from "./clients/create-client.ts";
 import { type InProcessLimit, inProcessLimit } from "./inprocess-limit.ts";
 import { runLoad } from "./load-loop.ts";
@@ -56,10 +56,11 @@ interface Endpoints {
   readonly server: StartedServer | undefined;
 }
 
-function hostPort(value: string | undefined): { host: string; port: number } | undefined {
+/** `host:port` (an IPv6 host in brackets) as an endpoint. */
+function endpoint(value: string | undefined): Endpoint | undefined {
   if (value === undefined) return undefined;
   const at = value.lastIndexOf(":");
-  return { host: value.slice(0, at), port: Number(value.slice(at + 1)) };
+  return { host: value.slice(0, at).replace(/^\[(.*)\]$/, "$1"), port: Number(value.slice(at + 1)) };
 }
 
 async function endpoints(options: BenchOptions): Promise<Endpoints> {
@@ -73,10 +74,12 @@ async function endpoints(options: BenchOptions): Promise<Endpoints> {
       httpBase: `http://127.0.0.1:${server.ports.http}`,
       target: {
         model: options.model,
-        host: "127.0.0.1",
-        httpPort: server.ports.http,
-        grpcPort: server.ports.grpc,
-        sagemakerPort: server.ports.sagemaker,
+        http: server.ports.http === undefined ? undefined : { host: "127.0.0.1", port: server.ports.http },
+        grpc: server.ports.grpc === undefined ? undefined : { host: "127.0.0.1", port: server.ports.grpc },
+        sagemaker:
+          server.ports.sagemaker === undefined
+            ? undefined
+            : { host: "127.0.0.1", port: server.ports.sagemaker },
       },
       server,
     };
@@ -86,10 +89,9 @@ async function endpoints(options: BenchOptions): Promise<Endpoints> {
     httpBase: url.origin,
     target: {
       model: options.model,
-      host: url.hostname,
-      httpPort: Number(url.port || 80),
-      grpcPort: hostPort(options.grpc)?.port,
-      sagemakerPort: hostPort(options.sagemaker)?.port,
+      http: { host: url.hostname.replace(/^\[(.*)\]$/, "$1"), port: Number(url.port || 80) },
+      grpc: endpoint(options.grpc),
+      sagemaker: endpoint(options.sagemaker),
     },
     server: undefined,
   };

@@ -22,10 +22,9 @@ const inputs: ReadonlyMap<string, Tensor> = new Map([
 function target(ports: { http?: number; grpc?: number }): ClientTarget {
   return {
     model: "m",
-    httpPort: ports.http,
-    grpcPort: ports.grpc,
-    sagemakerPort: undefined,
-    host: "127.0.0.1",
+    http: ports.http === undefined ? undefined : { host: "127.0.0.1", port: ports.http },
+    grpc: ports.grpc === undefined ? undefined : { host: "127.0.0.1", port: ports.grpc },
+    sagemaker: undefined,
     concurrency: 1,
     streams: 1,
     outputs: [],

@@ -66,10 +66,10 @@ export interface BenchClient {
 
 export interface ClientTarget {
   readonly model: string;
-  readonly httpPort: number | undefined;
-  readonly grpcPort: number | undefined;
-  readonly sagemakerPort: number | undefined;
-  readonly host: string;
+  /** Where each of the server's endpoints listens (undefined: not given, or not served). */
+  readonly http: Endpoint | undefined;
+  readonly grpc: Endpoint | undefined;
+  readonly sagemaker: Endpoint | undefined;
   /** Requests in flight at most (sizes connection pools). */
   readonly concurrency: number;
   /** For grpc-stream: how many ModelStreamInfer streams carry the sequences. */
@@ -80,7 +80,12 @@ export interface ClientTarget {
   readonly headers?: Readonly<Record<string, string>>;
 }
 
-export function required(port: number | undefined, what: string): number {
-  if (port === undefined) throw new Error(`this protocol needs the server's ${what} port`);
-  return port;
+export interface Endpoint {
+  readonly host: string;
+  readonly port: number;
+}
+
+export function required(endpoint: Endpoint | undefined, what: string): Endpoint {
+  if (endpoint === undefined) throw new Error(`this protocol needs the server's ${what} endpoint`);
+  return endpoint;
 }

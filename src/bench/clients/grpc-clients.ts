@@ -78,6 +78,13 @@ function outputsOf(response: DecodedInferResponse): Map<string, Tensor> {
   return outputs;
 }
 
+/** The metadata a load balancer hashes on to keep a sequence on one replica. */
+function routing(sequence: BenchSequence): Metadata {
+  const metadata = new Metadata();
+  if (sequence.id !== undefined) metadata.set("sequence-id", sequence.id.toString());
+  return metadata;
+}
+
 const failure = (error: ServiceError): StepError =>
   new StepError(`grpc ${status[error.code]}`, error.details);
 
@@ -92,8 +99,9 @@ function withHeaders(headers: Readonly<Record<string, string>>): Interceptor {
     });
 }
 
-function channel(target: ClientTarget, port: number): Client {
-  return new Client(`${target.host}:${port}`, credentials.createInsecure(), {
+function channel(target: ClientTarget): Client {
+  const { host, port } = required(target.grpc, "gRPC");
+  return new Client(`${host}:${port}`, credentials.createInsecure(), {
     "grpc.max_receive_message_length": -1,
     "grpc.max_send_message_length": -1,
     ...(target.headers === undefined ? {} : { interceptors: [withHeaders(target.headers)] }),
@@ -108,7 +116,7 @@ export class KserveGrpcClient implements BenchClient {
   #next = 0;
 
   constructor(target: ClientTarget) {
-    this.#client = channel(target, required(target.grpcPort, "gRPC"));
+    this.#client = channel(target);
     this.#model = target.model;
   }
 
@@ -124,6 +132,7 @@ export class KserveGrpcClient implements BenchClient {
         passthrough,
         (b: Buffer) => this.#response.decode(b) as unknown as DecodedInferResponse,
         encoded,
+        routing(sequence),
         (error, response) => (error ? reject(failure(error)) : resolve(outputsOf(response!))),
       );
     });
@@ -162,7 +171,7 @@ export class KserveStreamClient implements BenchClient {
   #next = 0;
 
   constructor(target: ClientTarget) {
-    this.#client = channel(target, required(target.grpcPort, "gRPC"));
+    this.#client = channel(target);
     this.#model = target.model;
     for (let s = 0; s < Math.max(1, target.streams); s++) this.#streams.push(this.#open());
   }
@@ -243,7 +252,7 @@ export class TfsGrpcClient implements BenchClient {
   readonly #response = tfsTypes().lookupType("tensorflow.serving.PredictResponse");
 
   constructor(target: ClientTarget) {
-    this.#client = channel(target, required(target.grpcPort, "gRPC"));
+    this.#client = channel(target);
     this.#model = target.model;
   }
 
@@ -283,6 +292,7 @@ export class TfsGrpcClient implements BenchClient {
         passthrough,
         (b: Buffer) => this.#response.decode(b) as unknown as { outputs: Record<string, TensorProtoMessage> },
         encoded,
+        routing(sequence),
         (error, response) => {
           if (error) return reject(failure(error));
           const outputs = new Map<string, Tensor>();

@@ -11,6 +11,7 @@ import {
   type BenchClient,
   type BenchSequence,
   type ClientTarget,
+  type Endpoint,
   required,
   StepError,
   type StepFlags,
@@ -32,14 +33,9 @@ class HttpConnection {
   readonly #port: number;
   readonly #headers: Readonly<Record<string, string>>;
 
-  constructor(
-    host: string,
-    port: number,
-    connections: number,
-    headers: Readonly<Record<string, string>> = {},
-  ) {
-    this.#host = host;
-    this.#port = port;
+  constructor(endpoint: Endpoint, connections: number, headers: Readonly<Record<string, string>> = {}) {
+    this.#host = endpoint.host;
+    this.#port = endpoint.port;
     this.#headers = headers;
     this.#agent = new Agent({ keepAlive: true, maxSockets: connections });
   }
@@ -170,12 +166,7 @@ export class KserveJsonClient implements BenchClient {
   readonly #path: string;
 
   constructor(target: ClientTarget) {
-    this.#http = new HttpConnection(
-      target.host,
-      required(target.httpPort, "HTTP"),
-      target.concurrency,
-      target.headers,
-    );
+    this.#http = new HttpConnection(required(target.http, "HTTP"), target.concurrency, target.headers);
     this.#path = `/v2/models/${encodeURIComponent(target.model)}/infer`;
   }
 
@@ -193,7 +184,9 @@ export class KserveJsonClient implements BenchClient {
     const body = Buffer.from(
       `{"parameters":{${sequenceMembers(sequence, flags).join(",")}},"inputs":[${described.join(",")}]}`,
     );
-    const answer = check(await this.#http.post(this.#path, { "content-type": "application/json" }, body));
+    const answer = check(
+      await this.#http.post(this.#path, { "content-type": "application/json", ...routing(sequence) }, body),
+    );
     return jsonOutputs(answer.body);
   }
 
@@ -207,12 +200,7 @@ export class KserveBinaryClient implements BenchClient {
   readonly #path: string;
 
   constructor(target: ClientTarget) {
-    this.#http = new HttpConnection(
-      target.host,
-      required(target.httpPort, "HTTP"),
-      target.concurrency,
-      target.headers,
-    );
+    this.#http = new HttpConnection(required(target.http, "HTTP"), target.concurrency, target.headers);
     this.#path = `/v2/models/${encodeURIComponent(target.model)}/infer`;
   }
 
@@ -250,8 +238,7 @@ export class SageMakerClient implements BenchClient {
 
   constructor(target: ClientTarget) {
     this.#http = new HttpConnection(
-      target.host,
-      required(target.sagemakerPort, "SageMaker"),
+      required(target.sagemaker, "SageMaker"),
       target.concurrency,
       target.headers,
     );
@@ -298,12 +285,7 @@ export class TfsRestClient implements BenchClient {
   readonly #outputs: readonly string[];
 
   constructor(target: ClientTarget) {
-    this.#http = new HttpConnection(
-      target.host,
-      required(target.httpPort, "HTTP"),
-      target.concurrency,
-      target.headers,
-    );
+    this.#http = new HttpConnection(required(target.http, "HTTP"), target.concurrency, target.headers);
     this.#path = `/v1/models/${encodeURIComponent(target.model)}:predict`;
     this.#outputs = target.outputs;
   }

@@ -77,7 +77,8 @@ export class WsStreamClient implements BenchClient {
 
   constructor(target: ClientTarget) {
     this.#headers = target.headers ?? {};
-    this.#base = `ws://${target.host}:${required(target.httpPort, "HTTP")}/v2/models/${encodeURIComponent(target.model)}/stream`;
+    const { host, port } = required(target.http, "HTTP");
+    this.#base = `ws://${host}:${port}/v2/models/${encodeURIComponent(target.model)}/stream`;
   }
 
   async step(
