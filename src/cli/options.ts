@@ -377,6 +377,11 @@ export function parseCommandLine(
     configPollSecs: ovms.configPollSecs,
     sequenceCleanerPollWaitMinutes: ovms.sequenceCleanerPollWaitMinutes,
     host: get("host"),
+    // OVMS's spellings; Triton's --http-address, --grpc-address and --log-file win over them.
+    httpAddress: ovms.restBindAddress,
+    grpcAddress: ovms.grpcBindAddress,
+    metricsAddress: ovms.restBindAddress,
+    logFile: ovms.logPath,
     httpPort: ports.http,
     grpcPort: ports.grpc,
     metricsPort: ports.metrics,

@@ -78,6 +78,17 @@ export const OVMS_FLAGS: readonly OvmsFlagSpec[] = [
     value: "TRACE|DEBUG|INFO|WARNING|ERROR",
     help: "Least severe level logged (OVMS spelling).",
   },
+  { name: "log_path", value: "file", help: "The log goes to this file (OVMS spelling of --log-file)." },
+  {
+    name: "rest_bind_address",
+    value: "address",
+    help: "Address the HTTP endpoint listens on (OVMS spelling of --http-address).",
+  },
+  {
+    name: "grpc_bind_address",
+    value: "address",
+    help: "Address the gRPC endpoint listens on (OVMS spelling of --grpc-address).",
+  },
   { name: "metrics_enable", boolean: true, help: "With OVMS ports: serve metrics (on --metrics-port)." },
 ];
 
@@ -96,10 +107,7 @@ export const OVMS_IGNORED_FLAGS: Readonly<Record<string, string>> = {
   grpc_max_threads: "grpc-js serves every call on one thread",
   grpc_memory_quota: "the gRPC message limit is --grpc-max-message-bytes",
   grpc_channel_arguments: "gRPC settings are --grpc-keepalive-time and --grpc-max-message-bytes",
-  log_path: "logs go to standard output",
   metrics_list: "every metric is served",
-  grpc_bind_address: "every endpoint binds to --host",
-  rest_bind_address: "every endpoint binds to --host",
   custom_node_resources_cleaner_interval_seconds: "seqserve has no custom nodes",
 };
 
@@ -120,6 +128,11 @@ export interface OvmsSettings {
   readonly configPollSecs: number;
   readonly sequenceCleanerPollWaitMinutes: number;
   readonly logLevel: LogLevel | undefined;
+  /** --log_path: the log also goes to this file. */
+  readonly logPath: string | undefined;
+  /** --grpc_bind_address / --rest_bind_address: the address each endpoint listens on. */
+  readonly grpcBindAddress: string | undefined;
+  readonly restBindAddress: string | undefined;
   /** One line per accepted flag that has no effect. */
   readonly notices: readonly string[];
 }
@@ -235,6 +248,9 @@ export function readOvmsFlags(values: Values): OvmsSettings {
       text("sequence_cleaner_poll_wait_minutes") ?? "5",
     ),
     logLevel,
+    logPath: text("log_path"),
+    grpcBindAddress: text("grpc_bind_address"),
+    restBindAddress: text("rest_bind_address"),
     notices,
   };
 }
