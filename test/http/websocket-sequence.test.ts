@@ -7,7 +7,7 @@ import {
   type RunningSumModel,
   runningSumModel,
 } from "./support/running-sum-model.ts";
-import { framed, StreamClient, until } from "./support/ws-client.ts";
+import { framed, refusedUpgrade, StreamClient, until } from "./support/ws-client.ts";
 
 // One WebSocket stream carries one sequence: the connection starts it, keeps its id, and
 // answers every message in order, in the framing the message came in.
@@ -219,6 +219,34 @@ describe("WebSocket streams: one connection, one sequence", { timeout: 30_000 },
     client.send({ sequence_end: true });
     assert.deepEqual(await client.nextText(), { sequence_end: true });
     assert.equal((await client.closed).code, 1000);
+  });
+
+  it("X-Sequence-Id names the stream's sequence when the query does not, must agree when it does, and is ignored by a stateless model", async () => {
+    const routed = { "x-sequence-id": "4242" };
+    const client = await StreamClient.open(server, "/v2/models/running_sum/stream", routed);
+    client.send({ inputs: [{ name: "INPUT", datatype: "INT32", shape: [1], data: [7] }] });
+    const first = await client.nextText();
+    assert.deepEqual(first.parameters, { sequence_id: 4242 });
+    assert.equal(model.model.requests.at(-1)?.sequence?.id, 4242n);
+    client.send({ sequence_end: true });
+    await client.nextText();
+    await client.closed;
+
+    const same = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=4243", {
+      "x-sequence-id": "4243",
+    });
+    await same.close();
+    const refused = await refusedUpgrade(server, "/v2/models/running_sum/stream?sequence_id=13", {
+      "x-sequence-id": "12",
+    });
+    assert.equal(refused.status, 400);
+    assert.match(String(refused.json.error), /names sequence 13, but its X-Sequence-Id header .* names 12/);
+
+    const stateless = await StreamClient.open(server, "/v2/models/gated_echo/stream", routed);
+    stateless.send({ id: "s", inputs: [{ name: "X", datatype: "INT32", shape: [1], data: [1] }] });
+    assert.equal((await stateless.nextText()).id, "s");
+    assert.equal(server.fake.registry.model("gated_echo").requests.at(-1)?.sequence, undefined);
+    await stateless.close();
   });
 
   it("serves a stream of a given model version", async () => {

@@ -26,24 +26,36 @@ export function routedSequenceId(value: string | string[] | undefined): Sequence
   return id === 0n ? undefined : id;
 }
 
+/**
+ * The sequence id a request goes by: the one it names, else the routed one (for a model
+ * served with sequences; others ignore the header). Refused when the two differ.
+ */
+export function routedRequestId(
+  named: SequenceId | undefined,
+  routed: SequenceId | undefined,
+  model: ServedModel,
+): SequenceId | undefined {
+  if (routed === undefined || model.sequences === undefined) return named;
+  if (named === undefined) return routed;
+  if (formatSequenceId(named) !== formatSequenceId(routed)) {
+    throw invalidArg(
+      `the request names sequence ${formatSequenceId(named)}, but its X-Sequence-Id header (or sequence-id metadata), by which a load balancer routes it, names ${formatSequenceId(routed)}`,
+    );
+  }
+  return named;
+}
+
 /** `request` with the routed id, for a model served with sequences; others are left as they are. */
 export function withRoutedSequenceId(
   request: InferRequest,
   routed: SequenceId | undefined,
   model: ServedModel,
 ): InferRequest {
-  if (routed === undefined || model.sequences === undefined) return request;
   const control = request.sequence;
-  if (control?.id !== undefined) {
-    if (formatSequenceId(control.id) !== formatSequenceId(routed)) {
-      throw invalidArg(
-        `the request names sequence ${formatSequenceId(control.id)}, but its X-Sequence-Id header (or sequence-id metadata), by which a load balancer routes it, names ${formatSequenceId(routed)}`,
-      );
-    }
-    return request;
-  }
+  const id = routedRequestId(control?.id, routed, model);
+  if (id === control?.id) return request;
   return {
     ...request,
-    sequence: { start: false, end: false, timeoutUs: undefined, ...control, id: routed },
+    sequence: { start: false, end: false, timeoutUs: undefined, ...control, id },
   };
 }

@@ -49,8 +49,8 @@ export class StreamClient {
     socket.on("error", () => {});
   }
 
-  static open(server: TestServer, path: string): Promise<StreamClient> {
-    const socket = new WebSocket(`ws://127.0.0.1:${server.port}${path}`);
+  static open(server: TestServer, path: string, headers: Record<string, string> = {}): Promise<StreamClient> {
+    const socket = new WebSocket(`ws://127.0.0.1:${server.port}${path}`, { headers });
     const client = new StreamClient(socket);
     return new Promise((resolve, reject) => {
       socket.once("open", () => resolve(client));
@@ -116,8 +116,9 @@ export function unframe(data: Buffer): FramedMessage {
 export function refusedUpgrade(
   server: TestServer,
   path: string,
+  headers: Record<string, string> = {},
 ): Promise<{ status: number; json: Record<string, unknown> }> {
-  const socket = new WebSocket(`ws://127.0.0.1:${server.port}${path}`);
+  const socket = new WebSocket(`ws://127.0.0.1:${server.port}${path}`, { headers });
   socket.on("error", () => {});
   return new Promise((resolve, reject) => {
     socket.once("open", () => {

@@ -5,7 +5,7 @@ import type { Refusals } from "../../../core/refusals.ts";
 import { createErrorHandler } from "../../common/http/error-reply.ts";
 import { HttpError } from "../../common/http/http-error.ts";
 import { ResponseBudgets } from "../../common/response-budget.ts";
-import { SEQUENCE_ID_HEADER } from "../../common/sequence-routing.ts";
+import { routedRequestId, routedSequenceId, SEQUENCE_ID_HEADER } from "../../common/sequence-routing.ts";
 import { KSERVE_HTTP_STATUS } from "../error-status.ts";
 import { MODEL_PATHS, type ModelParams } from "../kserve-routes.ts";
 import { modelSchemas } from "../kserve-schemas.ts";
@@ -45,13 +45,11 @@ type StreamRequest = FastifyRequest<{ Params: ModelParams; Querystring: Record<s
 function streamTarget(registry: ModelRegistry, request: StreamRequest): StreamTarget {
   const { model: name, version } = request.params;
   const model = registry.model(name, modelVersion(version));
+  const options = readStreamOptions(request.query, model);
   // Routed by X-Sequence-Id, the stream's sequence may be named by the header alone.
-  const routed = request.headers[SEQUENCE_ID_HEADER];
-  const query =
-    request.query.sequence_id === undefined && typeof routed === "string" && routed !== ""
-      ? { ...request.query, sequence_id: routed }
-      : request.query;
-  return { model, options: readStreamOptions(query, model) };
+  const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
+  const sequenceId = routedRequestId(options.sequenceId, routed, model);
+  return { model, options: sequenceId === options.sequenceId ? options : { ...options, sequenceId } };
 }
 
 /**
