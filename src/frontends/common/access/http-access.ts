@@ -60,7 +60,8 @@ export function guardHttpApp(app: FastifyInstance, options: HttpAccessOptions): 
     route.config = { ...route.config, apiGroup: group };
   });
 
-  app.addHook("onRequest", async (request: FastifyRequest, reply: FastifyReply) => {
+  /** The origin check, then the access policy; throws the refusal. */
+  const checkRequest = (request: FastifyRequest, reply: FastifyReply): void => {
     const origin = request.headers.origin;
     if (
       origin !== undefined &&
@@ -87,6 +88,16 @@ export function guardHttpApp(app: FastifyInstance, options: HttpAccessOptions): 
         reply.header("www-authenticate", 'Bearer realm="seqserve"');
       }
       throw error;
+    }
+  };
+
+  // Callback style: no promise on each request's way in.
+  app.addHook("onRequest", (request: FastifyRequest, reply: FastifyReply, done: (error?: Error) => void) => {
+    try {
+      checkRequest(request, reply);
+      done();
+    } catch (error) {
+      done(error as Error);
     }
   });
 
