@@ -29,13 +29,17 @@ export class IdReservation {
       taken = block.next++;
       if (block.next >= block.end) this.#blocks.shift();
     }
-    if (this.#remaining * 2n < BigInt(this.#blockSize)) void this.ready().catch(() => {});
+    if (this.#remaining * 2n < BigInt(this.#blockSize)) void this.#refill().catch(() => {});
     return taken;
   }
 
-  /** Resolves once a block is reserved (rejects when the tier cannot be reached). */
+  /** Resolves once a number is reserved (rejects when the tier cannot be reached). */
   ready(): Promise<void> {
-    if (this.#blocks.length > 0 && this.#refilling === undefined) return Promise.resolve();
+    return this.#blocks.length > 0 ? Promise.resolve() : this.#refill();
+  }
+
+  /** Reserves the next block, unless a reservation is under way already. */
+  #refill(): Promise<void> {
     this.#refilling ??= this.#reserve(this.#blockSize)
       .then((first) => {
         this.#blocks.push({ next: first, end: first + BigInt(this.#blockSize) });
