@@ -15,6 +15,11 @@ export interface ExecutorTimings {
   readonly inferNs: number;
   /** Time spent by the instance collecting outputs, ns. */
   readonly outputNs: number;
+  /**
+   * Time the batch waited with the instance before its run began, behind the runs handed
+   * to it earlier, ns: queue time, as much as the wait in the scheduler's queue.
+   */
+  readonly waitNs?: number;
 }
 
 export interface ExecutionResult {

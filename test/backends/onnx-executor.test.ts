@@ -409,6 +409,36 @@ describe("ONNX executor", () => {
     }
   });
 
+  test("a run handed over while another runs reports its wait with the instance (queue time, not compute)", async () => {
+    const path = await modelFile("slow_wait", slowModel());
+    const { executors } = await loadOnnxModel({
+      modelName: "slow_wait",
+      modelPath: path,
+      instanceCount: 1,
+      logger,
+    });
+    try {
+      const input = (): Map<string, Tensor> =>
+        new Map([["INPUT0", { datatype: "FP32", shape: [1], data: new Float32Array([1]) } as Tensor]]);
+      const before = performance.now();
+      const runs = [
+        executors[0]!.run(input(), ["OUTPUT0"]),
+        executors[0]!.run(input(), ["OUTPUT0"]),
+      ] as const;
+      // Both were posted within this much; the first may have begun meanwhile.
+      const postingNs = (performance.now() - before) * 1e6;
+      const [firstRun, secondRun] = await Promise.all(runs);
+      // The worker runs one at a time: the second began only once the first had run.
+      const { waitNs } = secondRun.timings;
+      assert.ok(
+        waitNs !== undefined && waitNs + postingNs >= firstRun.timings.inferNs,
+        JSON.stringify({ first: firstRun.timings, second: secondRun.timings, postingNs }),
+      );
+    } finally {
+      await closeAll(executors);
+    }
+  });
+
   // A worker dies the way a real one does: its JS heap runs out while it turns a huge
   // BYTES input into strings (Node ends such a worker; the process lives on).
   const heapLimit = { maxOldGenerationSizeMb: 32 };

@@ -174,6 +174,8 @@ function runFailure(error: unknown): RunFailure {
 
 function run(message: RunMessage): void {
   const start = performance.now();
+  // Behind the runs this worker held before it (the main thread keeps several with it).
+  const waitNs = Math.max(0, performance.timeOrigin + start - message.postedAt) * 1e6;
   try {
     if (loaded === undefined)
       throw new RunFailure("UNAVAILABLE", `model instance '${instanceName}' is not loaded`);
@@ -222,6 +224,7 @@ function run(message: RunMessage): void {
         type: "result",
         id: message.id,
         outputs,
+        waitNs,
         inputNs: (fed - start) * 1e6,
         inferNs: (inferred - fed) * 1e6,
         outputNs: (done - inferred) * 1e6,

@@ -23,6 +23,8 @@ export interface RunMessage {
   readonly id: number;
   readonly inputs: readonly WireTensor[];
   readonly outputNames: readonly string[];
+  /** When it was posted: `performance.timeOrigin + performance.now()`, one clock for every thread. */
+  readonly postedAt: number;
 }
 
 /** Release the model and end the thread once the runs already sent are answered. */
@@ -44,6 +46,7 @@ export interface ResultMessage {
   readonly id: number;
   readonly outputs: readonly WireTensor[];
   /** Measured in the worker, in nanoseconds. */
+  readonly waitNs: number;
   readonly inputNs: number;
   readonly inferNs: number;
   readonly outputNs: number;

@@ -101,7 +101,13 @@ export class WorkerExecutor implements ModelExecutor {
     try {
       const wire: WireTensor[] = [];
       for (const [name, tensor] of inputs) wire.push(toWire(name, tensor, transfer));
-      message = { type: "run", id, inputs: wire, outputNames };
+      message = {
+        type: "run",
+        id,
+        inputs: wire,
+        outputNames,
+        postedAt: performance.timeOrigin + performance.now(),
+      };
     } catch (error) {
       return Promise.reject(asServerError(error));
     }
@@ -182,7 +188,12 @@ export class WorkerExecutor implements ModelExecutor {
     for (const output of message.outputs) outputs.set(output.name, fromWire(output));
     return {
       outputs,
-      timings: { inputNs: message.inputNs, inferNs: message.inferNs, outputNs: message.outputNs },
+      timings: {
+        waitNs: message.waitNs,
+        inputNs: message.inputNs,
+        inferNs: message.inferNs,
+        outputNs: message.outputNs,
+      },
     };
   }
 

@@ -129,7 +129,7 @@ export async function runStatelessBatch(
     r.resolve({
       outputs: perRequest[i]!,
       parameters: {},
-      timings: r.timings(inputNs, result.timings.inferNs, outputNs, batchSize),
+      timings: r.timings(inputNs, result.timings.inferNs, outputNs, batchSize, result.timings.waitNs),
     });
   }
 }

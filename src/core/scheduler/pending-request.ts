@@ -107,16 +107,20 @@ export class PendingRequest {
     this.reject(cancelled(message));
   }
 
-  /** Queue time plus the compute split of the batch of `batchSize` rows it ran in. */
+  /**
+   * Queue time (in the scheduler, and with the instance before the run began: `waitNs`)
+   * plus the compute split of the batch of `batchSize` rows it ran in.
+   */
   timings(
     computeInputNs: number,
     computeInferNs: number,
     computeOutputNs: number,
     batchSize: number,
+    waitNs = 0,
   ): RequestTimings {
     const end = nowNs();
     return {
-      queueNs: (this.dispatchNs || end) - this.arrivalNs,
+      queueNs: (this.dispatchNs || end) - this.arrivalNs + waitNs,
       computeInputNs,
       computeInferNs,
       computeOutputNs,

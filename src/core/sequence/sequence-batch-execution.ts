@@ -262,7 +262,13 @@ export async function runSequenceBatch(
     const answer: RequestResult = {
       outputs: perRow[i]!,
       parameters: {},
-      timings: row.request.timings(inputNs, result.timings.inferNs, outputNs, batchSize),
+      timings: row.request.timings(
+        inputNs,
+        result.timings.inferNs,
+        outputNs,
+        batchSize,
+        result.timings.waitNs,
+      ),
     };
     if (toWrite === undefined) answerStep(row, answer);
     else toWrite.push({ row, result: answer, end: isEnd(row) });
