@@ -128,7 +128,7 @@ export interface OvmsSettings {
   readonly configPollSecs: number;
   readonly sequenceCleanerPollWaitMinutes: number;
   readonly logLevel: LogLevel | undefined;
-  /** --log_path: the log also goes to this file. */
+  /** --log_path: the log goes to this file. */
   readonly logPath: string | undefined;
   /** --grpc_bind_address / --rest_bind_address: the address each endpoint listens on. */
   readonly grpcBindAddress: string | undefined;

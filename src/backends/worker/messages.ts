@@ -45,8 +45,9 @@ export interface ResultMessage {
   readonly type: "result";
   readonly id: number;
   readonly outputs: readonly WireTensor[];
-  /** Measured in the worker, in nanoseconds. */
+  /** How long the run waited in the worker behind earlier runs (from `postedAt`), ns. */
   readonly waitNs: number;
+  /** Measured in the worker, in nanoseconds. */
   readonly inputNs: number;
   readonly inferNs: number;
   readonly outputNs: number;

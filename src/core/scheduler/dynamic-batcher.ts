@@ -25,8 +25,8 @@ import type { Scheduler } from "./scheduler.ts";
 //
 // With batching, only a full batch queues behind a running one: a short one would split
 // requests that would otherwise join the next batch when the running one ends. Without
-// batching every request is a full batch of its own, and queueing it in the worker instead
-// of here costs nothing.
+// batching every request is a full batch of its own; queueing it in the worker rather than
+// here only means that one cancelled meanwhile still runs (its answer is dropped).
 
 /** Batches of several requests one instance holds at most: the one it runs and the next. */
 const MAX_BATCHES_IN_FLIGHT = 2;
