@@ -34,14 +34,14 @@ async function stepWithRetries(
 }
 
 import { LatencyRecorder } from "./latency.ts";
+import { RateSchedule } from "./rate-schedule.ts";
 import type { Workload } from "./workload.ts";
 
 // The load: `lanes` loops, each sending one request at a time. For a sequence model a lane
 // runs sequences of `sequenceLength` steps one after another (the last step ends the
 // sequence), so `lanes` sequences are live at once. Closed loop: a lane sends its next step
-// when the last one is answered. Open loop (`rate`): step k of lane l is due at
-// (k·lanes + l) / rate seconds and its latency counts from then, so a slow server cannot
-// hide its queueing (no coordinated omission). The requests sent inside the measured
+// when the last one is answered. Open loop (`rate`): each request is due at its slot of a
+// RateSchedule, and its latency counts from then. The requests sent inside the measured
 // window count, however late they are answered (dropping the ones answered after it would
 // drop the slowest and bias the tail low); at the end each lane ends its open sequence.
 
@@ -104,15 +104,17 @@ export async function runLoad(
   const lane = async (laneIndex: number): Promise<void> => {
     let sequence = newSequence(laneIndex);
     let step = 0;
-    let k = 0;
+    const schedule =
+      options.rate === undefined
+        ? undefined
+        : new RateSchedule({ lanes: options.lanes, lane: laneIndex, rate: options.rate, start, measureFrom });
     for (;;) {
       let due = performance.now();
-      if (options.rate !== undefined) {
-        due = start + ((k * options.lanes + laneIndex) / options.rate) * 1000;
+      if (schedule !== undefined) {
+        due = schedule.next(due);
         const wait = due - performance.now();
         if (wait > 0) await sleep(wait);
       }
-      k++;
       const finishing = performance.now() >= end;
       // After the window only open sequences are ended; a stateless lane just stops.
       if (finishing && (!stateful || step === 0)) return;
