@@ -205,10 +205,11 @@ export async function metricValue(
 ): Promise<number | undefined> {
   const text = await (await fetch(metricsUrl)).text();
   for (const line of text.split("\n")) {
-    const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\} (\S+)$/.exec(line);
+    // A metric without labels has no braces.
+    const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})? (\S+)$/.exec(line);
     if (match === null || match[1] !== name) continue;
     const found = Object.fromEntries(
-      [...match[2]!.matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1]!, m[2]!] as const),
+      [...(match[2] ?? "").matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1]!, m[2]!] as const),
     );
     if (Object.entries(labels).every(([k, v]) => found[k] === v)) return Number(match[3]);
   }
