@@ -41,6 +41,21 @@ async function closeAll(executors: readonly ModelExecutor[]): Promise<void> {
   await Promise.all(executors.map((executor) => executor.close()));
 }
 
+/** `use` on one instance of the model `bytes`, closed afterwards whatever happens. */
+async function withInstance(
+  name: string,
+  bytes: Uint8Array,
+  use: (executor: ModelExecutor) => Promise<void>,
+): Promise<void> {
+  const path = await modelFile(name, bytes);
+  const { executors } = await loadOnnxModel({ modelName: name, modelPath: path, instanceCount: 1, logger });
+  try {
+    await use(executors[0]!);
+  } finally {
+    await closeAll(executors);
+  }
+}
+
 async function rejection(promise: Promise<unknown>): Promise<ServerError> {
   try {
     await promise;
@@ -387,44 +402,25 @@ describe("ONNX executor", () => {
   });
 
   test("the event loop keeps turning while a model runs", async () => {
-    const path = await modelFile("slow", slowModel());
-    const { executors } = await loadOnnxModel({
-      modelName: "slow",
-      modelPath: path,
-      instanceCount: 1,
-      logger,
-    });
-    try {
+    await withInstance("slow", slowModel(), async (executor) => {
       let ticks = 0;
       const timer = setInterval(() => ticks++, 1);
-      const { outputs } = await executors[0]!.run(
+      const { outputs } = await executor.run(
         new Map([["INPUT0", { datatype: "FP32", shape: [1], data: new Float32Array([2]) } as Tensor]]),
         ["OUTPUT0"],
       );
       clearInterval(timer);
       assert.ok(ticks > 1, `the main thread's timer fired ${ticks} time(s) during the run`);
       assert.ok(Math.abs(first(outputs.get("OUTPUT0")) - 2) < 1e-3);
-    } finally {
-      await closeAll(executors);
-    }
+    });
   });
 
   test("a run handed over while another runs reports its wait with the instance (queue time, not compute)", async () => {
-    const path = await modelFile("slow_wait", slowModel());
-    const { executors } = await loadOnnxModel({
-      modelName: "slow_wait",
-      modelPath: path,
-      instanceCount: 1,
-      logger,
-    });
-    try {
+    await withInstance("slow_wait", slowModel(), async (executor) => {
       const input = (): Map<string, Tensor> =>
         new Map([["INPUT0", { datatype: "FP32", shape: [1], data: new Float32Array([1]) } as Tensor]]);
       const before = performance.now();
-      const runs = [
-        executors[0]!.run(input(), ["OUTPUT0"]),
-        executors[0]!.run(input(), ["OUTPUT0"]),
-      ] as const;
+      const runs = [executor.run(input(), ["OUTPUT0"]), executor.run(input(), ["OUTPUT0"])] as const;
       // Both were posted within this much; the first may have begun meanwhile.
       const postingNs = (performance.now() - before) * 1e6;
       const [firstRun, secondRun] = await Promise.all(runs);
@@ -434,9 +430,7 @@ describe("ONNX executor", () => {
         waitNs !== undefined && waitNs + postingNs >= firstRun.timings.inferNs,
         JSON.stringify({ first: firstRun.timings, second: secondRun.timings, postingNs }),
       );
-    } finally {
-      await closeAll(executors);
-    }
+    });
   });
 
   // A worker dies the way a real one does: its JS heap runs out while it turns a huge
