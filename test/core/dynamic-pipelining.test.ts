@@ -21,6 +21,8 @@ import { turn } from "./support/batcher-harness.ts";
 class PlusOne implements ModelExecutor {
   readonly name = "plus_0";
   readonly batches: number[] = [];
+  /** What the instance says each run waited with it behind earlier ones. */
+  waitNs = 0;
   #gate: Promise<void> | undefined;
   #open: (() => void) | undefined;
 
@@ -40,7 +42,7 @@ class PlusOne implements ModelExecutor {
     const data = Int32Array.from(input.data as Int32Array, (v) => v + 1);
     return {
       outputs: new Map([["OUTPUT", { datatype: "INT32", shape: [...input.shape], data }]]),
-      timings: { inputNs: 0, inferNs: 0, outputNs: 0 },
+      timings: { inputNs: 0, inferNs: 0, outputNs: 0, waitNs: this.waitNs },
     };
   }
 
@@ -89,7 +91,7 @@ function harness(dynamic: boolean) {
     executors: [executor],
     statistics: new ModelStatistics("plus", "1"),
   });
-  const send = (value: number): Promise<number> => {
+  const answer = (value: number) => {
     const request: InferRequest = {
       id: "",
       inputs: new Map([["INPUT", { datatype: "INT32", shape: [1, 1], data: Int32Array.of(value) }]]),
@@ -99,12 +101,21 @@ function harness(dynamic: boolean) {
     };
     const pending = new PendingRequest(request, validateRequest(model, request));
     batcher.enqueue(pending);
-    return pending.promise.then((r) => (r.outputs.get("OUTPUT")!.data as Int32Array)[0]!);
+    return pending.promise;
   };
-  return { executor, send };
+  const send = (value: number): Promise<number> =>
+    answer(value).then((r) => (r.outputs.get("OUTPUT")!.data as Int32Array)[0]!);
+  return { executor, send, answer };
 }
 
 describe("stateless scheduling: the next batch waits in the instance", () => {
+  it("the time a run waited with the instance counts as the request's queue time", async () => {
+    const { executor, answer } = harness(false);
+    executor.waitNs = 7_000_000;
+    const { timings } = await answer(1);
+    assert.ok(timings.queueNs >= 7_000_000, `queue ${timings.queueNs} ns`);
+  });
+
   it("without dynamic batching, requests go to the instance while the first runs, up to the limit; the rest wait", async () => {
     const { executor, send } = harness(false);
     executor.hold();
