@@ -32,13 +32,22 @@ export class RateSchedule {
       this.#measuring = true;
       this.#k = 0;
     }
-    const origin = this.#measuring ? this.#measureFrom : this.#start;
-    if (!this.#measuring && this.#slot(origin, this.#k) < now) {
-      // The first slot not yet past.
-      const k = Math.ceil((((now - origin) / 1000) * this.#rate - this.#lane) / this.#lanes);
-      this.#k = Math.max(this.#k, k);
+    if (!this.#measuring) {
+      if (this.#slot(this.#start, this.#k) < now) {
+        // The first slot not yet past.
+        const k = Math.ceil((((now - this.#start) / 1000) * this.#rate - this.#lane) / this.#lanes);
+        this.#k = Math.max(this.#k, k);
+      }
+      const slot = this.#slot(this.#start, this.#k);
+      if (slot < this.#measureFrom) {
+        this.#k++;
+        return slot;
+      }
+      // The next warm-up slot falls in the window: the window's own schedule takes over.
+      this.#measuring = true;
+      this.#k = 0;
     }
-    return this.#slot(origin, this.#k++);
+    return this.#slot(this.#measureFrom, this.#k++);
   }
 
   #slot(origin: number, k: number): number {

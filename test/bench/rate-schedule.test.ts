@@ -35,4 +35,11 @@ describe("RateSchedule", () => {
     assert.equal(lane.next(1200), 1010);
     assert.equal(lane.next(1200), 1030);
   });
+
+  it("a warm-up slot that would fall in the window gives way to the window's schedule", () => {
+    const lane = schedule(1);
+    // Asked just before the window: its next warm-up slot (1010) is the window's first.
+    assert.equal(lane.next(995), 1010);
+    assert.equal(lane.next(1010), 1030, "no slot is given twice");
+  });
 });
