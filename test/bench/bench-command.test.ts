@@ -114,6 +114,31 @@ describe("seqserve bench", { timeout: 120_000 }, () => {
     }
   });
 
+  it("an open loop (--rate) keeps its offered rate and checks every answer", async () => {
+    const [report] = await runBench(
+      options([
+        "--model",
+        SILERO_STATEFUL_MODEL,
+        "--protocol",
+        "http-binary",
+        "--concurrency",
+        "8",
+        "--sequence-length",
+        "6",
+        "--rate",
+        "100",
+        "--input",
+        "sr=16000",
+        "--verify",
+      ]),
+    );
+    assertSane(report!);
+    assertVerified(report!, "open loop");
+    assert.equal(report!.rate, 100);
+    // The window (0.6 s) at 100/s holds 60 slots: a closed loop of 8 would send far more.
+    assert.ok(report!.requests <= 60, `${report!.requests} requests`);
+  });
+
   it("a sweep over gRPC streams reports each concurrency and draws the chart", async () => {
     const chart = join(scratch, "sweep.svg");
     const reports = await runBench(
