@@ -13,14 +13,8 @@ import { OVMS_FLAGS, OVMS_IGNORED_FLAGS, readOvmsFlags } from "./ovms-flags.ts";
 import { SAGEMAKER_FLAGS, serveDefaults } from "./sagemaker-options.ts";
 import { readStateStore, SCALE_FLAGS } from "./scale-options.ts";
 import { readSecurityOptions, SECURITY_FLAGS } from "./security-options.ts";
-import {
-  asUsageError,
-  OTHER_TRITON_FLAGS,
-  readTritonFlags,
-  TRITON_FLAGS,
-  tritonFlagNames,
-} from "./triton-options.ts";
-import { UsageError } from "./usage-error.ts";
+import { OTHER_TRITON_FLAGS, readTritonFlags, TRITON_FLAGS, tritonFlagNames } from "./triton-options.ts";
+import { asUsageError, UsageError } from "./usage-error.ts";
 
 // argv → ServerOptions. Flags keep Triton's spelling so existing launch scripts work;
 // every value is checked here, and a bad one stops the server with a message naming it.

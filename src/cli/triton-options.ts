@@ -1,6 +1,6 @@
 import { DEFAULT_METRICS_SETTINGS, readMetricsConfig } from "../config/metrics-config.ts";
 import type { ServerOptions } from "../config/server-options.ts";
-import { readBoolean, readWholeNumber, SettingFlagError } from "../config/setting-flag.ts";
+import { readBoolean, readWholeNumber } from "../config/setting-flag.ts";
 import { readTraceConfig } from "../config/trace-config.ts";
 import type { LogLevel } from "../observability/logger.ts";
 import type { FlagSpec } from "./options.ts";
@@ -394,9 +394,4 @@ function checkSafePortRange(range: string | undefined, options: ServerOptions): 
       );
     }
   }
-}
-
-/** Errors of the settings readers, as usage errors. */
-export function asUsageError(error: unknown): unknown {
-  return error instanceof SettingFlagError ? new UsageError(error.message) : error;
 }
