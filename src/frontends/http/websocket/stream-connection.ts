@@ -77,7 +77,7 @@ class StreamEntry {
   /** The end message, carried out when its turn to be answered comes. */
   endMessage = false;
   /** What to send, in order: one answer, or a decoupled model's responses as they come. */
-  readonly answers: (string | Buffer)[] = [];
+  readonly answers: HeldAnswer[] = [];
   /** Every answer is known: once sent, the entry is done. */
   complete = false;
   /** A decoupled request's relay waits here while its responses wait to be sent. */
@@ -92,10 +92,15 @@ class StreamEntry {
   }
 }
 
-/** What an answer holds in memory (a string's length: answers are JSON, one byte a character). */
 /** What an answer occupies on the socket (a text frame is UTF-8). */
 const sizeOf = (data: string | Buffer): number =>
   typeof data === "string" ? Buffer.byteLength(data) : data.byteLength;
+
+/** An answer waiting for its turn, with its size, counted once for the budget and the socket. */
+interface HeldAnswer {
+  readonly data: string | Buffer;
+  readonly size: number;
+}
 
 function asBuffer(data: RawData): Buffer {
   if (Buffer.isBuffer(data)) return data;
@@ -386,11 +391,12 @@ export class StreamConnection {
    */
   #hold(entry: StreamEntry, data: string | Buffer): void {
     if (this.#closing) return;
-    if (!this.#budget.take(sizeOf(data))) {
+    const size = sizeOf(data);
+    if (!this.#budget.take(size)) {
       this.#overflow();
       return;
     }
-    entry.answers.push(data);
+    entry.answers.push({ data, size });
   }
 
   #overflow(): void {
@@ -484,7 +490,7 @@ export class StreamConnection {
       const entry = this.#answering.peek();
       if (entry === undefined) return;
       if (entry.endMessage) this.#endByMessage(entry);
-      for (const data of entry.answers.splice(0)) this.#send(data);
+      for (const answer of entry.answers.splice(0)) this.#send(answer);
       this.#release(entry);
       if (!entry.complete) return;
       this.#answering.shift();
@@ -540,9 +546,9 @@ export class StreamConnection {
     this.#over = true;
   }
 
-  #send(data: string | Buffer): void {
-    this.#sentSizes.push(sizeOf(data));
-    this.#socket.send(data, this.#onSent);
+  #send(answer: HeldAnswer): void {
+    this.#sentSizes.push(answer.size);
+    this.#socket.send(answer.data, this.#onSent);
     if (this.#socket.bufferedAmount > this.#limits.writeHighWaterBytes) this.#writeBlocked = true;
   }
 
