@@ -20,8 +20,6 @@ export function checkedElementCount(
   datatype: DataType,
   shape: readonly number[],
   maxBytes = Number.POSITIVE_INFINITY,
-  /** What one element holds; by default its datatype's size (4, a length, for BYTES). */
-  elementBytes = elementByteSize(datatype) ?? 4,
 ): number {
   let count = 1;
   for (const dim of shape) count *= dim;
@@ -30,11 +28,21 @@ export function checkedElementCount(
       `input '${input}' has shape ${formatShape(shape)}, ${count} elements: more than the ${MAX_TENSOR_ELEMENTS} a tensor can hold`,
     );
   }
-  const bytes = count * elementBytes;
+  checkTensorBytes(input, datatype, shape, count * (elementByteSize(datatype) ?? 4), maxBytes);
+  return count;
+}
+
+/** Refuses (INVALID_ARG) a tensor of `bytes` bytes when that is more than `maxBytes`. */
+export function checkTensorBytes(
+  input: string,
+  datatype: DataType,
+  shape: readonly number[],
+  bytes: number,
+  maxBytes: number,
+): void {
   if (bytes > maxBytes) {
     throw invalidArg(
       `input '${input}' has shape ${formatShape(shape)}: ${bytes} bytes of ${datatype}, more than the ${maxBytes} bytes a request may carry`,
     );
   }
-  return count;
 }

@@ -1,7 +1,7 @@
-import { allocateArray, type DataType, type NumericArray } from "../../core/datatype.ts";
+import { allocateArray, type DataType, elementByteSize, type NumericArray } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
 import { formatShape, type NumericTensor, type Tensor } from "../../core/tensor.ts";
-import { checkedElementCount } from "../../core/tensor-size.ts";
+import { checkedElementCount, checkTensorBytes } from "../../core/tensor-size.ts";
 import { decodeRawTensor, encodeRawTensor } from "../common/raw-tensor.ts";
 import { type Int64, int64ToBigInt, int64ToNumber } from "../grpc/int64.ts";
 import type { TensorProtoMessage, TensorShapeMessage } from "./messages.ts";
@@ -130,8 +130,9 @@ export function decodeTensorProto(
   const values = proto[given] as readonly unknown[];
   if (values.length === 1) {
     // One value repeated over the shape: a string is repeated whole, with its length.
-    const element = datatype === "BYTES" ? 4 + (values[0] as Uint8Array).byteLength : undefined;
-    checkedElementCount(input, datatype, shape, maxFillBytes, element);
+    const element =
+      datatype === "BYTES" ? 4 + (values[0] as Uint8Array).byteLength : elementByteSize(datatype)!;
+    checkTensorBytes(input, datatype, shape, count * element, maxFillBytes);
   }
   const data = valuesOf(input, datatype, given, values, count);
   return { datatype, shape, data } as Tensor;
