@@ -56,12 +56,16 @@ interface Endpoints {
   readonly server: StartedServer | undefined;
 }
 
-/** `host:port` (an IPv6 host in brackets) as an endpoint. */
+/** `host:port` (an IPv6 host in brackets) as an endpoint; the host without its brackets. */
 function endpoint(value: string | undefined): Endpoint | undefined {
   if (value === undefined) return undefined;
   const at = value.lastIndexOf(":");
   return { host: value.slice(0, at).replace(/^\[(.*)\]$/, "$1"), port: Number(value.slice(at + 1)) };
 }
+
+/** A port of the server this benchmark started, on loopback. */
+const local = (port: number | undefined): Endpoint | undefined =>
+  port === undefined ? undefined : { host: "127.0.0.1", port };
 
 async function endpoints(options: BenchOptions): Promise<Endpoints> {
   if (options.modelRepository !== undefined) {
@@ -74,12 +78,9 @@ async function endpoints(options: BenchOptions): Promise<Endpoints> {
       httpBase: `http://127.0.0.1:${server.ports.http}`,
       target: {
         model: options.model,
-        http: server.ports.http === undefined ? undefined : { host: "127.0.0.1", port: server.ports.http },
-        grpc: server.ports.grpc === undefined ? undefined : { host: "127.0.0.1", port: server.ports.grpc },
-        sagemaker:
-          server.ports.sagemaker === undefined
-            ? undefined
-            : { host: "127.0.0.1", port: server.ports.sagemaker },
+        http: local(server.ports.http),
+        grpc: local(server.ports.grpc),
+        sagemaker: local(server.ports.sagemaker),
       },
       server,
     };
@@ -89,7 +90,7 @@ async function endpoints(options: BenchOptions): Promise<Endpoints> {
     httpBase: url.origin,
     target: {
       model: options.model,
-      http: { host: url.hostname.replace(/^\[(.*)\]$/, "$1"), port: Number(url.port || 80) },
+      http: endpoint(`${url.hostname}:${url.port || 80}`),
       grpc: endpoint(options.grpc),
       sagemaker: endpoint(options.sagemaker),
     },

@@ -85,6 +85,11 @@ export interface Endpoint {
   readonly port: number;
 }
 
+/** `host:port` for a URL or a gRPC target (an IPv6 host in brackets). */
+export function authority({ host, port }: Endpoint): string {
+  return host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
 export function required(endpoint: Endpoint | undefined, what: string): Endpoint {
   if (endpoint === undefined) throw new Error(`this protocol needs the server's ${what} endpoint`);
   return endpoint;

@@ -17,6 +17,7 @@ import type { TensorProtoMessage } from "../../frontends/tfs/messages.ts";
 import { tfsTypes } from "../../frontends/tfs/proto-definitions.ts";
 import { decodeTensorProto, encodeTensorProto } from "../../frontends/tfs/tensor-proto.ts";
 import {
+  authority,
   type BenchClient,
   type BenchSequence,
   type ClientTarget,
@@ -100,8 +101,7 @@ function withHeaders(headers: Readonly<Record<string, string>>): Interceptor {
 }
 
 function channel(target: ClientTarget): Client {
-  const { host, port } = required(target.grpc, "gRPC");
-  return new Client(`${host}:${port}`, credentials.createInsecure(), {
+  return new Client(authority(required(target.grpc, "gRPC")), credentials.createInsecure(), {
     "grpc.max_receive_message_length": -1,
     "grpc.max_send_message_length": -1,
     ...(target.headers === undefined ? {} : { interceptors: [withHeaders(target.headers)] }),

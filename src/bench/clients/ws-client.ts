@@ -4,6 +4,7 @@ import type { Tensor } from "../../core/tensor.ts";
 import { decodeJsonTensor } from "../../frontends/common/kserve/json-tensor.ts";
 import { decodeRawTensor, encodeRawTensor } from "../../frontends/common/raw-tensor.ts";
 import {
+  authority,
   type BenchClient,
   type BenchSequence,
   type ClientTarget,
@@ -77,8 +78,7 @@ export class WsStreamClient implements BenchClient {
 
   constructor(target: ClientTarget) {
     this.#headers = target.headers ?? {};
-    const { host, port } = required(target.http, "HTTP");
-    this.#base = `ws://${host}:${port}/v2/models/${encodeURIComponent(target.model)}/stream`;
+    this.#base = `ws://${authority(required(target.http, "HTTP"))}/v2/models/${encodeURIComponent(target.model)}/stream`;
   }
 
   async step(
