@@ -41,9 +41,9 @@ import type { Workload } from "./workload.ts";
 // runs sequences of `sequenceLength` steps one after another (the last step ends the
 // sequence), so `lanes` sequences are live at once. Closed loop: a lane sends its next step
 // when the last one is answered. Open loop (`rate`): each request is due at its slot of a
-// RateSchedule, and its latency counts from then. The requests sent inside the measured
-// window count, however late they are answered (dropping the ones answered after it would
-// drop the slowest and bias the tail low); at the end each lane ends its open sequence.
+// RateSchedule, and its latency counts from then. Every request due inside the measured
+// window counts, however late it is sent or answered (dropping the late ones would drop
+// the slowest and bias the tail low); at the end each lane ends its open sequence.
 
 export interface LoadOptions {
   readonly lanes: number;
@@ -80,6 +80,9 @@ export interface LoadResult {
   readonly sequences: number;
 }
 
+/** The failure kind of a window's slot an open-loop lane never sent (the server was too slow). */
+export const NOT_SENT = "not sent: behind schedule";
+
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 export async function runLoad(
@@ -115,7 +118,16 @@ export async function runLoad(
         const wait = due - performance.now();
         if (wait > 0) await sleep(wait);
       }
-      const finishing = performance.now() >= end;
+      // An open-loop lane still sends the slots due inside the window after it closes
+      // (they are the slowest: leaving them out would bias the tail low), for at most
+      // another window's length; the slots it still has not sent by then count as failed.
+      let finishing = due >= end;
+      if (!finishing && schedule !== undefined && performance.now() >= end + options.seconds * 1000) {
+        const unsent = schedule.slotsLeftBefore(end);
+        for (let i = 0; i < unsent; i++) recorder.fail(NOT_SENT);
+        finishing = true;
+        due = end; // an open sequence is still ended, unmeasured
+      }
       // After the window only open sequences are ended; a stateless lane just stops.
       if (finishing && (!stateful || step === 0)) return;
       const last = stateful && (finishing || step === options.sequenceLength! - 1);

@@ -33,11 +33,9 @@ export class RateSchedule {
       this.#k = 0;
     }
     if (!this.#measuring) {
-      if (this.#slot(this.#start, this.#k) < now) {
-        // The first slot not yet past.
-        const k = Math.ceil((((now - this.#start) / 1000) * this.#rate - this.#lane) / this.#lanes);
-        this.#k = Math.max(this.#k, k);
-      }
+      // Skip to the first slot not yet past.
+      const k = Math.ceil((((now - this.#start) / 1000) * this.#rate - this.#lane) / this.#lanes);
+      this.#k = Math.max(this.#k, k);
       const slot = this.#slot(this.#start, this.#k);
       if (slot < this.#measureFrom) {
         this.#k++;
@@ -48,6 +46,14 @@ export class RateSchedule {
       this.#k = 0;
     }
     return this.#slot(this.#measureFrom, this.#k++);
+  }
+
+  /** How many of the window's slots before `end`, from the one last given, the lane has left. */
+  slotsLeftBefore(end: number): number {
+    let left = 0;
+    // Counted with the same arithmetic that gave the slots, so none is counted twice.
+    for (let k = this.#k - 1; this.#slot(this.#measureFrom, k) < end; k++) left++;
+    return left;
   }
 
   #slot(origin: number, k: number): number {

@@ -22,6 +22,8 @@ describe("RateSchedule", () => {
     // The server answered the first after 100 ms: the next ones are already due, and count
     // their latency from when they were due.
     assert.deepEqual([lane.next(1100), lane.next(1100), lane.next(1100)], [1020, 1040, 1060]);
+    // A window closing at 1100: the slot just given and the one at 1080 are left.
+    assert.equal(lane.slotsLeftBefore(1100), 2);
   });
 
   it("in the warm-up a late lane skips the slots it missed, and the window starts afresh", () => {

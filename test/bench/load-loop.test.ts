@@ -1,0 +1,52 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import type { BenchClient, StepFlags } from "../../src/bench/clients/bench-client.ts";
+import { NOT_SENT, runLoad } from "../../src/bench/load-loop.ts";
+import type { Workload } from "../../src/bench/workload.ts";
+import type { Tensor } from "../../src/core/tensor.ts";
+
+// The open loop against a server far slower than the rate asked for: one lane, 100
+// requests/s for 0.2 s (20 slots), and a client that takes 40 ms per request. The lane
+// goes on sending the window's slots after it closes, for another window's length, and
+// counts the ones it never sent as failed: every slot of the window is accounted for,
+// answered or failed, and none is silently dropped.
+
+const workload = { step: () => new Map<string, Tensor>() } as unknown as Workload;
+
+function slowClient(flagsSeen: StepFlags[]): BenchClient {
+  return {
+    async step(_sequence, _inputs, flags) {
+      flagsSeen.push(flags);
+      await new Promise((resolve) => setTimeout(resolve, 40));
+      return new Map();
+    },
+    async close() {},
+  };
+}
+
+const options = {
+  lanes: 1,
+  rate: 100,
+  seconds: 0.2,
+  warmupSeconds: 0,
+  idBase: 1n,
+  keepOutputs: false,
+};
+
+describe("runLoad, open loop behind schedule", () => {
+  it("accounts for every slot of the window: answered, or failed as not sent", async () => {
+    const { recorder } = await runLoad(slowClient([]), workload, { ...options, sequenceLength: undefined });
+    const unsent = recorder.errors.get(NOT_SENT) ?? 0;
+    assert.ok(unsent > 0, "a 40 ms client cannot keep 100 requests/s");
+    assert.equal(recorder.count + unsent, 20);
+    assert.equal(recorder.failures, unsent);
+  });
+
+  it("a sequence model's open sequence is still ended when the lane gives up", async () => {
+    const flags: StepFlags[] = [];
+    const { recorder } = await runLoad(slowClient(flags), workload, { ...options, sequenceLength: 1000 });
+    assert.equal(recorder.count + (recorder.errors.get(NOT_SENT) ?? 0), 20);
+    assert.equal(flags.at(-1)?.end, true, "the last request ends the sequence");
+    assert.equal(flags.filter((f) => f.end).length, 1);
+  });
+});
