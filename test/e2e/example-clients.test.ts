@@ -73,7 +73,7 @@ describe("example clients", { timeout: 60_000 }, () => {
     assert.deepEqual(run.stdout.trim().split("\n"), [...SUMS, "closed: true"]);
   });
 
-  const python = pythonClient();
+  const python = pythonClient("boto3");
   const noBoto3 = "reason" in python ? python.reason : false;
   if (noBoto3) process.stdout.write(`# skipping the boto3 example: ${noBoto3}\n`);
   it("sagemaker_session.py runs a SageMaker session with boto3, as AWS documents it", {

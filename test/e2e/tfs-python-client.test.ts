@@ -47,7 +47,7 @@ for i, chunk in enumerate(chunks):
 print(json.dumps({"sequence_id": str(sequence_id), "outputs": outputs}))
 `;
 
-const found = pythonClient();
+const found = pythonClient("tensorflow");
 let ovms: OvmsServer;
 let dir: string;
 before(async () => {
