@@ -3,6 +3,7 @@ import type { OpenedModel } from "../../core/backend.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { checkModelFile, startInstances } from "../worker/model-instances.ts";
 import { siblingModule } from "../worker/spawn-worker.ts";
+import { compileHandler, isTypeScriptHandler } from "./compile-handler.ts";
 import { HandlerExecutor, type ModelCalls } from "./handler-executor.ts";
 import { handlerSettings } from "./handler-settings.ts";
 
@@ -26,6 +27,8 @@ export async function loadHandlerModel(options: LoadHandlerModelOptions): Promis
   const { modelName, modelPath, instanceCount, logger } = options;
   await checkModelFile(modelName, modelPath, instanceCount);
   const settings = handlerSettings(modelName, options.parameters);
+  // Compiled once here for all its instances, and kept for an instance's restart.
+  const compiled = isTypeScriptHandler(modelPath) ? await compileHandler(modelName, modelPath) : undefined;
   const { instances: executors, loaded: io } = await startInstances(
     modelName,
     instanceCount,
@@ -39,6 +42,7 @@ export async function loadHandlerModel(options: LoadHandlerModelOptions): Promis
           modelName,
           version: options.version,
           modelPath,
+          ...(compiled === undefined ? {} : { compiled }),
           parameters: options.parameters,
           limits: settings.limits,
         },

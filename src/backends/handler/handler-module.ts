@@ -1,26 +1,43 @@
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { basename, join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { isDataType } from "../../core/datatype.ts";
 import type { ModelIo, ModelTensorInfo } from "../../core/model-io.ts";
 import type { Handler, HandlerMetadata } from "../../handler-api.ts";
 
-// Loading a user's handler file in its worker. A `.ts` file is loaded through tsx's
-// tsImport, imported here and only then: servers whose handlers are `.js` (and ONNX-only
-// servers, which start no handler worker) load no TypeScript toolchain. tsImport (rather
-// than a global loader) also loads a model.ts that no `"type": "module"` package.json
-// covers, as model repositories usually are (it then comes as CommonJS, its exports under
-// `default`). A handler is the module's default export (an object, or a class to
-// instantiate), or the module's own named exports (`export function execute…`).
+// Loading a user's handler file in its worker. A TypeScript handler comes compiled to one
+// ES module (compile-handler.ts), which is written to a private temporary folder, imported
+// and removed: the worker runs no TypeScript loader. Its inline source map keeps stack
+// traces on the handler's own files. A `.js` handler is imported as it is. A handler is the
+// module's default export (an object, or a class to instantiate), or the module's own named
+// exports (`export function execute…`); a CommonJS module's exports come under `default`.
 
 /** This worker itself runs as TypeScript (development, tests): tsx is loaded already. */
 const RUNNING_TYPESCRIPT = import.meta.url.endsWith(".ts");
 
-async function importModule(modelPath: string): Promise<Record<string, unknown>> {
+async function importCompiled(modelPath: string, compiled: string): Promise<Record<string, unknown>> {
+  process.setSourceMapsEnabled(true);
+  const dir = await mkdtemp(join(tmpdir(), "seqserve-handler-"));
+  try {
+    const file = join(dir, `${basename(modelPath).replace(/\.[^.]*$/, "")}.mjs`);
+    await writeFile(file, compiled, { mode: 0o600 });
+    return (await import(pathToFileURL(file).href)) as Record<string, unknown>;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+async function importModule(
+  modelPath: string,
+  compiled: string | undefined,
+): Promise<Record<string, unknown>> {
+  if (compiled !== undefined) return importCompiled(modelPath, compiled);
   const url = pathToFileURL(modelPath).href;
+  if (!RUNNING_TYPESCRIPT) return (await import(url)) as Record<string, unknown>;
   // Where tsx is registered globally it takes over every module; its tsImport then loads
   // a model.js as well as Node alone would (a global tsx cannot: an ES module outside any
   // "type": "module" package fails there).
-  const typeScript = /\.(c|m)?ts$/.test(modelPath);
-  if (!typeScript && !RUNNING_TYPESCRIPT) return (await import(url)) as Record<string, unknown>;
   const { tsImport } = await import("tsx/esm/api");
   return (await tsImport(url, import.meta.url)) as Record<string, unknown>;
 }
@@ -64,8 +81,9 @@ function tensorSpecs(kind: string, value: unknown): ModelTensorInfo[] {
   });
 }
 
-export async function loadHandler(modelPath: string): Promise<LoadedHandler> {
-  const module = exportsOf(await importModule(modelPath));
+/** Loads the handler at `modelPath`, from `compiled` when it is TypeScript. */
+export async function loadHandler(modelPath: string, compiled?: string): Promise<LoadedHandler> {
+  const module = exportsOf(await importModule(modelPath, compiled));
   const handler = asHandler(module.default) ?? asHandler(module);
   if (handler === undefined) {
     throw new Error(

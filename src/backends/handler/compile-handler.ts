@@ -1,0 +1,171 @@
+import { readFile } from "node:fs/promises";
+import { builtinModules } from "node:module";
+import { dirname, extname, join, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import type { BuildOptions, Loader, Plugin } from "esbuild";
+import { invalidArg } from "../../core/errors.ts";
+
+// A TypeScript handler is compiled here, on the main thread, once per model load, into one
+// ES module that its workers import with no TypeScript loader. A loader in each worker (tsx
+// on Node 20 runs its module hooks on a thread of their own, with esbuild beside it) cost
+// about 27 MB per handler model, idle, for the handler's whole life.
+//
+// The module keeps the handler's meaning where it runs from elsewhere:
+// - the handler's own files (model.ts and what it imports by relative path) are bundled,
+//   each compiled with the tsconfig.json nearest to it;
+// - package imports stay imports, resolved here as Node resolves them from the handler's
+//   folder, and written as absolute URLs (paths for require());
+// - each file's `import.meta.url`, `import.meta.dirname`, `import.meta.filename`,
+//   `__dirname` and `__filename` are its own, not the compiled module's;
+// - a CommonJS file's require() resolves from the handler's folder;
+// - an inline source map points stack traces at the handler's own lines.
+// One thing differs: import() of a computed relative path resolves from the compiled
+// module's location. esbuild stays loaded only while some handler is being compiled.
+
+const SOURCE = /\.(?:[cm]?[jt]s|[jt]sx)$/;
+const LOADERS: Record<string, Loader> = {
+  ".ts": "ts",
+  ".mts": "ts",
+  ".cts": "ts",
+  ".tsx": "tsx",
+  ".jsx": "jsx",
+};
+const BUILTINS = new Set(builtinModules);
+
+/** Whether `file` is TypeScript: compiled before its workers load it. */
+export function isTypeScriptHandler(file: string): boolean {
+  return /\.(?:[cm]?ts|tsx)$/.test(file);
+}
+
+const isBare = (specifier: string): boolean =>
+  !specifier.startsWith(".") && !specifier.startsWith("/") && !/^[a-z][a-z0-9+.-]*:/i.test(specifier);
+
+/** The raw text of the tsconfig.json nearest to `dir`, or undefined; cached per folder. */
+function nearestTsconfig(
+  dir: string,
+  cache: Map<string, Promise<string | undefined>>,
+): Promise<string | undefined> {
+  let found = cache.get(dir);
+  if (found === undefined) {
+    found = readFile(join(dir, "tsconfig.json"), "utf8").catch((): Promise<string | undefined> => {
+      const parent = dirname(dir);
+      return parent === dir ? Promise.resolve(undefined) : nearestTsconfig(parent, cache);
+    });
+    cache.set(dir, found);
+  }
+  return found;
+}
+
+function handlerFiles(esbuild: typeof import("esbuild")): Plugin {
+  const tsconfigs = new Map<string, Promise<string | undefined>>();
+  return {
+    name: "seqserve-handler",
+    setup(build) {
+      build.onResolve({ filter: /.*/ }, async (args) => {
+        if (args.kind === "entry-point" || args.pluginData === "inner" || !isBare(args.path))
+          return undefined;
+        if (args.path.startsWith("node:") || BUILTINS.has(args.path)) return { external: true };
+        const found = await build.resolve(args.path, {
+          kind: args.kind,
+          importer: args.importer,
+          resolveDir: args.resolveDir,
+          pluginData: "inner",
+        });
+        if (found.errors.length > 0) return { errors: found.errors };
+        const byRequire = args.kind === "require-call" || args.kind === "require-resolve";
+        return { path: byRequire ? found.path : pathToFileURL(found.path).href, external: true };
+      });
+      build.onLoad({ filter: SOURCE }, async (args) => {
+        const url = pathToFileURL(args.path).href;
+        const dir = dirname(args.path);
+        const file = JSON.stringify(args.path);
+        const folder = JSON.stringify(dir);
+        const tsconfigRaw = await nearestTsconfig(dir, tsconfigs);
+        const source = await readFile(args.path, "utf8");
+        const options = {
+          loader: LOADERS[extname(args.path)] ?? "js",
+          sourcefile: args.path,
+          sourcemap: "inline",
+          ...(tsconfigRaw === undefined ? {} : { tsconfigRaw }),
+          define: {
+            "import.meta.url": JSON.stringify(url),
+            "import.meta.filename": file,
+            "import.meta.dirname": folder,
+            __filename: file,
+            __dirname: folder,
+          },
+          logLevel: "silent",
+        } as const;
+        let compiled: { code: string };
+        try {
+          compiled = await esbuild.transform(source, options);
+        } catch (error) {
+          // The compiler's own errors, with their places, become the build's.
+          const { errors } = error as BuildFailure;
+          if (errors === undefined) throw error;
+          return { errors: [...errors] };
+        }
+        return { contents: compiled.code, loader: "js", resolveDir: dir };
+      });
+    },
+  };
+}
+
+interface BuildFailure {
+  readonly errors?: readonly {
+    text: string;
+    location?: { file: string; line: number; column: number } | null;
+  }[];
+}
+
+let compiling = 0;
+
+/**
+ * Compiles the TypeScript handler `file` into the text of one ES module. A file that does
+ * not compile is refused with esbuild's message, naming the file, line and column.
+ */
+export async function compileHandler(modelName: string, file: string): Promise<string> {
+  const esbuild = await import("esbuild");
+  compiling++;
+  try {
+    const build = async (banner?: string): Promise<string> => {
+      const options: BuildOptions = {
+        entryPoints: [file],
+        absWorkingDir: dirname(file),
+        bundle: true,
+        write: false,
+        format: "esm",
+        platform: "node",
+        target: `node${process.versions.node}`,
+        sourcemap: "inline",
+        sourcesContent: false,
+        // The map's sources are named from the handler's folder, wherever the module runs.
+        outfile: join(dirname(file), "handler.mjs"),
+        sourceRoot: `${pathToFileURL(dirname(file)).href}/`,
+        ...(banner === undefined ? {} : { banner: { js: banner } }),
+        logLevel: "silent",
+        plugins: [handlerFiles(esbuild)],
+      };
+      const built = await esbuild.build(options);
+      return built.outputFiles![0]!.text;
+    };
+    const code = await build();
+    // A CommonJS file's require() calls go through esbuild's __require, which needs a
+    // require to call: one that resolves from the handler's folder. (Only then: an ES
+    // module may declare its own top-level require.)
+    if (!code.includes("__require")) return code;
+    const from = JSON.stringify(pathToFileURL(file).href);
+    return await build(
+      `import { createRequire as __seqserveCreateRequire } from "node:module";\nconst require = __seqserveCreateRequire(${from});`,
+    );
+  } catch (error) {
+    const first = (error as BuildFailure).errors?.[0];
+    if (first === undefined) throw error;
+    const place = first.location;
+    const where = place ? `${resolve(dirname(file), place.file)}:${place.line}:${place.column}: ` : "";
+    throw invalidArg(`model '${modelName}': the handler '${file}' does not compile: ${where}${first.text}`);
+  } finally {
+    // esbuild's service is a child process: it stops once no handler is compiling.
+    if (--compiling === 0) await esbuild.stop();
+  }
+}
