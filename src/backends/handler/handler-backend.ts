@@ -11,6 +11,7 @@ import { handlerSettings } from "./handler-settings.ts";
 // with its own copy of the module, named as Triton names instances (`<model>_0`, ...).
 
 const WORKER_ENTRY = siblingModule(import.meta.url, "handler-worker");
+const RUNNING_SOURCES = WORKER_ENTRY.pathname.endsWith(".ts");
 
 export interface LoadHandlerModelOptions {
   readonly modelName: string;
@@ -27,8 +28,13 @@ export async function loadHandlerModel(options: LoadHandlerModelOptions): Promis
   const { modelName, modelPath, instanceCount, logger } = options;
   await checkModelFile(modelName, modelPath, instanceCount);
   const settings = handlerSettings(modelName, options.parameters);
-  // Compiled once here for all its instances, and kept for an instance's restart.
-  const compiled = isTypeScriptHandler(modelPath) ? await compileHandler(modelName, modelPath) : undefined;
+  // Compiled once here for all its instances, and kept for an instance's restart. Run
+  // from the sources, the workers have tsx's hooks registered, which misread an ES module
+  // outside a "type": "module" package: a model.js is compiled too then.
+  const compiled =
+    isTypeScriptHandler(modelPath) || RUNNING_SOURCES
+      ? await compileHandler(modelName, modelPath)
+      : undefined;
   const { instances: executors, loaded: io } = await startInstances(
     modelName,
     instanceCount,

@@ -13,9 +13,6 @@ import type { Handler, HandlerMetadata } from "../../handler-api.ts";
 // module's default export (an object, or a class to instantiate), or the module's own named
 // exports (`export function execute…`); a CommonJS module's exports come under `default`.
 
-/** This worker itself runs as TypeScript (development, tests): tsx is loaded already. */
-const RUNNING_TYPESCRIPT = import.meta.url.endsWith(".ts");
-
 async function importCompiled(modelPath: string, compiled: string): Promise<Record<string, unknown>> {
   process.setSourceMapsEnabled(true);
   const dir = await mkdtemp(join(tmpdir(), "seqserve-handler-"));
@@ -34,12 +31,7 @@ async function importModule(
 ): Promise<Record<string, unknown>> {
   if (compiled !== undefined) return importCompiled(modelPath, compiled);
   const url = pathToFileURL(modelPath).href;
-  if (!RUNNING_TYPESCRIPT) return (await import(url)) as Record<string, unknown>;
-  // Where tsx is registered globally it takes over every module; its tsImport then loads
-  // a model.js as well as Node alone would (a global tsx cannot: an ES module outside any
-  // "type": "module" package fails there).
-  const { tsImport } = await import("tsx/esm/api");
-  return (await tsImport(url, import.meta.url)) as Record<string, unknown>;
+  return (await import(url)) as Record<string, unknown>;
 }
 
 /** The module's exports, whether it was loaded as ESM or as CommonJS (exports under `default`). */

@@ -2,11 +2,7 @@ import { type ResourceLimits, Worker } from "node:worker_threads";
 
 // Starts a worker thread. The package runs compiled JavaScript: a `.js` entry starts as it
 // is, with no loader. A `.ts` entry (the sources run by `node --import tsx`, as the tests
-// do) needs tsx inside the worker: Node 20 cannot load `.ts` itself, and tsx's
-// `--import tsx` hooks do not reach a worker's entry on Node 20 (tsx registers its loader
-// on the main thread only there), so such an entry is started through a two-line ESM
-// bootstrap that registers tsx in the worker and then imports the entry. tsx is resolved
-// only then, from this module.
+// do) starts through typescript-bootstrap.mjs, which registers tsx in the worker first.
 
 /**
  * The module `stem` beside `base` (an `import.meta.url`), with `base`'s extension: the
@@ -41,11 +37,8 @@ export function workerExecArgv(execArgv: readonly string[] = process.execArgv): 
   return kept;
 }
 
-function bootstrapUrl(entry: URL): URL {
-  const api = JSON.stringify(import.meta.resolve("tsx/esm/api"));
-  const code = `const { register } = await import(${api});\nregister();\nawait import(${JSON.stringify(entry.href)});\n`;
-  return new URL(`data:text/javascript,${encodeURIComponent(code)}`);
-}
+/** Beside the sources only: the package's workers never have a `.ts` entry. */
+const TYPESCRIPT_BOOTSTRAP = new URL("./typescript-bootstrap.mjs", import.meta.url);
 
 export interface SpawnOptions {
   readonly workerData?: unknown;
@@ -53,14 +46,16 @@ export interface SpawnOptions {
 }
 
 export function spawnWorker(entry: URL, options: SpawnOptions = {}): Worker {
-  const url = entry.pathname.endsWith(".ts") ? bootstrapUrl(entry) : entry;
+  const typeScript = entry.pathname.endsWith(".ts");
+  const url = typeScript ? TYPESCRIPT_BOOTSTRAP : entry;
   const { workerData, resourceLimits } = options;
+  const base = { workerData, resourceLimits, ...(typeScript ? { argv: [entry.href] } : {}) };
   try {
-    return new Worker(url, { workerData, resourceLimits, execArgv: workerExecArgv() });
+    return new Worker(url, { ...base, execArgv: workerExecArgv() });
   } catch (error) {
     // Flags that affect the whole process (V8 heap sizes, --title, ...) are refused in a
     // worker's execArgv; such a server still gets workers, without the parent's flags.
     if ((error as NodeJS.ErrnoException).code !== "ERR_WORKER_INVALID_EXEC_ARGV") throw error;
-    return new Worker(url, { workerData, resourceLimits, execArgv: [] });
+    return new Worker(url, { ...base, execArgv: [] });
   }
 }
