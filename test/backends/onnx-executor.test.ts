@@ -323,6 +323,25 @@ describe("ONNX executor", () => {
     }
   });
 
+  test("a run whose input was already handed to another thread fails, naming it (it used to go unanswered)", async () => {
+    await withInstance("identity_handed_over", identityModel("INT32", [-1]), async (executor) => {
+      const input = new Map([
+        ["INPUT0", { datatype: "INT32", shape: [3], data: Int32Array.of(1, 2, 3) } as Tensor],
+      ]);
+      await executor.run(input, ["OUTPUT0"]);
+      // The first run transferred the buffer: the array is now empty. Node's postMessage
+      // drops a message with a detached buffer silently, so the run must not reach it.
+      const error = await rejection(executor.run(input, ["OUTPUT0"]));
+      assert.equal(error.code, "INVALID_ARG");
+      assert.match(error.message, /tensor 'INPUT0' holds 0 elements where its shape \[3\] needs 3/);
+      const { outputs } = await executor.run(
+        new Map([["INPUT0", { datatype: "INT32", shape: [1], data: Int32Array.of(7) } as Tensor]]),
+        ["OUTPUT0"],
+      );
+      assert.deepEqual([...(outputs.get("OUTPUT0")!.data as Int32Array)], [7]);
+    });
+  });
+
   test("a run ONNX Runtime refuses fails with its message and the instance stays usable", async () => {
     const path = await modelFile("simple_errors", addSubModel("INT32", [-1, 16]));
     const { executors } = await loadOnnxModel({

@@ -1,4 +1,5 @@
 import type { DataType, NumericArray } from "../../core/datatype.ts";
+import { invalidArg } from "../../core/errors.ts";
 import type { BytesElements, Tensor } from "../../core/tensor.ts";
 
 // How tensors cross between threads. postMessage copies a typed array's *whole* buffer
@@ -63,8 +64,21 @@ export function unpackBytes(packed: PackedBytes): Uint8Array[] {
   return elements;
 }
 
-/** A tensor as it is posted to another thread; its buffers are added to `transfer`. */
+/**
+ * A tensor as it is posted to another thread; its buffers are added to `transfer`. Its
+ * data must hold as many elements as its shape says: besides a malformed tensor, this
+ * refuses data whose buffer was already transferred (detached, so empty), which
+ * postMessage would drop without a word, leaving the run unanswered.
+ */
 export function toWire(name: string, tensor: Tensor, transfer: ArrayBuffer[]): WireTensor {
+  let elements = 1;
+  for (const dim of tensor.shape) elements *= dim;
+  if (tensor.data.length !== elements) {
+    throw invalidArg(
+      `tensor '${name}' holds ${tensor.data.length} elements where its shape [${tensor.shape.join(", ")}] needs ${elements}` +
+        (tensor.data.length === 0 ? " (its buffer may have been handed to another thread already)" : ""),
+    );
+  }
   const data =
     tensor.datatype === "BYTES"
       ? packBytes(tensor.data as BytesElements, transfer)
