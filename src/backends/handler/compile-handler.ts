@@ -121,10 +121,11 @@ interface BuildFailure {
 let compiling = 0;
 
 /**
- * Compiles the TypeScript handler `file` into the text of one ES module. A file that does
+ * Compiles the TypeScript handler at `handlerPath` into the text of one ES module. A file that does
  * not compile is refused with esbuild's message, naming the file, line and column.
  */
-export async function compileHandler(modelName: string, file: string): Promise<string> {
+export async function compileHandler(modelName: string, handlerPath: string): Promise<string> {
+  const file = resolve(handlerPath);
   const esbuild = await import("esbuild");
   compiling++;
   try {
@@ -163,7 +164,9 @@ export async function compileHandler(modelName: string, file: string): Promise<s
     if (first === undefined) throw error;
     const place = first.location;
     const where = place ? `${resolve(dirname(file), place.file)}:${place.line}:${place.column}: ` : "";
-    throw invalidArg(`model '${modelName}': the handler '${file}' does not compile: ${where}${first.text}`);
+    throw invalidArg(
+      `model '${modelName}': the handler '${handlerPath}' does not compile: ${where}${first.text}`,
+    );
   } finally {
     // esbuild's service is a child process: it stops once no handler is compiling.
     if (--compiling === 0) await esbuild.stop();
