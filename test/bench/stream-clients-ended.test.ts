@@ -9,6 +9,7 @@ import { KserveStreamClient } from "../../src/bench/clients/grpc-clients.ts";
 import { WsStreamClient } from "../../src/bench/clients/ws-client.ts";
 import type { Tensor } from "../../src/core/tensor.ts";
 import { inferenceTypes } from "../../src/frontends/grpc/proto-definitions.ts";
+import { framed } from "../http/support/ws-client.ts";
 
 // The benchmark's stream clients when the server ends a stream under them: the steps the
 // stream carried fail with a StepError (counted, and the lane goes on with a new sequence)
@@ -102,8 +103,9 @@ describe("bench stream clients: a stream the server ends", { timeout: 30_000 }, 
   describe("WebSocket streams", () => {
     let server: WebSocketServer;
     let port: number;
+    /** The server closes the first connection after its first message, and answers on the others. */
+    let connections = 0;
     before(async () => {
-      let connections = 0;
       server = new WebSocketServer({ host: "127.0.0.1", port: 0 });
       await new Promise<void>((resolve) => server.once("listening", () => resolve()));
       port = (server.address() as AddressInfo).port;
@@ -111,16 +113,14 @@ describe("bench stream clients: a stream the server ends", { timeout: 30_000 }, 
         const first = ++connections === 1;
         socket.on("message", () => {
           if (first) return socket.close(1011);
-          const header = Buffer.from('{"outputs":[]}');
-          const prefix = Buffer.alloc(4);
-          prefix.writeUInt32LE(header.byteLength);
-          socket.send(Buffer.concat([prefix, header]), { binary: true });
+          socket.send(framed({ outputs: [] }), { binary: true });
         });
       });
     });
     after(() => new Promise<void>((resolve) => server.close(() => resolve())));
 
     it("fails the sequence whose connection closed, at once on its next step; a new sequence connects again", async () => {
+      connections = 0;
       const client = new WsStreamClient(target({ http: port }));
       const live = sequence(0, 7n);
       await failsWithStepError(client.step(live, inputs, { start: true, end: false }), "the step sent");
@@ -131,6 +131,17 @@ describe("bench stream clients: a stream the server ends", { timeout: 30_000 }, 
       assert.equal(next.kind, "ws closed");
       const outputs = await client.step(sequence(1, 8n), inputs, { start: true, end: false });
       assert.equal(outputs.size, 0, "the new connection answers");
+      await client.close();
+    });
+
+    it("a stateless lane whose connection closed connects again for its next request", async () => {
+      connections = 0;
+      const client = new WsStreamClient(target({ http: port }));
+      const lane = sequence(0);
+      await failsWithStepError(client.step(lane, inputs, { start: false, end: false }), "the request sent");
+      const outputs = await client.step(lane, inputs, { start: false, end: false });
+      assert.equal(outputs.size, 0, "the next request goes on a new connection, which answers");
+      assert.equal(connections, 2);
       await client.close();
     });
   });
