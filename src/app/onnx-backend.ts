@@ -1,4 +1,4 @@
-import { loadOnnxModel } from "../backends/onnx/onnx-backend.ts";
+import { loadOnnxModel, onnxHosts } from "../backends/onnx/onnx-backend.ts";
 import { onnxSessionOptions } from "../backends/onnx/session-options.ts";
 import type { BackendSettings } from "../config/backend-config.ts";
 import type { ModelBackend } from "../core/backend.ts";
@@ -6,9 +6,11 @@ import type { Logger } from "../observability/logger.ts";
 
 /**
  * ONNX Runtime in worker threads: one session per instance, for models of both ONNX
- * backends (onnxruntime, and the stateful backend, whose state the core keeps).
+ * backends (onnxruntime, and the stateful backend, whose state the core keeps). The
+ * instances of all models share at most `workerThreads` threads (0: one each).
  */
-export function onnxBackend(logger: Logger, settings: BackendSettings): ModelBackend {
+export function onnxBackend(logger: Logger, settings: BackendSettings, workerThreads: number): ModelBackend {
+  const hosts = onnxHosts(workerThreads);
   return {
     open: (request) => {
       const sessionOptions = onnxSessionOptions(request.parameters, request.graphOptimizationLevel);
@@ -17,6 +19,7 @@ export function onnxBackend(logger: Logger, settings: BackendSettings): ModelBac
         modelName: request.modelName,
         modelPath: request.modelPath,
         instanceCount: request.instanceCount,
+        hosts,
         sessionOptions:
           severity === undefined ? sessionOptions : { ...sessionOptions, logSeverityLevel: severity },
         logger,

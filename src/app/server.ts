@@ -146,7 +146,7 @@ export async function startServer(
       configPollSecs: options.configPollSecs ?? 0,
       sequenceCleanerPollWaitMinutes: options.sequenceCleanerPollWaitMinutes ?? 5,
       backend: modelBackends(
-        start.backend ?? onnxBackend(logger, options.backendSettings),
+        start.backend ?? onnxBackend(logger, options.backendSettings, options.onnxWorkerThreads),
         handlerBackend(logger, calls),
       ),
       logger,

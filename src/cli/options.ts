@@ -151,6 +151,14 @@ export const FLAGS: readonly FlagSpec[] = [
     default: String(DEFAULT_SERVER_OPTIONS.modelLoadThreadCount),
     help: "How many models load at the same time.",
   },
+  {
+    name: "onnx-worker-threads",
+    value: "n",
+    default: String(DEFAULT_SERVER_OPTIONS.onnxWorkerThreads),
+    help:
+      "Worker threads that ONNX model instances run on (default: the number of CPUs): an instance has " +
+      "a thread of its own up to n, then instances share them and take turns. 0: a thread per instance.",
+  },
   ...TRITON_FLAGS,
   ...SECURITY_FLAGS,
   { name: "help", boolean: true, help: "Show this help and exit." },
@@ -410,6 +418,7 @@ export function parseCommandLine(
     httpStreamMaxInflight: parseInteger("http-stream-max-inflight", get("http-stream-max-inflight"), 1),
     backendSettings: backendConfig.settings,
     modelLoadThreadCount: parseInteger("model-load-thread-count", get("model-load-thread-count"), 1),
+    onnxWorkerThreads: parseInteger("onnx-worker-threads", get("onnx-worker-threads"), 0),
     // One line each, logged at start, for flags accepted without effect.
     notices: [...ovms.notices, ...backendConfig.notices],
     sagemakerPort: port("sagemaker-port", "allow-sagemaker"),

@@ -47,6 +47,7 @@ const CHECKS: { readonly [K in keyof ServerOptions]?: readonly [Check, string] }
   grpcMaxInflightPerStream: [whole(1), "a whole number, at least 1"],
   httpStreamMaxInflight: [whole(1), "a whole number, at least 1"],
   modelLoadThreadCount: [whole(1), "a whole number, at least 1"],
+  onnxWorkerThreads: [whole(0), "a whole number (0: a thread per instance)"],
   sagemakerSessionTtlSecs: [whole(1), "a whole number of seconds, at least 1"],
   serverId: [text, "a name"],
   httpAddress: [optionalText, "an address, or undefined"],

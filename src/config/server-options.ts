@@ -1,3 +1,4 @@
+import { availableParallelism } from "node:os";
 import type { LogFormat, LogLevel } from "../observability/logger.ts";
 import { type BackendSettings, DEFAULT_BACKEND_SETTINGS } from "./backend-config.ts";
 import { DEFAULT_METRICS_SETTINGS, type MetricsSettings } from "./metrics-config.ts";
@@ -62,6 +63,8 @@ export interface ServerOptions {
   readonly backendSettings: BackendSettings;
   /** Models loaded at the same time (Triton's --model-load-thread-count). */
   readonly modelLoadThreadCount: number;
+  /** Worker threads that ONNX model instances share at most; 0: a thread per instance. */
+  readonly onnxWorkerThreads: number;
   /** One line each for options accepted without effect, logged at start. */
   readonly notices: readonly string[];
   /** The SageMaker inference-container port (0 = any free port); undefined = off. */
@@ -127,6 +130,7 @@ export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   httpStreamMaxInflight: 64,
   backendSettings: DEFAULT_BACKEND_SETTINGS,
   modelLoadThreadCount: 4,
+  onnxWorkerThreads: availableParallelism(),
   notices: [],
   sagemakerPort: undefined,
   sagemakerModel: undefined,

@@ -466,7 +466,7 @@ describe("--model-config-name", () => {
 describe("--model-load-retry-count", () => {
   /** ONNX Runtime in workers, failing the first `failures` opens of each model. */
   const flaky = (failures: number): ModelBackend => {
-    const real = onnxBackend(silentLogger(), DEFAULT_BACKEND_SETTINGS);
+    const real = onnxBackend(silentLogger(), DEFAULT_BACKEND_SETTINGS, 0);
     const opens = new Map<string, number>();
     return {
       open: (request) => {

@@ -2,17 +2,24 @@ import type { ResourceLimits } from "node:worker_threads";
 import type { OpenedModel } from "../../core/backend.ts";
 import type { ModelIo } from "../../core/model-io.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { ModelHosts } from "../worker/model-hosts.ts";
 import { checkModelFile, startInstances } from "../worker/model-instances.ts";
 import { siblingModule } from "../worker/spawn-worker.ts";
 import { WorkerExecutor } from "../worker/worker-executor.ts";
 import { type OnnxSessionOptions, onnxSessionOptions } from "./session-options.ts";
 import { checkStringInputs } from "./string-inputs.ts";
 
-// Loads an ONNX model as `instanceCount` instances, each an ONNX Runtime session in its
-// own worker thread (onnxruntime-node's run() blocks its thread, and two sessions on one
-// thread never overlap).
+// Loads an ONNX model as `instanceCount` instances, each an ONNX Runtime session in a
+// worker thread (onnxruntime-node's run() blocks its thread, and two sessions on one
+// thread never overlap): a thread of its own, or one that `hosts` shares between
+// instances once there are more instances than CPUs (model-hosts.ts).
 
 const WORKER_ENTRY = siblingModule(import.meta.url, "onnx-worker");
+
+/** The worker threads that ONNX model instances share: at most `maxHosts` (0: one per instance). */
+export function onnxHosts(maxHosts: number, resourceLimits?: ResourceLimits): ModelHosts {
+  return new ModelHosts(WORKER_ENTRY, maxHosts, resourceLimits);
+}
 
 export interface LoadOnnxModelOptions {
   readonly modelName: string;
@@ -26,6 +33,8 @@ export interface LoadOnnxModelOptions {
    * outgrows it fails the runs it holds and is replaced, instead of growing without bound.
    */
   readonly workerResourceLimits?: ResourceLimits;
+  /** The threads to place the instances on (onnxHosts); else each has a thread of its own, as with resource limits. */
+  readonly hosts?: ModelHosts;
   readonly logger: Logger;
 }
 
@@ -41,6 +50,8 @@ export async function loadOnnxModel(
   const { modelName, modelPath, instanceCount, logger } = options;
   await checkModelFile(modelName, modelPath, instanceCount);
   const sessionOptions = options.sessionOptions ?? onnxSessionOptions({}, undefined);
+  const { hosts } = options;
+  const shared = hosts !== undefined && options.workerResourceLimits === undefined;
   const { instances: executors, loaded: io } = await startInstances(
     modelName,
     instanceCount,
@@ -49,12 +60,21 @@ export async function loadOnnxModel(
         name,
         entry: WORKER_ENTRY,
         load: { type: "load", instanceName: name, modelPath, sessionOptions },
+        ...(shared ? { host: (key: string) => hosts.place(modelName, key) } : {}),
         logger: logger.child({ model: modelName }),
         ...(options.workerResourceLimits === undefined
           ? {}
           : { resourceLimits: options.workerResourceLimits }),
       }),
   );
-  logger.info({ model: modelName, instances: instanceCount, sessionOptions }, "onnx model loaded");
+  logger.info(
+    {
+      model: modelName,
+      instances: instanceCount,
+      sessionOptions,
+      ...(shared ? { instancesPerThread: hosts.sizes } : {}),
+    },
+    "onnx model loaded",
+  );
   return { io, executors, checkInputs: checkStringInputs };
 }

@@ -14,9 +14,10 @@ import { type PackedBytes, transferableArray, type WireTensor } from "../worker/
 import { datatypeOfOrtType, elementType, type OrtTensorType, ortTensorType } from "./onnx-types.ts";
 import { type Binding, binding, initOrt } from "./ort-binding.ts";
 
-// The worker thread of one ONNX model instance: one ONNX Runtime session, answering runs
-// in the order they arrive. session.run() blocks this thread, which is the point: the
-// main thread's event loop never waits for a model.
+// A worker thread hosting ONNX model instances: one ONNX Runtime session per instance,
+// answering runs in the order they arrive. session.run() blocks this thread, which is the
+// point: the main thread's event loop never waits for a model. Instances that share a
+// worker take turns (model-hosts.ts decides which do).
 
 if (parentPort === null) throw new Error("onnx-worker.ts runs as a worker thread");
 const port = parentPort;
@@ -38,8 +39,7 @@ interface LoadedSession {
   readonly anyOutput: string;
 }
 
-let loaded: LoadedSession | undefined;
-let instanceName = "";
+const sessions = new Map<string, LoadedSession>();
 const RUN_OPTIONS = {};
 // Fatal: ONNX Runtime's Node.js API takes string tensors as JavaScript strings, so bytes
 // that are not UTF-8 cannot reach the model unchanged; they are refused, never altered.
@@ -78,22 +78,22 @@ function tensorInfo(metadata: Binding.ValueMetadata): ModelTensorInfo {
 }
 
 function load(message: LoadMessage): void {
-  instanceName = message.instanceName;
+  const { instanceKey } = message;
   try {
     initOrt();
     const session = new binding.InferenceSession();
     session.loadModel(message.modelPath, { ...message.sessionOptions });
     const inputs = session.inputMetadata.map(tensorInfo);
     const outputs = session.outputMetadata.map(tensorInfo);
-    loaded = {
+    sessions.set(instanceKey, {
       session,
       inputNames: new Set(inputs.map((i) => i.name)),
       outputNames: new Set(outputs.map((o) => o.name)),
       anyOutput: outputs[0]?.name ?? "",
-    };
-    post({ type: "loaded", io: { inputs, outputs } });
+    });
+    post({ type: "loaded", instanceKey, io: { inputs, outputs } });
   } catch (error) {
-    post({ type: "error", id: "load", code: "INTERNAL", message: errorText(error) });
+    post({ type: "error", instanceKey, id: "load", code: "INTERNAL", message: errorText(error) });
   }
 }
 
@@ -176,9 +176,10 @@ function run(message: RunMessage): void {
   const start = performance.now();
   // Behind the runs this worker held before it (the main thread keeps several with it).
   const waitNs = Math.max(0, performance.timeOrigin + start - message.postedAt) * 1e6;
+  const { instanceKey } = message;
   try {
-    if (loaded === undefined)
-      throw new RunFailure("UNAVAILABLE", `model instance '${instanceName}' is not loaded`);
+    const loaded = sessions.get(instanceKey);
+    if (loaded === undefined) throw new RunFailure("UNAVAILABLE", "the model instance is not loaded");
     const { session, inputNames, outputNames, anyOutput } = loaded;
 
     const feeds: Record<string, Tensor> = Object.create(null);
@@ -222,6 +223,7 @@ function run(message: RunMessage): void {
     post(
       {
         type: "result",
+        instanceKey,
         id: message.id,
         outputs,
         waitNs,
@@ -235,6 +237,7 @@ function run(message: RunMessage): void {
     const failure = runFailure(error);
     const reply: ErrorMessage = {
       type: "error",
+      instanceKey,
       id: message.id,
       code: failure.code,
       message: failure.message,
@@ -243,9 +246,15 @@ function run(message: RunMessage): void {
   }
 }
 
+function unload(instanceKey: string): void {
+  sessions.get(instanceKey)?.session.dispose();
+  sessions.delete(instanceKey);
+  post({ type: "unloaded", instanceKey });
+}
+
 function close(): void {
-  loaded?.session.dispose();
-  loaded = undefined;
+  for (const { session } of sessions.values()) session.dispose();
+  sessions.clear();
   port.close();
 }
 
@@ -255,6 +264,8 @@ port.on("message", (message: ToWorkerMessage) => {
       return load(message);
     case "run":
       return run(message);
+    case "unload":
+      return unload(message.instanceKey);
     case "close":
       return close();
   }

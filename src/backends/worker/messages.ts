@@ -3,9 +3,11 @@ import type { ModelIo } from "../../core/model-io.ts";
 import type { OnnxSessionOptions } from "../onnx/session-options.ts";
 import type { WireTensor } from "./wire-tensor.ts";
 
-// Every message between the main thread and a model-instance worker. A worker hosts one
-// model instance: it is told to load once, then answers runs in the order they arrive,
-// until it is told to close (or is terminated).
+// Every message between the main thread and a worker that hosts model instances. Each
+// instance is loaded once under its name; the worker answers runs in the order they
+// arrive, whichever instance they are for, unloads an instance when told, and ends when
+// told to close. Every message for or about an instance carries its key: unique to one
+// executor, where instance names repeat (a model's old and new version while it reloads).
 
 // ── main thread → worker ────────────────────────────────────────────────────────────
 
@@ -13,13 +15,15 @@ export interface LoadMessage {
   readonly type: "load";
   /** e.g. "simple_0": named in the worker's messages. */
   readonly instanceName: string;
+  readonly instanceKey: string;
   readonly modelPath: string;
   readonly sessionOptions: OnnxSessionOptions;
 }
 
 export interface RunMessage {
   readonly type: "run";
-  /** Positive, unique per worker; the result or error carries it back. */
+  readonly instanceKey: string;
+  /** Positive, unique per instance; the result or error carries it back. */
   readonly id: number;
   readonly inputs: readonly WireTensor[];
   readonly outputNames: readonly string[];
@@ -27,22 +31,35 @@ export interface RunMessage {
   readonly postedAt: number;
 }
 
-/** Release the model and end the thread once the runs already sent are answered. */
+/** Release one instance's model once the runs already sent are answered. */
+export interface UnloadMessage {
+  readonly type: "unload";
+  readonly instanceKey: string;
+}
+
+/** Release every model and end the thread once the runs already sent are answered. */
 export interface CloseMessage {
   readonly type: "close";
 }
 
-export type ToWorkerMessage = LoadMessage | RunMessage | CloseMessage;
+export type ToWorkerMessage = LoadMessage | RunMessage | UnloadMessage | CloseMessage;
 
 // ── worker → main thread ────────────────────────────────────────────────────────────
 
 export interface LoadedMessage {
   readonly type: "loaded";
+  readonly instanceKey: string;
   readonly io: ModelIo;
+}
+
+export interface UnloadedMessage {
+  readonly type: "unloaded";
+  readonly instanceKey: string;
 }
 
 export interface ResultMessage {
   readonly type: "result";
+  readonly instanceKey: string;
   readonly id: number;
   readonly outputs: readonly WireTensor[];
   /** How long the run waited in the worker behind earlier runs (from `postedAt`), ns. */
@@ -55,10 +72,11 @@ export interface ResultMessage {
 
 export interface ErrorMessage {
   readonly type: "error";
+  readonly instanceKey: string;
   /** The run that failed, or "load" when the model could not be loaded. */
   readonly id: number | "load";
   readonly code: ErrorCode;
   readonly message: string;
 }
 
-export type FromWorkerMessage = LoadedMessage | ResultMessage | ErrorMessage;
+export type FromWorkerMessage = LoadedMessage | UnloadedMessage | ResultMessage | ErrorMessage;

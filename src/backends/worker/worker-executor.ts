@@ -1,17 +1,17 @@
-import type { ResourceLimits, Worker } from "node:worker_threads";
+import type { ResourceLimits } from "node:worker_threads";
 import { asServerError, internal, ServerError, unavailable } from "../../core/errors.ts";
 import type { ExecutionResult, ModelExecutor } from "../../core/executor.ts";
 import type { ModelIo } from "../../core/model-io.ts";
 import type { Tensor } from "../../core/tensor.ts";
 import type { Logger } from "../../observability/logger.ts";
 import type { FromWorkerMessage, LoadMessage, ResultMessage, RunMessage } from "./messages.ts";
-import { spawnWorker } from "./spawn-worker.ts";
+import { type HostLink, ModelHost } from "./model-host.ts";
 import { fromWire, toWire, type WireTensor } from "./wire-tensor.ts";
 
-// One model instance hosted in a worker thread. The executor owns the thread's life: it
-// starts the worker and loads the model, forwards runs, and when the thread dies (crash,
-// out of memory, exit) it fails the runs the thread held and starts a fresh one, so a
-// later run finds the model loaded again.
+// One model instance hosted in a worker thread (model-host.ts), alone on it or sharing it
+// with other instances. The executor loads the model there, forwards runs, and when the
+// thread dies (crash, out of memory, exit) it fails the runs the thread held and loads the
+// model on a fresh one, so a later run finds it loaded again.
 //
 // A worker is only ever ended by asking it to close, never with worker.terminate():
 // onnxruntime-node aborts the whole process when a thread is terminated while its
@@ -24,9 +24,11 @@ export interface WorkerExecutorOptions {
   readonly name: string;
   /** The worker's entry module. */
   readonly entry: URL;
-  /** Sent first to every worker this executor starts. */
-  readonly load: LoadMessage;
-  /** Bounds the worker's JS heap; a worker that outgrows it dies and is replaced. */
+  /** Sent first to every worker this executor loads its model on (with the executor's key). */
+  readonly load: Omit<LoadMessage, "instanceKey">;
+  /** Places the instance, by its key, on a host shared with others (model-hosts.ts); else it has a worker of its own. */
+  readonly host?: (instanceKey: string) => ModelHost;
+  /** Bounds the worker's JS heap (a worker of its own); a worker that outgrows it dies and is replaced. */
   readonly resourceLimits?: ResourceLimits;
   readonly logger: Logger;
 }
@@ -42,12 +44,17 @@ interface Loading {
   readonly reject: (error: ServerError) => void;
 }
 
+let executorCount = 0;
+
 export class WorkerExecutor implements ModelExecutor {
   readonly name: string;
   readonly #options: WorkerExecutorOptions;
   readonly #logger: Logger;
   readonly #pending = new Map<number, PendingRun>();
-  #worker: Worker | undefined;
+  readonly #host: ModelHost;
+  /** Names this executor's instance in its worker, where names may repeat. */
+  readonly #key: string;
+  #link: HostLink | undefined;
   /** Set while the current worker is loading the model. */
   #loading: Loading | undefined;
   #ready = false;
@@ -55,16 +62,15 @@ export class WorkerExecutor implements ModelExecutor {
   #io: ModelIo | undefined;
   #closed = false;
   #nextId = 1;
-  /** Whether the worker currently keeps the process alive (only while it has work). */
-  #referenced = true;
-  #lastError: Error | undefined;
-  /** A worker asked to close after a failed load, for close() to wait for. */
+  /** A model being unloaded after a failed load, for close() to wait for. */
   #ending: Promise<void> | undefined;
 
   constructor(options: WorkerExecutorOptions) {
     this.name = options.name;
     this.#options = options;
     this.#logger = options.logger.child({ instance: options.name });
+    this.#key = `${options.name}#${++executorCount}`;
+    this.#host = options.host?.(this.#key) ?? new ModelHost(options.entry, options.resourceLimits);
   }
 
   /** Starts the worker and loads the model; resolves with the inputs and outputs it declares. */
@@ -79,17 +85,14 @@ export class WorkerExecutor implements ModelExecutor {
       reject = rej;
     });
     this.#loading = { promise, resolve, reject };
-    this.#lastError = undefined;
-    const { entry, resourceLimits, load } = this.#options;
-    const worker = spawnWorker(entry, resourceLimits === undefined ? {} : { resourceLimits });
-    this.#worker = worker;
-    this.#referenced = true;
-    worker.on("message", (message: FromWorkerMessage) => this.#onMessage(message));
-    worker.on("error", (error) => {
-      if (worker === this.#worker) this.#lastError = error;
+    const link: HostLink = this.#host.attach(this.#key, {
+      onMessage: (message) => {
+        if (link === this.#link) this.#onMessage(message);
+      },
+      onExit: (code, error) => this.#onExit(link, code, error),
     });
-    worker.on("exit", (code) => this.#onExit(worker, code));
-    worker.postMessage(load);
+    this.#link = link;
+    link.post({ ...this.#options.load, instanceKey: this.#key });
     return promise;
   }
 
@@ -103,6 +106,7 @@ export class WorkerExecutor implements ModelExecutor {
       for (const [name, tensor] of inputs) wire.push(toWire(name, tensor, transfer));
       message = {
         type: "run",
+        instanceKey: this.#key,
         id,
         inputs: wire,
         outputNames,
@@ -121,28 +125,33 @@ export class WorkerExecutor implements ModelExecutor {
   }
 
   /**
-   * Ends the worker once the run it is executing (if any) returns; runs not yet answered
-   * fail with UNAVAILABLE, and so do runs asked for later.
+   * Unloads the model once the run its worker is executing (if any) returns (the worker
+   * ends with its last instance); runs not yet answered fail with UNAVAILABLE, and so do
+   * runs asked for later.
    */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
     this.#failPending(unavailable(`model instance '${this.name}' is closing`));
     await this.#ending;
-    const worker = this.#worker;
-    if (worker !== undefined) await this.#askToClose(worker);
+    const link = this.#link;
+    if (link !== undefined) await this.#unload(link);
+    this.#host.placed.delete(this.#key);
   }
 
-  #askToClose(worker: Worker): Promise<void> {
-    const exited = new Promise<void>((resolve) => worker.once("exit", () => resolve()));
-    worker.ref();
-    worker.postMessage({ type: "close" });
-    return exited;
+  /** Unloads the model from `link`'s worker; a closed executor's load, if under way, fails. */
+  async #unload(link: HostLink): Promise<void> {
+    await link.release();
+    if (link !== this.#link) return;
+    this.#link = undefined;
+    this.#ready = false;
+    this.#loading?.reject(unavailable(`model instance '${this.name}' is closing`));
+    this.#loading = undefined;
   }
 
   #send(message: RunMessage, transfer: ArrayBuffer[]): void {
     try {
-      this.#worker!.postMessage(message, transfer);
+      this.#link!.post(message, transfer);
     } catch (error) {
       // e.g. a buffer that cannot be transferred (WebAssembly memory)
       this.#settle(message.id)?.reject(asServerError(error));
@@ -204,16 +213,16 @@ export class WorkerExecutor implements ModelExecutor {
   #loadFailed(error: ServerError): void {
     const loading = this.#loading;
     this.#loading = undefined;
-    // A worker without a model is of no use: let it go, and let a later run try again.
-    const worker = this.#worker;
-    this.#worker = undefined;
-    if (worker !== undefined) this.#ending = this.#askToClose(worker);
+    // Let the worker go (it ends if no other instance is on it); a later run tries again.
+    const link = this.#link;
+    this.#link = undefined;
+    if (link !== undefined) this.#ending = link.release();
     loading?.reject(error);
   }
 
-  #onExit(worker: Worker, code: number): void {
-    if (worker !== this.#worker) return;
-    this.#worker = undefined;
+  #onExit(link: HostLink, code: number, lastError: Error | undefined): void {
+    if (link !== this.#link) return;
+    this.#link = undefined;
     const wasReady = this.#ready;
     this.#ready = false;
     if (this.#closed) {
@@ -221,8 +230,8 @@ export class WorkerExecutor implements ModelExecutor {
       this.#loading = undefined;
       return;
     }
-    const reason = this.#lastError?.message ?? `exit code ${code}`;
-    const error = internal(`model instance '${this.name}' stopped unexpectedly (${reason})`, this.#lastError);
+    const reason = lastError?.message ?? `exit code ${code}`;
+    const error = internal(`model instance '${this.name}' stopped unexpectedly (${reason})`, lastError);
     this.#logger.error(
       { reason, failedRuns: this.#pending.size },
       "model instance worker stopped; restarting it",
@@ -256,15 +265,8 @@ export class WorkerExecutor implements ModelExecutor {
     for (const run of runs) run.reject(error);
   }
 
-  // An idle worker must not keep the process alive (a server that forgot to close a model
-  // still exits); a loading or busy one must, or its answer could be lost.
+  /** Busy (loading, or runs under way) keeps the worker, and so the process, alive. */
   #updateReference(): void {
-    const worker = this.#worker;
-    if (worker === undefined) return;
-    const busy = this.#pending.size > 0 || this.#loading !== undefined;
-    if (busy === this.#referenced) return;
-    this.#referenced = busy;
-    if (busy) worker.ref();
-    else worker.unref();
+    this.#link?.setBusy(this.#pending.size > 0 || this.#loading !== undefined);
   }
 }

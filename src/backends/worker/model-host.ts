@@ -1,0 +1,145 @@
+import type { ResourceLimits, Worker } from "node:worker_threads";
+import type { FromWorkerMessage, ToWorkerMessage } from "./messages.ts";
+import { spawnWorker } from "./spawn-worker.ts";
+
+// One worker thread hosting model instances, its tenants (worker-executor.ts). A tenant
+// attaches to the host's current worker, starting it if none runs, and gets a link: what
+// it posts goes to that worker, what the worker says about its instance comes back to it.
+// When the worker stops (crash, out of memory), every tenant on it hears so and may
+// attach again (a fresh worker). A tenant that releases its link unloads its model; the
+// last one to leave ends the worker, by asking it to close (see worker-executor.ts for
+// why a worker is never terminated). Instances that share a host take turns on its
+// thread: model-hosts.ts places them.
+
+export interface Tenant {
+  onMessage(message: FromWorkerMessage): void;
+  /** The worker stopped while the tenant was on it. */
+  onExit(code: number, error: Error | undefined): void;
+}
+
+/** A tenant's hold on the worker it attached to. */
+export interface HostLink {
+  post(message: ToWorkerMessage, transfer?: ArrayBuffer[]): void;
+  /** Whether the tenant has work under way: the worker keeps the process alive while any has. */
+  setBusy(busy: boolean): void;
+  /** Unloads the tenant's model; resolves once the worker no longer holds it, or has ended. */
+  release(): Promise<void>;
+}
+
+class Link implements HostLink {
+  busy = true;
+  released = false;
+  constructor(
+    readonly host: ModelHost,
+    readonly worker: Worker,
+    readonly instanceKey: string,
+    readonly tenant: Tenant,
+  ) {}
+
+  post(message: ToWorkerMessage, transfer?: ArrayBuffer[]): void {
+    this.worker.postMessage(message, transfer);
+  }
+
+  setBusy(busy: boolean): void {
+    this.busy = busy;
+    this.host.updateReference();
+  }
+
+  release(): Promise<void> {
+    return this.host.release(this);
+  }
+}
+
+export class ModelHost {
+  readonly #entry: URL;
+  readonly #resourceLimits: ResourceLimits | undefined;
+  #worker: Worker | undefined;
+  #lastError: Error | undefined;
+  #referenced = true;
+  /** The tenants on the current worker, by instance key. */
+  readonly #links = new Map<string, Link>();
+  /** Instances unloading from the current worker, resolved when it says so. */
+  readonly #unloading = new Map<string, () => void>();
+  /** Instances placed here (by model-hosts.ts), by key, with their model's name. */
+  readonly placed = new Map<string, string>();
+
+  constructor(entry: URL, resourceLimits?: ResourceLimits) {
+    this.#entry = entry;
+    this.#resourceLimits = resourceLimits;
+  }
+
+  /** Attaches `instanceKey` to the current worker, starting one if none runs. */
+  attach(instanceKey: string, tenant: Tenant): HostLink {
+    const worker = this.#worker ?? this.#start();
+    const link = new Link(this, worker, instanceKey, tenant);
+    this.#links.set(instanceKey, link);
+    this.updateReference();
+    return link;
+  }
+
+  #start(): Worker {
+    const limits = this.#resourceLimits;
+    const worker = spawnWorker(this.#entry, limits === undefined ? {} : { resourceLimits: limits });
+    this.#worker = worker;
+    this.#lastError = undefined;
+    this.#referenced = true;
+    worker.on("message", (message: FromWorkerMessage) => {
+      if (worker !== this.#worker) return;
+      if (message.type === "unloaded") {
+        this.#unloading.get(message.instanceKey)?.();
+        this.#unloading.delete(message.instanceKey);
+        this.updateReference();
+        return;
+      }
+      this.#links.get(message.instanceKey)?.tenant.onMessage(message);
+    });
+    worker.on("error", (error) => {
+      if (worker === this.#worker) this.#lastError = error;
+    });
+    worker.on("exit", (code) => {
+      if (worker !== this.#worker) return;
+      this.#worker = undefined;
+      const links = [...this.#links.values()];
+      this.#links.clear();
+      for (const unloaded of this.#unloading.values()) unloaded();
+      this.#unloading.clear();
+      for (const link of links) link.tenant.onExit(code, this.#lastError);
+    });
+    return worker;
+  }
+
+  release(link: Link): Promise<void> {
+    if (link.released) return Promise.resolve();
+    link.released = true;
+    if (link.worker !== this.#worker || this.#links.get(link.instanceKey) !== link) return Promise.resolve();
+    this.#links.delete(link.instanceKey);
+    const worker = link.worker;
+    const exited = new Promise<void>((resolve) => worker.once("exit", () => resolve()));
+    if (this.#links.size === 0) {
+      // The last tenant: the worker ends once the runs it holds are done. A tenant that
+      // attaches meanwhile gets a fresh worker.
+      this.#worker = undefined;
+      worker.ref();
+      worker.postMessage({ type: "close" });
+      return exited;
+    }
+    const unloaded = new Promise<void>((resolve) => this.#unloading.set(link.instanceKey, resolve));
+    worker.postMessage({ type: "unload", instanceKey: link.instanceKey });
+    this.updateReference();
+    return Promise.race([unloaded, exited]);
+  }
+
+  // An idle worker must not keep the process alive (a server that forgot to close a model
+  // still exits); one with a tenant loading, running or unloading must, or an answer could
+  // be lost.
+  updateReference(): void {
+    const worker = this.#worker;
+    if (worker === undefined) return;
+    let busy = this.#unloading.size > 0;
+    for (const link of this.#links.values()) busy ||= link.busy;
+    if (busy === this.#referenced) return;
+    this.#referenced = busy;
+    if (busy) worker.ref();
+    else worker.unref();
+  }
+}

@@ -1,0 +1,52 @@
+import type { ResourceLimits } from "node:worker_threads";
+import { ModelHost } from "./model-host.ts";
+
+// Which worker thread hosts each model instance. A worker costs about 14 MB before its
+// model does (8.6 MB for the thread, 5.7 MB for ONNX Runtime's binding), and runs one
+// model at a time; threads beyond the CPU's cores add memory, not speed. So instances get
+// threads of their own up to `maxHosts` (the server's --onnx-worker-threads, the number of
+// CPUs by default); past that they share, each placed on the host with the fewest
+// instances of its own model, then the fewest in all, so that a model's instances run in
+// parallel wherever they can. Instances that share a thread take turns on it. With
+// `maxHosts` 0 every instance has a thread of its own.
+
+export class ModelHosts {
+  readonly #entry: URL;
+  readonly #maxHosts: number;
+  readonly #resourceLimits: ResourceLimits | undefined;
+  readonly #hosts: ModelHost[] = [];
+
+  /** `resourceLimits` bound each thread's JS heap: a thread that outgrows it dies and is replaced. */
+  constructor(entry: URL, maxHosts: number, resourceLimits?: ResourceLimits) {
+    this.#entry = entry;
+    this.#maxHosts = maxHosts;
+    this.#resourceLimits = resourceLimits;
+  }
+
+  /** The host for the instance `instanceKey` of `modelName`, which holds it until the instance closes. */
+  place(modelName: string, instanceKey: string): ModelHost {
+    let best: ModelHost | undefined;
+    let bestKey = [Number.POSITIVE_INFINITY, Number.POSITIVE_INFINITY];
+    for (const host of this.#hosts) {
+      let same = 0;
+      for (const model of host.placed.values()) if (model === modelName) same++;
+      const key = [same, host.placed.size];
+      if (key[0]! < bestKey[0]! || (key[0] === bestKey[0] && key[1]! < bestKey[1]!)) {
+        best = host;
+        bestKey = key;
+      }
+    }
+    const roomForMore = this.#maxHosts === 0 || this.#hosts.length < this.#maxHosts;
+    if (best === undefined || (best.placed.size > 0 && roomForMore)) {
+      best = new ModelHost(this.#entry, this.#resourceLimits);
+      this.#hosts.push(best);
+    }
+    best.placed.set(instanceKey, modelName);
+    return best;
+  }
+
+  /** How many instances each host holds (for the log and the tests). */
+  get sizes(): number[] {
+    return this.#hosts.map((host) => host.placed.size);
+  }
+}

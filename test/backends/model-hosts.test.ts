@@ -1,0 +1,199 @@
+import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { loadOnnxModel, onnxHosts } from "../../src/backends/onnx/onnx-backend.ts";
+import { ModelHosts } from "../../src/backends/worker/model-hosts.ts";
+import { ServerError } from "../../src/core/errors.ts";
+import type { ModelExecutor } from "../../src/core/executor.ts";
+import type { BytesElements, Tensor } from "../../src/core/tensor.ts";
+import { silentLogger } from "../../src/observability/logger.ts";
+import { writeOnnxModel } from "../../tools/onnx/onnx-model-builder.ts";
+import { addSubModel, identityModel } from "../../tools/onnx/test-models.ts";
+
+// Model instances sharing worker threads (--onnx-worker-threads): placement, and that
+// instances on one thread answer their own runs, come and go without disturbing each
+// other (a model's old and new version too, whose instances have the same names), and
+// all come back after the thread dies.
+
+const logger = silentLogger();
+const utf8 = new TextEncoder();
+let dir: string;
+
+before(async () => {
+  dir = await mkdtemp(join(tmpdir(), "seqserve-hosts-"));
+});
+
+after(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function modelFile(name: string, bytes: Uint8Array): Promise<string> {
+  const path = join(dir, `${name}.onnx`);
+  await writeOnnxModel(path, bytes);
+  return path;
+}
+
+const ints = (...values: number[]): Tensor => ({
+  datatype: "INT32",
+  shape: [1, values.length],
+  data: Int32Array.from(values),
+});
+
+const text = (...strings: string[]): Tensor => ({
+  datatype: "BYTES",
+  shape: [strings.length],
+  data: strings.map((s) => utf8.encode(s)),
+});
+
+async function first(
+  executor: ModelExecutor,
+  inputs: Record<string, Tensor>,
+  output: string,
+): Promise<unknown[]> {
+  const { outputs } = await executor.run(new Map(Object.entries(inputs)), [output]);
+  const tensor = outputs.get(output)!;
+  if (tensor.datatype === "BYTES")
+    return (tensor.data as BytesElements).map((e) => Buffer.from(e).toString());
+  return [...(tensor.data as Int32Array)];
+}
+
+async function rejection(promise: Promise<unknown>): Promise<ServerError> {
+  try {
+    await promise;
+  } catch (error) {
+    assert.ok(error instanceof ServerError, `expected a ServerError, got ${String(error)}`);
+    return error;
+  }
+  assert.fail("expected a rejection");
+}
+
+describe("ModelHosts placement", () => {
+  const entry = new URL("file:///unused-worker.js");
+
+  test("threads of their own up to the limit, then shared, a model's instances spread apart", () => {
+    const hosts = new ModelHosts(entry, 2);
+    const a0 = hosts.place("a", "a_0#1");
+    const a1 = hosts.place("a", "a_0#2");
+    assert.notEqual(a0, a1, "a model's second instance gets the second thread");
+    hosts.place("b", "b_0#3");
+    const b1 = hosts.place("b", "b_1#4");
+    assert.deepEqual(hosts.sizes, [2, 2], "no third thread; b's instances on different threads");
+    assert.equal(b1, a1);
+    hosts.place("c", "c_0#5");
+    assert.deepEqual(hosts.sizes, [3, 2]);
+  });
+
+  test("with no limit every instance has a thread; a thread left empty is used again", () => {
+    const hosts = new ModelHosts(entry, 0);
+    const a = hosts.place("a", "a_0#1");
+    hosts.place("a", "a_1#2");
+    hosts.place("b", "b_0#3");
+    assert.deepEqual(hosts.sizes, [1, 1, 1]);
+    a.placed.delete("a_0#1");
+    assert.equal(hosts.place("c", "c_0#4"), a);
+    assert.deepEqual(hosts.sizes, [1, 1, 1]);
+  });
+});
+
+describe("instances sharing a thread", () => {
+  test("answer their own runs, interleaved; one model closing leaves the other serving", async () => {
+    const hosts = onnxHosts(1);
+    const sums = await loadOnnxModel({
+      modelName: "sums",
+      modelPath: await modelFile("sums", addSubModel("INT32", [1, 3])),
+      instanceCount: 2,
+      hosts,
+      logger,
+    });
+    const echo = await loadOnnxModel({
+      modelName: "echo",
+      modelPath: await modelFile("echo", identityModel("BYTES", [-1])),
+      instanceCount: 1,
+      hosts,
+      logger,
+    });
+    assert.deepEqual(hosts.sizes, [3], "three instances on one thread");
+    try {
+      const runs = Array.from({ length: 12 }, (_, i) =>
+        i % 3 === 2
+          ? first(echo.executors[0]!, { INPUT0: text(`run ${i}`) }, "OUTPUT0")
+          : first(sums.executors[i % 3]!, { INPUT0: ints(i, 1, 2), INPUT1: ints(1, 1, 1) }, "OUTPUT0"),
+      );
+      assert.deepEqual(
+        await Promise.all(runs),
+        Array.from({ length: 12 }, (_, i) => (i % 3 === 2 ? [`run ${i}`] : [i + 1, 2, 3])),
+      );
+      await Promise.all(sums.executors.map((e) => e.close()));
+      assert.deepEqual(await first(echo.executors[0]!, { INPUT0: text("still") }, "OUTPUT0"), ["still"]);
+      assert.deepEqual(hosts.sizes, [1]);
+    } finally {
+      await Promise.all([...sums.executors, ...echo.executors].map((e) => e.close()));
+    }
+  });
+
+  test("a model's old and new version, whose instances have the same names, each run their own model", async () => {
+    const hosts = onnxHosts(1);
+    const load = async (file: string, bytes: Uint8Array) =>
+      loadOnnxModel({
+        modelName: "changing",
+        modelPath: await modelFile(file, bytes),
+        instanceCount: 1,
+        hosts,
+        logger,
+      });
+    const old = await load("changing_v1", identityModel("INT32", [1, 3]));
+    const next = await load("changing_v2", addSubModel("INT32", [1, 3]));
+    try {
+      assert.equal(old.executors[0]!.name, next.executors[0]!.name);
+      assert.deepEqual(await first(old.executors[0]!, { INPUT0: ints(1, 2, 3) }, "OUTPUT0"), [1, 2, 3]);
+      // Inputs are handed over to the worker (transferred): each run gets its own.
+      const added = () => ({ INPUT0: ints(1, 2, 3), INPUT1: ints(10, 10, 10) });
+      assert.deepEqual(await first(next.executors[0]!, added(), "OUTPUT0"), [11, 12, 13]);
+      await old.executors[0]!.close();
+      assert.deepEqual(await first(next.executors[0]!, added(), "OUTPUT1"), [-9, -8, -7]);
+    } finally {
+      await Promise.all([...old.executors, ...next.executors].map((e) => e.close()));
+    }
+  });
+
+  test("a thread that dies fails the runs of every instance on it, and each loads again on a fresh one", async () => {
+    const hosts = onnxHosts(1, { maxOldGenerationSizeMb: 32 });
+    const echo = await loadOnnxModel({
+      modelName: "echo",
+      modelPath: await modelFile("echo_dies", identityModel("BYTES", [-1])),
+      instanceCount: 1,
+      hosts,
+      logger,
+    });
+    const sums = await loadOnnxModel({
+      modelName: "sums",
+      modelPath: await modelFile("sums_dies", addSubModel("INT32", [1, 3])),
+      instanceCount: 1,
+      hosts,
+      logger,
+    });
+    try {
+      const mebibyte = "a".repeat(1 << 20);
+      const tooBig = text(...Array.from({ length: 96 }, () => mebibyte));
+      const dying = rejection(first(echo.executors[0]!, { INPUT0: tooBig }, "OUTPUT0"));
+      const neighbour = rejection(
+        first(sums.executors[0]!, { INPUT0: ints(1, 2, 3), INPUT1: ints(1, 1, 1) }, "OUTPUT0"),
+      );
+      const [echoError, sumsError] = await Promise.all([dying, neighbour]);
+      assert.match(echoError.message, /model instance 'echo_0' stopped unexpectedly \(.*memory/);
+      assert.match(sumsError.message, /model instance 'sums_0' stopped unexpectedly/);
+
+      assert.deepEqual(await first(echo.executors[0]!, { INPUT0: text("back") }, "OUTPUT0"), ["back"]);
+      const sum = await first(
+        sums.executors[0]!,
+        { INPUT0: ints(1, 2, 3), INPUT1: ints(1, 1, 1) },
+        "OUTPUT0",
+      );
+      assert.deepEqual(sum, [2, 3, 4]);
+    } finally {
+      await Promise.all([...echo.executors, ...sums.executors].map((e) => e.close()));
+    }
+  });
+});
