@@ -98,6 +98,8 @@ before(async () => {
     common_js: { files: { "1/model.ts": COMMON_JS } },
     throwing: { files: { "1/model.ts": THROWING } },
     broken: { files: { "1/model.ts": BROKEN } },
+    // The nearest tsconfig.json does not parse: the load fails, naming it.
+    stray_tsconfig: { files: { "1/model.ts": THROWING, "1/tsconfig.json": "{ not json" } },
   });
   server = await startTestServer(repository.path, { exitOnError: false });
 });
@@ -111,6 +113,16 @@ const infer = async (model: string): Promise<{ status: number; body: Record<stri
   postJson(`${server.url}/v2/models/${model}/infer`, {
     inputs: [{ name: "TEXT", datatype: "BYTES", shape: [1], data: ["in"] }],
   });
+
+/** Why the model failed to load, from the repository index. */
+async function loadFailure(model: string): Promise<string> {
+  const index = await postJson(`${server.url}/v2/repository/index`, {});
+  const entry = (index.body as unknown as { name: string; state: string; reason: string }[]).find(
+    (m) => m.name === model,
+  );
+  assert.equal(entry?.state, "UNAVAILABLE");
+  return entry!.reason;
+}
 
 const text = (body: Record<string, unknown>): string => (body.outputs as { data: string[] }[])[0]!.data[0]!;
 
@@ -133,16 +145,17 @@ describe("TypeScript handlers, compiled without a loader", () => {
     assert.match(text(body), /^at fail \(.*[\\/]throwing[\\/]1[\\/]model\.ts:7:\d+\)$/);
   });
 
+  it("whose nearest tsconfig.json does not parse fail their load, naming it", async () => {
+    assert.equal((await infer("stray_tsconfig")).status, 503);
+    assert.match(await loadFailure("stray_tsconfig"), /stray_tsconfig[\\/]1[\\/]tsconfig\.json:1:2: /);
+  });
+
   it("that do not compile fail their load with the compiler's message, file and line", async () => {
     const { status } = await infer("broken");
     assert.equal(status, 503, "the model is unavailable");
-    const index = await postJson(`${server.url}/v2/repository/index`, {});
-    const broken = (index.body as unknown as { name: string; state: string; reason: string }[]).find(
-      (m) => m.name === "broken",
-    );
-    assert.equal(broken?.state, "UNAVAILABLE");
+    const reason = await loadFailure("broken");
     assert.match(
-      broken!.reason,
+      reason,
       /the handler '.*model\.ts' does not compile: [^ ]*[\\/]broken[\\/]1[\\/]model\.ts:7:\d+: Unexpected/,
     );
   });

@@ -40,7 +40,7 @@ export function isTypeScriptHandler(file: string): boolean {
 const isBare = (specifier: string): boolean =>
   !specifier.startsWith(".") && !specifier.startsWith("/") && !/^[a-z][a-z0-9+.-]*:/i.test(specifier);
 
-/** The raw text of the tsconfig.json nearest to `dir`, or undefined; cached per folder. */
+/** The text of the tsconfig.json nearest to `dir`, or undefined; cached per folder. */
 function nearestTsconfig(
   dir: string,
   cache: Map<string, Promise<string | undefined>>,
@@ -86,6 +86,8 @@ function handlerFiles(esbuild: typeof import("esbuild")): Plugin {
           loader: LOADERS[extname(args.path)] ?? "js",
           sourcefile: args.path,
           sourcemap: "inline",
+          // A tsconfig.json that does not parse fails the load, naming it (esbuild's build
+          // reads it too, for the imports it maps).
           ...(tsconfigRaw === undefined ? {} : { tsconfigRaw }),
           define: {
             "import.meta.url": JSON.stringify(url),
@@ -96,16 +98,15 @@ function handlerFiles(esbuild: typeof import("esbuild")): Plugin {
           },
           logLevel: "silent",
         } as const;
-        let compiled: { code: string };
         try {
-          compiled = await esbuild.transform(source, options);
+          const compiled = await esbuild.transform(source, options);
+          return { contents: compiled.code, loader: "js", resolveDir: dir, warnings: compiled.warnings };
         } catch (error) {
           // The compiler's own errors, with their places, become the build's.
           const { errors } = error as BuildFailure;
           if (errors === undefined) throw error;
           return { errors: [...errors] };
         }
-        return { contents: compiled.code, loader: "js", resolveDir: dir };
       });
     },
   };
@@ -120,11 +121,18 @@ interface BuildFailure {
 
 let compiling = 0;
 
+export interface CompiledHandler {
+  /** The text of one ES module. */
+  readonly code: string;
+  /** What the compiler warned of, for the log. */
+  readonly warnings: readonly string[];
+}
+
 /**
  * Compiles the TypeScript handler at `handlerPath` into the text of one ES module. A file that does
  * not compile is refused with esbuild's message, naming the file, line and column.
  */
-export async function compileHandler(modelName: string, handlerPath: string): Promise<string> {
+export async function compileHandler(modelName: string, handlerPath: string): Promise<CompiledHandler> {
   const file = resolve(handlerPath);
   const esbuild = await import("esbuild");
   compiling++;
@@ -148,17 +156,20 @@ export async function compileHandler(modelName: string, handlerPath: string): Pr
         plugins: [handlerFiles(esbuild)],
       };
       const built = await esbuild.build(options);
+      for (const warning of built.warnings) warnings.add(warning.text);
       return built.outputFiles![0]!.text;
     };
+    const warnings = new Set<string>();
     const code = await build();
     // A CommonJS file's require() calls go through esbuild's __require, which needs a
     // require to call: one that resolves from the handler's folder. (Only then: an ES
     // module may declare its own top-level require.)
-    if (!code.includes("__require")) return code;
+    if (!code.includes("__require")) return { code, warnings: [...warnings] };
     const from = JSON.stringify(pathToFileURL(file).href);
-    return await build(
+    const withRequire = await build(
       `import { createRequire as __seqserveCreateRequire } from "node:module";\nconst require = __seqserveCreateRequire(${from});`,
     );
+    return { code: withRequire, warnings: [...warnings] };
   } catch (error) {
     const first = (error as BuildFailure).errors?.[0];
     if (first === undefined) throw error;

@@ -35,6 +35,7 @@ export async function loadHandlerModel(options: LoadHandlerModelOptions): Promis
     isTypeScriptHandler(modelPath) || RUNNING_SOURCES
       ? await compileHandler(modelName, modelPath)
       : undefined;
+  for (const warning of compiled?.warnings ?? []) logger.warn({ model: modelName }, warning);
   const { instances: executors, loaded: io } = await startInstances(
     modelName,
     instanceCount,
@@ -48,7 +49,7 @@ export async function loadHandlerModel(options: LoadHandlerModelOptions): Promis
           modelName,
           version: options.version,
           modelPath,
-          ...(compiled === undefined ? {} : { compiled }),
+          ...(compiled === undefined ? {} : { compiled: compiled.code }),
           parameters: options.parameters,
           limits: settings.limits,
         },
