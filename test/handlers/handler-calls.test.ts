@@ -130,7 +130,7 @@ test("a call the server refuses comes back as an error with its status class", a
 
 test("a call that gets no answer fails after handler_call_timeout_ms", async () => {
   const stuck = await postJson(`${server.url}/v2/models/relay/infer`, { inputs: [x(1), target("sleepy")] });
-  assert.equal(stuck.status, 503);
+  assert.equal(stuck.status, 503, JSON.stringify(stuck.body));
   assert.match(
     stuck.body.error as string,
     /the call from model 'relay' to model 'sleepy' got no answer within 300 ms \(handler_call_timeout_ms\)/,

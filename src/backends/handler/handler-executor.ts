@@ -338,6 +338,9 @@ export class HandlerExecutor implements RequestExecutor {
       this.#worker?.postMessage({ type: "call-result", cid: message.cid, result }, transfer ?? []);
     };
     const timeoutMs = this.#options.callTimeoutMs;
+    // One timer both fails the call and cancels its request: with a timer of its own the
+    // request's cancellation could come first, and the call fail as cancelled instead.
+    const cancel = new AbortController();
     let request: InferRequest;
     try {
       const inputs = new Map<string, Tensor>();
@@ -348,7 +351,7 @@ export class HandlerExecutor implements RequestExecutor {
         outputs: message.outputs,
         parameters: message.parameters,
         sequence: readSequenceControl(message.parameters),
-        signal: AbortSignal.timeout(timeoutMs),
+        signal: cancel.signal,
       };
     } catch (error) {
       answer({ ok: false, error: wireError(error) });
@@ -356,15 +359,14 @@ export class HandlerExecutor implements RequestExecutor {
     }
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () =>
-          reject(
-            unavailable(
-              `the call from model '${this.#options.load.modelName}' to model '${message.model}' got no answer within ${timeoutMs} ms (handler_call_timeout_ms)`,
-            ),
+      timer = setTimeout(() => {
+        reject(
+          unavailable(
+            `the call from model '${this.#options.load.modelName}' to model '${message.model}' got no answer within ${timeoutMs} ms (handler_call_timeout_ms)`,
           ),
-        timeoutMs,
-      );
+        );
+        cancel.abort();
+      }, timeoutMs);
     });
     Promise.race([this.#options.calls.infer(message.model, message.version, request), deadline]).then(
       (response) => {
