@@ -1,8 +1,10 @@
 import assert from "node:assert/strict";
-import { mkdtemp, rm } from "node:fs/promises";
+import { execFile } from "node:child_process";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
+import { promisify } from "node:util";
 import { loadOnnxModel, onnxHosts } from "../../src/backends/onnx/onnx-backend.ts";
 import { ModelHosts } from "../../src/backends/worker/model-hosts.ts";
 import { ServerError } from "../../src/core/errors.ts";
@@ -195,5 +197,41 @@ describe("instances sharing a thread", () => {
     } finally {
       await Promise.all([...echo.executors, ...sums.executors].map((e) => e.close()));
     }
+  });
+
+  // Both tenants leaving at once (a model's instances close together): the worker closing
+  // still answers the first one's unload, so nothing of it stays on the host; the next
+  // model's thread, once idle, lets the process end. (It was kept referenced for good.)
+  test("all instances closing at once leave nothing behind: the next thread, idle, lets the process exit", async () => {
+    const modelPath = await modelFile("sums_together", addSubModel("INT32", [1, 3]));
+    const url = (path: string) => JSON.stringify(new URL(path, import.meta.url).href);
+    const script = `
+      const { register } = await import(${JSON.stringify(import.meta.resolve("tsx/esm/api"))});
+      register();
+      const { loadOnnxModel, onnxHosts } = await import(${url("../../src/backends/onnx/onnx-backend.ts")});
+      const { silentLogger } = await import(${url("../../src/observability/logger.ts")});
+      const hosts = onnxHosts(1);
+      const load = (modelName) => loadOnnxModel({
+        modelName, modelPath: ${JSON.stringify(modelPath)}, instanceCount: 2, hosts, logger: silentLogger(),
+      });
+      const first = await load("first");
+      await Promise.all(first.executors.map((e) => e.close()));
+      const next = await load("next");
+      const ints = (...v) => ({ datatype: "INT32", shape: [1, 3], data: Int32Array.from(v) });
+      const { outputs } = await next.executors[1].run(
+        new Map([["INPUT0", ints(1, 2, 3)], ["INPUT1", ints(1, 1, 1)]]), ["OUTPUT0"]);
+      console.log(JSON.stringify([...outputs.get("OUTPUT0").data]));
+      // The models stay loaded: only an idle worker's reference decides whether this ends.
+    `;
+    // A file, not -e: the workers would inherit --input-type, which they refuse.
+    const scriptPath = join(dir, "close-together.mjs");
+    await writeFile(scriptPath, script);
+    const { stdout } = await promisify(execFile)(process.execPath, [scriptPath], { timeout: 60_000 }).catch(
+      (error: { killed?: boolean }) => {
+        if (error.killed) assert.fail("an idle model thread kept the process alive");
+        throw error;
+      },
+    );
+    assert.equal(stdout.trim(), "[2,3,4]");
   });
 });

@@ -26,18 +26,26 @@ export interface HostLink {
   release(): Promise<void>;
 }
 
+/** A worker with what is unloading from it: answers and the exit of a worker being closed still settle its unloads. */
+interface HostedWorker {
+  readonly worker: Worker;
+  /** Instances unloading from this worker, resolved when it says so or ends. */
+  readonly unloading: Map<string, () => void>;
+  readonly exited: Promise<void>;
+}
+
 class Link implements HostLink {
   busy = true;
   released = false;
   constructor(
     readonly host: ModelHost,
-    readonly worker: Worker,
+    readonly hosted: HostedWorker,
     readonly instanceKey: string,
     readonly tenant: Tenant,
   ) {}
 
   post(message: ToWorkerMessage, transfer?: ArrayBuffer[]): void {
-    this.worker.postMessage(message, transfer);
+    this.hosted.worker.postMessage(message, transfer);
   }
 
   setBusy(busy: boolean): void {
@@ -53,13 +61,11 @@ class Link implements HostLink {
 export class ModelHost {
   readonly #entry: URL;
   readonly #resourceLimits: ResourceLimits | undefined;
-  #worker: Worker | undefined;
+  #current: HostedWorker | undefined;
   #lastError: Error | undefined;
   #referenced = true;
   /** The tenants on the current worker, by instance key. */
   readonly #links = new Map<string, Link>();
-  /** Instances unloading from the current worker, resolved when it says so. */
-  readonly #unloading = new Map<string, () => void>();
   /** Instances placed here (by model-hosts.ts), by key, with their model's name. */
   readonly placed = new Map<string, string>();
 
@@ -70,72 +76,74 @@ export class ModelHost {
 
   /** Attaches `instanceKey` to the current worker, starting one if none runs. */
   attach(instanceKey: string, tenant: Tenant): HostLink {
-    const worker = this.#worker ?? this.#start();
-    const link = new Link(this, worker, instanceKey, tenant);
+    const hosted = this.#current ?? this.#start();
+    const link = new Link(this, hosted, instanceKey, tenant);
     this.#links.set(instanceKey, link);
     this.updateReference();
     return link;
   }
 
-  #start(): Worker {
+  #start(): HostedWorker {
     const limits = this.#resourceLimits;
     const worker = spawnWorker(this.#entry, limits === undefined ? {} : { resourceLimits: limits });
-    this.#worker = worker;
+    const unloading = new Map<string, () => void>();
+    const exited = new Promise<void>((resolve) => worker.once("exit", () => resolve()));
+    const hosted: HostedWorker = { worker, unloading, exited };
+    this.#current = hosted;
     this.#lastError = undefined;
     this.#referenced = true;
     worker.on("message", (message: FromWorkerMessage) => {
-      if (worker !== this.#worker) return;
       if (message.type === "unloaded") {
-        this.#unloading.get(message.instanceKey)?.();
-        this.#unloading.delete(message.instanceKey);
+        unloading.get(message.instanceKey)?.();
+        unloading.delete(message.instanceKey);
         this.updateReference();
         return;
       }
-      this.#links.get(message.instanceKey)?.tenant.onMessage(message);
+      if (hosted === this.#current) this.#links.get(message.instanceKey)?.tenant.onMessage(message);
     });
     worker.on("error", (error) => {
-      if (worker === this.#worker) this.#lastError = error;
+      if (hosted === this.#current) this.#lastError = error;
     });
     worker.on("exit", (code) => {
-      if (worker !== this.#worker) return;
-      this.#worker = undefined;
+      for (const unloaded of unloading.values()) unloaded();
+      unloading.clear();
+      if (hosted !== this.#current) return;
+      this.#current = undefined;
       const links = [...this.#links.values()];
       this.#links.clear();
-      for (const unloaded of this.#unloading.values()) unloaded();
-      this.#unloading.clear();
       for (const link of links) link.tenant.onExit(code, this.#lastError);
     });
-    return worker;
+    return hosted;
   }
 
   release(link: Link): Promise<void> {
     if (link.released) return Promise.resolve();
     link.released = true;
-    if (link.worker !== this.#worker || this.#links.get(link.instanceKey) !== link) return Promise.resolve();
+    const { hosted } = link;
+    if (hosted !== this.#current || this.#links.get(link.instanceKey) !== link) return Promise.resolve();
     this.#links.delete(link.instanceKey);
-    const worker = link.worker;
-    const exited = new Promise<void>((resolve) => worker.once("exit", () => resolve()));
     if (this.#links.size === 0) {
-      // The last tenant: the worker ends once the runs it holds are done. A tenant that
-      // attaches meanwhile gets a fresh worker.
-      this.#worker = undefined;
-      worker.ref();
-      worker.postMessage({ type: "close" });
-      return exited;
+      // The last tenant: the worker ends once the runs it holds are done (and answers the
+      // unloads still under way on it). A tenant that attaches meanwhile gets a fresh worker.
+      this.#current = undefined;
+      hosted.worker.ref();
+      hosted.worker.postMessage({ type: "close" });
+      return hosted.exited;
     }
-    const unloaded = new Promise<void>((resolve) => this.#unloading.set(link.instanceKey, resolve));
-    worker.postMessage({ type: "unload", instanceKey: link.instanceKey });
+    const unloaded = new Promise<void>((resolve) => hosted.unloading.set(link.instanceKey, resolve));
+    hosted.worker.postMessage({ type: "unload", instanceKey: link.instanceKey });
     this.updateReference();
-    return Promise.race([unloaded, exited]);
+    return Promise.race([unloaded, hosted.exited]);
   }
 
   // An idle worker must not keep the process alive (a server that forgot to close a model
   // still exits); one with a tenant loading, running or unloading must, or an answer could
   // be lost.
   updateReference(): void {
-    const worker = this.#worker;
-    if (worker === undefined) return;
-    let busy = this.#unloading.size > 0;
+    const hosted = this.#current;
+    if (hosted === undefined) return;
+    const { worker } = hosted;
+    let busy = hosted.unloading.size > 0;
     for (const link of this.#links.values()) busy ||= link.busy;
     if (busy === this.#referenced) return;
     this.#referenced = busy;
