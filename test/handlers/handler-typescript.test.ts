@@ -1,16 +1,19 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { postJson } from "../support/http-client.ts";
-import { startTestServer, type TestServer } from "../support/test-server.ts";
+import { BIN, FREE_PORT_FLAGS, ServerProcess } from "../support/seqserve-process.ts";
 import { type HandlerRepository, handlerRepository } from "./support/handler-kit.ts";
 
 // TypeScript handlers are compiled on the main thread and their workers import the result,
 // with no TypeScript loader (compile-handler.ts). What a handler's code can rely on must
-// survive that: its relative imports, package imports resolved from its own folder (an
-// ES-module-only package and a CommonJS one), each file's own import.meta.url and
-// import.meta.dirname, CommonJS syntax with require() and __dirname, and stack traces
-// that name its own lines. A handler that does not compile fails its load with the
-// compiler's message, file and line, and the other models are served.
+// survive that: its relative imports and tsconfig `paths` aliases, package imports
+// resolved from its own folder as Node resolves them (an ES-module-only package, a
+// CommonJS one, one with both), each file's own import.meta.url and import.meta.dirname,
+// CommonJS syntax with require() and __dirname, the compiler options of a tsconfig's
+// `extends`, and stack traces that name its own lines. A plain model.js is imported as it
+// is. A handler that does not compile fails its load with the compiler's message, file and
+// line, and the other models are served. The server is the built command, as users run
+// it: workers there have no TypeScript loader to hide a module that still needs one.
 
 const TEXT_IO = `export const metadata = {
   inputs: [{ name: "TEXT", datatype: "BYTES", shape: [1] }],
@@ -30,6 +33,13 @@ const PACKAGES = {
   "../../node_modules/esm-only/index.js": "export const shout = (s) => s.toUpperCase();\n",
   "../../node_modules/cjs-pkg/package.json": JSON.stringify({ name: "cjs-pkg", main: "main.js" }),
   "../../node_modules/cjs-pkg/main.js": "exports.exclaim = (s) => s + '!';\n",
+  // Both forms, the bundlers' "module" first: Node takes "import" or "require".
+  "../../node_modules/dual/package.json": JSON.stringify({
+    name: "dual",
+    exports: { module: "./esm.mjs", import: "./esm.mjs", require: "./cjs.cjs" },
+  }),
+  "../../node_modules/dual/esm.mjs": "export const form = 'esm';\n",
+  "../../node_modules/dual/cjs.cjs": "exports.form = 'cjs';\n",
 };
 
 const ES_MODULE = `
@@ -65,6 +75,40 @@ module.exports = {
 };
 `;
 
+// A `paths` alias and legacy decorators, both from the config the tsconfig.json extends.
+const ALIASED = `
+import { greet } from "@lib/greet";
+import { form } from "dual";
+const dual = require("dual");
+
+${TEXT_IO}
+
+let decorators = "none";
+function tag(...args: unknown[]): void {
+  decorators = args.length === 3 ? "legacy" : "standard";
+}
+class Tagged {
+  @tag
+  method(): void {}
+}
+new Tagged();
+
+export function execute(requests: any[]) {
+  return ${answer("[greet('alias'), decorators, form, dual.form].join(' ')")};
+}
+`;
+
+const PLAIN_JS = `
+const { basename } = require("node:path");
+const { suffix } = require("./helper.js");
+module.exports = {
+  metadata: { inputs: [{ name: "TEXT", datatype: "BYTES", shape: [1] }], outputs: [{ name: "OUT", datatype: "BYTES", shape: [1] }] },
+  execute(requests) {
+    return requests.map(() => ({ outputs: { OUT: { datatype: "BYTES", shape: [1], data: [basename(__filename) + suffix] } } }));
+  },
+};
+`;
+
 const THROWING = `${TEXT_IO}
 
 function fail(): never {
@@ -88,7 +132,8 @@ export function execute(requests: any[]) {
 `;
 
 let repository: HandlerRepository;
-let server: TestServer;
+let server: ServerProcess;
+let url: string;
 
 before(async () => {
   repository = handlerRepository({
@@ -98,10 +143,29 @@ before(async () => {
     common_js: { files: { "1/model.ts": COMMON_JS } },
     throwing: { files: { "1/model.ts": THROWING } },
     broken: { files: { "1/model.ts": BROKEN } },
+    aliased: {
+      files: {
+        "1/model.ts": ALIASED,
+        "1/lib/greet.ts": "export const greet = (who: string): string => 'hi ' + who;\n",
+        // The nearest tsconfig.json only extends, with a comment and a trailing comma.
+        "1/tsconfig.json": '{ "extends": "../base.json", // shared\n }\n',
+        "base.json": JSON.stringify({
+          compilerOptions: { experimentalDecorators: true, baseUrl: "1", paths: { "@lib/*": ["lib/*"] } },
+        }),
+      },
+    },
+    plain_js: { files: { "1/model.js": PLAIN_JS, "1/helper.js": "exports.suffix = ' as is';\n" } },
     // The nearest tsconfig.json does not parse: the load fails, naming it.
     stray_tsconfig: { files: { "1/model.ts": THROWING, "1/tsconfig.json": "{ not json" } },
   });
-  server = await startTestServer(repository.path, { exitOnError: false });
+  server = new ServerProcess(process.execPath, [
+    BIN,
+    ...FREE_PORT_FLAGS,
+    "--model-repository",
+    repository.path,
+    "--exit-on-error=false",
+  ]);
+  url = `http://127.0.0.1:${(await server.listening).http_port}`;
 });
 
 after(async () => {
@@ -110,13 +174,13 @@ after(async () => {
 });
 
 const infer = async (model: string): Promise<{ status: number; body: Record<string, unknown> }> =>
-  postJson(`${server.url}/v2/models/${model}/infer`, {
+  postJson(`${url}/v2/models/${model}/infer`, {
     inputs: [{ name: "TEXT", datatype: "BYTES", shape: [1], data: ["in"] }],
   });
 
 /** Why the model failed to load, from the repository index. */
 async function loadFailure(model: string): Promise<string> {
-  const index = await postJson(`${server.url}/v2/repository/index`, {});
+  const index = await postJson(`${url}/v2/repository/index`, {});
   const entry = (index.body as unknown as { name: string; state: string; reason: string }[]).find(
     (m) => m.name === model,
   );
@@ -137,6 +201,18 @@ describe("TypeScript handlers, compiled without a loader", () => {
     const { status, body } = await infer("common_js");
     assert.equal(status, 200, JSON.stringify(body));
     assert.equal(text(body), "1! model.ts");
+  });
+
+  it("follow a tsconfig's extends and paths, and resolve packages as Node does", async () => {
+    const { status, body } = await infer("aliased");
+    assert.equal(status, 200, JSON.stringify(body));
+    assert.equal(text(body), "hi alias legacy esm cjs");
+  });
+
+  it("in plain JavaScript are imported as they are", async () => {
+    const { status, body } = await infer("plain_js");
+    assert.equal(status, 200, JSON.stringify(body));
+    assert.equal(text(body), "model.js as is");
   });
 
   it("give stack traces on the handler's own file and line", async () => {

@@ -1,8 +1,9 @@
 import { readFile } from "node:fs/promises";
 import { builtinModules } from "node:module";
-import { dirname, extname, join, resolve } from "node:path";
+import { dirname, extname, join, resolve, sep } from "node:path";
 import { pathToFileURL } from "node:url";
-import type { BuildOptions, Loader, Plugin } from "esbuild";
+import type { BuildOptions, Loader, Message, Plugin, TsconfigRaw } from "esbuild";
+import { getTsconfig } from "get-tsconfig";
 import { invalidArg } from "../../core/errors.ts";
 
 // A TypeScript handler is compiled here, on the main thread, once per model load, into one
@@ -11,16 +12,18 @@ import { invalidArg } from "../../core/errors.ts";
 // about 27 MB per handler model, idle, for the handler's whole life.
 //
 // The module keeps the handler's meaning where it runs from elsewhere:
-// - the handler's own files (model.ts and what it imports by relative path) are bundled,
-//   each compiled with the tsconfig.json nearest to it;
-// - package imports stay imports, resolved here as Node resolves them from the handler's
-//   folder, and written as absolute URLs (paths for require());
+// - the handler's own files (model.ts and what it imports by relative path or by a
+//   tsconfig `paths` alias) are bundled, each compiled with the tsconfig.json nearest to
+//   it, its `extends` followed;
+// - package imports (files under node_modules) stay imports, resolved here as Node resolves
+//   them from the handler's folder, and written as absolute URLs (paths for require());
 // - each file's `import.meta.url`, `import.meta.dirname`, `import.meta.filename`,
 //   `__dirname` and `__filename` are its own, not the compiled module's;
 // - a CommonJS file's require() resolves from the handler's folder;
 // - an inline source map points stack traces at the handler's own lines.
-// One thing differs: import() of a computed relative path resolves from the compiled
-// module's location. esbuild stays loaded only while some handler is being compiled.
+// What differs: import() of a computed path or package name, and import.meta.resolve(),
+// resolve from the compiled module's location. esbuild's service (a child process) runs
+// only while some handler is being compiled.
 
 const SOURCE = /\.(?:[cm]?[jt]s|[jt]sx)$/;
 const LOADERS: Record<string, Loader> = {
@@ -40,24 +43,55 @@ export function isTypeScriptHandler(file: string): boolean {
 const isBare = (specifier: string): boolean =>
   !specifier.startsWith(".") && !specifier.startsWith("/") && !/^[a-z][a-z0-9+.-]*:/i.test(specifier);
 
-/** The text of the tsconfig.json nearest to `dir`, or undefined; cached per folder. */
+/** A compile's tsconfig files: per folder, the compiler options of the nearest one. */
+type TsconfigCache = Map<string, Promise<TsconfigRaw | undefined>>;
+
+/**
+ * The compiler options of the tsconfig.json nearest to `dir`, its `extends` merged in, or
+ * undefined. get-tsconfig reads leniently: esbuild parses the file itself too, so that one
+ * which does not parse fails the load, naming the file and place.
+ */
 function nearestTsconfig(
+  esbuild: typeof import("esbuild"),
   dir: string,
-  cache: Map<string, Promise<string | undefined>>,
-): Promise<string | undefined> {
+  cache: TsconfigCache,
+): Promise<TsconfigRaw | undefined> {
   let found = cache.get(dir);
   if (found === undefined) {
-    found = readFile(join(dir, "tsconfig.json"), "utf8").catch((): Promise<string | undefined> => {
-      const parent = dirname(dir);
-      return parent === dir ? Promise.resolve(undefined) : nearestTsconfig(parent, cache);
-    });
+    found = (async () => {
+      const nearest = getTsconfig(dir);
+      if (nearest === null) return undefined;
+      const text = await readFile(nearest.path, "utf8");
+      try {
+        await esbuild.transform("", { loader: "ts", tsconfigRaw: text, logLevel: "silent" });
+      } catch (error) {
+        const errors = (error as BuildFailure).errors;
+        if (errors === undefined) throw error;
+        const named = errors.map((e) => ({
+          ...e,
+          location: e.location && { ...e.location, file: nearest.path },
+        }));
+        throw new CompileErrors(named);
+      }
+      return { compilerOptions: nearest.config.compilerOptions ?? {} } as TsconfigRaw;
+    })();
     cache.set(dir, found);
   }
   return found;
 }
 
+/** Errors with their places, passed through the build to the load's message. */
+class CompileErrors extends Error {
+  constructor(readonly errors: readonly Message[]) {
+    super(errors[0]?.text ?? "does not compile");
+  }
+}
+
+/** Whether a resolved file belongs to an installed package rather than to the handler. */
+const inPackage = (path: string): boolean => path.split(sep).includes("node_modules");
+
 function handlerFiles(esbuild: typeof import("esbuild")): Plugin {
-  const tsconfigs = new Map<string, Promise<string | undefined>>();
+  const tsconfigs: TsconfigCache = new Map();
   return {
     name: "seqserve-handler",
     setup(build) {
@@ -72,6 +106,9 @@ function handlerFiles(esbuild: typeof import("esbuild")): Plugin {
           pluginData: "inner",
         });
         if (found.errors.length > 0) return { errors: found.errors };
+        // A tsconfig `paths` alias (or a workspace link) naming the handler's own files:
+        // bundled like a relative import, compiled, not left for Node to load as .ts.
+        if (!inPackage(found.path)) return { path: found.path };
         const byRequire = args.kind === "require-call" || args.kind === "require-resolve";
         return { path: byRequire ? found.path : pathToFileURL(found.path).href, external: true };
       });
@@ -80,14 +117,19 @@ function handlerFiles(esbuild: typeof import("esbuild")): Plugin {
         const dir = dirname(args.path);
         const file = JSON.stringify(args.path);
         const folder = JSON.stringify(dir);
-        const tsconfigRaw = await nearestTsconfig(dir, tsconfigs);
+        let tsconfigRaw: TsconfigRaw | undefined;
+        try {
+          tsconfigRaw = await nearestTsconfig(esbuild, dir, tsconfigs);
+        } catch (error) {
+          if (error instanceof CompileErrors) return { errors: [...error.errors] };
+          throw error;
+        }
         const source = await readFile(args.path, "utf8");
         const options = {
           loader: LOADERS[extname(args.path)] ?? "js",
           sourcefile: args.path,
           sourcemap: "inline",
-          // A tsconfig.json that does not parse fails the load, naming it (esbuild's build
-          // reads it too, for the imports it maps).
+          // The build itself reads the tsconfig files too, for the imports they map.
           ...(tsconfigRaw === undefined ? {} : { tsconfigRaw }),
           define: {
             "import.meta.url": JSON.stringify(url),
@@ -112,11 +154,15 @@ function handlerFiles(esbuild: typeof import("esbuild")): Plugin {
   };
 }
 
+/** What esbuild throws: its messages, with their places. */
 interface BuildFailure {
-  readonly errors?: readonly {
-    text: string;
-    location?: { file: string; line: number; column: number } | null;
-  }[];
+  readonly errors?: readonly Message[];
+}
+
+/** "file:line:column: " of a compiler message, its file named from the handler's folder; or "". */
+function placeOf(handlerFile: string, message: Message): string {
+  const place = message.location;
+  return place ? `${resolve(dirname(handlerFile), place.file)}:${place.line}:${place.column}: ` : "";
 }
 
 let compiling = 0;
@@ -150,13 +196,17 @@ export async function compileHandler(modelName: string, handlerPath: string): Pr
         sourcesContent: false,
         // The map's sources are named from the handler's folder, wherever the module runs.
         outfile: join(dirname(file), "handler.mjs"),
+        // Packages resolve as Node resolves them: by their "import"/"require" exports and
+        // "main", not by the bundlers' "module".
+        conditions: [],
+        mainFields: ["main"],
         sourceRoot: `${pathToFileURL(dirname(file)).href}/`,
         ...(banner === undefined ? {} : { banner: { js: banner } }),
         logLevel: "silent",
         plugins: [handlerFiles(esbuild)],
       };
       const built = await esbuild.build(options);
-      for (const warning of built.warnings) warnings.add(warning.text);
+      for (const warning of built.warnings) warnings.add(`${placeOf(file, warning)}${warning.text}`);
       return built.outputFiles![0]!.text;
     };
     const warnings = new Set<string>();
@@ -173,10 +223,8 @@ export async function compileHandler(modelName: string, handlerPath: string): Pr
   } catch (error) {
     const first = (error as BuildFailure).errors?.[0];
     if (first === undefined) throw error;
-    const place = first.location;
-    const where = place ? `${resolve(dirname(file), place.file)}:${place.line}:${place.column}: ` : "";
     throw invalidArg(
-      `model '${modelName}': the handler '${handlerPath}' does not compile: ${where}${first.text}`,
+      `model '${modelName}': the handler '${handlerPath}' does not compile: ${placeOf(file, first)}${first.text}`,
     );
   } finally {
     // esbuild's service is a child process: it stops once no handler is compiling.
