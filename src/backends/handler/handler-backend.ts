@@ -4,6 +4,7 @@ import type { Logger } from "../../observability/logger.ts";
 import { checkModelFile, startInstances } from "../worker/model-instances.ts";
 import { siblingModule } from "../worker/spawn-worker.ts";
 import { compileHandler, isTypeScriptHandler } from "./compile-handler.ts";
+import { writeCompiledModule } from "./compiled-module-file.ts";
 import { HandlerExecutor, type ModelCalls } from "./handler-executor.ts";
 import { handlerSettings } from "./handler-settings.ts";
 
@@ -28,14 +29,16 @@ export async function loadHandlerModel(options: LoadHandlerModelOptions): Promis
   const { modelName, modelPath, instanceCount, logger } = options;
   await checkModelFile(modelName, modelPath, instanceCount);
   const settings = handlerSettings(modelName, options.parameters);
-  // Compiled once here for all its instances, and kept for an instance's restart. Run
-  // from the sources, the workers have tsx's hooks registered, which misread an ES module
+  // Compiled and written once here for all its instances and their restarts; the file goes
+  // when the last instance closes. Run from the sources, the workers have tsx's hooks registered, which misread an ES module
   // outside a "type": "module" package: a model.js is compiled too then.
   const compiled =
     isTypeScriptHandler(modelPath) || RUNNING_SOURCES
       ? await compileHandler(modelName, modelPath)
       : undefined;
   for (const warning of compiled?.warnings ?? []) logger.warn({ model: modelName }, warning);
+  const file =
+    compiled === undefined ? undefined : await writeCompiledModule(modelPath, compiled.code, instanceCount);
   const { instances: executors, loaded: io } = await startInstances(
     modelName,
     instanceCount,
@@ -49,7 +52,7 @@ export async function loadHandlerModel(options: LoadHandlerModelOptions): Promis
           modelName,
           version: options.version,
           modelPath,
-          ...(compiled === undefined ? {} : { compiled: compiled.code }),
+          ...(file === undefined ? {} : { compiledPath: file.path }),
           parameters: options.parameters,
           limits: settings.limits,
         },
@@ -57,6 +60,7 @@ export async function loadHandlerModel(options: LoadHandlerModelOptions): Promis
         calls: options.calls,
         timeoutMs: settings.timeoutMs,
         callTimeoutMs: settings.callTimeoutMs,
+        ...(file === undefined ? {} : { onClosed: file.release }),
       }),
   );
   logger.info(

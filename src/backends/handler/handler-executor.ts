@@ -59,6 +59,8 @@ export interface HandlerExecutorOptions {
   readonly timeoutMs: number;
   /** A call to another model not answered within this long fails. */
   readonly callTimeoutMs: number;
+  /** Called once the instance has closed (its worker ended, or never started). */
+  readonly onClosed?: () => void;
 }
 
 interface Running {
@@ -189,14 +191,18 @@ export class HandlerExecutor implements RequestExecutor {
     this.#closed = true;
     this.#failAll(unavailable(`model instance '${this.name}' is closing`));
     const worker = this.#worker;
-    if (worker === undefined) return;
-    const exited = new Promise<void>((resolve) => worker.once("exit", () => resolve()));
-    worker.ref();
-    worker.postMessage({ type: "close" });
-    // finalize() gets as long as a request would; a worker that hangs in it is ended.
-    const timer = setTimeout(() => void worker.terminate(), this.#options.timeoutMs);
-    await exited;
-    clearTimeout(timer);
+    try {
+      if (worker === undefined) return;
+      const exited = new Promise<void>((resolve) => worker.once("exit", () => resolve()));
+      worker.ref();
+      worker.postMessage({ type: "close" });
+      // finalize() gets as long as a request would; a worker that hangs in it is ended.
+      const timer = setTimeout(() => void worker.terminate(), this.#options.timeoutMs);
+      await exited;
+      clearTimeout(timer);
+    } finally {
+      this.#options.onClosed?.();
+    }
   }
 
   // ---- requests in flight ----

@@ -34,8 +34,8 @@ export interface HandlerLoadMessage {
   readonly version: string;
   /** The handler file (model.ts / model.js). */
   readonly modelPath: string;
-  /** A TypeScript handler compiled to one ES module (compile-handler.ts), imported in its place. */
-  readonly compiled?: string;
+  /** A TypeScript handler compiled to one ES module file (compile-handler.ts), imported in its place. */
+  readonly compiledPath?: string;
   readonly parameters: Readonly<Record<string, string>>;
   readonly limits: HandlerLimits;
 }

@@ -1,36 +1,21 @@
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { basename, join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { isDataType } from "../../core/datatype.ts";
 import type { ModelIo, ModelTensorInfo } from "../../core/model-io.ts";
 import type { Handler, HandlerMetadata } from "../../handler-api.ts";
 
 // Loading a user's handler file in its worker. A TypeScript handler comes compiled to one
-// ES module (compile-handler.ts), which is written to a private temporary folder, imported
-// and removed: the worker runs no TypeScript loader. Its inline source map keeps stack
-// traces on the handler's own files. A `.js` handler is imported as it is. A handler is the
+// ES module file (compile-handler.ts, compiled-module-file.ts): the worker runs no
+// TypeScript loader. Its inline source map keeps stack traces on the handler's own files.
+// A `.js` handler is imported as it is. A handler is the
 // module's default export (an object, or a class to instantiate), or the module's own named
 // exports (`export function execute…`); a CommonJS module's exports come under `default`.
 
-async function importCompiled(modelPath: string, compiled: string): Promise<Record<string, unknown>> {
-  process.setSourceMapsEnabled(true);
-  const dir = await mkdtemp(join(tmpdir(), "seqserve-handler-"));
-  try {
-    const file = join(dir, `${basename(modelPath).replace(/\.[^.]*$/, "")}.mjs`);
-    await writeFile(file, compiled, { mode: 0o600 });
-    return (await import(pathToFileURL(file).href)) as Record<string, unknown>;
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
-}
-
 async function importModule(
   modelPath: string,
-  compiled: string | undefined,
+  compiledPath: string | undefined,
 ): Promise<Record<string, unknown>> {
-  if (compiled !== undefined) return importCompiled(modelPath, compiled);
-  const url = pathToFileURL(modelPath).href;
+  if (compiledPath !== undefined) process.setSourceMapsEnabled(true);
+  const url = pathToFileURL(compiledPath ?? modelPath).href;
   return (await import(url)) as Record<string, unknown>;
 }
 
@@ -73,9 +58,9 @@ function tensorSpecs(kind: string, value: unknown): ModelTensorInfo[] {
   });
 }
 
-/** Loads the handler at `modelPath`, from `compiled` when it is TypeScript. */
-export async function loadHandler(modelPath: string, compiled?: string): Promise<LoadedHandler> {
-  const module = exportsOf(await importModule(modelPath, compiled));
+/** Loads the handler at `modelPath`, from `compiledPath` when it is TypeScript. */
+export async function loadHandler(modelPath: string, compiledPath?: string): Promise<LoadedHandler> {
+  const module = exportsOf(await importModule(modelPath, compiledPath));
   const handler = asHandler(module.default) ?? asHandler(module);
   if (handler === undefined) {
     throw new Error(

@@ -350,7 +350,7 @@ async function load(message: HandlerLoadMessage): Promise<void> {
   limits = message.limits;
   limitCalls = pLimit(Math.max(1, limits.maxConcurrentCalls));
   try {
-    const loaded = await loadHandler(message.modelPath, message.compiled);
+    const loaded = await loadHandler(message.modelPath, message.compiledPath);
     const directory = message.modelPath.replace(/[\\/][^\\/]*$/, "");
     context = makeContext(message, directory);
     await loaded.handler.initialize?.(context);
