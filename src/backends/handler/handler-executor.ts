@@ -378,7 +378,14 @@ export class HandlerExecutor implements RequestExecutor {
       (response) => {
         clearTimeout(timer);
         const transfer: ArrayBuffer[] = [];
-        const outputs = response.outputs.map((o) => toWire(o.name, o, transfer));
+        let outputs: WireTensor[];
+        try {
+          outputs = response.outputs.map((o) => toWire(o.name, o, transfer));
+        } catch (error) {
+          // An answer that cannot be posted still answers the call.
+          answer({ ok: false, error: wireError(error) });
+          return;
+        }
         answer(
           {
             ok: true,

@@ -59,7 +59,7 @@ export async function loadOnnxModel(
       new WorkerExecutor({
         name,
         entry: WORKER_ENTRY,
-        load: { type: "load", instanceName: name, modelPath, sessionOptions },
+        load: { type: "load", modelPath, sessionOptions },
         ...(shared ? { host: (key: string) => hosts.place(modelName, key) } : {}),
         logger: logger.child({ model: modelName }),
         ...(options.workerResourceLimits === undefined

@@ -179,7 +179,11 @@ function run(message: RunMessage): void {
   const { instanceKey } = message;
   try {
     const loaded = sessions.get(instanceKey);
-    if (loaded === undefined) throw new RunFailure("UNAVAILABLE", "the model instance is not loaded");
+    if (loaded === undefined)
+      throw new RunFailure(
+        "UNAVAILABLE",
+        `model instance '${instanceKey.slice(0, instanceKey.lastIndexOf("#"))}' is not loaded`,
+      );
     const { session, inputNames, outputNames, anyOutput } = loaded;
 
     const feeds: Record<string, Tensor> = Object.create(null);

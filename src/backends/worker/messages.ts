@@ -13,8 +13,7 @@ import type { WireTensor } from "./wire-tensor.ts";
 
 export interface LoadMessage {
   readonly type: "load";
-  /** e.g. "simple_0": named in the worker's messages. */
-  readonly instanceName: string;
+  /** The instance's name, "#" and a number of its executor's own: "simple_0#3". */
   readonly instanceKey: string;
   readonly modelPath: string;
   readonly sessionOptions: OnnxSessionOptions;

@@ -1,6 +1,6 @@
 import type { DataType, NumericArray } from "../../core/datatype.ts";
-import { invalidArg } from "../../core/errors.ts";
-import type { BytesElements, Tensor } from "../../core/tensor.ts";
+import { internal, invalidArg } from "../../core/errors.ts";
+import { type BytesElements, elementCount, formatShape, type Tensor } from "../../core/tensor.ts";
 
 // How tensors cross between threads. postMessage copies a typed array's *whole* buffer
 // unless that buffer is transferred, so numeric data is sent by transferring a buffer the
@@ -66,18 +66,20 @@ export function unpackBytes(packed: PackedBytes): Uint8Array[] {
 
 /**
  * A tensor as it is posted to another thread; its buffers are added to `transfer`. Its
- * data must hold as many elements as its shape says: besides a malformed tensor, this
- * refuses data whose buffer was already transferred (detached, so empty), which
- * postMessage would drop without a word, leaving the run unanswered.
+ * data must hold as many elements as its shape says: besides a malformed tensor
+ * (INVALID_ARG), this refuses data whose buffer was already transferred (detached, so
+ * empty: the server handed one tensor over twice, INTERNAL), which postMessage would drop
+ * without a word, leaving the run unanswered.
  */
 export function toWire(name: string, tensor: Tensor, transfer: ArrayBuffer[]): WireTensor {
-  let elements = 1;
-  for (const dim of tensor.shape) elements *= dim;
+  const elements = elementCount(tensor.shape);
   if (tensor.data.length !== elements) {
-    throw invalidArg(
-      `tensor '${name}' holds ${tensor.data.length} elements where its shape [${tensor.shape.join(", ")}] needs ${elements}` +
-        (tensor.data.length === 0 ? " (its buffer may have been handed to another thread already)" : ""),
-    );
+    const { data } = tensor;
+    const detached = data.length === 0 && ArrayBuffer.isView(data) && data.buffer.byteLength === 0;
+    const message = `tensor '${name}' holds ${tensor.data.length} elements where its shape ${formatShape(tensor.shape)} needs ${elements}`;
+    throw detached
+      ? internal(`${message}: its buffer was already handed to another thread`)
+      : invalidArg(message);
   }
   const data =
     tensor.datatype === "BYTES"
