@@ -1,18 +1,16 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { promisify } from "node:util";
 import { loadOnnxModel, onnxHosts } from "../../src/backends/onnx/onnx-backend.ts";
 import { ModelHosts } from "../../src/backends/worker/model-hosts.ts";
-import { ServerError } from "../../src/core/errors.ts";
 import type { ModelExecutor } from "../../src/core/executor.ts";
 import type { BytesElements, Tensor } from "../../src/core/tensor.ts";
 import { silentLogger } from "../../src/observability/logger.ts";
-import { writeOnnxModel } from "../../tools/onnx/onnx-model-builder.ts";
 import { addSubModel, identityModel } from "../../tools/onnx/test-models.ts";
+import { modelFiles, rejection } from "./support/onnx-test-kit.ts";
 
 // Model instances sharing worker threads (--onnx-worker-threads): placement, and that
 // instances on one thread answer their own runs, come and go without disturbing each
@@ -21,21 +19,8 @@ import { addSubModel, identityModel } from "../../tools/onnx/test-models.ts";
 
 const logger = silentLogger();
 const utf8 = new TextEncoder();
-let dir: string;
-
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), "seqserve-hosts-"));
-});
-
-after(async () => {
-  await rm(dir, { recursive: true, force: true });
-});
-
-async function modelFile(name: string, bytes: Uint8Array): Promise<string> {
-  const path = join(dir, `${name}.onnx`);
-  await writeOnnxModel(path, bytes);
-  return path;
-}
+const models = modelFiles("seqserve-hosts-");
+const modelFile = models.file;
 
 const ints = (...values: number[]): Tensor => ({
   datatype: "INT32",
@@ -59,16 +44,6 @@ async function first(
   if (tensor.datatype === "BYTES")
     return (tensor.data as BytesElements).map((e) => Buffer.from(e).toString());
   return [...(tensor.data as Int32Array)];
-}
-
-async function rejection(promise: Promise<unknown>): Promise<ServerError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof ServerError, `expected a ServerError, got ${String(error)}`);
-    return error;
-  }
-  assert.fail("expected a rejection");
 }
 
 describe("ModelHosts placement", () => {
@@ -224,7 +199,7 @@ describe("instances sharing a thread", () => {
       // The models stay loaded: only an idle worker's reference decides whether this ends.
     `;
     // A file, not -e: the workers would inherit --input-type, which they refuse.
-    const scriptPath = join(dir, "close-together.mjs");
+    const scriptPath = join(models.dir(), "close-together.mjs");
     await writeFile(scriptPath, script);
     const { stdout } = await promisify(execFile)(process.execPath, [scriptPath], { timeout: 60_000 }).catch(
       (error: { killed?: boolean }) => {

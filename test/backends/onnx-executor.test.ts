@@ -1,14 +1,12 @@
 import assert from "node:assert/strict";
 import { existsSync, readdirSync } from "node:fs";
-import { mkdtemp, rm, unlink, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { unlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { InferenceSession, Tensor as OrtTensor } from "onnxruntime-node";
 import { loadOnnxModel } from "../../src/backends/onnx/onnx-backend.ts";
 import { onnxSessionOptions } from "../../src/backends/onnx/session-options.ts";
 import type { DataType, NumericArray } from "../../src/core/datatype.ts";
-import { ServerError } from "../../src/core/errors.ts";
 import type { ModelExecutor } from "../../src/core/executor.ts";
 import type { BytesElements, Tensor } from "../../src/core/tensor.ts";
 import { silentLogger } from "../../src/observability/logger.ts";
@@ -19,23 +17,12 @@ import {
   ONNX_RUNTIME_DATATYPES,
   slowModel,
 } from "../../tools/onnx/test-models.ts";
+import { modelFiles, rejection } from "./support/onnx-test-kit.ts";
 
 const logger = silentLogger();
 const utf8 = new TextEncoder();
-let dir: string;
-
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), "seqserve-onnx-"));
-});
-after(async () => {
-  await rm(dir, { recursive: true, force: true });
-});
-
-async function modelFile(name: string, bytes: Uint8Array): Promise<string> {
-  const path = join(dir, `${name}.onnx`);
-  await writeOnnxModel(path, bytes);
-  return path;
-}
+const models = modelFiles("seqserve-onnx-");
+const modelFile = models.file;
 
 async function closeAll(executors: readonly ModelExecutor[]): Promise<void> {
   await Promise.all(executors.map((executor) => executor.close()));
@@ -54,16 +41,6 @@ async function withInstance(
   } finally {
     await closeAll(executors);
   }
-}
-
-async function rejection(promise: Promise<unknown>): Promise<ServerError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof ServerError, `expected a ServerError, got ${String(error)}`);
-    return error;
-  }
-  assert.fail("expected a rejection");
 }
 
 /** Six elements of `datatype` that exercise its range (FP16 as bit patterns, incl. NaN and -0). */
@@ -392,7 +369,7 @@ describe("ONNX executor", () => {
   });
 
   test("a corrupt model file fails to load with ONNX Runtime's message and the file", async () => {
-    const path = join(dir, "corrupt.onnx");
+    const path = join(models.dir(), "corrupt.onnx");
     await writeFile(path, Buffer.from("this is not an onnx model"));
     const error = await rejection(
       loadOnnxModel({ modelName: "corrupt", modelPath: path, instanceCount: 2, logger }),
@@ -403,7 +380,7 @@ describe("ONNX executor", () => {
   });
 
   test("a missing model file fails to load, naming the file", async () => {
-    const path = join(dir, "nowhere.onnx");
+    const path = join(models.dir(), "nowhere.onnx");
     const error = await rejection(
       loadOnnxModel({ modelName: "nowhere", modelPath: path, instanceCount: 1, logger }),
     );
@@ -414,7 +391,7 @@ describe("ONNX executor", () => {
   test("a failed load leaves no worker thread running", {
     skip: !existsSync("/proc/self/task"),
   }, async () => {
-    const path = join(dir, "corrupt2.onnx");
+    const path = join(models.dir(), "corrupt2.onnx");
     await writeFile(path, Buffer.from([0xff, 0xff, 0xff]));
     await rejection(loadOnnxModel({ modelName: "warm", modelPath: path, instanceCount: 1, logger }));
     const threads = () => readdirSync("/proc/self/task").length;
