@@ -234,6 +234,7 @@ export async function startServer(
         handshakeTimeoutMs: limits.grpcHandshakeTimeoutSecs * 1000,
         maxConcurrentStreams: limits.grpcMaxConcurrentStreams,
         budgets,
+        streamStallTimeoutMs: limits.grpcStreamStallTimeoutSecs * 1000,
         tls: security.grpcTls,
         access: new AccessPolicy({
           access,

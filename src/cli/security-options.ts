@@ -159,6 +159,16 @@ const LIMIT_FLAGS: readonly [FlagSpec, keyof LimitOptions, number][] = [
     "grpcMaxConcurrentStreams",
     1,
   ],
+  [
+    limit(
+      "grpc-stream-stall-timeout-secs",
+      "seconds",
+      "grpcStreamStallTimeoutSecs",
+      "A ModelStreamInfer stream whose client takes none of its answers this long is reset; its sequences end.",
+    ),
+    "grpcStreamStallTimeoutSecs",
+    1,
+  ],
 ];
 
 const tlsFlags = (prefix: "http" | "grpc", triton: boolean): FlagSpec[] => [

@@ -89,6 +89,8 @@ export interface LimitOptions {
   readonly grpcHandshakeTimeoutSecs: number;
   /** Calls at once on one gRPC connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS). */
   readonly grpcMaxConcurrentStreams: number;
+  /** A ModelStreamInfer stream whose client takes no answer this long is reset. */
+  readonly grpcStreamStallTimeoutSecs: number;
 }
 
 export interface SecurityOptions {
@@ -118,6 +120,7 @@ export const DEFAULT_LIMITS: LimitOptions = Object.freeze({
   grpcMaxConnections: 4096,
   grpcHandshakeTimeoutSecs: 10,
   grpcMaxConcurrentStreams: 1024,
+  grpcStreamStallTimeoutSecs: 600,
 });
 
 export const OPEN_ACCESS: AccessOptions = Object.freeze<AccessOptions>({

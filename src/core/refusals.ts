@@ -26,6 +26,8 @@ export const LIMITS = [
   "grpc_connections",
   /** A gRPC connection that did not finish TLS and the HTTP/2 preface within --grpc-handshake-timeout-secs. */
   "grpc_handshake_timeout",
+  /** A ModelStreamInfer stream reset: its client read none of its answers for --grpc-stream-stall-timeout-secs. */
+  "grpc_stream_stall_timeout",
   /** A browser request from an origin --cors-allow-origin does not list. */
   "cross_origin",
 ] as const;

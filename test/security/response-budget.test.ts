@@ -1,8 +1,9 @@
 import assert from "node:assert/strict";
+import { type AddressInfo, connect, createServer, type Socket } from "node:net";
 import { test } from "node:test";
 import { Metadata, type StatusObject } from "@grpc/grpc-js";
 import WebSocket from "ws";
-import { securityOptions } from "../../src/config/security-options.ts";
+import { type LimitOptions, securityOptions } from "../../src/config/security-options.ts";
 import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
@@ -14,7 +15,9 @@ import { identityConfig } from "./support/identity-config.ts";
 // connection, whatever the size of its answers: a ModelStreamInfer client used to make the
 // server keep up to 1024 answers per stream (4 GB with 4 MB outputs), a WebSocket 64.
 // Here answers are 256 KiB and the budget 1 MiB: the server holds at most the budget and
-// one answer, then ends the stream, and counts it.
+// one answer, then ends the stream, and counts it. It is bounded in time as well: a
+// ModelStreamInfer client that reads nothing has its stream reset, which frees what it
+// held even though the client never reads again (a status would wait behind its answers).
 
 const KiB = 1024;
 const ANSWER = 256 * KiB;
@@ -39,7 +42,7 @@ const expandModel = (): Uint8Array =>
     .node("Expand", ["INPUT0", "shape"], ["OUTPUT0"])
     .toBytes();
 
-async function start(): Promise<TestServer> {
+async function start(limits: Partial<LimitOptions> = {}): Promise<TestServer> {
   return startTestServer(
     {
       bytes: { config: CONFIG, onnx: identityModel("UINT8", [-1]) },
@@ -47,7 +50,7 @@ async function start(): Promise<TestServer> {
     },
     {
       security: securityOptions({
-        limits: { ...securityOptions().limits, maxBufferedResponseBytes: BUDGET },
+        limits: { ...securityOptions().limits, maxBufferedResponseBytes: BUDGET, ...limits },
       }),
     },
   );
@@ -60,6 +63,13 @@ const peak = (server: TestServer) =>
 /** What the server holds now for clients that are not reading. */
 const heldNow = (server: TestServer) =>
   metricValue(server.metricsUrl, "seqserve_buffered_response_bytes", {});
+
+const bytesRequest = (id: string) => ({
+  model_name: "bytes",
+  id,
+  inputs: [{ name: "INPUT0", datatype: "UINT8", shape: [4] }],
+  raw_input_contents: [Buffer.from([1, 2, 3, 4])],
+});
 
 /** Waits (bounded) until the server has refused the stream. */
 async function untilRefused(server: TestServer): Promise<void> {
@@ -162,6 +172,95 @@ test("a stream refused for its routing metadata holds no budget and the connecti
     assert.equal(await heldNow(server), 0);
   } finally {
     client.close();
+    await server.stop();
+  }
+});
+
+/**
+ * A loopback TCP relay to the server that can stop passing the server's bytes on: the
+ * client then reads nothing at the transport level (no HTTP/2 window updates), which is
+ * what a client that stops reading its socket does. (A grpc-js client that pauses its
+ * stream still takes everything into its own queue: the server holds nothing for it.)
+ */
+async function relayTo(port: number): Promise<{ port: number; freeze(): void; thaw(): void; close(): void }> {
+  const sockets = new Set<Socket>();
+  const upstreams = new Set<Socket>();
+  let frozen = false;
+  const relay = createServer((client) => {
+    const upstream = connect(port, "127.0.0.1");
+    sockets.add(client);
+    upstreams.add(upstream);
+    client.pipe(upstream);
+    upstream.pipe(client);
+    if (frozen) upstream.pause();
+    for (const socket of [client, upstream]) socket.on("error", () => {});
+  });
+  await new Promise<void>((resolve) => relay.listen(0, "127.0.0.1", resolve));
+  return {
+    port: (relay.address() as AddressInfo).port,
+    freeze() {
+      frozen = true;
+      for (const upstream of upstreams) upstream.unpipe().pause();
+    },
+    thaw() {
+      frozen = false;
+      for (const upstream of upstreams) {
+        for (const client of sockets) upstream.pipe(client);
+        upstream.resume();
+      }
+    },
+    close() {
+      for (const socket of [...sockets, ...upstreams]) socket.destroy();
+      relay.close();
+    },
+  };
+}
+
+test("a ModelStreamInfer client that reads nothing: its stream is reset after the stall time, what it held is freed, the connection serves on", async () => {
+  // A budget far above what the stream's answers reach: only time ends this stream.
+  const server = await start({ maxBufferedResponseBytes: 64 * BUDGET, grpcStreamStallTimeoutSecs: 1 });
+  const stalls = () =>
+    metricValue(server.metricsUrl, "seqserve_limit_refusals_total", { limit: "grpc_stream_stall_timeout" });
+  const relay = await relayTo(server.grpcPort);
+  const client = new TestClient(relay.port);
+  try {
+    // The connection works, then its client stops reading.
+    const first = client.stream();
+    const answered = new Promise<unknown>((resolve) => first.once("data", resolve));
+    first.write(bytesRequest("warm"));
+    assert.ok(await answered);
+    relay.freeze();
+    first.on("error", () => {});
+    const status = new Promise<StatusObject>((resolve) => first.on("status", resolve));
+    for (let i = 0; i < 8; i++) {
+      first.write({
+        model_name: "expand",
+        id: `r${i}`,
+        inputs: [{ name: "INPUT0", datatype: "UINT8", shape: [1] }],
+        raw_input_contents: [Buffer.of(i)],
+      });
+    }
+    for (let i = 0; i < 500 && ((await stalls()) ?? 0) === 0; i++) await sleep(20);
+    assert.equal(await stalls(), 1);
+    assert.ok(((await peak(server)) ?? 0) >= ANSWER, "answers had been waiting for the client");
+    // Freed while the client still reads nothing.
+    for (let i = 0; i < 250 && ((await heldNow(server)) ?? 0) > 0; i++) await sleep(20);
+    assert.equal(await heldNow(server), 0, "the stream's answers are no longer held");
+
+    // Reading again, the client learns its stream was reset, and the connection serves on.
+    relay.thaw();
+    const ended = await status;
+    assert.equal(ended.code, 1, `reset (CANCELLED), got ${ended.code}: ${ended.details}`);
+    const next = client.stream();
+    const again = new Promise<unknown>((resolve) => next.once("data", resolve));
+    const nextStatus = new Promise<StatusObject>((resolve) => next.on("status", resolve));
+    next.write(bytesRequest("after"));
+    assert.ok(await again);
+    next.end();
+    assert.equal((await nextStatus).code, 0);
+  } finally {
+    client.close();
+    relay.close();
     await server.stop();
   }
 });

@@ -67,6 +67,8 @@ export interface GrpcFrontendOptions {
   readonly maxConcurrentStreams?: number;
   /** Per-connection budgets of answers waiting for slow readers (default unbounded). */
   readonly budgets?: ResponseBudgets;
+  /** A ModelStreamInfer client that takes no answer for this long has its stream reset (default never). */
+  readonly streamStallTimeoutMs?: number;
   readonly tls?: TlsOptions | undefined;
   readonly access?: AccessPolicy | undefined;
   readonly refusals?: Refusals | undefined;
@@ -144,6 +146,7 @@ export function createGrpcFrontend(options: GrpcFrontendOptions): GrpcFrontend {
       maxInflightPerStream: options.maxInflightPerStream ?? DEFAULT_MAX_INFLIGHT_PER_STREAM,
       maxMessageBytes: options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
       budgets: options.budgets ?? new ResponseBudgets(Number.POSITIVE_INFINITY),
+      streamStallTimeoutMs: options.streamStallTimeoutMs,
     }),
     healthService({ context, logger }),
     ...tfsGrpcServices({

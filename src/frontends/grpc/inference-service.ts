@@ -39,6 +39,8 @@ export interface InferenceServiceOptions {
   readonly maxMessageBytes: number;
   /** Per-connection budgets of answers waiting for slow readers. */
   readonly budgets: ResponseBudgets;
+  /** A ModelStreamInfer client that takes no answer for this long has its stream reset; default never. */
+  readonly streamStallTimeoutMs?: number | undefined;
 }
 
 /** "" means "not given" on the wire (proto3 has no absent strings). */
@@ -150,6 +152,8 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
         budget: options.budgets.acquire(call.getPeer()),
         principal: principalOf(call.metadata),
         requestOrder: call.metadata.get(STREAM_ORDER_METADATA)[0] !== "sequence",
+        stallTimeoutMs: options.streamStallTimeoutMs,
+        refusals: options.budgets.refusals,
       });
     },
     ModelConfig: unary(logger, "ModelConfig", (m: ModelRequestMessage) => ({

@@ -3,6 +3,7 @@ import { type MetadataValue, type ServerDuplexStream, status } from "@grpc/grpc-
 import { asServerError, cancelled } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, SequenceId } from "../../core/infer.ts";
 import type { ModelRegistry, ServedModel } from "../../core/model.ts";
+import type { Refusals } from "../../core/refusals.ts";
 import { inferStream } from "../../core/response-stream.ts";
 import { OrderedRelease } from "../../core/scheduler/ordered-release.ts";
 import { Deque } from "../../core/scheduler/request-queue.ts";
@@ -15,6 +16,7 @@ import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse, streamError } from "./infer-response-encoder.ts";
 import type { ModelInferRequestMessage, ModelStreamInferResponseMessage } from "./messages.ts";
 import { encodeStreamInferResponse } from "./proto-definitions.ts";
+import { resetCall } from "./reset-stream.ts";
 
 // One ModelStreamInfer call. Requests start as they arrive, so many requests (of many
 // sequences) are in flight on one stream, and their answers are written in the order the
@@ -36,6 +38,10 @@ import { encodeStreamInferResponse } from "./proto-definitions.ts";
 // connection's budget is half used; a decoupled request's next response waits while
 // answers wait to be written. An answer that would take the connection past its budget
 // ends the stream (RESOURCE_EXHAUSTED), and the sequences whose answers were dropped end.
+// Time: an answer grpc-js has not handed to HTTP/2 within `stallTimeoutMs` (the client's
+// flow-control window stayed shut) means the client has stopped reading: the stream is
+// reset (a status would wait behind the unread answers), what it held is given back, and
+// its sequences end, as with the budget.
 //
 // Cancellation: when the call is cancelled or the connection breaks, every request still
 // in flight has its signal aborted; the core fails those not yet run with CANCELLED. The
@@ -78,6 +84,9 @@ export interface StreamInferOptions {
   readonly routedId?: SequenceId | undefined;
   /** Answers in request order (Triton's); false: as they complete (each sequence's in its order). */
   readonly requestOrder?: boolean;
+  /** How long an answer may wait for the client to take it before the stream is reset; default never. */
+  readonly stallTimeoutMs?: number | undefined;
+  readonly refusals?: Refusals | undefined;
 }
 
 /** The metadata that asks for answers as they complete rather than in request order. */
@@ -114,6 +123,12 @@ export class StreamInferSession {
   #closed = false;
   /** Closed while an answer was with grpc-js: the budget is released when it is done with. */
   #releasePending = false;
+  readonly #stallTimeoutMs: number | undefined;
+  readonly #refusals: Refusals | undefined;
+  /** When the answer with grpc-js was handed over (performance.now()). */
+  #writeStartedAt = 0;
+  /** Armed while an answer is with grpc-js; re-armed for what is left rather than per answer. */
+  #stallTimer: NodeJS.Timeout | undefined;
 
   constructor(call: StreamInferCall, registry: ModelRegistry, logger: Logger, options: StreamInferOptions) {
     this.#call = call;
@@ -125,6 +140,8 @@ export class StreamInferSession {
     this.#budget = options.budget;
     this.#principal = options.principal;
     this.#requestOrder = options.requestOrder ?? true;
+    this.#stallTimeoutMs = options.stallTimeoutMs;
+    this.#refusals = options.refusals;
     this.#stopWatchingBudget = this.#budget.onRoom(() => {
       this.#writeNext();
       this.#updateFlow();
@@ -317,6 +334,7 @@ export class StreamInferSession {
       return;
     }
     this.#writing = true;
+    this.#watchForStall();
     this.#call.write(next.message, () => {
       this.#writing = false;
       this.#budget.give(next.bytes);
@@ -328,6 +346,35 @@ export class StreamInferSession {
       this.#writeNext();
       this.#updateFlow();
     });
+  }
+
+  #watchForStall(): void {
+    if (this.#stallTimeoutMs === undefined) return;
+    this.#writeStartedAt = performance.now();
+    if (this.#stallTimer !== undefined) return;
+    const check = (): void => {
+      this.#stallTimer = undefined;
+      if (!this.#writing) return;
+      const left = this.#writeStartedAt + this.#stallTimeoutMs! - performance.now();
+      if (left > 0) {
+        this.#stallTimer = setTimeout(check, left).unref();
+        return;
+      }
+      this.#stalled();
+    };
+    this.#stallTimer = setTimeout(check, this.#stallTimeoutMs).unref();
+  }
+
+  /**
+   * The client has taken nothing for the stall timeout: the stream is reset, which frees
+   * the answers HTTP/2 holds and calls back the write under way (its bytes are given back).
+   */
+  #stalled(): void {
+    const details = `the client has read none of its responses for ${this.#stallTimeoutMs! / 1000} s (--grpc-stream-stall-timeout-secs)`;
+    this.#logger.warn({ event: "stream_stalled" }, details);
+    this.#refusals?.refused("grpc_stream_stall_timeout");
+    this.#abandon("the client stopped reading its responses");
+    if (!resetCall(this.#call)) this.#call.emit("error", { code: status.UNAVAILABLE, details });
   }
 
   /** A request is answered (a decoupled one: its last response was sent). */
@@ -375,6 +422,8 @@ export class StreamInferSession {
 
   #close(): void {
     this.#closed = true;
+    // The stall watch stays while an answer is with grpc-js: a client that never reads
+    // again holds it there until the stream is reset.
     this.#stopWatchingBudget();
     // Answers never written are given back; the one with grpc-js is given back by its callback.
     for (const outgoing of this.#outbox.drain()) {
