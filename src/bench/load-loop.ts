@@ -33,6 +33,25 @@ async function stepWithRetries(
   }
 }
 
+/**
+ * Ends a sequence the lane gives up after a failed step, unmeasured: an END step without a
+ * step number (the failed one may or may not count as applied), whatever its outcome, since
+ * the server ends a sequence at its END request whether or not the model runs it. Left
+ * open, each would hold a sequence slot until the server's idle timeout: against a model
+ * that failed every step, the slots filled and new sequences waited that long.
+ */
+async function endGivenUp(
+  client: BenchClient,
+  sequence: BenchSequence,
+  inputs: ReadonlyMap<string, Tensor>,
+): Promise<void> {
+  try {
+    await client.step(sequence, inputs, { start: false, end: true });
+  } catch {
+    // Refused or failed, the sequence is over either way (or never began).
+  }
+}
+
 import { LatencyRecorder } from "./latency.ts";
 import { RateSchedule } from "./rate-schedule.ts";
 import type { Workload } from "./workload.ts";
@@ -143,7 +162,8 @@ export async function runLoad(
       } catch (error) {
         if (measured) recorder.fail(error instanceof StepError ? error.kind : "client error");
         if (!(error instanceof StepError)) throw error;
-        // A sequence whose step failed is left behind; the lane starts a new one.
+        // A sequence whose step failed is given up: the lane ends it and starts a new one.
+        if (stateful && !last) await endGivenUp(client, sequence, inputs);
         step = stateful ? options.sequenceLength! : step;
       }
       if (finishing && stateful) return;

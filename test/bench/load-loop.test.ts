@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import type { BenchClient, StepFlags } from "../../src/bench/clients/bench-client.ts";
+import { type BenchClient, StepError, type StepFlags } from "../../src/bench/clients/bench-client.ts";
 import { NOT_SENT, runLoad } from "../../src/bench/load-loop.ts";
 import type { Workload } from "../../src/bench/workload.ts";
 import type { Tensor } from "../../src/core/tensor.ts";
@@ -48,5 +48,53 @@ describe("runLoad, open loop behind schedule", () => {
     assert.equal(recorder.count + (recorder.errors.get(NOT_SENT) ?? 0), 20);
     assert.equal(flags.at(-1)?.end, true, "the last request ends the sequence");
     assert.equal(flags.filter((f) => f.end).length, 1);
+  });
+});
+
+// A model that fails a step of every sequence: each sequence the lane gives up is ended
+// (an END without a step number, unmeasured) before the next starts. Left open, they held
+// the server's sequence slots until its idle timeout, and new sequences waited that long.
+describe("runLoad, failing steps of a sequence model", () => {
+  it("ends every sequence it gives up before starting the next", async () => {
+    const calls: { sequence: number; flags: StepFlags }[] = [];
+    const failing: BenchClient = {
+      async step(sequence, _inputs, flags) {
+        calls.push({ sequence: sequence.index, flags });
+        await new Promise((resolve) => setTimeout(resolve, 1));
+        if (flags.step === 2) throw new StepError("http 500", "the model failed");
+        return new Map();
+      },
+      async close() {},
+    };
+    const { recorder } = await runLoad(failing, workload, {
+      ...options,
+      rate: undefined,
+      seconds: 0.1,
+      sequenceLength: 5,
+    });
+    assert.ok((recorder.errors.get("http 500") ?? 0) > 0);
+    const sequences = [...new Set(calls.map((c) => c.sequence))];
+    assert.ok(sequences.length > 1, "the lane went on with new sequences");
+    for (const sequence of sequences) {
+      const own = calls.filter((c) => c.sequence === sequence).map((c) => c.flags);
+      assert.equal(own.at(-1)?.end, true, `sequence ${sequence} is ended`);
+      // The last one may be cut short by the end of the window (then its own last step ends it).
+      if (sequence === sequences.at(-1)) continue;
+      assert.deepEqual(
+        own.map((f) => [f.start, f.end, f.step]),
+        [
+          [true, false, 1],
+          [false, false, 2],
+          [false, true, undefined],
+        ],
+        `sequence ${sequence}: started, failed at its second step, then ended`,
+      );
+    }
+    // Each sequence is ended before the next one starts.
+    const order = calls.map((c) => c.sequence);
+    assert.deepEqual(
+      order,
+      [...order].sort((a, b) => a - b),
+    );
   });
 });
