@@ -34,6 +34,8 @@ export interface BenchReport {
     readonly max: number;
   };
   readonly errors: Readonly<Record<string, number>>;
+  /** The first message of each kind of error. */
+  readonly errorMessages: Readonly<Record<string, string>>;
   readonly server:
     | {
         readonly batches: Readonly<Record<string, number>>;
@@ -204,6 +206,7 @@ async function runOnce(
     requestsPerSecond: round(requestsPerSecond, 1),
     latencyMs: { p50: round(p50!, 3), p90: round(p90!, 3), p99: round(p99!, 3), max: round(max!, 3) },
     errors: Object.fromEntries(recorder.errors),
+    errorMessages: Object.fromEntries(recorder.firstMessages),
     server:
       server === undefined
         ? undefined
@@ -239,6 +242,7 @@ export function formatReport(report: BenchReport): string {
             .map(([k, n]) => `${k}: ${n}`)
             .join(", ")
     }`,
+    ...Object.entries(report.errorMessages).map(([kind, message]) => `    first ${kind}: ${message}`),
   ];
   if (report.server !== undefined) {
     const sizes = Object.entries(report.server.batches)

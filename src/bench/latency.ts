@@ -5,6 +5,8 @@ export class LatencyRecorder {
   #values = new Float64Array(1 << 16);
   #count = 0;
   readonly errors = new Map<string, number>();
+  /** The first message of each kind of failure: what a count alone does not say. */
+  readonly firstMessages = new Map<string, string>();
 
   record(ms: number): void {
     if (this.#count === this.#values.length) {
@@ -16,8 +18,11 @@ export class LatencyRecorder {
   }
 
   /** Counts a failure under a short kind (an HTTP status, a gRPC code, "timeout", ...). */
-  fail(kind: string): void {
+  fail(kind: string, message?: string): void {
     this.errors.set(kind, (this.errors.get(kind) ?? 0) + 1);
+    if (message !== undefined && !this.firstMessages.has(kind)) {
+      this.firstMessages.set(kind, message.length > 300 ? `${message.slice(0, 300)}…` : message);
+    }
   }
 
   get count(): number {

@@ -160,7 +160,12 @@ export async function runLoad(
           exchanges.push({ sequence: sequence.index, id: sequence.id, step, end: last, outputs });
         step++;
       } catch (error) {
-        if (measured) recorder.fail(error instanceof StepError ? error.kind : "client error");
+        if (measured) {
+          recorder.fail(
+            error instanceof StepError ? error.kind : "client error",
+            error instanceof Error ? error.message : String(error),
+          );
+        }
         if (!(error instanceof StepError)) throw error;
         // A sequence whose step failed is given up: the lane ends it and starts a new one.
         if (stateful && !last) await endGivenUp(client, sequence, inputs);

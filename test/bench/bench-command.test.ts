@@ -6,10 +6,12 @@ import { after, before, describe, it } from "node:test";
 import { type BenchReport, runBench } from "../../src/bench/bench-command.ts";
 import { type BenchOptions, parseBenchArgs } from "../../src/bench/bench-options.ts";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
+import { getJson } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
 import { run } from "../support/seqserve-process.ts";
 import { accumulatorConfig } from "../support/sequence-kit.ts";
 import { SILERO_PATH, SILERO_STATEFUL_CONFIG, SILERO_STATEFUL_MODEL } from "../support/silero-oracle.ts";
+import { startTestServer } from "../support/test-server.ts";
 
 // `seqserve bench` on tiny runs: it starts its own server, loads a model through a
 // protocol, and reports sane, non-zero figures; with --verify every answer equals ONNX
@@ -166,6 +168,47 @@ describe("seqserve bench", { timeout: 120_000 }, () => {
     const svg = readFileSync(chart, "utf8");
     assert.match(svg, /^<svg /);
     assert.equal((svg.match(/<circle /g) ?? []).length, 4, "p50 and p99 for each of the two runs");
+  });
+
+  // Every step fails (Silero refuses a sample rate of 1): each failure is counted with the
+  // server's message, and every sequence the bench gives up is ended. Left open, they held
+  // the model's sequence slots until its idle timeout (60 s here), and new sequences
+  // waited that long.
+  it("against a model that fails every step: errors counted with their message, no sequence left open", async () => {
+    const server = await startTestServer(repository.path);
+    try {
+      const parsed = parseBenchArgs([
+        "--url",
+        server.url,
+        "--grpc",
+        `127.0.0.1:${server.grpcPort}`,
+        "--model",
+        SILERO_STATEFUL_MODEL,
+        "--protocol",
+        "grpc-stream",
+        "--concurrency",
+        "8",
+        "--sequence-length",
+        "6",
+        "--input",
+        "sr=1",
+        "--duration",
+        "0.6",
+        "--warmup",
+        "0.1",
+        "--quiet",
+      ]);
+      assert.notEqual(parsed, "help");
+      const [report] = await runBench(parsed as BenchOptions);
+      assert.equal(report!.requests, 0);
+      assert.deepEqual(Object.keys(report!.errors), ["stream error"]);
+      assert.ok(report!.errors["stream error"]! > 0);
+      assert.match(report!.errorMessages["stream error"]!, /^onnx runtime error: /);
+      const live = await getJson(`${server.url}/v2/models/${SILERO_STATEFUL_MODEL}/sequences`);
+      assert.equal((live.body as { summary: { live: number } }).summary.live, 0, JSON.stringify(live.body));
+    } finally {
+      await server.stop();
+    }
   });
 
   it("is a subcommand of seqserve: --help, and usage errors exit 2", async () => {

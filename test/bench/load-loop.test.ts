@@ -73,6 +73,7 @@ describe("runLoad, failing steps of a sequence model", () => {
       sequenceLength: 5,
     });
     assert.ok((recorder.errors.get("http 500") ?? 0) > 0);
+    assert.equal(recorder.firstMessages.get("http 500"), "the model failed");
     const sequences = [...new Set(calls.map((c) => c.sequence))];
     assert.ok(sequences.length > 1, "the lane went on with new sequences");
     for (const sequence of sequences) {
