@@ -6,6 +6,18 @@ import {
   StepError,
   type StepFlags,
 } from "./clients/bench-client.ts";
+import { LatencyRecorder } from "./latency.ts";
+import { RateSchedule } from "./rate-schedule.ts";
+import type { Workload } from "./workload.ts";
+
+// The load: `lanes` loops, each sending one request at a time. For a sequence model a lane
+// runs sequences of `sequenceLength` steps one after another (the last step ends the
+// sequence), so `lanes` sequences are live at once. Closed loop: a lane sends its next step
+// when the last one is answered. Open loop (`rate`): each request is due at its slot of a
+// RateSchedule, and its latency counts from then. Every request due inside the measured
+// window counts, however late it is sent or answered (dropping the late ones would drop
+// the slowest and bias the tail low); at the end each lane ends its open sequence, as it
+// ends one it gives up after a failed step.
 
 /** Retries of one numbered step after failures that allow it (a replica lost, a 503). */
 const STEP_RETRIES = 5;
@@ -51,18 +63,6 @@ async function endGivenUp(
     // Refused or failed, the sequence is over either way (or never began).
   }
 }
-
-import { LatencyRecorder } from "./latency.ts";
-import { RateSchedule } from "./rate-schedule.ts";
-import type { Workload } from "./workload.ts";
-
-// The load: `lanes` loops, each sending one request at a time. For a sequence model a lane
-// runs sequences of `sequenceLength` steps one after another (the last step ends the
-// sequence), so `lanes` sequences are live at once. Closed loop: a lane sends its next step
-// when the last one is answered. Open loop (`rate`): each request is due at its slot of a
-// RateSchedule, and its latency counts from then. Every request due inside the measured
-// window counts, however late it is sent or answered (dropping the late ones would drop
-// the slowest and bias the tail low); at the end each lane ends its open sequence.
 
 export interface LoadOptions {
   readonly lanes: number;
