@@ -25,8 +25,6 @@ export interface HttpFrontendOptions {
    * (default 1024; Infinity never compresses).
    */
   readonly compressMinBytes?: number;
-  /** How long an idle keep-alive connection stays open, in ms (node's default: 5000). */
-  readonly keepAliveTimeoutMs?: number;
   /** Messages in flight per WebSocket stream before it stops reading (default 64). */
   readonly streamMaxInFlight?: number;
   /** A WebSocket stream with no message and nothing in flight this long is closed; undefined = never. */
@@ -49,7 +47,6 @@ export function createHttpFrontend(options: HttpFrontendOptions): HttpFrontend {
     logger: options.logger,
     bodyLimitBytes,
     compressMinBytes: options.compressMinBytes ?? 1024,
-    keepAliveTimeoutMs: options.keepAliveTimeoutMs,
     openapi: {
       title: "seqserve: KServe v2 / Triton HTTP API",
       version: context.metadata.version,

@@ -20,8 +20,6 @@ export interface SageMakerFrontendOptions {
   readonly sessionTtlSecs: number;
   /** The model for invocations that name none; undefined: the only model served. */
   readonly defaultModel?: string | undefined;
-  /** How long an idle keep-alive connection stays open, in ms (node's default: 5000). */
-  readonly keepAliveTimeoutMs?: number;
   /** Connection and time limits, TLS, access control (see createHttpApp). */
   readonly limits?: HttpAppOptions["limits"];
   readonly tls?: HttpAppOptions["tls"];
@@ -38,7 +36,6 @@ export function createSageMakerFrontend(options: SageMakerFrontendOptions): Sage
     logger: options.logger,
     bodyLimitBytes: limit,
     compressMinBytes: 1024,
-    keepAliveTimeoutMs: options.keepAliveTimeoutMs,
     openapi: {
       title: "seqserve: SageMaker inference container API",
       version: options.context.metadata.version,

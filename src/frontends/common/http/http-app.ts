@@ -34,8 +34,6 @@ export interface HttpAppOptions {
   readonly bodyLimitBytes: number;
   /** Responses at least this large are compressed when the client allows (Infinity: never). */
   readonly compressMinBytes: number;
-  /** How long an idle keep-alive connection stays open, in ms (node's default: 5000). */
-  readonly keepAliveTimeoutMs?: number | undefined;
   /** What the OpenAPI document says the server is. */
   readonly openapi: OpenApiInfo;
   /** Connection and time limits (node's and fastify's defaults when absent). */
@@ -78,7 +76,7 @@ function refuseOnSocket(socket: Socket, status: number, reason: string, message:
 
 export function createHttpApp(options: HttpAppOptions): HttpApp {
   const { bodyLimitBytes, limits, refusals } = options;
-  const keepAliveTimeoutMs = limits?.keepAliveTimeoutMs ?? options.keepAliveTimeoutMs;
+  const keepAliveTimeoutMs = limits?.keepAliveTimeoutMs;
   const app = Fastify({
     loggerInstance: options.logger,
     // One log line per request is too much at thousands of requests per second.
