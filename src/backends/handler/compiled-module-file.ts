@@ -15,29 +15,43 @@ export interface CompiledModuleFile {
   release(): void;
 }
 
+/** The folders still on disk, removed at exit by one listener however many models load. */
+const folders = new Set<string>();
+let removeAtExit: (() => void) | undefined;
+
+function track(dir: string): void {
+  folders.add(dir);
+  if (removeAtExit !== undefined) return;
+  removeAtExit = () => {
+    for (const folder of folders) rmSync(folder, { recursive: true, force: true });
+  };
+  process.once("exit", removeAtExit);
+}
+
+function remove(dir: string): Promise<void> {
+  folders.delete(dir);
+  return rm(dir, { recursive: true, force: true });
+}
+
 export async function writeCompiledModule(
   modelPath: string,
   code: string,
   holders: number,
 ): Promise<CompiledModuleFile> {
   const dir = await mkdtemp(join(tmpdir(), "seqserve-handler-"));
-  const removeNow = () => rmSync(dir, { recursive: true, force: true });
-  process.once("exit", removeNow);
+  track(dir);
   const path = join(dir, `${basename(modelPath).replace(/\.[^.]*$/, "")}.mjs`);
   try {
     await writeFile(path, code, { mode: 0o600 });
   } catch (error) {
-    process.off("exit", removeNow);
-    await rm(dir, { recursive: true, force: true });
+    await remove(dir);
     throw error;
   }
   let left = holders;
   return {
     path,
     release() {
-      if (--left !== 0) return;
-      process.off("exit", removeNow);
-      void rm(dir, { recursive: true, force: true });
+      if (--left === 0) void remove(dir);
     },
   };
 }
