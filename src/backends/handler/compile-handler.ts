@@ -3,7 +3,7 @@ import { builtinModules } from "node:module";
 import { dirname, extname, join, resolve, sep } from "node:path";
 import { pathToFileURL } from "node:url";
 import type { BuildOptions, Loader, Message, Plugin, TsconfigRaw } from "esbuild";
-import { getTsconfig } from "get-tsconfig";
+import { type Cache, getTsconfig } from "get-tsconfig";
 import { invalidArg } from "../../core/errors.ts";
 
 // A TypeScript handler is compiled here, on the main thread, once per model load, into one
@@ -43,8 +43,13 @@ export function isTypeScriptHandler(file: string): boolean {
 const isBare = (specifier: string): boolean =>
   !specifier.startsWith(".") && !specifier.startsWith("/") && !/^[a-z][a-z0-9+.-]*:/i.test(specifier);
 
-/** A compile's tsconfig files: per folder, the compiler options of the nearest one. */
-type TsconfigCache = Map<string, Promise<TsconfigRaw | undefined>>;
+/** What one compile has read of tsconfig files. */
+interface TsconfigCache {
+  /** get-tsconfig's own record of the files and folders it looked at. */
+  readonly lookups: Cache;
+  /** Per tsconfig file: its compiler options, checked once however many folders it covers. */
+  readonly options: Map<string, Promise<TsconfigRaw>>;
+}
 
 /**
  * The compiler options of the tsconfig.json nearest to `dir`, its `extends` merged in, or
@@ -56,11 +61,11 @@ function nearestTsconfig(
   dir: string,
   cache: TsconfigCache,
 ): Promise<TsconfigRaw | undefined> {
-  let found = cache.get(dir);
-  if (found === undefined) {
-    found = (async () => {
-      const nearest = getTsconfig(dir);
-      if (nearest === null) return undefined;
+  const nearest = getTsconfig(dir, "tsconfig.json", cache.lookups);
+  if (nearest === null) return Promise.resolve(undefined);
+  let options = cache.options.get(nearest.path);
+  if (options === undefined) {
+    options = (async () => {
       const text = await readFile(nearest.path, "utf8");
       try {
         await esbuild.transform("", { loader: "ts", tsconfigRaw: text, logLevel: "silent" });
@@ -75,9 +80,9 @@ function nearestTsconfig(
       }
       return { compilerOptions: nearest.config.compilerOptions ?? {} } as TsconfigRaw;
     })();
-    cache.set(dir, found);
+    cache.options.set(nearest.path, options);
   }
-  return found;
+  return options;
 }
 
 /** Errors with their places, passed through the build to the load's message. */
@@ -91,7 +96,7 @@ class CompileErrors extends Error {
 const inPackage = (path: string): boolean => path.split(sep).includes("node_modules");
 
 function handlerFiles(esbuild: typeof import("esbuild")): Plugin {
-  const tsconfigs: TsconfigCache = new Map();
+  const tsconfigs: TsconfigCache = { lookups: new Map(), options: new Map() };
   return {
     name: "seqserve-handler",
     setup(build) {
