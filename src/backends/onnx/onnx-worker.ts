@@ -3,12 +3,13 @@ import { Tensor } from "onnxruntime-node";
 import type { NumericArray } from "../../core/datatype.ts";
 import type { ErrorCode } from "../../core/errors.ts";
 import type { ModelTensorInfo } from "../../core/model-io.ts";
-import type {
-  ErrorMessage,
-  FromWorkerMessage,
-  LoadMessage,
-  RunMessage,
-  ToWorkerMessage,
+import {
+  type ErrorMessage,
+  type FromWorkerMessage,
+  instanceNameOf,
+  type LoadMessage,
+  type RunMessage,
+  type ToWorkerMessage,
 } from "../worker/messages.ts";
 import { type PackedBytes, transferableArray, type WireTensor } from "../worker/wire-tensor.ts";
 import { datatypeOfOrtType, elementType, type OrtTensorType, ortTensorType } from "./onnx-types.ts";
@@ -180,10 +181,7 @@ function run(message: RunMessage): void {
   try {
     const loaded = sessions.get(instanceKey);
     if (loaded === undefined)
-      throw new RunFailure(
-        "UNAVAILABLE",
-        `model instance '${instanceKey.slice(0, instanceKey.lastIndexOf("#"))}' is not loaded`,
-      );
+      throw new RunFailure("UNAVAILABLE", `model instance '${instanceNameOf(instanceKey)}' is not loaded`);
     const { session, inputNames, outputNames, anyOutput } = loaded;
 
     const feeds: Record<string, Tensor> = Object.create(null);

@@ -11,9 +11,17 @@ import type { WireTensor } from "./wire-tensor.ts";
 
 // ── main thread → worker ────────────────────────────────────────────────────────────
 
+/** An executor's key for its instance: the instance's name, "#" and the executor's number. */
+export const instanceKeyOf = (instanceName: string, executor: number): string =>
+  `${instanceName}#${executor}`;
+
+/** The instance's name in an instance key, for messages. */
+export const instanceNameOf = (instanceKey: string): string =>
+  instanceKey.slice(0, instanceKey.lastIndexOf("#"));
+
 export interface LoadMessage {
   readonly type: "load";
-  /** The instance's name, "#" and a number of its executor's own: "simple_0#3". */
+  /** See instanceKeyOf: "simple_0#3". */
   readonly instanceKey: string;
   readonly modelPath: string;
   readonly sessionOptions: OnnxSessionOptions;

@@ -4,7 +4,13 @@ import type { ExecutionResult, ModelExecutor } from "../../core/executor.ts";
 import type { ModelIo } from "../../core/model-io.ts";
 import type { Tensor } from "../../core/tensor.ts";
 import type { Logger } from "../../observability/logger.ts";
-import type { FromWorkerMessage, LoadMessage, ResultMessage, RunMessage } from "./messages.ts";
+import {
+  type FromWorkerMessage,
+  instanceKeyOf,
+  type LoadMessage,
+  type ResultMessage,
+  type RunMessage,
+} from "./messages.ts";
 import { type HostLink, ModelHost } from "./model-host.ts";
 import { fromWire, toWire, type WireTensor } from "./wire-tensor.ts";
 
@@ -69,7 +75,7 @@ export class WorkerExecutor implements ModelExecutor {
     this.name = options.name;
     this.#options = options;
     this.#logger = options.logger.child({ instance: options.name });
-    this.#key = `${options.name}#${++executorCount}`;
+    this.#key = instanceKeyOf(options.name, ++executorCount);
     this.#host = options.host?.(this.#key) ?? new ModelHost(options.entry, options.resourceLimits);
   }
 
