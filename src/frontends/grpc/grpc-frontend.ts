@@ -147,6 +147,7 @@ export function createGrpcFrontend(options: GrpcFrontendOptions): GrpcFrontend {
       maxMessageBytes: options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
       budgets: options.budgets ?? new ResponseBudgets(Number.POSITIVE_INFINITY),
       streamStallTimeoutMs: options.streamStallTimeoutMs,
+      refusals: options.refusals,
     }),
     healthService({ context, logger }),
     ...tfsGrpcServices({

@@ -2,6 +2,7 @@ import type { ServerUnaryCall } from "@grpc/grpc-js";
 import { cancelled, invalidArg, ServerError } from "../../core/errors.ts";
 import type { InferResponse, SequenceId } from "../../core/infer.ts";
 import type { ModelMetadata, ServerContext, TensorMetadata } from "../../core/model.ts";
+import type { Refusals } from "../../core/refusals.ts";
 import type { Logger } from "../../observability/logger.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
 import { routedSequenceId, SEQUENCE_ID_METADATA, withRoutedSequenceId } from "../common/sequence-routing.ts";
@@ -41,6 +42,8 @@ export interface InferenceServiceOptions {
   readonly budgets: ResponseBudgets;
   /** A ModelStreamInfer client that takes no answer for this long has its stream reset; default never. */
   readonly streamStallTimeoutMs?: number | undefined;
+  /** Where a stream reset for want of reading is counted. */
+  readonly refusals?: Refusals | undefined;
 }
 
 /** "" means "not given" on the wire (proto3 has no absent strings). */
@@ -153,7 +156,7 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
         principal: principalOf(call.metadata),
         requestOrder: call.metadata.get(STREAM_ORDER_METADATA)[0] !== "sequence",
         stallTimeoutMs: options.streamStallTimeoutMs,
-        refusals: options.budgets.refusals,
+        refusals: options.refusals,
       });
     },
     ModelConfig: unary(logger, "ModelConfig", (m: ModelRequestMessage) => ({
