@@ -188,37 +188,32 @@ async function loadFailure(model: string): Promise<string> {
   return entry!.reason;
 }
 
-const text = (body: Record<string, unknown>): string => (body.outputs as { data: string[] }[])[0]!.data[0]!;
+/** The text a model answers, the answer checked to be a success. */
+async function answerText(model: string): Promise<string> {
+  const { status, body } = await infer(model);
+  assert.equal(status, 200, JSON.stringify(body));
+  return (body.outputs as { data: string[] }[])[0]!.data[0]!;
+}
 
 describe("TypeScript handlers, compiled without a loader", () => {
   it("keep relative imports, package imports from their folder and each file's import.meta", async () => {
-    const { status, body } = await infer("es_module");
-    assert.equal(status, 200, JSON.stringify(body));
-    assert.equal(text(body), "hello BESIDE beside! model.ts helper.ts in");
+    assert.equal(await answerText("es_module"), "hello BESIDE beside! model.ts helper.ts in");
   });
 
   it("in CommonJS syntax keep require() from their folder, __dirname and __filename", async () => {
-    const { status, body } = await infer("common_js");
-    assert.equal(status, 200, JSON.stringify(body));
-    assert.equal(text(body), "1! model.ts");
+    assert.equal(await answerText("common_js"), "1! model.ts");
   });
 
   it("follow a tsconfig's extends and paths, and resolve packages as Node does", async () => {
-    const { status, body } = await infer("aliased");
-    assert.equal(status, 200, JSON.stringify(body));
-    assert.equal(text(body), "hi alias legacy esm cjs");
+    assert.equal(await answerText("aliased"), "hi alias legacy esm cjs");
   });
 
   it("in plain JavaScript are imported as they are", async () => {
-    const { status, body } = await infer("plain_js");
-    assert.equal(status, 200, JSON.stringify(body));
-    assert.equal(text(body), "model.js as is");
+    assert.equal(await answerText("plain_js"), "model.js as is");
   });
 
   it("give stack traces on the handler's own file and line", async () => {
-    const { status, body } = await infer("throwing");
-    assert.equal(status, 200, JSON.stringify(body));
-    assert.match(text(body), /^at fail \(.*[\\/]throwing[\\/]1[\\/]model\.ts:7:\d+\)$/);
+    assert.match(await answerText("throwing"), /^at fail \(.*[\\/]throwing[\\/]1[\\/]model\.ts:7:\d+\)$/);
   });
 
   it("whose nearest tsconfig.json does not parse fail their load, naming it", async () => {

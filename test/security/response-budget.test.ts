@@ -7,7 +7,7 @@ import { type LimitOptions, securityOptions } from "../../src/config/security-op
 import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
-import { metricValue, sleep } from "../support/sequence-kit.ts";
+import { metricValue, sleep, waitFor } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import { identityConfig } from "./support/identity-config.ts";
 
@@ -64,6 +64,14 @@ const peak = (server: TestServer) =>
 const heldNow = (server: TestServer) =>
   metricValue(server.metricsUrl, "seqserve_buffered_response_bytes", {});
 
+/** One byte in, ANSWER bytes out. */
+const expandRequest = (i: number) => ({
+  model_name: "expand",
+  id: `r${i}`,
+  inputs: [{ name: "INPUT0", datatype: "UINT8", shape: [1] }],
+  raw_input_contents: [Buffer.of(i)],
+});
+
 const bytesRequest = (id: string) => ({
   model_name: "bytes",
   id,
@@ -85,12 +93,7 @@ test("a ModelStreamInfer client that stops reading: the server holds at most its
     const status = new Promise<StatusObject>((resolve) => stream.on("status", resolve));
     stream.pause();
     for (let i = 0; i < 40; i++) {
-      stream.write({
-        model_name: "expand",
-        id: `r${i}`,
-        inputs: [{ name: "INPUT0", datatype: "UINT8", shape: [1] }],
-        raw_input_contents: [Buffer.of(i)],
-      });
+      stream.write(expandRequest(i));
     }
     await untilRefused(server);
     assert.equal(await refusals(server), 1);
@@ -161,12 +164,7 @@ test("a stream refused for its routing metadata holds no budget and the connecti
     // The same connection still streams, and nothing is left held for it.
     const next = client.stream();
     const answered = new Promise<unknown>((resolve) => next.once("data", resolve));
-    next.write({
-      model_name: "bytes",
-      id: "ok",
-      inputs: [{ name: "INPUT0", datatype: "UINT8", shape: [4] }],
-      raw_input_contents: [Buffer.from([1, 2, 3, 4])],
-    });
+    next.write(bytesRequest("ok"));
     assert.ok(await answered);
     next.end();
     assert.equal(await heldNow(server), 0);
@@ -233,18 +231,13 @@ test("a ModelStreamInfer client that reads nothing: its stream is reset after th
     first.on("error", () => {});
     const status = new Promise<StatusObject>((resolve) => first.on("status", resolve));
     for (let i = 0; i < 8; i++) {
-      first.write({
-        model_name: "expand",
-        id: `r${i}`,
-        inputs: [{ name: "INPUT0", datatype: "UINT8", shape: [1] }],
-        raw_input_contents: [Buffer.of(i)],
-      });
+      first.write(expandRequest(i));
     }
-    for (let i = 0; i < 500 && ((await stalls()) ?? 0) === 0; i++) await sleep(20);
+    await waitFor("the stream's reset", async () => (((await stalls()) ?? 0) > 0 ? true : undefined));
     assert.equal(await stalls(), 1);
     assert.ok(((await peak(server)) ?? 0) >= ANSWER, "answers had been waiting for the client");
     // Freed while the client still reads nothing.
-    for (let i = 0; i < 250 && ((await heldNow(server)) ?? 0) > 0; i++) await sleep(20);
+    await waitFor("its answers freed", async () => ((await heldNow(server)) === 0 ? true : undefined));
     assert.equal(await heldNow(server), 0, "the stream's answers are no longer held");
 
     // Reading again, the client learns its stream was reset, and the connection serves on.
