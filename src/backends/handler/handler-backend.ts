@@ -30,8 +30,9 @@ export async function loadHandlerModel(options: LoadHandlerModelOptions): Promis
   await checkModelFile(modelName, modelPath, instanceCount);
   const settings = handlerSettings(modelName, options.parameters);
   // Compiled and written once here for all its instances and their restarts; the file goes
-  // when the last instance closes. Run from the sources, the workers have tsx's hooks registered, which misread an ES module
-  // outside a "type": "module" package: a model.js is compiled too then.
+  // when the last instance closes. Run from the sources, the workers have tsx's hooks
+  // registered, which misread an ES module outside a "type": "module" package: a model.js
+  // is compiled too then.
   const compiled =
     isTypeScriptHandler(modelPath) || RUNNING_SOURCES
       ? await compileHandler(modelName, modelPath)

@@ -6,9 +6,9 @@ import type { Handler, HandlerMetadata } from "../../handler-api.ts";
 // Loading a user's handler file in its worker. A TypeScript handler comes compiled to one
 // ES module file (compile-handler.ts, compiled-module-file.ts): the worker runs no
 // TypeScript loader. Its inline source map keeps stack traces on the handler's own files.
-// A `.js` handler is imported as it is. A handler is the
-// module's default export (an object, or a class to instantiate), or the module's own named
-// exports (`export function execute…`); a CommonJS module's exports come under `default`.
+// A `.js` handler is imported as it is. A handler is the module's default export (an
+// object, or a class to instantiate), or the module's own named exports (`export function
+// execute…`); a CommonJS module's exports come under `default`.
 
 async function importModule(
   modelPath: string,

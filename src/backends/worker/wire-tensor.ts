@@ -73,10 +73,10 @@ export function unpackBytes(packed: PackedBytes): Uint8Array[] {
  */
 export function toWire(name: string, tensor: Tensor, transfer: ArrayBuffer[]): WireTensor {
   const elements = elementCount(tensor.shape);
-  if (tensor.data.length !== elements) {
-    const { data } = tensor;
-    const detached = data.length === 0 && ArrayBuffer.isView(data) && data.buffer.byteLength === 0;
-    const message = `tensor '${name}' holds ${tensor.data.length} elements where its shape ${formatShape(tensor.shape)} needs ${elements}`;
+  const held = tensor.data;
+  if (held.length !== elements) {
+    const detached = held.length === 0 && ArrayBuffer.isView(held) && held.buffer.byteLength === 0;
+    const message = `tensor '${name}' holds ${held.length} elements where its shape ${formatShape(tensor.shape)} needs ${elements}`;
     throw detached
       ? internal(`${message}: its buffer was already handed to another thread`)
       : invalidArg(message);
