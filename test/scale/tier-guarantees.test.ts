@@ -5,6 +5,14 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import {
+  closeSession,
+  invoke,
+  jsonAnswer,
+  openSession,
+  sdkClient,
+  sdkError,
+} from "../sagemaker/support/sagemaker-kit.ts";
+import {
   type HttpAnswer,
   infer,
   inferBody,
@@ -20,14 +28,14 @@ import { missingTools, RedisServer, Replica } from "./support/scale-kit.ts";
 // it from the same state; a numbered step sent to both is applied once; a replica stopped
 // with SIGTERM hands its sequences over; a Redis restart without persistence is reported,
 // naming the sequences lost, instead of their state silently starting over; a sequence
-// belongs to the API key that started it on whichever replica it goes on.
+// belongs to the API key that started it on whichever replica it goes on; a SageMaker
+// session opened on one replica goes on and is closed on the other, through the AWS SDK.
 
 const MODEL = "acc";
-const CONFIG = accumulatorConfig(
-  MODEL,
-  8,
-  "max_sequence_idle_microseconds: 60000000\n  oldest { max_candidate_sequences: 64 }",
-);
+const BATCHING = "max_sequence_idle_microseconds: 60000000\n  oldest { max_candidate_sequences: 64 }";
+const CONFIG = accumulatorConfig(MODEL, 8, BATCHING);
+/** A second sequence model: a session id must be looked up across both. */
+const SECOND = "acc_second";
 
 const skip = missingTools(["redis-server", "redis-cli"]);
 
@@ -49,9 +57,12 @@ describe("the shared state tier's guarantees", { skip }, () => {
 
   before(async () => {
     redis = await RedisServer.start();
-    repository = tempRepository({ [MODEL]: { config: CONFIG, onnx: accumulatorModel() } });
-    a = new Replica(repository.path, redis.url);
-    b = new Replica(repository.path, redis.url);
+    repository = tempRepository({
+      [MODEL]: { config: CONFIG, onnx: accumulatorModel() },
+      [SECOND]: { config: accumulatorConfig(SECOND, 8, BATCHING), onnx: accumulatorModel() },
+    });
+    a = new Replica(repository.path, redis.url, ["--allow-sagemaker", "true", "--sagemaker-port", "0"]);
+    b = new Replica(repository.path, redis.url, ["--allow-sagemaker", "true", "--sagemaker-port", "0"]);
     await Promise.all([a.ready(), b.ready()]);
   });
 
@@ -258,6 +269,33 @@ describe("the shared state tier's guarantees", { skip }, () => {
     } finally {
       await replica.stop();
       small.remove();
+    }
+  });
+
+  it("a SageMaker session opened on one replica goes on, and is closed, on the other (the AWS SDK)", async () => {
+    const onA = sdkClient(a.sagemakerPort);
+    const onB = sdkClient(b.sagemakerPort);
+    try {
+      const session = await openSession(onA, SECOND);
+      // No TargetModel: each replica finds which model holds the session, live here or in the tier.
+      let total = 0;
+      for (let step = 1; step <= 6; step++) {
+        const answer = await invoke(step % 2 === 0 ? onA : onB, {
+          body: JSON.stringify([step]),
+          sessionId: session.id,
+        });
+        total += step;
+        assert.equal((jsonAnswer(answer) as number[][])[0]![0], total, `step ${step}`);
+      }
+      const closed = await closeSession(onB, session.id);
+      assert.equal(closed.ClosedSessionId, session.id);
+      // A still holds the session as it was before the close: the tier's end is what counts.
+      const error = await sdkError(invoke(onA, { body: JSON.stringify([1]), sessionId: session.id }));
+      assert.equal(error.status, 400);
+      assert.match(error.message, new RegExp(`^session '${session.id}' is closed`));
+    } finally {
+      onA.destroy();
+      onB.destroy();
     }
   });
 });

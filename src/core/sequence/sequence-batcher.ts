@@ -1200,13 +1200,22 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     return true;
   }
 
-  /** The tier learns of an end decided here (a timeout, a cancellation, an operator's DELETE…). */
+  /** The tier learns of an end decided here (a timeout, a cancellation, an operator's DELETE, a close…). */
   #endInTier(sequence: Sequence, reason: SequenceEndReason): void {
     const place = sequence.tier;
-    if (this.#tier === undefined || place === undefined || place.ended || place.leaving) return;
-    if (UNRECORDED_ENDS.has(reason)) return;
+    if (this.#tier === undefined || place === undefined) return;
+    const closing = place.closing;
+    place.closing = undefined;
     const force = reason === "forced";
-    if (!force && place.version === undefined) return;
+    if (
+      place.ended ||
+      (place.leaving && closing === undefined) ||
+      UNRECORDED_ENDS.has(reason) ||
+      (!force && place.version === undefined)
+    ) {
+      closing?.resolve();
+      return;
+    }
     place.ended = true;
     const write: TierWrite = {
       id: sequence.id,
@@ -1217,6 +1226,13 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       endReason: reason,
       expiry: { kind: "never" },
     };
+    if (closing !== undefined) {
+      void this.#writeClose(write, closing);
+      return;
+    }
+    // An end this replica decided on a copy that another replica has since advanced (an
+    // idle timeout here while the sequence goes on there) is not written: the conflict
+    // is the answer.
     this.#tier
       .write([write])
       .catch((error: unknown) =>
@@ -1224,6 +1240,45 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
           `the end of ${this.#describe(sequence.id)} (${reason}) could not be written to the state store at ${this.#tier!.tier.location}: ${(error as Error).message}; its record expires by itself`,
         ),
       );
+  }
+
+  /**
+   * A client's close holds whatever this replica's copy is: when another replica has
+   * advanced the sequence since, the close ends the record the tier holds now. It settles
+   * once the tier holds the end, or the sequence has ended there already.
+   */
+  async #writeClose(first: TierWrite, closing: NonNullable<TierPlace["closing"]>): Promise<void> {
+    let write = first;
+    // A close the tier did not take is not remembered here as an end: a retry asks the tier.
+    const fail = (error: ServerError) => {
+      this.#recentEnds.forget(idKey(write.id));
+      closing.reject(error);
+    };
+    try {
+      for (let tries = 1; ; tries++) {
+        const [result] = await this.#tier!.write([write]);
+        if (result?.kind !== "conflict") return closing.resolve();
+        const current = result.current;
+        if (current === undefined || current.ended !== undefined) return closing.resolve();
+        if (tries > MAX_STEP_RETRIES) {
+          return fail(
+            unavailable(
+              `${this.#describe(write.id)} was advanced by another replica while it was being closed, ${tries} times in a row; retry the close`,
+              1,
+            ),
+          );
+        }
+        const body = decodeRecordBody(current.body, this.#describe(write.id));
+        write = {
+          ...write,
+          expect: { version: current.version, life: current.life },
+          life: current.life,
+          body: encodeRecordBody({ ...body, state: undefined }),
+        };
+      }
+    } catch (error) {
+      fail(this.#tierError(write.id, "closing", error));
+    }
   }
 
   /** The tier lost its data: the sequences this replica held and had written are gone. */
@@ -1386,6 +1441,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       expiresAtMs: s.expiresAtMs,
       owner: s.owner,
     }));
+    // A close waiting for its sequence to be idle is answered now: the new version ends
+    // the sequence and writes the end to the tier as any end, without confirming it.
+    for (const s of leaving) s.tier?.closing?.resolve();
     // Out of every table first, so freeing their slots hands none to another leaver.
     this.#all.clear();
     this.#live.clear();
@@ -1535,7 +1593,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         (record) => {
           if (record === undefined || record.ended !== undefined) return false;
           if (!this.#live.has(key)) this.#adoptFromTier(key, id, record);
-          return this.close(id, caller) as boolean;
+          return this.close(id, caller);
         },
         (error: unknown) => {
           throw this.#tierError(id, "closing", error);
@@ -1545,8 +1603,16 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (caller !== undefined) this.#checkOwner(sequence, caller.principal);
     sequence.endReason = "end";
     this.#releaseId(sequence);
+    const place = sequence.tier;
+    // With a tier, the close is done when the tier holds it (a copy here may be behind).
+    const written =
+      place === undefined
+        ? true
+        : new Promise<boolean>((resolve, reject) => {
+            place.closing = { resolve: () => resolve(true), reject };
+          });
     if (sequence.idle) this.#finish(sequence);
-    return true;
+    return written;
   }
 
   lookup(id: SequenceId): SequenceLookup {

@@ -1,3 +1,4 @@
+import type { ServerError } from "../errors.ts";
 import type { SequenceId } from "../infer.ts";
 import type { SequenceEndReason } from "../model.ts";
 import type { PendingRequest } from "../scheduler/pending-request.ts";
@@ -37,6 +38,8 @@ export interface TierPlace {
   verified: boolean;
   /** The sequence leaves this replica but goes on (a hand-over): its end here is not an end. */
   leaving: boolean;
+  /** A close waiting for the tier to hold the end (settled when it does, or cannot). */
+  closing?: { readonly resolve: () => void; readonly reject: (error: ServerError) => void };
 }
 
 let nextToken = 0;

@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { invalidArg } from "../../core/errors.ts";
+import { invalidArg, ServerError } from "../../core/errors.ts";
 import type { InferRequest, InferResponse } from "../../core/infer.ts";
 import type { ModelRegistry, ServedModel, ServerContext, TensorMetadata } from "../../core/model.ts";
 import { parseSequenceStep } from "../../core/sequence/sequence-parameters.ts";
@@ -242,9 +242,15 @@ export async function invocationRoutes(
           }
           const step = prepareStep(body, model, request, disconnect.signal, request.principal);
           refuseSequenceFields(step.request);
-          const response = await model.infer(
-            inSession(step.request, id, close, sessionStep(step.request, attributes)),
-          );
+          const response = await model
+            .infer(inSession(step.request, id, close, sessionStep(step.request, attributes)))
+            .catch(async (error: unknown) => {
+              // The session ended after it was found (closed on another replica while this
+              // one held it): the caller is told so as for any session no longer usable.
+              if (error instanceof ServerError && error.reason === "sequence_unknown")
+                await sessions.find(id, target);
+              throw error;
+            });
           if (close) reply.header(CLOSED_SESSION_ID_HEADER, id);
           return sendAnswer(reply, response, step.answer, step.encoding);
         }

@@ -255,6 +255,11 @@ export class Replica {
     return `http://127.0.0.1:${this.ports.http}`;
   }
 
+  /** The SageMaker port of a replica started with `--allow-sagemaker true`. */
+  get sagemakerPort(): number {
+    return this.#ports!.sagemaker_port!;
+  }
+
   /** kill -9: the replica dies mid-request, as a crashed pod does. */
   async kill(): Promise<void> {
     this.process.child.kill("SIGKILL");
