@@ -5,9 +5,9 @@ import { formatExpiry, NEW_SESSION, newSessionId } from "./session-id.ts";
 // SageMaker stateful sessions are sequences of the model they were opened on: the
 // session id is the sequence id, the state is the sequence's, kept by the core. Opening
 // a session opens a sequence with an expiry (the TTL counts from opening; the model's
-// idle timeout does not apply); closing one ends it as an END would; when a session can no longer be used, the core remembers why
-// for a while, and the caller is told which: closed, expired, ended for another reason,
-// or never known here.
+// idle timeout does not apply); closing one ends it as an END would. When a session can
+// no longer be used, the core remembers why for a while, and the caller is told which:
+// closed, expired, ended for another reason, or never known here.
 
 export interface OpenedSession {
   readonly id: string;
@@ -29,6 +29,23 @@ function why(reason: SequenceEndReason): string {
   }
 }
 
+type Found = { readonly model: ServedModel; readonly lookup: Exclude<SequenceLookup, { kind: "unknown" }> };
+
+/** The model where the session is live, else the one where it ended last; undefined when no model knows it. */
+function mostTelling(
+  lookups: readonly { readonly model: ServedModel; readonly lookup: SequenceLookup | undefined }[],
+): Found | undefined {
+  let found: Found | undefined;
+  for (const { model, lookup } of lookups) {
+    if (lookup === undefined || lookup.kind === "unknown") continue;
+    if (lookup.kind === "live") return { model, lookup };
+    if (found === undefined || (found.lookup.kind === "ended" && lookup.endedAtMs > found.lookup.endedAtMs)) {
+      found = { model, lookup };
+    }
+  }
+  return found;
+}
+
 export class SageMakerSessions {
   readonly #registry: ModelRegistry;
   readonly #ttlSecs: number;
@@ -38,8 +55,7 @@ export class SageMakerSessions {
     this.#ttlSecs = ttlSecs;
   }
 
-  /** Opens a session on `model`: a sequence that expires `ttlSecs` after now. */
-  /** Opens a session on `model`, owned by `owner` (the caller's API key's name). */
+  /** Opens a session on `model`, owned by `owner` (the caller's API key's name): a sequence that expires `ttlSecs` after now. */
   async open(model: ServedModel, owner?: string): Promise<OpenedSession> {
     const sequences = model.sequences;
     if (sequences === undefined) {
@@ -67,22 +83,21 @@ export class SageMakerSessions {
    * model's. Otherwise a 400 that says why the id cannot be used.
    */
   async find(id: string, target: ServedModel | undefined): Promise<ServedModel> {
-    let found: { model: ServedModel; lookup: Exclude<SequenceLookup, { kind: "unknown" }> } | undefined;
-    for (const model of this.#registry.served()) {
-      const sequences = model.sequences;
-      // A session opened on another replica is found in the shared tier.
-      const lookup = sequences?.locate === undefined ? sequences?.lookup(id) : await sequences.locate(id);
-      if (lookup === undefined || lookup.kind === "unknown") continue;
-      if (lookup.kind === "live") {
-        found = { model, lookup };
-        break;
-      }
-      if (
-        found === undefined ||
-        (found.lookup.kind === "ended" && lookup.endedAtMs > found.lookup.endedAtMs)
-      ) {
-        found = { model, lookup };
-      }
+    const served = this.#registry.served();
+    // A session live on this replica is found without asking the shared tier; one opened
+    // on another replica is looked up there, for every model at once.
+    let found = mostTelling(served.map((model) => ({ model, lookup: model.sequences?.lookup(id) })));
+    if (found?.lookup.kind !== "live" && served.some((model) => model.sequences?.locate !== undefined)) {
+      const located = await Promise.all(
+        served.map(async (model) => {
+          const sequences = model.sequences;
+          return {
+            model,
+            lookup: sequences?.locate === undefined ? sequences?.lookup(id) : await sequences.locate(id),
+          };
+        }),
+      );
+      found = mostTelling(located);
     }
     if (found === undefined) {
       throw invalidArg(
