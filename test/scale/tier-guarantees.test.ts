@@ -218,9 +218,20 @@ describe("the shared state tier's guarantees", { skip }, () => {
       assert.equal(stranger.status, 403, JSON.stringify(stranger.body));
       const ending = await step(two, tenantB, 0, { id, end: true });
       assert.equal(ending.status, 403, JSON.stringify(ending.body));
+      // Nor may it START the id again there, as it may not on one server.
+      const restart = await step(two, tenantB, 100, { id, start: true });
+      assert.equal(restart.status, 403, JSON.stringify(restart.body));
       // Its owner goes on, on either replica, from its own state.
       assert.equal(sum(await step(two, tenantA, 1, { id })), 6);
       assert.equal(sum(await step(one, tenantA, 1, { id, end: true })), 7);
+
+      // Ended, the id is free: the other tenant starts it anew on replica one. Replica two
+      // still holds tenant A's old copy, which must not take tenant B's new life as its own.
+      assert.equal(sum(await step(one, tenantB, 100, { id, start: true })), 100);
+      const stale = await step(two, tenantA, 1, { id });
+      assert.equal(stale.status, 403, JSON.stringify(stale.body));
+      assert.equal(sum(await step(two, tenantB, 1, { id })), 101);
+      assert.equal(sum(await step(one, tenantB, 1, { id, end: true })), 102);
     } finally {
       await Promise.all([one.stop(), two.stop()]);
       rmSync(dir, { recursive: true, force: true });

@@ -269,9 +269,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       existing === undefined &&
       control?.id !== undefined &&
       !this.#ending.has(key) &&
-      (!start || exclusive || control.step !== undefined)
+      (!start || exclusive || control.step !== undefined || pending.request.principal !== undefined)
     ) {
-      // Another replica may hold it: the tier says.
+      // Another replica may hold it: the tier says (for a START with an API key, whether
+      // another key's sequence holds the id).
       if (this.#shuttingDown) throw this.#leavingError(id);
       this.#lookUp(key, id, pending);
       return;
@@ -373,10 +374,13 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
 
   /** Only the caller that started a sequence may continue, restart or end it. */
   #checkOwner(sequence: Sequence, principal: string | undefined): void {
-    if (sequence.owner === principal) return;
-    throw new ServerError(
+    if (sequence.owner !== principal) throw this.#ownerError(sequence.id);
+  }
+
+  #ownerError(id: SequenceId): ServerError {
+    return new ServerError(
       "PERMISSION_DENIED",
-      `sequence ${formatSequenceId(sequence.id)} of model '${this.#config.name}' belongs to another caller: only the API key that started it may continue or end it`,
+      `sequence ${formatSequenceId(id)} of model '${this.#config.name}' belongs to another caller: only the API key that started it may continue or end it`,
     );
   }
 
@@ -1047,6 +1051,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         place.loading = false;
         if (!this.#all.has(sequence)) return;
         if (record !== undefined && record.ended === undefined) {
+          if (this.#endIfAnotherCallers(sequence, record)) return;
           try {
             this.#install(sequence, record);
           } catch (error) {
@@ -1069,6 +1074,29 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         this.afterStep(sequence);
       },
     );
+  }
+
+  /**
+   * The tier holds a new life of the id that another caller started (this copy's life
+   * ended elsewhere, and the id was started again under another API key): this copy ends
+   * here, without writing to the tier, and its requests are refused as the new owner's
+   * sequence refuses them. The id's next request reads the new life from the tier.
+   */
+  #endIfAnotherCallers(sequence: Sequence, record: TierRecord, running?: PendingRequest): boolean {
+    const place = sequence.tier!;
+    if (record.life === place.life) return false;
+    let owner: string | undefined;
+    try {
+      owner = decodeRecordBody(record.body, this.#describe(sequence.id)).owner;
+    } catch {
+      return false;
+    }
+    if (owner === sequence.owner) return false;
+    place.ended = true;
+    const error = this.#ownerError(sequence.id);
+    running?.reject(error);
+    this.#endNow(sequence, "restart", error);
+    return true;
   }
 
   /** Why a sequence is over when the tier has no live record of it. */
@@ -1155,6 +1183,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       return;
     }
     if (current !== undefined && current.ended === undefined && this.#all.has(sequence)) {
+      if (this.#endIfAnotherCallers(sequence, current, row.request)) return;
       // Another replica advanced (or restarted) the sequence meanwhile: this step runs
       // again on what the tier holds, never on top of a state that was not current.
       const tries = (this.#retries.get(row.request) ?? 0) + 1;
