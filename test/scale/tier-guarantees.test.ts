@@ -17,6 +17,7 @@ import {
   infer,
   inferBody,
   outputData,
+  postJson,
   type SequenceParams,
 } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
@@ -187,6 +188,27 @@ describe("the shared state tier's guarantees", { skip }, () => {
     // The sequences start again, and the store works as before.
     assert.equal(sum(await add(a, 7, { id: ids[0]!, start: true })), 7);
     assert.equal(sum(await add(b, 1, { id: ids[0]! })), 8);
+  });
+
+  it("a model loaded again on one replica keeps its sequences' place in the tier: a step made elsewhere meanwhile is kept", async () => {
+    const explicit = ["--model-control-mode", "explicit", "--load-model", MODEL];
+    const one = new Replica(repository.path, redis.url, explicit);
+    const two = new Replica(repository.path, redis.url, explicit);
+    try {
+      await Promise.all([one.ready(), two.ready()]);
+      const id = 601;
+      assert.equal(sum(await add(one, 5, { id, start: true })), 5);
+      assert.equal(sum(await add(two, 1, { id })), 6);
+      // The same version again: its sequences move to the new load, and so does their place.
+      const loaded = await postJson(`${two.url}/v2/repository/models/${MODEL}/load`, {});
+      assert.equal(loaded.status, 200, JSON.stringify(loaded.body));
+      assert.equal(sum(await add(one, 10, { id })), 16);
+      // Replica two's copy is behind: it reads the tier again rather than overwrite one's step.
+      assert.equal(sum(await add(two, 100, { id })), 116);
+      assert.equal(sum(await add(one, 0, { id, end: true })), 116);
+    } finally {
+      await Promise.all([one.stop(), two.stop()]);
+    }
   });
 
   it("a sequence started with one API key is that key's alone on every replica", async () => {

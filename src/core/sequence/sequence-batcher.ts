@@ -1469,6 +1469,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       createdMs: s.createdMs,
       expiresAtMs: s.expiresAtMs,
       owner: s.owner,
+      ...(this.#tier === undefined || s.tier === undefined
+        ? {}
+        : { tier: { records: this.#tier.records, life: s.tier.life, version: s.tier.version } }),
     }));
     // A close waiting for its sequence to be idle is answered now: the new version ends
     // the sequence and writes the end to the tier as any end, without confirming it.
@@ -1510,8 +1513,21 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     sequence.steps = moving.steps;
     sequence.applied = moving.applied ?? 0;
     sequence.answers = moving.answers;
-    // A new version keeps its records apart: the sequence's next step writes its first one.
     sequence.tier = this.#newPlace();
+    if (
+      sequence.tier !== undefined &&
+      moving.tier !== undefined &&
+      moving.tier.records === this.#tier!.records
+    ) {
+      // The same version loaded again keeps the same records: the copy keeps its place in
+      // them, and reads its record again before its next step (another replica may have
+      // advanced it meanwhile). A new version keeps its records apart: the sequence's next
+      // step writes its first one.
+      sequence.tier.life = moving.tier.life;
+      sequence.tier.version = moving.tier.version;
+      sequence.tier.stale = moving.tier.version !== undefined;
+      sequence.tier.verified = false;
+    }
     sequence.endReason = moving.endReason;
     sequence.expiresAtMs = moving.expiresAtMs;
     try {

@@ -64,6 +64,8 @@ export type TierWriteResult =
 export interface ModelTier {
   /** The tier the records are in. */
   readonly tier: SequenceTier;
+  /** Which records these are (the model and version they are keyed by): equal for two loads of one version. */
+  readonly records: string;
   read(id: SequenceId): Promise<TierRecord | undefined>;
   /** Applies the writes in order, in one round trip where the tier can; one result each. */
   write(writes: readonly TierWrite[]): Promise<TierWriteResult[]>;

@@ -31,6 +31,8 @@ export interface TransferredSequence {
   readonly expiresAtMs: number | undefined;
   /** The caller it belongs to (see Sequence.owner). */
   readonly owner: string | undefined;
+  /** With a shared tier: which records it was in (ModelTier.records), its life and the version it last read or wrote. */
+  readonly tier?: { readonly records: string; readonly life: string; readonly version: number | undefined };
 }
 
 export interface SequenceTransfer {

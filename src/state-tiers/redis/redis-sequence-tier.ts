@@ -151,6 +151,7 @@ export class RedisSequenceTier implements SequenceTier {
   forModel(model: string, version: string): ModelTier {
     return {
       tier: this,
+      records: `${model}:${version}`,
       read: (id) => this.#read(recordKey(this.#location.prefix, model, version, id)),
       write: (writes) => this.#track(this.#write(model, version, writes)),
     };
