@@ -190,6 +190,22 @@ describe("the shared state tier's guarantees", { skip }, () => {
     assert.equal(sum(await add(b, 1, { id: ids[0]! })), 8);
   });
 
+  it("a START of an id that ended elsewhere begins it anew on a replica that held an older copy", async () => {
+    const id = 602;
+    assert.equal(sum(await add(a, 5, { id, start: true, step: 1 })), 5);
+    assert.equal(sum(await add(b, 1, { id, step: 2 })), 6);
+    assert.equal(sum(await add(a, 1, { id, step: 3, end: true })), 7);
+    // Replica b still holds steps 1–2 of the old life. The new life's START is not taken
+    // for a retry of the old one's (whose answer was 5): b tells the client to send it
+    // again, and then starts the id anew.
+    const first = await add(b, 50, { id, start: true, step: 1 });
+    assert.equal(first.status, 503, JSON.stringify(first.body));
+    assert.match(first.body.error as string, /send the START again/);
+    assert.equal(sum(await add(b, 50, { id, start: true, step: 1 })), 50);
+    assert.equal(sum(await add(b, 1, { id, step: 2 })), 51);
+    assert.equal(sum(await add(a, 1, { id, step: 3, end: true })), 52);
+  });
+
   it("a model loaded again on one replica keeps its sequences' place in the tier: a step made elsewhere meanwhile is kept", async () => {
     const explicit = ["--model-control-mode", "explicit", "--load-model", MODEL];
     const one = new Replica(repository.path, redis.url, explicit);

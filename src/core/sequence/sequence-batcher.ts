@@ -377,6 +377,13 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (sequence.owner !== principal) throw this.#ownerError(sequence.id);
   }
 
+  #startAgain(id: SequenceId): ServerError {
+    return unavailable(
+      `${this.#describe(id)} ended on another replica while this one held an older copy of it; send the START again to begin it anew`,
+      1,
+    );
+  }
+
   #ownerError(id: SequenceId): ServerError {
     return new ServerError(
       "PERMISSION_DENIED",
@@ -1062,7 +1069,16 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
           const reason = this.#goneReason(record);
           const head = sequence.queue.peek();
           if (head !== undefined && this.#answerFromEnded(head, record)) sequence.queue.shift();
-          this.#endNow(sequence, reason, this.#endedElsewhere(sequence.id, reason));
+          const ended = this.#endedElsewhere(sequence.id, reason);
+          // A START that reached this old copy (taken for the retry of the START it began
+          // with) begins the id anew once the copy is gone: it and what follows it are
+          // told to come again, rather than that the sequence has ended.
+          let restarting = false;
+          for (const p of sequence.queue.drain()) {
+            restarting ||= p.request.sequence?.start === true;
+            p.reject(restarting ? this.#startAgain(sequence.id) : ended);
+          }
+          this.#endNow(sequence, reason, ended);
           return;
         }
         this.afterStep(sequence);
@@ -1217,7 +1233,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   /** Answers a numbered request whose step the ended sequence `record` recorded; false when it did not. */
   #answerFromEnded(request: PendingRequest, record: TierRecord | undefined): boolean {
     const step = request.request.sequence?.step;
-    if (step === undefined || record?.ended === undefined) return false;
+    // A START on an ended id begins it anew, as on one server: it is no retry.
+    if (step === undefined || record?.ended === undefined || request.request.sequence?.start === true)
+      return false;
     let answer: StepAnswer | undefined;
     try {
       answer = decodeRecordBody(record.body, "an ended sequence").answers.find((a) => a.step === step);
