@@ -266,7 +266,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (
       this.#tier !== undefined &&
       !looked &&
-      existing === undefined &&
+      (existing === undefined || (start && exclusive)) &&
       control?.id !== undefined &&
       !this.#ending.has(key) &&
       (!start || exclusive || control.step !== undefined || pending.request.principal !== undefined)
@@ -973,6 +973,18 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#pending -= waiting.length;
     this.#waitingForTier -= waiting.length;
     try {
+      const local = this.#live.get(key);
+      if (
+        local?.tier?.version !== undefined &&
+        (record === undefined || record.ended !== undefined || record.life !== local.tier.life)
+      ) {
+        // A copy here of a life that is over elsewhere (an exclusive START asked): it ends
+        // here without writing, and the START is judged on what the tier holds.
+        local.tier.ended = true;
+        const reason =
+          record !== undefined && record.ended === undefined ? "restart" : this.#goneReason(record);
+        this.#endNow(local, reason, this.#endedElsewhere(id, reason));
+      }
       if (record !== undefined && record.ended === undefined) {
         if (!this.#live.has(key) && !this.#ending.has(key)) this.#adoptFromTier(key, id, record);
       } else if (record !== undefined) {
