@@ -1168,9 +1168,14 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     try {
       results = await this.#tier!.write(writes);
     } catch (error) {
-      for (const { row } of steps) {
+      for (const { row, end } of steps) {
         // What this replica holds is ahead of what the tier confirms: read it again first.
         row.sequence.tier!.stale = true;
+        // An END whose write failed is not written again as a bare end when its sequence
+        // finishes here: that end would carry no answer for the END, and its retry (as
+        // the error asks) would find the sequence ended and its answer gone. The record
+        // is left as the tier has it: the retry applies the END, or finds its answer.
+        if (end) row.sequence.tier!.ended = true;
         row.request.reject(this.#tierError(row.sequence.id, "writing the state of", error));
       }
       return;
