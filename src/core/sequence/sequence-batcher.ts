@@ -1301,15 +1301,16 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       .write([write])
       .catch((error: unknown) =>
         this.#warn(
-          `the end of ${this.#describe(sequence.id)} (${reason}) could not be written to the state store at ${this.#tier!.tier.location}: ${(error as Error).message}; its record expires by itself`,
+          `the end of ${this.#describe(sequence.id)} (${reason}) could not be written to the state store at ${this.#tier!.tier.location}: ${(error as Error).message}; ${this.#idleMs === undefined && sequence.expiresAtMs === undefined ? "its record stays live until another replica ends it, or a START begins the id anew" : "its record expires by itself"}`,
         ),
       );
   }
 
   /**
-   * A client's close holds whatever this replica's copy is: when another replica has
-   * advanced the sequence since, the close ends the record the tier holds now. It settles
-   * once the tier holds the end, or the sequence has ended there already.
+   * A client's close (or an operator's end) holds whatever this replica's copy is: when
+   * another replica has advanced the sequence since, the close ends the record the tier
+   * holds now. It settles once the tier holds the end, or the sequence has ended there
+   * already.
    */
   async #writeClose(first: TierWrite, closing: NonNullable<TierPlace["closing"]>): Promise<void> {
     let write = first;
@@ -1460,12 +1461,20 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       );
     }
     const how = reason === "forced" ? "through the sequences API" : `(${reason})`;
+    const place = sequence.tier;
+    // With a tier, an operator's end is done when the tier holds it, as a close is.
+    const written =
+      place === undefined || reason !== "forced"
+        ? true
+        : new Promise<boolean>((resolve, reject) => {
+            place.closing = { resolve: () => resolve(true), reject };
+          });
     this.#endNow(
       sequence,
       reason,
       cancelled(`sequence ${formatSequenceId(id)} of model '${this.#config.name}' was ended ${how}`),
     );
-    return true;
+    return written;
   }
 
   // ---- moving sequences to a reloaded version of the model ----

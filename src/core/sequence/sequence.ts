@@ -38,7 +38,7 @@ export interface TierPlace {
   verified: boolean;
   /** The sequence leaves this replica but goes on (a hand-over): its end here is not an end. */
   leaving: boolean;
-  /** A close waiting for the tier to hold the end (settled when it does, or cannot). */
+  /** A client's close or an operator's end, waiting for the tier to hold the end (settled when it does, or cannot). */
   closing?: { readonly resolve: () => void; readonly reject: (error: ServerError) => void };
 }
 
