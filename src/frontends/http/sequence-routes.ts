@@ -124,12 +124,13 @@ export async function sequenceRoutes(app: FastifyInstance, options: SequenceRout
     app.delete(
       `${path}/sequences/:id`,
       { schema: schemas.endSequence },
-      (request: FastifyRequest<{ Params: SequenceParams; Querystring: SequenceQuery }>, reply) => {
+      async (request: FastifyRequest<{ Params: SequenceParams; Querystring: SequenceQuery }>, reply) => {
         const { model: name, version, id: text } = request.params;
         const model = registry.model(name, modelVersion(version));
         const admin = sequencesOf(model);
         const id = pathSequenceId(text, request.query.id_type);
-        if (!admin.end(id)) {
+        // With a shared tier the end is answered once the tier holds it (or says why not).
+        if (!(await admin.end(id))) {
           throw notFound(`sequence ${formatSequenceId(id)} is not live in model '${model.name}'`);
         }
         return reply.code(200).send();

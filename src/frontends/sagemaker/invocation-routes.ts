@@ -224,7 +224,8 @@ export async function invocationRoutes(
             );
           } catch (error) {
             // Its id never reached the client: nobody could use or close the session.
-            await model.sequences?.end(session.id, "forced");
+            // The open's own failure is what the client hears, whatever becomes of this end.
+            await Promise.resolve(model.sequences?.end(session.id, "forced")).catch(() => {});
             throw error;
           }
           reply.header(NEW_SESSION_ID_HEADER, value).header(SESSION_ID_HEADER, value);
