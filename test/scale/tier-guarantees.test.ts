@@ -13,6 +13,7 @@ import {
   sdkError,
 } from "../sagemaker/support/sagemaker-kit.ts";
 import {
+  deleteJson,
   type HttpAnswer,
   infer,
   inferBody,
@@ -207,8 +208,7 @@ describe("the shared state tier's guarantees", { skip }, () => {
   });
 
   it("an OpenVINO-style START of an id that ended elsewhere is not refused as existing by a replica that held an older copy", async () => {
-    const id = 603;
-    const predict = async (replica: Replica, value: number, control?: 1 | 2) => {
+    const predict = async (replica: Replica, value: number, control?: 1 | 2, id = 603) => {
       const answer = await postJson(`${replica.url}/v1/models/${MODEL}:predict`, {
         inputs: {
           INPUT: [[value]],
@@ -226,6 +226,37 @@ describe("the shared state tier's guarantees", { skip }, () => {
     // Ended, the id may start again, on b too, although b still holds the old life.
     assert.equal(await predict(b, 50, 1), 50);
     assert.equal(await predict(a, 1, 2), 51);
+
+    // A START refused as existing leaves b a copy read from the tier; that read does not
+    // vouch for a later numbered START, which must not be taken for the old life's retry.
+    const id = 604;
+    assert.equal(sum(await add(a, 5, { id, start: true, step: 1 })), 5);
+    assert.equal(sum(await add(a, 1, { id, step: 2 })), 6);
+    assert.match(String(await predict(b, 100, 1, id)), /^409 .*already exists/);
+    assert.equal(sum(await add(a, 1, { id, step: 3, end: true })), 7);
+    const first = await add(b, 50, { id, start: true, step: 1 });
+    assert.equal(first.status, 503, JSON.stringify(first.body));
+    assert.equal(sum(await add(b, 50, { id, start: true, step: 1 })), 50);
+    assert.equal(sum(await add(b, 1, { id, step: 2, end: true })), 51);
+  });
+
+  it("an operator's end while the store is down is answered 503, and the replica serves on", async () => {
+    const own = await RedisServer.start();
+    const replica = new Replica(repository.path, own.url);
+    try {
+      await replica.ready();
+      assert.equal(sum(await add(replica, 5, { id: 605, start: true })), 5);
+      await own.stop();
+      // The end waits for the store; it cannot be written, and the operator is told so.
+      const ended = await deleteJson(`${replica.url}/v2/models/${MODEL}/sequences/605`);
+      assert.equal(ended.status, 503, JSON.stringify(ended.body));
+      assert.match(ended.body.error as string, /in the state store at .* failed/);
+      const live = await fetch(`${replica.url}/v2/health/live`);
+      assert.equal(live.status, 200);
+      assert.equal(replica.process.child.exitCode, null);
+    } finally {
+      await replica.stop();
+    }
   });
 
   it("a model loaded again on one replica keeps its sequences' place in the tier: a step made elsewhere meanwhile is kept", async () => {
@@ -292,6 +323,28 @@ describe("the shared state tier's guarantees", { skip }, () => {
       assert.equal(stale.status, 403, JSON.stringify(stale.body));
       assert.equal(sum(await step(two, tenantB, 1, { id })), 101);
       assert.equal(sum(await step(one, tenantB, 1, { id, end: true })), 102);
+
+      // Nor may tenant A START the id again through its old copy on replica two: a START
+      // of the new life's id there is judged on the new life, not on the old copy.
+      const again = 502;
+      assert.equal(sum(await step(one, tenantA, 5, { id: again, start: true })), 5);
+      assert.equal(sum(await step(two, tenantA, 1, { id: again })), 6);
+      assert.equal(sum(await step(one, tenantA, 1, { id: again, end: true })), 7);
+      assert.equal(sum(await step(one, tenantB, 100, { id: again, start: true })), 100);
+      const takeBack = await step(two, tenantA, 1000, { id: again, start: true });
+      assert.equal(takeBack.status, 403, JSON.stringify(takeBack.body));
+      assert.equal(sum(await step(one, tenantB, 1, { id: again, end: true })), 101);
+
+      // A copy read from the tier for a START that was refused does not vouch for a later
+      // request: tenant A's new life's numbered START is not taken for a retry of the old.
+      const numbered = 503;
+      assert.equal(sum(await step(one, tenantA, 5, { id: numbered, start: true, step: 1 })), 5);
+      assert.equal(sum(await step(one, tenantA, 1, { id: numbered, step: 2 })), 6);
+      const refused = await step(two, tenantB, 100, { id: numbered, start: true });
+      assert.equal(refused.status, 403, JSON.stringify(refused.body));
+      assert.equal(sum(await step(one, tenantA, 1, { id: numbered, step: 3, end: true })), 7);
+      assert.equal(sum(await step(two, tenantA, 50, { id: numbered, start: true, step: 1 })), 50);
+      assert.equal(sum(await step(two, tenantA, 1, { id: numbered, step: 2, end: true })), 51);
     } finally {
       await Promise.all([one.stop(), two.stop()]);
       rmSync(dir, { recursive: true, force: true });

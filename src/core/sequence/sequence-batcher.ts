@@ -266,13 +266,17 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (
       this.#tier !== undefined &&
       !looked &&
-      (existing === undefined || (start && exclusive)) &&
+      (existing === undefined ||
+        (start &&
+          (exclusive ||
+            (pending.request.principal !== undefined && existing.tier?.version !== undefined)))) &&
       control?.id !== undefined &&
       !this.#ending.has(key) &&
       (!start || exclusive || control.step !== undefined || pending.request.principal !== undefined)
     ) {
-      // Another replica may hold it: the tier says (for a START with an API key, whether
-      // another key's sequence holds the id).
+      // Another replica may hold it, or have moved on from the copy held here: the tier
+      // says (for a START with an API key, whether another key's sequence holds the id;
+      // for an exclusive START, whether the id is live).
       if (this.#shuttingDown) throw this.#leavingError(id);
       this.#lookUp(key, id, pending);
       return;
@@ -954,8 +958,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       return;
     }
     this.#looks.set(key, [pending]);
+    const held = this.#live.get(key);
     this.#tier!.read(id).then(
-      (record) => this.#looked(key, id, record),
+      (record) => this.#looked(key, id, record, held),
       (error: unknown) => {
         const failed = this.#looks.get(key) ?? [];
         this.#looks.delete(key);
@@ -967,7 +972,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     );
   }
 
-  #looked(key: string, id: SequenceId, record: TierRecord | undefined): void {
+  /** `held`: the copy of the id this replica held when it asked (a START asks about it). */
+  #looked(key: string, id: SequenceId, record: TierRecord | undefined, held: Sequence | undefined): void {
     const waiting = this.#looks.get(key) ?? [];
     this.#looks.delete(key);
     this.#pending -= waiting.length;
@@ -975,11 +981,13 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     try {
       const local = this.#live.get(key);
       if (
-        local?.tier?.version !== undefined &&
+        local !== undefined &&
+        local === held &&
+        local.tier?.version !== undefined &&
         (record === undefined || record.ended !== undefined || record.life !== local.tier.life)
       ) {
-        // A copy here of a life that is over elsewhere (an exclusive START asked): it ends
-        // here without writing, and the START is judged on what the tier holds.
+        // A copy here of a life that is over elsewhere: it ends here without writing, and
+        // the START is judged on what the tier holds.
         local.tier.ended = true;
         const reason =
           record !== undefined && record.ended === undefined ? "restart" : this.#goneReason(record);
@@ -1007,6 +1015,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         p.reject(asServerError(error));
       }
     }
+    // The tier's word was read for these requests: when none of them waits on the copy
+    // (all were refused or answered), it must not vouch for a later request.
+    const copy = this.#live.get(key);
+    if (copy?.tier !== undefined && copy.queue.length === 0) copy.tier.verified = false;
     this.#notifyIdle();
   }
 
@@ -1317,6 +1329,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     // A close the tier did not take is not remembered here as an end: a retry asks the tier.
     const fail = (error: ServerError) => {
       this.#recentEnds.forget(idKey(write.id));
+      this.#warn(
+        `the end of ${this.#describe(write.id)} was not written to the state store: ${error.message}`,
+      );
       closing.reject(error);
     };
     try {
@@ -1324,7 +1339,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         const [result] = await this.#tier!.write([write]);
         if (result?.kind !== "conflict") return closing.resolve();
         const current = result.current;
-        if (current === undefined || current.ended !== undefined) return closing.resolve();
+        // Ended already, or started again elsewhere: the life this close meant is over.
+        if (current === undefined || current.ended !== undefined || current.life !== first.life) {
+          return closing.resolve();
+        }
         if (tries > MAX_STEP_RETRIES) {
           return fail(
             unavailable(
@@ -1515,7 +1533,14 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       owner: s.owner,
       ...(this.#tier === undefined || s.tier === undefined
         ? {}
-        : { tier: { records: this.#tier.records, life: s.tier.life, version: s.tier.version } }),
+        : {
+            tier: {
+              records: this.#tier.records,
+              life: s.tier.life,
+              version: s.tier.version,
+              ended: s.tier.ended,
+            },
+          }),
     }));
     // A close waiting for its sequence to be idle is answered now: the new version ends
     // the sequence and writes the end to the tier as any end, without confirming it.
@@ -1569,6 +1594,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       // step writes its first one.
       sequence.tier.life = moving.tier.life;
       sequence.tier.version = moving.tier.version;
+      sequence.tier.ended = moving.tier.ended;
       sequence.tier.stale = moving.tier.version !== undefined;
       sequence.tier.verified = false;
     }

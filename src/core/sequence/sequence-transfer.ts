@@ -31,8 +31,13 @@ export interface TransferredSequence {
   readonly expiresAtMs: number | undefined;
   /** The caller it belongs to (see Sequence.owner). */
   readonly owner: string | undefined;
-  /** With a shared tier: which records it was in (ModelTier.records), its life and the version it last read or wrote. */
-  readonly tier?: { readonly records: string; readonly life: string; readonly version: number | undefined };
+  /** With a shared tier: which records it was in (ModelTier.records), its life, the version it last read or wrote, and whether the tier holds its end (or must not be sent one). */
+  readonly tier?: {
+    readonly records: string;
+    readonly life: string;
+    readonly version: number | undefined;
+    readonly ended: boolean;
+  };
 }
 
 export interface SequenceTransfer {
