@@ -129,6 +129,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   #idleTimer: NodeJS.Timeout | undefined;
   readonly #ended: Record<SequenceEndReason, number>;
   readonly #ordering: OrderedRelease | undefined;
+  /** Each accepted request's place in #ordering (preserve_ordering). */
+  readonly #tickets = new WeakMap<PendingRequest, number>();
   /** Ids whose END was accepted and whose sequence has not finished yet. */
   readonly #ending = new Map<string, Sequence>();
   /** Live sequences allowed at once (max_candidate_sequence_use_ratio of the slots). */
@@ -354,6 +356,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (this.#ordering !== undefined) {
       const ticket = this.#ordering.issue();
       const ordering = this.#ordering;
+      this.#tickets.set(pending, ticket);
       pending.deliverThrough((deliver) => ordering.complete(ticket, deliver));
     }
     sequence.queue.push(pending);
@@ -1542,6 +1545,14 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
             },
           }),
     }));
+    // The requests that leave take their places in the delivery order with them: answers
+    // here held for theirs go out, or they would wait for ever (preserve_ordering).
+    for (const moving of sequences) {
+      for (const request of moving.requests) {
+        const ticket = this.#tickets.get(request);
+        if (ticket !== undefined) this.#ordering!.complete(ticket, () => {});
+      }
+    }
     // A close waiting for its sequence to be idle is answered now: the new version ends
     // the sequence and writes the end to the tier as any end, without confirming it.
     for (const s of leaving) s.tier?.closing?.resolve();

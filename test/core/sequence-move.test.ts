@@ -1,0 +1,58 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import type { InferRequest, SequenceControl } from "../../src/core/infer.ts";
+import { LoadedModel } from "../../src/core/loaded-model.ts";
+import { AccumulatorExecutor, accumulatorConfig } from "./support/accumulator-executor.ts";
+import { turn } from "./support/batcher-harness.ts";
+
+// Live sequences moving to a reloaded version of their model (LoadedModel.moveSequencesTo),
+// with what the old version still owes its clients.
+
+const request = (value: number, sequence: Partial<SequenceControl>): InferRequest => ({
+  id: "",
+  inputs: new Map([["INPUT", { datatype: "INT32", shape: [1, 1], data: Int32Array.of(value) }]]),
+  outputs: undefined,
+  parameters: {},
+  sequence: { id: undefined, start: false, end: false, timeoutUs: undefined, ...sequence },
+});
+const sum = (response: { readonly outputs: readonly { readonly data: unknown }[] }) =>
+  (response.outputs[0]!.data as Int32Array)[0];
+
+describe("sequences moving to a reloaded version", () => {
+  it("with preserve_ordering, an answer held for a request that moved is still sent, and the old version unloads", async () => {
+    const config = accumulatorConfig(
+      {
+        strategy: {
+          kind: "oldest",
+          maxCandidateSequences: 4,
+          preferredBatchSizes: [],
+          maxQueueDelayUs: 0,
+          preserveOrdering: true,
+        },
+      },
+      2,
+    );
+    const running = new AccumulatorExecutor();
+    const old = new LoadedModel({ config, version: "1", executors: [running] });
+    running.hold();
+    // Accepted in this order: x1, x2, y1. The first batch runs x1 and y1; x2 waits for x1.
+    const x1 = old.infer(request(1, { id: 1n, start: true }));
+    const x2 = old.infer(request(2, { id: 1n }));
+    const y1 = old.infer(request(10, { id: 2n, start: true }));
+    await turn();
+    assert.equal(running.batches.length, 1);
+    // The reload begins while that batch runs: y1's answer waits for x2's, which moves.
+    const quiet = old.quiesce();
+    running.release();
+    await quiet;
+    const fresh = new LoadedModel({ config, version: "1", executors: [new AccumulatorExecutor("acc_new")] });
+    old.moveSequencesTo(fresh);
+    old.resume();
+    assert.equal(sum(await x1), 1);
+    assert.equal(sum(await y1), 10);
+    assert.equal(sum(await x2), 3);
+    await old.unload(Date.now() + 1000);
+    assert.equal(old.pending, 0);
+    await fresh.unload(Date.now() + 1000);
+  });
+});
