@@ -2,14 +2,16 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
+import { StreamClient } from "../http/support/ws-client.ts";
 import { postJson } from "../support/http-client.ts";
-import { accumulate, accumulatorConfig, listSequences } from "../support/sequence-kit.ts";
+import { accumulate, accumulatorConfig, listSequences, waitFor } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import { type LogLine, memoryLogger } from "./support/memory-logger.ts";
 
 // Reloading an unchanged sequence model through the repository API (HTTP or gRPC) keeps
 // its live sequences with their state: their next requests continue where they were,
-// and the handover is logged. (Reported as dropping every live sequence's state.)
+// over a WebSocket stream opened before the reload too, and the handover is logged.
+// (Reported as dropping every live sequence's state.)
 
 const CONFIG = accumulatorConfig(
   "acc",
@@ -55,5 +57,27 @@ test("live sequences keep their state across a reload of the unchanged model, ov
   assert.deepEqual(
     moved.map((l) => l.count),
     [2, 2],
+  );
+});
+
+test("a WebSocket stream open across a reload goes on with its sequence, and ends it on close", async () => {
+  const stream = await StreamClient.open(
+    { port: Number(new URL(server.url).port) },
+    "/v2/models/acc/stream?sequence_id=ws1",
+  );
+  const step = async (value: number) => {
+    stream.send({ inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [value] }] });
+    const answer = await stream.nextText();
+    assert.ok(answer.outputs !== undefined, JSON.stringify(answer));
+    return (answer.outputs as { data: number[] }[])[0]!.data[0];
+  };
+  assert.equal(await step(5), 5);
+  const reload = await postJson(`${server.url}/v2/repository/models/acc/load`, {});
+  assert.equal(reload.status, 200, JSON.stringify(reload.body));
+  assert.equal(await step(3), 8);
+  await stream.close(1000);
+  // Closed, the stream ended its sequence where it now lives: no slot stays held.
+  await waitFor("the stream's sequence to end", async () =>
+    (await listSequences(server.url, "acc")).sequences.some((s) => s.id === "ws1") ? undefined : true,
   );
 });

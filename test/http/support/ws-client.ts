@@ -49,7 +49,11 @@ export class StreamClient {
     socket.on("error", () => {});
   }
 
-  static open(server: TestServer, path: string, headers: Record<string, string> = {}): Promise<StreamClient> {
+  static open(
+    server: Pick<TestServer, "port">,
+    path: string,
+    headers: Record<string, string> = {},
+  ): Promise<StreamClient> {
     const socket = new WebSocket(`ws://127.0.0.1:${server.port}${path}`, { headers });
     const client = new StreamClient(socket);
     return new Promise((resolve, reject) => {

@@ -128,8 +128,9 @@ function isSequenceGone(error: ServerError): boolean {
 
 export class StreamConnection {
   readonly #socket: WebSocket;
-  readonly #model: ServedModel;
-  readonly #sequences: SequenceAdmin | undefined;
+  /** The model the stream opened on, used once it is no longer served (unloaded). */
+  readonly #opened: ServedModel;
+  readonly #current: () => ServedModel;
   readonly #raw: boolean;
   readonly #limits: StreamLimits;
   readonly #logger: FastifyBaseLogger;
@@ -168,9 +169,26 @@ export class StreamConnection {
   readonly #sentSizes = new Deque<number>();
   #idleTimer: NodeJS.Timeout | undefined;
 
+  /**
+   * The model as it is served now. A reload of the model swaps a new version in, and the
+   * stream's sequence moves there with its state: each message goes to where it is.
+   */
+  get #model(): ServedModel {
+    try {
+      return this.#current();
+    } catch {
+      return this.#opened;
+    }
+  }
+
+  get #sequences(): SequenceAdmin | undefined {
+    return this.#model.sequences;
+  }
+
   constructor(
     socket: WebSocket,
     model: ServedModel,
+    current: () => ServedModel,
     options: StreamOptions,
     limits: StreamLimits,
     owners: SequenceOwners,
@@ -183,8 +201,8 @@ export class StreamConnection {
     this.#stopWatchingBudget = budget.onRoom(() => {
       if (!this.#closing) this.#advance();
     });
-    this.#model = model;
-    this.#sequences = model.sequences;
+    this.#opened = model;
+    this.#current = current;
     this.#raw = options.format === "raw";
     this.#limits = limits;
     this.#logger = logger;

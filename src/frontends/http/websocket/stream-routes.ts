@@ -37,6 +37,8 @@ export interface StreamRoutesOptions {
 
 interface StreamTarget {
   readonly model: ServedModel;
+  /** The model as served now: a reload swaps a new version in under an open stream. */
+  readonly current: () => ServedModel;
   readonly options: StreamOptions;
 }
 
@@ -49,7 +51,8 @@ function streamTarget(registry: ModelRegistry, request: StreamRequest): StreamTa
   // Routed by X-Sequence-Id, the stream's sequence may be named by the header alone.
   const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
   const sequenceId = routedRequestId(options.sequenceId, routed, model);
-  return { model, options: sequenceId === options.sequenceId ? options : { ...options, sequenceId } };
+  const current = () => registry.model(name, modelVersion(version));
+  return { model, current, options: sequenceId === options.sequenceId ? options : { ...options, sequenceId } };
 }
 
 /**
@@ -105,6 +108,7 @@ export async function streamRoutes(app: FastifyInstance, options: StreamRoutesOp
         new StreamConnection(
           socket,
           target.model,
+          target.current,
           target.options,
           limits,
           owners,
