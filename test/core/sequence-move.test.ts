@@ -55,4 +55,23 @@ describe("sequences moving to a reloaded version", () => {
     assert.equal(old.pending, 0);
     await fresh.unload(Date.now() + 1000);
   });
+
+  it("two versions folded into one, each with a live sequence of one id: the first keeps it, the second ends", async () => {
+    const config = accumulatorConfig({ maxSequenceIdleUs: undefined }, 2);
+    const v1 = new LoadedModel({ config, version: "1", executors: [new AccumulatorExecutor("v1")] });
+    const v2 = new LoadedModel({ config, version: "2", executors: [new AccumulatorExecutor("v2")] });
+    assert.equal(sum(await v1.infer(request(100, { id: "a", start: true }))), 100);
+    assert.equal(sum(await v2.infer(request(5, { id: "a", start: true }))), 5);
+    const v3 = new LoadedModel({ config, version: "3", executors: [new AccumulatorExecutor("v3")] });
+    await v1.quiesce();
+    await v2.quiesce();
+    v1.moveSequencesTo(v3);
+    v2.moveSequencesTo(v3);
+    const live = v3.sequences!.list().filter((s) => s.id === "a");
+    assert.equal(live.length, 1, JSON.stringify(live));
+    assert.equal(sum(await v3.infer(request(1, { id: "a", end: true }))), 101);
+    assert.equal(v3.sequences!.list().length, 0);
+    assert.equal(v3.sequences!.summary().ended.reloaded, 1);
+    for (const model of [v1, v2, v3]) await model.unload(Date.now() + 1000);
+  });
 });

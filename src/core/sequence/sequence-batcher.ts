@@ -1589,6 +1589,16 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   #adoptOne(moving: TransferredSequence): void {
+    if (moving.live && this.#live.has(idKey(moving.id))) {
+      // Two versions folded into one, each with a live sequence of this id: the one that
+      // came first keeps it, and this one ends as the reload's, its requests refused.
+      const refusal = cancelled(
+        `sequence ${formatSequenceId(moving.id)} ended: the reloaded model '${this.#config.name}' already holds a live sequence with its id, moved from another version`,
+      );
+      for (const request of moving.requests) request.reject(refusal);
+      this.#ended.reloaded++;
+      return;
+    }
     const sequence = new Sequence(moving.id, moving.createdMs, moving.owner);
     sequence.steps = moving.steps;
     sequence.applied = moving.applied ?? 0;

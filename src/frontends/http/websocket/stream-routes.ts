@@ -52,7 +52,11 @@ function streamTarget(registry: ModelRegistry, request: StreamRequest): StreamTa
   const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
   const sequenceId = routedRequestId(options.sequenceId, routed, model);
   const current = () => registry.model(name, modelVersion(version));
-  return { model, current, options: sequenceId === options.sequenceId ? options : { ...options, sequenceId } };
+  return {
+    model,
+    current,
+    options: sequenceId === options.sequenceId ? options : { ...options, sequenceId },
+  };
 }
 
 /**
