@@ -74,4 +74,35 @@ describe("sequences moving to a reloaded version", () => {
     assert.equal(v3.sequences!.summary().ended.reloaded, 1);
     for (const model of [v1, v2, v3]) await model.unload(Date.now() + 1000);
   });
+
+  it("a sequence waiting in the backlog keeps its START's timeout", async () => {
+    const config = accumulatorConfig(
+      {
+        strategy: {
+          kind: "oldest",
+          maxCandidateSequences: 1,
+          preferredBatchSizes: [],
+          maxQueueDelayUs: 0,
+          preserveOrdering: false,
+        },
+      },
+      1,
+    );
+    const old = new LoadedModel({ config, version: "1", executors: [new AccumulatorExecutor("old")] });
+    assert.equal(sum(await old.infer(request(1, { id: "holder", start: true }))), 1);
+    // The one slot is taken: this START waits in the backlog, at most 300 ms.
+    const waiting = old.infer(request(2, { id: "waiter", start: true, timeoutUs: 300_000 }));
+    await turn();
+    await old.quiesce();
+    const fresh = new LoadedModel({ config, version: "1", executors: [new AccumulatorExecutor("fresh")] });
+    old.moveSequencesTo(fresh);
+    old.resume();
+    // The server's sockets keep its process alive; here a timer does (the batcher's are unref'd).
+    const alive = setTimeout(() => {}, 5000);
+    await assert.rejects(waiting, /timeout of the corresponding sequence has been expired/);
+    clearTimeout(alive);
+    assert.equal(fresh.sequences!.summary().ended.backlog_timeout, 1);
+    await old.unload(Date.now() + 1000);
+    await fresh.unload(Date.now() + 1000);
+  });
 });

@@ -1534,6 +1534,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       createdMs: s.createdMs,
       expiresAtMs: s.expiresAtMs,
       owner: s.owner,
+      backlogDeadlineMs: s.holder === undefined ? s.backlogDeadlineMs : undefined,
       ...(this.#tier === undefined || s.tier === undefined
         ? {}
         : {
@@ -1654,6 +1655,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (sequence.holder !== undefined) {
       this.#startIdleClock(sequence);
       sequence.holder.wake(sequence);
+    } else if (moving.backlogDeadlineMs !== undefined) {
+      // Still waiting for a slot: its START's timeout goes on counting from where it was.
+      this.#armBacklogTimeout(sequence, Math.max(0, moving.backlogDeadlineMs - Date.now()) * 1000);
     }
   }
 

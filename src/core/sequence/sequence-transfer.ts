@@ -29,6 +29,8 @@ export interface TransferredSequence {
   readonly createdMs: number;
   /** When the sequence expires (a session's TTL), if it does. */
   readonly expiresAtMs: number | undefined;
+  /** For a sequence waiting in the backlog: when its START's timeout ends the wait, if it has one. */
+  readonly backlogDeadlineMs?: number | undefined;
   /** The caller it belongs to (see Sequence.owner). */
   readonly owner: string | undefined;
   /** With a shared tier: which records it was in (ModelTier.records), its life, the version it last read or wrote, and whether the tier holds its end (or must not be sent one). */
