@@ -153,6 +153,8 @@ export async function startServer(
       defaultMaxBatchSize: options.backendSettings.defaultMaxBatchSize,
       loadThreadCount: options.modelLoadThreadCount,
       loadRetryCount: options.modelLoadRetryCount,
+      // A reload waits for the replaced version's running requests as long as a stop does.
+      reloadQuietMs: options.exitTimeoutSecs * 1000,
       maxInstancesPerModel: security.limits.maxInstancesPerModel,
       maxSequenceIdBytes: security.limits.maxSequenceIdBytes,
       refusals,

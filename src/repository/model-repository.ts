@@ -46,6 +46,12 @@ export interface ModelRepositoryOptions {
   readonly sequenceCleanerPollWaitMinutes?: number;
   /** More tries of a load that failed (--model-load-retry-count). */
   readonly loadRetryCount?: number;
+  /**
+   * How long a reload waits for the replaced version's running sequence batches (a
+   * decoupled request still streaming, say) before it gives up and the version goes on
+   * serving; 30 s when unset.
+   */
+  readonly reloadQuietMs?: number;
   /** `configs/<name>.pbtxt` is read instead of config.pbtxt where it exists (--model-config-name). */
   readonly configName?: string | undefined;
   /** Builds the observer each loaded version reports its requests to. */
@@ -303,6 +309,7 @@ export class ModelRepository implements ModelRegistry {
     const loaded = new Map<string, LoadedModel>();
     let configJson: Record<string, unknown> | undefined;
     const signature = sourceSignature(source);
+    let stalled = false;
     try {
       const opened = await this.#loadSlots(() =>
         withRetries(this.#options.loadRetryCount ?? 0, async () => {
@@ -322,8 +329,14 @@ export class ModelRepository implements ModelRegistry {
       if (!opened) throw unavailable(`failed to load '${name}': no version is available`);
       if (source.ovms !== undefined) refuseStatefulSwitch(name, previous, loaded);
       // The previous versions' sequences move to the new ones in the same turn as the
-      // switch, once no batch of theirs is running: no request finds neither.
-      await Promise.all([...previous.values()].map((m) => m.quiesce()));
+      // switch, once no batch of theirs is running: no request finds neither. Meanwhile
+      // they are paused, so the wait is bounded: past it the reload fails and they go on.
+      stalled = !(await quietWithin(previous, this.#options.reloadQuietMs ?? 30_000));
+      if (stalled) {
+        throw unavailable(
+          `model '${name}' was not reloaded: requests of its sequences were still running after ${(this.#options.reloadQuietMs ?? 30_000) / 1000} s (a decoupled request still streaming, or a client not reading its answers); the loaded version goes on serving; load it again later`,
+        );
+      }
       this.#handOverSequences(name, previous, loaded);
       entry.versions = loaded;
       for (const version of loaded.keys()) entry.everLoaded.add(version);
@@ -341,8 +354,9 @@ export class ModelRepository implements ModelRegistry {
       entry.reason = failure.message;
       entry.state = previous.size > 0 ? "READY" : "UNAVAILABLE";
       // Poll mode retries a failed model when its files change, as Triton does, not at
-      // every poll (each retry started a worker and logged the same error again).
-      entry.signature = signature;
+      // every poll (each retry started a worker and logged the same error again). A reload
+      // that only found the old version busy is tried again at the next poll.
+      if (!stalled) entry.signature = signature;
       this.#logger.error(
         { event: "model_load_failed", model: name, reason: failure.message },
         `failed to load model '${name}': ${failure.message}`,
@@ -584,6 +598,22 @@ function settled(work: Promise<void>): Promise<void> {
     () => {},
     () => {},
   );
+}
+
+/** Whether every model in `models` quiesced (ran no batch any more) within `limitMs`. */
+async function quietWithin(models: ReadonlyMap<string, LoadedModel>, limitMs: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), limitMs);
+  });
+  try {
+    return await Promise.race([
+      Promise.all([...models.values()].map((m) => m.quiesce())).then(() => true),
+      late,
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** `open`, tried again up to `retries` more times while it fails (Triton's --model-load-retry-count). */

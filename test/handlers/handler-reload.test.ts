@@ -1,0 +1,82 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { infer, outputData, postJson, type SequenceParams } from "../support/http-client.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+import { type HandlerRepository, handlerRepository } from "./support/handler-kit.ts";
+
+// A reload moves live sequences to the new version once the old one runs no batch; until
+// then the old version's sequences wait. That wait is bounded by --exit-timeout-secs (here
+// 1 s): past it the reload fails, saying why, and the loaded version goes on serving its
+// sequences with their state. A later reload, once the model is idle, moves them.
+
+const SLOW_ON_999 = `
+export default {
+  async execute(requests: any[]) {
+    return Promise.all(
+      requests.map(async (request) => {
+        const value = Number(request.inputs.VALUE.data[0]);
+        if (value === 999) await new Promise((resolve) => setTimeout(resolve, 2500));
+        const sum = (request.sequence.state.get("sum") ?? 0) + value;
+        request.sequence.state.set("sum", sum);
+        return { outputs: { SUM: { datatype: "INT32", shape: [1, 1], data: Int32Array.of(sum) } } };
+      }),
+    );
+  },
+};
+`;
+
+const CONFIG = `
+backend: "typescript"
+max_batch_size: 4
+input [ { name: "VALUE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  direct { }
+}
+instance_group [ { count: 1 kind: KIND_CPU } ]
+`;
+
+let repository: HandlerRepository;
+let server: TestServer;
+before(async () => {
+  repository = handlerRepository({ slow: { config: CONFIG, files: { "1/model.ts": SLOW_ON_999 } } });
+  server = await startTestServer(repository.path, {
+    modelControlMode: "explicit",
+    loadModels: ["slow"],
+    exitTimeoutSecs: 1,
+  });
+});
+after(async () => {
+  await server?.stop();
+  repository?.remove();
+});
+
+const add = async (value: number, sequence: SequenceParams): Promise<number> =>
+  outputData(
+    await infer(
+      server.url,
+      "slow",
+      [{ name: "VALUE", datatype: "INT32", shape: [1, 1], data: [value] }],
+      sequence,
+    ),
+    "SUM",
+  )[0] as number;
+
+test("a reload that finds a request still running past the exit timeout fails, and the loaded version serves on", async () => {
+  assert.equal(await add(1, { id: 7, start: true }), 1);
+  const slow = add(999, { id: 7 });
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  const reload = await postJson(`${server.url}/v2/repository/models/slow/load`, {});
+  assert.notEqual(reload.status, 200, JSON.stringify(reload.body));
+  assert.match(
+    reload.body.error as string,
+    /^model 'slow' was not reloaded: requests of its sequences were still running after 1 s/,
+  );
+  assert.equal(await slow, 1000);
+  assert.equal(await add(1, { id: 7 }), 1001);
+  // Idle now: the reload goes through, and the sequence moves with its state.
+  const again = await postJson(`${server.url}/v2/repository/models/slow/load`, {});
+  assert.equal(again.status, 200, JSON.stringify(again.body));
+  assert.equal(await add(1, { id: 7, end: true }), 1002);
+});
