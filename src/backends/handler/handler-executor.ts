@@ -75,6 +75,8 @@ interface Running {
   unacked: number;
   unackedBytes: number;
   timedOut: boolean;
+  /** When it first timed out (the worker was told to stop it). */
+  timedOutAtMs?: number;
 }
 
 interface Batch {
@@ -91,6 +93,8 @@ export class HandlerExecutor implements RequestExecutor {
   readonly #running = new Map<number, Running>();
   readonly #batches = new Map<number, Batch>();
   readonly #replaced: ((why: string) => void)[] = [];
+  /** The worker's calls to other models under way, cancelled when it stops. */
+  readonly #calls = new Set<AbortController>();
   #worker: Worker | undefined;
   #loading: { resolve: (io: ModelIo | undefined) => void; reject: (error: ServerError) => void } | undefined;
   #ready: Promise<ModelIo | undefined> | undefined;
@@ -189,7 +193,11 @@ export class HandlerExecutor implements RequestExecutor {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    this.#failAll(unavailable(`model instance '${this.name}' is closing`));
+    const closing = unavailable(`model instance '${this.name}' is closing`);
+    this.#failAll(closing);
+    // Requests waiting for a load (a start, or a restart after a crash) fail too.
+    this.#loading?.reject(closing);
+    this.#loading = undefined;
     const worker = this.#worker;
     try {
       if (worker === undefined) return;
@@ -227,6 +235,8 @@ export class HandlerExecutor implements RequestExecutor {
     };
     this.#running.set(rid, running);
     running.sink?.onConsumed((bytes) => {
+      // A response read after its request is done (its last, say) starts no clock.
+      if (this.#running.get(rid) !== running) return;
       running.unacked--;
       running.unackedBytes -= bytes;
       this.#worker?.postMessage({ type: "credit", rid, responses: 1, bytes });
@@ -252,18 +262,42 @@ export class HandlerExecutor implements RequestExecutor {
 
   #timedOut(rid: number, running: Running): void {
     running.timer = undefined;
+    if (!running.timedOut) running.timedOutAtMs = Date.now();
     running.timedOut = true;
     this.#worker?.postMessage({ type: "cancel", rid, why: "timeout" });
-    // A worker that cannot even give the request back is stuck (a loop that never yields).
-    this.#stuckTimer ??= setTimeout(() => {
+    this.#checkStuck();
+  }
+
+  /**
+   * A worker that has not given back a request a whole timeout after it was told to stop
+   * it is stuck (a loop that never yields), and is ended. One check serves every request
+   * that timed out: when it finds none stuck yet, it looks again when the oldest could be.
+   */
+  #checkStuck(): void {
+    if (this.#stuckTimer !== undefined) return;
+    let oldest: Running | undefined;
+    for (const running of this.#running.values()) {
+      if (
+        running.timedOutAtMs !== undefined &&
+        (oldest === undefined || running.timedOutAtMs < oldest.timedOutAtMs!)
+      )
+        oldest = running;
+    }
+    if (oldest === undefined) return;
+    const wait = Math.max(0, oldest.timedOutAtMs! + this.#options.timeoutMs - Date.now());
+    this.#stuckTimer = setTimeout(() => {
       this.#stuckTimer = undefined;
       const worker = this.#worker;
-      if (worker === undefined || !this.#running.has(rid)) return;
-      this.#lastError = new Error(
-        `it did not give back request '${running.id}' within ${2 * this.#options.timeoutMs} ms`,
-      );
-      void worker.terminate();
-    }, this.#options.timeoutMs);
+      if (worker === undefined) return;
+      if ([...this.#running.values()].includes(oldest)) {
+        this.#lastError = new Error(
+          `it did not give back request '${oldest.id}' within ${2 * this.#options.timeoutMs} ms`,
+        );
+        void worker.terminate();
+        return;
+      }
+      this.#checkStuck();
+    }, wait);
   }
 
   #response(message: ResponseMessage): void {
@@ -284,7 +318,10 @@ export class HandlerExecutor implements RequestExecutor {
     const state = stateFromWire(message.state);
     const timings = { inputNs: 0, inferNs: message.inferNs, outputNs: 0 };
     let outcome: ExecutionOutcome;
-    if (running.timedOut) {
+    // A request that timed out but that the handler finished before it heard so is
+    // answered: its step was applied (its state is the new one), so a timeout error would
+    // make a client that retries apply it twice.
+    if (running.timedOut && message.error !== undefined) {
       outcome = { ok: false, error: this.#timeoutError(running), state, timings };
     } else if (message.error !== undefined) {
       outcome = {
@@ -339,14 +376,18 @@ export class HandlerExecutor implements RequestExecutor {
 
   // ---- calls to other models ----
 
-  #call(message: CallMessage): void {
+  #call(worker: Worker, message: CallMessage): void {
+    // Call ids count from 1 in each worker: an answer for a worker that has since been
+    // replaced would reach another call of the new one. It goes nowhere instead.
     const answer = (result: CallResultMessage["result"], transfer?: ArrayBuffer[]): void => {
-      this.#worker?.postMessage({ type: "call-result", cid: message.cid, result }, transfer ?? []);
+      if (worker === this.#worker)
+        worker.postMessage({ type: "call-result", cid: message.cid, result }, transfer ?? []);
     };
     const timeoutMs = this.#options.callTimeoutMs;
     // One timer both fails the call and cancels its request: with a timer of its own the
     // request's cancellation could come first, and the call fail as cancelled instead.
     const cancel = new AbortController();
+    this.#calls.add(cancel);
     let request: InferRequest;
     try {
       const inputs = new Map<string, Tensor>();
@@ -377,6 +418,7 @@ export class HandlerExecutor implements RequestExecutor {
     Promise.race([this.#options.calls.infer(message.model, message.version, request), deadline]).then(
       (response) => {
         clearTimeout(timer);
+        this.#calls.delete(cancel);
         const transfer: ArrayBuffer[] = [];
         let outputs: WireTensor[];
         try {
@@ -400,14 +442,16 @@ export class HandlerExecutor implements RequestExecutor {
       },
       (error: unknown) => {
         clearTimeout(timer);
+        this.#calls.delete(cancel);
         answer({ ok: false, error: wireError(error) });
       },
     );
   }
 
-  #closeSequence(message: CloseSequenceMessage): void {
-    const reply = (result: CallResultMessage["result"]): void =>
-      this.#worker?.postMessage({ type: "call-result", cid: message.cid, result });
+  #closeSequence(worker: Worker, message: CloseSequenceMessage): void {
+    const reply = (result: CallResultMessage["result"]): void => {
+      if (worker === this.#worker) worker.postMessage({ type: "call-result", cid: message.cid, result });
+    };
     // With a shared tier the close may have to reach the sequence through it.
     new Promise<boolean>((resolve) =>
       resolve(this.#options.calls.closeSequence(message.model, message.id)),
@@ -456,10 +500,10 @@ export class HandlerExecutor implements RequestExecutor {
         return;
       }
       case "call":
-        this.#call(message);
+        this.#call(worker, message);
         return;
       case "close-sequence":
-        this.#closeSequence(message);
+        this.#closeSequence(worker, message);
         return;
       case "log": {
         const fields = { ...message.fields, model: this.#options.load.modelName, handler: true };
@@ -477,7 +521,14 @@ export class HandlerExecutor implements RequestExecutor {
     this.#loaded = false;
     if (this.#stuckTimer !== undefined) clearTimeout(this.#stuckTimer);
     this.#stuckTimer = undefined;
-    if (this.#closed) return;
+    // Its calls to other models answer nobody now: they stop.
+    for (const call of this.#calls) call.abort();
+    this.#calls.clear();
+    if (this.#closed) {
+      this.#loading?.reject(unavailable(`model instance '${this.name}' is closed`));
+      this.#loading = undefined;
+      return;
+    }
     const why = this.#lastError?.message ?? `exit code ${code}`;
     const error = internal(`model instance '${this.name}' stopped unexpectedly (${why})`, this.#lastError);
     this.#logger.error(

@@ -64,6 +64,16 @@ function log(
   post({ type: "log", level, message, fields });
 }
 
+/**
+ * A promise the handler may leave un-awaited (`send()`'s): its rejection is still seen by
+ * whoever awaits it, but is never "unhandled", which would end the worker and with it
+ * every request and sequence on the instance.
+ */
+function quietly<T>(promise: Promise<T>): Promise<T> {
+  promise.catch(() => {});
+  return promise;
+}
+
 /** The client's message (never the stack); the stack goes to the log. */
 function handlerError(error: unknown, where: string): WireError {
   const stack = error instanceof Error ? error.stack : undefined;
@@ -153,11 +163,27 @@ class OpenRequest implements HandlerRequest {
   }
 
   send(response: HandlerResponse, options?: SendOptions): Promise<void> {
+    return quietly(this.#send(response, options));
+  }
+
+  #send(response: HandlerResponse, options?: SendOptions): Promise<void> {
     if (!this.#decoupled) {
       return Promise.reject(new Error("send() is for decoupled models: return the responses from execute()"));
     }
     if (this.#done) return Promise.reject(new Error(`request '${this.id}' is already complete`));
     if (this.signal.aborted) return Promise.reject(this.signal.reason as Error);
+    if (this.#unacked >= limits.maxUnackedResponses || this.#unackedBytes >= limits.maxUnackedBytes) {
+      // The previous send() has not resolved: the client has not taken enough yet. Sending
+      // on regardless would queue without bound, so the request fails instead.
+      const error = Object.assign(
+        new Error(
+          `request '${this.id}' sent a response while ${this.#unacked} earlier ones (${this.#unackedBytes} bytes) were still unread: await send() before sending more`,
+        ),
+        { code: "RESOURCE_EXHAUSTED" },
+      );
+      this.fail({ code: "RESOURCE_EXHAUSTED", message: error.message });
+      return Promise.reject(error);
+    }
     let encoded: { wire: WireTensor[]; bytes: number };
     try {
       // Copied, not transferred: the handler may keep what it sent (in its state, say).
@@ -237,8 +263,8 @@ class OpenRequest implements HandlerRequest {
     this.#done = true;
     this.#markFinished();
     open.delete(this.rid);
-    for (const waiter of this.#waiting.splice(0))
-      waiter.reject(new Error(`request '${this.id}' is complete`));
+    // What was sent stays sent: a send() still waiting for room is done, not failed.
+    for (const waiter of this.#waiting.splice(0)) waiter.resolve();
     let transfer: ArrayBuffer[] = [];
     let outputs: WireTensor[] = [];
     let state: WireStateEntry[] | undefined;
