@@ -101,7 +101,8 @@ export interface HandlerRequest {
   readonly signal: AbortSignal;
   /**
    * Decoupled models: sends one response now. Resolves when the client can take more: a
-   * client that reads slowly makes this wait. Rejects once the request is cancelled.
+   * client that reads slowly makes this wait. Rejects once the request is cancelled. Await
+   * it: a send while the client still has the limit's worth unread fails the request.
    */
   send(response: HandlerResponse, options?: SendOptions): Promise<void>;
   /** Decoupled models: the request is complete (with `error`, it fails with its message). */
