@@ -1,14 +1,20 @@
 import assert from "node:assert/strict";
+import { connect } from "node:http2";
 import { test } from "node:test";
 import { status } from "@grpc/grpc-js";
+import type { MethodDefinition } from "@grpc/proto-loader";
+import { ResponseBudgets } from "../../src/frontends/common/response-budget.ts";
 import type {
   ModelInferResponseMessage,
   ModelStreamInferResponseMessage,
 } from "../../src/frontends/grpc/messages.ts";
+import { INFERENCE_SERVICE_NAME, packageDefinition } from "../../src/frontends/grpc/proto-definitions.ts";
+import { waitFor } from "../support/sequence-kit.ts";
 import { callError, startServer } from "./support/grpc-harness.ts";
 
 // Tensors far above grpc-js's 4 MiB default: the limit is the server's to set, for
-// receiving and sending alike.
+// receiving and sending alike. And what a stream's answers hold of the connection's
+// budget comes back however the call ends, grpc-js ending it included.
 
 const MiB = 1024 * 1024;
 
@@ -61,6 +67,67 @@ test("over a small limit the call is refused with RESOURCE_EXHAUSTED and the ser
     next.end();
     assert.deepEqual(await h.client.unary("ServerLive"), { live: true });
   } finally {
+    await h.stop();
+  }
+});
+
+test("a stream's in-band error that would pass the send limit is cut to fit: the stream and its budget go on", async () => {
+  const budgets = new ResponseBudgets(Number.POSITIVE_INFINITY);
+  const h = await startServer({ budgets, maxMessageBytes: 8192 });
+  try {
+    const stream = h.client.stream();
+    const answers: ModelStreamInferResponseMessage[] = [];
+    const ended = new Promise<void>((resolve) => stream.on("status", () => resolve()));
+    stream.on("data", (answer: ModelStreamInferResponseMessage) => answers.push(answer));
+    // Under the limit itself, but its "unknown model" error echoes both long names.
+    stream.write({ model_name: "m".repeat(4085), id: "i".repeat(4085) });
+    stream.write({ ...request(Buffer.of(1)), id: "after" });
+    stream.end();
+    await ended;
+    assert.equal(answers.length, 2);
+    // Its id (4085 bytes) is left out; the text fits.
+    assert.match(answers[0]!.error_message ?? "", /^Request for unknown model: 'm{4085}' is not found$/);
+    assert.equal(answers[0]!.infer_response?.id ?? "", "");
+    assert.equal(answers[1]!.infer_response?.id, "after");
+    assert.equal(budgets.totalBytes, 0);
+  } finally {
+    await h.stop();
+  }
+});
+
+test("a stream whose deadline passes while its answers wait for a slow reader gives its budget back", async () => {
+  const budgets = new ResponseBudgets(Number.POSITIVE_INFINITY);
+  const h = await startServer({ budgets, maxInflightPerStream: 100 });
+  const method = (
+    packageDefinition()[INFERENCE_SERVICE_NAME] as Record<string, MethodDefinition<object, object>>
+  ).ModelStreamInfer!;
+  // A raw HTTP/2 client: it can stop reading with a deadline set, which grpc-js's cannot.
+  const session = connect(`http://127.0.0.1:${h.port}`, { maxSessionMemory: 1024 });
+  session.on("error", () => {});
+  try {
+    const call = session.request({
+      ":method": "POST",
+      ":path": method.path,
+      "content-type": "application/grpc",
+      te: "trailers",
+      "grpc-timeout": "1000m",
+    });
+    call.on("error", () => {});
+    call.pause();
+    for (let i = 0; i < 6; i++) {
+      const message = method.requestSerialize({ ...request(tensor(MiB)), id: `r${i}` });
+      const prefix = Buffer.alloc(5);
+      prefix.writeUInt32BE(message.byteLength, 1);
+      call.write(Buffer.concat([prefix, message]));
+    }
+    // Past the deadline, grpc-js ends the call itself; then the client reads again.
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    call.resume();
+    await waitFor("the stream's answers to be given back", async () =>
+      budgets.totalBytes === 0 ? true : undefined,
+    );
+  } finally {
+    session.destroy();
     await h.stop();
   }
 });

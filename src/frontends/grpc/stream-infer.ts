@@ -111,8 +111,8 @@ export class StreamInferSession {
   readonly #order = new OrderedRelease();
   /** Answers whose turn has come, waiting for the one being written. */
   readonly #outbox = new Deque<Outgoing>();
-  /** One answer is with grpc-js (written, its callback not yet called). */
-  #writing = false;
+  /** The answer with grpc-js (written, its callback not yet called). */
+  #inWrite: Outgoing | undefined;
   /** Requests accepted and not yet answered. */
   #inflight = 0;
   /** Decoupled requests waiting for the outbox to empty before their next response. */
@@ -264,7 +264,7 @@ export class StreamInferSession {
       const encoded = encodeStreamInferResponse({ infer_response: encodeInferResponse(response) });
       // A negative limit is grpc-js's "unlimited".
       if (this.#maxMessageBytes >= 0 && encoded.byteLength > this.#maxMessageBytes) {
-        message = streamError(
+        message = this.#inBandError(
           `the response is larger than the server's maximum gRPC message size (${encoded.byteLength} vs. ${this.#maxMessageBytes} bytes)`,
           requestId,
         );
@@ -274,7 +274,7 @@ export class StreamInferSession {
         bytes = encoded.byteLength;
       }
     } catch (error) {
-      message = streamError(asServerError(error).message, requestId);
+      message = this.#inBandError(asServerError(error).message, requestId);
       bytes = errorBytes(message);
     }
     const outgoing = { message, bytes, model, sequenceId: request.sequence?.id ?? sequenceOf(response) };
@@ -286,8 +286,31 @@ export class StreamInferSession {
     if (serverError.code === "INTERNAL" || serverError.code === "UNKNOWN") {
       this.#logger.error({ err: error, requestId }, "ModelStreamInfer request failed");
     }
-    const message = streamError(serverError.message, requestId);
+    const message = this.#inBandError(serverError.message, requestId);
     return this.#hold({ message, bytes: errorBytes(message), model: undefined, sequenceId: undefined });
+  }
+
+  /**
+   * An error answered in-band, cut to the server's send limit: grpc-js ends the whole call
+   * for a message over it, and an error can echo a long model name or request id.
+   */
+  #inBandError(text: string, requestId: string | undefined): ModelStreamInferResponseMessage {
+    const limit = this.#maxMessageBytes;
+    const message = streamError(text, requestId);
+    // A negative limit is grpc-js's "unlimited"; 32 bytes cover the fields' tags and lengths.
+    if (limit < 0 || Buffer.byteLength(text) + Buffer.byteLength(requestId ?? "") + 32 <= limit)
+      return message;
+    // The id goes first when it is long (it names the request, the text says why), then
+    // the text is cut.
+    const id = requestId !== undefined && Buffer.byteLength(requestId) <= limit / 4 ? requestId : "";
+    const room = Math.max(0, limit - Buffer.byteLength(id) - 32);
+    const cut =
+      Buffer.byteLength(text) <= room
+        ? text
+        : `${Buffer.from(text)
+            .subarray(0, room - 3)
+            .toString()}...`;
+    return streamError(cut, id);
   }
 
   /** Counts an answer in the budget; past it, the stream ends and the answer is dropped. */
@@ -321,7 +344,7 @@ export class StreamInferSession {
 
   /** Hands the next answer to grpc-js once it has taken the previous one. */
   #writeNext(): void {
-    if (this.#writing || this.#closed) return;
+    if (this.#inWrite !== undefined || this.#closed) return;
     const next = this.#outbox.shift();
     if (this.#outbox.length < WRITE_HIGH_WATER / 2 && !this.#budget.saturated) {
       const release = this.#releaseDrain;
@@ -333,19 +356,33 @@ export class StreamInferSession {
       this.#maybeFinish();
       return;
     }
-    this.#writing = true;
+    this.#inWrite = next;
     this.#watchForStall();
     this.#call.write(next.message, () => {
-      this.#writing = false;
-      this.#budget.give(next.bytes);
-      if (this.#closed) {
-        if (this.#releasePending) this.#budget.release();
-        this.#releasePending = false;
-        return;
-      }
+      // Called back after the stream closed, the answer may never have reached the client.
+      if (!this.#writeDone(next, !this.#closed) || this.#closed) return;
       this.#writeNext();
       this.#updateFlow();
     });
+  }
+
+  /**
+   * The answer with grpc-js is done with: written (its callback), or gone with the call.
+   * grpc-js does not call back a write it refuses on a call it has ended itself (a
+   * deadline, a message over its limit), so the call's end settles it too, once. False
+   * when it was settled already.
+   */
+  #writeDone(outgoing: Outgoing, delivered: boolean): boolean {
+    if (this.#inWrite !== outgoing) return false;
+    this.#inWrite = undefined;
+    this.#budget.give(outgoing.bytes);
+    // Its sequence moved on without its client: it ends, as for any answer dropped.
+    if (!delivered) this.#dropped(outgoing);
+    if (this.#closed && this.#releasePending) {
+      this.#releasePending = false;
+      this.#budget.release();
+    }
+    return true;
   }
 
   #watchForStall(): void {
@@ -354,7 +391,7 @@ export class StreamInferSession {
     if (this.#stallTimer !== undefined) return;
     const check = (): void => {
       this.#stallTimer = undefined;
-      if (!this.#writing) return;
+      if (this.#inWrite === undefined) return;
       const left = this.#writeStartedAt + this.#stallTimeoutMs! - performance.now();
       if (left > 0) {
         this.#stallTimer = setTimeout(check, left).unref();
@@ -367,7 +404,7 @@ export class StreamInferSession {
 
   /**
    * The client has taken nothing for the stall timeout: the stream is reset, which frees
-   * the answers HTTP/2 holds and calls back the write under way (its bytes are given back).
+   * the answers HTTP/2 holds; the write under way is settled as the stream is abandoned.
    */
   #stalled(): void {
     const details = `the client has read none of its responses for ${this.#stallTimeoutMs! / 1000} s (--grpc-stream-stall-timeout-secs)`;
@@ -402,7 +439,13 @@ export class StreamInferSession {
 
   /** The client has sent its last request and every answer is written: end with OK. */
   #maybeFinish(): void {
-    if (this.#closed || !this.#readEnded || this.#inflight > 0 || this.#writing || this.#outbox.length > 0)
+    if (
+      this.#closed ||
+      !this.#readEnded ||
+      this.#inflight > 0 ||
+      this.#inWrite !== undefined ||
+      this.#outbox.length > 0
+    )
       return;
     this.#close();
     this.#call.end();
@@ -425,19 +468,21 @@ export class StreamInferSession {
     // The stall watch stays while an answer is with grpc-js: a client that never reads
     // again holds it there until the stream is reset.
     this.#stopWatchingBudget();
-    // Answers never written are given back; the one with grpc-js is given back by its callback.
+    // Answers never written are given back; the one with grpc-js when it is done with.
     for (const outgoing of this.#outbox.drain()) {
       this.#budget.give(outgoing.bytes);
       this.#dropped(outgoing);
     }
-    if (this.#writing) this.#releasePending = true;
+    if (this.#inWrite !== undefined) this.#releasePending = true;
     else this.#budget.release();
   }
 
   /** The stream is gone: abort whatever is still in flight (already answered requests are unaffected). */
   #abandon(why: string): void {
-    if (this.#closed && this.#inflight === 0) return;
     if (!this.#closed) this.#close();
+    // The call has ended: an answer still with grpc-js will not be called back for.
+    if (this.#inWrite !== undefined) this.#writeDone(this.#inWrite, false);
+    if (this.#inflight === 0) return;
     // Decoupled requests waiting to write see the stream closed and stop (their model is told).
     this.#releaseDrain?.();
     if (this.#inflight > 0) this.#controller.abort(cancelled(`request cancelled: ${why}`));
