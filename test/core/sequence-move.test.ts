@@ -105,4 +105,49 @@ describe("sequences moving to a reloaded version", () => {
     await old.unload(Date.now() + 1000);
     await fresh.unload(Date.now() + 1000);
   });
+
+  it("a request that moves to a version that no longer preserves ordering, or is refused there, is answered", async () => {
+    const ordering = (preserveOrdering: boolean) =>
+      accumulatorConfig(
+        {
+          strategy: {
+            kind: "oldest",
+            maxCandidateSequences: 4,
+            preferredBatchSizes: [],
+            maxQueueDelayUs: 0,
+            preserveOrdering,
+          },
+          maxSequenceIdleUs: undefined,
+        },
+        2,
+      );
+    const old = new LoadedModel({
+      config: ordering(true),
+      version: "1",
+      executors: [new AccumulatorExecutor("old")],
+    });
+    assert.equal(sum(await old.infer(request(100, { id: "a", start: true }))), 100);
+    assert.equal(sum(await old.infer(request(5, { id: "b", start: true }))), 5);
+    await old.quiesce();
+    const moving = old.infer(request(1, { id: "a" }));
+    await turn();
+    const fresh = new LoadedModel({
+      config: ordering(false),
+      version: "1",
+      executors: [new AccumulatorExecutor("fresh")],
+    });
+    // "b" is live there already: its moving sequence is refused as a fold would refuse it.
+    assert.equal(sum(await fresh.infer(request(7, { id: "b", start: true }))), 7);
+    const refused = old.infer(request(1, { id: "b" })).then(
+      () => "answered",
+      (error: Error) => error.message,
+    );
+    await turn();
+    old.moveSequencesTo(fresh);
+    old.resume();
+    assert.equal(sum(await moving), 101);
+    assert.match(await refused, /already holds a live sequence with its id/);
+    await old.unload(Date.now() + 1000);
+    await fresh.unload(Date.now() + 1000);
+  });
 });

@@ -82,7 +82,7 @@ export class PendingRequest {
   }
 
   /** Delivers the outcome through `gate` (used to release responses in arrival order). */
-  deliverThrough(gate: (deliver: () => void) => void): void {
+  deliverThrough(gate: ((deliver: () => void) => void) | undefined): void {
     this.#gate = gate;
   }
 

@@ -1551,7 +1551,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     for (const moving of sequences) {
       for (const request of moving.requests) {
         const ticket = this.#tickets.get(request);
-        if (ticket !== undefined) this.#ordering!.complete(ticket, () => {});
+        if (ticket === undefined) continue;
+        this.#tickets.delete(request);
+        this.#ordering!.complete(ticket, () => {});
+        // Its answer no longer waits here: the new version orders it (if it orders answers).
+        request.deliverThrough(undefined);
       }
     }
     // A close waiting for its sequence to be idle is answered now: the new version ends
