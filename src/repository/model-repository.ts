@@ -309,7 +309,6 @@ export class ModelRepository implements ModelRegistry {
     const loaded = new Map<string, LoadedModel>();
     let configJson: Record<string, unknown> | undefined;
     const signature = sourceSignature(source);
-    let stalled = false;
     try {
       const opened = await this.#loadSlots(() =>
         withRetries(this.#options.loadRetryCount ?? 0, async () => {
@@ -331,8 +330,7 @@ export class ModelRepository implements ModelRegistry {
       // The previous versions' sequences move to the new ones in the same turn as the
       // switch, once no batch of theirs is running: no request finds neither. Meanwhile
       // they are paused, so the wait is bounded: past it the reload fails and they go on.
-      stalled = !(await quietWithin(previous, this.#options.reloadQuietMs ?? 30_000));
-      if (stalled) {
+      if (!(await quietWithin(previous, this.#options.reloadQuietMs ?? 30_000))) {
         throw unavailable(
           `model '${name}' was not reloaded: requests of its sequences were still running after ${(this.#options.reloadQuietMs ?? 30_000) / 1000} s (a decoupled request still streaming, or a client not reading its answers); the loaded version goes on serving; load it again later`,
         );
@@ -354,9 +352,10 @@ export class ModelRepository implements ModelRegistry {
       entry.reason = failure.message;
       entry.state = previous.size > 0 ? "READY" : "UNAVAILABLE";
       // Poll mode retries a failed model when its files change, as Triton does, not at
-      // every poll (each retry started a worker and logged the same error again). A reload
-      // that only found the old version busy is tried again at the next poll.
-      if (!stalled) entry.signature = signature;
+      // every poll (each retry started a worker and logged the same error again). That
+      // holds for a reload that found the old version busy too: tried at every poll, each
+      // try would pause the model's sequences for the whole wait again.
+      entry.signature = signature;
       this.#logger.error(
         { event: "model_load_failed", model: name, reason: failure.message },
         `failed to load model '${name}': ${failure.message}`,

@@ -401,6 +401,7 @@ export class HandlerExecutor implements RequestExecutor {
         signal: cancel.signal,
       };
     } catch (error) {
+      this.#calls.delete(cancel);
       answer({ ok: false, error: wireError(error) });
       return;
     }

@@ -300,8 +300,8 @@ export class StreamInferSession {
     // A negative limit is grpc-js's "unlimited"; 32 bytes cover the fields' tags and lengths.
     if (limit < 0 || Buffer.byteLength(text) + Buffer.byteLength(requestId ?? "") + 32 <= limit)
       return message;
-    // The id goes first when it is long (it names the request, the text says why), then
-    // the text is cut.
+    // A long id is left out first (the text says why the request failed), then the text
+    // is cut.
     const id = requestId !== undefined && Buffer.byteLength(requestId) <= limit / 4 ? requestId : "";
     const room = Math.max(0, limit - Buffer.byteLength(id) - 32);
     const cut =

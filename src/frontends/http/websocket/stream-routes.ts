@@ -51,7 +51,15 @@ function streamTarget(registry: ModelRegistry, request: StreamRequest): StreamTa
   // Routed by X-Sequence-Id, the stream's sequence may be named by the header alone.
   const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
   const sequenceId = routedRequestId(options.sequenceId, routed, model);
-  const current = () => registry.model(name, modelVersion(version));
+  // The version the stream opened on, where a reload moves its sequence; the one served
+  // without a version when that one is gone (its sequence moved to the highest).
+  const current = (): ServedModel => {
+    try {
+      return registry.model(name, modelVersion(version) ?? model.version);
+    } catch {
+      return registry.model(name, modelVersion(version));
+    }
+  };
   return {
     model,
     current,
