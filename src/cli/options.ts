@@ -4,6 +4,7 @@ import { parseArgs } from "node:util";
 import { BackendConfigError, readBackendConfig } from "../config/backend-config.ts";
 import {
   DEFAULT_SERVER_OPTIONS,
+  MAX_SESSION_TTL_SECS,
   type ModelControlMode,
   type ServerOptions,
 } from "../config/server-options.ts";
@@ -423,7 +424,12 @@ export function parseCommandLine(
     notices: [...ovms.notices, ...backendConfig.notices],
     sagemakerPort: port("sagemaker-port", "allow-sagemaker"),
     sagemakerModel: str("sagemaker-model") ?? defaults["sagemaker-model"],
-    sagemakerSessionTtlSecs: parseInteger("sagemaker-session-ttl-secs", get("sagemaker-session-ttl-secs"), 1),
+    sagemakerSessionTtlSecs: parseInteger(
+      "sagemaker-session-ttl-secs",
+      get("sagemaker-session-ttl-secs"),
+      1,
+      MAX_SESSION_TTL_SECS,
+    ),
     stateStore: readStateStore(get("state-store")),
     security: readSecurityOptions(values, env),
   };

@@ -1,3 +1,4 @@
+import { MAX_SESSION_TTL_SECS } from "../config/server-options.ts";
 import type { FlagSpec } from "./options.ts";
 import { UsageError } from "./usage-error.ts";
 
@@ -56,7 +57,7 @@ export function serveDefaults(env: Env): Record<string, string> {
     "allow-grpc": "false",
     "allow-metrics": "false",
   };
-  const ttl = envNumber(env, "SAGEMAKER_SESSIONS_EXPIRATION", Number.MAX_SAFE_INTEGER);
+  const ttl = envNumber(env, "SAGEMAKER_SESSIONS_EXPIRATION", MAX_SESSION_TTL_SECS);
   if (ttl !== undefined) defaults["sagemaker-session-ttl-secs"] = ttl;
   const model = env.SAGEMAKER_TRITON_DEFAULT_MODEL_NAME;
   if (model !== undefined && model !== "") defaults["sagemaker-model"] = model;

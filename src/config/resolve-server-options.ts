@@ -1,5 +1,5 @@
 import { LOG_LEVELS } from "../observability/logger.ts";
-import { DEFAULT_SERVER_OPTIONS, type ServerOptions } from "./server-options.ts";
+import { DEFAULT_SERVER_OPTIONS, MAX_SESSION_TTL_SECS, type ServerOptions } from "./server-options.ts";
 
 // The options of an embedding program (`startServer({...})` from the package): any subset
 // of ServerOptions over the defaults, checked as the command line checks its flags, then
@@ -48,7 +48,10 @@ const CHECKS: { readonly [K in keyof ServerOptions]?: readonly [Check, string] }
   httpStreamMaxInflight: [whole(1), "a whole number, at least 1"],
   modelLoadThreadCount: [whole(1), "a whole number, at least 1"],
   onnxWorkerThreads: [whole(0), "a whole number (0: a thread per instance)"],
-  sagemakerSessionTtlSecs: [whole(1), "a whole number of seconds, at least 1"],
+  sagemakerSessionTtlSecs: [
+    whole(1, MAX_SESSION_TTL_SECS),
+    `a whole number of seconds from 1 to ${MAX_SESSION_TTL_SECS} (100 years)`,
+  ],
   serverId: [text, "a name"],
   httpAddress: [optionalText, "an address, or undefined"],
   grpcAddress: [optionalText, "an address, or undefined"],

@@ -28,6 +28,12 @@ export interface SingleModelOptions {
   readonly modelVersionPolicy?: string;
 }
 
+/**
+ * The longest SageMaker session TTL: 100 years. Far longer, a session's expiry would fall
+ * past the last date JavaScript can represent, and could not be written in its header.
+ */
+export const MAX_SESSION_TTL_SECS = 3_155_760_000;
+
 export interface ServerOptions {
   /** Triton-style model repositories (`<repo>/<model>/config.pbtxt` + version folders). */
   readonly modelRepositories: readonly string[];

@@ -336,4 +336,19 @@ describe("Triton's flags", () => {
       withRepository("--allow-sagemaker=true", "--sagemaker-safe-port-range=8000-8002"),
     );
   });
+
+  it("a SageMaker session TTL is at most 100 years, so that its expiry is a date the header can give", () => {
+    assert.equal(
+      withRepository("--sagemaker-session-ttl-secs", "3155760000").sagemakerSessionTtlSecs,
+      3155760000,
+    );
+    assert.throws(
+      () => withRepository("--sagemaker-session-ttl-secs", "9007199254740991"),
+      /--sagemaker-session-ttl-secs must be between 1 and 3155760000/,
+    );
+    assert.throws(
+      () => parseCommandLine(["serve"], { SAGEMAKER_SESSIONS_EXPIRATION: "9007199254740991" }),
+      /SAGEMAKER_SESSIONS_EXPIRATION must be a whole number up to 3155760000/,
+    );
+  });
 });

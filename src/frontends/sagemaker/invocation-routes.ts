@@ -207,7 +207,14 @@ export async function invocationRoutes(
             : undefined;
           if (step !== undefined) refuseSequenceFields(step.request);
           const session = await sessions.open(model, request.principal);
-          const value = newSessionHeaderValue(session.id, session.expiresAtMs);
+          let value: string;
+          try {
+            value = newSessionHeaderValue(session.id, session.expiresAtMs);
+          } catch (error) {
+            // Its id cannot reach the client: nobody could use or close the session.
+            await Promise.resolve(model.sequences?.end(session.id, "forced")).catch(() => {});
+            throw error;
+          }
           if (step === undefined) {
             reply.header(NEW_SESSION_ID_HEADER, value).header(SESSION_ID_HEADER, value);
             return sendJson(reply, {
