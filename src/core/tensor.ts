@@ -32,9 +32,13 @@ export function elementCount(shape: readonly number[]): number {
   return count;
 }
 
-/** "[1,512]": the spelling Triton uses in its messages. */
+/**
+ * "[1,512]": the spelling Triton uses in its messages. A shape a client sent can have any
+ * number of dimensions: past 16, the middle ones are left out, so the message stays short.
+ */
 export function formatShape(shape: readonly number[]): string {
-  return `[${shape.join(",")}]`;
+  if (shape.length <= 16) return `[${shape.join(",")}]`;
+  return `[${shape.slice(0, 8).join(",")},...(${shape.length} dimensions)...,${shape.slice(-2).join(",")}]`;
 }
 
 export function sameShape(a: readonly number[], b: readonly number[]): boolean {

@@ -142,6 +142,16 @@ const CASES: readonly Case[] = [
     error: /^unexpected shape for input 'INPUT0' for model 'simple'\. Expected \[-1,16\], got \[1,8,2\]\./,
   },
   {
+    name: "a shape of 100,000 dimensions, named in a short message",
+    send: () =>
+      postInfer({
+        inputs: simpleInputs(a16, a16).map((i) => ({ ...i, shape: new Array(100_000).fill(1) })),
+      }),
+    status: 400,
+    error:
+      "unable to parse 'data' for input 'INPUT0': shape [1,1,1,1,1,1,1,1,...(100000 dimensions)...,1,1] has 1 elements, but 'data' holds 16",
+  },
+  {
     name: "data that disagrees with the shape",
     send: () => postInfer({ inputs: [{ ...good()[0], data: a16.slice(0, 15) }, good()[1]] }),
     status: 400,
