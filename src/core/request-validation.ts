@@ -1,7 +1,14 @@
 import { invalidArg } from "./errors.ts";
 import type { InferRequest } from "./infer.ts";
 import type { InputConfig, ModelConfig } from "./model-config.ts";
-import { type BytesElements, elementCount, formatShape, type NumericTensor, type Tensor } from "./tensor.ts";
+import {
+  type BytesElements,
+  elementCount,
+  formatShape,
+  type NumericTensor,
+  shapeInMessage,
+  type Tensor,
+} from "./tensor.ts";
 
 // Checks a request against its model's config before it is queued, with Triton's
 // messages and in Triton's order (outputs, input count, batch size, then each input's
@@ -70,7 +77,7 @@ function rowsOf(input: InputConfig, tensor: Tensor, model: string): number {
   if (tensor.shape[0] !== 1) {
     throw invalidArg(
       `input '${input.name}' for model '${model}' must have a leading batch dimension of 1: the model batches it ` +
-        `along dimension ${marked + 1} (marked -1 in its dims), got ${formatShape(tensor.shape)}`,
+        `along dimension ${marked + 1} (marked -1 in its dims), got ${shapeInMessage(tensor.shape)}`,
     );
   }
   // A shape too short for the marked dimension fails the dims check below, with its message.
@@ -149,7 +156,7 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
     for (const dim of tensor.shape) {
       if (dim < 0) {
         throw invalidArg(
-          `All input dimensions should be specified for input '${input.name}' for model '${model}', got ${formatShape(tensor.shape)}`,
+          `All input dimensions should be specified for input '${input.name}' for model '${model}', got ${shapeInMessage(tensor.shape)}`,
         );
       }
     }
@@ -159,7 +166,7 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
         ? " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size."
         : "";
       throw invalidArg(
-        `unexpected shape for input '${input.name}' for model '${model}'. Expected ${formatShape(expected)}, got ${formatShape(tensor.shape)}.${note}`,
+        `unexpected shape for input '${input.name}' for model '${model}'. Expected ${shapeInMessage(expected)}, got ${shapeInMessage(tensor.shape)}.${note}`,
       );
     }
     const count = elementCount(tensor.shape);
@@ -169,7 +176,7 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
         : (tensor as NumericTensor).data.length;
     if (length !== count) {
       throw invalidArg(
-        `input '${input.name}' for model '${model}' has ${length} elements, but its shape ${formatShape(tensor.shape)} needs ${count}`,
+        `input '${input.name}' for model '${model}' has ${length} elements, but its shape ${shapeInMessage(tensor.shape)} needs ${count}`,
       );
     }
     let modelShape: readonly number[] = shape;

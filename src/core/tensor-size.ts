@@ -1,6 +1,6 @@
 import { type DataType, elementByteSize } from "./datatype.ts";
 import { invalidArg } from "./errors.ts";
-import { formatShape } from "./tensor.ts";
+import { shapeInMessage } from "./tensor.ts";
 
 // The one size check every frontend makes on a tensor a client describes, before anything
 // is allocated for it: a shape is only a claim, and [1, 2^31] FP32 would reserve 8 GiB for
@@ -25,7 +25,7 @@ export function checkedElementCount(
   for (const dim of shape) count *= dim;
   if (count > MAX_TENSOR_ELEMENTS || !Number.isSafeInteger(count)) {
     throw invalidArg(
-      `input '${input}' has shape ${formatShape(shape)}, ${count} elements: more than the ${MAX_TENSOR_ELEMENTS} a tensor can hold`,
+      `input '${input}' has shape ${shapeInMessage(shape)}, ${count} elements: more than the ${MAX_TENSOR_ELEMENTS} a tensor can hold`,
     );
   }
   checkTensorBytes(input, datatype, shape, count * (elementByteSize(datatype) ?? 4), maxBytes);
@@ -42,7 +42,7 @@ export function checkTensorBytes(
 ): void {
   if (bytes > maxBytes) {
     throw invalidArg(
-      `input '${input}' has shape ${formatShape(shape)}: ${bytes} bytes of ${datatype}, more than the ${maxBytes} bytes a request may carry`,
+      `input '${input}' has shape ${shapeInMessage(shape)}: ${bytes} bytes of ${datatype}, more than the ${maxBytes} bytes a request may carry`,
     );
   }
 }

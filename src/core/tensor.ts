@@ -32,12 +32,17 @@ export function elementCount(shape: readonly number[]): number {
   return count;
 }
 
-/**
- * "[1,512]": the spelling Triton uses in its messages. A shape a client sent can have any
- * number of dimensions: past 16, the middle ones are left out, so the message stays short.
- */
+/** "[1,512]": the spelling Triton uses (and JSON's): every dimension. */
 export function formatShape(shape: readonly number[]): string {
-  if (shape.length <= 16) return `[${shape.join(",")}]`;
+  return `[${shape.join(",")}]`;
+}
+
+/**
+ * A shape as an error message names it. A client's shape can have any number of
+ * dimensions: past 16, the middle ones are left out, so the message stays short.
+ */
+export function shapeInMessage(shape: readonly number[]): string {
+  if (shape.length <= 16) return formatShape(shape);
   return `[${shape.slice(0, 8).join(",")},...(${shape.length} dimensions)...,${shape.slice(-2).join(",")}]`;
 }
 

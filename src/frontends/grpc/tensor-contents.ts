@@ -1,6 +1,6 @@
 import type { DataType, NumericArray } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
-import { type BytesElements, formatShape, type Tensor } from "../../core/tensor.ts";
+import { type BytesElements, shapeInMessage, type Tensor } from "../../core/tensor.ts";
 import { checkedElementCount } from "../../core/tensor-size.ts";
 import { type Int64, int64ToBigInt } from "./int64.ts";
 import type { InferTensorContentsMessage } from "./messages.ts";
@@ -148,7 +148,7 @@ export function decodeTensorContents(
   const count = checkedElementCount(where.input, datatype, shape);
   if (values.length !== count) {
     throw invalidArg(
-      `input '${where.input}' for model '${where.model}' has ${values.length} values in ${expected}, but shape ${formatShape(shape)} needs ${count}`,
+      `input '${where.input}' for model '${where.model}' has ${values.length} values in ${expected}, but shape ${shapeInMessage(shape)} needs ${count}`,
     );
   }
   checkRange(where, datatype, values as readonly number[]);

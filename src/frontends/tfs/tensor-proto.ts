@@ -1,6 +1,6 @@
 import { allocateArray, type DataType, elementByteSize, type NumericArray } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
-import { formatShape, type NumericTensor, type Tensor } from "../../core/tensor.ts";
+import { type NumericTensor, shapeInMessage, type Tensor } from "../../core/tensor.ts";
 import { checkedElementCount, checkTensorBytes } from "../../core/tensor-size.ts";
 import { decodeRawTensor, encodeRawTensor } from "../common/raw-tensor.ts";
 import { type Int64, int64ToBigInt, int64ToNumber } from "../grpc/int64.ts";
@@ -34,7 +34,7 @@ function checkShape(input: string, shape: TensorShapeMessage | null | undefined)
   const dims = shapeOf(shape) ?? [];
   if (dims.some((d) => !Number.isSafeInteger(d) || d < 0)) {
     throw invalidArg(
-      `input '${input}' has an invalid shape ${formatShape(dims)}: dimensions must be non-negative integers`,
+      `input '${input}' has an invalid shape ${shapeInMessage(dims)}: dimensions must be non-negative integers`,
     );
   }
   return dims;
@@ -124,7 +124,7 @@ export function decodeTensorProto(
   if (given === undefined) {
     if (count === 0) return { datatype, shape, data: datatype === "BYTES" ? [] : allocateArray(datatype, 0) };
     throw invalidArg(
-      `input '${input}' carries no values for its shape ${formatShape(shape)}: set tensor_content or ${expected}`,
+      `input '${input}' carries no values for its shape ${shapeInMessage(shape)}: set tensor_content or ${expected}`,
     );
   }
   const values = proto[given] as readonly unknown[];

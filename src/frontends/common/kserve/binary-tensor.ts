@@ -1,7 +1,7 @@
 import { elementByteSize } from "../../../core/datatype.ts";
 import { invalidArg } from "../../../core/errors.ts";
 import type { ModelConfig } from "../../../core/model-config.ts";
-import { formatShape, type Tensor } from "../../../core/tensor.ts";
+import { shapeInMessage, type Tensor } from "../../../core/tensor.ts";
 import { decodeRawTensor } from "../raw-tensor.ts";
 
 // Triton's binary tensor data extension over HTTP: the body is the JSON header
@@ -108,7 +108,7 @@ export function rawInputTensor(config: ModelConfig, body: Uint8Array): { name: s
     const rowBytes = fixed * (elementByteSize(input.datatype) as number);
     if (rowBytes === 0 || body.byteLength % rowBytes !== 0) {
       throw invalidArg(
-        `unexpected total byte size ${body.byteLength} for raw input '${input.name}': not a whole number of ${input.datatype} elements of shape ${formatShape(shape)}`,
+        `unexpected total byte size ${body.byteLength} for raw input '${input.name}': not a whole number of ${input.datatype} elements of shape ${shapeInMessage(shape)}`,
       );
     }
     shape[variable] = body.byteLength / rowBytes;

@@ -5,7 +5,7 @@ import {
   type NumericDataType,
 } from "../../../core/datatype.ts";
 import { invalidArg } from "../../../core/errors.ts";
-import { type BytesElements, formatShape, type NumericTensor, type Tensor } from "../../../core/tensor.ts";
+import { type BytesElements, type NumericTensor, shapeInMessage, type Tensor } from "../../../core/tensor.ts";
 import { checkedElementCount } from "../../../core/tensor-size.ts";
 
 // Tensor data in the KServe v2 JSON form: a flat or nested (row-major) array of JSON
@@ -178,7 +178,7 @@ function flattenLeaves(data: readonly unknown[]): unknown[] {
 
 function countError(input: string, shape: readonly number[], count: number, found: number) {
   return invalidArg(
-    `unable to parse 'data' for input '${input}': shape ${formatShape(shape)} has ${count} elements, but 'data' holds ${found}`,
+    `unable to parse 'data' for input '${input}': shape ${shapeInMessage(shape)} has ${count} elements, but 'data' holds ${found}`,
   );
 }
 
