@@ -18,20 +18,32 @@ const request = (value: number, sequence: Partial<SequenceControl>): InferReques
 const sum = (response: { readonly outputs: readonly { readonly data: unknown }[] }) =>
   (response.outputs[0]!.data as Int32Array)[0];
 
+/** The accumulator under the Oldest strategy, with `candidates` sequence slots. */
+function oldest(options: {
+  candidates: number;
+  preserveOrdering: boolean;
+  maxBatchSize: number;
+  /** No idle timeout: a sequence stays until it ends. */
+  neverIdle?: boolean;
+}) {
+  return accumulatorConfig(
+    {
+      strategy: {
+        kind: "oldest",
+        maxCandidateSequences: options.candidates,
+        preferredBatchSizes: [],
+        maxQueueDelayUs: 0,
+        preserveOrdering: options.preserveOrdering,
+      },
+      ...(options.neverIdle ? { maxSequenceIdleUs: undefined } : {}),
+    },
+    options.maxBatchSize,
+  );
+}
+
 describe("sequences moving to a reloaded version", () => {
   it("with preserve_ordering, an answer held for a request that moved is still sent, and the old version unloads", async () => {
-    const config = accumulatorConfig(
-      {
-        strategy: {
-          kind: "oldest",
-          maxCandidateSequences: 4,
-          preferredBatchSizes: [],
-          maxQueueDelayUs: 0,
-          preserveOrdering: true,
-        },
-      },
-      2,
-    );
+    const config = oldest({ candidates: 4, preserveOrdering: true, maxBatchSize: 2 });
     const running = new AccumulatorExecutor();
     const old = new LoadedModel({ config, version: "1", executors: [running] });
     running.hold();
@@ -76,18 +88,7 @@ describe("sequences moving to a reloaded version", () => {
   });
 
   it("a sequence waiting in the backlog keeps its START's timeout", async () => {
-    const config = accumulatorConfig(
-      {
-        strategy: {
-          kind: "oldest",
-          maxCandidateSequences: 1,
-          preferredBatchSizes: [],
-          maxQueueDelayUs: 0,
-          preserveOrdering: false,
-        },
-      },
-      1,
-    );
+    const config = oldest({ candidates: 1, preserveOrdering: false, maxBatchSize: 1 });
     const old = new LoadedModel({ config, version: "1", executors: [new AccumulatorExecutor("old")] });
     assert.equal(sum(await old.infer(request(1, { id: "holder", start: true }))), 1);
     // The one slot is taken: this START waits in the backlog, at most 300 ms.
@@ -108,19 +109,7 @@ describe("sequences moving to a reloaded version", () => {
 
   it("a request that moves to a version that no longer preserves ordering, or is refused there, is answered", async () => {
     const ordering = (preserveOrdering: boolean) =>
-      accumulatorConfig(
-        {
-          strategy: {
-            kind: "oldest",
-            maxCandidateSequences: 4,
-            preferredBatchSizes: [],
-            maxQueueDelayUs: 0,
-            preserveOrdering,
-          },
-          maxSequenceIdleUs: undefined,
-        },
-        2,
-      );
+      oldest({ candidates: 4, preserveOrdering, maxBatchSize: 2, neverIdle: true });
     const old = new LoadedModel({
       config: ordering(true),
       version: "1",
