@@ -74,8 +74,7 @@ interface Running {
   /** Responses sent and not yet taken by the client, and their bytes. */
   unacked: number;
   unackedBytes: number;
-  timedOut: boolean;
-  /** When it first timed out (the worker was told to stop it). */
+  /** When it first timed out (the worker was told to stop it); undefined while it has not. */
   timedOutAtMs?: number;
 }
 
@@ -231,7 +230,6 @@ export class HandlerExecutor implements RequestExecutor {
       timer: undefined,
       unacked: 0,
       unackedBytes: 0,
-      timedOut: false,
     };
     this.#running.set(rid, running);
     running.sink?.onConsumed((bytes) => {
@@ -262,8 +260,7 @@ export class HandlerExecutor implements RequestExecutor {
 
   #timedOut(rid: number, running: Running): void {
     running.timer = undefined;
-    if (!running.timedOut) running.timedOutAtMs = Date.now();
-    running.timedOut = true;
+    running.timedOutAtMs ??= Date.now();
     this.#worker?.postMessage({ type: "cancel", rid, why: "timeout" });
     this.#checkStuck();
   }
@@ -275,23 +272,21 @@ export class HandlerExecutor implements RequestExecutor {
    */
   #checkStuck(): void {
     if (this.#stuckTimer !== undefined) return;
-    let oldest: Running | undefined;
-    for (const running of this.#running.values()) {
-      if (
-        running.timedOutAtMs !== undefined &&
-        (oldest === undefined || running.timedOutAtMs < oldest.timedOutAtMs!)
-      )
-        oldest = running;
+    let oldest: [rid: number, running: Running] | undefined;
+    for (const entry of this.#running) {
+      const at = entry[1].timedOutAtMs;
+      if (at !== undefined && (oldest === undefined || at < oldest[1].timedOutAtMs!)) oldest = entry;
     }
     if (oldest === undefined) return;
-    const wait = Math.max(0, oldest.timedOutAtMs! + this.#options.timeoutMs - Date.now());
+    const [rid, running] = oldest;
+    const wait = Math.max(0, running.timedOutAtMs! + this.#options.timeoutMs - Date.now());
     this.#stuckTimer = setTimeout(() => {
       this.#stuckTimer = undefined;
       const worker = this.#worker;
       if (worker === undefined) return;
-      if ([...this.#running.values()].includes(oldest)) {
+      if (this.#running.get(rid) === running) {
         this.#lastError = new Error(
-          `it did not give back request '${oldest.id}' within ${2 * this.#options.timeoutMs} ms`,
+          `it did not give back request '${running.id}' within ${2 * this.#options.timeoutMs} ms`,
         );
         void worker.terminate();
         return;
@@ -321,7 +316,7 @@ export class HandlerExecutor implements RequestExecutor {
     // A request that timed out but that the handler finished before it heard so is
     // answered: its step was applied (its state is the new one), so a timeout error would
     // make a client that retries apply it twice.
-    if (running.timedOut && message.error !== undefined) {
+    if (running.timedOutAtMs !== undefined && message.error !== undefined) {
       outcome = { ok: false, error: this.#timeoutError(running), state, timings };
     } else if (message.error !== undefined) {
       outcome = {
@@ -366,7 +361,7 @@ export class HandlerExecutor implements RequestExecutor {
   #failAll(error: ServerError): void {
     for (const rid of [...this.#running.keys()]) {
       const running = this.#untrack(rid)!;
-      const failure = running.timedOut ? this.#timeoutError(running) : error;
+      const failure = running.timedOutAtMs !== undefined ? this.#timeoutError(running) : error;
       running.settle(running.index, { ok: false, error: failure, state: undefined, timings: NO_TIMINGS });
     }
     const batches = [...this.#batches.values()];
