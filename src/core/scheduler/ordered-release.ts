@@ -1,12 +1,12 @@
-// Releases completions in the order their requests were accepted (Triton's
-// `preserve_ordering`): a request that finishes early waits for those accepted before it.
+// Releases completions in the order their tickets were issued (Triton's
+// `preserve_ordering`): a request that finishes early waits for those given tickets before it.
 
 export class OrderedRelease {
   #next = 0;
   #issued = 0;
   readonly #ready = new Map<number, () => void>();
 
-  /** A ticket for a newly accepted request. */
+  /** The next place in the order. */
   issue(): number {
     return this.#issued++;
   }

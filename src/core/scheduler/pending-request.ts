@@ -86,6 +86,21 @@ export class PendingRequest {
     this.#gate = gate;
   }
 
+  /**
+   * Gives up the request's place in the delivery order: it goes back to wait for a run,
+   * and takes a new place when it leaves again. The answers behind it go out meanwhile.
+   */
+  leaveGate(): void {
+    const gate = this.#gate;
+    this.#gate = undefined;
+    gate?.(() => {});
+  }
+
+  /** Whether the answer goes out through a gate (it has a place in a delivery order). */
+  get gated(): boolean {
+    return this.#gate !== undefined;
+  }
+
   markDispatched(): void {
     this.dispatchNs = nowNs();
   }

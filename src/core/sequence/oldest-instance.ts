@@ -1,5 +1,6 @@
 import type { ModelExecutor } from "../executor.ts";
 import type { SequenceStrategy } from "../model-config.ts";
+import type { OrderedRelease } from "../scheduler/ordered-release.ts";
 import { Deque } from "../scheduler/request-queue.ts";
 import type { Sequence } from "./sequence.ts";
 import { rowKey, type SequenceModel, type SequenceRow } from "./sequence-batch-execution.ts";
@@ -31,8 +32,14 @@ export class OldestInstance extends SequenceInstance {
   readonly #targetRows: number;
   readonly #delayNs: number;
 
-  constructor(model: SequenceModel, owner: SequenceOwner, executor: ModelExecutor, strategy: OldestStrategy) {
-    super(model, owner, executor, strategy.maxCandidateSequences, 2);
+  constructor(
+    model: SequenceModel,
+    owner: SequenceOwner,
+    executor: ModelExecutor,
+    strategy: OldestStrategy,
+    ordering: OrderedRelease | undefined,
+  ) {
+    super(model, owner, executor, strategy.maxCandidateSequences, 2, ordering);
     this.#maxRows = Math.max(1, model.config.maxBatchSize);
     const preferred = strategy.preferredBatchSizes;
     this.#targetRows = preferred.length > 0 ? Math.min(this.#maxRows, Math.max(...preferred)) : this.#maxRows;

@@ -128,9 +128,6 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   readonly #idleMs: number | undefined;
   #idleTimer: NodeJS.Timeout | undefined;
   readonly #ended: Record<SequenceEndReason, number>;
-  readonly #ordering: OrderedRelease | undefined;
-  /** Each accepted request's place in #ordering (preserve_ordering). */
-  readonly #tickets = new WeakMap<PendingRequest, number>();
   /** Ids whose END was accepted and whose sequence has not finished yet. */
   readonly #ending = new Map<string, Sequence>();
   /** Live sequences allowed at once (max_candidate_sequence_use_ratio of the slots). */
@@ -191,10 +188,15 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       void this.#ids.ready().catch(() => {});
       this.#stopListening = shared.onDataLost((atMs) => this.#dataLost(atMs));
     }
+    // preserve_ordering: answers leave in the order their requests left for the instances
+    // (one order for all of them). Not in the order of admission: a request waiting in
+    // the backlog would hold every later answer until its sequence got a slot.
+    const ordering =
+      strategy.kind === "oldest" && strategy.preserveOrdering ? new OrderedRelease() : undefined;
     this.#instances = options.executors.map((executor) =>
       strategy.kind === "direct"
         ? new DirectInstance(this.#model, this, executor, strategy)
-        : new OldestInstance(this.#model, this, executor, strategy),
+        : new OldestInstance(this.#model, this, executor, strategy, ordering),
     );
     const idleUs = this.#sequencing.maxSequenceIdleUs;
     this.#idleMs = idleUs === undefined ? undefined : idleUs / 1000;
@@ -204,8 +206,6 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       SequenceEndReason,
       number
     >;
-    this.#ordering =
-      strategy.kind === "oldest" && strategy.preserveOrdering ? new OrderedRelease() : undefined;
     for (const instance of this.#instances) {
       const executor = instance.executor;
       if (isRequestExecutor(executor)) executor.onReplaced((why) => this.#instanceFailed(instance, why));
@@ -335,7 +335,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     sequence.holder?.wake(sequence);
   }
 
-  /** Takes `pending` into `sequence`'s queue: counted, ordered, cancellable. */
+  /** Takes `pending` into `sequence`'s queue: counted and cancellable. */
   #accept(sequence: Sequence, pending: PendingRequest, assigned: boolean): void {
     this.#pending++;
     pending.promise.then(
@@ -353,12 +353,6 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         }
       },
     );
-    if (this.#ordering !== undefined) {
-      const ticket = this.#ordering.issue();
-      const ordering = this.#ordering;
-      this.#tickets.set(pending, ticket);
-      pending.deliverThrough((deliver) => ordering.complete(ticket, deliver));
-    }
     sequence.queue.push(pending);
     pending.onCancel((p) => this.#cancelled(sequence, p));
   }
@@ -1251,6 +1245,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         return;
       }
       this.#retries.set(row.request, tries);
+      row.request.leaveGate();
       sequence.queue.unshift(row.request);
       return;
     }
@@ -1546,18 +1541,6 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
             },
           }),
     }));
-    // The requests that leave take their places in the delivery order with them: answers
-    // here held for theirs go out, or they would wait for ever (preserve_ordering).
-    for (const moving of sequences) {
-      for (const request of moving.requests) {
-        const ticket = this.#tickets.get(request);
-        if (ticket === undefined) continue;
-        this.#tickets.delete(request);
-        this.#ordering!.complete(ticket, () => {});
-        // Its answer no longer waits here: the new version orders it (if it orders answers).
-        request.deliverThrough(undefined);
-      }
-    }
     // A close waiting for its sequence to be idle is answered now: the new version ends
     // the sequence and writes the end to the tier as any end, without confirming it.
     for (const s of leaving) s.tier?.closing?.resolve();

@@ -1,5 +1,6 @@
 import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
 import type { SequenceEndReason } from "../model.ts";
+import type { OrderedRelease } from "../scheduler/ordered-release.ts";
 import type { Sequence, SlotHolder } from "./sequence.ts";
 import {
   runSequenceBatch,
@@ -46,6 +47,8 @@ export abstract class SequenceInstance implements SlotHolder {
   #quietWaiters: (() => void)[] = [];
   /** Requests of model code still running (a decoupled one may outlast its batch). */
   #runningRequests = 0;
+  /** preserve_ordering: the order answers leave in, shared by the model's instances. */
+  readonly #ordering: OrderedRelease | undefined;
 
   constructor(
     model: SequenceModel,
@@ -53,8 +56,10 @@ export abstract class SequenceInstance implements SlotHolder {
     executor: ModelExecutor,
     capacity: number,
     maxInFlight = 1,
+    ordering?: OrderedRelease,
   ) {
     this.#maxInFlight = maxInFlight;
+    this.#ordering = ordering;
     this.model = model;
     this.owner = owner;
     this.executor = executor;
@@ -143,6 +148,7 @@ export abstract class SequenceInstance implements SlotHolder {
     this.#inFlight++;
     const real = rows.filter((r): r is SequenceRow => r !== undefined);
     for (const row of real) row.sequence.running = true;
+    if (this.#ordering !== undefined) this.#takePlaces(this.#ordering, real);
     if (isRequestExecutor(this.executor)) {
       // Model code answers each request on its own time: a sequence steps again when its
       // request is complete; the instance takes another batch when the executor is ready.
@@ -187,6 +193,15 @@ export abstract class SequenceInstance implements SlotHolder {
       this.schedule();
     };
     runSequenceBatch(this.model, this.executor, rows).then(ran, () => ran({ ok: false }));
+  }
+
+  /** Each request of a batch leaving now takes the next place in the order answers leave in. */
+  #takePlaces(ordering: OrderedRelease, rows: readonly SequenceRow[]): void {
+    for (const { request } of rows) {
+      if (request.gated) continue;
+      const ticket = ordering.issue();
+      request.deliverThrough((deliver) => ordering.complete(ticket, deliver));
+    }
   }
 
   /** Tells model code that keeps per-sequence data that `sequence` ended (after its last step). */
