@@ -164,6 +164,43 @@ test("a zero-element tensor is valid", async () => {
   assert.equal(response.raw_output_contents[0]?.length, 0);
 });
 
+test("shared memory and classification are refused with UNIMPLEMENTED, not ignored", async () => {
+  const input = { name: "a", datatype: "INT32", shape: [1], contents: { int_contents: [1] } };
+  const refused = async (request: object, details: string): Promise<void> => {
+    const error = await callError(infer({ model_name: "echo", ...request }));
+    assert.equal(error.code, status.UNIMPLEMENTED, error.details);
+    assert.equal(error.details, details);
+  };
+  // Served as if absent, a shared-memory client would read a region nobody wrote.
+  await refused(
+    {
+      inputs: [input],
+      outputs: [{ name: "a", parameters: { shared_memory_region: { string_param: "out" } } }],
+    },
+    "shared memory is not supported: output 'a' sets 'shared_memory_region'",
+  );
+  await refused(
+    { inputs: [input], outputs: [{ name: "a", parameters: { classification: { int64_param: 1 } } }] },
+    "the classification extension is not supported: output 'a' requests 'classification'",
+  );
+  await refused(
+    {
+      inputs: [
+        {
+          name: "a",
+          datatype: "INT32",
+          shape: [1],
+          parameters: {
+            shared_memory_region: { string_param: "in" },
+            shared_memory_byte_size: { int64_param: 4 },
+          },
+        },
+      ],
+    },
+    "shared memory is not supported: input 'a' sets 'shared_memory_region'",
+  );
+});
+
 async function invalid(request: object, pattern: RegExp): Promise<void> {
   const error = await callError(infer(request));
   assert.equal(error.code, status.INVALID_ARGUMENT, error.details);

@@ -3,6 +3,7 @@ import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest } from "../../core/infer.ts";
 import { readSequenceControl } from "../../core/sequence/sequence-parameters.ts";
 import type { Tensor } from "../../core/tensor.ts";
+import { refuseUnsupportedExtensions } from "../common/kserve/unsupported-extensions.ts";
 import { decodeRawTensor } from "../common/raw-tensor.ts";
 import { readRequestParameters } from "./infer-parameters.ts";
 import { type Int64, int64ToNumber } from "./int64.ts";
@@ -45,6 +46,8 @@ function decodeInput(
     throw invalidArg(`invalid datatype '${datatype}' for input '${name}' for model '${model}'`);
   }
   const shape = decodeShape(name, model, message.shape);
+  const parameters = message.parameters;
+  refuseUnsupportedExtensions("input", name, (key) => parameters?.[key] !== undefined);
   if (message.contents !== undefined && message.contents !== null) {
     if (raw.length > 0) {
       throw invalidArg(
@@ -88,6 +91,10 @@ export function decodeInferRequest(
     inputs.set(name, tensor);
   }
   const outputMessages = message.outputs ?? [];
+  for (const output of outputMessages) {
+    const parameters = output.parameters;
+    refuseUnsupportedExtensions("output", output.name ?? "", (key) => parameters?.[key] !== undefined);
+  }
   const outputs = outputMessages.length === 0 ? undefined : outputMessages.map((o) => o.name ?? "");
   const parameters = readRequestParameters(message.parameters);
   const request: InferRequest = {

@@ -1,5 +1,5 @@
 import { isDataType } from "../../../core/datatype.ts";
-import { invalidArg, ServerError } from "../../../core/errors.ts";
+import { invalidArg } from "../../../core/errors.ts";
 import type { InferRequest, ParameterValue } from "../../../core/infer.ts";
 import type { ServedModel } from "../../../core/model.ts";
 import { readSequenceControl } from "../../../core/sequence/sequence-parameters.ts";
@@ -9,6 +9,7 @@ import { memberSourceText } from "../json-source-text.ts";
 import { decodeRawTensor } from "../raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
 import { decodeJsonTensor } from "./json-tensor.ts";
+import { refuseUnsupportedExtensions } from "./unsupported-extensions.ts";
 
 // A KServe v2 HTTP inference body → the protocol-free InferRequest, plus how the client
 // wants the outputs back (JSON or binary). Only the wire format is checked here (types,
@@ -142,12 +143,7 @@ function readInput(
       `Unable to parse 'parameters' for input '${name}': expected an object, got ${kindOf(parameters)}`,
     );
   }
-  if (parameters?.shared_memory_region !== undefined) {
-    throw new ServerError(
-      "UNSUPPORTED",
-      `shared memory is not supported: input '${name}' sets 'shared_memory_region'`,
-    );
-  }
+  refuseUnsupportedExtensions("input", name, (key) => parameters?.[key] !== undefined);
   const size = parameters?.binary_data_size;
   const hasData = value.data !== undefined;
   if (hasData === (size !== undefined)) {
@@ -217,18 +213,7 @@ function readOutputs(value: unknown): ReadOutputs {
         `Unable to parse 'parameters' for output '${name}': expected an object, got ${kindOf(parameters)}`,
       );
     }
-    if (parameters.classification !== undefined) {
-      throw new ServerError(
-        "UNSUPPORTED",
-        `the classification extension is not supported: output '${name}' requests 'classification'`,
-      );
-    }
-    if (parameters.shared_memory_region !== undefined) {
-      throw new ServerError(
-        "UNSUPPORTED",
-        `shared memory is not supported: output '${name}' sets 'shared_memory_region'`,
-      );
-    }
+    refuseUnsupportedExtensions("output", name, (key) => parameters[key] !== undefined);
     const choice = parameters.binary_data;
     if (choice === undefined) continue;
     if (typeof choice !== "boolean") {
