@@ -329,9 +329,12 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       this.#byArrival.set(sequence, true);
       this.#armIdleTimer();
     }
-    if (starts && sequence.holder === undefined && control?.timeoutUs !== undefined) {
+    // A request's `timeout` bounds how long its sequence waits in the backlog for a slot,
+    // the earliest deadline winning (Triton's). A restart's new life waits for the slot
+    // its old life holds: it is not in the backlog, and no timeout can cost it its id.
+    const waitsForSlot = sequence.holder === undefined && !(starts && existing?.holder !== undefined);
+    if (waitsForSlot && control?.timeoutUs !== undefined)
       this.#armBacklogTimeout(sequence, control.timeoutUs);
-    }
     sequence.holder?.wake(sequence);
   }
 
@@ -677,16 +680,32 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   #armBacklogTimeout(sequence: Sequence, timeoutUs: number): void {
-    sequence.backlogDeadlineMs = Date.now() + timeoutUs / 1000;
-    const timer = setTimeout(() => {
-      this.#backlogTimers.delete(sequence);
-      if (sequence.holder !== undefined || !this.#all.has(sequence)) return;
-      this.#endNow(
-        sequence,
-        "backlog_timeout",
-        unavailable("timeout of the corresponding sequence has been expired"),
-      );
-    }, timeoutUs / 1000);
+    const deadlineMs = Date.now() + timeoutUs / 1000;
+    const armed = this.#backlogTimers.has(sequence);
+    if (armed && (sequence.backlogDeadlineMs ?? Number.POSITIVE_INFINITY) <= deadlineMs) return;
+    sequence.backlogDeadlineMs = deadlineMs;
+    this.#armBacklogTimer(sequence, deadlineMs);
+  }
+
+  #armBacklogTimer(sequence: Sequence, deadlineMs: number): void {
+    this.#clearBacklogTimeout(sequence);
+    const timer = setTimeout(
+      () => {
+        this.#backlogTimers.delete(sequence);
+        if (sequence.holder !== undefined || !this.#all.has(sequence)) return;
+        // A deadline further than the longest timer is reached in steps.
+        if (Date.now() < deadlineMs) {
+          this.#armBacklogTimer(sequence, deadlineMs);
+          return;
+        }
+        this.#endNow(
+          sequence,
+          "backlog_timeout",
+          unavailable("timeout of the corresponding sequence has been expired"),
+        );
+      },
+      Math.min(MAX_TIMER_MS, Math.max(0, deadlineMs - Date.now())),
+    );
     timer.unref();
     this.#backlogTimers.set(sequence, timer);
   }
@@ -738,7 +757,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (this.#idleMs === undefined || this.#idleTimer !== undefined) return;
     const oldest = this.#byArrival.keys().next().value;
     if (oldest === undefined) return;
-    const delay = Math.max(1, oldest.lastArrivalMs + this.#idleMs - Date.now());
+    // The reaper checks each deadline itself: one further than the longest timer is
+    // reached in steps (Node fires a longer one after 1 ms).
+    const delay = Math.min(MAX_TIMER_MS, Math.max(1, oldest.lastArrivalMs + this.#idleMs - Date.now()));
     this.#idleTimer = setTimeout(() => {
       this.#idleTimer = undefined;
       this.#reapIdle();

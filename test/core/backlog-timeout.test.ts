@@ -1,0 +1,74 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
+import { accumulatorConfig } from "./support/accumulator-executor.ts";
+import { batcherHarness, turn } from "./support/batcher-harness.ts";
+
+/** Oldest with `slots` sequence slots, batches of one, no idle timeout. */
+const slotted = (slots: number) =>
+  accumulatorConfig(
+    {
+      strategy: {
+        kind: "oldest",
+        maxCandidateSequences: slots,
+        preferredBatchSizes: [],
+        maxQueueDelayUs: 0,
+        preserveOrdering: false,
+      },
+      maxSequenceIdleUs: undefined,
+    },
+    1,
+  );
+
+const settled = (promise: Promise<unknown>) =>
+  promise.then(
+    () => "answered",
+    (error: Error) => error.message,
+  );
+
+// A request's `timeout` bounds how long its sequence waits in the backlog for a slot, as
+// in Triton: the earliest deadline of its requests wins, and nothing else is timed.
+
+describe("backlog timeout", { timeout: 10_000 }, () => {
+  // The batcher's timers are unref'd (a server's sockets keep its process alive): here an
+  // interval does.
+  let alive: NodeJS.Timeout;
+  before(() => {
+    alive = setInterval(() => {}, 1000);
+  });
+  after(() => clearInterval(alive));
+
+  it("does not apply to a restart, whose new life waits for the slot its old life holds", async () => {
+    const { executor, send, output } = batcherHarness(slotted(1));
+    executor.hold();
+    const old = send(1, { id: 7n, start: true });
+    await turn();
+    // The old life's step runs; the new life waits for it, not in the backlog.
+    const restart = send(5, { id: 7n, start: true, timeoutUs: 1000 });
+    await sleep(30);
+    executor.release();
+    assert.equal(await output(old), 1);
+    assert.equal(await output(restart), 5);
+    assert.equal(await output(send(1, { id: 7n, end: true })), 6);
+  });
+
+  it("is shortened by a later request of a backlogged sequence", async () => {
+    const { send, output, batcher } = batcherHarness(slotted(1));
+    assert.equal(await output(send(1, { id: 1n, start: true })), 1);
+    const start = settled(send(10, { id: 2n, start: true }).promise);
+    const next = settled(send(1, { id: 2n, timeoutUs: 1000 }).promise);
+    assert.equal(await next, "timeout of the corresponding sequence has been expired");
+    assert.equal(await start, "timeout of the corresponding sequence has been expired");
+    assert.equal(batcher.summary().ended.backlog_timeout, 1);
+  });
+
+  it("longer than setTimeout's longest delay is kept, not fired at once", async () => {
+    const { send, output } = batcherHarness(slotted(1));
+    assert.equal(await output(send(1, { id: 1n, start: true })), 1);
+    // 30 days, past the 24.8 days a Node timer can wait.
+    const waiting = send(10, { id: 2n, start: true, timeoutUs: 30 * 24 * 3600 * 1e6 });
+    await sleep(30);
+    assert.equal(await output(send(1, { id: 1n, end: true })), 2);
+    assert.equal(await output(waiting), 10);
+  });
+});
