@@ -21,6 +21,9 @@ before(async () => {
     one_float: { onnx: identityModel("FP32", [-1, 3]) },
     one_half: { onnx: identityModel("FP16", [-1, 2]) },
     strings: { onnx: identityModel("BYTES", [-1, 2]) },
+    string_scalar: { onnx: identityModel("BYTES", []) },
+    ids: { onnx: identityModel("INT64", [-1, 2]) },
+    unsigned_ids: { onnx: identityModel("UINT64", [-1, 2]) },
     // TF-Serving writes an output whose name ends in _bytes as {"b64": …}.
     raw_bytes: {
       onnx: new OnnxModelBuilder({ opset: 17 })
@@ -113,6 +116,49 @@ describe("REST predict on stateless models", () => {
     assert.deepEqual(raw.json, {
       outputs: [[{ b64: bytes.toString("base64") }], [{ b64: Buffer.from("x").toString("base64") }]],
     });
+  });
+
+  it('a {"b64": …} value is one element, not a map of input names, as a bare column value or an instance', async () => {
+    const hello = Buffer.from("hello").toString("base64");
+    // Read as a scalar element. (A scalar input of an autocompleted config is declared
+    // with shape [1]: README, "What an OVMS user may need to change".)
+    const column = await post("/v1/models/string_scalar:predict", { inputs: { b64: hello } });
+    assert.deepEqual(column, {
+      status: 400,
+      json: { error: "unexpected shape for input 'INPUT0' for model 'string_scalar'. Expected [1], got []." },
+    });
+    // Each instance one element: two instances stack to [2].
+    const rows = await post("/v1/models/string_scalar:predict", { instances: [{ b64: hello }, "x"] });
+    assert.deepEqual(rows, {
+      status: 400,
+      json: {
+        error: "unexpected shape for input 'INPUT0' for model 'string_scalar'. Expected [1], got [2].",
+      },
+    });
+  });
+
+  it("INT64 and UINT64 values past 2^53 are read exactly, in both forms", async () => {
+    const text = async (path: string, body: string): Promise<string> => {
+      const response = await fetch(`${ovms.url}${path}`, { method: "POST", body });
+      const answer = await response.text();
+      assert.equal(response.status, 200, answer);
+      return answer.replace(/\s/g, "");
+    };
+    const rows = await text(
+      "/v1/models/ids:predict",
+      '{"instances": [{"INPUT0": [9007199254740993, -9223372036854775807]}, {"INPUT0": [9223372036854775807, 1]}]}',
+    );
+    assert.equal(rows, '{"predictions":[[9007199254740993,-9223372036854775807],[9223372036854775807,1]]}');
+    const bare = await text(
+      "/v1/models/ids:predict",
+      '{"instances": [[9007199254740993, 2], [3, -9007199254740993]]}',
+    );
+    assert.equal(bare, '{"predictions":[[9007199254740993,2],[3,-9007199254740993]]}');
+    const column = await text(
+      "/v1/models/unsigned_ids:predict",
+      '{"inputs": {"INPUT0": [[18446744073709551615, 12345678901234567891]]}}',
+    );
+    assert.equal(column, '{"outputs":[[18446744073709551615,12345678901234567891]]}');
   });
 
   it("a scalar input as a bare number (Silero VAD's sr, column form)", async () => {
@@ -282,10 +328,13 @@ describe("model status and metadata", () => {
     const all = (await get("/v1/config")).json;
     assert.deepEqual(Object.keys(all).sort(), [
       "add_sub",
+      "ids",
       "one_float",
       "one_half",
       "raw_bytes",
+      "string_scalar",
       "strings",
+      "unsigned_ids",
       "vad",
     ]);
     assert.deepEqual(all.vad, expected);

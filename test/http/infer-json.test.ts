@@ -96,6 +96,56 @@ describe("inference with JSON tensors", () => {
     assert.match(text, /"data":\[18446744073709549568\]/);
   });
 
+  it("INT64 and UINT64 elements past 2^53 are read exactly, nested or not, and the extremes are accepted", async () => {
+    const echo = server.fake.registry.model("echo");
+    const response = await send(
+      server,
+      "POST",
+      "/v2/models/echo/infer",
+      '{"inputs":[{"name":"A","datatype":"INT64","shape":[2,2],"data":[[9007199254740993,-9223372036854775807],' +
+        "[9223372036854775807, -9007199254740993]]}," +
+        '{"name":"B","datatype":"UINT64","shape":[2],"data":[18446744073709551615, 12345678901234567891],"parameters":{"x":1}}]}',
+    );
+    assert.equal(response.status, 200, response.body.toString());
+    const inputs = echo.requests.at(-1)!.inputs;
+    assert.deepEqual(
+      [...((inputs.get("A") as NumericTensor).data as BigInt64Array)],
+      [9007199254740993n, -9223372036854775807n, 9223372036854775807n, -9007199254740993n],
+    );
+    assert.deepEqual(
+      [...((inputs.get("B") as NumericTensor).data as BigUint64Array)],
+      [18446744073709551615n, 12345678901234567891n],
+    );
+    const text = response.body.toString("utf8");
+    assert.match(
+      text,
+      /"data":\[9007199254740993,-9223372036854775807,9223372036854775807,-9007199254740993\]/,
+    );
+    assert.match(text, /"data":\[18446744073709551615,12345678901234567891\]/);
+  });
+
+  it("INT64 and UINT64 elements past their range are refused with their digits", async () => {
+    const cases: [string, string][] = [
+      ["INT64", "9223372036854775808"],
+      ["UINT64", "18446744073709551616"],
+      ["UINT64", "9".repeat(1_000_000)],
+    ];
+    for (const [datatype, digits] of cases) {
+      const response = await send(
+        server,
+        "POST",
+        "/v2/models/echo/infer",
+        `{"inputs":[{"name":"A","datatype":"${datatype}","shape":[1],"data":[${digits}]}]}`,
+      );
+      assert.equal(response.status, 400, datatype);
+      const shown = digits.length > 32 ? `${digits.slice(0, 32)}…` : digits;
+      const range = datatype === "INT64" ? "[-2^63, 2^63)" : "[0, 2^64)";
+      assert.deepEqual(JSON.parse(response.body.toString("utf8")), {
+        error: `unable to parse 'data' for input 'A': element 0 is ${shown}, but ${datatype} expects an integer in ${range}`,
+      });
+    }
+  });
+
   it("nested data is read in row-major order", async () => {
     const echo = server.fake.registry.model("echo");
     const response = await postJson(server, "/v2/models/echo/infer", {
@@ -378,6 +428,12 @@ describe("sequence ids over HTTP", () => {
     const ok = await send(server, "POST", "/v2/models/echo/infer", valid);
     assert.equal(ok.status, 200, ok.body.toString());
     assert.equal(echo.requests.at(-1)?.sequence?.id, 18446744073709551614n);
+  });
+
+  it("an id of a million digits is refused as any id past 2^64", async () => {
+    const { status, text } = await sequenceRequest("9".repeat(1_000_000));
+    assert.equal(status, 400);
+    assert.equal(text, `{"error":"Unable to parse 'sequence_id'"}`);
   });
 
   it("string ids work", async () => {

@@ -1,6 +1,7 @@
-// JSON.parse turns every number into a double, so a uint64 sequence id above 2^53 comes
-// out rounded. This scanner finds the source text of one member of a request object (a
-// KServe request's `parameters.sequence_id`, a TF-Serving request's
+// JSON.parse turns every number into a double, so a 64-bit integer above 2^53 comes out
+// rounded: a uint64 sequence id, or an INT64/UINT64 tensor element. This scanner finds
+// the source text of one value of a request (a KServe request's
+// `parameters.sequence_id` or `inputs[i].data`, a TF-Serving request's
 // `inputs.sequence_id`), so the exact digits can be read again. It runs only on text that
 // JSON.parse has accepted, and only when a parsed value was not a safe integer.
 
@@ -67,21 +68,74 @@ function forEachMember(text: string, i: number, visit: (key: string, start: numb
   return i + 1;
 }
 
+/** Calls `visit(start)` for each element of the array starting at `i`, with `start` the index of the element. */
+function forEachElement(text: string, i: number, visit: (index: number, start: number) => void): void {
+  i = skipSpace(text, i + 1);
+  for (let index = 0; i < text.length && text[i] !== "]"; index++) {
+    visit(index, i);
+    i = skipSpace(text, skipValue(text, i));
+    if (text[i] === ",") i = skipSpace(text, i + 1);
+  }
+}
+
 /**
- * The source text of the member at `path` (object keys from the top, e.g.
- * ["parameters", "sequence_id"]) in the JSON `text` (the last occurrence, as JSON.parse
- * keeps), or undefined when it is absent.
+ * The source text of the value at `path` (object keys and array indices from the top,
+ * e.g. ["parameters", "sequence_id"] or ["inputs", 0, "data"]) in the JSON `text` (for a
+ * key given twice, the last, as JSON.parse keeps), or undefined when it is absent.
  */
-export function memberSourceText(text: string, path: readonly string[]): string | undefined {
+export function memberSourceText(text: string, path: readonly (string | number)[]): string | undefined {
   let found: string | undefined;
   const descend = (start: number, depth: number): void => {
-    if (text[start] !== "{") return;
-    forEachMember(text, start, (key, valueStart) => {
-      if (key !== path[depth]) return;
+    const step = path[depth];
+    const visit = (at: string | number, valueStart: number): void => {
+      if (at !== step) return;
       if (depth === path.length - 1) found = text.slice(valueStart, skipValue(text, valueStart));
       else descend(valueStart, depth + 1);
-    });
+    };
+    if (typeof step === "number") {
+      if (text[start] === "[") forEachElement(text, start, visit);
+    } else if (text[start] === "{") forEachMember(text, start, visit);
   };
   if (path.length > 0) descend(skipSpace(text, 0), 0);
   return found;
+}
+
+/** The source texts of the elements of the JSON array whose source text is `source`. */
+export function elementSourceTexts(source: string): string[] {
+  const texts: string[] = [];
+  const start = skipSpace(source, 0);
+  if (source[start] === "[")
+    forEachElement(source, start, (_, at) => texts.push(source.slice(at, skipValue(source, at))));
+  return texts;
+}
+
+/** The number tokens of a JSON value's source text, in order (strings skipped). */
+export function numberTokens(source: string): string[] {
+  const tokens: string[] = [];
+  for (let i = 0; i < source.length; ) {
+    const c = source[i] as string;
+    if (c === '"') i = skipString(source, i);
+    else if (c === "-" || (c >= "0" && c <= "9")) {
+      const end = skipValue(source, i);
+      tokens.push(source.slice(i, end));
+      i = end;
+    } else i++;
+  }
+  return tokens;
+}
+
+/**
+ * The integer a JSON number token writes, exactly: a bigint within [min, max], null for
+ * an integer outside it, undefined for a token not written as an integer (a fraction or
+ * an exponent). Long digit strings are refused by their length before BigInt reads them:
+ * BigInt takes time that grows faster than the length, and a body of millions of digits
+ * stalled the server for seconds.
+ */
+export function exactInteger(token: string, min: bigint, max: bigint): bigint | null | undefined {
+  // JSON allows no leading zeros: a sign and 20 digits hold every 64-bit integer.
+  const integer = /^-?\d+$/;
+  if (token.length > 21) return integer.test(token) ? null : undefined;
+  if (!integer.test(token)) return undefined;
+  const value = BigInt(token);
+  return value < min || value > max ? null : value;
 }

@@ -2,7 +2,7 @@ import type { DataType } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
 import { fromFloat16Array, toFloat16Array } from "../../core/float16.ts";
 import { type BytesElements, elementCount, type NumericTensor, type Tensor } from "../../core/tensor.ts";
-import { decodeJsonTensor, jsonTensorData } from "../common/kserve/json-tensor.ts";
+import { decodeJsonTensor, jsonTensorData, type SourceTokens } from "../common/kserve/json-tensor.ts";
 
 // Tensors in TF-Serving's REST JSON: a value is a (nested) list whose nesting gives the
 // shape, or a bare scalar; bytes travel as strings or as {"b64": "…"}. A row-format
@@ -15,7 +15,7 @@ const decoder = new TextDecoder("utf-8", { fatal: true });
 /** TensorFlow's limit on a tensor's rank; it also bounds how deep the lists are walked. */
 const MAX_RANK = 254;
 
-const isB64 = (value: unknown): value is { b64: string } =>
+export const isB64 = (value: unknown): value is { b64: string } =>
   typeof value === "object" &&
   value !== null &&
   !Array.isArray(value) &&
@@ -63,8 +63,16 @@ function bytesOf(input: string, leaf: unknown, index: number): Uint8Array {
   );
 }
 
-/** A JSON value as a tensor of `datatype` (the model input's). */
-export function decodeRestTensor(input: string, datatype: DataType, value: unknown): Tensor {
+/**
+ * A JSON value as a tensor of `datatype` (the model input's); `tokens` reads 64-bit
+ * integers past 2^53 exactly from the request's text.
+ */
+export function decodeRestTensor(
+  input: string,
+  datatype: DataType,
+  value: unknown,
+  tokens?: SourceTokens,
+): Tensor {
   const { shape, leaves } = shapeAndLeaves(input, value);
   if (datatype === "BYTES") {
     return { datatype, shape, data: leaves.map((leaf, i) => bytesOf(input, leaf, i)) };
@@ -78,7 +86,7 @@ export function decodeRestTensor(input: string, datatype: DataType, value: unkno
     const wide = decodeJsonTensor(input, "FP32", shape, leaves) as NumericTensor;
     return { datatype, shape, data: toFloat16Array(wide.data as Float32Array) };
   }
-  return decodeJsonTensor(input, datatype, shape, leaves);
+  return decodeJsonTensor(input, datatype, shape, leaves, tokens);
 }
 
 function bytesText(name: string, element: Uint8Array): string {

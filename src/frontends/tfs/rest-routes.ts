@@ -5,7 +5,13 @@ import type { Tensor } from "../../core/tensor.ts";
 import { watchDisconnect } from "../common/http/client-disconnect.ts";
 import { createErrorHandler } from "../common/http/error-reply.ts";
 import { isJsonObject, type JsonObject } from "../common/http/json-body.ts";
-import { memberSourceText } from "../common/json-source-text.ts";
+import {
+  elementSourceTexts,
+  exactInteger,
+  memberSourceText,
+  numberTokens,
+} from "../common/json-source-text.ts";
+import type { SourceTokens } from "../common/kserve/json-tensor.ts";
 import { routedSequenceId, SEQUENCE_ID_HEADER } from "../common/sequence-routing.ts";
 import { ovmsInvalid, TFS_HTTP_STATUS, tfsError } from "./error-status.ts";
 import { modelStatus, type Signature, signatureOf, type VersionStatus } from "./model-info.ts";
@@ -17,7 +23,7 @@ import {
   predict,
   sequenceOf,
 } from "./predict.ts";
-import { decodeRestTensor, restTensorText, tensorRow } from "./rest-json.ts";
+import { decodeRestTensor, isB64, restTensorText, tensorRow } from "./rest-json.ts";
 import {
   SEQUENCE_CONTROL_INPUT,
   SEQUENCE_ID_INPUT,
@@ -86,9 +92,9 @@ function specialInput(value: unknown, text: string, name: string, max: bigint): 
     if (typeof item !== "number" || !Number.isInteger(item) || item < 0) throw ovmsInvalid("rest_input");
     if (Number.isSafeInteger(item)) return BigInt(item);
     source ??= (memberSourceText(text, ["inputs", name]) ?? "").replace(/[[\]\s]/g, "").split(",");
-    const digits = source[i] ?? "";
-    if (!/^\d+$/.test(digits)) throw ovmsInvalid("rest_input");
-    return BigInt(digits);
+    const exact = exactInteger(source[i] ?? "", 0n, max);
+    if (exact == null) throw ovmsInvalid("rest_input");
+    return exact;
   });
   if (values.some((v) => v > max)) throw ovmsInvalid("rest_input");
   return { dims: [values.length], values };
@@ -99,11 +105,25 @@ function inputTypes(model: ServedModel): Map<string, ServedModel["inputs"][numbe
   return new Map(model.inputs.map((i) => [i.name, i]));
 }
 
-function decodeNamed(model: ServedModel, name: string, value: unknown): [string, Tensor] {
+function decodeNamed(
+  model: ServedModel,
+  name: string,
+  value: unknown,
+  tokens: SourceTokens,
+): [string, Tensor] {
   const input = inputTypes(model).get(name);
   if (input === undefined) throw invalidArg(`unexpected inference input '${name}' for model '${model.name}'`);
-  return [name, decodeRestTensor(name, input.datatype, value)];
+  return [name, decodeRestTensor(name, input.datatype, value, tokens)];
 }
+
+/** The number tokens of the value at `path` in the request's text (64-bit integers are read from them). */
+const tokensAt =
+  (text: string, path: readonly (string | number)[]): SourceTokens =>
+  () =>
+    numberTokens(memberSourceText(text, path) ?? "");
+
+/** A value that is not a map of input names: `{"b64": …}` is one element of a bytes input. */
+const isNamedMap = (value: unknown): value is JsonObject => isJsonObject(value) && !isB64(value);
 
 /** The model's only data input, for a request that does not name it. */
 function onlyInput(model: ServedModel): string {
@@ -127,7 +147,7 @@ function columnSpecials(
   value: unknown,
   text: string,
 ): [SpecialInput | undefined, SpecialInput | undefined, SpecialInput | undefined] {
-  if (!isStateful(model) || !isJsonObject(value)) return [undefined, undefined, undefined];
+  if (!isStateful(model) || !isNamedMap(value)) return [undefined, undefined, undefined];
   return [
     specialInput(value[SEQUENCE_ID_INPUT], text, SEQUENCE_ID_INPUT, UINT64_MAX),
     specialInput(value[SEQUENCE_CONTROL_INPUT], text, SEQUENCE_CONTROL_INPUT, UINT32_MAX),
@@ -136,22 +156,22 @@ function columnSpecials(
 }
 
 /** Column form: `"inputs": {name: value, …}` or a bare value for a one-input model. */
-function decodeColumns(model: ServedModel, value: unknown): DecodedPredict {
+function decodeColumns(model: ServedModel, value: unknown, text: string): DecodedPredict {
   const inputs = new Map<string, Tensor>();
-  if (!isJsonObject(value)) {
-    inputs.set(...decodeNamed(model, onlyInput(model), value));
+  if (!isNamedMap(value)) {
+    inputs.set(...decodeNamed(model, onlyInput(model), value, tokensAt(text, ["inputs"])));
     return { inputs, rows: undefined };
   }
   const stateful = isStateful(model);
   for (const name in value) {
     if (stateful && SPECIAL_INPUTS.has(name)) continue;
-    inputs.set(...decodeNamed(model, name, value[name]));
+    inputs.set(...decodeNamed(model, name, value[name], tokensAt(text, ["inputs", name])));
   }
   return { inputs, rows: undefined };
 }
 
 /** Row form: `"instances": [{name: value, …}, …]` or a list of bare values for a one-input model. */
-function decodeRows(model: ServedModel, instances: unknown): DecodedPredict {
+function decodeRows(model: ServedModel, instances: unknown, text: string): DecodedPredict {
   if (!Array.isArray(instances))
     throw invalidArg("Invalid JSON structure. Nonamed instance is not an array.");
   if (isStateful(model)) {
@@ -161,12 +181,12 @@ function decodeRows(model: ServedModel, instances: unknown): DecodedPredict {
   }
   if (instances.length === 0) throw invalidArg("Invalid JSON structure. Missing instances in row format");
   const inputs = new Map<string, Tensor>();
-  const named = instances.every(isJsonObject);
+  const named = instances.every(isNamedMap);
   if (!named) {
-    if (instances.some(isJsonObject)) {
+    if (instances.some(isNamedMap)) {
       throw invalidArg("Could not detect neither named or nonamed format: instances mix objects and values");
     }
-    inputs.set(...decodeNamed(model, onlyInput(model), instances));
+    inputs.set(...decodeNamed(model, onlyInput(model), instances, tokensAt(text, ["instances"])));
     return { inputs, rows: instances.length };
   }
   const names = Object.keys(instances[0] as JsonObject);
@@ -178,12 +198,19 @@ function decodeRows(model: ServedModel, instances: unknown): DecodedPredict {
       );
     }
   }
+  // The instances' texts are found once: each input's tokens are then read from them.
+  let instanceTexts: string[] | undefined;
   for (const name of names) {
+    const tokens = () => {
+      instanceTexts ??= elementSourceTexts(memberSourceText(text, ["instances"]) ?? "");
+      return instanceTexts.flatMap((instance) => numberTokens(memberSourceText(instance, [name]) ?? ""));
+    };
     inputs.set(
       ...decodeNamed(
         model,
         name,
         (instances as JsonObject[]).map((instance) => instance[name]),
+        tokens,
       ),
     );
   }
@@ -338,13 +365,13 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
       const hasColumns = json.inputs !== undefined;
       if (hasRows === hasColumns) throw ovmsInvalid("rest_order");
       // Special inputs are read (and refused) before the data, as OVMS does.
-      const rows = hasRows ? decodeRows(model, json.instances) : undefined;
+      const rows = hasRows ? decodeRows(model, json.instances, text) : undefined;
       const [id, control, step] = hasColumns
         ? columnSpecials(model, json.inputs, text)
         : [undefined, undefined, undefined];
       const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
       const sequence = sequenceOf(model, id, control, step, routed);
-      const decoded = rows ?? decodeColumns(model, json.inputs);
+      const decoded = rows ?? decodeColumns(model, json.inputs, text);
       const disconnect = watchDisconnect(request, reply);
       try {
         const { response, sequenceId } = await predict({

@@ -5,7 +5,7 @@ import type { ServedModel } from "../../../core/model.ts";
 import { readSequenceControl } from "../../../core/sequence/sequence-parameters.ts";
 import type { Tensor } from "../../../core/tensor.ts";
 import { isJsonObject, type JsonObject } from "../http/json-body.ts";
-import { memberSourceText } from "../json-source-text.ts";
+import { exactInteger, memberSourceText, numberTokens } from "../json-source-text.ts";
 import { decodeRawTensor } from "../raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
 import { decodeJsonTensor } from "./json-tensor.ts";
@@ -41,7 +41,7 @@ export interface DecodeOptions {
   readonly principal?: string | undefined;
 }
 
-/** The JSON part of an inference request, parsed once; `text` is kept to read uint64 ids exactly. */
+/** The JSON part of an inference request, parsed once; `text` is kept to read 64-bit integers exactly. */
 export interface InferJson {
   readonly object: JsonObject;
   readonly text: string;
@@ -78,10 +78,15 @@ interface ReadParameters {
   readonly binaryOutput: boolean | undefined;
 }
 
-/** A uint64 `sequence_id` above 2^53, read again from its source digits. */
+const UINT64_MAX = (1n << 64n) - 1n;
+
+/**
+ * A uint64 `sequence_id` above 2^53, read again from its source digits. Anything else
+ * keeps its parsed value, which the sequence fields' reader refuses.
+ */
 function exactSequenceId(text: string, parsed: number): ParameterValue {
   const source = memberSourceText(text, ["parameters", "sequence_id"]);
-  return source !== undefined && /^\d+$/.test(source) ? BigInt(source) : parsed;
+  return (source === undefined ? undefined : exactInteger(source, 0n, UINT64_MAX)) ?? parsed;
 }
 
 function readParameters(value: unknown, text: string): ReadParameters {
@@ -124,6 +129,7 @@ function readInput(
   index: number,
   model: string,
   binary: BinaryInputs | undefined,
+  text: string,
 ): [string, Tensor] {
   if (!isJsonObject(value))
     throw invalidArg(`Unable to parse 'inputs': input ${index} is ${kindOf(value)}, not an object`);
@@ -151,7 +157,10 @@ function readInput(
       `input '${name}' must set exactly one of 'data' and 'binary_data_size' in 'parameters', but sets ${hasData ? "both" : "neither"}`,
     );
   }
-  if (hasData) return [name, decodeJsonTensor(name, datatype, shape, value.data)];
+  if (hasData) {
+    const tokens = () => numberTokens(memberSourceText(text, ["inputs", index, "data"]) ?? "");
+    return [name, decodeJsonTensor(name, datatype, shape, value.data, tokens)];
+  }
   if (!isCount(size)) {
     throw invalidArg(
       `Unable to parse 'binary_data_size' for input '${name}': expected a non-negative integer, got ${kindOf(size)}`,
@@ -165,7 +174,12 @@ function readInput(
   return [name, decodeRawTensor(name, datatype, shape, binary.take(name, size))];
 }
 
-function readInputs(value: unknown, model: string, binary: BinaryInputs | undefined): Map<string, Tensor> {
+function readInputs(
+  value: unknown,
+  model: string,
+  binary: BinaryInputs | undefined,
+  text: string,
+): Map<string, Tensor> {
   if (!Array.isArray(value)) {
     throw invalidArg(
       value === undefined
@@ -175,7 +189,7 @@ function readInputs(value: unknown, model: string, binary: BinaryInputs | undefi
   }
   const inputs = new Map<string, Tensor>();
   for (let i = 0; i < value.length; i++) {
-    const [name, tensor] = readInput(value[i], i, model, binary);
+    const [name, tensor] = readInput(value[i], i, model, binary, text);
     if (inputs.has(name)) {
       throw invalidArg(`input '${name}' is given more than once in the request to model '${model}'`);
     }
@@ -304,7 +318,7 @@ export function decodeInferJson(
   const { parameters, binaryOutput } = readParameters(json.parameters, text);
   const sequence = readSequenceControl(parameters);
   const binary = headerLength === undefined ? undefined : new BinaryInputs(body, headerLength, model.name);
-  const inputs = readInputs(json.inputs, model.name, binary);
+  const inputs = readInputs(json.inputs, model.name, binary, text);
   const outputs = readOutputs(json.outputs);
   const encoding: OutputEncoding = {
     binaryByDefault: binaryOutput ?? options.binaryOutputByDefault ?? false,

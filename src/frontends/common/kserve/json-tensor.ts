@@ -7,6 +7,7 @@ import {
 import { invalidArg } from "../../../core/errors.ts";
 import { type BytesElements, type NumericTensor, shapeInMessage, type Tensor } from "../../../core/tensor.ts";
 import { checkedElementCount } from "../../../core/tensor-size.ts";
+import { exactInteger } from "../json-source-text.ts";
 
 // Tensor data in the KServe v2 JSON form: a flat or nested (row-major) array of JSON
 // values, one per element. Reading copies flat data straight into the datatype's typed
@@ -14,8 +15,8 @@ import { checkedElementCount } from "../../../core/tensor-size.ts";
 // element's JSON type and range. Writing produces the text of the flat array.
 //
 // Exactness: INT64/UINT64 elements travel as JSON numbers, which JSON.parse reads as
-// doubles, so values beyond ±2^53 cannot arrive exactly in JSON (nor leave exactly for most
-// JSON clients); the binary tensor extension is the exact path for them. Outgoing 64-bit
+// doubles; values beyond ±2^53 are read again from the request's text, exactly (as
+// Triton's and TF-Serving's JSON readers do), where the caller gives it. Outgoing 64-bit
 // integers are written with their exact digits. FP32 elements are written as the shortest
 // decimal of their double value, which reads back as the same float32 (as Triton writes
 // them), -0 as -0. Non-finite floats, which JSON cannot express, are written as null.
@@ -64,14 +65,46 @@ function fillIntegers(
   };
 }
 
-function fillBigInts(input: string, datatype: "INT64" | "UINT64", target: Record<number, bigint>): Fill {
+/** The number tokens of a tensor's data in its request's source text, in element order. */
+export type SourceTokens = () => readonly string[];
+
+function fillBigInts(
+  input: string,
+  datatype: "INT64" | "UINT64",
+  target: Record<number, bigint>,
+  tokens: SourceTokens | undefined,
+): Fill {
   // 2^63 and 2^64 are exact doubles; every double below them converts exactly.
   const min = datatype === "INT64" ? -(2 ** 63) : 0;
   const limit = datatype === "INT64" ? 2 ** 63 : 2 ** 64;
   const expected = datatype === "INT64" ? "an integer in [-2^63, 2^63)" : "an integer in [0, 2^64)";
+  const minExact = BigInt(min);
+  const maxExact = BigInt(limit) - 1n;
+  let read: readonly string[] | undefined;
   return (source) => {
     for (let i = 0; i < source.length; i++) {
       const value = source[i];
+      // Past 2^53 the double JSON.parse gave is rounded (or infinite): the digits are read again.
+      if (
+        typeof value === "number" &&
+        tokens !== undefined &&
+        !Number.isSafeInteger(value) &&
+        (Number.isInteger(value) || !Number.isFinite(value))
+      ) {
+        read ??= tokens();
+        const token = read[i] ?? "";
+        const exact = exactInteger(token, minExact, maxExact);
+        if (exact === null) {
+          const shown = token.length > 32 ? `${token.slice(0, 32)}…` : token;
+          throw invalidArg(
+            `unable to parse 'data' for input '${input}': element ${i} is ${shown}, but ${datatype} expects ${expected}`,
+          );
+        }
+        if (exact !== undefined) {
+          target[i] = exact;
+          continue;
+        }
+      }
       if (typeof value !== "number" || !Number.isInteger(value) || value < min || value >= limit) {
         if (Array.isArray(value)) return i;
         throw elementError(input, datatype, i, value, expected);
@@ -123,7 +156,12 @@ function fillStrings(input: string, target: Uint8Array[]): Fill {
   };
 }
 
-function numericFill(input: string, datatype: NumericDataType, target: NumericArray): Fill {
+function numericFill(
+  input: string,
+  datatype: NumericDataType,
+  target: NumericArray,
+  tokens: SourceTokens | undefined,
+): Fill {
   switch (datatype) {
     case "BOOL":
       return fillBools(input, target as Uint8Array);
@@ -141,7 +179,7 @@ function numericFill(input: string, datatype: NumericDataType, target: NumericAr
       return fillIntegers(input, datatype, target as Int32Array, -0x80000000, 0x7fffffff);
     case "INT64":
     case "UINT64":
-      return fillBigInts(input, datatype, target as BigInt64Array);
+      return fillBigInts(input, datatype, target as BigInt64Array, tokens);
     case "FP32":
     case "FP64":
       return fillFloats(input, datatype, target as Float32Array);
@@ -182,12 +220,16 @@ function countError(input: string, shape: readonly number[], count: number, foun
   );
 }
 
-/** Reads the JSON `data` of input `input` into a tensor of `datatype` and `shape`. */
+/**
+ * Reads the JSON `data` of input `input` into a tensor of `datatype` and `shape`;
+ * `tokens`, where the request's text is at hand, reads 64-bit integers past 2^53 exactly.
+ */
 export function decodeJsonTensor(
   input: string,
   datatype: DataType,
   shape: readonly number[],
   data: unknown,
+  tokens?: SourceTokens,
 ): Tensor {
   if (datatype === "FP16" || datatype === "BF16") {
     // Triton's wording, which clients and their tests look for.
@@ -212,7 +254,7 @@ export function decodeJsonTensor(
     tensorData = elements;
   } else {
     const array = allocateArray(datatype, count);
-    fill = numericFill(input, datatype, array);
+    fill = numericFill(input, datatype, array, tokens);
     tensorData = array;
   }
   if (fill(source) !== -1) {
