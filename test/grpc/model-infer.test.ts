@@ -388,6 +388,32 @@ test("an unknown model or version is NOT_FOUND", async () => {
   assert.equal((await infer({ model_name: "echo", model_version: "1", inputs: [] })).model_version, "1");
 });
 
+test(
+  "a status that would echo a client's long name or shape is cut short, and still arrives",
+  WAIT,
+  async () => {
+    // The message travels in a trailer: past the client's metadata limit, no status at all.
+    const name = "m".repeat(200_000);
+    const unknown = await callError(infer({ model_name: name, inputs: [] }));
+    assert.equal(unknown.code, status.NOT_FOUND);
+    assert.ok(Buffer.byteLength(unknown.details) <= 2048, `${unknown.details.length} characters`);
+    assert.match(unknown.details, /^Request for unknown model: 'mmm.*\.\.\.$/);
+    const shape = new Array(60_000).fill(1);
+    const wrong = await callError(
+      infer({
+        model_name: "echo",
+        inputs: [{ name: "a", datatype: "INT32", shape }],
+        raw_input_contents: [Buffer.alloc(8)],
+      }),
+    );
+    assert.equal(wrong.code, status.INVALID_ARGUMENT);
+    assert.equal(
+      wrong.details,
+      "unexpected total byte size 8 for input 'a', expecting 4 for shape [1,1,1,1,1,1,1,1,...(60000 dimensions)...,1,1] of INT32",
+    );
+  },
+);
+
 test("cancelling a unary call aborts its request's signal", WAIT, async () => {
   const slow = h.context.registry.slow;
   const before = slow.held.length;

@@ -338,6 +338,17 @@ describe("inference with JSON tensors", () => {
     }
   });
 
+  it("a shape nested too deep to show is refused with 400, not 500", async () => {
+    const depth = 200_000;
+    const body = `{"inputs":[{"name":"A","datatype":"INT32","shape":${"[".repeat(depth)}${"]".repeat(depth)},"data":[1]}]}`;
+    const response = await send(server, "POST", "/v2/models/echo/infer", body);
+    assert.equal(response.status, 400, response.body.toString().slice(0, 200));
+    assert.deepEqual(JSON.parse(response.body.toString()), {
+      error:
+        "Unable to parse 'shape' for input 'A': expected an array of non-negative integers, got an array nested too deep to show",
+    });
+  });
+
   it("the classification extension is refused clearly", async () => {
     await refused(
       { inputs: [input("A", "FP32", [1], [1])], outputs: [{ name: "A", parameters: { classification: 2 } }] },

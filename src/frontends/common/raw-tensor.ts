@@ -1,6 +1,6 @@
 import { type DataType, elementByteSize, viewArray } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
-import type { BytesElements, NumericTensor, Tensor } from "../../core/tensor.ts";
+import { type BytesElements, type NumericTensor, shapeInMessage, type Tensor } from "../../core/tensor.ts";
 import { checkedElementCount } from "../../core/tensor-size.ts";
 
 // The raw tensor layout shared by the HTTP binary extension and gRPC
@@ -26,7 +26,7 @@ export function decodeRawTensor(
   const expected = count * width;
   if (bytes.byteLength !== expected) {
     throw invalidArg(
-      `unexpected total byte size ${bytes.byteLength} for input '${name}', expecting ${expected} for shape [${shape.join(",")}] of ${datatype}`,
+      `unexpected total byte size ${bytes.byteLength} for input '${name}', expecting ${expected} for shape ${shapeInMessage(shape)} of ${datatype}`,
     );
   }
   return { datatype, shape, data: viewArray(datatype, bytes.buffer, bytes.byteOffset, bytes.byteLength) };

@@ -2,7 +2,7 @@ import { isDataType } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest } from "../../core/infer.ts";
 import { readSequenceControl } from "../../core/sequence/sequence-parameters.ts";
-import type { Tensor } from "../../core/tensor.ts";
+import { shapeInMessage, type Tensor } from "../../core/tensor.ts";
 import { refuseUnsupportedExtensions } from "../common/kserve/unsupported-extensions.ts";
 import { decodeRawTensor } from "../common/raw-tensor.ts";
 import { readRequestParameters } from "./infer-parameters.ts";
@@ -26,7 +26,7 @@ function decodeShape(input: string, model: string, shape: readonly Int64[] | und
     const dim = int64ToNumber((shape as readonly Int64[])[i] as Int64);
     if (!Number.isSafeInteger(dim) || dim < 0) {
       throw invalidArg(
-        `input '${input}' for model '${model}' has an invalid shape [${(shape ?? []).map((d) => int64ToNumber(d)).join(",")}]: dimensions must be non-negative integers`,
+        `input '${input}' for model '${model}' has an invalid shape ${shapeInMessage((shape ?? []).map((d) => int64ToNumber(d)))}: dimensions must be non-negative integers`,
       );
     }
     dims[i] = dim;

@@ -8,6 +8,7 @@ import { inferStream } from "../../core/response-stream.ts";
 import { OrderedRelease } from "../../core/scheduler/ordered-release.ts";
 import { Deque } from "../../core/scheduler/request-queue.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { cutToBytes } from "../common/cut-text.ts";
 import { relayResponses } from "../common/kserve/decoupled-responses.ts";
 import type { ConnectionBudget } from "../common/response-budget.ts";
 import { withRoutedSequenceId } from "../common/sequence-routing.ts";
@@ -304,13 +305,7 @@ export class StreamInferSession {
     // is cut.
     const id = requestId !== undefined && Buffer.byteLength(requestId) <= limit / 4 ? requestId : "";
     const room = Math.max(0, limit - Buffer.byteLength(id) - 32);
-    const cut =
-      Buffer.byteLength(text) <= room
-        ? text
-        : `${Buffer.from(text)
-            .subarray(0, room - 3)
-            .toString()}...`;
-    return streamError(cut, id);
+    return streamError(cutToBytes(text, room), id);
   }
 
   /** Counts an answer in the budget; past it, the stream ends and the answer is dropped. */

@@ -2,6 +2,7 @@ import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest } from "../../core/infer.ts";
 import type { ServedModel } from "../../core/model.ts";
 import type { Tensor } from "../../core/tensor.ts";
+import { jsonPreview } from "../common/json-preview.ts";
 import {
   type DecodedInferRequest,
   decodeInferJson,
@@ -79,9 +80,8 @@ function headerSize(parameters: readonly string[], contentType: string, bodyLeng
 
 function readRequestType(value: unknown): RequestType | undefined {
   if (value === undefined || value === "NEW_SESSION" || value === "CLOSE") return value;
-  const shown = JSON.stringify(value) ?? String(value);
   throw invalidArg(
-    `Unable to parse 'requestType': expected "NEW_SESSION" or "CLOSE", got ${shown.length > 64 ? `${shown.slice(0, 64)}…` : shown}`,
+    `Unable to parse 'requestType': expected "NEW_SESSION" or "CLOSE", got ${jsonPreview(value)}`,
   );
 }
 

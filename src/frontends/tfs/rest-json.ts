@@ -2,6 +2,7 @@ import type { DataType } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
 import { fromFloat16Array, toFloat16Array } from "../../core/float16.ts";
 import { type BytesElements, elementCount, type NumericTensor, type Tensor } from "../../core/tensor.ts";
+import { jsonPreview } from "../common/json-preview.ts";
 import { decodeJsonTensor, jsonTensorData, type SourceTokens } from "../common/kserve/json-tensor.ts";
 
 // Tensors in TF-Serving's REST JSON: a value is a (nested) list whose nesting gives the
@@ -59,7 +60,7 @@ function bytesOf(input: string, leaf: unknown, index: number): Uint8Array {
   if (typeof leaf === "string") return Buffer.from(leaf, "utf8");
   if (isB64(leaf)) return Buffer.from(leaf.b64, "base64");
   throw invalidArg(
-    `element ${index} of input '${input}' must be a string or {"b64": "..."}, got ${JSON.stringify(leaf)?.slice(0, 40)}`,
+    `element ${index} of input '${input}' must be a string or {"b64": "..."}, got ${jsonPreview(leaf, 40)}`,
   );
 }
 

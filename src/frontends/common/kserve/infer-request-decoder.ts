@@ -5,6 +5,7 @@ import type { ServedModel } from "../../../core/model.ts";
 import { readSequenceControl } from "../../../core/sequence/sequence-parameters.ts";
 import type { Tensor } from "../../../core/tensor.ts";
 import { isJsonObject, type JsonObject } from "../http/json-body.ts";
+import { jsonPreview } from "../json-preview.ts";
 import { exactInteger, memberSourceText, numberTokens } from "../json-source-text.ts";
 import { decodeRawTensor } from "../raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
@@ -54,8 +55,7 @@ function kindOf(value: unknown): string {
   if (value === null) return "null";
   if (Array.isArray(value)) return "an array";
   if (typeof value === "object") return "an object";
-  const text = JSON.stringify(value) ?? String(value);
-  return `${typeof value} ${text.length > 64 ? `${text.slice(0, 64)}…` : text}`;
+  return `${typeof value} ${jsonPreview(value)}`;
 }
 
 function isCount(value: unknown): value is number {
@@ -64,9 +64,8 @@ function isCount(value: unknown): value is number {
 
 function readShape(input: string, value: unknown): number[] {
   if (!Array.isArray(value) || !value.every(isCount)) {
-    const shown = JSON.stringify(value) ?? "nothing";
     throw invalidArg(
-      `Unable to parse 'shape' for input '${input}': expected an array of non-negative integers, got ${shown.length > 64 ? `${shown.slice(0, 64)}…` : shown}`,
+      `Unable to parse 'shape' for input '${input}': expected an array of non-negative integers, got ${value === undefined ? "nothing" : jsonPreview(value)}`,
     );
   }
   return value;

@@ -1,0 +1,15 @@
+/**
+ * The start of a client's JSON value as text, for an error message that shows what was
+ * sent. A value nested too deep for JSON.stringify (it recurses, and a body of 200,000
+ * brackets overflows the stack) is named by its kind instead, so the client still gets
+ * its 400 rather than a 500.
+ */
+export function jsonPreview(value: unknown, maxChars = 64): string {
+  let text: string;
+  try {
+    text = JSON.stringify(value) ?? String(value);
+  } catch {
+    text = Array.isArray(value) ? "an array nested too deep to show" : "an object nested too deep to show";
+  }
+  return text.length > maxChars ? `${text.slice(0, maxChars)}…` : text;
+}
