@@ -15,6 +15,7 @@ import type { Refusals } from "../core/refusals.ts";
 import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
 import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
 import type { ModelStatisticsSnapshot } from "../core/statistics.ts";
+import { timerDelay } from "../core/timer-delay.ts";
 import type { Logger } from "../observability/logger.ts";
 import { checkInstanceCount, openVersion, prepareModel } from "./model-loader.ts";
 import { discoverModels, type ModelSource, readOvmsSources, sourceSignature } from "./model-source.ts";
@@ -162,11 +163,14 @@ export class ModelRepository implements ModelRegistry {
   }
 
   #startPolling(): void {
-    this.#pollTimer = setInterval(() => {
-      this.#reconcile().catch((error: unknown) =>
-        this.#logger.error({ err: error }, "repository poll failed"),
-      );
-    }, this.#options.pollSecs * 1000);
+    this.#pollTimer = setInterval(
+      () => {
+        this.#reconcile().catch((error: unknown) =>
+          this.#logger.error({ err: error }, "repository poll failed"),
+        );
+      },
+      timerDelay(this.#options.pollSecs * 1000),
+    );
     this.#pollTimer.unref();
   }
 
@@ -177,11 +181,14 @@ export class ModelRepository implements ModelRegistry {
    * parses is reported and the models it listed keep serving.
    */
   #watchOvmsConfigs(seconds: number): void {
-    this.#configTimer = setInterval(() => {
-      this.#rereadOvmsConfigs()
-        .then(() => this.#reconcile(true))
-        .catch((error: unknown) => this.#logger.error({ err: error }, "config reload failed"));
-    }, seconds * 1000);
+    this.#configTimer = setInterval(
+      () => {
+        this.#rereadOvmsConfigs()
+          .then(() => this.#reconcile(true))
+          .catch((error: unknown) => this.#logger.error({ err: error }, "config reload failed"));
+      },
+      timerDelay(seconds * 1000),
+    );
     this.#configTimer.unref();
   }
 
@@ -603,7 +610,7 @@ function settled(work: Promise<void>): Promise<void> {
 async function quietWithin(models: ReadonlyMap<string, LoadedModel>, limitMs: number): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<false>((resolve) => {
-    timer = setTimeout(() => resolve(false), limitMs);
+    timer = setTimeout(() => resolve(false), timerDelay(limitMs));
   });
   try {
     return await Promise.race([

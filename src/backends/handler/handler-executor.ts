@@ -13,6 +13,7 @@ import type { InferRequest, InferResponse, SequenceId } from "../../core/infer.t
 import type { ModelIo } from "../../core/model-io.ts";
 import { readSequenceControl } from "../../core/sequence/sequence-parameters.ts";
 import type { Tensor } from "../../core/tensor.ts";
+import { timerDelay } from "../../core/timer-delay.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { spawnWorker } from "../worker/spawn-worker.ts";
 import { fromWire, toWire, type WireTensor } from "../worker/wire-tensor.ts";
@@ -204,7 +205,7 @@ export class HandlerExecutor implements RequestExecutor {
       worker.ref();
       worker.postMessage({ type: "close" });
       // finalize() gets as long as a request would; a worker that hangs in it is ended.
-      const timer = setTimeout(() => void worker.terminate(), this.#options.timeoutMs);
+      const timer = setTimeout(() => void worker.terminate(), timerDelay(this.#options.timeoutMs));
       await exited;
       clearTimeout(timer);
     } finally {
@@ -255,7 +256,7 @@ export class HandlerExecutor implements RequestExecutor {
     running.timer = undefined;
     const { maxUnackedResponses, maxUnackedBytes } = this.#options.load.limits;
     if (running.unacked >= maxUnackedResponses || running.unackedBytes >= maxUnackedBytes) return;
-    running.timer = setTimeout(() => this.#timedOut(rid, running), this.#options.timeoutMs);
+    running.timer = setTimeout(() => this.#timedOut(rid, running), timerDelay(this.#options.timeoutMs));
   }
 
   #timedOut(rid: number, running: Running): void {
@@ -292,7 +293,7 @@ export class HandlerExecutor implements RequestExecutor {
         return;
       }
       this.#checkStuck();
-    }, wait);
+    }, timerDelay(wait));
   }
 
   #response(message: ResponseMessage): void {
@@ -409,7 +410,7 @@ export class HandlerExecutor implements RequestExecutor {
           ),
         );
         cancel.abort();
-      }, timeoutMs);
+      }, timerDelay(timeoutMs));
     });
     Promise.race([this.#options.calls.infer(message.model, message.version, request), deadline]).then(
       (response) => {

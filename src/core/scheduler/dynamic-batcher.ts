@@ -2,6 +2,7 @@ import { unavailable } from "../errors.ts";
 import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
 import type { ModelConfig } from "../model-config.ts";
 import type { ModelStatistics } from "../statistics.ts";
+import { timerDelay } from "../timer-delay.ts";
 import { runStatelessBatch } from "./batch-execution.ts";
 import { OrderedRelease } from "./ordered-release.ts";
 import type { PendingRequest } from "./pending-request.ts";
@@ -123,7 +124,7 @@ export class DynamicBatcher implements Scheduler {
           for (const p of this.#queue.drain()) p.reject(unavailable("the server is shutting down"));
           resolve();
         },
-        Math.max(0, deadlineMs - Date.now()),
+        timerDelay(deadlineMs - Date.now()),
       );
       // Referenced, as the sequence batcher's: the drain's caller waits for it.
       this.#drained = () => {
@@ -222,7 +223,7 @@ export class DynamicBatcher implements Scheduler {
         this.#timer = undefined;
         this.#dispatch();
       },
-      Math.max(1, Math.ceil(ns / 1e6)),
+      timerDelay(Math.max(1, Math.ceil(ns / 1e6))),
     );
     // Not cleared when a batch leaves early: unref'd so that a long queue delay does not
     // hold a stopped server's process open (the sequence instances' timer has the same fix).

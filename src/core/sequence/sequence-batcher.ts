@@ -22,6 +22,7 @@ import { Deque } from "../scheduler/request-queue.ts";
 import type { DrainReason, Scheduler } from "../scheduler/scheduler.ts";
 import type { ModelStatistics } from "../statistics.ts";
 import { cloneTensor, type NumericTensor } from "../tensor.ts";
+import { timerDelay } from "../timer-delay.ts";
 import { checkCorrelationIdType } from "./control-tensors.ts";
 import { DirectInstance } from "./direct-instance.ts";
 import { IdReservation } from "./id-reservation.ts";
@@ -85,9 +86,6 @@ const idKey = (id: SequenceId): string => (typeof id === "bigint" ? `u${id}` : `
 
 /** Server-assigned ids start high in the uint64 range, away from ids clients usually pick. */
 const FIRST_ASSIGNED_ID = 1n << 62n;
-
-/** setTimeout's longest delay; a later expiry re-arms its timer when this one fires. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 function copyState(state: SequenceState | undefined): SequenceState | undefined {
   if (state === undefined) return undefined;
@@ -704,7 +702,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
           unavailable("timeout of the corresponding sequence has been expired"),
         );
       },
-      Math.min(MAX_TIMER_MS, Math.max(0, deadlineMs - Date.now())),
+      timerDelay(deadlineMs - Date.now()),
     );
     timer.unref();
     this.#backlogTimers.set(sequence, timer);
@@ -724,7 +722,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         if (this.#pastExpiry(sequence)) this.#expire(sequence);
         else this.#armExpiry(sequence, atMs);
       },
-      Math.min(MAX_TIMER_MS, Math.max(0, atMs - Date.now())),
+      timerDelay(atMs - Date.now()),
     );
     timer.unref();
     this.#expiryTimers.set(sequence, timer);
@@ -759,7 +757,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (oldest === undefined) return;
     // The reaper checks each deadline itself: one further than the longest timer is
     // reached in steps (Node fires a longer one after 1 ms).
-    const delay = Math.min(MAX_TIMER_MS, Math.max(1, oldest.lastArrivalMs + this.#idleMs - Date.now()));
+    const delay = timerDelay(Math.max(1, oldest.lastArrivalMs + this.#idleMs - Date.now()));
     this.#idleTimer = setTimeout(() => {
       this.#idleTimer = undefined;
       this.#reapIdle();
@@ -835,7 +833,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       await new Promise<void>((resolve) => {
         // Referenced: whoever awaits the drain (a stopping server, an embedding program)
         // must still be running when it ends, even with nothing else left to wait for.
-        const timer = setTimeout(resolve, Math.max(0, deadlineMs - Date.now()));
+        const timer = setTimeout(resolve, timerDelay(deadlineMs - Date.now()));
         this.#idleWaiters.push(() => {
           clearTimeout(timer);
           resolve();
@@ -1418,7 +1416,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (this.#pending === 0) return Promise.resolve();
     return new Promise<void>((resolve) => {
       const timer = Number.isFinite(deadlineMs)
-        ? setTimeout(resolve, Math.max(0, deadlineMs - Date.now()))
+        ? setTimeout(resolve, timerDelay(deadlineMs - Date.now()))
         : undefined;
       this.#settleWaiters.push(() => {
         clearTimeout(timer);

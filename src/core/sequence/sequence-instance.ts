@@ -1,6 +1,7 @@
 import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
 import type { SequenceEndReason } from "../model.ts";
 import type { OrderedRelease } from "../scheduler/ordered-release.ts";
+import { timerDelay } from "../timer-delay.ts";
 import type { Sequence, SlotHolder } from "./sequence.ts";
 import {
   runSequenceBatch,
@@ -133,7 +134,7 @@ export abstract class SequenceInstance implements SlotHolder {
         this.#timer = undefined;
         this.schedule();
       },
-      Math.max(1, Math.ceil(ms)),
+      timerDelay(Math.max(1, Math.ceil(ms))),
     );
     // The timer is not cleared when a batch leaves early (it then only re-checks), and
     // the server's sockets keep the process alive anyway: unref'd, a long queue delay no

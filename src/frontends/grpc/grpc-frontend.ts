@@ -2,6 +2,7 @@ import { type ChannelOptions, Server, ServerCredentials, type ServerInterceptor 
 import type { TlsOptions } from "../../config/security-options.ts";
 import type { ServerContext } from "../../core/model.ts";
 import type { Refusals } from "../../core/refusals.ts";
+import { timerDelay } from "../../core/timer-delay.ts";
 import type { Logger } from "../../observability/logger.ts";
 import type { AccessPolicy } from "../common/access/access-policy.ts";
 import { ResponseBudgets } from "../common/response-budget.ts";
@@ -184,7 +185,7 @@ export function createGrpcFrontend(options: GrpcFrontendOptions): GrpcFrontend {
         const force = setTimeout(() => {
           server.forceShutdown();
           finish();
-        }, graceMs);
+        }, timerDelay(graceMs));
         server.tryShutdown(() => {
           clearTimeout(force);
           finish();

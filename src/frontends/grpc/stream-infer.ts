@@ -7,6 +7,7 @@ import type { Refusals } from "../../core/refusals.ts";
 import { inferStream } from "../../core/response-stream.ts";
 import { OrderedRelease } from "../../core/scheduler/ordered-release.ts";
 import { Deque } from "../../core/scheduler/request-queue.ts";
+import { timerDelay } from "../../core/timer-delay.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { cutToBytes } from "../common/cut-text.ts";
 import { relayResponses } from "../common/kserve/decoupled-responses.ts";
@@ -389,12 +390,12 @@ export class StreamInferSession {
       if (this.#inWrite === undefined) return;
       const left = this.#writeStartedAt + this.#stallTimeoutMs! - performance.now();
       if (left > 0) {
-        this.#stallTimer = setTimeout(check, left).unref();
+        this.#stallTimer = setTimeout(check, timerDelay(left)).unref();
         return;
       }
       this.#stalled();
     };
-    this.#stallTimer = setTimeout(check, this.#stallTimeoutMs).unref();
+    this.#stallTimer = setTimeout(check, timerDelay(this.#stallTimeoutMs!)).unref();
   }
 
   /**

@@ -7,6 +7,7 @@ import type { SequenceAdmin, SequenceEndReason, ServedModel } from "../../../cor
 import { inferStream } from "../../../core/response-stream.ts";
 import { Deque } from "../../../core/scheduler/request-queue.ts";
 import { formatSequenceId } from "../../../core/sequence/sequence-parameters.ts";
+import { timerDelay } from "../../../core/timer-delay.ts";
 import { relayResponses } from "../../common/kserve/decoupled-responses.ts";
 import {
   type DecodedInferRequest,
@@ -215,7 +216,7 @@ export class StreamConnection {
     this.#binaryOptions = { signal, binaryOutputByDefault: options.binaryOutput ?? true, principal };
     this.#textOptions = { signal, binaryOutputByDefault: options.binaryOutput ?? false, principal };
     if (limits.idleTimeoutMs !== undefined) {
-      this.#idleTimer = setTimeout(this.#onIdle, limits.idleTimeoutMs);
+      this.#idleTimer = setTimeout(this.#onIdle, timerDelay(limits.idleTimeoutMs));
       this.#idleTimer.unref();
     }
     socket.binaryType = "nodebuffer";
