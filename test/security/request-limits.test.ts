@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { securityOptions } from "../../src/config/security-options.ts";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
-import { identityModel } from "../../tools/onnx/test-models.ts";
+import { addSubModel, identityModel } from "../../tools/onnx/test-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { getJson, infer, inferBinary, outputData, postJson } from "../support/http-client.ts";
 import { accumulatorConfig, metricValue } from "../support/sequence-kit.ts";
@@ -25,6 +25,14 @@ const TOO_MANY_INSTANCES = identityConfig(
   "instance_group [ { count: 100000 kind: KIND_CPU } ]",
 );
 
+const ADD_SUB = `
+name: "add_sub"
+backend: "onnxruntime"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ -1 ] } ]
+`;
+
 const HUGE_SHAPES = [
   [1, 2 ** 32],
   [2 ** 16, 2 ** 16],
@@ -43,6 +51,7 @@ before(async () => {
         onnx: accumulatorModel(),
       },
       crowd: { config: TOO_MANY_INSTANCES, onnx: identityModel("FP32", [-1, -1]) },
+      add_sub: { config: ADD_SUB, onnx: addSubModel("INT32", [-1]) },
     },
     {
       modelControlMode: "explicit",
@@ -145,12 +154,52 @@ describe("a shape is checked before anything is allocated for it", () => {
       // 2048 copies of 64 KiB: 128 MiB from a 64 KiB message, past the 64 MiB default.
       await assert.rejects(fill(2048), (error: Error & { code: number }) => {
         assert.equal(error.code, 3, error.message);
-        assert.match(error.message, /input 'INPUT0' has shape \[1,2048\]: \d+ bytes of BYTES/);
+        assert.match(
+          error.message,
+          /input 'INPUT0' fills shape \[1,2048\] from one value: \d+ bytes of BYTES/,
+        );
         return true;
       });
       // A few copies are served.
       const served = await fill(3);
       assert.equal((served.outputs.OUTPUT0?.string_val as unknown[] | undefined)?.length, 3);
+    } finally {
+      tfs.close();
+    }
+  });
+
+  test("TF-Serving gRPC, fills are counted for the whole request, and unknown inputs are refused before any is read", async () => {
+    const tfs = new TfsClient(server.grpcPort);
+    const filled = (count: number) => ({
+      dtype: "DT_DOUBLE",
+      tensor_shape: { dim: [{ size: count }] },
+      double_val: [1],
+    });
+    try {
+      // 20 inputs of 64 MiB each from one value, in a request of a kilobyte: none is
+      // expanded, since the model has no input of those names.
+      const junk = Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`junk${i}`, filled(8 << 20)]));
+      await assert.rejects(
+        tfs.predict({ model_spec: { name: "floats" }, inputs: junk }),
+        (error: Error & { code: number }) => {
+          assert.equal(error.code, 3, error.message);
+          assert.match(error.message, /unexpected inference input 'junk0' for model 'floats'/);
+          return true;
+        },
+      );
+      // Two fills of 40 MiB each pass the 64 MiB a request may expand to together.
+      const ints = { dtype: "DT_INT32", tensor_shape: { dim: [{ size: 10 << 20 }] }, int_val: [1] };
+      await assert.rejects(
+        tfs.predict({ model_spec: { name: "add_sub" }, inputs: { INPUT0: ints, INPUT1: ints } }),
+        (error: Error & { code: number }) => {
+          assert.equal(error.code, 3, error.message);
+          assert.match(
+            error.message,
+            /input 'INPUT1' fills shape \[10485760\] from one value: 41943040 bytes of INT32, more than the 25165824 bytes the request's inputs may still expand to/,
+          );
+          return true;
+        },
+      );
     } finally {
       tfs.close();
     }

@@ -131,10 +131,19 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
       specialInput(protos[SEQUENCE_STEP_INPUT], "uint64_val"),
       routedSequenceId(call.metadata.get(SEQUENCE_ID_METADATA)[0]?.toString()),
     );
-    const inputs = new Map<string, Tensor>();
+    // Every name is checked before any tensor is read: a name the model does not have
+    // is refused without expanding its values.
+    const known = new Set(model.inputs.map((input) => input.name));
     for (const name in protos) {
       if (sequence !== undefined && SPECIAL_INPUTS.has(name)) continue;
-      inputs.set(name, decodeTensorProto(name, protos[name]!, options.maxExpandedBytes));
+      if (!known.has(name))
+        throw invalidArg(`unexpected inference input '${name}' for model '${model.name}'`);
+    }
+    const inputs = new Map<string, Tensor>();
+    const fill = { bytesLeft: options.maxExpandedBytes ?? Number.POSITIVE_INFINITY };
+    for (const name in protos) {
+      if (sequence !== undefined && SPECIAL_INPUTS.has(name)) continue;
+      inputs.set(name, decodeTensorProto(name, protos[name]!, fill));
     }
     const filter = message.output_filter ?? [];
     const controller = new AbortController();

@@ -1,7 +1,7 @@
 import { allocateArray, type DataType, elementByteSize, type NumericArray } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
 import { type NumericTensor, shapeInMessage, type Tensor } from "../../core/tensor.ts";
-import { checkedElementCount, checkTensorBytes } from "../../core/tensor-size.ts";
+import { checkedElementCount } from "../../core/tensor-size.ts";
 import { decodeRawTensor, encodeRawTensor } from "../common/raw-tensor.ts";
 import { type Int64, int64ToBigInt, int64ToNumber } from "../grpc/int64.ts";
 import type { TensorProtoMessage, TensorShapeMessage } from "./messages.ts";
@@ -85,13 +85,21 @@ function valuesOf(
 }
 
 /**
+ * What the single-value fills of one request may still take, in bytes: a value of a few
+ * bytes fills a shape of any size, so the fills of all its inputs together are bounded.
+ */
+export interface FillBudget {
+  bytesLeft: number;
+}
+
+/**
  * The tensor a request's TensorProto carries; INVALID_ARG naming the input when it cannot be
- * read. A single value fills its shape: the tensor may then take at most `maxFillBytes`.
+ * read. A single value fills its shape, taking its bytes from `fill`.
  */
 export function decodeTensorProto(
   input: string,
   proto: TensorProtoMessage,
-  maxFillBytes = Number.POSITIVE_INFINITY,
+  fill: FillBudget = { bytesLeft: Number.POSITIVE_INFINITY },
 ): Tensor {
   const dtype = proto.dtype ?? 0;
   const datatype = datatypeOfTf(dtype);
@@ -132,7 +140,13 @@ export function decodeTensorProto(
     // One value repeated over the shape: a string is repeated whole, with its length.
     const element =
       datatype === "BYTES" ? 4 + (values[0] as Uint8Array).byteLength : elementByteSize(datatype)!;
-    checkTensorBytes(input, datatype, shape, count * element, maxFillBytes);
+    const bytes = count * element;
+    if (bytes > fill.bytesLeft) {
+      throw invalidArg(
+        `input '${input}' fills shape ${shapeInMessage(shape)} from one value: ${bytes} bytes of ${datatype}, more than the ${fill.bytesLeft} bytes the request's inputs may still expand to`,
+      );
+    }
+    fill.bytesLeft -= bytes;
   }
   const data = valuesOf(input, datatype, given, values, count);
   return { datatype, shape, data } as Tensor;
