@@ -1,0 +1,66 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
+import { type OvmsServer, startOvmsServer } from "../tfs/support/ovms-server.ts";
+
+// OVMS runs a stateful request to its end once it is accepted: a client that gives up on
+// one (a timeout, a cancel, a closed connection) keeps its sequence, with the step applied.
+// Triton's rule, which ends the whole sequence of a cancelled request, is not OVMS's.
+
+/** A running sum (stateN = state + value) that also does some slow work on each step. */
+function slowSum(): Uint8Array {
+  const size = 512;
+  const depth = 64;
+  const builder = new OnnxModelBuilder({ opset: 17 })
+    .input("value", "FP32", [1, 1])
+    .input("state", "FP32", [1, 1])
+    .output("sum", "FP32", [1, 1])
+    .output("stateN", "FP32", [1, 1])
+    .output("work", "FP32", [])
+    .initializer("square", "INT64", [2], [size, size])
+    .initializer("average", "FP32", [size, size], new Float32Array(size * size).fill(1 / size))
+    .node("Add", ["state", "value"], ["stateN"])
+    .node("Identity", ["stateN"], ["sum"])
+    .node("Expand", ["value", "square"], ["product_0"]);
+  for (let i = 0; i < depth; i++) builder.node("MatMul", [`product_${i}`, "average"], [`product_${i + 1}`]);
+  return builder.node("ReduceMean", [`product_${depth}`], ["work"], { keepdims: 0 }).toBytes();
+}
+
+const body = (id: number, value: number, control?: number) =>
+  JSON.stringify({
+    inputs: {
+      value: [[value]],
+      sequence_id: [id],
+      ...(control === undefined ? {} : { sequence_control_input: [control] }),
+    },
+  });
+
+describe("an OVMS client that gives up on a stateful request", () => {
+  let ovms: OvmsServer;
+  before(async () => {
+    ovms = await startOvmsServer({ sum: { config: { stateful: true }, onnx: slowSum() } });
+  });
+  after(() => ovms.stop());
+
+  const post = (text: string, signal?: AbortSignal) =>
+    fetch(`${ovms.url}/v1/models/sum:predict`, { method: "POST", body: text, ...(signal ? { signal } : {}) });
+  const sumOf = async (response: Response): Promise<number> => {
+    const text = await response.text();
+    assert.equal(response.status, 200, text);
+    return (JSON.parse(text) as { outputs: { sum: number[][] } }).outputs.sum[0]![0]!;
+  };
+
+  it("keeps its sequence, with the step applied", async () => {
+    const first = post(body(77, 1, 1));
+    // Sent while the first step runs, so it waits behind it; then the client gives up.
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    const gaveUp = new AbortController();
+    const abandoned = post(body(77, 2), gaveUp.signal).catch((error: Error) => error.name);
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    gaveUp.abort();
+    assert.equal(await abandoned, "AbortError");
+    assert.equal(await sumOf(await first), 1);
+    assert.equal(await sumOf(await post(body(77, 4))), 7);
+    assert.equal(await sumOf(await post(body(77, 8, 2))), 15);
+  });
+});
