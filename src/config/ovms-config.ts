@@ -445,6 +445,8 @@ function buildParsedConfig(
       // The cleaner ends a sequence idle since its previous scan: idle for one to two periods.
       batching.max_sequence_idle_microseconds = BigInt(Math.round(pollMinutes * 60_000_000));
       locations.set(batching, "max_sequence_idle_microseconds", fields.position("idle_sequence_cleanup"));
+      // It passes over a sequence in use, and counts from the end of its last request.
+      parameter("sequence_idle_from", "last_step", "idle_sequence_cleanup");
     } else {
       parameter("sequence_idle_timeout", "never", "idle_sequence_cleanup");
     }

@@ -125,6 +125,12 @@ export interface SequenceBatchingConfig {
   readonly strategy: SequenceStrategy;
   /** Idle time after which a sequence is ended; undefined = never (seqserve extension). */
   readonly maxSequenceIdleUs: number | undefined;
+  /**
+   * Where the idle time counts from: each request's arrival (Triton's, the default), or
+   * the end of each step, a sequence with a request running or waiting never being idle
+   * (OVMS's sequence cleaner; seqserve's `sequence_idle_from: last_step`).
+   */
+  readonly idleFrom?: "arrival" | "last_step";
   readonly controlInputs: readonly ControlInputConfig[];
   readonly states: readonly StateConfig[];
   /** Sequences allowed to wait for a slot; a start beyond it is refused with UNAVAILABLE. */

@@ -62,6 +62,9 @@ describe("OpenVINO Model Server config.json", () => {
     // Idle cleanup: one cleaner period of the server (5 minutes by default, configurable).
     const vadBatching = (vad?.toParsedConfig().message.sequence_batching ?? {}) as Record<string, unknown>;
     assert.equal(vadBatching.max_sequence_idle_microseconds, 300_000_000n);
+    // The cleaner counts from the end of a sequence's last request, and passes over one in use.
+    const vadParameters = vad?.toParsedConfig().message.parameters as Record<string, unknown>;
+    assert.deepEqual(vadParameters.sequence_idle_from, { string_value: "last_step" });
     const fast = vad?.toParsedConfig({ sequenceCleanerPollWaitMinutes: 1 }).message
       .sequence_batching as Record<string, unknown>;
     assert.equal(fast.max_sequence_idle_microseconds, 60_000_000n);

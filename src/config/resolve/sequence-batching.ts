@@ -20,7 +20,7 @@ import {
 // The sequence batcher's settings, validated completely with Triton's rules and messages
 // where Triton has them: the strategy (Direct by default, or Oldest), the idle timeout,
 // control tensors and implicit state, plus seqserve's and the ONNX stateful backend's
-// parameters (sequence_idle_timeout, sequence_backlog_limit, store_states_as_fp16,
+// parameters (sequence_idle_timeout, sequence_idle_from, sequence_backlog_limit, store_states_as_fp16,
 // infer_end_requests, max_candidate_sequence_use_ratio).
 
 /** Triton's default idle time of a sequence (max_sequence_idle_microseconds unset or 0). */
@@ -31,6 +31,7 @@ export const DEFAULT_BACKLOG_LIMIT = 1024;
 export const SEQUENCE_PARAMETERS = [
   "state_pairs",
   "sequence_idle_timeout",
+  "sequence_idle_from",
   "sequence_backlog_limit",
   "store_states_as_fp16",
   "infer_end_requests",
@@ -281,6 +282,17 @@ function resolveStrategy(sequence: MessageNode, maxBatchSize: number): SequenceS
   };
 }
 
+/** seqserve's `sequence_idle_from`: `arrival` (Triton's, the default) or `last_step` (OVMS's). */
+function resolveIdleFrom(params: ModelParameters): { idleFrom?: "last_step" } {
+  const key = "sequence_idle_from";
+  const raw = params.get(key);
+  if (raw === undefined) return {};
+  const value = raw.trim().toLowerCase();
+  if (value === "arrival") return {};
+  if (value === "last_step") return { idleFrom: value };
+  return params.fail(key, `parameter '${key}' must be 'arrival' or 'last_step', got '${raw}'`);
+}
+
 /** The idle timeout: Triton's field (0 = one second), or seqserve's `sequence_idle_timeout` parameter. */
 function resolveIdleTimeout(sequence: MessageNode, params: ModelParameters): number | undefined {
   const field = "max_sequence_idle_microseconds";
@@ -381,6 +393,7 @@ export function resolveSequenceBatching(ctx: SequenceContext): SequenceBatchingC
   return {
     strategy,
     maxSequenceIdleUs,
+    ...resolveIdleFrom(params),
     controlInputs,
     states,
     backlogLimit: params.integer("sequence_backlog_limit", DEFAULT_BACKLOG_LIMIT, 0),

@@ -124,6 +124,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   /** Live sequences by last arrival, oldest first (re-inserted on each arrival). */
   readonly #byArrival = new Map<Sequence, true>();
   readonly #idleMs: number | undefined;
+  /** sequence_idle_from: last_step (OVMS's cleaner). */
+  readonly #idleFromLastStep: boolean;
   #idleTimer: NodeJS.Timeout | undefined;
   readonly #ended: Record<SequenceEndReason, number>;
   /** Ids whose END was accepted and whose sequence has not finished yet. */
@@ -198,6 +200,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     );
     const idleUs = this.#sequencing.maxSequenceIdleUs;
     this.#idleMs = idleUs === undefined ? undefined : idleUs / 1000;
+    this.#idleFromLastStep = this.#sequencing.idleFrom === "last_step";
     const ratio = this.#sequencing.maxSequenceUseRatio;
     this.#maxLive = ratio === undefined ? Number.POSITIVE_INFINITY : Math.max(1, Math.floor(ratio * slots));
     this.#ended = Object.fromEntries(SEQUENCE_END_REASONS.map((r) => [r, 0])) as Record<
@@ -503,8 +506,12 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   // ---- SequenceOwner: called by instances ----
 
   afterStep(sequence: Sequence): void {
-    if (sequence.endReason !== undefined && sequence.idle) this.#finish(sequence);
-    else if (sequence.ready) sequence.holder!.wake(sequence);
+    if (sequence.endReason !== undefined && sequence.idle) {
+      this.#finish(sequence);
+      return;
+    }
+    if (this.#idleFromLastStep && sequence.holder !== undefined) this.#startIdleClock(sequence);
+    if (sequence.ready) sequence.holder!.wake(sequence);
   }
 
   settleWithoutRun(sequence: Sequence): boolean {
@@ -788,6 +795,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       if (sequence.lastArrivalMs + this.#idleMs! > now) break;
       // Triton's reaper only frees slots: a backlogged sequence waits for its turn.
       if (sequence.holder === undefined) continue;
+      // OVMS's cleaner passes over a sequence in use: its clock starts at its step's end.
+      if (this.#idleFromLastStep && !sequence.idle) {
+        this.#startIdleClock(sequence);
+        continue;
+      }
       sequence.endReason = "timeout";
       this.#releaseId(sequence);
       this.#warn(
