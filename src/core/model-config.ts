@@ -135,6 +135,12 @@ export interface SequenceBatchingConfig {
   readonly states: readonly StateConfig[];
   /** Sequences allowed to wait for a slot; a start beyond it is refused with UNAVAILABLE. */
   readonly backlogLimit: number;
+  /**
+   * The most bytes one sequence's state may hold (`sequence_state_max_bytes`): a step that
+   * would leave it larger fails with RESOURCE_EXHAUSTED, its state as it was. A state that
+   * grows each step (a decoder's cache) is then bounded. undefined: no limit.
+   */
+  readonly stateMaxBytes?: number;
   /** Keep FP32 state as FP16 between steps (ONNX stateful backend's store_states_as_fp16). */
   readonly storeStatesAsFp16: boolean;
   /** false: an END request frees state without running the model (infer_end_requests: 0). */

@@ -183,6 +183,7 @@ describe("resolving the fixture configs", () => {
       ],
       states: [],
       backlogLimit: 1024,
+      stateMaxBytes: 67108864,
       storeStatesAsFp16: false,
       inferEndRequests: true,
       maxSequenceUseRatio: undefined,

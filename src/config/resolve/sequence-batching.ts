@@ -20,12 +20,15 @@ import {
 // The sequence batcher's settings, validated completely with Triton's rules and messages
 // where Triton has them: the strategy (Direct by default, or Oldest), the idle timeout,
 // control tensors and implicit state, plus seqserve's and the ONNX stateful backend's
-// parameters (sequence_idle_timeout, sequence_idle_from, sequence_backlog_limit, store_states_as_fp16,
+// parameters (sequence_idle_timeout, sequence_idle_from, sequence_backlog_limit,
+// sequence_state_max_bytes, store_states_as_fp16,
 // infer_end_requests, max_candidate_sequence_use_ratio).
 
 /** Triton's default idle time of a sequence (max_sequence_idle_microseconds unset or 0). */
 export const DEFAULT_SEQUENCE_IDLE_US = 1_000_000;
 export const DEFAULT_BACKLOG_LIMIT = 1024;
+/** The most bytes a sequence's state may hold unless `sequence_state_max_bytes` says (as for handler models). */
+export const DEFAULT_STATE_MAX_BYTES = 64 * 1024 * 1024;
 
 /** Parameters that only mean something with sequence batching. */
 export const SEQUENCE_PARAMETERS = [
@@ -33,6 +36,7 @@ export const SEQUENCE_PARAMETERS = [
   "sequence_idle_timeout",
   "sequence_idle_from",
   "sequence_backlog_limit",
+  "sequence_state_max_bytes",
   "store_states_as_fp16",
   "infer_end_requests",
   ...STATEFUL_BACKEND_SEQUENCE_PARAMETERS,
@@ -397,6 +401,7 @@ export function resolveSequenceBatching(ctx: SequenceContext): SequenceBatchingC
     controlInputs,
     states,
     backlogLimit: params.integer("sequence_backlog_limit", DEFAULT_BACKLOG_LIMIT, 0),
+    stateMaxBytes: params.integer("sequence_state_max_bytes", DEFAULT_STATE_MAX_BYTES, 1),
     storeStatesAsFp16,
     inferEndRequests: params.bool("infer_end_requests", true),
     ...backendSettings,

@@ -1,5 +1,5 @@
 import { concatAlongAxis, splitAlongAxis } from "../batch/tensor-batching.ts";
-import { asServerError, internal } from "../errors.ts";
+import { asServerError, internal, ServerError } from "../errors.ts";
 import type { ModelExecutor } from "../executor.ts";
 import { fromFloat16Array, toFloat16Array } from "../float16.ts";
 import type { ModelConfig, StateConfig } from "../model-config.ts";
@@ -10,7 +10,8 @@ import type { ModelStatistics } from "../statistics.ts";
 import { cloneTensor, formatShape, type NumericTensor, type Tensor, zeroTensor } from "../tensor.ts";
 import { controlTensors } from "./control-tensors.ts";
 import type { Sequence } from "./sequence.ts";
-import type { SequenceState, StateStore } from "./state-store.ts";
+import { formatSequenceId } from "./sequence-parameters.ts";
+import { type SequenceState, type StateStore, stateEntryBytes } from "./state-store.ts";
 import { StepAnswers, stepAnswer } from "./step-answers.ts";
 
 // One step of a batch of sequences: gather each sequence's state into the batch along
@@ -235,11 +236,20 @@ export async function runSequenceBatch(
     return fail(model, real, asServerError(error));
   }
 
+  const refused = new Set<SequenceRow>();
   for (let i = 0; i < rows.length; i++) {
     const row = rows[i];
     if (row === undefined) continue;
     if (isEnd(row)) store.delete(row.sequence.key);
-    else if (sequencing.states.length > 0) store.set(row.sequence.key, newStates[i] as SequenceState);
+    else if (sequencing.states.length > 0) {
+      const state = newStates[i] as SequenceState;
+      const tooLarge = stateTooLarge(config.name, row, state, sequencing.stateMaxBytes);
+      if (tooLarge === undefined) store.set(row.sequence.key, state);
+      else {
+        row.request.reject(tooLarge);
+        refused.add(row);
+      }
+    }
   }
   const endNs = nowNs();
   const inputNs = assembledNs - startNs + result.timings.inputNs;
@@ -258,7 +268,7 @@ export async function runSequenceBatch(
   const toWrite: StepDone[] | undefined = model.writeThrough === undefined ? undefined : [];
   for (let i = 0; i < rows.length; i++) {
     const row = rows[i];
-    if (row === undefined) continue;
+    if (row === undefined || refused.has(row)) continue;
     const answer: RequestResult = {
       outputs: perRow[i]!,
       parameters: {},
@@ -275,6 +285,23 @@ export async function runSequenceBatch(
   }
   if (toWrite === undefined) return { ok: true };
   return { ok: true, written: model.writeThrough!(toWrite) };
+}
+
+/** The error for a step whose state would pass `maxBytes`; undefined when it fits. */
+function stateTooLarge(
+  model: string,
+  row: SequenceRow,
+  state: SequenceState,
+  maxBytes: number | undefined,
+): ServerError | undefined {
+  if (maxBytes === undefined) return undefined;
+  let bytes = 0;
+  for (const entry of state.values()) bytes += stateEntryBytes(entry);
+  if (bytes <= maxBytes) return undefined;
+  return new ServerError(
+    "RESOURCE_EXHAUSTED",
+    `the state of sequence ${formatSequenceId(row.sequence.id)} of model '${model}' would hold ${bytes} bytes, more than its sequence_state_max_bytes (${maxBytes}): the step is not applied, and the state stays as it was`,
+  );
 }
 
 /** A failed step keeps every sequence's previous state, except that an END still frees it. */

@@ -1,0 +1,59 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { growingStateModel } from "../../tools/onnx/sequence-models.ts";
+import { infer, outputData } from "../support/http-client.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+
+// A state that grows with every step (a decoder's cache) is bounded in bytes per
+// sequence: sequence_state_max_bytes, 64 MiB unless the config says. A step that would
+// pass it fails with 429 naming the limit, and the sequence goes on from its state as it
+// was.
+
+const GROWING = `
+name: "growing"
+backend: "onnxruntime"
+max_batch_size: 4
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [
+  { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] },
+  { name: "LENGTH" data_type: TYPE_INT64 dims: [ 1 ] }
+]
+sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  state [ { input_name: "CACHE" output_name: "CACHE_OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+}
+parameters [ { key: "sequence_state_max_bytes" value: { string_value: "16" } } ]
+`;
+
+describe("sequence_state_max_bytes", () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startTestServer({ growing: { config: GROWING, onnx: growingStateModel() } });
+  });
+  after(() => server.stop());
+
+  const step = (value: number, sequence: { start?: boolean; end?: boolean } = {}) =>
+    infer(server.url, "growing", [{ name: "INPUT", datatype: "FP32", shape: [1, 1], data: [value] }], {
+      id: 5,
+      ...sequence,
+    });
+
+  it("refuses the step that would pass it, and the sequence goes on from its state as it was", async () => {
+    // The cache starts as one zero column and gains one per step.
+    assert.deepEqual(outputData(await step(1, { start: true }), "OUTPUT"), [1]);
+    assert.deepEqual(outputData(await step(2), "OUTPUT"), [3]);
+    // Four FP32 values: 16 bytes, the limit.
+    const full = await step(3);
+    assert.deepEqual([outputData(full, "OUTPUT"), outputData(full, "LENGTH")], [[6], [4]]);
+    const refused = await step(100);
+    assert.equal(refused.status, 429);
+    assert.deepEqual(refused.body, {
+      error:
+        "the state of sequence 5 of model 'growing' would hold 20 bytes, more than its sequence_state_max_bytes (16): the step is not applied, and the state stays as it was",
+    });
+    // The END frees the state: nothing is kept, so nothing is counted.
+    const end = await step(5, { end: true });
+    assert.deepEqual(outputData(end, "OUTPUT"), [11]);
+    assert.deepEqual(outputData(end, "LENGTH"), [5]);
+  });
+});
