@@ -131,3 +131,68 @@ test("a stream whose deadline passes while its answers wait for a slow reader gi
     await h.stop();
   }
 });
+
+test("unary answers a client does not read are held within the connection's budget", async () => {
+  const budgets = new ResponseBudgets(4 * MiB);
+  const h = await startServer({ budgets });
+  const method = (
+    packageDefinition()[INFERENCE_SERVICE_NAME] as Record<string, MethodDefinition<object, object>>
+  ).ModelInfer!;
+  // A raw HTTP/2 client that reads none of its answers: its flow-control windows stay shut.
+  const session = connect(`http://127.0.0.1:${h.port}`, { maxSessionMemory: 1024 });
+  session.on("error", () => {});
+  const call = (id: string) => {
+    const stream = session.request({
+      ":method": "POST",
+      ":path": method.path,
+      "content-type": "application/grpc",
+      te: "trailers",
+    });
+    stream.on("error", () => {});
+    stream.pause();
+    const message = method.requestSerialize({ ...request(tensor(MiB)), id });
+    const prefix = Buffer.alloc(5);
+    prefix.writeUInt32BE(message.byteLength, 1);
+    stream.end(Buffer.concat([prefix, message]));
+    const statusOf = new Promise<string | undefined>((resolve) => {
+      stream.on("trailers", (trailers) => resolve(trailers["grpc-status"] as string | undefined));
+      stream.on("response", (headers) => {
+        // A refusal before any answer comes as a trailers-only response.
+        if (headers["grpc-status"] !== undefined) resolve(headers["grpc-status"] as string);
+      });
+      stream.on("close", () => resolve(undefined));
+    });
+    return { stream, statusOf };
+  };
+  try {
+    const calls = Array.from({ length: 10 }, (_, i) => call(`r${i}`));
+    await waitFor("the answers to be counted", async () =>
+      budgets.totalBytes >= 2 * MiB ? true : undefined,
+    );
+    // Held, at most the budget: the answers past it were dropped.
+    const refused = await Promise.race([
+      Promise.all(calls.map((c) => c.statusOf)),
+      new Promise((resolve) => setTimeout(resolve, 2000, "waiting")),
+    ]);
+    assert.ok(budgets.totalBytes <= 4 * MiB, `${budgets.totalBytes} bytes held`);
+    assert.ok(budgets.totalBytes >= 2 * MiB, `${budgets.totalBytes} bytes held`);
+    assert.equal(refused, "waiting", "the answers within the budget wait for the reader");
+    // A new call on the saturated connection is refused before it runs.
+    const late = call("late");
+    assert.equal(await late.statusOf, String(status.RESOURCE_EXHAUSTED));
+    // The client reads again: what was held is sent, and given back.
+    for (const c of calls) c.stream.resume();
+    const statuses = await Promise.all(calls.map((c) => c.statusOf));
+    const counts = { ok: 0, exhausted: 0 };
+    for (const s of statuses) {
+      if (s === String(status.OK)) counts.ok++;
+      else if (s === String(status.RESOURCE_EXHAUSTED)) counts.exhausted++;
+    }
+    assert.equal(counts.ok + counts.exhausted, 10, JSON.stringify(statuses));
+    assert.ok(counts.ok >= 2 && counts.exhausted >= 5, JSON.stringify(counts));
+    await waitFor("the answers to be given back", async () => (budgets.totalBytes === 0 ? true : undefined));
+  } finally {
+    session.destroy();
+    await h.stop();
+  }
+});

@@ -13,6 +13,7 @@ import { accessInterceptor } from "./grpc-access.ts";
 import { healthService } from "./health-service.ts";
 import { inferenceService } from "./inference-service.ts";
 import type { GrpcServiceRegistration } from "./service-registration.ts";
+import { unaryAnswerBudget } from "./unary-answer-budget.ts";
 
 // The gRPC frontend: one grpc-js server carrying inference.GRPCInferenceService,
 // grpc.health.v1.Health, and TF-Serving's PredictionService and ModelService. Its port is
@@ -117,7 +118,7 @@ function serverOptions(options: GrpcFrontendOptions): ChannelOptions {
   return channelOptions;
 }
 
-function interceptors(options: GrpcFrontendOptions): ServerInterceptor[] {
+function interceptors(options: GrpcFrontendOptions, budgets: ResponseBudgets): ServerInterceptor[] {
   const chain: ServerInterceptor[] = [];
   // First: it needs grpc-js's own call.
   if (options.maxDecompressedBytes !== undefined) {
@@ -125,6 +126,7 @@ function interceptors(options: GrpcFrontendOptions): ServerInterceptor[] {
   }
   if (options.access !== undefined && !options.access.unrestricted)
     chain.push(accessInterceptor(options.access));
+  chain.push(unaryAnswerBudget(budgets));
   return chain;
 }
 
@@ -139,14 +141,15 @@ function credentials(tls: TlsOptions | undefined): ServerCredentials {
 
 export function createGrpcFrontend(options: GrpcFrontendOptions): GrpcFrontend {
   const { context, logger } = options;
-  const server = new Server({ ...serverOptions(options), interceptors: interceptors(options) });
+  const budgets = options.budgets ?? new ResponseBudgets(Number.POSITIVE_INFINITY);
+  const server = new Server({ ...serverOptions(options), interceptors: interceptors(options, budgets) });
   const services: GrpcServiceRegistration[] = [
     inferenceService({
       context,
       logger,
       maxInflightPerStream: options.maxInflightPerStream ?? DEFAULT_MAX_INFLIGHT_PER_STREAM,
       maxMessageBytes: options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
-      budgets: options.budgets ?? new ResponseBudgets(Number.POSITIVE_INFINITY),
+      budgets,
       streamStallTimeoutMs: options.streamStallTimeoutMs,
       refusals: options.refusals,
     }),

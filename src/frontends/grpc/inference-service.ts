@@ -23,7 +23,7 @@ import type {
   TensorMetadataMessage,
   UnusedMessage,
 } from "./messages.ts";
-import { inferenceServiceDefinition } from "./proto-definitions.ts";
+import { encodeModelInferResponse, inferenceServiceDefinition } from "./proto-definitions.ts";
 import type { GrpcServiceRegistration } from "./service-registration.ts";
 import { STREAM_ORDER_METADATA, type StreamInferCall, StreamInferSession } from "./stream-infer.ts";
 import { unary } from "./unary-handler.ts";
@@ -124,7 +124,13 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
       call.off("cancelled", onCancel);
       return Promise.reject(error);
     }
-    return pending.then(encodeInferResponse).finally(() => call.off("cancelled", onCancel));
+    // Encoded here, so the connection's budget counts the answer by its size; grpc-js
+    // writes encoded bytes as they are.
+    return pending
+      .then(
+        (response) => encodeModelInferResponse(encodeInferResponse(response)) as ModelInferResponseMessage,
+      )
+      .finally(() => call.off("cancelled", onCancel));
   };
 
   const implementation = {

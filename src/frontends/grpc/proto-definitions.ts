@@ -94,6 +94,14 @@ export function encodeStreamInferResponse(message: object): Buffer {
   return asBuffer(hot().streamResponse.encode(message).finish());
 }
 
+/**
+ * A ModelInferResponse encoded ahead of the send, so that its size is known while it
+ * waits for a client that reads slowly (unary-answer-budget.ts); written as is.
+ */
+export function encodeModelInferResponse(message: object): Buffer {
+  return asBuffer(hot().response.encode(message).finish());
+}
+
 function withHotCodec(
   method: MethodDefinition<object, object>,
   response: protobuf.Type,

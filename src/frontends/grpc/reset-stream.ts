@@ -6,15 +6,17 @@ import type { ServerDuplexStream } from "@grpc/grpc-js";
 // client that reads nothing never gets it, and the server keeps those answers, and the
 // call, for as long as the client keeps its connection. Only a reset (RST_STREAM CANCEL)
 // frees them at once. grpc-js has no public way to reset a server call: its call object
-// holds the HTTP/2 stream (`call.call.nextCall.stream` in the pinned 1.14, or
-// `call.call.stream` without interceptors), so it is looked for there, and recognised by
-// what it is; test/security/response-budget.test.ts fails if a grpc-js update moves it.
+// holds the HTTP/2 stream (`call.call.nextCall….stream` in the pinned 1.14, one
+// `nextCall` per interceptor, or `call.call.stream` without interceptors), so it is looked
+// for there, and recognised by what it is; test/security/response-budget.test.ts fails if a grpc-js update moves it.
 
 /** The call's HTTP/2 stream, where grpc-js keeps it; undefined when it is not found. */
 function http2StreamOf(call: ServerDuplexStream<unknown, unknown>): Http2Stream | undefined {
-  const inner = (call as unknown as { call?: { nextCall?: { stream?: unknown }; stream?: unknown } }).call;
-  for (const candidate of [inner?.nextCall?.stream, inner?.stream]) {
-    const stream = candidate as Partial<Http2Stream> | undefined;
+  type Layer = { nextCall?: Layer; stream?: unknown };
+  // One layer per interceptor of the server, then grpc-js's own call.
+  let layer = (call as unknown as { call?: Layer }).call;
+  for (let depth = 0; layer !== undefined && depth < 16; depth++, layer = layer.nextCall) {
+    const stream = layer.stream as Partial<Http2Stream> | undefined;
     if (typeof stream?.close === "function" && typeof stream.session === "object")
       return stream as Http2Stream;
   }
