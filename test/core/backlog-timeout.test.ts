@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { accumulatorConfig } from "./support/accumulator-executor.ts";
-import { batcherHarness, turn } from "./support/batcher-harness.ts";
+import { batcherHarness, keepProcessAlive, turn } from "./support/batcher-harness.ts";
 
 /** Oldest with `slots` sequence slots, batches of one, no idle timeout. */
 const slotted = (slots: number) =>
@@ -30,13 +30,7 @@ const settled = (promise: Promise<unknown>) =>
 // in Triton: the earliest deadline of its requests wins, and nothing else is timed.
 
 describe("backlog timeout", { timeout: 10_000 }, () => {
-  // The batcher's timers are unref'd (a server's sockets keep its process alive): here an
-  // interval does.
-  let alive: NodeJS.Timeout;
-  before(() => {
-    alive = setInterval(() => {}, 1000);
-  });
-  after(() => clearInterval(alive));
+  keepProcessAlive();
 
   it("does not apply to a restart, whose new life waits for the slot its old life holds", async () => {
     const { executor, send, output } = batcherHarness(slotted(1));

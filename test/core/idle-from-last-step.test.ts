@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { accumulatorConfig } from "./support/accumulator-executor.ts";
-import { batcherHarness, turn } from "./support/batcher-harness.ts";
+import { batcherHarness, keepProcessAlive, turn } from "./support/batcher-harness.ts";
 
 // sequence_idle_from: last_step, as OVMS's sequence cleaner works: the idle time counts
 // from the end of each step, and a sequence with a request running is never idle. With
@@ -13,13 +13,7 @@ const idleAfter = (idleFrom: "arrival" | "last_step") =>
   accumulatorConfig({ maxSequenceIdleUs: 50_000, ...(idleFrom === "last_step" ? { idleFrom } : {}) });
 
 describe("idle time from the last step", { timeout: 10_000 }, () => {
-  // The batcher's timers are unref'd (a server's sockets keep its process alive): here an
-  // interval does.
-  let alive: NodeJS.Timeout;
-  before(() => {
-    alive = setInterval(() => {}, 1000);
-  });
-  after(() => clearInterval(alive));
+  keepProcessAlive();
 
   it("a step that runs longer than the idle timeout keeps its sequence", async () => {
     const { executor, send, output } = batcherHarness(idleAfter("last_step"));

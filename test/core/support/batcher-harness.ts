@@ -1,3 +1,4 @@
+import { after, before } from "node:test";
 import type { InferRequest, SequenceControl } from "../../../src/core/infer.ts";
 import type { ModelConfig } from "../../../src/core/model-config.ts";
 import { validateRequest } from "../../../src/core/request-validation.ts";
@@ -38,3 +39,15 @@ export function batcherHarness(config: ModelConfig = accumulatorConfig()) {
 
 /** Lets the scheduler's setImmediate decisions and promise callbacks run. */
 export const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+/**
+ * The batcher's timers are unref'd (a server's sockets keep its process alive): within the
+ * calling describe, an interval keeps the test process alive for them instead.
+ */
+export function keepProcessAlive(): void {
+  let alive: NodeJS.Timeout | undefined;
+  before(() => {
+    alive = setInterval(() => {}, 1000);
+  });
+  after(() => clearInterval(alive));
+}
