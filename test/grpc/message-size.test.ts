@@ -3,6 +3,7 @@ import { connect } from "node:http2";
 import { test } from "node:test";
 import { status } from "@grpc/grpc-js";
 import type { MethodDefinition } from "@grpc/proto-loader";
+import type { InferRequest, InferResponse } from "../../src/core/infer.ts";
 import { ResponseBudgets } from "../../src/frontends/common/response-budget.ts";
 import type {
   ModelInferResponseMessage,
@@ -193,6 +194,42 @@ test("unary answers a client does not read are held within the connection's budg
     await waitFor("the answers to be given back", async () => (budgets.totalBytes === 0 ? true : undefined));
   } finally {
     session.destroy();
+    await h.stop();
+  }
+});
+
+test("a unary call cancelled while its model runs leaves nothing counted in the connection's budget", async () => {
+  const budgets = new ResponseBudgets(8 * MiB);
+  const h = await startServer({ budgets });
+  // A run that finishes whatever its client does, as a dispatched request does, with 1 MiB.
+  const slow = h.context.registry.slow as unknown as {
+    run: (request: InferRequest) => Promise<InferResponse>;
+  };
+  slow.run = (request) =>
+    new Promise((resolve) =>
+      setTimeout(
+        () =>
+          resolve({
+            modelName: "slow",
+            modelVersion: "1",
+            id: request.id,
+            parameters: {},
+            outputs: [{ name: "OUT", datatype: "UINT8", shape: [MiB], data: new Uint8Array(MiB) }],
+          }),
+        200,
+      ),
+    );
+  try {
+    for (let i = 0; i < 5; i++) {
+      const { call, response } = h.client.start("ModelInfer", { model_name: "slow", inputs: [] });
+      setTimeout(() => call.cancel(), 50);
+      assert.equal((await callError(response)).code, status.CANCELLED);
+    }
+    // The answers come after their calls ended: nothing sends them, so nothing may hold them.
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    assert.equal(budgets.totalBytes, 0);
+    assert.deepEqual(await h.client.unary("ServerLive", {}), { live: true });
+  } finally {
     await h.stop();
   }
 });

@@ -31,6 +31,8 @@ export function unaryAnswerBudget(budgets: ResponseBudgets): ServerInterceptor {
     let budget: ConnectionBudget | undefined;
     let held = 0;
     let refused = false;
+    /** Cancelled: grpc-js still passes the handler's answer on, then drops it unsent. */
+    let cancelled = false;
     const giveBack = (): void => {
       if (budget === undefined) return;
       budget.give(held);
@@ -59,10 +61,14 @@ export function unaryAnswerBudget(budgets: ResponseBudgets): ServerInterceptor {
           onReceiveHalfClose: (forward) => {
             if (!refused) forward();
           },
-          onCancel: giveBack,
+          onCancel: () => {
+            cancelled = true;
+            giveBack();
+          },
         }),
       sendMessage: (message, next) => {
-        if (!(message instanceof Uint8Array)) {
+        // Nothing sends an ended call's answer, and nothing would give its bytes back.
+        if (cancelled || refused || !(message instanceof Uint8Array)) {
           next(message);
           return;
         }
