@@ -109,18 +109,31 @@ export function elementSourceTexts(source: string): string[] {
   return texts;
 }
 
-/** The number tokens of a JSON value's source text, in order (strings skipped). */
-export function numberTokens(source: string): string[] {
-  const tokens: string[] = [];
+/**
+ * Puts the number tokens longer than 15 characters of a JSON value's source text into
+ * `tokens`, by their place among its numbers (strings skipped) plus `offset`; returns how
+ * many numbers it holds. Shorter tokens are always read exactly, and keeping only the
+ * long ones keeps a large tensor with one big value from costing a string per element.
+ */
+export function collectLongNumbers(source: string, tokens: Map<number, string>, offset = 0): number {
+  let index = 0;
   for (let i = 0; i < source.length; ) {
     const c = source[i] as string;
     if (c === '"') i = skipString(source, i);
     else if (c === "-" || (c >= "0" && c <= "9")) {
       const end = skipValue(source, i);
-      tokens.push(source.slice(i, end));
+      if (end - i > 15) tokens.set(offset + index, source.slice(i, end));
+      index++;
       i = end;
     } else i++;
   }
+  return index;
+}
+
+/** The number tokens longer than 15 characters of a JSON value's source text, by place (collectLongNumbers). */
+export function longNumberTokens(source: string): Map<number, string> {
+  const tokens = new Map<number, string>();
+  collectLongNumbers(source, tokens);
   return tokens;
 }
 

@@ -6,10 +6,11 @@ import { watchDisconnect } from "../common/http/client-disconnect.ts";
 import { createErrorHandler } from "../common/http/error-reply.ts";
 import { isJsonObject, type JsonObject } from "../common/http/json-body.ts";
 import {
+  collectLongNumbers,
   elementSourceTexts,
   exactInteger,
+  longNumberTokens,
   memberSourceText,
-  numberTokens,
 } from "../common/json-source-text.ts";
 import type { SourceTokens } from "../common/kserve/json-tensor.ts";
 import { routedSequenceId, SEQUENCE_ID_HEADER } from "../common/sequence-routing.ts";
@@ -120,7 +121,7 @@ function decodeNamed(
 const tokensAt =
   (text: string, path: readonly (string | number)[]): SourceTokens =>
   () =>
-    numberTokens(memberSourceText(text, path) ?? "");
+    longNumberTokens(memberSourceText(text, path) ?? "");
 
 /** A value that is not a map of input names: `{"b64": …}` is one element of a bytes input. */
 const isNamedMap = (value: unknown): value is JsonObject => isJsonObject(value) && !isB64(value);
@@ -203,7 +204,13 @@ function decodeRows(model: ServedModel, instances: unknown, text: string): Decod
   for (const name of names) {
     const tokens = () => {
       instanceTexts ??= elementSourceTexts(memberSourceText(text, ["instances"]) ?? "");
-      return instanceTexts.flatMap((instance) => numberTokens(memberSourceText(instance, [name]) ?? ""));
+      // Element indices run on across the instances, as their values are stacked.
+      const tokens = new Map<number, string>();
+      let offset = 0;
+      for (const instance of instanceTexts) {
+        offset += collectLongNumbers(memberSourceText(instance, [name]) ?? "", tokens, offset);
+      }
+      return tokens;
     };
     inputs.set(
       ...decodeNamed(

@@ -6,7 +6,7 @@ import { readSequenceControl } from "../../../core/sequence/sequence-parameters.
 import type { Tensor } from "../../../core/tensor.ts";
 import { isJsonObject, type JsonObject } from "../http/json-body.ts";
 import { jsonPreview } from "../json-preview.ts";
-import { exactInteger, memberSourceText, numberTokens } from "../json-source-text.ts";
+import { elementSourceTexts, exactInteger, longNumberTokens, memberSourceText } from "../json-source-text.ts";
 import { decodeRawTensor } from "../raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
 import { decodeJsonTensor } from "./json-tensor.ts";
@@ -128,7 +128,7 @@ function readInput(
   index: number,
   model: string,
   binary: BinaryInputs | undefined,
-  text: string,
+  inputTexts: () => readonly string[],
 ): [string, Tensor] {
   if (!isJsonObject(value))
     throw invalidArg(`Unable to parse 'inputs': input ${index} is ${kindOf(value)}, not an object`);
@@ -157,7 +157,7 @@ function readInput(
     );
   }
   if (hasData) {
-    const tokens = () => numberTokens(memberSourceText(text, ["inputs", index, "data"]) ?? "");
+    const tokens = () => longNumberTokens(memberSourceText(inputTexts()[index] ?? "", ["data"]) ?? "");
     return [name, decodeJsonTensor(name, datatype, shape, value.data, tokens)];
   }
   if (!isCount(size)) {
@@ -186,9 +186,16 @@ function readInputs(
         : `Unable to parse 'inputs': expected an array, got ${kindOf(value)}`,
     );
   }
+  // The inputs' source texts, found once for the request when an input needs its digits
+  // read again: found per input, a body of many inputs was scanned once per input.
+  let texts: string[] | undefined;
+  const inputTexts = (): readonly string[] => {
+    texts ??= elementSourceTexts(memberSourceText(text, ["inputs"]) ?? "");
+    return texts;
+  };
   const inputs = new Map<string, Tensor>();
   for (let i = 0; i < value.length; i++) {
-    const [name, tensor] = readInput(value[i], i, model, binary, text);
+    const [name, tensor] = readInput(value[i], i, model, binary, inputTexts);
     if (inputs.has(name)) {
       throw invalidArg(`input '${name}' is given more than once in the request to model '${model}'`);
     }

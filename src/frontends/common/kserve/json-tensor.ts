@@ -65,8 +65,11 @@ function fillIntegers(
   };
 }
 
-/** The number tokens of a tensor's data in its request's source text, in element order. */
-export type SourceTokens = () => readonly string[];
+/**
+ * The long number tokens of a tensor's data in its request's source text, by element
+ * index (json-source-text.ts longNumberTokens): where integers past 2^53 are read exactly.
+ */
+export type SourceTokens = () => ReadonlyMap<number, string>;
 
 function fillBigInts(
   input: string,
@@ -80,7 +83,7 @@ function fillBigInts(
   const expected = datatype === "INT64" ? "an integer in [-2^63, 2^63)" : "an integer in [0, 2^64)";
   const minExact = BigInt(min);
   const maxExact = BigInt(limit) - 1n;
-  let read: readonly string[] | undefined;
+  let read: ReadonlyMap<number, string> | undefined;
   return (source) => {
     for (let i = 0; i < source.length; i++) {
       const value = source[i];
@@ -92,7 +95,7 @@ function fillBigInts(
         (Number.isInteger(value) || !Number.isFinite(value))
       ) {
         read ??= tokens();
-        const token = read[i] ?? "";
+        const token = read.get(i) ?? "";
         const exact = exactInteger(token, minExact, maxExact);
         if (exact === null) {
           const shown = token.length > 32 ? `${token.slice(0, 32)}…` : token;
