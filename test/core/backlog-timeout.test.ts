@@ -46,6 +46,22 @@ describe("backlog timeout", { timeout: 10_000 }, () => {
     assert.equal(await output(send(1, { id: 7n, end: true })), 6);
   });
 
+  it("does not apply to a restart's new life through a later request's timeout, nor to a restart of a restart", async () => {
+    const { executor, send, output, batcher } = batcherHarness(slotted(1));
+    executor.hold();
+    const old = send(1, { id: 7n, start: true });
+    await turn();
+    const restart = send(5, { id: 7n, start: true });
+    const next = send(1, { id: 7n, timeoutUs: 1000 });
+    const again = send(10, { id: 7n, start: true, timeoutUs: 1000 });
+    const last = send(2, { id: 7n, timeoutUs: 1000 });
+    await sleep(30);
+    executor.release();
+    assert.equal(await output(old), 1);
+    assert.deepEqual(await Promise.all([restart, next, again, last].map(output)), [5, 6, 10, 12]);
+    assert.equal(batcher.summary().ended.backlog_timeout, 0);
+  });
+
   it("is shortened by a later request of a backlogged sequence", async () => {
     const { send, output, batcher } = batcherHarness(slotted(1));
     assert.equal(await output(send(1, { id: 1n, start: true })), 1);

@@ -332,8 +332,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     }
     // A request's `timeout` bounds how long its sequence waits in the backlog for a slot,
     // the earliest deadline winning (Triton's). A restart's new life waits for the slot
-    // its old life holds: it is not in the backlog, and no timeout can cost it its id.
-    const waitsForSlot = sequence.holder === undefined && !(starts && existing?.holder !== undefined);
+    // its old life holds: it is not in the backlog, and no timeout (of the START or a
+    // later request) can cost it its id.
+    const waitsForSlot = sequence.holder === undefined && !sequence.takesOverSlot;
     if (waitsForSlot && control?.timeoutUs !== undefined)
       this.#armBacklogTimeout(sequence, control.timeoutUs);
     sequence.holder?.wake(sequence);
@@ -489,6 +490,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#releaseId(old);
     old.successor = successor;
     successor.status = "backlogged";
+    successor.takesOverSlot = old.holder !== undefined || old.takesOverSlot;
     if (old.idle) this.#finish(old);
   }
 
@@ -623,6 +625,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   #placeSuccessor(successor: Sequence): void {
+    // Its old life left no slot to take over: it waits like any new sequence.
+    successor.takesOverSlot = false;
     try {
       this.#place(successor);
       if (successor.holder !== undefined) this.#startIdleClock(successor);

@@ -68,6 +68,11 @@ export class Sequence {
   slot: number | undefined;
   /** The sequence that restarted this id; it takes over the slot when this one is done. */
   successor: Sequence | undefined;
+  /**
+   * A restart's new life whose old life holds (or will take over) a slot: it waits for
+   * that slot, not in the backlog, so no backlog timeout applies to it.
+   */
+  takesOverSlot = false;
   /** Backlog `timeout` expiry (epoch ms), when the start request set one. */
   backlogDeadlineMs: number | undefined;
   /** When the sequence ends by itself (epoch ms), when it was opened with an expiry. */
