@@ -4,7 +4,7 @@ import type { ModelConfig } from "../model-config.ts";
 import type { ModelStatistics } from "../statistics.ts";
 import { timerDelay } from "../timer-delay.ts";
 import { runStatelessBatch } from "./batch-execution.ts";
-import { OrderedRelease } from "./ordered-release.ts";
+import { OrderedRelease, takePlace } from "./ordered-release.ts";
 import type { PendingRequest } from "./pending-request.ts";
 import { runRequestBatch } from "./request-batch-execution.ts";
 import { Deque } from "./request-queue.ts";
@@ -95,11 +95,7 @@ export class DynamicBatcher implements Scheduler {
       );
     }
     this.#pending++;
-    if (this.#ordering !== undefined) {
-      const ticket = this.#ordering.issue();
-      const ordering = this.#ordering;
-      pending.deliverThrough((deliver) => ordering.complete(ticket, deliver));
-    }
+    if (this.#ordering !== undefined) takePlace(this.#ordering, pending);
     pending.promise.then(
       () => this.#settled(),
       () => this.#settled(),

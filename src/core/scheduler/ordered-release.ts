@@ -1,3 +1,5 @@
+import type { PendingRequest } from "./pending-request.ts";
+
 // Releases completions in the order their tickets were issued (Triton's
 // `preserve_ordering`): a request that finishes early waits for those given tickets before it.
 
@@ -19,4 +21,14 @@ export class OrderedRelease {
       run();
     }
   }
+}
+
+/**
+ * Gives `request` the next place in `ordering`: its answer goes out once every earlier
+ * place's has. A request that has a place keeps it.
+ */
+export function takePlace(ordering: OrderedRelease, request: PendingRequest): void {
+  if (request.gated) return;
+  const ticket = ordering.issue();
+  request.deliverThrough((deliver) => ordering.complete(ticket, deliver));
 }

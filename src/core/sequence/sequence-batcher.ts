@@ -16,7 +16,7 @@ import type { ModelConfig, SequenceBatchingConfig } from "../model-config.ts";
 import type { Refusals } from "../refusals.ts";
 import { validateRequest } from "../request-validation.ts";
 import type { BatchObserver } from "../scheduler/batch-observer.ts";
-import { OrderedRelease } from "../scheduler/ordered-release.ts";
+import { OrderedRelease, takePlace } from "../scheduler/ordered-release.ts";
 import type { PendingRequest, RequestResult } from "../scheduler/pending-request.ts";
 import { Deque } from "../scheduler/request-queue.ts";
 import type { DrainReason, Scheduler } from "../scheduler/scheduler.ts";
@@ -128,6 +128,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   readonly #idleFromLastStep: boolean;
   #idleTimer: NodeJS.Timeout | undefined;
   readonly #ended: Record<SequenceEndReason, number>;
+  /** preserve_ordering: the order answers leave in, shared with the instances. */
+  readonly #ordering: OrderedRelease | undefined;
   /** Ids whose END was accepted and whose sequence has not finished yet. */
   readonly #ending = new Map<string, Sequence>();
   /** Live sequences allowed at once (max_candidate_sequence_use_ratio of the slots). */
@@ -193,6 +195,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     // the backlog would hold every later answer until its sequence got a slot.
     const ordering =
       strategy.kind === "oldest" && strategy.preserveOrdering ? new OrderedRelease() : undefined;
+    this.#ordering = ordering;
     this.#instances = options.executors.map((executor) =>
       strategy.kind === "direct"
         ? new DirectInstance(this.#model, this, executor, strategy)
@@ -535,7 +538,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
           return true;
         }
         sequence.queue.shift();
-        head.markDispatched();
+        this.#leave(head);
         // The tier's word was used once: the next surprise asks it again.
         if (place !== undefined) place.verified = false;
         const check = checkStep(step, sequence.applied, sequence.answers, sequence.id, this.#config.name);
@@ -550,7 +553,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       }
       if (this.#sequencing.inferEndRequests || head.request.sequence?.end !== true) return settled;
       sequence.queue.shift();
-      head.markDispatched();
+      this.#leave(head);
       sequence.steps++;
       const result = { outputs: new Map(), parameters: {}, timings: head.timings(0, 0, 0, 0) };
       const row = { sequence, request: head };
@@ -568,6 +571,15 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       if (sequence.idle) this.#finish(sequence);
       return true;
     }
+  }
+
+  /**
+   * A request answered here without a run leaves its queue: with preserve_ordering it
+   * takes its place behind the answers of requests already running, as one that runs does.
+   */
+  #leave(request: PendingRequest): void {
+    request.markDispatched();
+    if (this.#ordering !== undefined) takePlace(this.#ordering, request);
   }
 
   #recorded(request: PendingRequest, answer: StepAnswer): RequestResult {

@@ -1,6 +1,6 @@
 import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
 import type { SequenceEndReason } from "../model.ts";
-import type { OrderedRelease } from "../scheduler/ordered-release.ts";
+import { type OrderedRelease, takePlace } from "../scheduler/ordered-release.ts";
 import { timerDelay } from "../timer-delay.ts";
 import type { Sequence, SlotHolder } from "./sequence.ts";
 import {
@@ -149,7 +149,8 @@ export abstract class SequenceInstance implements SlotHolder {
     this.#inFlight++;
     const real = rows.filter((r): r is SequenceRow => r !== undefined);
     for (const row of real) row.sequence.running = true;
-    if (this.#ordering !== undefined) this.#takePlaces(this.#ordering, real);
+    const ordering = this.#ordering;
+    if (ordering !== undefined) for (const row of real) takePlace(ordering, row.request);
     if (isRequestExecutor(this.executor)) {
       // Model code answers each request on its own time: a sequence steps again when its
       // request is complete; the instance takes another batch when the executor is ready.
@@ -194,15 +195,6 @@ export abstract class SequenceInstance implements SlotHolder {
       this.schedule();
     };
     runSequenceBatch(this.model, this.executor, rows).then(ran, () => ran({ ok: false }));
-  }
-
-  /** Each request of a batch leaving now takes the next place in the order answers leave in. */
-  #takePlaces(ordering: OrderedRelease, rows: readonly SequenceRow[]): void {
-    for (const { request } of rows) {
-      if (request.gated) continue;
-      const ticket = ordering.issue();
-      request.deliverThrough((deliver) => ordering.complete(ticket, deliver));
-    }
   }
 
   /** Tells model code that keeps per-sequence data that `sequence` ended (after its last step). */

@@ -11,8 +11,10 @@ import { AccumulatorExecutor, accumulatorConfig } from "./accumulator-executor.t
 // A sequence batcher over the in-process accumulator: core tests send requests straight
 // to the scheduler and watch the batches the executor receives.
 
-export function batcherHarness(config: ModelConfig = accumulatorConfig()) {
-  const executor = new AccumulatorExecutor();
+export function batcherHarness(
+  config: ModelConfig = accumulatorConfig(),
+  executor: AccumulatorExecutor = new AccumulatorExecutor(),
+) {
   const store = new MemoryStateStore();
   const batcher = new SequenceBatcher({
     config,
