@@ -87,6 +87,15 @@ const idKey = (id: SequenceId): string => (typeof id === "bigint" ? `u${id}` : `
 /** Server-assigned ids start high in the uint64 range, away from ids clients usually pick. */
 const FIRST_ASSIGNED_ID = 1n << 62n;
 
+/**
+ * Whether a cancelled request leaves its sequence going on. Triton ends the sequence of a
+ * cancelled request; OVMS (the "exclusive" admission) has no cancellation: its client's
+ * giving up (a deadline, a closed connection) only drops the request, if it has not run.
+ */
+function keepsSequenceOnCancel(request: PendingRequest): boolean {
+  return request.request.sequence?.admission === "exclusive";
+}
+
 function copyState(state: SequenceState | undefined): SequenceState | undefined {
   if (state === undefined) return undefined;
   const copy = new Map<string, StateEntry>();
@@ -664,6 +673,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     request.cancel();
     // Handing over, the sequence goes on elsewhere: a stream cut by the shutdown does not end it.
     if (this.#handingOver) return;
+    if (keepsSequenceOnCancel(request)) {
+      // An END dropped this way had already released the id: the sequence ends as it asked.
+      if (sequence.endReason !== undefined && sequence.idle) this.#finish(sequence);
+      return;
+    }
     this.#endNow(
       sequence,
       "cancelled",
@@ -671,8 +685,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     );
   }
 
-  runningRequestCancelled(sequence: Sequence): void {
-    if (this.#handingOver) {
+  runningRequestCancelled(sequence: Sequence, request: PendingRequest): void {
+    if (this.#handingOver || keepsSequenceOnCancel(request)) {
       this.afterStep(sequence);
       return;
     }

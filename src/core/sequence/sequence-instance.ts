@@ -1,6 +1,7 @@
 import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
 import type { SequenceEndReason } from "../model.ts";
 import { type OrderedRelease, takePlace } from "../scheduler/ordered-release.ts";
+import type { PendingRequest } from "../scheduler/pending-request.ts";
 import { timerDelay } from "../timer-delay.ts";
 import type { Sequence, SlotHolder } from "./sequence.ts";
 import {
@@ -21,7 +22,7 @@ export interface SequenceOwner {
   /** A slot of `instance` became free. */
   slotFreed(instance: SequenceInstance): void;
   /** A running request of `sequence` was cancelled by its client: the sequence ends, as for a queued one. */
-  runningRequestCancelled(sequence: Sequence): void;
+  runningRequestCancelled(sequence: Sequence, request: PendingRequest): void;
 }
 
 /**
@@ -161,7 +162,7 @@ export abstract class SequenceInstance implements SlotHolder {
         row.sequence.steps++;
         const signal = row.request.request.signal;
         if (outcome?.ok === false && outcome.error.code === "CANCELLED" && signal?.aborted === true) {
-          this.owner.runningRequestCancelled(row.sequence);
+          this.owner.runningRequestCancelled(row.sequence, row.request);
         } else this.owner.afterStep(row.sequence);
         this.#notifyQuiet();
       }).finally(() => {

@@ -80,11 +80,10 @@ export async function predict(call: PredictCall): Promise<PredictResult> {
     outputs: call.outputs,
     parameters: {},
     sequence,
-    // A stateful request runs to its end once accepted, as in OVMS, whatever its client
-    // does: a client that gives up (a deadline, a cancel, a closed connection) would
-    // otherwise end its whole sequence, as Triton's sequence batcher does with a
-    // cancelled request. The step is applied; its answer goes nowhere.
-    ...(call.signal === undefined || sequence !== undefined ? {} : { signal: call.signal }),
+    // A stateful request's client that gives up (a deadline, a cancel, a closed
+    // connection) drops the request if it has not run; its sequence goes on, as in OVMS
+    // (the "exclusive" admission; Triton would end the sequence).
+    ...(call.signal === undefined ? {} : { signal: call.signal }),
     principal: call.principal,
   };
   const response = await call.model.infer(request);
