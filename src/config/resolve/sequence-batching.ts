@@ -1,9 +1,10 @@
-import { configTypeName, type DataType, fromConfigTypeName } from "../../core/datatype.ts";
+import { configTypeName, type DataType, elementByteSize, fromConfigTypeName } from "../../core/datatype.ts";
 import type {
   ControlInputConfig,
   ControlKind,
   SequenceBatchingConfig,
   SequenceStrategy,
+  StateConfig,
 } from "../../core/model-config.ts";
 import type { ModelIo } from "../../core/model-io.ts";
 import { formatShape, type MessageNode } from "./config-node.ts";
@@ -36,7 +37,6 @@ export const SEQUENCE_PARAMETERS = [
   "sequence_idle_timeout",
   "sequence_idle_from",
   "sequence_backlog_limit",
-  "sequence_state_max_bytes",
   "store_states_as_fp16",
   "infer_end_requests",
   ...STATEFUL_BACKEND_SEQUENCE_PARAMETERS,
@@ -286,6 +286,35 @@ function resolveStrategy(sequence: MessageNode, maxBatchSize: number): SequenceS
   };
 }
 
+/**
+ * `sequence_state_max_bytes` (64 MiB unless set; handler models read it too). A state
+ * whose every dimension is fixed has one size: past the limit, the model is refused at
+ * load, rather than failing every step.
+ */
+function resolveStateMaxBytes(
+  params: ModelParameters,
+  modelName: string,
+  states: readonly StateConfig[],
+  storeStatesAsFp16: boolean,
+): number {
+  const key = "sequence_state_max_bytes";
+  const limit = params.integer(key, DEFAULT_STATE_MAX_BYTES, 1);
+  let bytes = 0;
+  for (const state of states) {
+    const dims = state.dims.filter((_, axis) => axis !== state.batchAxis);
+    if (dims.some((d) => d < 0)) return limit;
+    const width = storeStatesAsFp16 && state.datatype === "FP32" ? 2 : (elementByteSize(state.datatype) ?? 0);
+    bytes += dims.reduce((n, d) => n * d, 1) * width;
+  }
+  if (bytes > limit) {
+    params.fail(
+      key,
+      `the state of model '${modelName}' takes ${bytes} bytes per sequence, more than its sequence_state_max_bytes (${limit}): set the parameter higher`,
+    );
+  }
+  return limit;
+}
+
 /** seqserve's `sequence_idle_from`: `arrival` (Triton's, the default) or `last_step` (OVMS's). */
 function resolveIdleFrom(params: ModelParameters): { idleFrom?: "last_step" } {
   const key = "sequence_idle_from";
@@ -401,7 +430,7 @@ export function resolveSequenceBatching(ctx: SequenceContext): SequenceBatchingC
     controlInputs,
     states,
     backlogLimit: params.integer("sequence_backlog_limit", DEFAULT_BACKLOG_LIMIT, 0),
-    stateMaxBytes: params.integer("sequence_state_max_bytes", DEFAULT_STATE_MAX_BYTES, 1),
+    stateMaxBytes: resolveStateMaxBytes(params, modelName, states, storeStatesAsFp16),
     storeStatesAsFp16,
     inferEndRequests: params.bool("infer_end_requests", true),
     ...backendSettings,

@@ -283,7 +283,8 @@ export async function runSequenceBatch(
     if (toWrite === undefined) answerStep(row, answer);
     else toWrite.push({ row, result: answer, end: isEnd(row) });
   }
-  if (toWrite === undefined) return { ok: true };
+  // Nothing to write when every row was refused.
+  if (toWrite === undefined || toWrite.length === 0) return { ok: true };
   return { ok: true, written: model.writeThrough!(toWrite) };
 }
 
