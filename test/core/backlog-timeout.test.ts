@@ -62,6 +62,24 @@ describe("backlog timeout", { timeout: 10_000 }, () => {
     assert.equal(batcher.summary().ended.backlog_timeout, 0);
   });
 
+  it("stops for a restart of a backlogged id once its old life gets a slot", async () => {
+    const { executor, send, output, batcher } = batcherHarness(slotted(1));
+    executor.hold();
+    const first = send(1, { id: 1n, start: true, end: true });
+    await turn();
+    const old = send(1, { id: 7n, start: true });
+    // Both lives of 7 wait in the backlog: the new one's timeout counts for now.
+    const restart = send(5, { id: 7n, start: true, timeoutUs: 50_000 });
+    await turn();
+    executor.release();
+    executor.hold();
+    // The old life of 7 has the slot and runs, held: the new life waits for that slot.
+    await sleep(120);
+    executor.release();
+    assert.deepEqual(await Promise.all([first, old, restart].map(output)), [1, 1, 5]);
+    assert.equal(batcher.summary().ended.backlog_timeout, 0);
+  });
+
   it("is shortened by a later request of a backlogged sequence", async () => {
     const { send, output, batcher } = batcherHarness(slotted(1));
     assert.equal(await output(send(1, { id: 1n, start: true })), 1);

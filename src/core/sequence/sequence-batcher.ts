@@ -476,6 +476,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       if (instance.free > 0 && (best === undefined || instance.free > best.free)) best = instance;
     if (best !== undefined) {
       best.bind(sequence);
+      this.#slotTaken(sequence);
       sequence.status = "active";
       return;
     }
@@ -504,6 +505,18 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     successor.status = "backlogged";
     successor.takesOverSlot = old.holder !== undefined || old.takesOverSlot;
     if (old.idle) this.#finish(old);
+  }
+
+  /**
+   * `sequence` got a slot: the lives that restarted its id wait for that slot now, not in
+   * the backlog, so their backlog timeouts end.
+   */
+  #slotTaken(sequence: Sequence): void {
+    for (let next = sequence.successor; next !== undefined && this.#all.has(next); next = next.successor) {
+      next.takesOverSlot = true;
+      next.backlogDeadlineMs = undefined;
+      this.#clearBacklogTimeout(next);
+    }
   }
 
   /** The id no longer answers to `sequence`; it runs what it has queued, then finishes. */
@@ -602,6 +615,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       if (!this.#all.has(next)) continue;
       this.#clearBacklogTimeout(next);
       instance.bind(next);
+      this.#slotTaken(next);
       next.status = next.endReason === undefined ? "active" : "ending";
       this.#startIdleClock(next);
       instance.wake(next);
