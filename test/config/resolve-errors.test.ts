@@ -280,7 +280,7 @@ describe("invalid model configurations", () => {
       text: `max_batch_size: 4\n${IO}sequence_batching { }\nparameters [ { key: "state_pairs" value { string_value: "<<<S_IN, S_OUT>>>" } }, { key: "sequence_state_max_bytes" value { string_value: "4" } } ]`,
       line: 5,
       includes:
-        "the state of model 'm' takes 8 bytes per sequence, more than its sequence_state_max_bytes (4): set the parameter higher",
+        "the state of model 'm' takes at least 8 bytes per sequence, more than its sequence_state_max_bytes (4): set the parameter higher",
       modelIo: SEQ_IO,
     },
     {

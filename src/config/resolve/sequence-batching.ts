@@ -299,17 +299,19 @@ function resolveStateMaxBytes(
 ): number {
   const key = "sequence_state_max_bytes";
   const limit = params.integer(key, DEFAULT_STATE_MAX_BYTES, 1);
+  // The fixed states' bytes: all a state takes, or at least what it takes, when another
+  // state grows.
   let bytes = 0;
   for (const state of states) {
     const dims = state.dims.filter((_, axis) => axis !== state.batchAxis);
-    if (dims.some((d) => d < 0)) return limit;
+    if (dims.some((d) => d < 0)) continue;
     const width = storeStatesAsFp16 && state.datatype === "FP32" ? 2 : (elementByteSize(state.datatype) ?? 0);
     bytes += dims.reduce((n, d) => n * d, 1) * width;
   }
   if (bytes > limit) {
     params.fail(
       key,
-      `the state of model '${modelName}' takes ${bytes} bytes per sequence, more than its sequence_state_max_bytes (${limit}): set the parameter higher`,
+      `the state of model '${modelName}' takes at least ${bytes} bytes per sequence, more than its sequence_state_max_bytes (${limit}): set the parameter higher`,
     );
   }
   return limit;

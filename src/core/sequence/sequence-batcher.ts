@@ -1345,6 +1345,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       return false;
     }
     if (answer === undefined) return false;
+    if (!request.dispatched) this.#leave(request);
     request.resolve(this.#recorded(request, answer));
     return true;
   }

@@ -11,9 +11,13 @@ import { answerStep, type SequenceModel, type SequenceRow } from "./sequence-bat
 // A request settles, and its sequence may take its next step, as soon as that request is
 // complete, whatever the rest of the batch is doing. Padding rows mean nothing here.
 
-/** The first step of this life of the sequence: a START, or the first request of one opened without a request. */
+/**
+ * The first step of this life of the sequence: a START, or the first request of one opened
+ * without a request, or the first after a first step that was not applied (a START that
+ * failed, or that an OVMS client gave up on while it ran, gave back no state).
+ */
 const startsLife = (row: SequenceRow): boolean =>
-  row.request.request.sequence?.start === true || row.sequence.steps === 0;
+  row.request.request.sequence?.start === true || row.sequence.applied === 0;
 
 /**
  * Runs the rows as one batch. `rowDone(row)` is called once per row when its request is
