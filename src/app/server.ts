@@ -205,6 +205,7 @@ export async function startServer(
         bodyLimitBytes: options.httpBodyLimitBytes,
         streamMaxInFlight: options.httpStreamMaxInflight,
         streamIdleTimeoutMs: limits.httpStreamIdleTimeoutSecs * 1000,
+        streamMaxHeldRequestBytes: limits.maxHeldRequestBytes,
         budgets,
         ...httpSecurity,
       });
@@ -237,6 +238,7 @@ export async function startServer(
         maxConcurrentStreams: limits.grpcMaxConcurrentStreams,
         budgets,
         streamStallTimeoutMs: limits.grpcStreamStallTimeoutSecs * 1000,
+        streamMaxHeldRequestBytes: limits.maxHeldRequestBytes,
         tls: security.grpcTls,
         access: new AccessPolicy({
           access,

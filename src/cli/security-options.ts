@@ -169,6 +169,16 @@ const LIMIT_FLAGS: readonly [FlagSpec, keyof LimitOptions, number][] = [
     "grpcStreamStallTimeoutSecs",
     1,
   ],
+  [
+    limit(
+      "max-held-request-bytes",
+      "bytes",
+      "maxHeldRequestBytes",
+      "Request bytes a stream (gRPC ModelStreamInfer, a WebSocket) may hold received and not yet answered; past it the stream reads no more until answers go out.",
+    ),
+    "maxHeldRequestBytes",
+    1,
+  ],
 ];
 
 const tlsFlags = (prefix: "http" | "grpc", triton: boolean): FlagSpec[] => [

@@ -91,6 +91,8 @@ export interface LimitOptions {
   readonly grpcMaxConcurrentStreams: number;
   /** A ModelStreamInfer stream whose client takes no answer this long is reset. */
   readonly grpcStreamStallTimeoutSecs: number;
+  /** Request bytes a stream (ModelStreamInfer, a WebSocket) holds unanswered before it stops reading. */
+  readonly maxHeldRequestBytes: number;
 }
 
 export interface SecurityOptions {
@@ -121,6 +123,7 @@ export const DEFAULT_LIMITS: LimitOptions = Object.freeze({
   grpcHandshakeTimeoutSecs: 10,
   grpcMaxConcurrentStreams: 1024,
   grpcStreamStallTimeoutSecs: 600,
+  maxHeldRequestBytes: 64 * MiB,
 });
 
 export const OPEN_ACCESS: AccessOptions = Object.freeze<AccessOptions>({

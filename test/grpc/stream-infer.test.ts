@@ -344,3 +344,46 @@ test("close(grace) cancels the streams still open when the grace period ends", W
     await closing.stop();
   }
 });
+
+test(
+  "a stream reads no more requests while those it holds unanswered pass --max-held-request-bytes",
+  WAIT,
+  async () => {
+    const held = await startServer({ streamMaxHeldRequestBytes: 1024 * 1024 });
+    try {
+      const slow = held.context.registry.slow;
+      const stream = held.client.stream();
+      const replies = collect(stream, 8);
+      // Eight requests of 512 KiB each; the slow model holds every request until released.
+      for (let i = 0; i < 8; i++) {
+        stream.write({
+          model_name: "slow",
+          id: `r${i}`,
+          inputs: [{ name: "big", datatype: "UINT8", shape: [512 * 1024] }],
+          raw_input_contents: [Buffer.alloc(512 * 1024)],
+        });
+      }
+      stream.end();
+      await slow.waitForHeld(2);
+      // What the stream has already read stays with it; nothing more is read past 1 MiB.
+      await held.client.unary("ServerLive");
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      assert.equal(slow.held.length, 2, "two requests of 512 KiB fill the 1 MiB the stream may hold");
+      // Released, the held requests are answered, and the stream reads the next ones.
+      let answered = false;
+      void replies.then(() => {
+        answered = true;
+      });
+      while (!answered) {
+        slow.releaseAll();
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      assert.deepEqual(
+        (await replies).map((r) => r.infer_response?.id),
+        ["r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7"],
+      );
+    } finally {
+      await held.stop();
+    }
+  },
+);

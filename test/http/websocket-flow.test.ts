@@ -166,6 +166,35 @@ describe("WebSocket streams: closing, back-pressure and limits", { timeout: 30_0
     await client.close();
   });
 
+  it("stops reading while the messages it holds unanswered pass --max-held-request-bytes", async () => {
+    const held = await startServer({ bodyLimitBytes: 1 << 20, streamMaxHeldRequestBytes: 256 * 1024 });
+    const sums = runningSumModel();
+    held.fake.registry.add(sums.model);
+    try {
+      const client = await StreamClient.open(held, "/v2/models/running_sum/stream?sequence_id=big");
+      sums.gate.hold();
+      // Twenty messages of 64 KiB: 256 KiB is four of them.
+      const values = (i: number) => new Array<number>(16 * 1024).fill(i);
+      const total = 20;
+      for (let i = 1; i <= total; i++) client.send(message(values(i), `b${i}`));
+      await until(() => serverSocket(held).isPaused, "the server to stop reading");
+      for (let i = 0; i < 20; i++) await new Promise((resolve) => setImmediate(resolve));
+      assert.ok(sums.gate.waiting <= 5, `${sums.gate.waiting} requests read, 4 of 64 KiB fill 256 KiB`);
+      sums.gate.release();
+      let expected = 0;
+      for (let i = 1; i <= total; i++) {
+        const answer = await client.nextFramed();
+        expected += i * 16 * 1024;
+        assert.equal(answer.json.id, `b${i}`);
+        assert.equal(answer.binary.readInt32LE(0), expected);
+      }
+      await client.close();
+    } finally {
+      sums.gate.release();
+      await held.close();
+    }
+  });
+
   it("stops reading while the client does not read its answers", async () => {
     const client = await StreamClient.open(server, "/v2/models/echo/stream");
     client.socket.pause();

@@ -71,6 +71,8 @@ export interface GrpcFrontendOptions {
   readonly budgets?: ResponseBudgets;
   /** A ModelStreamInfer client that takes no answer for this long has its stream reset (default never). */
   readonly streamStallTimeoutMs?: number;
+  /** Request bytes a ModelStreamInfer stream holds unanswered before it stops reading (default unbounded). */
+  readonly streamMaxHeldRequestBytes?: number;
   readonly tls?: TlsOptions | undefined;
   readonly access?: AccessPolicy | undefined;
   readonly refusals?: Refusals | undefined;
@@ -151,6 +153,7 @@ export function createGrpcFrontend(options: GrpcFrontendOptions): GrpcFrontend {
       maxMessageBytes: options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
       budgets,
       streamStallTimeoutMs: options.streamStallTimeoutMs,
+      streamMaxHeldRequestBytes: options.streamMaxHeldRequestBytes,
       refusals: options.refusals,
     }),
     healthService({ context, logger }),

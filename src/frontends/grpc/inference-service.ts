@@ -42,6 +42,7 @@ export interface InferenceServiceOptions {
   readonly budgets: ResponseBudgets;
   /** A ModelStreamInfer client that takes no answer for this long has its stream reset; default never. */
   readonly streamStallTimeoutMs?: number | undefined;
+  readonly streamMaxHeldRequestBytes?: number | undefined;
   /** Where a stream reset for want of reading is counted. */
   readonly refusals?: Refusals | undefined;
 }
@@ -162,6 +163,7 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
         principal: principalOf(call.metadata),
         requestOrder: call.metadata.get(STREAM_ORDER_METADATA)[0] !== "sequence",
         stallTimeoutMs: options.streamStallTimeoutMs,
+        maxHeldRequestBytes: options.streamMaxHeldRequestBytes,
         refusals: options.refusals,
       });
     },

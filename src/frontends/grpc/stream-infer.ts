@@ -88,7 +88,27 @@ export interface StreamInferOptions {
   readonly requestOrder?: boolean;
   /** How long an answer may wait for the client to take it before the stream is reset; default never. */
   readonly stallTimeoutMs?: number | undefined;
+  /** Request bytes held unanswered beyond which reading stops (--max-held-request-bytes); default unbounded. */
+  readonly maxHeldRequestBytes?: number | undefined;
   readonly refusals?: Refusals | undefined;
+}
+
+/**
+ * The tensor bytes a request holds: its raw contents, and its typed contents as the
+ * decoder holds them (8 bytes a value; bytes elements at their length).
+ */
+function heldBytes(message: ModelInferRequestMessage): number {
+  let bytes = 0;
+  for (const raw of message.raw_input_contents ?? []) bytes += raw.byteLength;
+  for (const input of message.inputs ?? []) {
+    const contents = input.contents;
+    if (contents === undefined || contents === null) continue;
+    for (const values of Object.values(contents) as unknown[][]) {
+      if (!Array.isArray(values)) continue;
+      for (const value of values) bytes += value instanceof Uint8Array ? value.byteLength : 8;
+    }
+  }
+  return bytes;
 }
 
 /** The metadata that asks for answers as they complete rather than in request order. */
@@ -117,6 +137,9 @@ export class StreamInferSession {
   #inWrite: Outgoing | undefined;
   /** Requests accepted and not yet answered. */
   #inflight = 0;
+  /** Tensor bytes of the requests received and not yet answered: a count alone bounds nothing. */
+  #heldRequestBytes = 0;
+  readonly #maxHeldRequestBytes: number;
   /** Decoupled requests waiting for the outbox to empty before their next response. */
   #drainWaiters: Promise<void> | undefined;
   #releaseDrain: (() => void) | undefined;
@@ -138,6 +161,7 @@ export class StreamInferSession {
     this.#registry = registry;
     this.#logger = logger;
     this.#maxInflight = Math.max(1, options.maxInflight);
+    this.#maxHeldRequestBytes = options.maxHeldRequestBytes ?? Number.POSITIVE_INFINITY;
     this.#maxMessageBytes = options.maxMessageBytes;
     this.#budget = options.budget;
     this.#principal = options.principal;
@@ -169,6 +193,9 @@ export class StreamInferSession {
 
   #accept(message: ModelInferRequestMessage): void {
     this.#inflight++;
+    const bytes = heldBytes(message);
+    this.#heldRequestBytes += bytes;
+    const answered = (): void => this.#answered(bytes);
     this.#updateFlow();
     const turn = this.#requestOrder ? this.#order.issue() : -1;
     let pending: Promise<InferResponse>;
@@ -185,25 +212,25 @@ export class StreamInferSession {
       if (model.decoupled === true) {
         // Its responses go out as they come: it holds no place in the order.
         if (turn >= 0) this.#order.complete(turn, () => {});
-        this.#relay(model, request, message.id);
+        this.#relay(model, request, message.id, answered);
         return;
       }
       pending = model.infer(request);
     } catch (error) {
-      this.#answerInTurn(turn, this.#failure(error, message.id));
+      this.#answerInTurn(turn, this.#failure(error, message.id), answered);
       return;
     }
     pending.then(
-      (response) => this.#answerInTurn(turn, this.#prepare(response, message.id, model, request)),
-      (error: unknown) => this.#answerInTurn(turn, this.#failure(error, message.id)),
+      (response) => this.#answerInTurn(turn, this.#prepare(response, message.id, model, request), answered),
+      (error: unknown) => this.#answerInTurn(turn, this.#failure(error, message.id), answered),
     );
   }
 
   /** Writes the answer once every earlier request has been answered (turn -1: at once). */
-  #answerInTurn(turn: number, outgoing: Outgoing | undefined): void {
+  #answerInTurn(turn: number, outgoing: Outgoing | undefined, answered: () => void): void {
     const write = (): void => {
       if (outgoing !== undefined) this.#send(outgoing);
-      this.#answered();
+      answered();
     };
     if (turn < 0) write();
     else this.#order.complete(turn, write);
@@ -213,7 +240,12 @@ export class StreamInferSession {
    * A decoupled model's request: each response is written as it comes (Triton's
    * `triton_final_response` on each); the next waits while answers wait to be written.
    */
-  #relay(model: ServedModel, request: InferRequest, requestId: string | undefined): void {
+  #relay(
+    model: ServedModel,
+    request: InferRequest,
+    requestId: string | undefined,
+    answered: () => void,
+  ): void {
     const stream = inferStream(model, request);
     relayResponses(model, stream, request, (response) => {
       if (this.#closed) {
@@ -228,14 +260,11 @@ export class StreamInferSession {
       this.#send(outgoing);
       this.#updateFlow();
       return this.#outbox.length >= WRITE_HIGH_WATER || this.#budget.saturated ? this.#drained() : undefined;
-    }).then(
-      () => this.#answered(),
-      (error: unknown) => {
-        const outgoing = this.#failure(error, requestId);
-        if (outgoing !== undefined) this.#send(outgoing);
-        this.#answered();
-      },
-    );
+    }).then(answered, (error: unknown) => {
+      const outgoing = this.#failure(error, requestId);
+      if (outgoing !== undefined) this.#send(outgoing);
+      answered();
+    });
   }
 
   /** Resolves once the answers waiting to be written have been. */
@@ -410,9 +439,10 @@ export class StreamInferSession {
     if (!resetCall(this.#call)) this.#call.emit("error", { code: status.UNAVAILABLE, details });
   }
 
-  /** A request is answered (a decoupled one: its last response was sent). */
-  #answered(): void {
+  /** A request of `bytes` is answered (a decoupled one: its last response was sent). */
+  #answered(bytes: number): void {
     this.#inflight--;
+    this.#heldRequestBytes -= bytes;
     if (this.#closed) return;
     this.#updateFlow();
     this.#maybeFinish();
@@ -423,6 +453,7 @@ export class StreamInferSession {
     const hold =
       this.#budget.saturated ||
       this.#outbox.length >= WRITE_HIGH_WATER ||
+      this.#heldRequestBytes >= this.#maxHeldRequestBytes ||
       this.#inflight >= this.#maxInflight;
     if (hold && !this.#paused) {
       this.#paused = true;

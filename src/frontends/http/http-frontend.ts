@@ -27,6 +27,8 @@ export interface HttpFrontendOptions {
   readonly compressMinBytes?: number;
   /** Messages in flight per WebSocket stream before it stops reading (default 64). */
   readonly streamMaxInFlight?: number;
+  /** Request bytes in flight per WebSocket stream before it stops reading (default unbounded). */
+  readonly streamMaxHeldRequestBytes?: number;
   /** A WebSocket stream with no message and nothing in flight this long is closed; undefined = never. */
   readonly streamIdleTimeoutMs?: number;
   /** Per-connection budgets of answers waiting for slow readers (WebSocket, SSE). */
@@ -79,6 +81,9 @@ export function createHttpFrontend(options: HttpFrontendOptions): HttpFrontend {
     context,
     bodyLimitBytes,
     ...(options.streamMaxInFlight === undefined ? {} : { maxInFlight: options.streamMaxInFlight }),
+    ...(options.streamMaxHeldRequestBytes === undefined
+      ? {}
+      : { maxHeldRequestBytes: options.streamMaxHeldRequestBytes }),
     ...(options.streamIdleTimeoutMs === undefined ? {} : { idleTimeoutMs: options.streamIdleTimeoutMs }),
     ...(options.budgets === undefined ? {} : { budgets: options.budgets }),
     ...(options.refusals === undefined ? {} : { refusals: options.refusals }),

@@ -15,12 +15,17 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-export async function startServer(options: { bodyLimitBytes?: number } = {}): Promise<TestServer> {
+export async function startServer(
+  options: { bodyLimitBytes?: number; streamMaxHeldRequestBytes?: number } = {},
+): Promise<TestServer> {
   const fake = fakeServer();
   const app = createHttpFrontend({
     context: fake.context,
     logger: silentLogger(),
     bodyLimitBytes: options.bodyLimitBytes ?? 8 * 1024 * 1024,
+    ...(options.streamMaxHeldRequestBytes === undefined
+      ? {}
+      : { streamMaxHeldRequestBytes: options.streamMaxHeldRequestBytes }),
   });
   await app.listen({ port: 0, host: "127.0.0.1" });
   const { port } = app.server.address() as AddressInfo;

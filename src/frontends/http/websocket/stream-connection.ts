@@ -57,6 +57,8 @@ import type { StreamOptions } from "./stream-options.ts";
 export interface StreamLimits {
   /** Messages received and not yet answered beyond which reading stops. */
   readonly maxInFlight: number;
+  /** Bytes of messages received and not yet answered beyond which reading stops (--max-held-request-bytes). */
+  readonly maxHeldRequestBytes: number;
   /** Bytes waiting to be sent beyond which reading stops until the client catches up. */
   readonly writeHighWaterBytes: number;
   /** A stream with no message and nothing in flight this long is closed (1001); undefined = never. */
@@ -163,6 +165,8 @@ export class StreamConnection {
   #lateEnd: SequenceEndReason | undefined;
   #paused = false;
   #writeBlocked = false;
+  /** Bytes of the messages received and not yet answered: a count alone bounds nothing. */
+  #heldRequestBytes = 0;
   /** The connection's budget of answers waiting to be sent (response-budget.ts). */
   readonly #budget: ConnectionBudget;
   readonly #stopWatchingBudget: () => void;
@@ -228,7 +232,9 @@ export class StreamConnection {
     this.#idleTimer?.refresh();
     // After the end, or once closing, messages are not answered.
     if (this.#stopped) return;
-    this.#waiting.push(new StreamEntry(asBuffer(data), isBinary));
+    const entry = new StreamEntry(asBuffer(data), isBinary);
+    this.#heldRequestBytes += entry.data.byteLength;
+    this.#waiting.push(entry);
     this.#advance();
   }
 
@@ -513,6 +519,7 @@ export class StreamConnection {
       this.#release(entry);
       if (!entry.complete) return;
       this.#answering.shift();
+      this.#heldRequestBytes -= entry.data.byteLength;
       if (entry.closeCode !== undefined) this.#close(entry.closeCode, entry.closeText);
     }
   }
@@ -588,6 +595,7 @@ export class StreamConnection {
     const full =
       this.#writeBlocked ||
       this.#budget.saturated ||
+      this.#heldRequestBytes >= this.#limits.maxHeldRequestBytes ||
       this.#waiting.length + this.#answering.length >= this.#limits.maxInFlight;
     if (full === this.#paused) return;
     this.#paused = full;

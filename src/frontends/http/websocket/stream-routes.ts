@@ -26,6 +26,8 @@ export interface StreamRoutesOptions {
   readonly bodyLimitBytes: number;
   /** Messages in flight per connection before reading stops (default 64). */
   readonly maxInFlight?: number;
+  /** Request bytes in flight per connection before reading stops (default unbounded). */
+  readonly maxHeldRequestBytes?: number;
   /** Bytes waiting to be sent per connection before reading stops (default 1 MiB). */
   readonly writeHighWaterBytes?: number;
   /** A stream with no message and nothing in flight this long is closed; undefined = never. */
@@ -87,6 +89,7 @@ export async function streamRoutes(app: FastifyInstance, options: StreamRoutesOp
   const registry = options.context.registry;
   const limits: StreamLimits = {
     maxInFlight: Math.max(1, options.maxInFlight ?? 64),
+    maxHeldRequestBytes: options.maxHeldRequestBytes ?? Number.POSITIVE_INFINITY,
     writeHighWaterBytes: options.writeHighWaterBytes ?? 1 << 20,
     idleTimeoutMs: options.idleTimeoutMs,
     onIdleClose: () => options.refusals?.refused("http_stream_idle_timeout"),
