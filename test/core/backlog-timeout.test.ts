@@ -1,24 +1,12 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
-import { accumulatorConfig } from "./support/accumulator-executor.ts";
+import { oldestAccumulatorConfig } from "./support/accumulator-executor.ts";
 import { batcherHarness, keepProcessAlive, turn } from "./support/batcher-harness.ts";
 
 /** Oldest with `slots` sequence slots, batches of one, no idle timeout. */
 const slotted = (slots: number) =>
-  accumulatorConfig(
-    {
-      strategy: {
-        kind: "oldest",
-        maxCandidateSequences: slots,
-        preferredBatchSizes: [],
-        maxQueueDelayUs: 0,
-        preserveOrdering: false,
-      },
-      maxSequenceIdleUs: undefined,
-    },
-    1,
-  );
+  oldestAccumulatorConfig({ candidates: slots, maxBatchSize: 1, neverIdle: true });
 
 const settled = (promise: Promise<unknown>) =>
   promise.then(

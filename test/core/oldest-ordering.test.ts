@@ -2,25 +2,18 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { ExecutionResult } from "../../src/core/executor.ts";
 import type { Tensor } from "../../src/core/tensor.ts";
-import { AccumulatorExecutor, accumulatorConfig } from "./support/accumulator-executor.ts";
+import { AccumulatorExecutor, oldestAccumulatorConfig } from "./support/accumulator-executor.ts";
 import { batcherHarness, turn } from "./support/batcher-harness.ts";
 
 /** Oldest with preserve_ordering, `slots` sequence slots, no idle timeout. */
 const ordered = (slots: number, inferEndRequests = true, maxBatchSize = 4) =>
-  accumulatorConfig(
-    {
-      strategy: {
-        kind: "oldest",
-        maxCandidateSequences: slots,
-        preferredBatchSizes: [],
-        maxQueueDelayUs: 0,
-        preserveOrdering: true,
-      },
-      maxSequenceIdleUs: undefined,
-      inferEndRequests,
-    },
+  oldestAccumulatorConfig({
+    candidates: slots,
     maxBatchSize,
-  );
+    preserveOrdering: true,
+    neverIdle: true,
+    overrides: { inferEndRequests },
+  });
 
 /** Holds only the runs whose first INPUT is `held`, until `open()`. */
 class HoldingOne extends AccumulatorExecutor {

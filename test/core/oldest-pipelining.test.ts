@@ -1,22 +1,10 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { accumulatorConfig } from "./support/accumulator-executor.ts";
+import { oldestAccumulatorConfig } from "./support/accumulator-executor.ts";
 import { batcherHarness, turn } from "./support/batcher-harness.ts";
 
 /** Oldest with 8 slots and batches of up to `rows`, leaving at once (no queue delay). */
-const oldest = (rows: number) =>
-  accumulatorConfig(
-    {
-      strategy: {
-        kind: "oldest",
-        maxCandidateSequences: 8,
-        preferredBatchSizes: [],
-        maxQueueDelayUs: 0,
-        preserveOrdering: false,
-      },
-    },
-    rows,
-  );
+const oldest = (rows: number) => oldestAccumulatorConfig({ candidates: 8, maxBatchSize: rows });
 
 // The Oldest strategy keeps the executor fed: while one batch runs, a second *full* batch
 // of other sequences goes to the executor at once; a short one waits for the running

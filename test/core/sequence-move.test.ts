@@ -2,7 +2,11 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { InferRequest, SequenceControl } from "../../src/core/infer.ts";
 import { LoadedModel } from "../../src/core/loaded-model.ts";
-import { AccumulatorExecutor, accumulatorConfig } from "./support/accumulator-executor.ts";
+import {
+  AccumulatorExecutor,
+  accumulatorConfig,
+  oldestAccumulatorConfig,
+} from "./support/accumulator-executor.ts";
 import { turn } from "./support/batcher-harness.ts";
 
 // Live sequences moving to a reloaded version of their model (LoadedModel.moveSequencesTo),
@@ -18,32 +22,9 @@ const request = (value: number, sequence: Partial<SequenceControl>): InferReques
 const sum = (response: { readonly outputs: readonly { readonly data: unknown }[] }) =>
   (response.outputs[0]!.data as Int32Array)[0];
 
-/** The accumulator under the Oldest strategy, with `candidates` sequence slots. */
-function oldest(options: {
-  candidates: number;
-  preserveOrdering: boolean;
-  maxBatchSize: number;
-  /** No idle timeout: a sequence stays until it ends. */
-  neverIdle?: boolean;
-}) {
-  return accumulatorConfig(
-    {
-      strategy: {
-        kind: "oldest",
-        maxCandidateSequences: options.candidates,
-        preferredBatchSizes: [],
-        maxQueueDelayUs: 0,
-        preserveOrdering: options.preserveOrdering,
-      },
-      ...(options.neverIdle ? { maxSequenceIdleUs: undefined } : {}),
-    },
-    options.maxBatchSize,
-  );
-}
-
 describe("sequences moving to a reloaded version", () => {
   it("with preserve_ordering, an answer held for a request that moved is still sent, and the old version unloads", async () => {
-    const config = oldest({ candidates: 4, preserveOrdering: true, maxBatchSize: 2 });
+    const config = oldestAccumulatorConfig({ candidates: 4, preserveOrdering: true, maxBatchSize: 2 });
     const running = new AccumulatorExecutor();
     const old = new LoadedModel({ config, version: "1", executors: [running] });
     running.hold();
@@ -88,7 +69,7 @@ describe("sequences moving to a reloaded version", () => {
   });
 
   it("a sequence waiting in the backlog keeps its START's timeout", async () => {
-    const config = oldest({ candidates: 1, preserveOrdering: false, maxBatchSize: 1 });
+    const config = oldestAccumulatorConfig({ candidates: 1, preserveOrdering: false, maxBatchSize: 1 });
     const old = new LoadedModel({ config, version: "1", executors: [new AccumulatorExecutor("old")] });
     assert.equal(sum(await old.infer(request(1, { id: "holder", start: true }))), 1);
     // The one slot is taken: this START waits in the backlog, at most 300 ms.
@@ -109,7 +90,7 @@ describe("sequences moving to a reloaded version", () => {
 
   it("a request that moves to a version that no longer preserves ordering, or is refused there, is answered", async () => {
     const ordering = (preserveOrdering: boolean) =>
-      oldest({ candidates: 4, preserveOrdering, maxBatchSize: 2, neverIdle: true });
+      oldestAccumulatorConfig({ candidates: 4, preserveOrdering, maxBatchSize: 2, neverIdle: true });
     const old = new LoadedModel({
       config: ordering(true),
       version: "1",

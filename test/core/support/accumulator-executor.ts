@@ -112,3 +112,31 @@ export function accumulatorConfig(
     },
   };
 }
+
+/**
+ * The accumulator under Triton's Oldest strategy: `candidates` sequence slots per instance,
+ * batches of up to `maxBatchSize` rows leaving at once (no queue delay). `neverIdle`: no
+ * idle timeout, a sequence stays until it ends. `overrides` set any other field.
+ */
+export function oldestAccumulatorConfig(options: {
+  candidates: number;
+  maxBatchSize: number;
+  preserveOrdering?: boolean;
+  neverIdle?: boolean;
+  overrides?: Partial<ModelConfig["sequenceBatching"] & object>;
+}): ModelConfig {
+  return accumulatorConfig(
+    {
+      strategy: {
+        kind: "oldest",
+        maxCandidateSequences: options.candidates,
+        preferredBatchSizes: [],
+        maxQueueDelayUs: 0,
+        preserveOrdering: options.preserveOrdering ?? false,
+      },
+      ...(options.neverIdle === true ? { maxSequenceIdleUs: undefined } : {}),
+      ...options.overrides,
+    },
+    options.maxBatchSize,
+  );
+}
