@@ -103,9 +103,11 @@ function heldBytes(message: ModelInferRequestMessage): number {
   for (const input of message.inputs ?? []) {
     const contents = input.contents;
     if (contents === undefined || contents === null) continue;
-    for (const values of Object.values(contents) as unknown[][]) {
+    // Numbers count by how many there are: only bytes elements need a look each.
+    for (const [field, values] of Object.entries(contents) as [string, readonly unknown[]][]) {
       if (!Array.isArray(values)) continue;
-      for (const value of values) bytes += value instanceof Uint8Array ? value.byteLength : 8;
+      if (field !== "bytes_contents") bytes += values.length * 8;
+      else for (const value of values as readonly Uint8Array[]) bytes += value.byteLength;
     }
   }
   return bytes;
