@@ -383,7 +383,6 @@ export class HandlerExecutor implements RequestExecutor {
     // One timer both fails the call and cancels its request: with a timer of its own the
     // request's cancellation could come first, and the call fail as cancelled instead.
     const cancel = new AbortController();
-    this.#calls.add(cancel);
     let request: InferRequest;
     try {
       const inputs = new Map<string, Tensor>();
@@ -397,10 +396,10 @@ export class HandlerExecutor implements RequestExecutor {
         signal: cancel.signal,
       };
     } catch (error) {
-      this.#calls.delete(cancel);
       answer({ ok: false, error: wireError(error) });
       return;
     }
+    this.#calls.add(cancel);
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
@@ -412,10 +411,13 @@ export class HandlerExecutor implements RequestExecutor {
         cancel.abort();
       }, timerDelay(timeoutMs));
     });
+    const settled = (): void => {
+      clearTimeout(timer);
+      this.#calls.delete(cancel);
+    };
     Promise.race([this.#options.calls.infer(message.model, message.version, request), deadline]).then(
       (response) => {
-        clearTimeout(timer);
-        this.#calls.delete(cancel);
+        settled();
         const transfer: ArrayBuffer[] = [];
         let outputs: WireTensor[];
         try {
@@ -438,8 +440,7 @@ export class HandlerExecutor implements RequestExecutor {
         );
       },
       (error: unknown) => {
-        clearTimeout(timer);
-        this.#calls.delete(cancel);
+        settled();
         answer({ ok: false, error: wireError(error) });
       },
     );
