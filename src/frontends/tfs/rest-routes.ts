@@ -88,12 +88,12 @@ function parseBody(body: Buffer | undefined): { json: JsonObject; text: string }
 function specialInput(value: unknown, text: string, name: string, max: bigint): SpecialInput | undefined {
   if (value === undefined) return undefined;
   if (!Array.isArray(value)) throw ovmsInvalid("rest_input");
-  let source: string[] | undefined;
+  let tokens: ReadonlyMap<number, string> | undefined;
   const values = value.map((item, i) => {
     if (typeof item !== "number" || !Number.isInteger(item) || item < 0) throw ovmsInvalid("rest_input");
     if (Number.isSafeInteger(item)) return BigInt(item);
-    source ??= (memberSourceText(text, ["inputs", name]) ?? "").replace(/[[\]\s]/g, "").split(",");
-    const exact = exactInteger(source[i] ?? "", 0n, max);
+    tokens ??= tokensAt(text, ["inputs", name])();
+    const exact = exactInteger(tokens.get(i) ?? "", 0n, max);
     if (exact == null) throw ovmsInvalid("rest_input");
     return exact;
   });
