@@ -115,6 +115,11 @@ export class ResponseBudgets {
     return budget;
   }
 
+  /** Whether the connection `key` names holds half its budget or more (without taking a share of it). */
+  saturated(key: unknown): boolean {
+    return this.#connections.get(key)?.saturated ?? false;
+  }
+
   /** Bytes of answers held over every connection. */
   get totalBytes(): number {
     return this.#total;

@@ -47,10 +47,7 @@ export function unaryAnswerBudget(budgets: ResponseBudgets): ServerInterceptor {
       start: (next) =>
         next({
           onReceiveMessage: (message, forward) => {
-            const connection = budgets.acquire(peer);
-            const saturated = connection.saturated;
-            connection.release();
-            if (saturated) {
+            if (budgets.saturated(peer)) {
               budgets.refusals?.refused("buffered_response_bytes");
               refuse(REFUSED);
               return;
