@@ -337,9 +337,10 @@ export class ModelRepository implements ModelRegistry {
       // The previous versions' sequences move to the new ones in the same turn as the
       // switch, once no batch of theirs is running: no request finds neither. Meanwhile
       // they are paused, so the wait is bounded: past it the reload fails and they go on.
-      if (!(await quietWithin(previous, this.#options.reloadQuietMs ?? 30_000))) {
+      const quietMs = this.#options.reloadQuietMs ?? 30_000;
+      if (!(await quietWithin(previous, quietMs))) {
         throw unavailable(
-          `model '${name}' was not reloaded: requests of its sequences were still running after ${(this.#options.reloadQuietMs ?? 30_000) / 1000} s (a decoupled request still streaming, or a client not reading its answers); the loaded version goes on serving; load it again later`,
+          `model '${name}' was not reloaded: requests of its sequences were still running after ${quietMs / 1000} s (a decoupled request still streaming, or a client not reading its answers); the loaded version goes on serving; load it again later`,
         );
       }
       this.#handOverSequences(name, previous, loaded);
