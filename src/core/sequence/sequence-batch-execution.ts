@@ -11,7 +11,7 @@ import { cloneTensor, formatShape, type NumericTensor, type Tensor, zeroTensor }
 import { controlTensors } from "./control-tensors.ts";
 import type { Sequence } from "./sequence.ts";
 import { formatSequenceId } from "./sequence-parameters.ts";
-import { type SequenceState, type StateStore, stateEntryBytes } from "./state-store.ts";
+import { type SequenceState, type StateStore, stateBytes } from "./state-store.ts";
 import { StepAnswers, stepAnswer } from "./step-answers.ts";
 
 // One step of a batch of sequences: gather each sequence's state into the batch along
@@ -296,8 +296,7 @@ function stateTooLarge(
   maxBytes: number | undefined,
 ): ServerError | undefined {
   if (maxBytes === undefined) return undefined;
-  let bytes = 0;
-  for (const entry of state.values()) bytes += stateEntryBytes(entry);
+  const bytes = stateBytes(state);
   if (bytes <= maxBytes) return undefined;
   return new ServerError(
     "RESOURCE_EXHAUSTED",

@@ -48,7 +48,8 @@ export interface StateStore {
   readonly size: number;
 }
 
-function stateBytes(state: SequenceState): number {
+/** Bytes a sequence's state holds, every entry counted. */
+export function stateBytes(state: SequenceState): number {
   let total = 0;
   for (const entry of state.values()) total += stateEntryBytes(entry);
   return total;
