@@ -10,6 +10,7 @@ import type {
   ModelStreamInferResponseMessage,
 } from "../../src/frontends/grpc/messages.ts";
 import { INFERENCE_SERVICE_NAME, packageDefinition } from "../../src/frontends/grpc/proto-definitions.ts";
+import { PREDICTION_SERVICE_NAME, tfsPackageDefinition } from "../../src/frontends/tfs/proto-definitions.ts";
 import { waitFor } from "../support/sequence-kit.ts";
 import { callError, startServer } from "./support/grpc-harness.ts";
 
@@ -133,13 +134,14 @@ test("a stream whose deadline passes while its answers wait for a slow reader gi
   }
 });
 
-test("unary answers a client does not read are held within the connection's budget", async () => {
+/**
+ * A raw HTTP/2 client sends ten unary calls whose 1 MiB answers it does not read (its
+ * flow-control windows stay shut), then one more: the server holds at most its budget,
+ * refuses the late call, and gives everything back once the client reads.
+ */
+async function unreadUnaryAnswers(method: MethodDefinition<object, object>, message: (id: string) => object) {
   const budgets = new ResponseBudgets(4 * MiB);
   const h = await startServer({ budgets });
-  const method = (
-    packageDefinition()[INFERENCE_SERVICE_NAME] as Record<string, MethodDefinition<object, object>>
-  ).ModelInfer!;
-  // A raw HTTP/2 client that reads none of its answers: its flow-control windows stay shut.
   const session = connect(`http://127.0.0.1:${h.port}`, { maxSessionMemory: 1024 });
   session.on("error", () => {});
   const call = (id: string) => {
@@ -151,10 +153,10 @@ test("unary answers a client does not read are held within the connection's budg
     });
     stream.on("error", () => {});
     stream.pause();
-    const message = method.requestSerialize({ ...request(tensor(MiB)), id });
+    const bytes = method.requestSerialize(message(id));
     const prefix = Buffer.alloc(5);
-    prefix.writeUInt32BE(message.byteLength, 1);
-    stream.end(Buffer.concat([prefix, message]));
+    prefix.writeUInt32BE(bytes.byteLength, 1);
+    stream.end(Buffer.concat([prefix, bytes]));
     const statusOf = new Promise<string | undefined>((resolve) => {
       stream.on("trailers", (trailers) => resolve(trailers["grpc-status"] as string | undefined));
       stream.on("response", (headers) => {
@@ -196,6 +198,32 @@ test("unary answers a client does not read are held within the connection's budg
     session.destroy();
     await h.stop();
   }
+}
+
+test("unary ModelInfer answers a client does not read are held within the connection's budget", async () => {
+  const method = (
+    packageDefinition()[INFERENCE_SERVICE_NAME] as Record<string, MethodDefinition<object, object>>
+  ).ModelInfer!;
+  await unreadUnaryAnswers(method, (id) => ({ ...request(tensor(MiB)), id }));
+});
+
+test("TF-Serving Predict answers a client does not read are held within the connection's budget", {
+  timeout: 20_000,
+}, async () => {
+  const method = (
+    tfsPackageDefinition()[PREDICTION_SERVICE_NAME] as Record<string, MethodDefinition<object, object>>
+  ).Predict!;
+  // The fake echo model's INPUT0 is FP32 [-1, 16]: 16,384 rows are 1 MiB.
+  await unreadUnaryAnswers(method, () => ({
+    model_spec: { name: "echo" },
+    inputs: {
+      INPUT0: {
+        dtype: "DT_FLOAT",
+        tensor_shape: { dim: [{ size: MiB / 64 }, { size: 16 }] },
+        tensor_content: tensor(MiB),
+      },
+    },
+  }));
 });
 
 test("a unary call cancelled while its model runs leaves nothing counted in the connection's budget", async () => {

@@ -19,7 +19,7 @@ import type { ConnectionBudget, ResponseBudgets } from "../common/response-budge
 //   the whole budget is dropped, and the call ends with RESOURCE_EXHAUSTED.
 //
 // Answers are counted at their encoded size: the handlers that can answer large messages
-// (ModelInfer) send them encoded; other answers are small and not counted.
+// (ModelInfer, TF-Serving's Predict) send them encoded; other answers are small and not counted.
 
 const REFUSED =
   "the connection's unread answers fill its budget (--max-buffered-response-bytes): read them, then retry";

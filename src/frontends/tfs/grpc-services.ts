@@ -20,6 +20,7 @@ import type {
 import { modelStatus, type Signature, signatureOf } from "./model-info.ts";
 import { DEFAULT_SIGNATURE, findModel, type ModelSelector, predict, sequenceOf } from "./predict.ts";
 import {
+  encodePredictResponse,
   encodeSignatureDefMap,
   modelServiceDefinition,
   predictionServiceDefinition,
@@ -120,8 +121,8 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
 
   const predictCall = async (
     message: PredictRequestMessage,
-    call: ServerUnaryCall<PredictRequestMessage, PredictResponseMessage>,
-  ): Promise<PredictResponseMessage> => {
+    call: ServerUnaryCall<PredictRequestMessage, Buffer>,
+  ): Promise<Buffer> => {
     const model = findModel(registry, selectorOf(message.model_spec));
     const protos = message.inputs ?? {};
     const sequence = sequenceOf(
@@ -163,7 +164,11 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
       const outputs: Record<string, TensorProtoMessage> = {};
       for (const output of response.outputs) outputs[output.name] = encodeTensorProto(output);
       if (sequenceId !== undefined) outputs[SEQUENCE_ID_INPUT] = sequenceIdProto(sequenceId);
-      return { model_spec: specOf(response.modelName, response.modelVersion), outputs };
+      const answer: PredictResponseMessage = {
+        model_spec: specOf(response.modelName, response.modelVersion),
+        outputs,
+      };
+      return encodePredictResponse(answer);
     } finally {
       call.off("cancelled", onCancel);
     }

@@ -51,17 +51,28 @@ function service(name: string): Record<string, MethodDefinition<object, object>>
 const asBuffer = (bytes: Uint8Array): Buffer =>
   Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 
+let predictResponse: protobuf.Type | undefined;
+
+/**
+ * A PredictResponse encoded ahead of the send, so that its size is known while it waits
+ * for a client that reads slowly (the unary answer budget); written as is.
+ */
+export function encodePredictResponse(message: object): Buffer {
+  predictResponse ??= tfsTypes().lookupType("tensorflow.serving.PredictResponse");
+  return asBuffer(predictResponse.encode(message).finish());
+}
+
 /** tensorflow.serving.PredictionService, with the hot-path codec on Predict. */
 export function predictionServiceDefinition(): ServiceDefinition {
   const base = service(PREDICTION_SERVICE_NAME);
   const request = tfsTypes().lookupType("tensorflow.serving.PredictRequest");
-  const response = tfsTypes().lookupType("tensorflow.serving.PredictResponse");
   return {
     ...base,
     Predict: {
       ...base.Predict!,
       requestDeserialize: (bytes: Buffer) => request.decode(bytes),
-      responseSerialize: (message: object) => asBuffer(response.encode(message).finish()),
+      responseSerialize: (message: object) =>
+        message instanceof Uint8Array ? asBuffer(message) : encodePredictResponse(message),
     },
   } as ServiceDefinition;
 }
