@@ -24,6 +24,12 @@ export interface InferResponseStream extends AsyncIterable<StreamedInferResponse
    * for a client told of the request's end without a response from the model.
    */
   readonly parameters: Parameters;
+  /**
+   * `listener(change)` runs as responses wait here to be taken: +bytes as one arrives,
+   * −bytes as it is taken or dropped, so that a frontend can count what its connection's
+   * requests hold before it reads them. Runs at once with what already waits.
+   */
+  onWaiting?(listener: (change: number) => void): void;
 }
 
 interface Queued {
@@ -37,6 +43,8 @@ export class ResponseChannel implements ResponseSink, InferResponseStream {
   readonly #queue = new Deque<Queued>();
   readonly #consumed: ((bytes: number) => void)[] = [];
   #wake: (() => void) | undefined;
+  #waiting: ((change: number) => void) | undefined;
+  #waitingBytes = 0;
   #done = false;
   #error: ServerError | undefined;
   #iterating = false;
@@ -58,7 +66,19 @@ export class ResponseChannel implements ResponseSink, InferResponseStream {
   deliver(response: StreamedInferResponse, bytes: number): void {
     if (this.#done) return;
     this.#queue.push({ response, bytes });
+    this.#changeWaiting(bytes);
     this.#signal();
+  }
+
+  onWaiting(listener: (change: number) => void): void {
+    this.#waiting = listener;
+    if (this.#waitingBytes > 0) listener(this.#waitingBytes);
+  }
+
+  #changeWaiting(change: number): void {
+    if (change === 0) return;
+    this.#waitingBytes += change;
+    this.#waiting?.(change);
   }
 
   onConsumed(listener: (bytes: number) => void): void {
@@ -85,6 +105,7 @@ export class ResponseChannel implements ResponseSink, InferResponseStream {
     const wasDone = this.#done;
     this.#done = true;
     this.#queue.drain();
+    this.#changeWaiting(-this.#waitingBytes);
     this.#signal();
     if (!wasDone || this.#error === undefined) this.#onCancel();
   }
@@ -105,6 +126,7 @@ export class ResponseChannel implements ResponseSink, InferResponseStream {
     for (;;) {
       const queued = this.#queue.shift();
       if (queued !== undefined) {
+        this.#changeWaiting(-queued.bytes);
         for (const listener of this.#consumed) listener(queued.bytes);
         return { done: false, value: queued.response };
       }

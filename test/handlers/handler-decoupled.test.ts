@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { request as httpRequest, type IncomingMessage } from "node:http";
 import { after, before, test } from "node:test";
+import { status as grpcStatus, type StatusObject } from "@grpc/grpc-js";
 import WebSocket from "ws";
 import { securityOptions } from "../../src/config/security-options.ts";
 import type { ModelStreamInferResponseMessage } from "../../src/frontends/grpc/messages.ts";
@@ -319,5 +320,102 @@ test("a client that takes nothing for the stream idle time is let go (SSE, WebSo
     );
   } finally {
     await idle.stop();
+  }
+});
+
+test("decoupled responses a ModelStreamInfer client leaves unread count in its connection's budget: past it, the stream ends", {
+  timeout: 30_000,
+}, async () => {
+  // The connection's budget is 4 MiB. Answers waiting to be written take at most 3.5 MiB
+  // of it: reading stops at half, and then each of the 12 requests adds at most one
+  // response of 128 KiB. But each request's handler also sends 2 responses ahead of the
+  // client, which wait to be taken: 3 MiB more.
+  const MiB = 1024 * 1024;
+  const small = await startTestServer(repository.path, {
+    security: securityOptions({ limits: { ...securityOptions().limits, maxBufferedResponseBytes: 4 * MiB } }),
+  });
+  const client = new TestClient(small.grpcPort);
+  const metric = async (name: string, labels: Record<string, string> = {}) =>
+    (await metricValue(small.metricsUrl, name, labels)) ?? 0;
+  try {
+    const stream = client.stream();
+    stream.on("error", () => {});
+    const ended = new Promise<StatusObject>((resolve) => stream.on("status", resolve));
+    stream.pause();
+    for (let i = 0; i < 12; i++) {
+      stream.write({
+        model_name: "ticker",
+        id: `unread-${i}`,
+        parameters: { payload: { int64_param: "131072" } },
+        inputs: [{ name: "COUNT", datatype: "INT32", shape: [1] }],
+        raw_input_contents: [Buffer.from(Int32Array.of(1000).buffer)],
+      });
+    }
+    await eventually(
+      "the stream's refusal",
+      async () =>
+        (await metric("seqserve_limit_refusals_total", { limit: "buffered_response_bytes" })) > 0 ||
+        undefined,
+    );
+    const peak = await metric("seqserve_buffered_response_peak_bytes");
+    assert.ok(peak <= 4 * MiB, `${peak} bytes held for the stream`);
+    stream.resume();
+    const status = await ended;
+    assert.equal(status.code, grpcStatus.RESOURCE_EXHAUSTED, status.details);
+    assert.match(status.details, /not reading its responses.*--max-buffered-response-bytes/);
+    // The handler's requests are stopped, and what they held is given back.
+    await eventOf(
+      repository.eventsFile,
+      "a request stopped",
+      (e) => e.hook === "aborted" && e.id === "unread-0",
+    );
+    await eventually(
+      "nothing held",
+      async () => (await metric("seqserve_buffered_response_bytes")) === 0 || undefined,
+    );
+  } finally {
+    client.close();
+    await small.stop();
+  }
+});
+
+test("decoupled responses a WebSocket client leaves unread count in its connection's budget: past it, the stream closes", {
+  timeout: 30_000,
+}, async () => {
+  // As above: 12 requests in flight, each with 2 responses of 128 KiB waiting to be taken.
+  const MiB = 1024 * 1024;
+  const small = await startTestServer(repository.path, {
+    security: securityOptions({ limits: { ...securityOptions().limits, maxBufferedResponseBytes: 4 * MiB } }),
+  });
+  try {
+    const socket = new WebSocket(`${small.url.replace("http", "ws")}/v2/models/ticker/stream`);
+    await new Promise((resolve, reject) => socket.once("open", resolve).once("error", reject));
+    const closed = new Promise<[number, string]>((resolve) =>
+      socket.once("close", (code: number, reason: Buffer) => resolve([code, reason.toString()])),
+    );
+    socket.pause();
+    for (let i = 0; i < 12; i++) {
+      socket.send(
+        JSON.stringify({ id: `unread-ws-${i}`, parameters: { payload: 131072 }, inputs: [countInput(1000)] }),
+      );
+    }
+    await eventually(
+      "the stream's refusal",
+      async () =>
+        ((await metricValue(small.metricsUrl, "seqserve_limit_refusals_total", {
+          limit: "buffered_response_bytes",
+        })) ?? 0) > 0 || undefined,
+    );
+    socket.resume();
+    const [code, reason] = await closed;
+    assert.equal(code, 1008, reason);
+    assert.match(reason, /not reading its answers/);
+    await eventOf(
+      repository.eventsFile,
+      "a request stopped",
+      (e) => e.hook === "aborted" && String(e.id).startsWith("unread-ws-"),
+    );
+  } finally {
+    await small.stop();
   }
 });

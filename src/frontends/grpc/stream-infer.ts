@@ -10,7 +10,7 @@ import { Deque } from "../../core/scheduler/request-queue.ts";
 import { timerDelay } from "../../core/timer-delay.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { cutToBytes } from "../common/cut-text.ts";
-import { relayResponses } from "../common/kserve/decoupled-responses.ts";
+import { relayResponses, type WaitingResponses } from "../common/kserve/decoupled-responses.ts";
 import type { ConnectionBudget } from "../common/response-budget.ts";
 import { withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
@@ -36,9 +36,10 @@ import { resetCall } from "./reset-stream.ts";
 // Memory: every answer is encoded as soon as it exists and counted in the connection's
 // byte budget (response-budget.ts) until grpc-js has handed it to HTTP/2; answers are
 // handed over one at a time, so those a client does not read wait here, counted, not in
-// grpc-js's queue. Reading stops while `maxInflight` requests are unanswered or while the
-// connection's budget is half used; a decoupled request's next response waits while
-// answers wait to be written. An answer that would take the connection past its budget
+// grpc-js's queue. A decoupled request's responses count from when they arrive, before
+// they are taken (decoupled-responses.ts). Reading stops while `maxInflight` requests are
+// unanswered or while the connection's budget is half used; a decoupled request's next
+// response waits while answers wait to be written. An answer that would take the connection past its budget
 // ends the stream (RESOURCE_EXHAUSTED), and the sequences whose answers were dropped end.
 // Time: an answer grpc-js has not handed to HTTP/2 within `stallTimeoutMs` (the client's
 // flow-control window stayed shut) means the client has stopped reading: the stream is
@@ -126,6 +127,8 @@ export class StreamInferSession {
   readonly #traceparent: MetadataValue | undefined;
   readonly #tracestate: MetadataValue | undefined;
   readonly #budget: ConnectionBudget;
+  /** A decoupled request's responses not yet taken count in the budget too. */
+  readonly #waitingResponses: WaitingResponses;
   readonly #principal: string | undefined;
   readonly #requestOrder: boolean;
   readonly #stopWatchingBudget: () => void;
@@ -166,6 +169,12 @@ export class StreamInferSession {
     this.#maxHeldRequestBytes = options.maxHeldRequestBytes ?? Number.POSITIVE_INFINITY;
     this.#maxMessageBytes = options.maxMessageBytes;
     this.#budget = options.budget;
+    this.#waitingResponses = {
+      budget: this.#budget,
+      overflow: () => {
+        if (!this.#closed) this.#overflow();
+      },
+    };
     this.#principal = options.principal;
     this.#requestOrder = options.requestOrder ?? true;
     this.#stallTimeoutMs = options.stallTimeoutMs;
@@ -249,20 +258,28 @@ export class StreamInferSession {
     answered: () => void,
   ): void {
     const stream = inferStream(model, request);
-    relayResponses(model, stream, request, (response) => {
-      if (this.#closed) {
-        stream.cancel();
-        return undefined;
-      }
-      const outgoing = this.#prepare(response, requestId, model, request);
-      if (outgoing === undefined) {
-        stream.cancel();
-        return undefined;
-      }
-      this.#send(outgoing);
-      this.#updateFlow();
-      return this.#outbox.length >= WRITE_HIGH_WATER || this.#budget.saturated ? this.#drained() : undefined;
-    }).then(answered, (error: unknown) => {
+    relayResponses(
+      model,
+      stream,
+      request,
+      (response) => {
+        if (this.#closed) {
+          stream.cancel();
+          return undefined;
+        }
+        const outgoing = this.#prepare(response, requestId, model, request);
+        if (outgoing === undefined) {
+          stream.cancel();
+          return undefined;
+        }
+        this.#send(outgoing);
+        this.#updateFlow();
+        return this.#outbox.length >= WRITE_HIGH_WATER || this.#budget.saturated
+          ? this.#drained()
+          : undefined;
+      },
+      this.#waitingResponses,
+    ).then(answered, (error: unknown) => {
       const outgoing = this.#failure(error, requestId);
       if (outgoing !== undefined) this.#send(outgoing);
       answered();

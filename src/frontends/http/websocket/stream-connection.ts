@@ -8,7 +8,7 @@ import { inferStream } from "../../../core/response-stream.ts";
 import { Deque } from "../../../core/scheduler/request-queue.ts";
 import { formatSequenceId } from "../../../core/sequence/sequence-parameters.ts";
 import { timerDelay } from "../../../core/timer-delay.ts";
-import { relayResponses } from "../../common/kserve/decoupled-responses.ts";
+import { relayResponses, type WaitingResponses } from "../../common/kserve/decoupled-responses.ts";
 import {
   type DecodedInferRequest,
   type DecodeOptions,
@@ -169,6 +169,8 @@ export class StreamConnection {
   #heldRequestBytes = 0;
   /** The connection's budget of answers waiting to be sent (response-budget.ts). */
   readonly #budget: ConnectionBudget;
+  /** A decoupled request's responses not yet taken count in the budget too. */
+  readonly #waitingResponses: WaitingResponses;
   readonly #stopWatchingBudget: () => void;
   /** Sizes of the answers handed to the socket, in order, given back as each is sent. */
   readonly #sentSizes = new Deque<number>();
@@ -203,6 +205,12 @@ export class StreamConnection {
   ) {
     this.#socket = socket;
     this.#budget = budget;
+    this.#waitingResponses = {
+      budget,
+      overflow: () => {
+        if (!this.#closing) this.#overflow();
+      },
+    };
     this.#stopWatchingBudget = budget.onRoom(() => {
       if (!this.#closing) this.#advance();
     });
@@ -355,7 +363,9 @@ export class StreamConnection {
     const stream = inferStream(this.#model, request);
     let responses = 0;
     const send = (response: InferResponse): Promise<void> | undefined => {
-      if (this.#closed) {
+      // Closing: nothing more is sent, so the model is stopped rather than left to run on
+      // with every response dropped.
+      if (this.#closing) {
         stream.cancel();
         return undefined;
       }
@@ -368,7 +378,7 @@ export class StreamConnection {
           })
         : undefined;
     };
-    relayResponses(this.#model, stream, request, send).then(
+    relayResponses(this.#model, stream, request, send, this.#waitingResponses).then(
       () => {
         if (responses === 0 && entry.starts && !this.#closed) {
           send({
