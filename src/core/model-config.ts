@@ -60,6 +60,21 @@ export interface DynamicBatchingConfig {
   readonly preserveOrdering: boolean;
   /** 0 = unbounded (Triton's default_queue_policy.max_queue_size). */
   readonly maxQueueSize: number;
+  /** How long a request may wait in the queue; absent: without limit. */
+  readonly queueTimeout?: QueueTimeoutConfig;
+}
+
+/** Triton's queue policy timeouts (ModelQueuePolicy). */
+export interface QueueTimeoutConfig {
+  /** default_timeout_microseconds: positive (0 is "no timeout", which leaves this absent). */
+  readonly defaultUs: number;
+  /** allow_timeout_override: a request's `timeout` may shorten it, never lengthen it. */
+  readonly allowOverride: boolean;
+  /**
+   * timeout_action: a request that waited too long is refused (REJECT, UNAVAILABLE
+   * "Request timeout expired") or served after every request that has not (DELAY).
+   */
+  readonly action: "REJECT" | "DELAY";
 }
 
 export type ControlKind = "START" | "END" | "READY" | "CORRID";

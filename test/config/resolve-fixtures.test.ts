@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { describe, it } from "node:test";
 import {
   parseModelConfigFile,
+  parseModelConfigText,
   type ResolvedModelConfig,
   resolveModelConfig,
   toTritonJson,
@@ -454,5 +455,51 @@ describe("shared inputs", () => {
         ["lang", true],
       ],
     );
+  });
+});
+
+describe("dynamic batching queue policies", () => {
+  const resolveText = (batching: string) =>
+    resolveModelConfig({
+      parsed: parseModelConfigText(
+        `max_batch_size: 8\ninput { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }\noutput { name: "y" data_type: TYPE_FP32 dims: [ 4 ] }\ndynamic_batching {\n${batching}\n}`,
+        { file: "models/m/config.pbtxt" },
+      ),
+      modelName: "m",
+      modelDir: "models/m",
+    });
+
+  it("the default policy's timeout, override and action are applied", () => {
+    const { config, notes } = resolveText(
+      "default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 5000 allow_timeout_override: true max_queue_size: 3 }",
+    );
+    assert.deepEqual(config.dynamicBatching, {
+      preferredBatchSizes: [8],
+      maxQueueDelayUs: 0,
+      preserveOrdering: false,
+      maxQueueSize: 3,
+      queueTimeout: { defaultUs: 5000, allowOverride: true, action: "DELAY" },
+    });
+    assert.deepEqual(notes, []);
+  });
+
+  it("no default timeout: no queue timeout, whatever the override says (as Triton)", () => {
+    const { config } = resolveText("default_queue_policy { allow_timeout_override: true }");
+    assert.equal(config.dynamicBatching?.queueTimeout, undefined);
+  });
+
+  it("with priority levels, every request is served at the default level, under its policy", () => {
+    const { config, notes } = resolveText(`
+  priority_levels: 2
+  default_priority_level: 2
+  default_queue_policy { default_timeout_microseconds: 100 max_queue_size: 9 }
+  priority_queue_policy { key: 2 value { default_timeout_microseconds: 7000 max_queue_size: 4 } }`);
+    assert.deepEqual(config.dynamicBatching?.queueTimeout, {
+      defaultUs: 7000,
+      allowOverride: false,
+      action: "REJECT",
+    });
+    assert.equal(config.dynamicBatching?.maxQueueSize, 4);
+    assert.deepEqual(notes, ["priority levels of model 'm' are accepted but not applied by seqserve"]);
   });
 });

@@ -1,14 +1,8 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import type { ExecutionResult, ModelExecutor } from "../../src/core/executor.ts";
-import type { InferRequest } from "../../src/core/infer.ts";
-import type { ModelConfig } from "../../src/core/model-config.ts";
-import { validateRequest } from "../../src/core/request-validation.ts";
-import { DynamicBatcher, MAX_REQUESTS_IN_FLIGHT } from "../../src/core/scheduler/dynamic-batcher.ts";
-import { PendingRequest } from "../../src/core/scheduler/pending-request.ts";
-import { ModelStatistics } from "../../src/core/statistics.ts";
-import type { Tensor } from "../../src/core/tensor.ts";
+import { MAX_REQUESTS_IN_FLIGHT } from "../../src/core/scheduler/dynamic-batcher.ts";
 import { turn } from "./support/batcher-harness.ts";
+import { PLAIN_DYNAMIC_BATCHING, plusOneBatcher } from "./support/plus-one-model.ts";
 
 // The stateless schedulers keep an instance fed: while it runs one batch, the next is
 // already with it, so its worker starts the next run without waiting for the main thread.
@@ -17,96 +11,7 @@ import { turn } from "./support/batcher-harness.ts";
 // batch to end, and grows meanwhile).
 // Answers stay each request's own.
 
-/** OUTPUT = INPUT + 1 per row; records its batches; can be held. */
-class PlusOne implements ModelExecutor {
-  readonly name = "plus_0";
-  readonly batches: number[] = [];
-  /** What the instance says each run waited with it behind earlier ones. */
-  waitNs = 0;
-  #gate: Promise<void> | undefined;
-  #open: (() => void) | undefined;
-
-  hold(): void {
-    this.#gate = new Promise((resolve) => (this.#open = resolve));
-  }
-
-  release(): void {
-    this.#open?.();
-    this.#gate = undefined;
-  }
-
-  async run(inputs: ReadonlyMap<string, Tensor>): Promise<ExecutionResult> {
-    const input = inputs.get("INPUT")!;
-    this.batches.push(input.shape[0]!);
-    if (this.#gate !== undefined) await this.#gate;
-    const data = Int32Array.from(input.data as Int32Array, (v) => v + 1);
-    return {
-      outputs: new Map([["OUTPUT", { datatype: "INT32", shape: [...input.shape], data }]]),
-      timings: { inputNs: 0, inferNs: 0, outputNs: 0, waitNs: this.waitNs },
-    };
-  }
-
-  async close(): Promise<void> {}
-}
-
-function config(dynamic: boolean): ModelConfig {
-  return {
-    name: "plus",
-    platform: "onnxruntime_onnx",
-    backend: "onnxruntime",
-    versionPolicy: { kind: "latest", numVersions: 1 },
-    maxBatchSize: 4,
-    inputs: [
-      {
-        name: "INPUT",
-        datatype: "INT32",
-        dims: [1],
-        optional: false,
-        allowRaggedBatch: false,
-        shared: false,
-      },
-    ],
-    outputs: [{ name: "OUTPUT", datatype: "INT32", dims: [1] }],
-    instanceGroups: [{ name: "plus", count: 1, kind: "KIND_CPU" }],
-    defaultModelFilename: "model.onnx",
-    ...(dynamic
-      ? {
-          dynamicBatching: {
-            preferredBatchSizes: [],
-            maxQueueDelayUs: 0,
-            preserveOrdering: false,
-            maxQueueSize: 0,
-          },
-        }
-      : {}),
-    parameters: {},
-  };
-}
-
-function harness(dynamic: boolean) {
-  const executor = new PlusOne();
-  const model = config(dynamic);
-  const batcher = new DynamicBatcher({
-    config: model,
-    executors: [executor],
-    statistics: new ModelStatistics("plus", "1"),
-  });
-  const answer = (value: number) => {
-    const request: InferRequest = {
-      id: "",
-      inputs: new Map([["INPUT", { datatype: "INT32", shape: [1, 1], data: Int32Array.of(value) }]]),
-      outputs: undefined,
-      parameters: {},
-      sequence: undefined,
-    };
-    const pending = new PendingRequest(request, validateRequest(model, request));
-    batcher.enqueue(pending);
-    return pending.promise;
-  };
-  const send = (value: number): Promise<number> =>
-    answer(value).then((r) => (r.outputs.get("OUTPUT")!.data as Int32Array)[0]!);
-  return { executor, send, answer };
-}
+const harness = (dynamic: boolean) => plusOneBatcher(dynamic ? PLAIN_DYNAMIC_BATCHING : undefined);
 
 describe("stateless scheduling: the next batch waits in the instance", () => {
   it("the time a run waited with the instance counts as the request's queue time", async () => {

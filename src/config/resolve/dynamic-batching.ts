@@ -2,8 +2,9 @@ import type { DynamicBatchingConfig } from "../../core/model-config.ts";
 import type { MessageNode } from "./config-node.ts";
 
 // The dynamic batcher of stateless models, with Triton's default (preferred batch size =
-// max_batch_size) and Triton's checks. Priority levels and queue timeouts are validated
-// and kept in the config, but seqserve's batcher does not act on them.
+// max_batch_size) and Triton's checks. Priority levels are validated and kept in the
+// config, but seqserve's batcher serves every request at one level: the default level's
+// queue policy (its size and timeouts) applies to all.
 
 /** Triton's preferred-batch-size checks, shared with the Oldest sequence strategy. */
 export function preferredBatchSizes(node: MessageNode, maxBatchSize: number, what: string): number[] {
@@ -75,9 +76,6 @@ export function resolveDynamicBatching(root: MessageNode): DynamicBatchingConfig
         `Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true for model '${modelName}'`,
       );
     }
-    if (policy.safeNumber("default_timeout_microseconds") !== 0) {
-      root.ctx.note(`queue timeouts of model '${modelName}' are accepted but not applied by seqserve`);
-    }
   }
   if (preserveOrdering && levels > 1) {
     batching.fail(
@@ -86,10 +84,27 @@ export function resolveDynamicBatching(root: MessageNode): DynamicBatchingConfig
     );
   }
 
+  // Triton queues a request without a priority at the default level, under that level's
+  // policy if it has one.
+  const levelPolicy =
+    levels === 0
+      ? undefined
+      : batching.child("priority_queue_policy")?.child(String(batching.safeNumber("default_priority_level")));
+  const policy = levelPolicy ?? defaultPolicy;
+  const timeoutUs = policy?.safeNumber("default_timeout_microseconds") ?? 0;
   return {
     preferredBatchSizes: preferred,
     maxQueueDelayUs: batching.safeNumber("max_queue_delay_microseconds"),
     preserveOrdering,
-    maxQueueSize: defaultPolicy?.number("max_queue_size") ?? 0,
+    maxQueueSize: policy?.number("max_queue_size") ?? 0,
+    ...(timeoutUs === 0
+      ? {}
+      : {
+          queueTimeout: {
+            defaultUs: timeoutUs,
+            allowOverride: policy?.bool("allow_timeout_override") ?? false,
+            action: policy?.string("timeout_action", "REJECT") === "DELAY" ? "DELAY" : "REJECT",
+          },
+        }),
   };
 }

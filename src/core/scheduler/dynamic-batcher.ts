@@ -1,11 +1,12 @@
 import { unavailable } from "../errors.ts";
 import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
-import type { ModelConfig } from "../model-config.ts";
+import type { ModelConfig, QueueTimeoutConfig } from "../model-config.ts";
 import type { ModelStatistics } from "../statistics.ts";
 import { timerDelay } from "../timer-delay.ts";
 import { runStatelessBatch } from "./batch-execution.ts";
 import { OrderedRelease, takePlace } from "./ordered-release.ts";
 import type { PendingRequest } from "./pending-request.ts";
+import { queueDeadlineNs } from "./queue-deadline.ts";
 import { runRequestBatch } from "./request-batch-execution.ts";
 import { Deque } from "./request-queue.ts";
 import type { Scheduler } from "./scheduler.ts";
@@ -28,6 +29,12 @@ import type { Scheduler } from "./scheduler.ts";
 // requests that would otherwise join the next batch when the running one ends. Without
 // batching every request is a full batch of its own; queueing it in the worker rather than
 // here only means that one cancelled meanwhile still runs (its answer is dropped).
+//
+// Queue timeouts (Triton's queue policy, queue-deadline.ts): a request whose wait is over
+// is refused with UNAVAILABLE "Request timeout expired" (REJECT), or served after every
+// request whose wait is not (DELAY), whenever the batcher looks at it, and at the latest
+// when the wait of the earliest one ends (a timer), so a client does not wait on behind
+// busy instances for an answer that is already decided.
 
 /** Batches of several requests one instance holds at most: the one it runs and the next. */
 const MAX_BATCHES_IN_FLIGHT = 2;
@@ -52,6 +59,12 @@ export class DynamicBatcher implements Scheduler {
   readonly #statistics: ModelStatistics;
   readonly #instances: Instance[];
   readonly #queue = new Deque<PendingRequest>();
+  /** Requests whose wait ran out under timeout_action DELAY: served once #queue is empty. */
+  readonly #delayed = new Deque<PendingRequest>();
+  readonly #queueTimeout: QueueTimeoutConfig | undefined;
+  /** The earliest deadline in #queue (Infinity: none), and the timer that waits for it. */
+  #nextDeadlineNs = Number.POSITIVE_INFINITY;
+  #deadlineTimer: NodeJS.Timeout | undefined;
   readonly #merge: boolean;
   readonly #maxRows: number;
   readonly #targetRows: number;
@@ -80,6 +93,7 @@ export class DynamicBatcher implements Scheduler {
     this.#targetRows = preferred.length > 0 ? Math.max(...preferred) : this.#maxRows;
     this.#delayNs = (dynamic?.maxQueueDelayUs ?? 0) * 1000;
     this.#maxQueueSize = dynamic?.maxQueueSize ?? 0;
+    this.#queueTimeout = dynamic?.queueTimeout;
     this.#ordering = dynamic?.preserveOrdering ? new OrderedRelease() : undefined;
   }
 
@@ -88,7 +102,7 @@ export class DynamicBatcher implements Scheduler {
   }
 
   enqueue(pending: PendingRequest): void {
-    if (this.#maxQueueSize > 0 && this.#queue.length >= this.#maxQueueSize) {
+    if (this.#maxQueueSize > 0 && this.#queue.length + this.#delayed.length >= this.#maxQueueSize) {
       throw unavailable(
         `Exceeds maximum queue size of ${this.#maxQueueSize} for model '${this.#config.name}'`,
         1,
@@ -101,10 +115,17 @@ export class DynamicBatcher implements Scheduler {
       () => this.#settled(),
     );
     pending.onCancel((p) => {
-      this.#queue.remove((q) => q === p);
+      if (this.#queue.remove((q) => q === p) === undefined) this.#delayed.remove((q) => q === p);
       p.cancel();
     });
     this.#queue.push(pending);
+    if (this.#queueTimeout !== undefined) {
+      pending.queueDeadlineNs = queueDeadlineNs(this.#queueTimeout, pending);
+      if (pending.queueDeadlineNs < this.#nextDeadlineNs) {
+        this.#nextDeadlineNs = pending.queueDeadlineNs;
+        this.#armDeadlineTimer();
+      }
+    }
     this.#schedule();
   }
 
@@ -117,7 +138,9 @@ export class DynamicBatcher implements Scheduler {
     return new Promise((resolve) => {
       const timer = setTimeout(
         () => {
-          for (const p of this.#queue.drain()) p.reject(unavailable("the server is shutting down"));
+          for (const p of [...this.#queue.drain(), ...this.#delayed.drain()]) {
+            p.reject(unavailable("the server is shutting down"));
+          }
           resolve();
         },
         timerDelay(deadlineMs - Date.now()),
@@ -163,11 +186,14 @@ export class DynamicBatcher implements Scheduler {
     for (;;) {
       const instance = this.#leastBusy();
       if (instance === undefined) return;
+      this.#expireWaits();
       this.#dropSettledHead();
-      const head = this.#queue.peek();
+      const head = this.#queue.peek() ?? this.#delayed.peek();
       if (head === undefined) return;
       const behindRunning = instance.inFlight > 0;
-      const batch = this.#merge ? this.#collect(head, behindRunning) : [this.#queue.shift()!];
+      const batch = this.#merge
+        ? this.#collect(head, behindRunning)
+        : [this.#queue.length > 0 ? this.#queue.shift()! : this.#delayed.shift()!];
       if (batch.length === 0) return;
       instance.inFlight++;
       const { executor } = instance;
@@ -183,6 +209,50 @@ export class DynamicBatcher implements Scheduler {
 
   #dropSettledHead(): void {
     while (this.#queue.peek()?.settled) this.#queue.shift();
+    while (this.#delayed.peek()?.settled) this.#delayed.shift();
+  }
+
+  /**
+   * Applies timeout_action to every queued request whose wait is over, once the earliest
+   * deadline has passed (otherwise one look at the clock per dispatch).
+   */
+  #expireWaits(): void {
+    if (this.#nextDeadlineNs === Number.POSITIVE_INFINITY) return;
+    const now = performance.now() * 1e6;
+    if (now < this.#nextDeadlineNs) return;
+    const reject = this.#queueTimeout?.action !== "DELAY";
+    let next = Number.POSITIVE_INFINITY;
+    for (const p of this.#queue.drain()) {
+      if (p.settled) continue;
+      if (p.queueDeadlineNs > now) {
+        this.#queue.push(p);
+        next = Math.min(next, p.queueDeadlineNs);
+      } else if (reject) {
+        p.reject(unavailable("Request timeout expired"));
+      } else {
+        this.#delayed.push(p);
+      }
+    }
+    this.#nextDeadlineNs = next;
+    this.#armDeadlineTimer();
+  }
+
+  /** Wakes the batcher when the earliest wait ends, whatever its instances are doing. */
+  #armDeadlineTimer(): void {
+    if (this.#deadlineTimer !== undefined) clearTimeout(this.#deadlineTimer);
+    this.#deadlineTimer = undefined;
+    if (this.#nextDeadlineNs === Number.POSITIVE_INFINITY) return;
+    const waitMs = (this.#nextDeadlineNs - performance.now() * 1e6) / 1e6;
+    this.#deadlineTimer = setTimeout(
+      () => {
+        this.#deadlineTimer = undefined;
+        this.#expireWaits();
+        this.#dispatch();
+      },
+      timerDelay(Math.max(1, Math.ceil(waitMs))),
+    );
+    // As #timer: a queued request's deadline does not hold a stopped server's process open.
+    this.#deadlineTimer.unref();
   }
 
   /**
@@ -193,7 +263,7 @@ export class DynamicBatcher implements Scheduler {
   #collect(head: PendingRequest, behindRunning: boolean): PendingRequest[] {
     let rows = 0;
     const chosen: PendingRequest[] = [];
-    for (const p of this.#queue) {
+    for (const p of this.#waiting()) {
       if (p.settled || p.validated.batchKey !== head.validated.batchKey) continue;
       if (rows + p.validated.rows > this.#maxRows) break;
       chosen.push(p);
@@ -207,9 +277,18 @@ export class DynamicBatcher implements Scheduler {
       return [];
     }
     const taken = new Set(chosen);
-    const rest = this.#queue.drain().filter((p) => !taken.has(p) && !p.settled);
-    for (const p of rest) this.#queue.push(p);
+    for (const queue of [this.#queue, this.#delayed]) {
+      if (queue.length === 0) continue;
+      const rest = queue.drain().filter((p) => !taken.has(p) && !p.settled);
+      for (const p of rest) queue.push(p);
+    }
     return chosen;
+  }
+
+  /** The queued requests in the order they are served: those whose wait is not over first. */
+  *#waiting(): IterableIterator<PendingRequest> {
+    yield* this.#queue;
+    yield* this.#delayed;
   }
 
   #armTimer(ns: number): void {

@@ -27,6 +27,8 @@ export class PendingRequest {
   responses: ResponseSink | undefined;
   /** Set when the request is handed to an executor; after that it can no longer be cancelled. */
   dispatchNs = 0;
+  /** When its wait in a queue with a timeout is over (Triton's queue policy); 0: never. */
+  queueDeadlineNs = 0;
   readonly promise: Promise<RequestResult>;
   #resolve!: (result: RequestResult) => void;
   #reject!: (error: ServerError) => void;

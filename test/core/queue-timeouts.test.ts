@@ -1,0 +1,92 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { ServerError } from "../../src/core/errors.ts";
+import type { QueueTimeoutConfig } from "../../src/core/model-config.ts";
+import { keepProcessAlive, turn } from "./support/batcher-harness.ts";
+import { PLAIN_DYNAMIC_BATCHING, plusOneBatcher } from "./support/plus-one-model.ts";
+
+// Triton's queue policy timeouts in the dynamic batcher. The instance is held, so requests
+// wait in the queue behind a running one: with REJECT, those whose wait runs out are
+// refused (UNAVAILABLE "Request timeout expired") while the instance is still busy; with
+// DELAY, they are served after every request whose wait has not run out. A request's own
+// `timeout` shortens the model's, never lengthens it, and only with allow_timeout_override.
+
+keepProcessAlive();
+
+const withTimeout = (queueTimeout: QueueTimeoutConfig) =>
+  plusOneBatcher({ ...PLAIN_DYNAMIC_BATCHING, queueTimeout });
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function outcome(answer: Promise<number>): Promise<number | string> {
+  try {
+    return await answer;
+  } catch (error) {
+    assert.ok(error instanceof ServerError);
+    return `${error.code}: ${error.message}`;
+  }
+}
+
+const EXPIRED = "UNAVAILABLE: Request timeout expired";
+
+describe("queue policy timeouts (dynamic batching)", { timeout: 10_000 }, () => {
+  it("REJECT: requests still queued when their wait runs out are refused, though every instance is busy", async () => {
+    const { executor, send } = withTimeout({ defaultUs: 20_000, allowOverride: false, action: "REJECT" });
+    executor.hold();
+    const running = send(1);
+    await turn();
+    const queued = [send(2), send(3)];
+    // Answered by the batcher's timer: the held instance frees nothing meanwhile.
+    assert.deepEqual(await Promise.all(queued.map(outcome)), [EXPIRED, EXPIRED]);
+    executor.release();
+    assert.equal(await running, 2, "the request already running is answered");
+    assert.equal(await send(4), 5, "the model serves on");
+    assert.deepEqual(executor.firstValues, [1, 4]);
+  });
+
+  it("DELAY: requests whose wait ran out are served after those whose wait has not", async () => {
+    const { executor, send } = withTimeout({ defaultUs: 10_000_000, allowOverride: true, action: "DELAY" });
+    executor.hold();
+    const running = send(1);
+    await turn();
+    // 2 and 3 ask for a 1 µs wait; 4 and 5 keep the model's 10 s.
+    const answers = [send(2, { timeout: 1 }), send(3, { timeout: 1 }), send(4), send(5)];
+    await sleep(20);
+    executor.release();
+    assert.deepEqual(await Promise.all([running, ...answers]), [2, 3, 4, 5, 6]);
+    // Batches of up to 4 rows: 4 and 5 first, then the delayed 2 and 3 with them or after.
+    const order = executor.firstValues;
+    assert.equal(order[0], 1);
+    assert.equal(order[1], 4, `the batches began with ${JSON.stringify(order)}`);
+  });
+
+  it("a request's timeout only shortens the model's, and only with allow_timeout_override", async () => {
+    const overriding = withTimeout({ defaultUs: 10_000_000, allowOverride: true, action: "REJECT" });
+    overriding.executor.hold();
+    const first = overriding.send(1);
+    await turn();
+    const short = overriding.send(2, { timeout: 10_000 });
+    const long = overriding.send(3, { timeout: 60_000_000 });
+    assert.equal(await outcome(short), EXPIRED);
+    await sleep(20);
+    overriding.executor.release();
+    assert.deepEqual(
+      await Promise.all([first, long]),
+      [2, 4],
+      "a longer timeout than the model's is not taken",
+    );
+
+    const fixed = withTimeout({ defaultUs: 10_000_000, allowOverride: false, action: "REJECT" });
+    fixed.executor.hold();
+    const held = fixed.send(1);
+    await turn();
+    const ignored = fixed.send(2, { timeout: 1 });
+    await sleep(20);
+    fixed.executor.release();
+    assert.deepEqual(
+      await Promise.all([held, ignored]),
+      [2, 3],
+      "without the override a request's timeout is not taken",
+    );
+  });
+});
