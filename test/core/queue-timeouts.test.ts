@@ -44,6 +44,50 @@ describe("queue policy timeouts (dynamic batching)", { timeout: 10_000 }, () => 
     assert.deepEqual(executor.firstValues, [1, 4]);
   });
 
+  it("REJECT: a timeout that is not whole milliseconds is kept (the timer, armed in milliseconds, may fire early)", async () => {
+    for (let i = 0; i < 40; i++) {
+      const { executor, send } = withTimeout({
+        defaultUs: 5_000 + ((i * 37) % 1000),
+        allowOverride: false,
+        action: "REJECT",
+      });
+      executor.hold();
+      const running = send(1);
+      await turn();
+      assert.equal(await outcome(send(2)), EXPIRED);
+      executor.release();
+      await running;
+    }
+  });
+
+  it("with a queue policy no request waits with a busy instance, where the policy could not reach it (as Triton: no prefetching)", async () => {
+    const { executor, send } = withTimeout({ defaultUs: 20_000, allowOverride: false, action: "REJECT" });
+    executor.hold();
+    const running = send(1);
+    await turn();
+    // A full batch of 4: without a policy it would go to the instance behind the running one.
+    const full = [send(2), send(3), send(4), send(5)];
+    assert.deepEqual(await Promise.all(full.map(outcome)), [EXPIRED, EXPIRED, EXPIRED, EXPIRED]);
+    assert.deepEqual(executor.batches, [1]);
+    executor.release();
+    assert.equal(await running, 2);
+  });
+
+  it("with preserve_ordering, a refusal is answered when the wait ends, not in its place behind the running request (as Triton)", async () => {
+    const { executor, send } = plusOneBatcher({
+      ...PLAIN_DYNAMIC_BATCHING,
+      preserveOrdering: true,
+      queueTimeout: { defaultUs: 20_000, allowOverride: false, action: "REJECT" },
+    });
+    executor.hold();
+    const running = send(1);
+    await turn();
+    assert.equal(await outcome(send(2)), EXPIRED);
+    executor.release();
+    assert.equal(await running, 2);
+    assert.equal(await send(3), 4, "the order goes on past the refused request");
+  });
+
   it("DELAY: requests whose wait ran out are served after those whose wait has not", async () => {
     const { executor, send } = withTimeout({ defaultUs: 10_000_000, allowOverride: true, action: "DELAY" });
     executor.hold();

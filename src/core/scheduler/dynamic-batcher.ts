@@ -54,6 +54,12 @@ export interface DynamicBatcherOptions {
   readonly statistics: ModelStatistics;
 }
 
+/** Removes from `queue` the requests `taken` into a batch, and those already settled. */
+function keepUntaken(queue: Deque<PendingRequest>, taken: ReadonlySet<PendingRequest>): void {
+  const rest = queue.drain().filter((p) => !taken.has(p) && !p.settled);
+  for (const p of rest) queue.push(p);
+}
+
 export class DynamicBatcher implements Scheduler {
   readonly #config: ModelConfig;
   readonly #statistics: ModelStatistics;
@@ -82,7 +88,11 @@ export class DynamicBatcher implements Scheduler {
     this.#statistics = options.statistics;
     const dynamic = config.dynamicBatching;
     this.#merge = dynamic !== undefined && config.maxBatchSize > 0;
-    const pipelined = this.#merge ? MAX_BATCHES_IN_FLIGHT : MAX_REQUESTS_IN_FLIGHT;
+    // A queue with a policy to enforce (a timeout, a size) keeps every request until its
+    // run, as Triton's does (it stops prefetching then): a request waiting with an instance
+    // would escape both.
+    const policed = dynamic !== undefined && (dynamic.queueTimeout !== undefined || dynamic.maxQueueSize > 0);
+    const pipelined = policed ? 1 : this.#merge ? MAX_BATCHES_IN_FLIGHT : MAX_REQUESTS_IN_FLIGHT;
     this.#instances = options.executors.map((executor) => ({
       executor,
       inFlight: 0,
@@ -214,27 +224,52 @@ export class DynamicBatcher implements Scheduler {
 
   /**
    * Applies timeout_action to every queued request whose wait is over, once the earliest
-   * deadline has passed (otherwise one look at the clock per dispatch).
+   * deadline has passed (otherwise one look at the clock per dispatch). Without overrides
+   * every request waits as long, so deadlines follow the queue's order and only its head
+   * is looked at; with them the whole queue is.
    */
   #expireWaits(): void {
     if (this.#nextDeadlineNs === Number.POSITIVE_INFINITY) return;
     const now = performance.now() * 1e6;
-    if (now < this.#nextDeadlineNs) return;
-    const reject = this.#queueTimeout?.action !== "DELAY";
+    if (now < this.#nextDeadlineNs) {
+      // The timer fired early (it counts whole milliseconds): it waits again.
+      if (this.#deadlineTimer === undefined) this.#armDeadlineTimer();
+      return;
+    }
     let next = Number.POSITIVE_INFINITY;
-    for (const p of this.#queue.drain()) {
-      if (p.settled) continue;
-      if (p.queueDeadlineNs > now) {
-        this.#queue.push(p);
-        next = Math.min(next, p.queueDeadlineNs);
-      } else if (reject) {
-        p.reject(unavailable("Request timeout expired"));
-      } else {
-        this.#delayed.push(p);
+    if (this.#queueTimeout?.allowOverride !== true) {
+      for (let p = this.#queue.peek(); p !== undefined; p = this.#queue.peek()) {
+        if (!p.settled && p.queueDeadlineNs > now) {
+          next = p.queueDeadlineNs;
+          break;
+        }
+        this.#queue.shift();
+        if (!p.settled) this.#waitOver(p);
+      }
+    } else {
+      for (const p of this.#queue.drain()) {
+        if (p.settled) continue;
+        if (p.queueDeadlineNs > now) {
+          this.#queue.push(p);
+          next = Math.min(next, p.queueDeadlineNs);
+        } else this.#waitOver(p);
       }
     }
     this.#nextDeadlineNs = next;
     this.#armDeadlineTimer();
+  }
+
+  /**
+   * timeout_action for a request taken out of the queue. A refusal is answered at once, as
+   * Triton answers it: not in its place in preserve_ordering's order.
+   */
+  #waitOver(p: PendingRequest): void {
+    if (this.#queueTimeout?.action === "DELAY") {
+      this.#delayed.push(p);
+      return;
+    }
+    p.leaveGate();
+    p.reject(unavailable("Request timeout expired"));
   }
 
   /** Wakes the batcher when the earliest wait ends, whatever its instances are doing. */
@@ -263,7 +298,7 @@ export class DynamicBatcher implements Scheduler {
   #collect(head: PendingRequest, behindRunning: boolean): PendingRequest[] {
     let rows = 0;
     const chosen: PendingRequest[] = [];
-    for (const p of this.#waiting()) {
+    for (const p of this.#delayed.length === 0 ? this.#queue : this.#waiting()) {
       if (p.settled || p.validated.batchKey !== head.validated.batchKey) continue;
       if (rows + p.validated.rows > this.#maxRows) break;
       chosen.push(p);
@@ -277,11 +312,8 @@ export class DynamicBatcher implements Scheduler {
       return [];
     }
     const taken = new Set(chosen);
-    for (const queue of [this.#queue, this.#delayed]) {
-      if (queue.length === 0) continue;
-      const rest = queue.drain().filter((p) => !taken.has(p) && !p.settled);
-      for (const p of rest) queue.push(p);
-    }
+    keepUntaken(this.#queue, taken);
+    if (this.#delayed.length > 0) keepUntaken(this.#delayed, taken);
     return chosen;
   }
 
