@@ -2,8 +2,8 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { RecentEnds } from "../../src/core/sequence/recent-ends.ts";
 import type { NumericTensor } from "../../src/core/tensor.ts";
-import { accumulatorConfig } from "./support/accumulator-executor.ts";
-import { batcherHarness, turn } from "./support/batcher-harness.ts";
+import { accumulatorConfig, oldestAccumulatorConfig } from "./support/accumulator-executor.ts";
+import { batcherHarness, keepProcessAlive, turn } from "./support/batcher-harness.ts";
 
 // Sequences opened without a request (how SageMaker sessions begin), closed without one,
 // and ended by an absolute expiry: each through the batcher's one end path, with the
@@ -112,6 +112,26 @@ describe("sequence batcher: open, close, expiry", () => {
     assert.equal(batcher.lookup("again").kind, "ended");
     assert.equal(await output(send(9, { id: "again", start: true })), 9);
     assert.equal(batcher.lookup("again").kind, "live");
+  });
+});
+
+describe("an opened session restarted while it waits in the backlog", { timeout: 10_000 }, () => {
+  keepProcessAlive();
+
+  it("keeps its place: the restart gets the next free slot, before sequences that came later (as Triton)", async () => {
+    const { batcher, send, output } = batcherHarness(
+      oldestAccumulatorConfig({ candidates: 1, maxBatchSize: 1, neverIdle: true }),
+    );
+    batcher.open("x"); // the only slot
+    batcher.open("s"); // backlog: s
+    const later = send(100, { id: "y", start: true }); // backlog: s, y
+    const restart = send(20, { id: "s", start: true }); // the restart of s takes s's place
+    await turn();
+    batcher.close("x");
+    assert.equal(await output(restart), 20);
+    assert.equal(batcher.list().find((info) => info.id === "y")?.status, "backlogged");
+    batcher.close("s");
+    assert.equal(await output(later), 100);
   });
 });
 

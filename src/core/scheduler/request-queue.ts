@@ -55,6 +55,17 @@ export class Deque<T> {
     return undefined;
   }
 
+  /** Puts `item` in the place of the first item matching `predicate`; false when none does. */
+  replace(predicate: (item: T) => boolean, item: T): boolean {
+    for (let i = this.#head; i < this.#items.length; i++) {
+      if (predicate(this.#items[i] as T)) {
+        this.#items[i] = item;
+        return true;
+      }
+    }
+    return false;
+  }
+
   /** Removes and returns every item. */
   drain(): T[] {
     const items = this.#items.slice(this.#head) as T[];

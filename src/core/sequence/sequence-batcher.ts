@@ -642,18 +642,25 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#model.store.delete(sequence.key);
     this.#clearBacklogTimeout(sequence);
     this.#clearExpiry(sequence);
-    if (sequence.holder === undefined) this.#backlog.remove((s) => s === sequence);
-
     const successor = sequence.successor;
     const holder = sequence.holder;
-    if (holder !== undefined && successor !== undefined && this.#all.has(successor)) {
+    const follows = successor !== undefined && this.#all.has(successor);
+    // A life that ends while its id waits in the backlog (an opened session restarted
+    // before it got a slot) leaves its place to the life that restarted the id, as Triton
+    // queues a START for a backlogged id with that id: not behind later sequences.
+    const placeKept =
+      holder === undefined && follows && this.#backlog.replace((s) => s === sequence, successor);
+    if (holder === undefined && !placeKept) this.#backlog.remove((s) => s === sequence);
+    if (placeKept) successor.takesOverSlot = false;
+
+    if (holder !== undefined && follows) {
       holder.handOver(sequence, successor);
       successor.status = successor.endReason === undefined ? "active" : "ending";
       this.#startIdleClock(successor);
       holder.wake(successor);
     } else {
       if (holder !== undefined) holder.release(sequence, sequence.slot!);
-      if (successor !== undefined && this.#all.has(successor)) this.#placeSuccessor(successor);
+      if (follows && !placeKept) this.#placeSuccessor(successor);
     }
     sequence.holder = undefined;
     this.#notifyIdle();
