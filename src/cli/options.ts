@@ -93,7 +93,7 @@ export const FLAGS: readonly FlagSpec[] = [
     name: "repository-poll-secs",
     value: "seconds",
     default: "15",
-    help: "How often poll mode rescans the repositories.",
+    help: "How often poll mode rescans the repositories (0: load once, never rescan).",
   },
   {
     name: "exit-timeout-secs",
@@ -251,6 +251,14 @@ function parseInteger(name: string, value: string, min: number, max = Number.MAX
   return n;
 }
 
+/** A whole number, negative ones included, raised to `min` when below it (Triton's clamps). */
+function clampedInteger(name: string, value: string, min: number): number {
+  if (!/^-?\d+$/.test(value)) throw new UsageError(`--${name} expects a whole number, got '${value}'`);
+  const n = Number(value);
+  if (!Number.isSafeInteger(n)) throw new UsageError(`--${name} is out of range, got ${value}`);
+  return Math.max(min, n);
+}
+
 function oneOf<T extends string>(name: string, value: string, allowed: readonly T[]): T {
   if (!(allowed as readonly string[]).includes(value)) {
     throw new UsageError(`--${name} must be one of ${allowed.join(", ")}, got '${value}'`);
@@ -394,14 +402,16 @@ export function parseCommandLine(
         : oneOf<LogLevel>("log-level", get("log-level"), LOG_LEVELS),
     logFormat: logFormat(str("log-format") ?? (context.terminal === true ? "text" : "json")),
     strictModelConfig: flagBoolean("strict-model-config", get("strict-model-config")),
-    modelControlMode: oneOf<ModelControlMode>("model-control-mode", get("model-control-mode"), [
+    // Triton reads the mode in any case.
+    modelControlMode: oneOf<ModelControlMode>("model-control-mode", get("model-control-mode").toLowerCase(), [
       "none",
       "explicit",
       "poll",
     ]),
     loadModels: list("load-model"),
-    repositoryPollSecs: parseInteger("repository-poll-secs", get("repository-poll-secs"), 1),
-    exitTimeoutSecs: parseInteger("exit-timeout-secs", get("exit-timeout-secs"), 0),
+    // 0: poll mode loads the repository once and never looks again, as Triton's does.
+    repositoryPollSecs: parseInteger("repository-poll-secs", get("repository-poll-secs"), 0),
+    exitTimeoutSecs: clampedInteger("exit-timeout-secs", get("exit-timeout-secs"), 0),
     httpBodyLimitBytes: parseInteger("http-max-body-bytes", get("http-max-body-bytes"), 1),
     grpcMaxMessageBytes: parseInteger(
       "grpc-max-message-bytes",
@@ -418,7 +428,7 @@ export function parseCommandLine(
     ),
     httpStreamMaxInflight: parseInteger("http-stream-max-inflight", get("http-stream-max-inflight"), 1),
     backendSettings: backendConfig.settings,
-    modelLoadThreadCount: parseInteger("model-load-thread-count", get("model-load-thread-count"), 1),
+    modelLoadThreadCount: clampedInteger("model-load-thread-count", get("model-load-thread-count"), 1),
     onnxWorkerThreads: parseInteger("onnx-worker-threads", get("onnx-worker-threads"), 0),
     // One line each, logged at start, for flags accepted without effect.
     notices: [...ovms.notices, ...backendConfig.notices],

@@ -124,7 +124,7 @@ export class ModelRepository implements ModelRegistry {
       if (!sources.has(name)) throw invalidArg(`--load-model: no model '${name}' in the model repositories`);
     }
     await Promise.all(wanted.map((name) => repository.#load(name).catch(() => {})));
-    if (options.controlMode === "poll") repository.#startPolling();
+    if (options.controlMode === "poll" && options.pollSecs > 0) repository.#startPolling();
     if (options.controlMode !== "explicit" && (options.configPollSecs ?? 0) > 0) {
       repository.#watchOvmsConfigs(options.configPollSecs!);
     }

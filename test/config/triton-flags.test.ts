@@ -230,6 +230,24 @@ describe("Triton's flags", () => {
     );
   });
 
+  it("values Triton takes as it reads them: the control mode in any case, poll seconds of 0, clamped counts", () => {
+    assert.equal(withRepository("--model-control-mode=EXPLICIT").modelControlMode, "explicit");
+    assert.equal(withRepository("--model-control-mode=Poll").modelControlMode, "poll");
+    // In poll mode, 0 loads the repository once and never rescans it; elsewhere it is unused.
+    assert.equal(
+      withRepository("--model-control-mode=poll", "--repository-poll-secs=0").repositoryPollSecs,
+      0,
+    );
+    assert.equal(withRepository("--repository-poll-secs=0").repositoryPollSecs, 0);
+    // Triton raises these to their least value rather than refuse them.
+    const clamped = withRepository("--exit-timeout-secs=-1", "--model-load-thread-count=0");
+    assert.deepEqual([clamped.exitTimeoutSecs, clamped.modelLoadThreadCount], [0, 1]);
+    assert.throws(
+      () => withRepository("--exit-timeout-secs=soon"),
+      /--exit-timeout-secs expects a whole number/,
+    );
+  });
+
   it("addresses per endpoint: the metrics address follows the HTTP address, as Triton's", () => {
     const options = withRepository("--http-address", "127.0.0.2", "--grpc-address", "127.0.0.3");
     assert.deepEqual(
