@@ -1,4 +1,4 @@
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import {
   findSharedInputs,
@@ -153,6 +153,9 @@ export async function openVersion(
   let modelPath = versionPath(source.dir, version, settings.defaultModelFilename);
   if (settings.backend === TYPESCRIPT_BACKEND)
     modelPath = handlerFile(dirname(modelPath), settings.defaultModelFilename);
+  // Triton's ONNX layout for a model with external data (over 2 GB): `model.onnx` is a
+  // folder holding `model.onnx` and the data files it names.
+  else if (isDirectory(modelPath)) modelPath = join(modelPath, "model.onnx");
   if (!existsSync(modelPath)) {
     throw unavailable(`model '${source.name}' version ${version}: file '${modelPath}' not found`);
   }
@@ -198,5 +201,13 @@ export async function openVersion(
   } catch (error) {
     await Promise.all(opened.executors.map((e) => e.close()));
     throw error;
+  }
+}
+
+function isDirectory(path: string): boolean {
+  try {
+    return statSync(path).isDirectory();
+  } catch {
+    return false;
   }
 }

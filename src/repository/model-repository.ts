@@ -118,10 +118,20 @@ export class ModelRepository implements ModelRegistry {
           ? [...sources.keys()]
           : options.loadModels
         : [...sources.keys()];
+    // A --load-model name the repositories lack is a failed load, as in Triton: the start
+    // stops on it with --exit-on-error, and goes on without it otherwise.
     for (const name of options.controlMode === "explicit"
       ? options.loadModels.filter((n) => n !== "*")
       : []) {
-      if (!sources.has(name)) throw invalidArg(`--load-model: no model '${name}' in the model repositories`);
+      if (sources.has(name)) continue;
+      // A name found twice keeps that reason (its entry exists already).
+      let entry = repository.#models.get(name);
+      if (entry === undefined) {
+        entry = repository.#newEntry(name, undefined);
+        entry.reason = `--load-model: no model '${name}' in the model repositories`;
+        repository.#models.set(name, entry);
+      }
+      repository.#logger.error({ event: "model_load_failed", model: name }, entry.reason);
     }
     await Promise.all(wanted.map((name) => repository.#load(name).catch(() => {})));
     if (options.controlMode === "poll" && options.pollSecs > 0) repository.#startPolling();
@@ -136,8 +146,13 @@ export class ModelRepository implements ModelRegistry {
   /** Finds the models on disk; `ovmsOnly` looks at the OVMS config files alone (Triton repositories keep their last look). */
   #discover(ovmsOnly = false): Map<string, ModelSource> {
     const repositories = ovmsOnly ? [] : this.#options.repositories;
-    const { sources, problems } = discoverModels(repositories, this.#ovmsSources);
+    const { sources, problems, duplicates } = discoverModels(repositories, this.#ovmsSources);
     for (const problem of problems) this.#logger.error({ event: "repository_problem" }, problem);
+    for (const [name, why] of duplicates) {
+      const entry = this.#models.get(name) ?? this.#newEntry(name, undefined);
+      if (entry.versions.size === 0 && entry.state === "UNAVAILABLE") entry.reason = why;
+      this.#models.set(name, entry);
+    }
     for (const name of sources.keys()) {
       if (!this.#models.has(name)) this.#models.set(name, this.#newEntry(name, sources.get(name)));
     }
@@ -525,12 +540,18 @@ export class ModelRepository implements ModelRegistry {
     return models;
   }
 
-  /** Every model the server was asked to serve is ready (Triton's strict readiness). */
+  /**
+   * Every model the server was asked to serve is ready (Triton's strict readiness). A model
+   * that serves while it reloads is ready (Triton loads the new copy beside it); in
+   * explicit mode, a model whose last load failed is not, until it loads or is unloaded.
+   */
   allReady(): boolean {
     const explicit = this.#options.controlMode === "explicit";
     for (const entry of this.#models.values()) {
-      const wanted = !explicit || entry.versions.size > 0 || entry.state === "LOADING";
-      if (wanted && entry.source !== undefined && entry.state !== "READY") return false;
+      if (entry.source === undefined || entry.versions.size > 0) continue;
+      const failed = entry.state === "UNAVAILABLE" && entry.reason !== "unloaded";
+      const wanted = !explicit || entry.state === "LOADING" || failed;
+      if (wanted && entry.state !== "READY") return false;
     }
     return true;
   }

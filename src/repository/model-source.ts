@@ -1,5 +1,5 @@
 import { readdirSync, statSync } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { type OvmsModelEntry, readOvmsConfig, singleModelConfig } from "../config/index.ts";
 import type { SingleModelOptions } from "../config/server-options.ts";
 
@@ -36,6 +36,8 @@ export async function readOvmsSources(
 export interface Discovery {
   readonly sources: Map<string, ModelSource>;
   readonly problems: string[];
+  /** Names found in more than one place, with why: served from none, as Triton does. */
+  readonly duplicates: Map<string, string>;
 }
 
 export function discoverModels(
@@ -44,17 +46,16 @@ export function discoverModels(
 ): Discovery {
   const sources = new Map<string, ModelSource>();
   const problems: string[] = [];
+  const places = new Map<string, string[]>();
   const add = (source: ModelSource, where: string) => {
-    const existing = sources.get(source.name);
-    if (existing !== undefined) {
-      problems.push(
-        `model '${source.name}' appears in more than one place (${existing.dir} and ${where}); serving the first`,
-      );
-      return;
-    }
-    sources.set(source.name, source);
+    const seen = places.get(source.name);
+    if (seen === undefined) {
+      places.set(source.name, [where]);
+      sources.set(source.name, source);
+    } else seen.push(where);
   };
-  for (const repository of repositories) {
+  // A repository given twice is one repository (Triton keeps them in a set).
+  for (const repository of new Set(repositories.map((path) => resolve(path)))) {
     let entries: string[];
     try {
       entries = readdirSync(repository);
@@ -74,7 +75,17 @@ export function discoverModels(
     }
   }
   for (const source of ovmsSources) add(source, source.ovms?.file ?? source.dir);
-  return { sources, problems };
+  // Triton serves a name found in two repositories from neither: which copy a client gets
+  // must not depend on the order of the flags.
+  const duplicates = new Map<string, string>();
+  for (const [name, where] of places) {
+    if (where.length < 2) continue;
+    sources.delete(name);
+    const why = `model '${name}' is not unique across all model repositories (${where.join(", ")}): it is not served`;
+    duplicates.set(name, why);
+    problems.push(why);
+  }
+  return { sources, problems, duplicates };
 }
 
 /**

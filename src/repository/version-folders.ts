@@ -4,12 +4,15 @@ import type { VersionPolicy } from "../core/model-config.ts";
 
 // A model's numeric version folders, and which of them its version policy serves.
 
-/** Numeric subfolders of `modelDir`, ascending. */
+/**
+ * Numeric subfolders of `modelDir`, ascending. As Triton, a name with a leading zero
+ * ("02") is not a version: its number would name another folder.
+ */
 export function versionFolders(modelDir: string): number[] {
   const versions: number[] = [];
   for (const entry of readdirSync(modelDir, { withFileTypes: true })) {
     if (!entry.isDirectory() && !entry.isSymbolicLink()) continue;
-    if (!/^\d+$/.test(entry.name)) continue;
+    if (!/^(0|[1-9]\d*)$/.test(entry.name)) continue;
     versions.push(Number(entry.name));
   }
   return versions.sort((a, b) => a - b);

@@ -1,0 +1,186 @@
+import assert from "node:assert/strict";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, describe, it } from "node:test";
+import { onnxBackend } from "../../src/app/onnx-backend.ts";
+import { startServer } from "../../src/app/server.ts";
+import { DEFAULT_BACKEND_SETTINGS } from "../../src/config/backend-config.ts";
+import { DEFAULT_SERVER_OPTIONS } from "../../src/config/server-options.ts";
+import type { ModelBackend } from "../../src/core/backend.ts";
+import { silentLogger } from "../../src/observability/logger.ts";
+import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
+import { addSubModel } from "../../tools/onnx/test-models.ts";
+import { getJson, postJson } from "../support/http-client.ts";
+import { type TempRepository, tempRepository } from "../support/model-repository.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+import { simpleConfig } from "./support/serving.ts";
+
+// A Triton user's repository and launch line, where they reach past the common case: a
+// model name in two repositories, a --load-model name the repositories lack, readiness
+// after a failed load and during a reload, version folders with a leading zero, and an
+// ONNX model stored as a folder with its external data. Each as Triton's model repository
+// manager and ONNX Runtime backend treat it.
+
+function plusVersionModel(v: number): Uint8Array {
+  return new OnnxModelBuilder({ opset: 17 })
+    .input("INPUT0", "INT32", [-1, 1])
+    .output("OUTPUT0", "INT32", [-1, 1])
+    .initializer("v", "INT32", [1], new Int32Array([v]))
+    .node("Add", ["INPUT0", "v"], ["OUTPUT0"])
+    .toBytes();
+}
+const status = async (url: string): Promise<number> => (await fetch(url)).status;
+const SIMPLE = { config: simpleConfig("simple"), onnx: addSubModel("INT32", [-1, 16]) };
+const CORRUPT = { onnx: new TextEncoder().encode("this is not an ONNX model") };
+
+const cleanups: (() => unknown)[] = [];
+after(async () => {
+  for (const c of cleanups.reverse()) await c();
+});
+async function started(...args: Parameters<typeof startTestServer>): Promise<TestServer> {
+  const server = await startTestServer(...args);
+  cleanups.push(() => server.stop());
+  return server;
+}
+function repo(models: Parameters<typeof tempRepository>[0]): TempRepository {
+  const r = tempRepository(models);
+  cleanups.push(() => r.remove());
+  return r;
+}
+
+// Triton Poll() (model_repository_manager.cc:1339-1374): a name in two repositories is
+// erased, logged "not unique across all model repositories", all_models_polled=false, so
+// Create() returns "failed to load all models" (:628) and --exit-on-error stops the start.
+describe("a model name in two --model-repository folders", () => {
+  it("with --exit-on-error (default) the start fails, as Triton's", async () => {
+    const a = repo({ m: { onnx: plusVersionModel(1) } });
+    const b = repo({ m: { onnx: plusVersionModel(2) } });
+    await assert.rejects(
+      startTestServer(a.path, { modelRepositories: [a.path, b.path] }).then((s) => {
+        cleanups.push(() => s.stop());
+      }),
+    );
+  });
+
+  it("with --exit-on-error=false neither copy is served, as Triton's", async () => {
+    const a = repo({ m: { onnx: plusVersionModel(1) }, other: { ...SIMPLE, config: simpleConfig("other") } });
+    const b = repo({ m: { onnx: plusVersionModel(2) } });
+    const server = await started(a.path, { modelRepositories: [a.path, b.path], exitOnError: false });
+    assert.equal(await status(`${server.url}/v2/models/other/ready`), 200);
+    assert.notEqual(await status(`${server.url}/v2/models/m/ready`), 200);
+  });
+});
+
+// Triton Create() (model_repository_manager.cc:615-630): a --load-model name that is in no
+// repository only makes all_models_polled false; the start fails only with --exit-on-error.
+describe("--load-model naming a model the repositories do not have, --exit-on-error=false", () => {
+  it("starts and serves the other startup models, as Triton's", async () => {
+    const server = await started(
+      { simple: SIMPLE },
+      { modelControlMode: "explicit", loadModels: ["simple", "missing"], exitOnError: false },
+    );
+    assert.equal(await status(`${server.url}/v2/models/simple/ready`), 200);
+  });
+});
+
+// Triton IsReady() (server.cc:416-470) walks ModelStates(): a version whose load failed is
+// UNAVAILABLE with a reason other than "unloaded", so the server is not ready — in every
+// control mode, explicit included.
+describe("strict readiness in explicit mode after a failed load", () => {
+  it("a --load-model model that failed to load makes /v2/health/ready 400", async () => {
+    const server = await started(
+      { simple: SIMPLE, corrupt: CORRUPT },
+      { modelControlMode: "explicit", loadModels: ["simple", "corrupt"], exitOnError: false },
+    );
+    assert.equal(await status(`${server.url}/v2/models/corrupt/ready`), 400);
+    assert.equal(await status(`${server.url}/v2/health/ready`), 400);
+  });
+
+  it("a failed load through the repository API makes /v2/health/ready 400", async () => {
+    const server = await started(
+      { simple: SIMPLE, corrupt: CORRUPT },
+      { modelControlMode: "explicit", loadModels: ["simple"] },
+    );
+    assert.equal(await status(`${server.url}/v2/health/ready`), 200);
+    const load = await postJson(`${server.url}/v2/repository/models/corrupt/load`, {});
+    assert.equal(load.status, 400);
+    assert.equal(await status(`${server.url}/v2/health/ready`), 400);
+  });
+});
+
+// Triton VersionsToLoad() (model_lifecycle.cc:102-106) ignores a version folder with
+// leading zeros: "02" would be read as version 2, whose folder is "2".
+describe("a version folder with a leading zero", () => {
+  it("is ignored, and the latest real version is served", async () => {
+    const r = repo({ m: { onnx: plusVersionModel(1) } });
+    mkdirSync(join(r.path, "m", "02"));
+    writeFileSync(join(r.path, "m", "02", "model.onnx"), plusVersionModel(2));
+    const server = await started(r.path);
+    const metadata = await getJson(`${server.url}/v2/models/m`);
+    assert.deepEqual(metadata.body.versions, ["1"]);
+  });
+});
+
+// Triton's ONNX Runtime backend (onnxruntime_backend src/onnxruntime.cc:411-419): when
+// <version>/<default_model_filename> is a directory, the model is <that dir>/model.onnx —
+// the documented layout for models with external data (server docs/user_guide/
+// model_repository.md "ONNX Models": 1/model.onnx/model.onnx + <other model files>).
+describe("an ONNX model stored as a directory (1/model.onnx/model.onnx)", () => {
+  it("loads and serves, as Triton's", async () => {
+    const r = repo({});
+    mkdirSync(join(r.path, "m", "1", "model.onnx"), { recursive: true });
+    writeFileSync(join(r.path, "m", "1", "model.onnx", "model.onnx"), plusVersionModel(7));
+    const server = await started(r.path);
+    assert.equal(await status(`${server.url}/v2/models/m/ready`), 200);
+  });
+});
+
+// Triton loads a new copy of a serving model beside it and swaps it in when done: the
+// serving version stays READY, and so does the server, throughout.
+describe("strict readiness while a serving model is reloaded", () => {
+  it("/v2/health/ready stays 200 during the reload, as Triton's", async () => {
+    const r = repo({ simple: SIMPLE });
+    const real = onnxBackend(silentLogger(), DEFAULT_BACKEND_SETTINGS, 0);
+    let opens = 0;
+    const slow: ModelBackend = {
+      open: async (request) => {
+        if (++opens > 1) await new Promise((resolve) => setTimeout(resolve, 1500));
+        return real.open(request);
+      },
+    };
+    const server = await startServer(
+      {
+        ...DEFAULT_SERVER_OPTIONS,
+        modelRepositories: [r.path],
+        host: "127.0.0.1",
+        httpPort: 0,
+        grpcPort: undefined,
+        metricsPort: undefined,
+        modelControlMode: "explicit",
+        loadModels: ["simple"],
+      },
+      { logger: silentLogger(), backend: slow },
+    );
+    cleanups.push(() => server.stop());
+    const url = `http://127.0.0.1:${server.httpPort}`;
+    assert.equal(await status(`${url}/v2/health/ready`), 200);
+    // A config override always reloads, in Triton as in seqserve.
+    const config = JSON.stringify({
+      max_batch_size: 8,
+      input: [
+        { name: "INPUT0", data_type: "TYPE_INT32", dims: [16] },
+        { name: "INPUT1", data_type: "TYPE_INT32", dims: [16] },
+      ],
+      output: [
+        { name: "OUTPUT0", data_type: "TYPE_INT32", dims: [16] },
+        { name: "OUTPUT1", data_type: "TYPE_INT32", dims: [16] },
+      ],
+    });
+    const load = postJson(`${url}/v2/repository/models/simple/load`, { parameters: { config } });
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const during = await status(`${url}/v2/health/ready`);
+    const loaded = await load;
+    assert.equal(loaded.status, 200, JSON.stringify(loaded.body));
+    assert.equal(during, 200, "server ready while the serving version is reloaded");
+  });
+});
