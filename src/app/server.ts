@@ -36,6 +36,7 @@ const EXTENSIONS = [
   // String correlation ids work: the KServe sequence extension asks servers to say so.
   "sequence(string_id)",
   "binary_tensor_data",
+  "classification",
   "model_repository",
   "statistics",
   "model_configuration",

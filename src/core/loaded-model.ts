@@ -39,6 +39,8 @@ export interface LoadedModelOptions {
   readonly refusals?: Refusals;
   /** The backend's check of a request's inputs (see OpenedModel.checkInputs). */
   readonly checkInputs?: (inputs: ReadonlyMap<string, Tensor>) => void;
+  /** Class labels by output (see ServedModel.labels). */
+  readonly labels?: ReadonlyMap<string, readonly string[]>;
 }
 
 /** The request's sequence id, or the one the server assigned to its START. */
@@ -71,6 +73,7 @@ export class LoadedModel implements ServedModel {
   readonly inputs: readonly TensorMetadata[];
   readonly outputs: readonly TensorMetadata[];
   readonly sequences: SequenceAdmin | undefined;
+  readonly labels: ReadonlyMap<string, readonly string[]> | undefined;
   readonly #executors: readonly ModelExecutor[];
   readonly #scheduler: Scheduler;
   readonly #statistics: ModelStatistics;
@@ -87,6 +90,7 @@ export class LoadedModel implements ServedModel {
     this.outputs = metadata.outputs;
     this.#executors = options.executors;
     this.#checkInputs = options.checkInputs;
+    this.labels = options.labels;
     this.#statistics = new ModelStatistics(config.name, options.version);
     this.#requestObserver = options.requestObserver;
     if (config.sequenceBatching !== undefined) {
@@ -135,7 +139,9 @@ export class LoadedModel implements ServedModel {
     } catch (error) {
       const failure = asServerError(error);
       const totalNs = nowNs() - startNs;
-      this.#statistics.recordFailure(totalNs);
+      // As Triton, a request refused before it reached the scheduler (a malformed one) is
+      // no failure of the model's.
+      if (pending !== undefined) this.#statistics.recordFailure(totalNs);
       this.#requestObserver?.requestDone({
         request,
         arrivalNs: startNs,
@@ -196,7 +202,7 @@ export class LoadedModel implements ServedModel {
       channel.parameters = pending.responseParameters;
       this.#scheduler.enqueue(pending);
     } catch (error) {
-      this.#statistics.recordFailure(nowNs() - startNs);
+      if (pending !== undefined) this.#statistics.recordFailure(nowNs() - startNs);
       channel.fail(asServerError(error));
       return channel;
     }

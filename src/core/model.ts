@@ -160,6 +160,8 @@ export interface ServedModel {
   /** The request's responses as they are produced; for other models, its one answer. */
   stream?(request: InferRequest): InferResponseStream;
   statistics(): ModelStatisticsSnapshot;
+  /** Class labels, one per line of the file an output's `label_filename` names, by output. */
+  readonly labels?: ReadonlyMap<string, readonly string[]>;
   /** Requests accepted and not yet answered. */
   readonly pending: number;
   /** Present for models served with sequence batching. */

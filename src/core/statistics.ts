@@ -35,7 +35,11 @@ export interface ModelStatisticsSnapshot {
   /** Model executions (a batch counts once). */
   readonly execution_count: number;
   readonly inference_stats: InferenceStats;
+  /** Decoupled models' per-response statistics: none are kept, so always empty. */
+  readonly response_stats: Readonly<Record<string, never>>;
   readonly batch_stats: readonly BatchStats[];
+  /** Memory the model holds by device: not measured, so always empty. */
+  readonly memory_usage: readonly never[];
 }
 
 /** Timings of one request's life, in nanoseconds. */
@@ -138,6 +142,7 @@ export class ModelStatistics {
         cache_hit: copy(s.cache_hit),
         cache_miss: copy(s.cache_miss),
       },
+      response_stats: {},
       batch_stats: [...this.#batches.values()]
         .sort((a, b) => a.batch_size - b.batch_size)
         .map((b) => ({
@@ -146,6 +151,7 @@ export class ModelStatistics {
           compute_infer: copy(b.compute_infer),
           compute_output: copy(b.compute_output),
         })),
+      memory_usage: [],
     };
   }
 }

@@ -1,4 +1,4 @@
-import { existsSync, statSync } from "node:fs";
+import { existsSync, readFileSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import {
   findSharedInputs,
@@ -17,6 +17,7 @@ import {
 import type { ModelBackend } from "../core/backend.ts";
 import { invalidArg, unavailable } from "../core/errors.ts";
 import { LoadedModel } from "../core/loaded-model.ts";
+import type { ModelConfig } from "../core/model-config.ts";
 import type { ModelIo } from "../core/model-io.ts";
 import type { Refusals } from "../core/refusals.ts";
 import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
@@ -183,8 +184,10 @@ export async function openVersion(
     const sequencing = resolved.config.sequenceBatching;
     const observer =
       sequencing === undefined ? undefined : modelRunnerLog(source.name, sequencing.logging, logger);
+    const labels = readLabels(source.dir, resolved.config, logger);
     const model = new LoadedModel({
       config: resolved.config,
+      ...(labels.size === 0 ? {} : { labels }),
       version: String(version),
       executors: opened.executors,
       ...(opened.checkInputs === undefined ? {} : { checkInputs: opened.checkInputs }),
@@ -210,4 +213,28 @@ function isDirectory(path: string): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * The class labels of each output whose config names a `label_filename`, read from the
+ * model's folder as Triton reads them: one label per line. A file that cannot be read
+ * leaves its output without labels, with a warning.
+ */
+function readLabels(modelDir: string, config: ModelConfig, logger: Logger): Map<string, string[]> {
+  const labels = new Map<string, string[]>();
+  for (const output of config.outputs) {
+    if (output.labelFilename === undefined) continue;
+    const file = join(modelDir, output.labelFilename);
+    try {
+      const lines = readFileSync(file, "utf8").split(/\r?\n/);
+      if (lines.at(-1) === "") lines.pop();
+      labels.set(output.name, lines);
+    } catch (error) {
+      logger.warn(
+        { event: "labels_unreadable", model: config.name, output: output.name },
+        `the labels of output '${output.name}' of model '${config.name}' cannot be read from '${file}': ${(error as Error).message}`,
+      );
+    }
+  }
+  return labels;
 }

@@ -281,8 +281,10 @@ export class ModelRepository implements ModelRegistry {
       );
     }
     this.#discover();
-    // Triton answers every failure to load with INVALID_ARG (HTTP 400), whatever its cause:
-    // a load request is refused as a whole, not retried as if the server were busy.
+    // Triton answers a failure to load with INVALID_ARG (HTTP 400), whatever its cause: a
+    // load request is refused as a whole, not retried as if the server were busy. A model
+    // the repositories do not have is INTERNAL (500): "failed to poll".
+    if (this.#models.get(name)?.source === undefined) return Promise.reject(notInRepository(name));
     return this.#load(name, options.config).catch((error: unknown) => {
       const failure = asServerError(error);
       throw failure.code === "INVALID_ARG"
@@ -293,12 +295,10 @@ export class ModelRepository implements ModelRegistry {
 
   async #load(name: string, configOverride?: string): Promise<void> {
     const entry = this.#models.get(name);
-    if (entry?.source === undefined)
-      throw notFound(`failed to load '${name}', failed to poll from model repository`);
+    if (entry?.source === undefined) throw notInRepository(name);
     return this.#afterTransition(entry, () => {
       const source = entry.source;
-      if (source === undefined)
-        throw notFound(`failed to load '${name}', failed to poll from model repository`);
+      if (source === undefined) throw notInRepository(name);
       return this.#loadEntry(entry, source, configOverride);
     });
   }
@@ -445,7 +445,8 @@ export class ModelRepository implements ModelRegistry {
 
   async #unload(name: string, graceMs = 30_000): Promise<void> {
     const entry = this.#models.get(name);
-    if (entry === undefined) throw notFound(`failed to unload '${name}', no model with that name`);
+    // As Triton: unloading a model it does not know changes nothing, and succeeds.
+    if (entry === undefined) return;
     return this.#afterTransition(entry, async () => {
       const versions = entry.versions;
       entry.versions = new Map();
@@ -488,7 +489,11 @@ export class ModelRepository implements ModelRegistry {
 
   metadata(name: string, version?: string): ModelMetadata {
     const model = this.model(name, version);
-    const versions = [...this.#models.get(name)!.versions.keys()].sort((a, b) => Number(a) - Number(b));
+    // As Triton: the metadata of one version lists that version; of the model, every ready one.
+    const versions =
+      version === undefined || version === ""
+        ? [...this.#models.get(name)!.versions.keys()].sort((a, b) => Number(a) - Number(b))
+        : [model.version];
     return {
       name: model.name,
       versions,
@@ -520,18 +525,28 @@ export class ModelRepository implements ModelRegistry {
           entries.push({ name: entry.name, version, state: "READY", reason: "" });
         }
       } else if (!readyOnly) {
-        entries.push({ name: entry.name, state: entry.state, reason: entry.reason });
+        // As Triton: the versions a model once served stay listed, each with why it is not.
+        const versions = [...entry.everLoaded].sort((a, b) => Number(a) - Number(b));
+        if (versions.length === 0)
+          entries.push({ name: entry.name, state: entry.state, reason: entry.reason });
+        for (const version of versions)
+          entries.push({ name: entry.name, version, state: entry.state, reason: entry.reason });
       }
     }
     return entries;
   }
 
+  /** Triton's statistics lookups: a model or version that is not ready is an invalid request. */
   statistics(name?: string, version?: string): ModelStatisticsSnapshot[] {
     if (name === undefined || name === "") return this.served().map((m) => m.statistics());
-    if (version !== undefined && version !== "") return [this.model(name, version).statistics()];
     const entry = this.#models.get(name);
-    if (entry === undefined || entry.versions.size === 0) this.model(name);
-    return [...entry!.versions.values()].map((m) => m.statistics());
+    if (entry === undefined || entry.versions.size === 0)
+      throw invalidArg(`requested model '${name}' is not available`);
+    if (version === undefined || version === "")
+      return [...entry.versions.values()].map((m) => m.statistics());
+    const model = /^\d+$/.test(version) ? entry.versions.get(String(Number(version))) : undefined;
+    if (model === undefined) throw invalidArg(`requested model version is not available for model '${name}'`);
+    return [model.statistics()];
   }
 
   served(): ServedModel[] {
@@ -621,6 +636,11 @@ function refuseStatefulSwitch(
  * `work` itself. Chaining on the rejecting promise itself made a second, unobserved
  * rejection that ended the process (e.g. a model file ONNX Runtime cannot parse).
  */
+/** Triton's answer to a load of a model no repository has. */
+function notInRepository(name: string): ServerError {
+  return new ServerError("INTERNAL", `failed to load '${name}', failed to poll from model repository`);
+}
+
 function settled(work: Promise<void>): Promise<void> {
   return work.then(
     () => {},

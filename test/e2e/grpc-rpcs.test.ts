@@ -246,6 +246,7 @@ test("RepositoryModelLoad and RepositoryModelUnload in explicit mode", WAIT, asy
   const index = await client.unary<Index>("RepositoryIndex", {});
   const later = index.models.find((m) => m.name === "later");
   assert.deepEqual([later?.state, later?.reason], ["UNAVAILABLE", "unloaded"]);
+  // A model no repository has: Triton's "failed to poll from model repository", INTERNAL.
   const missing = await callError(client.unary("RepositoryModelLoad", { model_name: "missing" }));
-  assert.equal(missing.code, status.INVALID_ARGUMENT);
+  assert.equal(missing.code, status.INTERNAL);
 });

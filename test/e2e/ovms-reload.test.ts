@@ -203,7 +203,8 @@ test("a new version whose state does not fit ends the 16 live sequences with rea
   assert.ok(logLines.some((l) => l.event === "sequences_ended" && l.model === "vad" && l.count === STREAMS));
   // The removed model's sequences ended too.
   for (const stream of gone) assert.ok(stream.refusal !== undefined && !stream.refusal.ok);
+  // As OVMS, the retired version stays listed, in state END.
   assert.deepEqual((await getJson(`${ovms.url}/v1/models/other`)).body, {
-    model_version_status: [{ version: "0", state: "END", status: { error_code: "OK", error_message: "" } }],
+    model_version_status: [{ version: "1", state: "END", status: { error_code: "OK", error_message: "" } }],
   });
 });

@@ -44,6 +44,7 @@ describe("server endpoints", () => {
     for (const extension of [
       "sequence",
       "binary_tensor_data",
+      "classification",
       "model_repository",
       "statistics",
       "model_configuration",
@@ -269,7 +270,8 @@ describe("statistics", () => {
         a.map(() => 0),
       );
     }
-    // A request the model refuses counts as a failure.
+    // A request refused before it reaches the model (more rows than max_batch_size) is no
+    // failure of the model's, as in Triton.
     const refused = await infer(stats.url, "counted", simpleInputs(rowsOf(0, 9), rowsOf(0, 9)));
     assert.equal(refused.status, 400);
 
@@ -281,7 +283,7 @@ describe("statistics", () => {
     assert.equal(model.execution_count, batches.length);
     const s = model.inference_stats;
     assert.equal(s.success.count, batches.length);
-    assert.equal(s.fail.count, 1);
+    assert.equal(s.fail.count, 0);
     for (const [name, stat] of Object.entries({
       success: s.success,
       queue: s.queue,
@@ -332,13 +334,13 @@ describe("statistics", () => {
     );
   });
 
-  it("stats of an unknown model or version are a 404", async () => {
+  it("stats of a model or version that is not ready are a 400, with Triton's words", async () => {
     const model = await getJson(`${stats.url}/v2/models/nope/stats`);
-    assert.equal(model.status, 404);
-    assert.equal(errorOf(model), "Request for unknown model: 'nope' is not found");
+    assert.equal(model.status, 400);
+    assert.equal(errorOf(model), "requested model 'nope' is not available");
     const version = await getJson(`${stats.url}/v2/models/counted/versions/4/stats`);
-    assert.equal(version.status, 404);
-    assert.equal(errorOf(version), "Request for unknown model: 'counted' version 4 is not found");
+    assert.equal(version.status, 400);
+    assert.equal(errorOf(version), "requested model version is not available for model 'counted'");
   });
 });
 

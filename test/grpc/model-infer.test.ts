@@ -164,7 +164,7 @@ test("a zero-element tensor is valid", async () => {
   assert.equal(response.raw_output_contents[0]?.length, 0);
 });
 
-test("shared memory and classification are refused with UNIMPLEMENTED, not ignored", async () => {
+test("shared memory is refused with UNIMPLEMENTED, not ignored", async () => {
   const input = { name: "a", datatype: "INT32", shape: [1], contents: { int_contents: [1] } };
   const refused = async (request: object, details: string): Promise<void> => {
     const error = await callError(infer({ model_name: "echo", ...request }));
@@ -178,10 +178,6 @@ test("shared memory and classification are refused with UNIMPLEMENTED, not ignor
       outputs: [{ name: "a", parameters: { shared_memory_region: { string_param: "out" } } }],
     },
     "shared memory is not supported: output 'a' sets 'shared_memory_region'",
-  );
-  await refused(
-    { inputs: [input], outputs: [{ name: "a", parameters: { classification: { int64_param: 1 } } }] },
-    "the classification extension is not supported: output 'a' requests 'classification'",
   );
   await refused(
     {
@@ -428,4 +424,23 @@ test("cancelling a unary call aborts its request's signal", WAIT, async () => {
   await aborted;
   assert.equal(held.aborted, true);
   assert.equal(signal.reason?.code, "CANCELLED");
+});
+
+test("the classification extension: an output's top classes as BYTES 'value:index', largest first", async () => {
+  const response = await infer({
+    model_name: "echo",
+    inputs: [{ name: "a", datatype: "INT32", shape: [4], contents: { int_contents: [3, 9, 1, 9] } }],
+    outputs: [{ name: "a", parameters: { classification: { int64_param: 2 } } }],
+  });
+  assert.equal(response.outputs[0]?.datatype, "BYTES");
+  assert.deepEqual(response.outputs[0]?.shape, ["2"]);
+  const raw = Buffer.from(response.raw_output_contents[0]!);
+  // BYTES raw contents: each element a 4-byte little-endian length, then its bytes.
+  const strings: string[] = [];
+  for (let at = 0; at < raw.length; ) {
+    const length = raw.readUInt32LE(at);
+    strings.push(raw.subarray(at + 4, at + 4 + length).toString());
+    at += 4 + length;
+  }
+  assert.deepEqual(strings, ["9:1", "9:3"]);
 });

@@ -349,11 +349,38 @@ describe("inference with JSON tensors", () => {
     });
   });
 
-  it("the classification extension is refused clearly", async () => {
+  it("the classification extension: an output's top classes as 'value:index', largest first, values as Triton prints them", async () => {
+    const response = await postJson(server, "/v2/models/echo/infer", {
+      inputs: [input("A", "FP32", [4], [0.25, 0.75, 0.0078125, 0.75])],
+      outputs: [{ name: "A", parameters: { classification: 3 } }],
+    });
+    assert.equal(response.status, 200, JSON.stringify(response.json));
+    assert.deepEqual(response.json.outputs, [
+      { name: "A", datatype: "BYTES", shape: [3], data: ["0.750000:1", "0.750000:3", "0.250000:0"] },
+    ]);
+    const ties = await postJson(server, "/v2/models/echo/infer", {
+      inputs: [input("A", "FP32", [2], [0.0078125, -3])],
+      outputs: [{ name: "A", parameters: { classification: 5 } }],
+    });
+    // printf rounds a tie to even; fewer values than asked for: all of them.
+    assert.deepEqual(ties.json.outputs, [
+      { name: "A", datatype: "BYTES", shape: [2], data: ["0.007812:0", "-3.000000:1"] },
+    ]);
     await refused(
-      { inputs: [input("A", "FP32", [1], [1])], outputs: [{ name: "A", parameters: { classification: 2 } }] },
-      501,
-      "the classification extension is not supported: output 'A' requests 'classification'",
+      {
+        inputs: [input("A", "FP32", [1], [1])],
+        outputs: [{ name: "A", parameters: { classification: -1 } }],
+      },
+      400,
+      "Unable to set 'classification' for output 'A': expected a whole number of classes",
+    );
+    await refused(
+      {
+        inputs: [input("A", "BOOL", [1], [true])],
+        outputs: [{ name: "A", parameters: { classification: 1 } }],
+      },
+      400,
+      "class result not available for output 'A' due to unsupported type 'BOOL'",
     );
   });
 

@@ -311,10 +311,10 @@ describe("instances per model are bounded", () => {
 });
 
 describe("a failed load is answered 400, as Triton answers it, whatever the cause", () => {
-  test("unknown model, a config that does not parse, a missing model file", async () => {
+  test("a config that does not parse, a missing model file; a model no repository has is 500 (as Triton)", async () => {
     const unknown = await postJson(`${server.url}/v2/repository/models/nosuch/load`, {});
-    assert.equal(unknown.status, 400);
-    assert.match(String(unknown.body.error), /nosuch/);
+    assert.equal(unknown.status, 500);
+    assert.match(String(unknown.body.error), /failed to load 'nosuch', failed to poll from model repository/);
     const bad = await postJson(`${server.url}/v2/repository/models/floats/load`, {
       parameters: { config: "{not json" },
     });
@@ -332,7 +332,7 @@ describe("a failed load is answered 400, as Triton answers it, whatever the caus
     assert.match(String(wrongFile.body.error), /absent\.onnx/);
     await assert.rejects(
       grpc.unary("RepositoryModelLoad", { model_name: "nosuch" }),
-      (error: Error & { code: number }) => error.code === 3,
+      (error: Error & { code: number }) => error.code === 13,
     );
   });
 });

@@ -3,6 +3,7 @@ import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest } from "../../core/infer.ts";
 import { readSequenceControl } from "../../core/sequence/sequence-parameters.ts";
 import { shapeInMessage, type Tensor } from "../../core/tensor.ts";
+import { classificationCount } from "../common/kserve/classification.ts";
 import { refuseUnsupportedExtensions } from "../common/kserve/unsupported-extensions.ts";
 import { decodeRawTensor } from "../common/raw-tensor.ts";
 import { readRequestParameters } from "./infer-parameters.ts";
@@ -18,6 +19,8 @@ export interface DecodedInferRequest {
   /** undefined = the highest ready version. */
   readonly modelVersion: string | undefined;
   readonly request: InferRequest;
+  /** Classes asked for by outputs' `classification` parameter (common/kserve/classification.ts). */
+  readonly classification: ReadonlyMap<string, number> | undefined;
 }
 
 function decodeShape(input: string, model: string, shape: readonly Int64[] | undefined): number[] {
@@ -91,9 +94,17 @@ export function decodeInferRequest(
     inputs.set(name, tensor);
   }
   const outputMessages = message.outputs ?? [];
+  let classification: Map<string, number> | undefined;
   for (const output of outputMessages) {
     const parameters = output.parameters;
-    refuseUnsupportedExtensions("output", output.name ?? "", (key) => parameters?.[key] !== undefined);
+    const name = output.name ?? "";
+    refuseUnsupportedExtensions("output", name, (key) => parameters?.[key] !== undefined);
+    const asked = parameters?.classification;
+    if (asked !== undefined) {
+      const { classification: count } = readRequestParameters({ classification: asked });
+      classification ??= new Map();
+      classification.set(name, classificationCount(name, count));
+    }
   }
   const outputs = outputMessages.length === 0 ? undefined : outputMessages.map((o) => o.name ?? "");
   const parameters = readRequestParameters(message.parameters);
@@ -107,5 +118,10 @@ export function decodeInferRequest(
     principal,
   };
   const version = message.model_version;
-  return { modelName, modelVersion: version === undefined || version === "" ? undefined : version, request };
+  return {
+    modelName,
+    modelVersion: version === undefined || version === "" ? undefined : version,
+    request,
+    classification,
+  };
 }

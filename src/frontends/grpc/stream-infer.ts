@@ -10,6 +10,7 @@ import { Deque } from "../../core/scheduler/request-queue.ts";
 import { timerDelay } from "../../core/timer-delay.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { cutToBytes } from "../common/cut-text.ts";
+import { type Classification, classifyOutputs } from "../common/kserve/classification.ts";
 import { relayResponses, type WaitingResponses } from "../common/kserve/decoupled-responses.ts";
 import type { ConnectionBudget } from "../common/response-budget.ts";
 import { withRoutedSequenceId } from "../common/sequence-routing.ts";
@@ -215,6 +216,7 @@ export class StreamInferSession {
     try {
       const decoded = decodeInferRequest(message, this.#controller.signal, this.#principal);
       model = this.#registry.model(decoded.modelName, decoded.modelVersion);
+      const classification = decoded.classification && { model, counts: decoded.classification };
       request = withTraceContext(
         withRoutedSequenceId(decoded.request, this.#routedId, model),
         this.#traceparent,
@@ -223,10 +225,14 @@ export class StreamInferSession {
       if (model.decoupled === true) {
         // Its responses go out as they come: it holds no place in the order.
         if (turn >= 0) this.#order.complete(turn, () => {});
-        this.#relay(model, request, message.id, answered);
+        this.#relay(model, request, message.id, answered, classification);
         return;
       }
-      pending = model.infer(request);
+      const answer = model.infer(request);
+      pending =
+        classification === undefined
+          ? answer
+          : answer.then((response) => classifyOutputs(response, classification));
     } catch (error) {
       this.#answerInTurn(turn, this.#failure(error, message.id), answered);
       return;
@@ -256,6 +262,7 @@ export class StreamInferSession {
     request: InferRequest,
     requestId: string | undefined,
     answered: () => void,
+    classification: Classification | undefined,
   ): void {
     const stream = inferStream(model, request);
     relayResponses(
@@ -267,7 +274,7 @@ export class StreamInferSession {
           stream.cancel();
           return undefined;
         }
-        const outgoing = this.#prepare(response, requestId, model, request);
+        const outgoing = this.#prepare(classifyOutputs(response, classification), requestId, model, request);
         if (outgoing === undefined) {
           stream.cancel();
           return undefined;

@@ -9,6 +9,7 @@ import { jsonPreview } from "../json-preview.ts";
 import { elementSourceTexts, exactInteger, longNumberTokens, memberSourceText } from "../json-source-text.ts";
 import { decodeRawTensor } from "../raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
+import { type Classification, classificationCount } from "./classification.ts";
 import { decodeJsonTensor } from "./json-tensor.ts";
 import { refuseUnsupportedExtensions } from "./unsupported-extensions.ts";
 
@@ -22,6 +23,8 @@ export interface OutputEncoding {
   readonly binaryByDefault: boolean;
   /** Per-output choices from `outputs[i].parameters.binary_data`. */
   readonly binary: ReadonlyMap<string, boolean>;
+  /** Outputs asked for as classes (`outputs[i].parameters.classification`), of `model`. */
+  readonly classification?: Classification;
 }
 
 export interface DecodedInferRequest {
@@ -208,6 +211,7 @@ function readInputs(
 interface ReadOutputs {
   readonly names: string[] | undefined;
   readonly binary: ReadonlyMap<string, boolean>;
+  readonly classification?: ReadonlyMap<string, number> | undefined;
 }
 
 function readOutputs(value: unknown): ReadOutputs {
@@ -216,6 +220,7 @@ function readOutputs(value: unknown): ReadOutputs {
     throw invalidArg(`Unable to parse 'outputs': expected an array, got ${kindOf(value)}`);
   const names: string[] = [];
   const binary = new Map<string, boolean>();
+  let classification: Map<string, number> | undefined;
   for (let i = 0; i < value.length; i++) {
     const output: unknown = value[i];
     if (!isJsonObject(output))
@@ -234,6 +239,10 @@ function readOutputs(value: unknown): ReadOutputs {
       );
     }
     refuseUnsupportedExtensions("output", name, (key) => parameters[key] !== undefined);
+    if (parameters.classification !== undefined) {
+      classification ??= new Map();
+      classification.set(name, classificationCount(name, parameters.classification));
+    }
     const choice = parameters.binary_data;
     if (choice === undefined) continue;
     if (typeof choice !== "boolean") {
@@ -244,7 +253,7 @@ function readOutputs(value: unknown): ReadOutputs {
     binary.set(name, choice);
   }
   // An empty list asks for nothing in particular: every output, as Triton reads it.
-  return { names: names.length === 0 ? undefined : names, binary };
+  return { names: names.length === 0 ? undefined : names, binary, classification };
 }
 
 /** Whether output `name` goes back as binary data. */
@@ -326,9 +335,15 @@ export function decodeInferJson(
   const binary = headerLength === undefined ? undefined : new BinaryInputs(body, headerLength, model.name);
   const inputs = readInputs(json.inputs, model.name, binary, text);
   const outputs = readOutputs(json.outputs);
+  // As Triton reads it: `binary_data_output` chooses for the outputs a request does not
+  // list (it lists none: all come back); a listed output is binary only if it says so.
   const encoding: OutputEncoding = {
-    binaryByDefault: binaryOutput ?? options.binaryOutputByDefault ?? false,
+    binaryByDefault:
+      (outputs.names === undefined ? binaryOutput : undefined) ?? options.binaryOutputByDefault ?? false,
     binary: outputs.binary,
+    ...(outputs.classification === undefined
+      ? {}
+      : { classification: { model, counts: outputs.classification } }),
   };
   checkJsonOutputs(model, outputs.names, encoding);
   const request: InferRequest = {

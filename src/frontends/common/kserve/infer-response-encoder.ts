@@ -3,6 +3,7 @@ import type { InferResponse, Parameters } from "../../../core/infer.ts";
 import { formatShape } from "../../../core/tensor.ts";
 import { encodeRawTensor } from "../raw-tensor.ts";
 import { binaryBody } from "./binary-tensor.ts";
+import { classifyOutputs } from "./classification.ts";
 import { isBinaryOutput, type OutputEncoding } from "./infer-request-decoder.ts";
 import { jsonTensorData } from "./json-tensor.ts";
 
@@ -42,10 +43,11 @@ function parameterText(parameters: Parameters): string | undefined {
  * JSON body, which is text, has none.
  */
 export function encodeInferResponse(
-  response: InferResponse,
+  answer: InferResponse,
   encoding: OutputEncoding,
   reserve = 0,
 ): EncodedInferResponse {
+  const response = classifyOutputs(answer, encoding.classification);
   let json = `{"model_name":${JSON.stringify(response.modelName)},"model_version":${JSON.stringify(response.modelVersion)},"id":${JSON.stringify(response.id)}`;
   const parameters = parameterText(response.parameters);
   if (parameters !== undefined) json += `,"parameters":${parameters}`;

@@ -1,10 +1,9 @@
 import { ServerError } from "../../../core/errors.ts";
 
-// Tensor parameters of the KServe v2 extensions seqserve does not implement: Triton's
-// shared memory and classification. A request that uses one is refused before it runs,
-// over HTTP and gRPC alike: served as if the parameter were absent, a shared-memory
-// client would read a region nobody wrote, and a classification client would take raw
-// scores for class labels.
+// Tensor parameters of the KServe v2 extension seqserve does not implement: Triton's
+// shared memory. A request that uses one is refused before it runs, over HTTP and gRPC
+// alike: served as if the parameter were absent, a shared-memory client would read a
+// region nobody wrote.
 
 const SHARED_MEMORY = ["shared_memory_region", "shared_memory_offset", "shared_memory_byte_size"] as const;
 
@@ -17,12 +16,6 @@ export function refuseUnsupportedExtensions(
   name: string,
   has: (key: string) => boolean,
 ): void {
-  if (kind === "output" && has("classification")) {
-    throw new ServerError(
-      "UNSUPPORTED",
-      `the classification extension is not supported: output '${name}' requests 'classification'`,
-    );
-  }
   const shared = SHARED_MEMORY.find(has);
   if (shared !== undefined) {
     throw new ServerError(
