@@ -12,6 +12,7 @@ import { ResponseBudgets } from "../frontends/common/response-budget.ts";
 import { createGrpcFrontend, type GrpcFrontend } from "../frontends/grpc/grpc-frontend.ts";
 import { createHttpFrontend } from "../frontends/http/http-frontend.ts";
 import { createSageMakerFrontend } from "../frontends/sagemaker/sagemaker-frontend.ts";
+import { logSettingsControl } from "../observability/log-settings.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
 import { createMetricsRegistry, type ServerMetrics } from "../observability/metrics.ts";
 import { type MetricsServer, startMetricsServer } from "../observability/metrics-server.ts";
@@ -188,6 +189,7 @@ export async function startServer(
     isLive: () => true,
     // Triton's --strict-readiness: every model ready, or (false) the server running.
     isReady: () => !stopping && (!options.strictReadiness || repository.allReady()),
+    logging: logSettingsControl(logger, options.logFile, options.logFormat),
   };
   const httpAddress = options.httpAddress ?? options.host;
   const grpcAddress = options.grpcAddress ?? options.host;

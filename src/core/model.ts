@@ -205,4 +205,23 @@ export interface ServerContext {
   readonly metadata: ServerMetadata;
   isLive(): boolean;
   isReady(): boolean;
+  /** The log settings clients may read and change (Triton's logging extension). */
+  readonly logging?: LogSettingsControl;
+}
+
+/** The server's log settings, as Triton's logging extension shows them. */
+export interface LogSettings {
+  readonly logFile: string;
+  readonly logInfo: boolean;
+  readonly logWarning: boolean;
+  readonly logError: boolean;
+  readonly logVerboseLevel: number;
+  /** "default" or "ISO8601". */
+  readonly logFormat: string;
+}
+
+export interface LogSettingsControl {
+  current(): LogSettings;
+  /** Applies what `change` sets (checked by the frontend for type) and returns the result. */
+  update(change: Partial<LogSettings>): LogSettings;
 }

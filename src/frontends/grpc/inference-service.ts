@@ -5,6 +5,7 @@ import type { ModelMetadata, ServerContext, TensorMetadata } from "../../core/mo
 import type { Refusals } from "../../core/refusals.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { classifyOutputs } from "../common/kserve/classification.ts";
+import { logSettingsChange, logSettingsWire } from "../common/kserve/log-settings-wire.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
 import { routedSequenceId, SEQUENCE_ID_METADATA, withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
@@ -96,6 +97,31 @@ function unsupported(what: string): () => never {
   return () => {
     throw new ServerError("UNSUPPORTED", `${what} is not supported by this server`);
   };
+}
+
+/** A LogSettingsRequest / LogSettingsResponse SettingValue, as proto-loader gives it. */
+interface SettingValueMessage {
+  readonly parameter_choice?: "bool_param" | "uint32_param" | "string_param";
+  readonly bool_param?: boolean;
+  readonly uint32_param?: number;
+  readonly string_param?: string;
+}
+
+interface LogSettingsMessage {
+  readonly settings?: Readonly<Record<string, SettingValueMessage>>;
+}
+
+function settingValue(value: SettingValueMessage): unknown {
+  switch (value.parameter_choice) {
+    case "bool_param":
+      return value.bool_param ?? false;
+    case "uint32_param":
+      return value.uint32_param ?? 0;
+    case "string_param":
+      return value.string_param ?? "";
+    default:
+      return undefined;
+  }
 }
 
 /** Handlers of inference.GRPCInferenceService, ready to add to a grpc-js server. */
@@ -233,7 +259,24 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
       unsupported("CUDA shared memory"),
     ),
     TraceSetting: unary<UnusedMessage, UnusedMessage>(logger, "TraceSetting", unsupported("trace setting")),
-    LogSettings: unary<UnusedMessage, UnusedMessage>(logger, "LogSettings", unsupported("log settings")),
+    LogSettings: unary(logger, "LogSettings", (m: LogSettingsMessage): LogSettingsMessage => {
+      const logging = context.logging;
+      if (logging === undefined) return unsupported("log settings")();
+      const values: Record<string, unknown> = {};
+      for (const [name, value] of Object.entries(m.settings ?? {})) values[name] = settingValue(value);
+      const settings =
+        Object.keys(values).length === 0 ? logging.current() : logging.update(logSettingsChange(values));
+      const answer: Record<string, SettingValueMessage> = {};
+      for (const [name, value] of Object.entries(logSettingsWire(settings))) {
+        answer[name] =
+          typeof value === "boolean"
+            ? { bool_param: value }
+            : typeof value === "number"
+              ? { uint32_param: value }
+              : { string_param: value };
+      }
+      return { settings: answer };
+    }),
   };
   return { definition: inferenceServiceDefinition(), implementation };
 }

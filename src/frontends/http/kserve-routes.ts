@@ -8,6 +8,7 @@ import { sendJson } from "../common/http/json-text.ts";
 import { HEADER_LENGTH, HEADER_LENGTH_NAME, readHeaderLength } from "../common/kserve/binary-tensor.ts";
 import { decodeInferRequest } from "../common/kserve/infer-request-decoder.ts";
 import { encodeInferResponse } from "../common/kserve/infer-response-encoder.ts";
+import { logSettingsChange, logSettingsWire } from "../common/kserve/log-settings-wire.ts";
 import { routedSequenceId, SEQUENCE_ID_HEADER, withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
@@ -135,6 +136,22 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
         disconnect.dispose();
       }
     });
+  }
+
+  // Triton's logging extension: the settings, and (POST) a change to them first.
+  const logging = context.logging;
+  if (logging !== undefined) {
+    app.get("/v2/logging", { schema: SERVER_SCHEMAS.logSettings }, (_request, reply) =>
+      sendJson(reply, logSettingsWire(logging.current())),
+    );
+    app.post("/v2/logging", { schema: SERVER_SCHEMAS.logSettingsUpdate }, (request, reply) =>
+      sendJson(
+        reply,
+        logSettingsWire(
+          logging.update(logSettingsChange(readJsonBody(request.body as Buffer | undefined) ?? {})),
+        ),
+      ),
+    );
   }
 
   app.post("/v2/repository/index", { schema: SERVER_SCHEMAS.repositoryIndex }, (request, reply) =>

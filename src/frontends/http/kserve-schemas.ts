@@ -93,6 +93,18 @@ const DURATION: JsonSchema = {
   required: ["count", "ns"],
 };
 
+const LOG_SETTINGS: JsonSchema = {
+  type: "object",
+  properties: {
+    log_file: { type: "string" },
+    log_info: { type: "boolean" },
+    log_warning: { type: "boolean" },
+    log_error: { type: "boolean" },
+    log_verbose_level: { type: "integer", minimum: 0 },
+    log_format: { type: "string", enum: ["default", "ISO8601"] },
+  },
+};
+
 const MODEL_STATISTICS: JsonSchema = {
   type: "object",
   properties: {
@@ -238,6 +250,25 @@ export const SERVER_SCHEMAS = {
     tags: ["statistics"],
     summary: "Inference statistics of every model",
     response: { 200: { description: "Statistics", ...jsonContent(MODEL_STATISTICS) }, default: KSERVE_ERROR },
+  },
+  logSettings: {
+    operationId: "logSettings",
+    tags: ["logging"],
+    summary: "The log settings (Triton's logging extension)",
+    response: {
+      200: { description: "The log settings", ...jsonContent(LOG_SETTINGS) },
+      default: KSERVE_ERROR,
+    },
+  },
+  logSettingsUpdate: {
+    operationId: "logSettingsUpdate",
+    tags: ["logging"],
+    summary: "Changes the log settings a request names (the file and the format are chosen at start)",
+    body: jsonContent(LOG_SETTINGS),
+    response: {
+      200: { description: "The log settings", ...jsonContent(LOG_SETTINGS) },
+      default: KSERVE_ERROR,
+    },
   },
   repositoryIndex: {
     operationId: "repositoryIndex",

@@ -25,6 +25,7 @@ const EXACT: Readonly<Record<string, ApiGroup>> = {
   "/v2/health/live": "health",
   "/v2/health/ready": "health",
   "/v2/models/stats": "statistics",
+  "/v2/logging": "logging",
   "/v2/repository/index": "model-repository",
   "/v2/repository/models/:model/load": "model-repository",
   "/v2/repository/models/:model/unload": "model-repository",

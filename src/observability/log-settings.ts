@@ -1,0 +1,61 @@
+import { ServerError } from "../core/errors.ts";
+import type { LogSettings, LogSettingsControl } from "../core/model.ts";
+import type { LogFormat, Logger } from "./logger.ts";
+
+// Triton's logging extension over seqserve's logger. Triton switches info, warning and
+// error messages on and off one by one; seqserve's logger has one threshold, so the
+// settings are turned into the lowest level that keeps what is asked for on, and read
+// back as what that level lets through: asking for warnings off while info stays on
+// leaves them on, and the answer says so. The file and the format are chosen at start.
+
+const VERBOSE_LEVELS = ["info", "debug", "trace"] as const;
+
+export function logSettingsControl(
+  logger: Logger,
+  file: string | undefined,
+  format: LogFormat,
+): LogSettingsControl {
+  const current = (): LogSettings => {
+    const value = logger.levelVal;
+    const verbose = logger.level === "trace" ? 2 : logger.level === "debug" ? 1 : 0;
+    return {
+      logFile: file ?? "",
+      logInfo: value <= logger.levels.values.info!,
+      logWarning: value <= logger.levels.values.warn!,
+      logError: value <= logger.levels.values.error!,
+      logVerboseLevel: verbose,
+      logFormat: format === "ISO8601" ? "ISO8601" : "default",
+    };
+  };
+  return {
+    current,
+    update(change) {
+      const now = current();
+      if (change.logFile !== undefined && change.logFile !== now.logFile) {
+        throw new ServerError("UNSUPPORTED", "log file location can not be updated through network protocol");
+      }
+      if (change.logFormat !== undefined && change.logFormat !== now.logFormat) {
+        if (change.logFormat !== "default" && change.logFormat !== "ISO8601") {
+          throw new ServerError("UNAVAILABLE", `invalid argument for --log_format, got: ${change.logFormat}`);
+        }
+        throw new ServerError(
+          "UNSUPPORTED",
+          `the log format is chosen at start (--log-format): it is '${now.logFormat}' and cannot become '${change.logFormat}' while seqserve runs`,
+        );
+      }
+      const wanted = { ...now, ...change };
+      const verbose = Math.min(wanted.logVerboseLevel, VERBOSE_LEVELS.length - 1);
+      logger.level =
+        verbose > 0
+          ? VERBOSE_LEVELS[verbose]!
+          : wanted.logInfo
+            ? "info"
+            : wanted.logWarning
+              ? "warn"
+              : wanted.logError
+                ? "error"
+                : "silent";
+      return current();
+    },
+  };
+}

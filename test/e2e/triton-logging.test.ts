@@ -1,0 +1,91 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import pino from "pino";
+import { TestClient } from "../grpc/support/grpc-harness.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+
+// Triton's logging extension (`/v2/logging`, gRPC LogSettings), as tritonclient's
+// get_log_settings / update_log_settings use it: the settings in Triton's names, and a
+// change applied to the running server's logger, which then logs (or not) accordingly.
+// The file and the format are chosen at start, as Triton's file is.
+
+describe("Triton's logging extension", () => {
+  let server: TestServer;
+  let grpc: TestClient;
+  const lines: Record<string, unknown>[] = [];
+  const logger = pino({ level: "info" }, { write: (line: string) => lines.push(JSON.parse(line)) });
+  before(async () => {
+    server = await startTestServer({}, {}, logger);
+    grpc = new TestClient(server.grpcPort);
+  });
+  after(async () => {
+    grpc.close();
+    await server.stop();
+  });
+
+  const post = async (body: unknown) => {
+    const response = await fetch(`${server.url}/v2/logging`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+  };
+
+  it("HTTP: reads the settings, changes the level, and the server logs accordingly", async () => {
+    const initial = await (await fetch(`${server.url}/v2/logging`)).json();
+    assert.deepEqual(initial, {
+      log_file: "",
+      log_info: true,
+      log_warning: true,
+      log_error: true,
+      log_verbose_level: 0,
+      log_format: "default",
+    });
+    const quieter = await post({ log_info: false, log_warning: false });
+    assert.equal(quieter.status, 200);
+    assert.deepEqual(
+      [quieter.body.log_info, quieter.body.log_warning, quieter.body.log_error],
+      [false, false, true],
+    );
+    // The server's logger now leaves warnings out.
+    const before = lines.length;
+    logger.warn("a warning nobody asked for");
+    assert.equal(lines.length, before);
+    const verbose = await post({ log_verbose_level: 1, log_info: true });
+    assert.deepEqual([verbose.body.log_info, verbose.body.log_verbose_level], [true, 1]);
+    logger.debug("now seen");
+    assert.equal(lines.at(-1)?.msg, "now seen");
+    await post({ log_verbose_level: 0, log_info: true, log_warning: true });
+  });
+
+  it("HTTP: the file and the format cannot change while serving; a bad value is named", async () => {
+    const file = await post({ log_file: "/tmp/elsewhere.log" });
+    assert.equal(file.status, 501);
+    assert.deepEqual(file.body, { error: "log file location can not be updated through network protocol" });
+    const format = await post({ log_format: "ISO8601" });
+    assert.equal(format.status, 501);
+    const bad = await post({ log_info: "yes" });
+    assert.equal(bad.status, 400);
+    assert.deepEqual(bad.body, { error: "Unable to parse 'log_info': expected a bool" });
+    // Nothing changed.
+    assert.equal((await post({})).body.log_info, true);
+  });
+
+  it("gRPC LogSettings: the same settings as SettingValues, and a change", async () => {
+    type Settings = {
+      settings: Record<string, { bool_param?: boolean; uint32_param?: number; string_param?: string }>;
+    };
+    const read = await grpc.unary<Settings>("LogSettings", {});
+    assert.equal(read.settings.log_info?.bool_param, true);
+    assert.equal(read.settings.log_verbose_level?.uint32_param, 0);
+    assert.equal(read.settings.log_format?.string_param, "default");
+    const changed = await grpc.unary<Settings>("LogSettings", {
+      settings: { log_verbose_level: { uint32_param: 2 } },
+    });
+    assert.equal(changed.settings.log_verbose_level?.uint32_param, 2);
+    assert.equal(logger.level, "trace");
+    await grpc.unary<Settings>("LogSettings", { settings: { log_verbose_level: { uint32_param: 0 } } });
+    assert.equal(logger.level, "info");
+  });
+});
