@@ -70,9 +70,8 @@ export interface StartOptions {
 
 /** The models that failed to load, as a message; undefined when none did. */
 function loadFailures(repository: ModelRepository): string | undefined {
-  const failed = repository.index().filter((e) => e.state === "UNAVAILABLE" && e.reason !== "unloaded");
-  if (failed.length === 0) return undefined;
-  return failed.map((e) => `model '${e.name}' failed to load: ${e.reason}`).join("; ");
+  const failed = repository.startFailures();
+  return failed.length === 0 ? undefined : failed.join("; ");
 }
 
 /**

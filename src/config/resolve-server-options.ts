@@ -38,7 +38,7 @@ const CHECKS: { readonly [K in keyof ServerOptions]?: readonly [Check, string] }
   strictModelConfig: [flag, "a boolean"],
   modelControlMode: [oneOf("none", "explicit", "poll"), "none, explicit or poll"],
   loadModels: [texts, "an array of model names"],
-  repositoryPollSecs: [whole(1), "a whole number of seconds, at least 1"],
+  repositoryPollSecs: [whole(0), "a whole number of seconds (0: poll mode loads once)"],
   exitTimeoutSecs: [whole(0), "a whole number of seconds"],
   httpBodyLimitBytes: [whole(1), "a whole number of bytes, at least 1"],
   grpcMaxMessageBytes: [whole(1, 2 ** 31 - 1), "a whole number of bytes from 1 to 2147483647"],

@@ -54,7 +54,10 @@ export function logSettingsControl(
               ? "warn"
               : wanted.logError
                 ? "error"
-                : "silent";
+                : // Fatal messages have no switch of their own in Triton: kept if they were on.
+                  logger.level === "fatal"
+                  ? "fatal"
+                  : "silent";
       return current();
     },
   };

@@ -83,6 +83,8 @@ interface ModelEntry {
   signature: string;
   /** The load or unload in progress, so concurrent calls wait for it. */
   transition: Promise<void> | undefined;
+  /** Why the name is not served: found in more than one place (then it has no source). */
+  notUnique: string | undefined;
 }
 
 export class ModelRepository implements ModelRegistry {
@@ -90,6 +92,8 @@ export class ModelRepository implements ModelRegistry {
   readonly #logger: Logger;
   readonly #models = new Map<string, ModelEntry>();
   #ovmsSources: ModelSource[] = [];
+  /** The Triton repositories' model folders as last read (duplicates included). */
+  #inRepositories: readonly ModelSource[] = [];
   /** The OVMS config files' texts as last read, to see when one changes. */
   readonly #ovmsTexts = new Map<string, string>();
   #pollTimer: NodeJS.Timeout | undefined;
@@ -131,7 +135,7 @@ export class ModelRepository implements ModelRegistry {
         entry.reason = `--load-model: no model '${name}' in the model repositories`;
         repository.#models.set(name, entry);
       }
-      repository.#logger.error({ event: "model_load_failed", model: name }, entry.reason);
+      repository.#logger.error({ event: "model_load_failed", model: name }, entry.notUnique ?? entry.reason);
     }
     await Promise.all(wanted.map((name) => repository.#load(name).catch(() => {})));
     if (options.controlMode === "poll" && options.pollSecs > 0) repository.#startPolling();
@@ -146,19 +150,21 @@ export class ModelRepository implements ModelRegistry {
   /** Finds the models on disk; `ovmsOnly` looks at the OVMS config files alone (Triton repositories keep their last look). */
   #discover(ovmsOnly = false): Map<string, ModelSource> {
     const repositories = ovmsOnly ? [] : this.#options.repositories;
-    const { sources, problems, duplicates } = discoverModels(repositories, this.#ovmsSources);
+    const discovery = discoverModels(repositories, this.#ovmsSources, ovmsOnly ? this.#inRepositories : []);
+    const { sources, problems, duplicates } = discovery;
+    this.#inRepositories = discovery.inRepositories;
     for (const problem of problems) this.#logger.error({ event: "repository_problem" }, problem);
-    for (const [name, why] of duplicates) {
-      const entry = this.#models.get(name) ?? this.#newEntry(name, undefined);
-      if (entry.versions.size === 0 && entry.state === "UNAVAILABLE") entry.reason = why;
-      this.#models.set(name, entry);
-    }
-    for (const name of sources.keys()) {
+    for (const name of [...sources.keys(), ...duplicates.keys()]) {
       if (!this.#models.has(name)) this.#models.set(name, this.#newEntry(name, sources.get(name)));
     }
     for (const [name, entry] of this.#models) {
-      if (ovmsOnly && entry.source !== undefined && entry.source.ovms === undefined) continue;
-      entry.source = sources.get(name);
+      entry.notUnique = duplicates.get(name);
+      const keepsTritonSource =
+        entry.notUnique === undefined &&
+        ovmsOnly &&
+        entry.source !== undefined &&
+        entry.source.ovms === undefined;
+      if (!keepsTritonSource) entry.source = sources.get(name);
     }
     return sources;
   }
@@ -174,6 +180,7 @@ export class ModelRepository implements ModelRegistry {
       reason: "unloaded",
       signature: "",
       transition: undefined,
+      notUnique: undefined,
     };
   }
 
@@ -527,10 +534,10 @@ export class ModelRepository implements ModelRegistry {
       } else if (!readyOnly) {
         // As Triton: the versions a model once served stay listed, each with why it is not.
         const versions = [...entry.everLoaded].sort((a, b) => Number(a) - Number(b));
-        if (versions.length === 0)
-          entries.push({ name: entry.name, state: entry.state, reason: entry.reason });
+        const reason = entry.notUnique ?? entry.reason;
+        if (versions.length === 0) entries.push({ name: entry.name, state: entry.state, reason });
         for (const version of versions)
-          entries.push({ name: entry.name, version, state: entry.state, reason: entry.reason });
+          entries.push({ name: entry.name, version, state: entry.state, reason });
       }
     }
     return entries;
@@ -553,6 +560,27 @@ export class ModelRepository implements ModelRegistry {
     const models: ServedModel[] = [];
     for (const entry of this.#models.values()) models.push(...entry.versions.values());
     return models;
+  }
+
+  /**
+   * Why the start failed, under --exit-on-error: the models the control mode asked for that
+   * did not load, or whose name was found in more than one place (as Triton's "failed to
+   * load all models"). Explicit mode asks only for its --load-model names.
+   */
+  startFailures(): string[] {
+    const { controlMode, loadModels } = this.#options;
+    const asked = (name: string) =>
+      controlMode !== "explicit" || loadModels.includes("*") || loadModels.includes(name);
+    const failures: string[] = [];
+    for (const entry of [...this.#models.values()].sort((a, b) => a.name.localeCompare(b.name))) {
+      if (entry.versions.size > 0) continue;
+      if (entry.notUnique !== undefined) {
+        if (asked(entry.name)) failures.push(entry.notUnique);
+      } else if (entry.state === "UNAVAILABLE" && entry.reason !== "unloaded") {
+        failures.push(`model '${entry.name}' failed to load: ${entry.reason}`);
+      }
+    }
+    return failures;
   }
 
   /**
@@ -691,7 +719,9 @@ async function openModelVersions(
   );
   checkInstanceCount(prepared, options.maxInstancesPerModel, options.refusals);
   const available =
-    existsSync(source.dir) && statSync(source.dir).isDirectory() ? versionFolders(source.dir) : [];
+    existsSync(source.dir) && statSync(source.dir).isDirectory()
+      ? versionFolders(source.dir, source.ovms !== undefined)
+      : [];
   const versions = selectVersions(available, prepared.settings.versionPolicy);
   if (versions.length === 0) return false;
   for (const version of versions) {

@@ -38,15 +38,24 @@ export interface Discovery {
   readonly problems: string[];
   /** Names found in more than one place, with why: served from none, as Triton does. */
   readonly duplicates: Map<string, string>;
+  /** Every model folder the repositories hold, duplicates included (see `alsoFound`). */
+  readonly inRepositories: readonly ModelSource[];
 }
 
+/**
+ * The models of the Triton repositories and the OVMS config files. `alsoFound` stands for
+ * repositories not read again this time (a look at the config files alone): their models
+ * as last found still count for names found twice.
+ */
 export function discoverModels(
   repositories: readonly string[],
   ovmsSources: readonly ModelSource[] = [],
+  alsoFound: readonly ModelSource[] = [],
 ): Discovery {
   const sources = new Map<string, ModelSource>();
   const problems: string[] = [];
   const places = new Map<string, string[]>();
+  const inRepositories: ModelSource[] = [...alsoFound];
   const add = (source: ModelSource, where: string) => {
     const seen = places.get(source.name);
     if (seen === undefined) {
@@ -71,9 +80,10 @@ export function discoverModels(
       } catch {
         continue;
       }
-      add({ name, dir }, dir);
+      inRepositories.push({ name, dir });
     }
   }
+  for (const source of inRepositories) add(source, source.dir);
   for (const source of ovmsSources) add(source, source.ovms?.file ?? source.dir);
   // Triton serves a name found in two repositories from neither: which copy a client gets
   // must not depend on the order of the flags.
@@ -85,7 +95,7 @@ export function discoverModels(
     duplicates.set(name, why);
     problems.push(why);
   }
-  return { sources, problems, duplicates };
+  return { sources, problems, duplicates, inRepositories };
 }
 
 /**

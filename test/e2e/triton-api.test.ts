@@ -190,6 +190,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "lab
         onnx: identityModel("FP32", [-1, 4]),
         files: { "labels.txt": "cat\ndog\nbird\nfish\n" },
       },
+      flags: { onnx: identityModel("BOOL", [-1, 2]) },
     });
     grpc = new TestClient(server.grpcPort);
   });
@@ -233,5 +234,20 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "lab
       strings.push(raw.subarray(at + 4, at + 4 + raw.readUInt32LE(at)).toString());
     }
     assert.deepEqual(strings, expected);
+  });
+
+  it("an output whose datatype has no classes is refused before the model runs", async () => {
+    const answer = await post(`${server.url}/v2/models/flags/infer`, {
+      inputs: [{ name: "INPUT0", datatype: "BOOL", shape: [1, 2], data: [true, false] }],
+      outputs: [{ name: "OUTPUT0", parameters: { classification: 1 } }],
+    });
+    assert.equal(answer.status, 400, answer.text);
+    assert.deepEqual(JSON.parse(answer.text), {
+      error: "class result not available for output 'OUTPUT0' due to unsupported type 'BOOL'",
+    });
+    const stats = (await (await fetch(`${server.url}/v2/models/flags/stats`)).json()) as {
+      model_stats: { execution_count: number }[];
+    };
+    assert.equal(stats.model_stats[0]?.execution_count, 0);
   });
 });

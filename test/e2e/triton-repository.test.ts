@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { onnxBackend } from "../../src/app/onnx-backend.ts";
@@ -12,6 +12,7 @@ import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
 import { addSubModel } from "../../tools/onnx/test-models.ts";
 import { getJson, postJson } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
+import { waitFor } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import { simpleConfig } from "./support/serving.ts";
 
@@ -182,5 +183,79 @@ describe("strict readiness while a serving model is reloaded", () => {
     const loaded = await load;
     assert.equal(loaded.status, 200, JSON.stringify(loaded.body));
     assert.equal(during, 200, "server ready while the serving version is reloaded");
+  });
+});
+
+describe("names found twice, as they come and go", () => {
+  it("poll mode: a model whose copy appears elsewhere stops serving, and serves again once the copy is gone", async () => {
+    const a = repo({ m: { onnx: plusVersionModel(1) } });
+    const b = repo({});
+    const server = await started(a.path, {
+      modelRepositories: [a.path, b.path],
+      modelControlMode: "poll",
+      repositoryPollSecs: 1,
+    });
+    assert.equal(await status(`${server.url}/v2/models/m/ready`), 200);
+    b.add("m", { onnx: plusVersionModel(2) });
+    await waitFor("the duplicate to stop serving", async () =>
+      (await status(`${server.url}/v2/models/m/ready`)) === 400 ? true : undefined,
+    );
+    rmSync(join(b.path, "m"), { recursive: true });
+    await waitFor("the model to serve again", async () =>
+      (await status(`${server.url}/v2/models/m/ready`)) === 200 ? true : undefined,
+    );
+  });
+
+  it("a name in an OVMS config.json and in a Triton repository is served from neither, config watch or not", async () => {
+    const triton = repo({ m: { onnx: plusVersionModel(1) } });
+    const ovms = repo({ m: { onnx: plusVersionModel(2) } });
+    const config = join(ovms.path, "config.json");
+    writeFileSync(config, JSON.stringify({ model_config_list: [{ config: { name: "m", base_path: "m" } }] }));
+    const server = await started(triton.path, {
+      ovmsConfigs: [config],
+      configPollSecs: 1,
+      exitOnError: false,
+    });
+    assert.equal(await status(`${server.url}/v2/models/m/ready`), 400);
+    // The config watch runs every second: two of its rounds change nothing.
+    await new Promise((resolve) => setTimeout(resolve, 2500));
+    assert.equal(await status(`${server.url}/v2/models/m/ready`), 400);
+  });
+
+  it("explicit mode: a name found twice that nobody asked to load neither stops the start nor, once resolved, readiness", async () => {
+    const a = repo({ simple: SIMPLE, m: { onnx: plusVersionModel(1) } });
+    const b = repo({ m: { onnx: plusVersionModel(2) } });
+    const server = await started(a.path, {
+      modelRepositories: [a.path, b.path],
+      modelControlMode: "explicit",
+      loadModels: ["simple"],
+    });
+    assert.equal(await status(`${server.url}/v2/health/ready`), 200);
+    rmSync(join(b.path, "m"), { recursive: true });
+    // A repository call looks at the repositories again.
+    assert.equal((await postJson(`${server.url}/v2/repository/models/simple/load`, {})).status, 200);
+    assert.equal(await status(`${server.url}/v2/health/ready`), 200);
+    assert.equal((await postJson(`${server.url}/v2/repository/models/m/load`, {})).status, 200);
+    assert.equal(await status(`${server.url}/v2/models/m/ready`), 200);
+  });
+});
+
+describe("poll mode with --repository-poll-secs=0", () => {
+  it("loads the repository once and serves it", async () => {
+    const r = repo({ m: { onnx: plusVersionModel(1) } });
+    const server = await started(r.path, { modelControlMode: "poll", repositoryPollSecs: 0 });
+    assert.equal(await status(`${server.url}/v2/models/m/ready`), 200);
+  });
+});
+
+describe("an OVMS model's zero-padded version folder", () => {
+  it("is the version it spells, as OVMS reads it (00000123 is version 123)", async () => {
+    const r = repo({});
+    mkdirSync(join(r.path, "m", "00000123"), { recursive: true });
+    writeFileSync(join(r.path, "m", "00000123", "model.onnx"), plusVersionModel(2));
+    const config = join(r.path, "config.json");
+    writeFileSync(config, JSON.stringify({ model_config_list: [{ config: { name: "m", base_path: "m" } }] }));
+    const server = await started(r.path, { modelRepositories: [], ovmsConfigs: [config] });
+    assert.equal(await status(`${server.url}/v1/models/m/versions/123`), 200);
   });
 });

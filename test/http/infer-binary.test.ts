@@ -1,7 +1,12 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type { DataType } from "../../src/core/datatype.ts";
+import type { ServedModel } from "../../src/core/model.ts";
 import type { BytesElements, NumericTensor } from "../../src/core/tensor.ts";
+import {
+  decodeInferRequest,
+  isBinaryOutput,
+} from "../../src/frontends/common/kserve/infer-request-decoder.ts";
 import { encodeRawTensor } from "../../src/frontends/common/raw-tensor.ts";
 import {
   binaryRequest,
@@ -315,5 +320,27 @@ describe("the raw-body form (Inference-Header-Content-Length: 0)", () => {
       assert.equal(response.status, 400, model);
       assert.deepEqual(bodyJson(response), { error: message });
     }
+  });
+});
+
+describe("binary outputs where the frontend's default is binary (WebSocket binary frames, SageMaker)", () => {
+  const model = {
+    name: "m",
+    version: "1",
+    config: { name: "m", maxBatchSize: 0, inputs: [], outputs: [] },
+    inputs: [],
+    outputs: [{ name: "OUTPUT0", datatype: "INT32", shape: [1] }],
+  } as unknown as ServedModel;
+  const decodedWith = (parameters: Record<string, unknown>) =>
+    decodeInferRequest(
+      Buffer.from(JSON.stringify({ inputs: [], outputs: [{ name: "OUTPUT0" }], parameters })),
+      undefined,
+      model,
+      { binaryOutputByDefault: true },
+    ).encoding;
+
+  it("a request's binary_data_output applies to the outputs it lists; without it, the frontend's default does", () => {
+    assert.equal(isBinaryOutput(decodedWith({ binary_data_output: false }), "OUTPUT0"), false);
+    assert.equal(isBinaryOutput(decodedWith({}), "OUTPUT0"), true);
   });
 });

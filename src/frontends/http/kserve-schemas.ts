@@ -145,6 +145,8 @@ const MODEL_STATISTICS: JsonSchema = {
               },
             },
           },
+          response_stats: { type: "object", description: "Per-response statistics: none are kept" },
+          memory_usage: { type: "array", items: { type: "object" }, description: "Not measured: empty" },
         },
         required: ["name", "version", "inference_count", "execution_count", "inference_stats", "batch_stats"],
       },

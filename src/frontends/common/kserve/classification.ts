@@ -46,6 +46,22 @@ export interface Classification {
   readonly counts: ReadonlyMap<string, number>;
 }
 
+/**
+ * Refuses, before the model runs, classes of an output whose declared datatype has none
+ * (a sequence's step must not be applied for an answer that cannot be given).
+ */
+export function checkClassifiable(model: ServedModel, counts: ReadonlyMap<string, number> | undefined): void {
+  if (counts === undefined) return;
+  for (const output of model.outputs) {
+    if (counts.has(output.name) && !CLASSIFIABLE.has(output.datatype))
+      unclassifiable(output.name, output.datatype);
+  }
+}
+
+function unclassifiable(name: string, datatype: string): never {
+  throw invalidArg(`class result not available for output '${name}' due to unsupported type '${datatype}'`);
+}
+
 /** The outputs named in `classification` replaced by their top-k classes. */
 export function classifyOutputs(
   response: InferResponse,
@@ -63,11 +79,7 @@ export function classifyOutputs(
 }
 
 function classify(model: ServedModel, output: NamedTensor, k: number): NamedTensor {
-  if (!CLASSIFIABLE.has(output.datatype)) {
-    throw invalidArg(
-      `class result not available for output '${output.name}' due to unsupported type '${output.datatype}'`,
-    );
-  }
+  if (!CLASSIFIABLE.has(output.datatype)) unclassifiable(output.name, output.datatype);
   const values = (output as NumericTensor).data;
   const batched = model.config.maxBatchSize > 0 && output.shape.length > 0;
   const batch = batched ? output.shape[0]! : 1;
@@ -79,14 +91,7 @@ function classify(model: ServedModel, output: NamedTensor, k: number): NamedTens
   const data: Uint8Array[] = [];
   for (let entry = 0; entry < batch; entry++) {
     const offset = entry * perEntry;
-    // Largest first; equal values by index (a stable order where C++'s sort promises none).
-    const order = Array.from({ length: perEntry }, (_, i) => i).sort((a, b) => {
-      const x = values[offset + a]!;
-      const y = values[offset + b]!;
-      return x > y ? -1 : x < y ? 1 : a - b;
-    });
-    for (let rank = 0; rank < classes; rank++) {
-      const index = order[rank]!;
+    for (const index of topIndices(values, offset, perEntry, classes)) {
       let text = `${formatValue(values[offset + index]!, output.datatype)}:${index}`;
       const label = labels?.[index];
       if (label !== undefined) text += `:${label}`;
@@ -111,4 +116,47 @@ function formatValue(value: number | bigint, datatype: string): string {
     if (Number(towardZero.at(-1)) % 2 === 0) return value < 0 ? `-${towardZero}` : towardZero;
   }
   return value.toFixed(6);
+}
+
+/**
+ * The indices of the `k` largest of `count` values from `offset`, largest first; equal
+ * values by index (a stable order where C++'s sort promises none). A heap of k: a request
+ * for a few classes of a million values does not sort them all on the main thread.
+ */
+function topIndices(values: ArrayLike<number | bigint>, offset: number, count: number, k: number): number[] {
+  // `before(a, b)`: a ranks ahead of b.
+  const before = (a: number, b: number): boolean => {
+    const x = values[offset + a]!;
+    const y = values[offset + b]!;
+    return x > y || (x === y && a < b);
+  };
+  // A min-heap by rank: its root is the weakest of the best k so far.
+  const heap: number[] = [];
+  const down = (at: number): void => {
+    for (;;) {
+      const left = 2 * at + 1;
+      const right = left + 1;
+      let weakest = at;
+      if (left < heap.length && before(heap[weakest]!, heap[left]!)) weakest = left;
+      if (right < heap.length && before(heap[weakest]!, heap[right]!)) weakest = right;
+      if (weakest === at) return;
+      [heap[at], heap[weakest]] = [heap[weakest]!, heap[at]!];
+      at = weakest;
+    }
+  };
+  for (let i = 0; i < count; i++) {
+    if (heap.length < k) {
+      heap.push(i);
+      for (let at = heap.length - 1; at > 0; ) {
+        const parent = (at - 1) >> 1;
+        if (!before(heap[parent]!, heap[at]!)) break;
+        [heap[at], heap[parent]] = [heap[parent]!, heap[at]!];
+        at = parent;
+      }
+    } else if (k > 0 && before(i, heap[0]!)) {
+      heap[0] = i;
+      down(0);
+    }
+  }
+  return heap.sort((a, b) => (before(a, b) ? -1 : 1));
 }

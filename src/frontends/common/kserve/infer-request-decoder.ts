@@ -9,7 +9,7 @@ import { jsonPreview } from "../json-preview.ts";
 import { elementSourceTexts, exactInteger, longNumberTokens, memberSourceText } from "../json-source-text.ts";
 import { decodeRawTensor } from "../raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
-import { type Classification, classificationCount } from "./classification.ts";
+import { type Classification, checkClassifiable, classificationCount } from "./classification.ts";
 import { decodeJsonTensor } from "./json-tensor.ts";
 import { refuseUnsupportedExtensions } from "./unsupported-extensions.ts";
 
@@ -335,16 +335,24 @@ export function decodeInferJson(
   const binary = headerLength === undefined ? undefined : new BinaryInputs(body, headerLength, model.name);
   const inputs = readInputs(json.inputs, model.name, binary, text);
   const outputs = readOutputs(json.outputs);
-  // As Triton reads it: `binary_data_output` chooses for the outputs a request does not
-  // list (it lists none: all come back); a listed output is binary only if it says so.
+  // As Triton's HTTP reads it: `binary_data_output` chooses for the outputs a request does
+  // not list (it lists none: all come back); a listed output is binary only if it says so.
+  // A frontend with a default of its own (WebSocket binary frames, SageMaker) lets the
+  // request's choice apply to every output.
+  const own = options.binaryOutputByDefault;
   const encoding: OutputEncoding = {
     binaryByDefault:
-      (outputs.names === undefined ? binaryOutput : undefined) ?? options.binaryOutputByDefault ?? false,
+      own === undefined
+        ? outputs.names === undefined
+          ? (binaryOutput ?? false)
+          : false
+        : (binaryOutput ?? own),
     binary: outputs.binary,
     ...(outputs.classification === undefined
       ? {}
       : { classification: { model, counts: outputs.classification } }),
   };
+  checkClassifiable(model, outputs.classification);
   checkJsonOutputs(model, outputs.names, encoding);
   const request: InferRequest = {
     id: json.id ?? "",
