@@ -12,12 +12,19 @@ import { DEFAULT_SERVER_OPTIONS } from "../../src/config/server-options.ts";
 import type { ModelBackend } from "../../src/core/backend.ts";
 import { unavailable } from "../../src/core/errors.ts";
 import { silentLogger } from "../../src/observability/logger.ts";
-import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
 import { addSubModel, identityModel } from "../../tools/onnx/test-models.ts";
 import { getJson, type HttpAnswer, infer, outputData, postJson } from "../support/http-client.ts";
 import { tempRepository } from "../support/model-repository.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
-import { errorOf, rowsOf, simpleConfig, simpleInputs, sum, waitUntil } from "./support/serving.ts";
+import {
+  errorOf,
+  plusVersionModel,
+  rowsOf,
+  simpleConfig,
+  simpleInputs,
+  sum,
+  waitUntil,
+} from "./support/serving.ts";
 
 // The model repository's lifecycle through the real server: version policies, models that
 // fail to load, explicit model control (index, load with a config override, unload) and
@@ -35,16 +42,6 @@ const index = async (url: string, body: unknown = {}): Promise<IndexEntry[]> => 
   assert.equal(answer.status, 200, JSON.stringify(answer.body));
   return answer.body as unknown as IndexEntry[];
 };
-
-/** Version `v` of a model that adds `v`: OUTPUT0 = INPUT0 + v (INT32 [-1, 1]), so an answer names its version. */
-function plusVersionModel(v: number): Uint8Array {
-  return new OnnxModelBuilder({ opset: 17 })
-    .input("INPUT0", "INT32", [-1, 1])
-    .output("OUTPUT0", "INT32", [-1, 1])
-    .initializer("v", "INT32", [1], new Int32Array([v]))
-    .node("Add", ["INPUT0", "v"], ["OUTPUT0"])
-    .toBytes();
-}
 
 const THREE_VERSIONS = { 1: plusVersionModel(1), 2: plusVersionModel(2), 3: plusVersionModel(3) };
 const input = (v: number) => [{ name: "INPUT0", datatype: "INT32", shape: [1, 1], data: [v] }];

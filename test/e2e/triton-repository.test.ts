@@ -8,28 +8,21 @@ import { DEFAULT_BACKEND_SETTINGS } from "../../src/config/backend-config.ts";
 import { DEFAULT_SERVER_OPTIONS } from "../../src/config/server-options.ts";
 import type { ModelBackend } from "../../src/core/backend.ts";
 import { silentLogger } from "../../src/observability/logger.ts";
-import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
 import { addSubModel } from "../../tools/onnx/test-models.ts";
 import { getJson, postJson } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
 import { waitFor } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
-import { simpleConfig } from "./support/serving.ts";
+import { plusVersionModel, simpleConfig } from "./support/serving.ts";
 
 // A Triton user's repository and launch line, where they reach past the common case: a
-// model name in two repositories, a --load-model name the repositories lack, readiness
-// after a failed load and during a reload, version folders with a leading zero, and an
-// ONNX model stored as a folder with its external data. Each as Triton's model repository
-// manager and ONNX Runtime backend treat it.
+// model name in two repositories (also as copies come and go, and between an OVMS config
+// and a Triton repository), a --load-model name the repositories lack, readiness after a
+// failed load and during a reload, version folders with a leading zero (and OVMS's
+// zero-padded ones), an ONNX model stored as a folder with its external data, and poll
+// mode without polls. Each as Triton's model repository manager and ONNX Runtime backend
+// treat it, or OVMS where it is OVMS's.
 
-function plusVersionModel(v: number): Uint8Array {
-  return new OnnxModelBuilder({ opset: 17 })
-    .input("INPUT0", "INT32", [-1, 1])
-    .output("OUTPUT0", "INT32", [-1, 1])
-    .initializer("v", "INT32", [1], new Int32Array([v]))
-    .node("Add", ["INPUT0", "v"], ["OUTPUT0"])
-    .toBytes();
-}
 const status = async (url: string): Promise<number> => (await fetch(url)).status;
 const SIMPLE = { config: simpleConfig("simple"), onnx: addSubModel("INT32", [-1, 16]) };
 const CORRUPT = { onnx: new TextEncoder().encode("this is not an ONNX model") };

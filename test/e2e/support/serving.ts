@@ -1,3 +1,4 @@
+import { OnnxModelBuilder } from "../../../tools/onnx/onnx-model-builder.ts";
 import type { JsonInput } from "../../support/http-client.ts";
 
 // Shared pieces of the serving end-to-end suites: Triton's "simple" model configuration,
@@ -91,4 +92,14 @@ export async function waitUntil(
     if (Date.now() > deadline) throw new Error(`gave up waiting: ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
+}
+
+/** Version `v` of a model that adds `v`: OUTPUT0 = INPUT0 + v (INT32 [-1, 1]), so an answer names its version. */
+export function plusVersionModel(v: number): Uint8Array {
+  return new OnnxModelBuilder({ opset: 17 })
+    .input("INPUT0", "INT32", [-1, 1])
+    .output("OUTPUT0", "INT32", [-1, 1])
+    .initializer("v", "INT32", [1], new Int32Array([v]))
+    .node("Add", ["INPUT0", "v"], ["OUTPUT0"])
+    .toBytes();
 }
