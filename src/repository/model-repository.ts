@@ -659,16 +659,16 @@ function refuseStatefulSwitch(
   );
 }
 
-/**
- * A transition only orders loads and unloads: its failure belongs to the caller, who gets
- * `work` itself. Chaining on the rejecting promise itself made a second, unobserved
- * rejection that ended the process (e.g. a model file ONNX Runtime cannot parse).
- */
 /** Triton's answer to a load of a model no repository has. */
 function notInRepository(name: string): ServerError {
   return new ServerError("INTERNAL", `failed to load '${name}', failed to poll from model repository`);
 }
 
+/**
+ * A transition only orders loads and unloads: its failure belongs to the caller, who gets
+ * `work` itself. Chaining on the rejecting promise itself made a second, unobserved
+ * rejection that ended the process (e.g. a model file ONNX Runtime cannot parse).
+ */
 function settled(work: Promise<void>): Promise<void> {
   return work.then(
     () => {},
