@@ -23,7 +23,7 @@ const CLASSIFIABLE = new Set([
   "FP64",
 ]);
 
-/** Triton's bound on the values one classification sorts. */
+/** Triton's bound on the values one classification looks at. */
 const MAX_CLASSIFIED_VALUES = 1_000_000;
 
 /**
