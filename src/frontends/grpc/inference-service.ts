@@ -4,7 +4,7 @@ import type { InferResponse, SequenceId } from "../../core/infer.ts";
 import type { ModelMetadata, ServerContext, TensorMetadata } from "../../core/model.ts";
 import type { Refusals } from "../../core/refusals.ts";
 import type { Logger } from "../../observability/logger.ts";
-import { checkClassifiable, classifyOutputs } from "../common/kserve/classification.ts";
+import { classificationFor, classifyOutputs } from "../common/kserve/classification.ts";
 import { logSettingsChange, logSettingsWire } from "../common/kserve/log-settings-wire.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
 import { routedSequenceId, SEQUENCE_ID_METADATA, withRoutedSequenceId } from "../common/sequence-routing.ts";
@@ -145,8 +145,7 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
       const [tracestate] = call.metadata.get("tracestate");
       const model = registry.model(decoded.modelName, decoded.modelVersion);
       const routed = routedSequenceId(call.metadata.get(SEQUENCE_ID_METADATA)[0]?.toString());
-      checkClassifiable(model, decoded.classification);
-      const classification = decoded.classification && { model, counts: decoded.classification };
+      const classification = classificationFor(model, decoded.classification);
       const answer = model.infer(
         withTraceContext(withRoutedSequenceId(decoded.request, routed, model), traceparent, tracestate),
       );

@@ -10,7 +10,7 @@ import { Deque } from "../../core/scheduler/request-queue.ts";
 import { timerDelay } from "../../core/timer-delay.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { cutToBytes } from "../common/cut-text.ts";
-import { type Classification, checkClassifiable, classifyOutputs } from "../common/kserve/classification.ts";
+import { type Classification, classificationFor, classifyOutputs } from "../common/kserve/classification.ts";
 import { relayResponses, type WaitingResponses } from "../common/kserve/decoupled-responses.ts";
 import type { ConnectionBudget } from "../common/response-budget.ts";
 import { withRoutedSequenceId } from "../common/sequence-routing.ts";
@@ -216,8 +216,7 @@ export class StreamInferSession {
     try {
       const decoded = decodeInferRequest(message, this.#controller.signal, this.#principal);
       model = this.#registry.model(decoded.modelName, decoded.modelVersion);
-      checkClassifiable(model, decoded.classification);
-      const classification = decoded.classification && { model, counts: decoded.classification };
+      const classification = classificationFor(model, decoded.classification);
       request = withTraceContext(
         withRoutedSequenceId(decoded.request, this.#routedId, model),
         this.#traceparent,

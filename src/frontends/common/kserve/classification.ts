@@ -1,3 +1,4 @@
+import { DATATYPES } from "../../../core/datatype.ts";
 import { invalidArg } from "../../../core/errors.ts";
 import type { InferResponse, NamedTensor } from "../../../core/infer.ts";
 import type { ServedModel } from "../../../core/model.ts";
@@ -9,19 +10,10 @@ import type { NumericTensor } from "../../../core/tensor.ts";
 // C++'s std::to_string prints them: integers as they are, floating point with six
 // decimals. Shape [batch, k] for a batching model, else [k] (k at most the values there are).
 
-/** The datatypes Triton classifies; any other output is refused. */
-const CLASSIFIABLE = new Set([
-  "UINT8",
-  "UINT16",
-  "UINT32",
-  "UINT64",
-  "INT8",
-  "INT16",
-  "INT32",
-  "INT64",
-  "FP32",
-  "FP64",
-]);
+/** The datatypes Triton classifies: the integers, FP32 and FP64; any other output is refused. */
+const CLASSIFIABLE: ReadonlySet<string> = new Set(
+  DATATYPES.filter((type) => !["BOOL", "FP16", "BF16", "BYTES"].includes(type)),
+);
 
 /** Triton's bound on the values one classification looks at. */
 const MAX_CLASSIFIED_VALUES = 1_000_000;
@@ -47,15 +39,20 @@ export interface Classification {
 }
 
 /**
- * Refuses, before the model runs, classes of an output whose declared datatype has none
- * (a sequence's step must not be applied for an answer that cannot be given).
+ * The classes a request to `model` asks for (undefined: none). Refuses, before the model
+ * runs, classes of an output whose declared datatype has none: a sequence's step must not
+ * be applied for an answer that cannot be given.
  */
-export function checkClassifiable(model: ServedModel, counts: ReadonlyMap<string, number> | undefined): void {
-  if (counts === undefined) return;
+export function classificationFor(
+  model: ServedModel,
+  counts: ReadonlyMap<string, number> | undefined,
+): Classification | undefined {
+  if (counts === undefined) return undefined;
   for (const output of model.outputs) {
     if (counts.has(output.name) && !CLASSIFIABLE.has(output.datatype))
       unclassifiable(output.name, output.datatype);
   }
+  return { model, counts };
 }
 
 function unclassifiable(name: string, datatype: string): never {

@@ -9,7 +9,7 @@ import { jsonPreview } from "../json-preview.ts";
 import { elementSourceTexts, exactInteger, longNumberTokens, memberSourceText } from "../json-source-text.ts";
 import { decodeRawTensor } from "../raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
-import { type Classification, checkClassifiable, classificationCount } from "./classification.ts";
+import { type Classification, classificationCount, classificationFor } from "./classification.ts";
 import { decodeJsonTensor } from "./json-tensor.ts";
 import { refuseUnsupportedExtensions } from "./unsupported-extensions.ts";
 
@@ -348,11 +348,8 @@ export function decodeInferJson(
           : false
         : (binaryOutput ?? own),
     binary: outputs.binary,
-    ...(outputs.classification === undefined
-      ? {}
-      : { classification: { model, counts: outputs.classification } }),
+    classification: classificationFor(model, outputs.classification),
   };
-  checkClassifiable(model, outputs.classification);
   checkJsonOutputs(model, outputs.names, encoding);
   const request: InferRequest = {
     id: json.id ?? "",
