@@ -69,11 +69,6 @@ export interface StartOptions {
 }
 
 /** The models that failed to load, as a message; undefined when none did. */
-function loadFailures(repository: ModelRepository): string | undefined {
-  const failed = repository.startFailures();
-  return failed.length === 0 ? undefined : failed.join("; ");
-}
-
 /**
  * Starts seqserve: loads the models, then opens the endpoints the options ask for. The
  * options are the command line's (ServerOptions), each optional; what is left out takes
@@ -170,11 +165,11 @@ export async function startServer(
   }
   calls.attach(repository);
   // As Triton's --exit-on-error: a model that failed to load stops the start.
-  const failures = options.exitOnError ? loadFailures(repository) : undefined;
-  if (failures !== undefined) {
+  const failures = options.exitOnError ? repository.startFailures() : [];
+  if (failures.length > 0) {
     await repository.shutdown(Date.now());
     await release();
-    throw new Error(`${failures} (--exit-on-error=false serves the other models)`);
+    throw new Error(`${failures.join("; ")} (--exit-on-error=false serves the other models)`);
   }
   metrics?.watchModels(repository);
   const metadata: ServerMetadata = {

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { accumulatorModel, growingStateModel } from "../../tools/onnx/sequence-models.ts";
+import { accumulatorModel, growingStateConfig, growingStateModel } from "../../tools/onnx/sequence-models.ts";
 import { infer, type JsonInput, outputData } from "../support/http-client.ts";
 import {
   ACCUMULATOR_CONTROLS,
@@ -39,20 +39,7 @@ sequence_batching {
 }
 `;
 
-const GROWING_CONFIG = `
-name: "growing"
-backend: "onnxruntime"
-max_batch_size: 4
-input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [
-  { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] },
-  { name: "LENGTH" data_type: TYPE_INT64 dims: [ 1 ] }
-]
-sequence_batching {
-  ${direct(0.5)}
-  state [ { input_name: "CACHE" output_name: "CACHE_OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
-}
-`;
+const GROWING_CONFIG = growingStateConfig(direct(0.5));
 
 let server: TestServer;
 before(async () => {

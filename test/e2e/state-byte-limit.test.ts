@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { growingStateModel } from "../../tools/onnx/sequence-models.ts";
+import { growingStateConfig, growingStateModel } from "../../tools/onnx/sequence-models.ts";
 import { infer, outputData } from "../support/http-client.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
@@ -9,21 +9,10 @@ import { startTestServer, type TestServer } from "../support/test-server.ts";
 // pass it fails with 429 naming the limit, and the sequence goes on from its state as it
 // was.
 
-const GROWING = `
-name: "growing"
-backend: "onnxruntime"
-max_batch_size: 4
-input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [
-  { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] },
-  { name: "LENGTH" data_type: TYPE_INT64 dims: [ 1 ] }
-]
-sequence_batching {
-  max_sequence_idle_microseconds: 60000000
-  state [ { input_name: "CACHE" output_name: "CACHE_OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
-}
-parameters [ { key: "sequence_state_max_bytes" value: { string_value: "16" } } ]
-`;
+const GROWING = growingStateConfig(
+  "max_sequence_idle_microseconds: 60000000",
+  'parameters [ { key: "sequence_state_max_bytes" value: { string_value: "16" } } ]',
+);
 
 describe("sequence_state_max_bytes", () => {
   let server: TestServer;

@@ -104,6 +104,27 @@ export function controlEchoModel(flagType: DataType, corridType: DataType): Uint
 }
 
 /**
+ * A config.pbtxt for growingStateModel(), named "growing": `batching` is the body of its
+ * sequence_batching section besides the state (a strategy, timeouts); `extra` follows it.
+ */
+export function growingStateConfig(batching: string, extra = ""): string {
+  return `
+name: "growing"
+backend: "onnxruntime"
+max_batch_size: 4
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [
+  { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] },
+  { name: "LENGTH" data_type: TYPE_INT64 dims: [ 1 ] }
+]
+sequence_batching {
+  ${batching}
+  state [ { input_name: "CACHE" output_name: "CACHE_OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+}
+${extra}`;
+}
+
+/**
  * A state that grows by one column per step, like a decoder's KV cache:
  * CACHE_OUT = concat(CACHE, INPUT) along axis 1; OUTPUT = the sum of CACHE_OUT's row and
  * LENGTH = its column count. INPUT FP32 [batch, 1]; CACHE FP32 [batch, steps].
