@@ -43,6 +43,8 @@ const EXTENSIONS = [
   "model_configuration",
   "schedule_policy",
   "parameters",
+  "trace",
+  "logging",
 ];
 
 export interface RunningServer {
@@ -117,15 +119,14 @@ export async function startServer(
           bufferedResponsePeakBytes: () => budgets.peakBytes,
         });
   const tracing = await createTracing(options.tracing, SEQSERVE_VERSION, start.traceExporter);
-  const observers = [metrics?.observeRequests, tracing?.observeRequests].filter(
-    (factory): factory is ObserverFactory => factory !== undefined,
-  );
+  const observers: ObserverFactory[] = [(model, version) => tracing.observeRequests(model, version)];
+  if (metrics !== undefined) observers.unshift(metrics.observeRequests);
   let repository: ModelRepository;
   let sequenceTier: SequenceTier | undefined;
   /** Everything started before the endpoints: released on a failed start and at stop. */
   const release = async (): Promise<void> => {
     metrics?.close();
-    await tracing?.close().catch((error: unknown) => logger.warn({ err: error }, "flushing traces failed"));
+    await tracing.close().catch((error: unknown) => logger.warn({ err: error }, "flushing traces failed"));
     await sequenceTier?.close();
   };
   try {
@@ -184,6 +185,7 @@ export async function startServer(
     // Triton's --strict-readiness: every model ready, or (false) the server running.
     isReady: () => !stopping && (!options.strictReadiness || repository.allReady()),
     logging: logSettingsControl(logger, options.logFile, options.logFormat),
+    tracing,
   };
   const httpAddress = options.httpAddress ?? options.host;
   const grpcAddress = options.grpcAddress ?? options.host;

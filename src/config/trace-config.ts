@@ -215,9 +215,3 @@ export function readTraceConfig(
   }
   return { settings: Object.freeze(settings), notices };
 }
-
-/** Whether the settings trace anything at all. */
-export function tracingOn(settings: TraceSettings): boolean {
-  if (!settings.timestamps && !settings.tensors) return false;
-  return settings.mode === "opentelemetry" || settings.file !== undefined;
-}

@@ -3,6 +3,7 @@ import type { InferRequest, InferResponse, SequenceId } from "./infer.ts";
 import type { ModelConfig } from "./model-config.ts";
 import type { InferResponseStream } from "./response-stream.ts";
 import type { ModelStatisticsSnapshot } from "./statistics.ts";
+import type { TraceSettingsControl } from "./trace-settings.ts";
 
 // The interfaces the frontends program against. The repository implements
 // ModelRegistry; each loaded model version is a ServedModel.
@@ -207,6 +208,8 @@ export interface ServerContext {
   isReady(): boolean;
   /** The log settings clients may read and change (Triton's logging extension). */
   readonly logging?: LogSettingsControl;
+  /** The trace settings clients may read and change (Triton's trace extension). */
+  readonly tracing?: TraceSettingsControl;
 }
 
 /** The server's log settings, as Triton's logging extension shows them. */

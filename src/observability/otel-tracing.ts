@@ -15,18 +15,19 @@ import { resourceFromAttributes } from "@opentelemetry/resources";
 import { BasicTracerProvider, BatchSpanProcessor, type SpanExporter } from "@opentelemetry/sdk-trace-base";
 import type { TraceSettings } from "../config/trace-config.ts";
 import type { TraceCarrier } from "../core/infer.ts";
-import type { RequestObserver, RequestRecord } from "../core/scheduler/request-observer.ts";
+import type { RequestRecord } from "../core/scheduler/request-observer.ts";
 import { formatSequenceId } from "../core/sequence/sequence-parameters.ts";
 import { requestTimeline } from "./request-timeline.ts";
-import type { TraceSampler } from "./trace-sampler.ts";
+import type { TraceSink } from "./trace-manager.ts";
 
 // Requests as OpenTelemetry spans, exported over OTLP/HTTP as Triton's opentelemetry mode
 // does (Jaeger, Tempo and the OpenTelemetry Collector take them). A traced request is one
 // span, "InferRequest", with Triton's timestamp events and attributes, the sequence id,
 // and child spans for its time in the queue and in its batch, the batch's model
 // execution ("compute") inside it. The spans are made when the request is answered, from
-// the times its record carries (request-timeline.ts), so a request that is not traced costs nothing more than
-// the sampler's counter. A request that carries a W3C trace context joins that trace.
+// the times its record carries (request-timeline.ts), so a request that is not traced
+// costs nothing more than the sampler's counter (trace-setting.ts). A request that
+// carries a W3C trace context joins that trace.
 
 const ORIGIN_SECONDS = Math.floor(performance.timeOrigin / 1000);
 const ORIGIN_NS = Math.round((performance.timeOrigin % 1000) * 1e6);
@@ -46,18 +47,12 @@ const carrierGetter: TextMapGetter<TraceCarrier> = {
   get: (carrier, key) => (key === "traceparent" || key === "tracestate" ? carrier[key] : undefined),
 };
 
-export interface OtelTracing {
-  observeRequests(model: string, version: string): RequestObserver;
-  /** Sends what is buffered and stops the exporter. */
-  close(): Promise<void>;
-}
-
+/** Spans of the requests a setting picks; the spans carry timestamps only, as in Triton. */
 export function otelTracing(
   settings: TraceSettings,
-  sampler: TraceSampler,
   serverVersion: string,
   exporter: SpanExporter = new OTLPTraceExporter({ url: settings.url }),
-): OtelTracing {
+): TraceSink {
   const provider = new BasicTracerProvider({
     resource: resourceFromAttributes({ "service.version": serverVersion, ...settings.resource }),
     spanProcessors: [
@@ -71,18 +66,14 @@ export function otelTracing(
   const tracer = provider.getTracer("seqserve", serverVersion);
   const propagator = new W3CTraceContextPropagator();
   return {
-    observeRequests(model, version) {
-      return {
-        requestDone(record: RequestRecord): void {
-          if (!sampler.pick(record.request.trace !== undefined)) return;
-          const parent =
-            record.request.trace === undefined
-              ? ROOT_CONTEXT
-              : propagator.extract(ROOT_CONTEXT, record.request.trace, carrierGetter);
-          requestSpans(tracer, parent, model, version, record);
-        },
-      };
+    record(_setting, model, version, record: RequestRecord): void {
+      const parent =
+        record.request.trace === undefined
+          ? ROOT_CONTEXT
+          : propagator.extract(ROOT_CONTEXT, record.request.trace, carrierGetter);
+      requestSpans(tracer, parent, model, version, record);
     },
+    retire(): void {},
     close: () => provider.shutdown(),
   };
 }

@@ -1,37 +1,28 @@
 import type { SpanExporter } from "@opentelemetry/sdk-trace-base";
-import { type TraceSettings, tracingOn } from "../config/trace-config.ts";
-import type { ObserverFactory } from "./request-observers.ts";
-import { TraceSampler } from "./trace-sampler.ts";
+import type { TraceSettings } from "../config/trace-config.ts";
+import { TraceManager } from "./trace-manager.ts";
 import { tritonTraceFile } from "./triton-trace-file.ts";
 
-// Request tracing as the settings ask: OpenTelemetry spans (mode opentelemetry), or
-// Triton's JSON trace file (mode triton with a file), or nothing.
-
-export interface RequestTracing {
-  readonly observeRequests: ObserverFactory;
-  /** Sends or writes what is buffered. */
-  close(): Promise<void>;
-}
+// Request tracing as the launch settings ask, changeable while the server runs (Triton's
+// trace extension): OpenTelemetry spans (mode opentelemetry), or Triton's JSON trace
+// file (mode triton, when a file is given).
 
 /**
- * undefined when nothing is traced. `exporter` replaces the OTLP exporter (and means mode
- * opentelemetry). OpenTelemetry's packages are loaded only when it traces: a server that
- * does not trace does not hold them in memory.
+ * The server's trace manager. `exporter` replaces the OTLP exporter (and means mode
+ * opentelemetry). OpenTelemetry's packages are loaded only once a setting traces: a
+ * server that does not trace does not hold them in memory.
  */
-export async function createTracing(
+export function createTracing(
   settings: TraceSettings,
   serverVersion: string,
   exporter?: SpanExporter,
-): Promise<RequestTracing | undefined> {
+): Promise<TraceManager> {
   const mode = exporter === undefined ? settings.mode : "opentelemetry";
-  if (!tracingOn({ ...settings, mode })) return undefined;
-  const sampler = new TraceSampler(settings);
-  const tracing =
-    mode === "opentelemetry"
-      ? (await import("./otel-tracing.ts")).otelTracing(settings, sampler, serverVersion, exporter)
-      : tritonTraceFile(settings, sampler);
-  return {
-    observeRequests: (model, version) => tracing.observeRequests(model, version),
-    close: () => tracing.close(),
-  };
+  const file = settings.file;
+  return TraceManager.create(settings, mode, async () => {
+    if (mode === "opentelemetry") {
+      return (await import("./otel-tracing.ts")).otelTracing(settings, serverVersion, exporter);
+    }
+    return file === undefined ? undefined : tritonTraceFile(file);
+  });
 }

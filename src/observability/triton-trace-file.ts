@@ -1,23 +1,22 @@
 import { createWriteStream, mkdirSync, type WriteStream } from "node:fs";
 import { dirname } from "node:path";
-import type { TraceSettings } from "../config/trace-config.ts";
-import type { RequestObserver, RequestRecord } from "../core/scheduler/request-observer.ts";
+import type { RequestRecord } from "../core/scheduler/request-observer.ts";
 import type { Tensor } from "../core/tensor.ts";
 import { requestTimeline } from "./request-timeline.ts";
-import type { TraceSampler } from "./trace-sampler.ts";
+import type { TraceSink } from "./trace-manager.ts";
+import type { TraceSetting } from "./trace-setting.ts";
 
-// Triton's own trace output (`--trace-config triton,file=<path>`): a JSON array with, per
+// Triton's own trace output (`--trace-config triton,file=<path>`): JSON arrays with, per
 // traced request, an entry naming the model and the request, one entry per timestamp
-// (level TIMESTAMPS), and one per input and output tensor (level TENSORS). Entries are
-// streamed to the file as requests are traced, so memory does not grow with the trace;
-// with `log-frequency` N, every N traces close `<file>.<i>` and start the next, as Triton
-// does. Timestamps are nanoseconds of a monotonic clock, as Triton's steady clock.
-
-export interface TritonTraceFile {
-  observeRequests(model: string, version: string): RequestObserver;
-  /** Closes the array and the file. */
-  close(): Promise<void>;
-}
+// (level TIMESTAMPS), and one per input and output tensor (level TENSORS). Timestamps are
+// nanoseconds of a monotonic clock, as Triton's steady clock.
+//
+// Which file, as Triton decides: a setting with a log frequency N writes `<file>.<i>`,
+// closing it after N traces and going on in the next index; a setting with a count
+// writes `<file>.<i>` too, closed when the count runs out; other settings write `<file>`.
+// Indexes are shared by every setting, from 0. A setting replaced while the server runs
+// closes its open file. Entries are streamed as requests are traced (Triton keeps them in
+// memory until it writes a file), so memory does not grow with the trace.
 
 function tensorText(tensor: Tensor): string {
   const data = tensor.data as ArrayLike<unknown>;
@@ -26,89 +25,112 @@ function tensorText(tensor: Tensor): string {
   return parts.join(",");
 }
 
-export function tritonTraceFile(settings: TraceSettings, sampler: TraceSampler): TritonTraceFile {
-  const path = settings.file!;
-  mkdirSync(dirname(path), { recursive: true });
-  let stream: WriteStream | undefined;
-  let part = 0;
-  let tracesInPart = 0;
-  let nextId = 1;
-  let first = true;
+/** One JSON array being written. */
+class TraceArray {
+  readonly #stream: WriteStream;
+  #first = true;
+  traces = 0;
 
-  const open = (): WriteStream => {
-    if (stream === undefined) {
-      stream = createWriteStream(settings.logFrequency > 0 ? `${path}.${part}` : path);
-      stream.write("[");
-      first = true;
+  constructor(path: string) {
+    this.#stream = createWriteStream(path);
+    this.#stream.write("[");
+  }
+
+  write(entry: unknown): void {
+    this.#stream.write(`${this.#first ? "\n" : ",\n"}${JSON.stringify(entry)}`);
+    this.#first = false;
+  }
+
+  end(): Promise<void> {
+    return new Promise((resolve) => this.#stream.end("\n]\n", () => resolve()));
+  }
+}
+
+export function tritonTraceFile(path: string): TraceSink {
+  mkdirSync(dirname(path), { recursive: true });
+  let main: TraceArray | undefined;
+  const parts = new Map<TraceSetting, TraceArray>();
+  /** Files being closed, for close() to wait on. */
+  const ending = new Set<Promise<void>>();
+  let nextIndex = 0;
+  let nextId = 1;
+
+  const arrayFor = (setting: TraceSetting): TraceArray => {
+    if (setting.logFrequency === 0 && !setting.limited) {
+      main ??= new TraceArray(path);
+      return main;
     }
-    return stream;
+    let part = parts.get(setting);
+    if (part === undefined) {
+      part = new TraceArray(`${path}.${nextIndex++}`);
+      parts.set(setting, part);
+    }
+    return part;
   };
-  const finish = (): Promise<void> => {
-    const done = stream;
-    stream = undefined;
-    if (done === undefined) return Promise.resolve();
-    return new Promise((resolve) => done.end("\n]\n", () => resolve()));
+  const endPart = (setting: TraceSetting): void => {
+    const part = parts.get(setting);
+    if (part === undefined) return;
+    parts.delete(setting);
+    finish(part);
   };
-  const write = (entry: unknown): void => {
-    open().write(`${first ? "\n" : ",\n"}${JSON.stringify(entry)}`);
-    first = false;
+  const finish = (array: TraceArray): void => {
+    const ended = array.end().then(() => {
+      ending.delete(ended);
+    });
+    ending.add(ended);
   };
 
   return {
-    observeRequests(model, version) {
-      return {
-        requestDone(record: RequestRecord): void {
-          if (!sampler.pick(record.request.trace !== undefined)) return;
-          const id = nextId++;
-          write({ id, model_name: model, model_version: Number(version), request_id: record.request.id });
-          if (settings.timestamps) {
-            const timeline = requestTimeline(record);
-            const startNs = record.arrivalNs;
-            const stamps: [string, number][] =
-              timeline === undefined
-                ? [
-                    ["REQUEST_START", startNs],
-                    ["QUEUE_START", startNs],
-                    ["REQUEST_END", startNs + record.totalNs],
-                  ]
-                : [
-                    ["REQUEST_START", startNs],
-                    ["QUEUE_START", startNs],
-                    ["COMPUTE_START", timeline.computeStartNs],
-                    ["COMPUTE_INPUT_END", timeline.computeInputEndNs],
-                    ["COMPUTE_OUTPUT_START", timeline.computeOutputStartNs],
-                    ["COMPUTE_END", timeline.endNs],
-                    ["REQUEST_END", timeline.endNs],
-                  ];
-            for (const [name, ns] of stamps) write({ id, timestamps: [{ name, ns: Math.round(ns) }] });
-          }
-          if (settings.tensors) {
-            const tensors: [string, string, Tensor][] = [];
-            for (const [name, tensor] of record.request.inputs)
-              tensors.push(["TENSOR_QUEUE_INPUT", name, tensor]);
-            for (const [name, tensor] of record.outputs ?? [])
-              tensors.push(["TENSOR_BACKEND_OUTPUT", name, tensor]);
-            for (const [activity, name, tensor] of tensors) {
-              write({
-                id,
-                activity,
-                tensor: {
-                  name,
-                  data: tensorText(tensor),
-                  shape: tensor.shape.join(","),
-                  dtype: tensor.datatype,
-                },
-              });
-            }
-          }
-          if (settings.logFrequency > 0 && ++tracesInPart === settings.logFrequency) {
-            tracesInPart = 0;
-            part++;
-            void finish();
-          }
-        },
-      };
+    record(setting, model, version, record: RequestRecord): void {
+      const array = arrayFor(setting);
+      const id = nextId++;
+      array.write({ id, model_name: model, model_version: Number(version), request_id: record.request.id });
+      if (setting.level.timestamps) {
+        const timeline = requestTimeline(record);
+        const startNs = record.arrivalNs;
+        const stamps: [string, number][] =
+          timeline === undefined
+            ? [
+                ["REQUEST_START", startNs],
+                ["QUEUE_START", startNs],
+                ["REQUEST_END", startNs + record.totalNs],
+              ]
+            : [
+                ["REQUEST_START", startNs],
+                ["QUEUE_START", startNs],
+                ["COMPUTE_START", timeline.computeStartNs],
+                ["COMPUTE_INPUT_END", timeline.computeInputEndNs],
+                ["COMPUTE_OUTPUT_START", timeline.computeOutputStartNs],
+                ["COMPUTE_END", timeline.endNs],
+                ["REQUEST_END", timeline.endNs],
+              ];
+        for (const [name, ns] of stamps) array.write({ id, timestamps: [{ name, ns: Math.round(ns) }] });
+      }
+      if (setting.level.tensors) {
+        const tensors: [string, string, Tensor][] = [];
+        for (const [name, tensor] of record.request.inputs)
+          tensors.push(["TENSOR_QUEUE_INPUT", name, tensor]);
+        for (const [name, tensor] of record.outputs ?? [])
+          tensors.push(["TENSOR_BACKEND_OUTPUT", name, tensor]);
+        for (const [activity, name, tensor] of tensors) {
+          array.write({
+            id,
+            activity,
+            tensor: { name, data: tensorText(tensor), shape: tensor.shape.join(","), dtype: tensor.datatype },
+          });
+        }
+      }
+      if (array === main) return;
+      array.traces++;
+      const full = setting.logFrequency > 0 && array.traces === setting.logFrequency;
+      if (full || (setting.limited && setting.count === 0)) endPart(setting);
     },
-    close: finish,
+    retire: endPart,
+    async close(): Promise<void> {
+      for (const setting of [...parts.keys()]) endPart(setting);
+      if (main !== undefined) finish(main);
+      main = undefined;
+      await Promise.all(ending);
+    },
   };
 }

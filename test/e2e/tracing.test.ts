@@ -243,6 +243,49 @@ async function grpcInfer(port: number, traceparent: string): Promise<void> {
   }
 }
 
+describe("OpenTelemetry tracing turned on while serving (Triton's trace extension)", () => {
+  let repository: TempRepository;
+  before(() => {
+    repository = tempRepository({ simple: MODELS.simple });
+  });
+  after(() => repository?.remove());
+
+  it("shows the exporter's options, and traces once a client turns it on", async () => {
+    const { server, url, exporter } = await tracedServer(repository, {
+      timestamps: false,
+      rate: 1,
+      bspScheduleDelayMs: 50,
+    });
+    try {
+      const launched = await (await fetch(`${url}/v2/models/simple/trace/setting`)).json();
+      assert.deepEqual(launched, {
+        trace_level: ["OFF"],
+        trace_rate: "1",
+        trace_count: "-1",
+        trace_mode: "opentelemetry",
+        url: "http://localhost:4318/v1/traces",
+        resource: "service.name=seqserve",
+        bsp_max_queue_size: "2048",
+        bsp_schedule_delay: "50",
+        bsp_max_export_batch_size: "512",
+      });
+      // Level OFF: not even a request with a trace context is traced, as in Triton.
+      await simple(url, 1, { traceparent: TRACEPARENT });
+      const on = await fetch(`${url}/v2/trace/setting`, {
+        method: "POST",
+        body: JSON.stringify({ trace_level: ["TIMESTAMPS"] }),
+      });
+      assert.equal(on.status, 200);
+      await simple(url, 2);
+      await simple(url, 3);
+    } finally {
+      await server.stop();
+    }
+    const ids = traces(exporter.getFinishedSpans()).map((t) => t.root.attributes["triton.request_id"]);
+    assert.deepEqual(ids.sort(), ["r2", "r3"]);
+  });
+});
+
 describe("Triton's trace file (mode triton)", () => {
   let repository: TempRepository;
   let tracesDir: TempRepository;

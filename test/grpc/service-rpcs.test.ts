@@ -174,7 +174,7 @@ test("RepositoryModelLoad passes the config parameter; Unload unloads", async ()
   );
 });
 
-test("shared memory, trace and log settings answer UNIMPLEMENTED", async () => {
+test("shared memory answers UNIMPLEMENTED, and so do trace and log settings where the server gives no control of them", async () => {
   for (const name of [
     "SystemSharedMemoryStatus",
     "SystemSharedMemoryRegister",

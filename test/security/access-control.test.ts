@@ -364,9 +364,13 @@ describe("Triton's --http-restricted-api and --grpc-restricted-protocol", () => 
       security: securityOptions({
         access: {
           ...OPEN_ACCESS,
-          httpRestrictions: { "model-repository": { header: "admin-key", value: "admin-value" } },
+          httpRestrictions: {
+            "model-repository": { header: "admin-key", value: "admin-value" },
+            trace: { header: "admin-key", value: "admin-value" },
+          },
           grpcRestrictions: {
             "model-repository": { header: "triton-grpc-protocol-admin-key", value: "admin-value" },
+            trace: { header: "triton-grpc-protocol-admin-key", value: "admin-value" },
           },
         },
       }),
@@ -383,6 +387,13 @@ describe("Triton's --http-restricted-api and --grpc-restricted-protocol", () => 
     assert.equal((await index({ "admin-key": "wrong" })).status, 403);
     assert.equal((await index({ "admin-key": "admin-value" })).status, 200);
     assert.equal((await fetch(`${triton.url}/v2/models/floats`)).status, 200);
+    for (const path of ["/v2/trace/setting", "/v2/models/floats/trace/setting"]) {
+      assert.equal((await fetch(`${triton.url}${path}`)).status, 403, path);
+      assert.equal(
+        (await fetch(`${triton.url}${path}`, { headers: { "admin-key": "admin-value" } })).status,
+        200,
+      );
+    }
 
     const anonymous = new TestClient(triton.grpcPort);
     const admin = new TestClient(
@@ -399,6 +410,8 @@ describe("Triton's --http-restricted-api and --grpc-restricted-protocol", () => 
         return true;
       });
       assert.equal(await grpcCode(admin.unary("RepositoryIndex")), 0);
+      assert.equal(await grpcCode(anonymous.unary("TraceSetting")), 7);
+      assert.equal(await grpcCode(admin.unary("TraceSetting")), 0);
       assert.equal(await grpcCode(anonymous.unary("ModelMetadata", { name: "floats" })), 0);
     } finally {
       anonymous.close();

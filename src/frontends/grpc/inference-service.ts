@@ -6,6 +6,11 @@ import type { Refusals } from "../../core/refusals.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { classificationFor, classifyOutputs } from "../common/kserve/classification.ts";
 import { logSettingsChange, logSettingsWire } from "../common/kserve/log-settings-wire.ts";
+import {
+  traceSettingsChange,
+  traceSettingsRequest,
+  traceSettingsValues,
+} from "../common/kserve/trace-settings-wire.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
 import { routedSequenceId, SEQUENCE_ID_METADATA, withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
@@ -105,6 +110,15 @@ interface SettingValueMessage {
   readonly bool_param?: boolean;
   readonly uint32_param?: number;
   readonly string_param?: string;
+}
+
+interface TraceSettingRequestMessage {
+  readonly settings?: Readonly<Record<string, { readonly value?: readonly string[] }>>;
+  readonly model_name?: string;
+}
+
+interface TraceSettingResponseMessage {
+  readonly settings: Readonly<Record<string, { readonly value: readonly string[] }>>;
 }
 
 interface LogSettingsMessage {
@@ -258,7 +272,32 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
       "CudaSharedMemoryUnregister",
       unsupported("CUDA shared memory"),
     ),
-    TraceSetting: unary<UnusedMessage, UnusedMessage>(logger, "TraceSetting", unsupported("trace setting")),
+    TraceSetting: unary(
+      logger,
+      "TraceSetting",
+      async (m: TraceSettingRequestMessage): Promise<TraceSettingResponseMessage> => {
+        const tracing = context.tracing;
+        if (tracing === undefined) return unsupported("trace setting")();
+        const settings = m.settings ?? {};
+        const readChange =
+          Object.keys(settings).length === 0
+            ? undefined
+            : () => {
+                const values: Record<string, readonly string[]> = {};
+                for (const [name, value] of Object.entries(settings)) values[name] = value.value ?? [];
+                return traceSettingsChange(values);
+              };
+        const view = await traceSettingsRequest(
+          context.registry,
+          tracing,
+          m.model_name || undefined,
+          readChange,
+        );
+        const answer: Record<string, { value: string[] }> = {};
+        for (const [name, value] of traceSettingsValues(view)) answer[name] = { value };
+        return { settings: answer };
+      },
+    ),
     LogSettings: unary(logger, "LogSettings", (m: LogSettingsMessage): LogSettingsMessage => {
       const logging = context.logging;
       if (logging === undefined) return unsupported("log settings")();

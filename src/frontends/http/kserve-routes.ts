@@ -9,10 +9,15 @@ import { HEADER_LENGTH, HEADER_LENGTH_NAME, readHeaderLength } from "../common/k
 import { decodeInferRequest } from "../common/kserve/infer-request-decoder.ts";
 import { encodeInferResponse } from "../common/kserve/infer-response-encoder.ts";
 import { logSettingsChange, logSettingsWire } from "../common/kserve/log-settings-wire.ts";
+import {
+  traceSettingsChangeFromJson,
+  traceSettingsJson,
+  traceSettingsRequest,
+} from "../common/kserve/trace-settings-wire.ts";
 import { routedSequenceId, SEQUENCE_ID_HEADER, withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
-import { modelSchemas, SERVER_SCHEMAS } from "./kserve-schemas.ts";
+import { modelSchemas, SERVER_SCHEMAS, traceSettingsSchemas } from "./kserve-schemas.ts";
 import { modelVersion } from "./model-version.ts";
 
 // The KServe v2 / Triton HTTP API: health, metadata, configuration, statistics,
@@ -152,6 +157,37 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
         ),
       ),
     );
+  }
+
+  // Triton's trace extension: the global settings or a model's, and (POST) a change first.
+  const tracing = context.tracing;
+  if (tracing !== undefined) {
+    for (const path of ["/v2/trace/setting", "/v2/models/:model/trace/setting"]) {
+      const schemas = traceSettingsSchemas(path);
+      app.get(
+        path,
+        { schema: schemas.get },
+        async (request: FastifyRequest<{ Params: { model?: string } }>, reply) =>
+          sendJson(
+            reply,
+            traceSettingsJson(await traceSettingsRequest(registry, tracing, request.params.model, undefined)),
+          ),
+      );
+      app.post(
+        path,
+        { schema: schemas.update },
+        async (request: FastifyRequest<{ Params: { model?: string } }>, reply) => {
+          const readChange = () =>
+            traceSettingsChangeFromJson(readJsonBody(request.body as Buffer | undefined) ?? {});
+          return sendJson(
+            reply,
+            traceSettingsJson(
+              await traceSettingsRequest(registry, tracing, request.params.model, readChange),
+            ),
+          );
+        },
+      );
+    }
   }
 
   app.post("/v2/repository/index", { schema: SERVER_SCHEMAS.repositoryIndex }, (request, reply) =>

@@ -105,6 +105,54 @@ const LOG_SETTINGS: JsonSchema = {
   },
 };
 
+const TRACE_SETTING_VALUE: JsonSchema = {
+  oneOf: [{ type: "string" }, { type: "array", items: { type: "string" } }],
+};
+
+const TRACE_SETTINGS: JsonSchema = {
+  type: "object",
+  description: "Each setting's value as a string (the level as a list); in a change, null clears it",
+  properties: {
+    trace_level: { type: "array", items: { type: "string", enum: ["OFF", "TIMESTAMPS", "TENSORS"] } },
+    trace_rate: { type: "string" },
+    trace_count: { type: "string" },
+    log_frequency: { type: "string" },
+    trace_file: { type: "string" },
+    trace_mode: { type: "string", enum: ["triton", "opentelemetry"] },
+  },
+  additionalProperties: TRACE_SETTING_VALUE,
+};
+
+/** The trace settings routes: the global setting, or a model's (`path` with `:model`). */
+export function traceSettingsSchemas(path: string) {
+  const model = path.includes(":model");
+  const params = model ? { params: modelParams(path) } : {};
+  const whose = model
+    ? "A model's trace settings (the global ones where it sets none)"
+    : "The global trace settings";
+  const response = {
+    200: { description: "The trace settings", ...jsonContent(TRACE_SETTINGS) },
+    default: KSERVE_ERROR,
+  };
+  return {
+    get: {
+      operationId: model ? "modelTraceSettings" : "traceSettings",
+      tags: ["trace"],
+      summary: `${whose} (Triton's trace extension)`,
+      ...params,
+      response,
+    },
+    update: {
+      operationId: model ? "modelTraceSettingsUpdate" : "traceSettingsUpdate",
+      tags: ["trace"],
+      summary: `Changes ${model ? "a model's" : "the global"} trace settings a request names (the file and the mode are chosen at start)`,
+      ...params,
+      body: jsonContent(TRACE_SETTINGS),
+      response,
+    },
+  };
+}
+
 const MODEL_STATISTICS: JsonSchema = {
   type: "object",
   properties: {

@@ -17,6 +17,7 @@ const BY_SUFFIX: readonly [string, ApiGroup][] = [
   ["/stream", "inference"],
   ["/sequences", "sequences"],
   ["/sequences/:id", "sequences"],
+  ["/trace/setting", "trace"],
   ["", "metadata"],
 ];
 
@@ -26,6 +27,7 @@ const EXACT: Readonly<Record<string, ApiGroup>> = {
   "/v2/health/ready": "health",
   "/v2/models/stats": "statistics",
   "/v2/logging": "logging",
+  "/v2/trace/setting": "trace",
   "/v2/repository/index": "model-repository",
   "/v2/repository/models/:model/load": "model-repository",
   "/v2/repository/models/:model/unload": "model-repository",
