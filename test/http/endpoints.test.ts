@@ -162,12 +162,19 @@ describe("KServe v2 HTTP endpoints", () => {
     assert.equal(unknown.status, 404);
   });
 
-  it("an unknown route is a 404 with an error body", async () => {
+  it("an unknown route is a 404 with an error body; a known one under another method a 405, as in Triton", async () => {
     const response = await send(server, "GET", "/v2/nothing/here");
     assert.equal(response.status, 404);
     assert.deepEqual(bodyJson(response), { error: "Not Found: no route for GET /v2/nothing/here" });
-    const wrongMethod = await send(server, "DELETE", "/v2/models/echo/infer");
-    assert.equal(wrongMethod.status, 404);
+    const wrongMethod = await send(server, "DELETE", "/v2/models/echo/infer?x=1");
+    assert.equal(wrongMethod.status, 405);
+    assert.equal(wrongMethod.headers.allow, "POST");
+    assert.deepEqual(bodyJson(wrongMethod), {
+      error: "Method Not Allowed: /v2/models/echo/infer answers POST, not DELETE",
+    });
+    const versioned = await send(server, "POST", "/v2/models/echo/versions/1/ready/");
+    assert.equal(versioned.status, 405);
+    assert.equal(versioned.headers.allow, "GET, HEAD");
   });
 });
 

@@ -149,7 +149,10 @@ describe("the container contract, as SageMaker calls it", { timeout: 60_000 }, (
     assert.match(body.error, /^unknown session id 'abc'/);
     assert.equal(body.message, body.error);
     const route = await send({ port }, "GET", "/invocations");
-    assert.equal(route.status, 404);
+    assert.equal(route.status, 405);
+    assert.equal(route.headers.allow, "POST");
+    const unknownRoute = await send({ port }, "GET", "/elsewhere");
+    assert.equal(unknownRoute.status, 404);
   });
 });
 

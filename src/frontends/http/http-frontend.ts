@@ -3,6 +3,7 @@ import type { ServerContext } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
 import { createHttpApp, type HttpApp, type HttpAppOptions } from "../common/http/http-app.ts";
+import { unroutedAnswer } from "../common/http/route-methods.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
 import { tfsRestRoutes } from "../tfs/rest-routes.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
@@ -58,13 +59,14 @@ export function createHttpFrontend(options: HttpFrontendOptions): HttpFrontend {
     },
     limits: options.limits,
     tls: options.tls,
+    answerUnrouted: (request, reply, allowed) => {
+      const { status, message } = unroutedAnswer(request, reply, allowed);
+      return sendError(reply, status, message);
+    },
     access: options.access,
     refusals: options.refusals,
   });
   app.setErrorHandler(createErrorHandler(KSERVE_HTTP_STATUS, bodyLimitBytes));
-  app.setNotFoundHandler((request, reply) =>
-    sendError(reply, 404, `Not Found: no route for ${request.method} ${request.url}`),
-  );
 
   // WebSocket streams share the port; a message may be as large as a request body.
   app.register(fastifyWebsocket, { options: { maxPayload: bodyLimitBytes }, errorHandler: onStreamError });

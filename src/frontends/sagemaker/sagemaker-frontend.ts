@@ -2,6 +2,7 @@ import type { ServerContext } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { createErrorHandler } from "../common/http/error-reply.ts";
 import { createHttpApp, type HttpApp, type HttpAppOptions } from "../common/http/http-app.ts";
+import { unroutedAnswer } from "../common/http/route-methods.ts";
 import { SAGEMAKER_HTTP_STATUS, sendSageMakerError } from "./error-status.ts";
 import { invocationRoutes } from "./invocation-routes.ts";
 import { SageMakerSessions } from "./sessions.ts";
@@ -45,17 +46,16 @@ export function createSageMakerFrontend(options: SageMakerFrontendOptions): Sage
     },
     limits: options.limits,
     tls: options.tls,
+    answerUnrouted: (request, reply, allowed) => {
+      const { status, message } = unroutedAnswer(request, reply, allowed);
+      const served =
+        " (SageMaker serves GET /ping, POST /invocations and POST /endpoints/{name}/invocations)";
+      return sendSageMakerError(reply, status, status === 404 ? `${message}${served}` : message);
+    },
     access: options.access,
     refusals: options.refusals,
   });
   app.setErrorHandler(createErrorHandler(SAGEMAKER_HTTP_STATUS, limit, sendSageMakerError));
-  app.setNotFoundHandler((request, reply) =>
-    sendSageMakerError(
-      reply,
-      404,
-      `Not Found: no route for ${request.method} ${request.url} (SageMaker serves GET /ping, POST /invocations and POST /endpoints/{name}/invocations)`,
-    ),
-  );
   app.register(invocationRoutes, {
     context: options.context,
     sessions: new SageMakerSessions(options.context.registry, options.sessionTtlSecs),

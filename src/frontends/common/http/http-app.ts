@@ -1,6 +1,11 @@
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
-import Fastify, { type FastifyInstance, type FastifyRequest, LogController } from "fastify";
+import Fastify, {
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  LogController,
+} from "fastify";
 import type { TlsOptions } from "../../../config/security-options.ts";
 import type { Refusals } from "../../../core/refusals.ts";
 import type { Logger } from "../../../observability/logger.ts";
@@ -10,6 +15,7 @@ import { HttpError } from "./http-error.ts";
 import { documentRoutes, type OpenApiInfo } from "./openapi.ts";
 import { readRequestBody } from "./request-body.ts";
 import { compressResponses } from "./response-compression.ts";
+import { learnRouteMethods } from "./route-methods.ts";
 
 // The fastify server every HTTP protocol family starts from: bodies read once for every
 // route, as raw bytes whatever the Content-Type (clients differ), decompressed, within the
@@ -45,6 +51,15 @@ export interface HttpAppOptions {
     | { readonly policy: AccessPolicy; readonly corsAllowOrigins: readonly string[] }
     | undefined;
   readonly refusals?: Refusals | undefined;
+  /**
+   * Answers a request no route serves, in the family's error form: `allowed` lists the
+   * methods its path is served under (405), empty when no route has the path (404).
+   */
+  readonly answerUnrouted: (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    allowed: readonly string[],
+  ) => unknown;
 }
 
 export type HttpApp = FastifyInstance<Server, IncomingMessage, ServerResponse, Logger>;
@@ -143,6 +158,10 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     done();
   });
   app.addHook("onSend", compressResponses(options.compressMinBytes));
+  const routeMethods = learnRouteMethods(app as unknown as FastifyInstance);
+  app.setNotFoundHandler((request, reply) =>
+    options.answerUnrouted(request, reply, routeMethods.allowed(request.url)),
+  );
   documentRoutes(app, options.openapi);
   return app;
 }
