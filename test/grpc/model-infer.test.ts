@@ -314,6 +314,14 @@ test("sequence_id is read from int64 bits, uint64 or string; flags from bool", a
     send({ sequence_id: { int64_param: "1" }, sequence_start: { int64_param: "1" } }),
   );
   assert.equal(wrongFlag.details, "invalid value type for 'sequence_start' parameter, expected bool_param.");
+  // Of Triton's own parameter names, a request may set only those Triton reserves for requests.
+  const reserved = await callError(send({ triton_other: { bool_param: true } }));
+  assert.equal(reserved.code, status.INVALID_ARGUMENT);
+  assert.equal(
+    reserved.details,
+    "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with 'triton_' are allowed: triton_enable_empty_final_response",
+  );
+  await send({ triton_enable_empty_final_response: { bool_param: true } });
 });
 
 test("parameters round-trip; a server-assigned uint64 id comes back as int64 bits", async () => {

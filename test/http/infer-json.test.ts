@@ -295,6 +295,14 @@ describe("inference with JSON tensors", () => {
       400,
       "Unable to parse 'id': expected a string, got number 7",
     );
+    // Triton's own parameter names are refused over HTTP, as Triton does.
+    for (const name of ["triton_enable_empty_final_response", "triton_other"]) {
+      await refused(
+        { parameters: { [name]: true }, inputs: [input("A", "INT32", [1], [1])] },
+        400,
+        "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.",
+      );
+    }
     await refused(
       { inputs: [], outputs: {} },
       400,

@@ -1,5 +1,6 @@
 import { invalidArg } from "../../core/errors.ts";
 import type { Parameters, ParameterValue } from "../../core/infer.ts";
+import { checkReservedParameter, STREAM_RESERVED_PARAMETERS } from "../common/kserve/reserved-parameters.ts";
 import { int64ToBigInt, int64ToInteger } from "./int64.ts";
 import type { InferParameterMessage, ParameterMap } from "./messages.ts";
 
@@ -9,8 +10,9 @@ import type { InferParameterMessage, ParameterMap } from "./messages.ts";
 // Reading follows Triton's rules for the parameters it reserves, with its messages:
 // `sequence_id` is int64_param (its bits read as uint64, so ids up to 2^64-1 travel in
 // an int64) or string_param, and seqserve also accepts uint64_param; `sequence_start` and
-// `sequence_end` are bool_param; `timeout` is int64_param (or uint64_param). Other
-// integers become numbers when they are safe integers and bigints when they are not.
+// `sequence_end` are bool_param; `timeout` is int64_param (or uint64_param); of the names
+// starting with `triton_`, only those Triton reserves for requests. Other integers become
+// numbers when they are safe integers and bigints when they are not.
 //
 // Writing: integers go out as int64_param, because that is the only integer kind Triton
 // itself sends in a response and the field its clients read `sequence_id` from; a uint64
@@ -70,6 +72,7 @@ export function readRequestParameters(map: ParameterMap | undefined): Parameters
   if (map === undefined) return parameters;
   for (const name in map) {
     const parameter = map[name] as InferParameterMessage;
+    checkReservedParameter(name, STREAM_RESERVED_PARAMETERS);
     switch (name) {
       case "sequence_id":
         parameters[name] = sequenceId(parameter);

@@ -11,6 +11,7 @@ import { decodeRawTensor } from "../raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
 import { type Classification, classificationCount, classificationFor } from "./classification.ts";
 import { decodeJsonTensor } from "./json-tensor.ts";
+import { checkReservedParameter } from "./reserved-parameters.ts";
 import { refuseUnsupportedExtensions } from "./unsupported-extensions.ts";
 
 // A KServe v2 HTTP inference body → the protocol-free InferRequest, plus how the client
@@ -43,6 +44,8 @@ export interface DecodeOptions {
   readonly binaryOutputByDefault?: boolean | undefined;
   /** The caller (its API key's name), for the sequences it starts. */
   readonly principal?: string | undefined;
+  /** The `triton_` parameters the request may set (reserved-parameters.ts); none over HTTP. */
+  readonly reservedParameters?: readonly string[] | undefined;
 }
 
 /** The JSON part of an inference request, parsed once; `text` is kept to read 64-bit integers exactly. */
@@ -91,7 +94,7 @@ function exactSequenceId(text: string, parsed: number): ParameterValue {
   return (source === undefined ? undefined : exactInteger(source, 0n, UINT64_MAX)) ?? parsed;
 }
 
-function readParameters(value: unknown, text: string): ReadParameters {
+function readParameters(value: unknown, text: string, reserved: readonly string[]): ReadParameters {
   const parameters: Record<string, ParameterValue> = {};
   let binaryOutput: boolean | undefined;
   if (value === undefined) return { parameters, binaryOutput };
@@ -99,6 +102,7 @@ function readParameters(value: unknown, text: string): ReadParameters {
     throw invalidArg(`Unable to parse 'parameters': expected an object, got ${kindOf(value)}`);
   for (const name in value) {
     const parameter = value[name];
+    checkReservedParameter(name, reserved);
     if (name === "binary_data_output") {
       if (typeof parameter !== "boolean") {
         throw invalidArg(`Unable to parse 'binary_data_output': expected a bool, got ${kindOf(parameter)}`);
@@ -330,7 +334,11 @@ export function decodeInferJson(
   if (json.id !== undefined && typeof json.id !== "string") {
     throw invalidArg(`Unable to parse 'id': expected a string, got ${kindOf(json.id)}`);
   }
-  const { parameters, binaryOutput } = readParameters(json.parameters, text);
+  const { parameters, binaryOutput } = readParameters(
+    json.parameters,
+    text,
+    options.reservedParameters ?? [],
+  );
   const sequence = readSequenceControl(parameters);
   const binary = headerLength === undefined ? undefined : new BinaryInputs(body, headerLength, model.name);
   const inputs = readInputs(json.inputs, model.name, binary, text);

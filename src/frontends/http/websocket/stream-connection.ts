@@ -18,6 +18,7 @@ import {
   parseInferJson,
 } from "../../common/kserve/infer-request-decoder.ts";
 import { encodeInferResponse } from "../../common/kserve/infer-response-encoder.ts";
+import { STREAM_RESERVED_PARAMETERS } from "../../common/kserve/reserved-parameters.ts";
 import type { ConnectionBudget } from "../../common/response-budget.ts";
 import { CLOSE_CODES, isDeliberateClose } from "./close-codes.ts";
 import { SequenceOwners } from "./sequence-owners.ts";
@@ -225,8 +226,19 @@ export class StreamConnection {
     const signal = this.#controller.signal;
     // One listener per request in flight, so up to maxInFlight: not a leak.
     setMaxListeners(0, signal);
-    this.#binaryOptions = { signal, binaryOutputByDefault: options.binaryOutput ?? true, principal };
-    this.#textOptions = { signal, binaryOutputByDefault: options.binaryOutput ?? false, principal };
+    const reservedParameters = STREAM_RESERVED_PARAMETERS;
+    this.#binaryOptions = {
+      signal,
+      binaryOutputByDefault: options.binaryOutput ?? true,
+      principal,
+      reservedParameters,
+    };
+    this.#textOptions = {
+      signal,
+      binaryOutputByDefault: options.binaryOutput ?? false,
+      principal,
+      reservedParameters,
+    };
     if (limits.idleTimeoutMs !== undefined) {
       this.#idleTimer = setTimeout(this.#onIdle, timerDelay(limits.idleTimeoutMs));
       this.#idleTimer.unref();
