@@ -68,6 +68,14 @@ describe("inference with JSON tensors", () => {
     });
   }
 
+  it("a request without an id gets an answer without one, as from Triton", async () => {
+    const response = await postJson(server, "/v2/models/echo/infer", {
+      inputs: [input("X", "INT32", [1], [5])],
+    });
+    assert.equal(response.status, 200);
+    assert.deepEqual(Object.keys(response.json as object), ["model_name", "model_version", "outputs"]);
+  });
+
   it("FP32 values come back as the same float32", async () => {
     const values = Array.from({ length: 200 }, (_, i) =>
       Math.fround(Math.sin(i + 1) * 10 ** ((i % 20) - 10)),

@@ -48,7 +48,9 @@ export function encodeInferResponse(
   reserve = 0,
 ): EncodedInferResponse {
   const response = classifyOutputs(answer, encoding.classification);
-  let json = `{"model_name":${JSON.stringify(response.modelName)},"model_version":${JSON.stringify(response.modelVersion)},"id":${JSON.stringify(response.id)}`;
+  let json = `{"model_name":${JSON.stringify(response.modelName)},"model_version":${JSON.stringify(response.modelVersion)}`;
+  // As Triton, a request without an id gets an answer without one.
+  if (response.id !== "") json += `,"id":${JSON.stringify(response.id)}`;
   const parameters = parameterText(response.parameters);
   if (parameters !== undefined) json += `,"parameters":${parameters}`;
   json += ',"outputs":[';
