@@ -154,6 +154,13 @@ for (const transport of ["grpc", "rest"] as const) {
         CODES.limit,
         "Max sequence number has been reached. Could not create new sequence.",
       );
+      // A full model says so before it says the id is taken, as OVMS's sequence manager did.
+      assertRefused(
+        await send("vad_small", { id: a, control: START }),
+        transport,
+        CODES.limit,
+        "Max sequence number has been reached. Could not create new sequence.",
+      );
       ok(await send("vad_small", { id: a, control: END }));
       ok(
         await send("vad_small", { control: START }).then((o) =>

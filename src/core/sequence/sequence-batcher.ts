@@ -307,8 +307,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     }
     const principal = pending.request.principal;
     if (existing !== undefined) this.#checkOwner(existing, principal);
+    // A full model refuses a START before anything else, as OVMS's sequence manager does
+    // (even one naming a live id); a Triton-style START on a live id restarts it in place.
+    if (starts && (exclusive || existing === undefined)) this.#checkRoomForNew();
     if (starts && exclusive) this.#checkExclusiveStart(id, existing);
-    if (starts && existing === undefined) this.#checkRoomForNew();
 
     let sequence: Sequence;
     if (starts) {
@@ -409,9 +411,16 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     );
   }
 
-  /** max_candidate_sequence_use_ratio: refuses a new sequence at once past that share of the slots. */
+  /**
+   * Refuses a new sequence at once past max_candidate_sequence_use_ratio's share of the
+   * slots, or when every slot is taken and the backlog is full.
+   */
   #checkRoomForNew(): void {
-    if (this.#live.size < this.#maxLive) return;
+    if (this.#live.size < this.#maxLive) {
+      if (this.#backlog.length < this.#sequencing.backlogLimit) return;
+      if (this.#instances.some((instance) => instance.free > 0)) return;
+      throw this.#slotsFullError();
+    }
     throw new ServerError(
       "UNAVAILABLE",
       `model '${this.#config.name}' has ${this.#live.size} live sequences, as many as max_candidate_sequence_use_ratio ` +
@@ -469,6 +478,14 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     }
   }
 
+  #slotsFullError(): ServerError {
+    return new ServerError(
+      "UNAVAILABLE",
+      `model '${this.#config.name}' has all ${this.capacity} sequence slots in use and its backlog of ${this.#sequencing.backlogLimit} sequences is full; retry later`,
+      { retryAfterSeconds: 1, reason: "sequence_limit" },
+    );
+  }
+
   /** A new sequence takes a free slot on the least-loaded instance, or joins the backlog. */
   #place(sequence: Sequence): void {
     let best: SequenceInstance | undefined;
@@ -480,13 +497,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       sequence.status = "active";
       return;
     }
-    if (this.#backlog.length >= this.#sequencing.backlogLimit) {
-      throw new ServerError(
-        "UNAVAILABLE",
-        `model '${this.#config.name}' has all ${this.capacity} sequence slots in use and its backlog of ${this.#sequencing.backlogLimit} sequences is full; retry later`,
-        { retryAfterSeconds: 1, reason: "sequence_limit" },
-      );
-    }
+    if (this.#backlog.length >= this.#sequencing.backlogLimit) throw this.#slotsFullError();
     sequence.status = "backlogged";
     this.#backlog.push(sequence);
   }
