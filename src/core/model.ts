@@ -186,12 +186,23 @@ export interface ModelRegistry {
   configJson(name: string, version?: string): Record<string, unknown>;
   isReady(name: string, version?: string): boolean;
   index(readyOnly?: boolean): RepositoryIndexEntry[];
-  load(name: string, options?: { readonly config?: string }): Promise<void>;
+  load(name: string, options?: ModelLoadOptions): Promise<void>;
   unload(name: string): Promise<void>;
   /** Statistics of one model (all its versions, or one), or of every model. */
   statistics(name?: string, version?: string): ModelStatisticsSnapshot[];
   /** Every ready model version. */
   served(): ServedModel[];
+}
+
+/** What a load request may carry besides the model's name (Triton's load parameters). */
+export interface ModelLoadOptions {
+  /** A model config (Triton's JSON form) to load instead of the repository's. */
+  readonly config?: string;
+  /**
+   * The model folder's files by path (`1/model.onnx`), loaded in place of the repository's
+   * folder (Triton's file override; `config` is then required).
+   */
+  readonly files?: ReadonlyMap<string, Uint8Array>;
 }
 
 export interface ServerMetadata {

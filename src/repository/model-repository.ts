@@ -5,6 +5,7 @@ import type { ModelBackend } from "../core/backend.ts";
 import { asServerError, invalidArg, notFound, ServerError, unavailable } from "../core/errors.ts";
 import type { LoadedModel } from "../core/loaded-model.ts";
 import type {
+  ModelLoadOptions,
   ModelMetadata,
   ModelRegistry,
   ModelState,
@@ -18,6 +19,7 @@ import type { ModelStatisticsSnapshot } from "../core/statistics.ts";
 import { timerDelay } from "../core/timer-delay.ts";
 import type { Logger } from "../observability/logger.ts";
 import { checkInstanceCount, openVersion, prepareModel } from "./model-loader.ts";
+import { type ModelOverride, writeModelOverride } from "./model-override.ts";
 import { discoverModels, type ModelSource, readOvmsSources, sourceSignature } from "./model-source.ts";
 import { selectVersions, versionFolders } from "./version-folders.ts";
 
@@ -85,6 +87,8 @@ interface ModelEntry {
   transition: Promise<void> | undefined;
   /** Why the name is not served: found in more than one place (then it has no source). */
   notUnique: string | undefined;
+  /** The folder of files a load request sent, while the versions loaded from it serve. */
+  override: ModelOverride | undefined;
 }
 
 export class ModelRepository implements ModelRegistry {
@@ -181,6 +185,7 @@ export class ModelRepository implements ModelRegistry {
       signature: "",
       transition: undefined,
       notUnique: undefined,
+      override: undefined,
     };
   }
 
@@ -254,6 +259,8 @@ export class ModelRepository implements ModelRegistry {
     );
     const sources = this.#discover(ovmsOnly);
     for (const [name, entry] of this.#models) {
+      // Files a load request sent are the client's to replace, not the repository's.
+      if (entry.override !== undefined) continue;
       const source = sources.get(name);
       if (ovmsOnly && source?.ovms === undefined && !fromOvms.has(name)) continue;
       if (source === undefined) {
@@ -277,7 +284,7 @@ export class ModelRepository implements ModelRegistry {
 
   // ---- load / unload ----
 
-  load(name: string, options: { readonly config?: string } = {}): Promise<void> {
+  load(name: string, options: ModelLoadOptions = {}): Promise<void> {
     // As Triton: the repository API loads and unloads only in explicit mode.
     if (this.#options.controlMode !== "explicit") {
       return Promise.reject(
@@ -291,13 +298,44 @@ export class ModelRepository implements ModelRegistry {
     // Triton answers a failure to load with INVALID_ARG (HTTP 400), whatever its cause: a
     // load request is refused as a whole, not retried as if the server were busy. A model
     // the repositories do not have is INTERNAL (500): "failed to poll".
-    if (this.#models.get(name)?.source === undefined) return Promise.reject(notInRepository(name));
-    return this.#load(name, options.config).catch((error: unknown) => {
+    const asLoadFailure = (error: unknown): never => {
       const failure = asServerError(error);
       throw failure.code === "INVALID_ARG"
         ? failure
         : new ServerError("INVALID_ARG", failure.message, { cause: failure });
-    });
+    };
+    const files = options.files;
+    if (files !== undefined && files.size > 0) {
+      return this.#loadOverride(name, options.config, files).catch(asLoadFailure);
+    }
+    if (this.#models.get(name)?.source === undefined) return Promise.reject(notInRepository(name));
+    return this.#load(name, options.config).catch(asLoadFailure);
+  }
+
+  /**
+   * Triton's file override: the model is loaded from the files the request sent, whether
+   * or not a repository has it; the repository's folder is used again at its next load
+   * without files.
+   */
+  async #loadOverride(
+    name: string,
+    config: string | undefined,
+    files: ReadonlyMap<string, Uint8Array>,
+  ): Promise<void> {
+    if (config === undefined) {
+      throw invalidArg(
+        `failed to load '${name}': load parameter 'config' must be specified for model file override`,
+      );
+    }
+    let entry = this.#models.get(name);
+    if (entry === undefined) {
+      entry = this.#newEntry(name, undefined);
+      this.#models.set(name, entry);
+    }
+    const override = await writeModelOverride(name, files);
+    return this.#afterTransition(entry, () =>
+      this.#loadEntry(entry, { name, dir: override.dir }, config, override),
+    );
   }
 
   async #load(name: string, configOverride?: string): Promise<void> {
@@ -306,7 +344,7 @@ export class ModelRepository implements ModelRegistry {
     return this.#afterTransition(entry, () => {
       const source = entry.source;
       if (source === undefined) throw notInRepository(name);
-      return this.#loadEntry(entry, source, configOverride);
+      return this.#loadEntry(entry, source, configOverride, undefined);
     });
   }
 
@@ -326,10 +364,12 @@ export class ModelRepository implements ModelRegistry {
     return work;
   }
 
+  /** Loads `source`'s versions in place of `entry`'s; `override`: the folder `source` is, sent by the request. */
   async #loadEntry(
     entry: ModelEntry,
     source: ModelSource,
     configOverride: string | undefined,
+    override: ModelOverride | undefined,
   ): Promise<void> {
     const name = entry.name;
     const previous = entry.versions;
@@ -378,6 +418,7 @@ export class ModelRepository implements ModelRegistry {
     } catch (error) {
       for (const model of previous.values()) model.resume();
       for (const model of loaded.values()) await model.close().catch(() => {});
+      await override?.remove();
       const failure = asServerError(error);
       entry.reason = failure.message;
       entry.state = previous.size > 0 ? "READY" : "UNAVAILABLE";
@@ -392,15 +433,19 @@ export class ModelRepository implements ModelRegistry {
       );
       throw failure;
     }
-    // A reload replaced the previous versions: let their work finish, then free them.
-    for (const model of previous.values()) {
+    // A reload replaced the previous versions: let their work finish, then free them
+    // (and the files a request sent for them).
+    const replacedOverride = entry.override;
+    entry.override = override;
+    const unloads = [...previous.values()].map((model) => {
       model.resume();
-      model
+      return model
         .unload(Date.now() + 30_000)
         .catch((error: unknown) =>
           this.#logger.warn({ err: error, model: name }, "unloading a replaced version failed"),
         );
-    }
+    });
+    if (replacedOverride !== undefined) void Promise.all(unloads).then(() => replacedOverride.remove());
   }
 
   /**
@@ -459,6 +504,8 @@ export class ModelRepository implements ModelRegistry {
       entry.versions = new Map();
       entry.state = "UNLOADING";
       await Promise.all([...versions.values()].map((m) => m.unload(Date.now() + graceMs, "unloaded")));
+      await entry.override?.remove();
+      entry.override = undefined;
       entry.state = "UNAVAILABLE";
       entry.reason = "unloaded";
       this.#logger.info({ event: "model_unloaded", model: name }, `unloaded model '${name}'`);
@@ -619,6 +666,8 @@ export class ModelRepository implements ModelRegistry {
     await this.drain(deadlineMs);
     await Promise.all(this.#allLoaded().map((m) => m.close()));
     for (const entry of this.#models.values()) {
+      await entry.override?.remove();
+      entry.override = undefined;
       entry.versions = new Map();
       entry.state = "UNAVAILABLE";
       entry.reason = "unloaded";

@@ -135,7 +135,7 @@ test("RepositoryIndex lists models, or only the ready ones", async () => {
   assert.equal(ready.models.length, all.models.length - 1);
 });
 
-test("RepositoryModelLoad passes the config parameter; Unload unloads", async () => {
+test("RepositoryModelLoad passes the config and file parameters; Unload unloads", async () => {
   assert.deepEqual(await h.client.unary("RepositoryModelLoad", { model_name: "echo" }), {});
   const config = JSON.stringify({ max_batch_size: 4 });
   await h.client.unary("RepositoryModelLoad", {
@@ -154,13 +154,23 @@ test("RepositoryModelLoad passes the config parameter; Unload unloads", async ()
   );
   assert.equal(badConfig.code, status.INVALID_ARGUMENT);
   assert.match(badConfig.details, /'config'/);
-  const file = await callError(
+  await h.client.unary("RepositoryModelLoad", {
+    model_name: "echo",
+    parameters: { config: { string_param: "{}" }, "file:1/model.onnx": { bytes_param: Buffer.from("x") } },
+  });
+  assert.deepEqual(h.context.registry.loads.at(-1), {
+    name: "echo",
+    config: "{}",
+    files: ["1/model.onnx:x"],
+  });
+  const fileAsString = await callError(
     h.client.unary("RepositoryModelLoad", {
       model_name: "echo",
-      parameters: { config: { string_param: "{}" }, "file:1/model.onnx": { bytes_param: Buffer.from("x") } },
+      parameters: { config: { string_param: "{}" }, "file:1/model.onnx": { string_param: "x" } },
     }),
   );
-  assert.equal(file.code, status.UNIMPLEMENTED);
+  assert.equal(fileAsString.code, status.INVALID_ARGUMENT);
+  assert.equal(fileAsString.details, "File parameter 'file:1/model.onnx' must have bytes type for its value");
   assert.equal(
     (await callError(h.client.unary("RepositoryModelLoad", { model_name: "missing" }))).code,
     status.NOT_FOUND,

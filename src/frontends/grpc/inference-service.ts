@@ -1,7 +1,7 @@
 import type { ServerUnaryCall } from "@grpc/grpc-js";
 import { cancelled, invalidArg, ServerError } from "../../core/errors.ts";
 import type { InferResponse, SequenceId } from "../../core/infer.ts";
-import type { ModelMetadata, ServerContext, TensorMetadata } from "../../core/model.ts";
+import type { ModelLoadOptions, ModelMetadata, ServerContext, TensorMetadata } from "../../core/model.ts";
 import type { Refusals } from "../../core/refusals.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { classificationFor, classifyOutputs } from "../common/kserve/classification.ts";
@@ -72,13 +72,14 @@ function metadataMessage(metadata: ModelMetadata): ModelMetadataResponseMessage 
   };
 }
 
-/** The `config` parameter of RepositoryModelLoad: a model config (JSON) to load instead of the repository's. */
+/** RepositoryModelLoad's parameters: `config` (a JSON model config) and `file:<path>` (file contents). */
 function loadOptions(
   model: string,
   parameters: Readonly<Record<string, ModelRepositoryParameterMessage>> | undefined,
-): { config?: string } | undefined {
-  if (parameters === undefined) return undefined;
+): ModelLoadOptions {
+  if (parameters === undefined) return {};
   let config: string | undefined;
+  const files = new Map<string, Uint8Array>();
   for (const name in parameters) {
     const parameter = parameters[name] as ModelRepositoryParameterMessage;
     if (name === "config") {
@@ -89,13 +90,13 @@ function loadOptions(
       }
       config = parameter.string_param ?? "";
     } else if (name.startsWith("file:")) {
-      throw new ServerError(
-        "UNSUPPORTED",
-        `loading model files sent in the request ('${name}') is not supported`,
-      );
+      if (parameter.parameter_choice !== "bytes_param") {
+        throw invalidArg(`File parameter '${name}' must have bytes type for its value`);
+      }
+      files.set(name.slice("file:".length), parameter.bytes_param ?? new Uint8Array(0));
     }
   }
-  return config === undefined ? undefined : { config };
+  return { ...(config === undefined ? {} : { config }), ...(files.size === 0 ? {} : { files }) };
 }
 
 function unsupported(what: string): () => never {

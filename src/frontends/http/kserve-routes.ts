@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import { invalidArg, ServerError } from "../../core/errors.ts";
-import type { ServerContext } from "../../core/model.ts";
+import { invalidArg } from "../../core/errors.ts";
+import type { ModelLoadOptions, ServerContext } from "../../core/model.ts";
 import { watchDisconnect } from "../common/http/client-disconnect.ts";
 import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
 import { isJsonObject, readJsonBody } from "../common/http/json-body.ts";
@@ -40,25 +40,29 @@ export const MODEL_PATHS = ["/v2/models/:model", "/v2/models/:model/versions/:ve
 
 const EMPTY_BODY = Buffer.alloc(0);
 
-function loadConfig(name: string, body: Buffer | undefined): string | undefined {
+/** A load parameter naming a file of the model's folder (Triton's file override). */
+const FILE_PREFIX = "file:";
+
+/** Triton's load parameters: `config` (a JSON model config) and `file:<path>` (base64 file contents). */
+function loadOptions(name: string, body: Buffer | undefined): ModelLoadOptions {
   const parameters = readJsonBody(body)?.parameters;
-  if (parameters === undefined) return undefined;
+  if (parameters === undefined) return {};
   if (!isJsonObject(parameters)) throw invalidArg("Unable to parse 'parameters': expected an object");
   let config: string | undefined;
+  const files = new Map<string, Uint8Array>();
   for (const key in parameters) {
     const value = parameters[key];
     if (typeof value !== "string")
       throw invalidArg(`Unable to parse load parameter '${key}': expected a string`);
     if (key === "config") config = value;
-    else if (key.startsWith("file:")) {
-      throw new ServerError(
-        "UNSUPPORTED",
-        `loading model '${name}' with files in the request ('${key}') is not supported: place them in the model repository`,
+    else if (key.startsWith(FILE_PREFIX))
+      files.set(key.slice(FILE_PREFIX.length), Buffer.from(value, "base64"));
+    else
+      throw invalidArg(
+        `unexpected load parameter '${key}' for model '${name}': only 'config' and 'file:<path>' are supported`,
       );
-    } else
-      throw invalidArg(`unexpected load parameter '${key}' for model '${name}': only 'config' is supported`);
   }
-  return config;
+  return { ...(config === undefined ? {} : { config }), ...(files.size === 0 ? {} : { files }) };
 }
 
 function checkUnloadBody(body: Buffer | undefined): void {
@@ -196,8 +200,7 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
   const load = { schema: SERVER_SCHEMAS.repositoryLoad };
   app.post("/v2/repository/models/:model/load", load, async (request: ModelRequest, reply) => {
     const { model } = request.params;
-    const config = loadConfig(model, request.body as Buffer | undefined);
-    await registry.load(model, config === undefined ? {} : { config });
+    await registry.load(model, loadOptions(model, request.body as Buffer | undefined));
     return reply.code(200).send();
   });
   const unload = { schema: SERVER_SCHEMAS.repositoryUnload };

@@ -1,6 +1,7 @@
 import { ERROR_CODES, type ErrorCode, invalidArg, notFound, ServerError } from "../../../src/core/errors.ts";
 import type { InferRequest, InferResponse, NamedTensor, SequenceId } from "../../../src/core/infer.ts";
 import type {
+  ModelLoadOptions,
   ModelMetadata,
   ModelRegistry,
   RepositoryIndexEntry,
@@ -237,7 +238,7 @@ export class FakeRegistry implements ModelRegistry {
   readonly recorder = new RecorderModel();
   readonly slow = new SlowModel();
   readonly models = new Map<string, FakeModel>();
-  readonly loads: Array<{ name: string; config: string | undefined }> = [];
+  readonly loads: Array<{ name: string; config: string | undefined; files?: string[] }> = [];
   readonly unloads: string[] = [];
 
   constructor() {
@@ -302,9 +303,16 @@ export class FakeRegistry implements ModelRegistry {
     return entries;
   }
 
-  async load(name: string, options?: { readonly config?: string }): Promise<void> {
+  async load(name: string, options?: ModelLoadOptions): Promise<void> {
     if (name === "missing") throw notFound(`failed to load 'missing', no version is available`);
-    this.loads.push({ name, config: options?.config });
+    const files = options?.files;
+    this.loads.push({
+      name,
+      config: options?.config,
+      ...(files === undefined
+        ? {}
+        : { files: [...files].map(([path, bytes]) => `${path}:${Buffer.from(bytes)}`) }),
+    });
   }
 
   async unload(name: string): Promise<void> {

@@ -1,0 +1,139 @@
+import assert from "node:assert/strict";
+import { existsSync, readdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { status } from "@grpc/grpc-js";
+import { callError, TestClient } from "../grpc/support/grpc-harness.ts";
+import { postJson } from "../support/http-client.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+import { plusVersionModel } from "./support/serving.ts";
+
+// Triton's model file override, as its lifecycle test (test_file_override,
+// test_file_override_security) drives it over HTTP and gRPC: a load that sends the model's
+// files with a config loads them in place of the repository's folder, under the
+// repository's name or a new one; without a config it is refused and the loaded version
+// stays; a load without files goes back to the repository; files may not land outside
+// the model's folder; the folder goes when the model is unloaded.
+
+const CONFIG = JSON.stringify({ backend: "onnxruntime" });
+
+/** The folders seqserve made for sent model files. */
+const overrideFolders = (): string[] =>
+  readdirSync(tmpdir()).filter((name) => name.startsWith("seqserve-model-"));
+
+describe("Triton's model file override (load with file:<version>/<name>)", () => {
+  let server: TestServer;
+  let grpc: TestClient;
+  let foldersBefore: string[];
+  before(async () => {
+    foldersBefore = overrideFolders();
+    server = await startTestServer(
+      { m: { onnx: { 3: plusVersionModel(3) } } },
+      { modelControlMode: "explicit", loadModels: ["m"] },
+    );
+    grpc = new TestClient(server.grpcPort);
+  });
+  after(async () => {
+    grpc.close();
+    await server.stop();
+  });
+
+  const ready = async (model: string, version: string) =>
+    (await fetch(`${server.url}/v2/models/${model}/versions/${version}/ready`)).status === 200;
+  /** What `model` adds to its input: its version's number. */
+  const adds = async (model: string): Promise<number> => {
+    const answer = await postJson(`${server.url}/v2/models/${model}/infer`, {
+      inputs: [{ name: "INPUT0", datatype: "INT32", shape: [1, 1], data: [100] }],
+    });
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    return (answer.body.outputs as { data: number[] }[])[0]!.data[0]! - 100;
+  };
+  const base64 = (bytes: Uint8Array) => Buffer.from(bytes).toString("base64");
+  const httpLoad = (model: string, parameters: Record<string, string>) =>
+    postJson(`${server.url}/v2/repository/models/${model}/load`, { parameters });
+  const grpcLoad = (model: string, parameters: Record<string, object>) =>
+    grpc.unary("RepositoryModelLoad", { model_name: model, parameters });
+
+  it("HTTP: sent files load in place of the repository's folder, under its name or a new one", async () => {
+    assert.deepEqual([await ready("m", "3"), await adds("m")], [true, 3]);
+
+    // Without a config: refused, and the loaded version goes on.
+    const noConfig = await httpLoad("m", { "file:1/model.onnx": base64(plusVersionModel(5)) });
+    assert.equal(noConfig.status, 400);
+    assert.match(noConfig.body.error as string, /'config' must be specified for model file override/);
+    assert.deepEqual([await ready("m", "3"), await adds("m")], [true, 3]);
+
+    // A new name: served from the files alone, beside the repository's model.
+    const added = await httpLoad("sent", {
+      config: CONFIG,
+      "file:1/model.onnx": base64(plusVersionModel(7)),
+    });
+    assert.equal(added.status, 200, JSON.stringify(added.body));
+    assert.deepEqual([await ready("sent", "1"), await adds("sent"), await adds("m")], [true, 7, 3]);
+
+    // The repository's name: its version 3 gives way to the sent version 1.
+    const replaced = await httpLoad("m", {
+      config: CONFIG,
+      "file:1/model.onnx": base64(plusVersionModel(5)),
+    });
+    assert.equal(replaced.status, 200, JSON.stringify(replaced.body));
+    assert.deepEqual([await ready("m", "1"), await ready("m", "3"), await adds("m")], [true, false, 5]);
+
+    // Unloaded and loaded without files: the repository's folder again.
+    assert.equal((await postJson(`${server.url}/v2/repository/models/m/unload`, {})).status, 200);
+    assert.equal((await postJson(`${server.url}/v2/repository/models/m/load`, {})).status, 200);
+    assert.deepEqual([await ready("m", "1"), await ready("m", "3"), await adds("m")], [false, true, 3]);
+
+    // A name no repository has cannot be loaded again without its files.
+    assert.equal((await postJson(`${server.url}/v2/repository/models/sent/unload`, {})).status, 200);
+    const gone = await postJson(`${server.url}/v2/repository/models/sent/load`, {});
+    assert.equal(gone.status, 500);
+    assert.deepEqual(gone.body, { error: "failed to load 'sent', failed to poll from model repository" });
+    // Every folder of sent files went with its model.
+    assert.deepEqual(overrideFolders(), foldersBefore);
+  });
+
+  it("gRPC: the files as bytes; a load without files goes back to the repository", async () => {
+    await grpcLoad("m", {
+      config: { string_param: CONFIG },
+      "file:2/model.onnx": { bytes_param: plusVersionModel(9) },
+    });
+    assert.deepEqual([await ready("m", "2"), await ready("m", "3"), await adds("m")], [true, false, 9]);
+    await grpcLoad("m", {});
+    assert.deepEqual([await ready("m", "2"), await ready("m", "3"), await adds("m")], [false, true, 3]);
+    const noConfig = await callError(
+      grpcLoad("m", { "file:1/model.onnx": { bytes_param: plusVersionModel(5) } }),
+    );
+    assert.equal(noConfig.code, status.INVALID_ARGUMENT);
+    assert.deepEqual(overrideFolders(), foldersBefore);
+  });
+
+  it("a file may not land outside the model's folder; nothing is written, nothing changes", async () => {
+    const outside = join(tmpdir(), `seqserve-escape-${process.pid}.txt`);
+    for (const path of [
+      "../../escape.txt",
+      `../${`seqserve-escape-${process.pid}.txt`}`,
+      outside,
+      "1/../../x",
+    ]) {
+      const answer = await httpLoad("m", {
+        config: CONFIG,
+        [`file:${path}`]: base64(new TextEncoder().encode("x")),
+      });
+      assert.equal(answer.status, 400, path);
+      assert.match(answer.body.error as string, /must stay within model directory/, path);
+    }
+    assert.equal(existsSync(outside), false);
+    // A path given both as a file and as a folder is named.
+    const both = await httpLoad("m", {
+      config: CONFIG,
+      "file:1": base64(new TextEncoder().encode("x")),
+      "file:1/model.onnx": base64(plusVersionModel(5)),
+    });
+    assert.equal(both.status, 400);
+    assert.match(both.body.error as string, /both as a file and as a folder/);
+    assert.deepEqual([await ready("m", "3"), await adds("m")], [true, 3]);
+    assert.deepEqual(overrideFolders(), foldersBefore);
+  });
+});
