@@ -118,7 +118,7 @@ export async function startServer(
           bufferedResponseBytes: () => budgets.totalBytes,
           bufferedResponsePeakBytes: () => budgets.peakBytes,
         });
-  const tracing = await createTracing(options.tracing, SEQSERVE_VERSION, start.traceExporter);
+  const tracing = await createTracing(options.tracing, SEQSERVE_VERSION, logger, start.traceExporter);
   const observers: ObserverFactory[] = [(model, version) => tracing.observeRequests(model, version)];
   if (metrics !== undefined) observers.unshift(metrics.observeRequests);
   let repository: ModelRepository;

@@ -99,11 +99,18 @@ export class TraceManager implements TraceSettingsControl {
     await sink.close();
   }
 
+  /** Opens the sink once; a failed opening is tried again by the next change. */
   #ensureSink(): Promise<TraceSink | undefined> {
-    this.#sink ??= this.#openSink().then((sink) => {
-      this.#openedSink = sink;
-      return sink;
-    });
+    this.#sink ??= this.#openSink().then(
+      (sink) => {
+        this.#openedSink = sink;
+        return sink;
+      },
+      (error: unknown) => {
+        this.#sink = undefined;
+        throw error;
+      },
+    );
     return this.#sink;
   }
 
@@ -125,7 +132,11 @@ export class TraceManager implements TraceSettingsControl {
     return { replaced, traces };
   }
 
-  /** Triton refuses a setting that traces but cannot: "the only invalid setting allowed is if it disables tracing". */
+  /**
+   * Triton refuses a setting that traces but cannot ("the only invalid setting allowed is
+   * if it disables tracing"): with rate 0, without a file in triton mode, or with no
+   * traces left to take (which Triton refuses without a reason).
+   */
   #check(setting: TraceSetting): void {
     if (!setting.on) return;
     const reason =
@@ -133,7 +144,9 @@ export class TraceManager implements TraceSettingsControl {
         ? "sample rate must be non-zero"
         : this.#mode === "triton" && this.#launch.file === undefined
           ? "trace file name is not given"
-          : undefined;
+          : setting.count === 0
+            ? "trace_count is 0, no traces are left to take"
+            : undefined;
     if (reason !== undefined) throw invalidArg(`Attempting to set invalid trace setting :${reason}`);
   }
 

@@ -1,5 +1,6 @@
 import type { SpanExporter } from "@opentelemetry/sdk-trace-base";
 import type { TraceSettings } from "../config/trace-config.ts";
+import type { Logger } from "./logger.ts";
 import { TraceManager } from "./trace-manager.ts";
 import { tritonTraceFile } from "./triton-trace-file.ts";
 
@@ -15,14 +16,25 @@ import { tritonTraceFile } from "./triton-trace-file.ts";
 export function createTracing(
   settings: TraceSettings,
   serverVersion: string,
+  logger: Logger,
   exporter?: SpanExporter,
 ): Promise<TraceManager> {
   const mode = exporter === undefined ? settings.mode : "opentelemetry";
   const file = settings.file;
+  const failed = new Set<string>();
+  const onFileError = (path: string, error: Error) => {
+    // Once per file: a full disk would otherwise be reported at every trace.
+    if (failed.has(path)) return;
+    failed.add(path);
+    logger.error(
+      { event: "trace_file_error", file: path },
+      `failed creating trace file '${path}': ${(error as NodeJS.ErrnoException).code ?? error.message}; its traces are dropped`,
+    );
+  };
   return TraceManager.create(settings, mode, async () => {
     if (mode === "opentelemetry") {
       return (await import("./otel-tracing.ts")).otelTracing(settings, serverVersion, exporter);
     }
-    return file === undefined ? undefined : tritonTraceFile(file);
+    return file === undefined ? undefined : tritonTraceFile(file, onFileError);
   });
 }

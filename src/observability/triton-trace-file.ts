@@ -1,5 +1,6 @@
 import { createWriteStream, mkdirSync, type WriteStream } from "node:fs";
 import { dirname } from "node:path";
+import { ServerError } from "../core/errors.ts";
 import type { RequestRecord } from "../core/scheduler/request-observer.ts";
 import type { Tensor } from "../core/tensor.ts";
 import { requestTimeline } from "./request-timeline.ts";
@@ -16,7 +17,9 @@ import type { TraceSetting } from "./trace-setting.ts";
 // writes `<file>.<i>` too, closed when the count runs out; other settings write `<file>`.
 // Indexes are shared by every setting, from 0. A setting replaced while the server runs
 // closes its open file. Entries are streamed as requests are traced (Triton keeps them in
-// memory until it writes a file), so memory does not grow with the trace.
+// memory until it writes a file), so memory does not grow with the trace. A file that
+// cannot be written is reported and its traces dropped, as Triton logs "failed creating
+// trace file" and goes on.
 
 function tensorText(tensor: Tensor): string {
   const data = tensor.data as ArrayLike<unknown>;
@@ -25,29 +28,50 @@ function tensorText(tensor: Tensor): string {
   return parts.join(",");
 }
 
+/** Told when a trace file cannot be written: its traces are dropped, the server goes on. */
+export type TraceFileError = (path: string, error: Error) => void;
+
 /** One JSON array being written. */
 class TraceArray {
   readonly #stream: WriteStream;
   #first = true;
+  #failed = false;
   traces = 0;
 
-  constructor(path: string) {
+  constructor(path: string, onError: TraceFileError) {
     this.#stream = createWriteStream(path);
+    this.#stream.on("error", (error) => {
+      this.#failed = true;
+      onError(path, error);
+    });
     this.#stream.write("[");
   }
 
   write(entry: unknown): void {
+    if (this.#failed) return;
     this.#stream.write(`${this.#first ? "\n" : ",\n"}${JSON.stringify(entry)}`);
     this.#first = false;
   }
 
   end(): Promise<void> {
-    return new Promise((resolve) => this.#stream.end("\n]\n", () => resolve()));
+    if (this.#failed) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.#stream.once("error", () => resolve());
+      this.#stream.end("\n]\n", () => resolve());
+    });
   }
 }
 
-export function tritonTraceFile(path: string): TraceSink {
-  mkdirSync(dirname(path), { recursive: true });
+/** The sink writing to `path` (its folder made if missing; throws, naming it, when it cannot be). */
+export function tritonTraceFile(path: string, onError: TraceFileError): TraceSink {
+  try {
+    mkdirSync(dirname(path), { recursive: true });
+  } catch (error) {
+    throw new ServerError(
+      "INTERNAL",
+      `cannot write traces to '${path}': its folder cannot be made (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`,
+    );
+  }
   let main: TraceArray | undefined;
   const parts = new Map<TraceSetting, TraceArray>();
   /** Files being closed, for close() to wait on. */
@@ -57,12 +81,12 @@ export function tritonTraceFile(path: string): TraceSink {
 
   const arrayFor = (setting: TraceSetting): TraceArray => {
     if (setting.logFrequency === 0 && !setting.limited) {
-      main ??= new TraceArray(path);
+      main ??= new TraceArray(path, onError);
       return main;
     }
     let part = parts.get(setting);
     if (part === undefined) {
-      part = new TraceArray(`${path}.${nextIndex++}`);
+      part = new TraceArray(`${path}.${nextIndex++}`, onError);
       parts.set(setting, part);
     }
     return part;

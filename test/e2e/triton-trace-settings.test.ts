@@ -235,6 +235,25 @@ describe("Triton's trace settings: reading, changing, clearing", () => {
     assert.equal((await settings(server, undefined, { trace_rate: " 7x" })).trace_rate, "7");
     await reset();
   });
+
+  it("refuses a setting that would trace with no count left; an empty level list over HTTP sets nothing", async () => {
+    const none = await request(server, undefined, { trace_count: "0" });
+    assert.equal(none.status, 400);
+    assert.deepEqual(none.body, {
+      error: "Attempting to set invalid trace setting :trace_count is 0, no traces are left to take",
+    });
+    // Off, a count of 0 is allowed.
+    assert.equal(
+      (await settings(server, "simple", { trace_count: "0", trace_level: ["OFF"] })).trace_count,
+      "0",
+    );
+    await settings(server, undefined, { trace_level: ["TIMESTAMPS", "TENSORS"] });
+    assert.deepEqual((await settings(server, undefined, { trace_level: [] })).trace_level, [
+      "TIMESTAMPS",
+      "TENSORS",
+    ]);
+    await reset();
+  });
 });
 
 describe("Triton's trace settings: what the trace files hold as they change", () => {
@@ -294,6 +313,36 @@ describe("Triton's trace settings: what the trace files hold as they change", ()
       await server.stop();
     }
     assert.equal(tracesIn(file), 4);
+  });
+
+  it("once the global count ran out, a model change that would trace under it is refused", async () => {
+    const server = await startTraced({ timestamps: true, rate: 1, file: traceFile() });
+    try {
+      await settings(server, undefined, { trace_count: "1" });
+      await infer(server, 2);
+      assert.equal((await request(server, "simple", { log_frequency: "1" })).status, 400);
+      // A model setting of its own with a count it has left is fine.
+      assert.equal((await settings(server, "simple", { trace_count: "3" })).trace_count, "3");
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it("a trace file that cannot be written is reported and dropped; the server goes on", async () => {
+    const uncaught: unknown[] = [];
+    const onUncaught = (error: unknown) => uncaught.push(error);
+    process.on("uncaughtException", onUncaught);
+    // The trace file's path is a folder: opening it fails, as a full disk or a permission would.
+    const folder = traceFile().replace(/trace\.json$/, "");
+    const server = await startTraced({ rate: 1, file: folder });
+    try {
+      assert.equal((await request(server, undefined, { trace_level: ["TIMESTAMPS"] })).status, 200);
+      await infer(server, 3);
+    } finally {
+      await server.stop();
+      process.off("uncaughtException", onUncaught);
+    }
+    assert.deepEqual(uncaught.map(String), []);
   });
 
   it("a server launched without a trace file refuses to trace, as Triton does", async () => {

@@ -5,6 +5,7 @@ import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
 import { createHttpApp, type HttpApp, type HttpAppOptions } from "../common/http/http-app.ts";
 import { unroutedAnswer } from "../common/http/route-methods.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
+import { ovmsUnsupportedMethod } from "../tfs/error-status.ts";
 import { tfsRestRoutes } from "../tfs/rest-routes.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
 import { generateRoutes } from "./generate/generate-routes.ts";
@@ -60,7 +61,8 @@ export function createHttpFrontend(options: HttpFrontendOptions): HttpFrontend {
     limits: options.limits,
     tls: options.tls,
     answerUnrouted: (request, reply, allowed) => {
-      const { status, message } = unroutedAnswer(request, reply, allowed);
+      const { status, message } =
+        ovmsUnsupportedMethod(request.method, request.url) ?? unroutedAnswer(request, reply, allowed);
       return sendError(reply, status, message);
     },
     access: options.access,

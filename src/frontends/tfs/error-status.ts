@@ -66,6 +66,22 @@ export function tfsError(error: unknown): ServerError {
   });
 }
 
+/** OVMS's REST paths (TF-Serving's `/v1/...`). */
+const REST_PATH = /^\/v1(\/|$|\?)/;
+const REST_METHODS = new Set(["GET", "POST", "OPTIONS"]);
+
+/**
+ * OVMS's answer to a `/v1` request under a method it does not serve, decided before the
+ * path as OVMS decides it: 406 "Unsupported method". Undefined for other requests.
+ */
+export function ovmsUnsupportedMethod(
+  method: string,
+  url: string,
+): { status: 406; message: string } | undefined {
+  if (!REST_PATH.test(url) || REST_METHODS.has(method)) return undefined;
+  return { status: 406, message: "Unsupported method" };
+}
+
 /** An INVALID_ARG with OVMS's text, optionally followed by OVMS's " - <details>". */
 export function ovmsInvalid(message: keyof typeof OVMS_MESSAGES, details?: string): ServerError {
   return new ServerError(

@@ -25,6 +25,9 @@ function routePattern(url: string): RegExp {
 export function learnRouteMethods(app: FastifyInstance): RouteMethods {
   const routes = new Map<string, { pattern: RegExp; methods: Set<string> }>();
   app.addHook("onRoute", (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    // CORS preflights answer every path (`OPTIONS *`): they say nothing of what a path serves.
+    if (route.url === "*" || methods.every((method) => method === "OPTIONS")) return;
     let entry = routes.get(route.url);
     if (entry === undefined) {
       entry = { pattern: routePattern(route.url), methods: new Set() };
@@ -51,8 +54,9 @@ export function unroutedAnswer(
   reply: FastifyReply,
   allowed: readonly string[],
 ): { status: 404 | 405; message: string } {
-  if (allowed.length === 0)
+  if (allowed.length === 0 || allowed.includes(request.method)) {
     return { status: 404, message: `Not Found: no route for ${request.method} ${request.url}` };
+  }
   reply.header("allow", allowed.join(", "));
   return {
     status: 405,

@@ -10,8 +10,8 @@ import type {
 // Triton's trace extension on the wire: every setting is a list of strings (HTTP writes a
 // one-value list as a plain string, except the level), and a change is read from them as
 // Triton's HTTP and gRPC servers read it: integers as `std::stoi` takes them (leading
-// digits, in 32-bit range), an empty list or JSON null clears the setting, names Triton
-// does not have are ignored, and the trace file cannot be changed.
+// digits, in 32-bit range), JSON null (over gRPC, an empty list) clears the setting, names
+// Triton does not have are ignored, and the trace file cannot be changed.
 
 const INT32_MAX = 2 ** 31 - 1;
 /** The settings a client may change. */
@@ -76,7 +76,8 @@ export function traceSettingsChangeFromJson(body: Readonly<Record<string, unknow
       if (!Array.isArray(value) || value.some((level) => typeof level !== "string")) {
         throw invalidArg("Unable to parse 'trace_level': expected an array of strings");
       }
-      values[name] = value as string[];
+      // Over HTTP only null clears: an empty list sets nothing, as in Triton.
+      if (value.length > 0) values[name] = value as string[];
     } else if (typeof value === "string") values[name] = [value];
     else throw invalidArg(`Unable to parse '${name}': expected a string`);
   }

@@ -1,0 +1,53 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { securityOptions } from "../../src/config/security-options.ts";
+import { identityModel } from "../../tools/onnx/test-models.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+import { type OvmsServer, startOvmsServer } from "../tfs/support/ovms-server.ts";
+
+// Requests no route serves, as each family answers them: Triton's paths under another
+// method 405 with the methods they serve, unknown paths 404, whatever the CORS settings
+// (CORS preflights answer every path and say nothing of what it serves); OVMS's /v1
+// paths under a method OVMS does not take, 406 "Unsupported method", as OVMS decides it
+// before looking at the path.
+
+describe("unrouted requests on a server with --cors-allow-origin", () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startTestServer(
+      { floats: { onnx: identityModel("FP32", [-1, 4]) } },
+      { security: securityOptions({ corsAllowOrigins: ["https://app.example"] }) },
+    );
+  });
+  after(() => server.stop());
+
+  it("an unknown path is still a 404", async () => {
+    const answer = await fetch(`${server.url}/v2/nothing/here`);
+    assert.equal(answer.status, 404, `allow=${answer.headers.get("allow")} ${await answer.text()}`);
+  });
+
+  it("a known path under another method lists only its own methods", async () => {
+    const answer = await fetch(`${server.url}/v2/models/floats/infer`);
+    assert.equal(answer.status, 405);
+    assert.equal(answer.headers.get("allow"), "POST");
+    await answer.body?.cancel();
+  });
+});
+
+describe("OVMS's /v1 paths under a method OVMS does not take", () => {
+  let ovms: OvmsServer;
+  before(async () => {
+    ovms = await startOvmsServer({ ident: { onnx: identityModel("FP32", [-1, 4]) } });
+  });
+  after(() => ovms.stop());
+
+  it("answer 406 Unsupported method, known path or not", async () => {
+    for (const path of ["/v1/models/ident", "/v1/models/ident:predict", "/v1/nothing"]) {
+      const answer = await fetch(`${ovms.url}${path}`, { method: "DELETE" });
+      assert.equal(answer.status, 406, path);
+      assert.deepEqual(await answer.json(), { error: "Unsupported method" });
+    }
+    // Methods OVMS takes still reach its routes.
+    assert.equal((await fetch(`${ovms.url}/v1/models/ident`)).status, 200);
+  });
+});
