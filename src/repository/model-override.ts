@@ -25,7 +25,8 @@ export async function writeModelOverride(
   const override: ModelOverride = { dir, remove: () => rm(dir, { recursive: true, force: true }) };
   try {
     for (const [path, content] of files) {
-      const target = resolve(dir, path);
+      // A leading "/" is the folder's own root, as Triton joins the path to it.
+      const target = resolve(dir, path.replace(/^\/+/, ""));
       const inside = relative(dir, target);
       if (inside === "" || inside === ".." || inside.startsWith(`..${sep}`) || isAbsolute(inside)) {
         throw invalidArg(

@@ -100,6 +100,8 @@ export class ModelRepository implements ModelRegistry {
   #inRepositories: readonly ModelSource[] = [];
   /** The OVMS config files' texts as last read, to see when one changes. */
   readonly #ovmsTexts = new Map<string, string>();
+  /** Sent model files being removed once the versions loaded from them have unloaded. */
+  readonly #removals = new Set<Promise<void>>();
   #pollTimer: NodeJS.Timeout | undefined;
   #configTimer: NodeJS.Timeout | undefined;
   /** A reconciliation with the disk is running (polls do not overlap). */
@@ -294,48 +296,57 @@ export class ModelRepository implements ModelRegistry {
         ),
       );
     }
+    const badName = modelNameProblem(name);
+    if (badName !== undefined) return Promise.reject(invalidArg(badName));
     this.#discover();
-    // Triton answers a failure to load with INVALID_ARG (HTTP 400), whatever its cause: a
-    // load request is refused as a whole, not retried as if the server were busy. A model
-    // the repositories do not have is INTERNAL (500): "failed to poll".
-    const asLoadFailure = (error: unknown): never => {
-      const failure = asServerError(error);
-      throw failure.code === "INVALID_ARG"
-        ? failure
-        : new ServerError("INVALID_ARG", failure.message, { cause: failure });
-    };
+    // A model the repositories do not have, or sent files that make no model folder, is
+    // Triton's INTERNAL (500) "failed to poll"; any other failure to load is INVALID_ARG.
     const files = options.files;
-    if (files !== undefined && files.size > 0) {
-      return this.#loadOverride(name, options.config, files).catch(asLoadFailure);
-    }
+    if (files !== undefined && files.size > 0) return this.#loadOverride(name, options.config, files);
     if (this.#models.get(name)?.source === undefined) return Promise.reject(notInRepository(name));
-    return this.#load(name, options.config).catch(asLoadFailure);
+    return this.#load(name, options.config).catch(asLoadRefusal);
   }
 
   /**
    * Triton's file override: the model is loaded from the files the request sent, whether
    * or not a repository has it; the repository's folder is used again at its next load
-   * without files.
+   * without files. What stops the files from becoming a model folder is answered as
+   * Triton answers it (its repository poll failed: INTERNAL, "failed to poll"), with why.
    */
   async #loadOverride(
     name: string,
     config: string | undefined,
     files: ReadonlyMap<string, Uint8Array>,
   ): Promise<void> {
-    if (config === undefined) {
-      throw invalidArg(
-        `failed to load '${name}': load parameter 'config' must be specified for model file override`,
-      );
+    const pollFailure = (why: string) =>
+      new ServerError("INTERNAL", `failed to load '${name}', failed to poll from model repository: ${why}`);
+    if (config === undefined)
+      throw pollFailure("load parameter 'config' must be specified for model file override");
+    let override: ModelOverride;
+    try {
+      override = await writeModelOverride(name, files);
+    } catch (error) {
+      throw pollFailure(asServerError(error).message);
     }
     let entry = this.#models.get(name);
     if (entry === undefined) {
       entry = this.#newEntry(name, undefined);
       this.#models.set(name, entry);
     }
-    const override = await writeModelOverride(name, files);
-    return this.#afterTransition(entry, () =>
-      this.#loadEntry(entry, { name, dir: override.dir }, config, override),
+    const loading = entry;
+    const work = this.#afterTransition(loading, () =>
+      this.#loadEntry(loading, { name, dir: override.dir }, config, override),
     );
+    const mine = loading.transition;
+    return work.catch((error: unknown): never => {
+      // A name that only these files brought stays unknown when they do not load, as in
+      // Triton (a failed first load adds no model), unless another load of it follows.
+      const unknown =
+        loading.source === undefined && loading.versions.size === 0 && loading.everLoaded.size === 0;
+      if (unknown && loading.transition === mine && this.#models.get(name) === loading)
+        this.#models.delete(name);
+      return asLoadRefusal(error);
+    });
   }
 
   async #load(name: string, configOverride?: string): Promise<void> {
@@ -445,7 +456,8 @@ export class ModelRepository implements ModelRegistry {
           this.#logger.warn({ err: error, model: name }, "unloading a replaced version failed"),
         );
     });
-    if (replacedOverride !== undefined) void Promise.all(unloads).then(() => replacedOverride.remove());
+    if (replacedOverride !== undefined)
+      this.#removeLater(Promise.all(unloads).then(() => replacedOverride.remove()));
   }
 
   /**
@@ -659,12 +671,23 @@ export class ModelRepository implements ModelRegistry {
     await Promise.all(this.#allLoaded().map((m) => m.drain(deadlineMs)));
   }
 
+  /** Tracks a removal of sent files that waits for replaced versions, so that shutdown waits for it too. */
+  #removeLater(removal: Promise<void>): void {
+    const tracked = removal
+      .catch(() => {})
+      .then(() => {
+        this.#removals.delete(tracked);
+      });
+    this.#removals.add(tracked);
+  }
+
   async shutdown(deadlineMs: number): Promise<void> {
     this.beginShutdown();
     // A load still opening instances must finish first, or its workers would outlive the server.
     await Promise.all([...this.#models.values()].map((e) => e.transition));
     await this.drain(deadlineMs);
     await Promise.all(this.#allLoaded().map((m) => m.close()));
+    await Promise.all(this.#removals);
     for (const entry of this.#models.values()) {
       await entry.override?.remove();
       entry.override = undefined;
@@ -706,6 +729,27 @@ function refuseStatefulSwitch(
     "FAILED_PRECONDITION",
     `Model type cannot be changed after it is loaded: model '${name}' is ${was ? "stateful" : "stateless"} and the new configuration makes it ${was ? "stateless" : "stateful"}; remove it from the configuration (unloading it) before adding it back`,
   );
+}
+
+/**
+ * Triton answers a failure to load with INVALID_ARG (HTTP 400), whatever its cause: a load
+ * request is refused as a whole, not retried as if the server were busy.
+ */
+function asLoadRefusal(error: unknown): never {
+  const failure = asServerError(error);
+  throw failure.code === "INVALID_ARG"
+    ? failure
+    : new ServerError("INVALID_ARG", failure.message, { cause: failure });
+}
+
+/** Why Triton's model repository would refuse `name` (ValidateModelName); undefined when it would not. */
+function modelNameProblem(name: string): string | undefined {
+  const trimmed = name.trim();
+  if (trimmed === "") return "Model name cannot be empty. Please enter a valid name to deploy.";
+  if (trimmed === ".." || trimmed.includes("/")) {
+    return `invalid model name '${name}', model name must not contain path traversal characters`;
+  }
+  return undefined;
 }
 
 /** Triton's answer to a load of a model no repository has. */

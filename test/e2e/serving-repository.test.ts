@@ -327,12 +327,12 @@ describe("explicit model control", () => {
     assert.equal(gone.status, 200);
   });
 
-  it("load parameters other than config are refused, naming them", async () => {
+  it("load parameters other than config and files are refused, naming them", async () => {
     const answer = await load("auto", { parameters: { colour: "blue" } });
     assert.equal(answer.status, 400);
     assert.equal(
       errorOf(answer),
-      "unexpected load parameter 'colour' for model 'auto': only 'config' is supported",
+      "unexpected load parameter 'colour' for model 'auto': only 'config' and 'file:<path>' are supported",
     );
   });
 });

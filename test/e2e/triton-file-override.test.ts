@@ -5,9 +5,9 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { status } from "@grpc/grpc-js";
 import { callError, TestClient } from "../grpc/support/grpc-harness.ts";
-import { postJson } from "../support/http-client.ts";
+import { getJson, postJson } from "../support/http-client.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
-import { plusVersionModel } from "./support/serving.ts";
+import { plusVersionModel, waitUntil } from "./support/serving.ts";
 
 // Triton's model file override, as its lifecycle test (test_file_override,
 // test_file_override_security) drives it over HTTP and gRPC: a load that sends the model's
@@ -21,6 +21,10 @@ const CONFIG = JSON.stringify({ backend: "onnxruntime" });
 /** The folders seqserve made for sent model files. */
 const overrideFolders = (): string[] =>
   readdirSync(tmpdir()).filter((name) => name.startsWith("seqserve-model-"));
+
+/** Waits until the folders of sent files are those there were before (a replaced one goes once its version has unloaded). */
+const foldersBack = (before: readonly string[]) =>
+  waitUntil("the folders of sent files removed", async () => overrideFolders().join() === before.join());
 
 describe("Triton's model file override (load with file:<version>/<name>)", () => {
   let server: TestServer;
@@ -58,10 +62,14 @@ describe("Triton's model file override (load with file:<version>/<name>)", () =>
   it("HTTP: sent files load in place of the repository's folder, under its name or a new one", async () => {
     assert.deepEqual([await ready("m", "3"), await adds("m")], [true, 3]);
 
-    // Without a config: refused, and the loaded version goes on.
+    // Without a config: refused as Triton refuses it (its repository poll fails), and the
+    // loaded version goes on.
     const noConfig = await httpLoad("m", { "file:1/model.onnx": base64(plusVersionModel(5)) });
-    assert.equal(noConfig.status, 400);
-    assert.match(noConfig.body.error as string, /'config' must be specified for model file override/);
+    assert.equal(noConfig.status, 500);
+    assert.equal(
+      noConfig.body.error,
+      "failed to load 'm', failed to poll from model repository: load parameter 'config' must be specified for model file override",
+    );
     assert.deepEqual([await ready("m", "3"), await adds("m")], [true, 3]);
 
     // A new name: served from the files alone, beside the repository's model.
@@ -91,7 +99,7 @@ describe("Triton's model file override (load with file:<version>/<name>)", () =>
     assert.equal(gone.status, 500);
     assert.deepEqual(gone.body, { error: "failed to load 'sent', failed to poll from model repository" });
     // Every folder of sent files went with its model.
-    assert.deepEqual(overrideFolders(), foldersBefore);
+    await foldersBack(foldersBefore);
   });
 
   it("gRPC: the files as bytes; a load without files goes back to the repository", async () => {
@@ -105,24 +113,78 @@ describe("Triton's model file override (load with file:<version>/<name>)", () =>
     const noConfig = await callError(
       grpcLoad("m", { "file:1/model.onnx": { bytes_param: plusVersionModel(5) } }),
     );
-    assert.equal(noConfig.code, status.INVALID_ARGUMENT);
-    assert.deepEqual(overrideFolders(), foldersBefore);
+    assert.equal(noConfig.code, status.INTERNAL);
+    // As Triton's gRPC frontend: other parameters and files that are not bytes are named.
+    const bogus = await callError(
+      grpcLoad("m", { config: { string_param: CONFIG }, bogus: { string_param: "1" } }),
+    );
+    assert.deepEqual(
+      [bogus.code, bogus.details],
+      [status.INVALID_ARGUMENT, "unrecognized load parameter 'bogus'."],
+    );
+    const text = await callError(
+      grpcLoad("m", { config: { string_param: CONFIG }, "file:1/model.onnx": { string_param: "x" } }),
+    );
+    assert.deepEqual(
+      [text.code, text.details],
+      [
+        status.INVALID_ARGUMENT,
+        "invalid value type for load parameter 'file:1/model.onnx', expected bytes_param.",
+      ],
+    );
+    // A leading "/" is the model folder's root, as Triton joins it.
+    await grpcLoad("rooted", {
+      config: { string_param: CONFIG },
+      "file:/1/model.onnx": { bytes_param: plusVersionModel(4) },
+    });
+    assert.deepEqual([await ready("rooted", "1"), await adds("rooted")], [true, 4]);
+    await grpc.unary("RepositoryModelUnload", { model_name: "rooted" });
+    await foldersBack(foldersBefore);
+  });
+
+  it("names are checked as Triton checks them; a name whose sent files did not load stays unknown", async () => {
+    for (const name of ["", "  ", "..", "a/b"]) {
+      const error = await callError(
+        grpcLoad(name, {
+          config: { string_param: CONFIG },
+          "file:1/model.onnx": { bytes_param: plusVersionModel(4) },
+        }),
+      );
+      assert.equal(error.code, status.INVALID_ARGUMENT, JSON.stringify(name));
+      assert.match(
+        error.details,
+        /Model name cannot be empty|model name must not contain path traversal characters/,
+      );
+    }
+    await httpLoad("ghost", { config: CONFIG, "file:../x": base64(new TextEncoder().encode("x")) });
+    await httpLoad("ghost2", { config: "{", "file:1/model.onnx": base64(plusVersionModel(4)) });
+    const index = (await postJson(`${server.url}/v2/repository/index`, {})).body as unknown as {
+      name: string;
+    }[];
+    const names = index.map((entry) => entry.name);
+    assert.ok(!names.includes("ghost") && !names.includes("ghost2"), names.join());
+    assert.equal((await getJson(`${server.url}/v2/models/ghost2`)).status, 404);
+    await foldersBack(foldersBefore);
   });
 
   it("a file may not land outside the model's folder; nothing is written, nothing changes", async () => {
     const outside = join(tmpdir(), `seqserve-escape-${process.pid}.txt`);
     for (const path of [
       "../../escape.txt",
-      `../${`seqserve-escape-${process.pid}.txt`}`,
-      outside,
+      `../seqserve-escape-${process.pid}.txt`,
+      `/../seqserve-escape-${process.pid}.txt`,
       "1/../../x",
     ]) {
       const answer = await httpLoad("m", {
         config: CONFIG,
         [`file:${path}`]: base64(new TextEncoder().encode("x")),
       });
-      assert.equal(answer.status, 400, path);
-      assert.match(answer.body.error as string, /must stay within model directory/, path);
+      assert.equal(answer.status, 500, path);
+      assert.match(
+        answer.body.error as string,
+        /^failed to load 'm', failed to poll from model repository: .*must stay within model directory/,
+        path,
+      );
     }
     assert.equal(existsSync(outside), false);
     // A path given both as a file and as a folder is named.
@@ -131,9 +193,9 @@ describe("Triton's model file override (load with file:<version>/<name>)", () =>
       "file:1": base64(new TextEncoder().encode("x")),
       "file:1/model.onnx": base64(plusVersionModel(5)),
     });
-    assert.equal(both.status, 400);
+    assert.equal(both.status, 500);
     assert.match(both.body.error as string, /both as a file and as a folder/);
     assert.deepEqual([await ready("m", "3"), await adds("m")], [true, 3]);
-    assert.deepEqual(overrideFolders(), foldersBefore);
+    await foldersBack(foldersBefore);
   });
 });

@@ -170,7 +170,10 @@ test("RepositoryModelLoad passes the config and file parameters; Unload unloads"
     }),
   );
   assert.equal(fileAsString.code, status.INVALID_ARGUMENT);
-  assert.equal(fileAsString.details, "File parameter 'file:1/model.onnx' must have bytes type for its value");
+  assert.equal(
+    fileAsString.details,
+    "invalid value type for load parameter 'file:1/model.onnx', expected bytes_param.",
+  );
   assert.equal(
     (await callError(h.client.unary("RepositoryModelLoad", { model_name: "missing" }))).code,
     status.NOT_FOUND,

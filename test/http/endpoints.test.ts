@@ -123,7 +123,7 @@ describe("KServe v2 HTTP endpoints", () => {
     assert.deepEqual(bodyJson(bad), { error: "Unable to parse 'ready': expected a bool" });
   });
 
-  it("load passes the config parameter, unload the name", async () => {
+  it("load passes the config and file parameters, unload the name", async () => {
     const plain = await send(server, "POST", "/v2/repository/models/echo/load");
     assert.equal(plain.status, 200);
     const config = JSON.stringify({ max_batch_size: 4 });
@@ -146,9 +146,17 @@ describe("KServe v2 HTTP endpoints", () => {
       server,
       "POST",
       "/v2/repository/models/echo/load",
-      JSON.stringify({ parameters: { "file:1/model.onnx": "AAAA" } }),
+      JSON.stringify({
+        parameters: { config: "{}", "file:1/model.onnx": Buffer.from("onnx").toString("base64") },
+      }),
     );
-    assert.equal(files.status, 501);
+    assert.equal(files.status, 200);
+    // Sent files reach the repository decoded from base64.
+    assert.deepEqual(server.fake.registry.loads.at(-1), {
+      name: "echo",
+      config: "{}",
+      files: ["1/model.onnx:onnx"],
+    });
 
     const unload = await send(
       server,

@@ -91,10 +91,10 @@ function loadOptions(
       config = parameter.string_param ?? "";
     } else if (name.startsWith("file:")) {
       if (parameter.parameter_choice !== "bytes_param") {
-        throw invalidArg(`File parameter '${name}' must have bytes type for its value`);
+        throw invalidArg(`invalid value type for load parameter '${name}', expected bytes_param.`);
       }
       files.set(name.slice("file:".length), parameter.bytes_param ?? new Uint8Array(0));
-    }
+    } else throw invalidArg(`unrecognized load parameter '${name}'.`);
   }
   return { ...(config === undefined ? {} : { config }), ...(files.size === 0 ? {} : { files }) };
 }

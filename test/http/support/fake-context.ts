@@ -7,6 +7,7 @@ import type {
   SequenceId,
 } from "../../../src/core/infer.ts";
 import type {
+  ModelLoadOptions,
   ModelMetadata,
   ModelRegistry,
   RepositoryIndexEntry,
@@ -244,7 +245,7 @@ function hangingModel(): { model: FakeModel; probe: AbortProbe } {
 
 export class FakeRegistry implements ModelRegistry {
   readonly models = new Map<string, FakeModel>();
-  readonly loads: { name: string; config: string | undefined }[] = [];
+  readonly loads: { name: string; config: string | undefined; files?: string[] }[] = [];
   readonly unloads: string[] = [];
 
   add(model: FakeModel): FakeModel {
@@ -294,9 +295,16 @@ export class FakeRegistry implements ModelRegistry {
     return entries;
   }
 
-  async load(name: string, options: { readonly config?: string } = {}): Promise<void> {
+  async load(name: string, options: ModelLoadOptions = {}): Promise<void> {
     if (name === "broken") throw new ServerError("INVALID_ARG", "failed to load 'broken': no model file");
-    this.loads.push({ name, config: options.config });
+    const files = options.files;
+    this.loads.push({
+      name,
+      config: options.config,
+      ...(files === undefined
+        ? {}
+        : { files: [...files].map(([path, bytes]) => `${path}:${Buffer.from(bytes)}`) }),
+    });
   }
 
   async unload(name: string): Promise<void> {
