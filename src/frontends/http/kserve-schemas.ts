@@ -356,6 +356,14 @@ export const SERVER_SCHEMAS = {
         parameters: {
           type: "object",
           properties: { config: { type: "string", description: "A model config in Triton's JSON form" } },
+          patternProperties: {
+            "^file:": {
+              type: "string",
+              format: "byte",
+              description:
+                "A file of the model's folder, `file:<version>/<name>`, base64: the sent files are loaded in place of the repository's folder (with `config`)",
+            },
+          },
         },
       },
     }),
