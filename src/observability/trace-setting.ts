@@ -29,7 +29,7 @@ export class TraceSetting implements TraceFields {
   readonly rate: number;
   readonly logFrequency: number;
   readonly specified: SpecifiedFields;
-  /** Whether it started with a count: its traces go to indexed files (triton-trace-file.ts). */
+  /** Whether it started with a count: its traces go to an indexed file (triton-trace-file.ts). */
   readonly limited: boolean;
   #left: number;
   #seen = 0;

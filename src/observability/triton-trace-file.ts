@@ -12,14 +12,21 @@ import type { TraceSetting } from "./trace-setting.ts";
 // (level TIMESTAMPS), and one per input and output tensor (level TENSORS). Timestamps are
 // nanoseconds of a monotonic clock, as Triton's steady clock.
 //
-// Which file, as Triton decides: a setting with a log frequency N writes `<file>.<i>`,
-// closing it after N traces and going on in the next index; a setting with a count
-// writes `<file>.<i>` too, closed when the count runs out; other settings write `<file>`.
-// Indexes are shared by every setting, from 0. A setting replaced while the server runs
-// closes its open file. Entries are streamed as requests are traced (Triton keeps them in
-// memory until it writes a file), so memory does not grow with the trace. A file that
-// cannot be written is reported and its traces dropped, as Triton logs "failed creating
-// trace file" and goes on.
+// Which file, as Triton's documentation says: a setting with a log frequency N writes
+// `<file>.<i>`, closing it after N traces and going on in the next index; a setting with
+// a count writes `<file>.<i>` too, closed when the count runs out (Triton's code does so
+// only when it ran out at rate 1, which cannot be known at the first trace); other
+// settings write `<file>`. Indexes are shared by every setting, from 0. A setting
+// replaced while the server runs closes its open file.
+//
+// Entries are streamed as requests are traced (Triton keeps them in memory until it
+// writes a file). A file the disk has not caught up with by MAX_PENDING_BYTES takes no
+// more traces until it has, so what waits in memory is bounded. A file that cannot be
+// written is reported and its traces dropped, as Triton logs "failed creating trace file"
+// and goes on.
+
+/** Bytes of a trace file waiting for the disk past which its traces are dropped. */
+const MAX_PENDING_BYTES = 64 * 1024 * 1024;
 
 function tensorText(tensor: Tensor): string {
   const data = tensor.data as ArrayLike<unknown>;
@@ -45,6 +52,11 @@ class TraceArray {
       onError(path, error);
     });
     this.#stream.write("[");
+  }
+
+  /** Whether it takes another trace: written so far, and not too far behind. */
+  get open(): boolean {
+    return !this.#failed && this.#stream.writableLength < MAX_PENDING_BYTES;
   }
 
   write(entry: unknown): void {
@@ -78,6 +90,7 @@ export function tritonTraceFile(path: string, onError: TraceFileError): TraceSin
   const ending = new Set<Promise<void>>();
   let nextIndex = 0;
   let nextId = 1;
+  let closed = false;
 
   const arrayFor = (setting: TraceSetting): TraceArray => {
     if (setting.logFrequency === 0 && !setting.limited) {
@@ -106,7 +119,9 @@ export function tritonTraceFile(path: string, onError: TraceFileError): TraceSin
 
   return {
     record(setting, model, version, record: RequestRecord): void {
+      if (closed) return;
       const array = arrayFor(setting);
+      if (!array.open) return;
       const id = nextId++;
       array.write({ id, model_name: model, model_version: Number(version), request_id: record.request.id });
       if (setting.level.timestamps) {
@@ -151,6 +166,7 @@ export function tritonTraceFile(path: string, onError: TraceFileError): TraceSin
     },
     retire: endPart,
     async close(): Promise<void> {
+      closed = true;
       for (const setting of [...parts.keys()]) endPart(setting);
       if (main !== undefined) finish(main);
       main = undefined;
