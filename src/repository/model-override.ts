@@ -30,7 +30,7 @@ export async function writeModelOverride(
       const inside = relative(dir, target);
       if (inside === "" || inside === ".." || inside.startsWith(`..${sep}`) || isAbsolute(inside)) {
         throw invalidArg(
-          `Invalid file parameter 'file:${path}' with normalized path '${target}' must stay within model directory.`,
+          `Invalid file parameter 'file:${path}' with normalized path '${inside}' must stay within model directory.`,
         );
       }
       try {

@@ -33,8 +33,7 @@ export function learnRouteMethods(app: FastifyInstance): RouteMethods {
       entry = { pattern: routePattern(route.url), methods: new Set() };
       routes.set(route.url, entry);
     }
-    for (const method of Array.isArray(route.method) ? route.method : [route.method])
-      entry.methods.add(method);
+    for (const method of methods) entry.methods.add(method);
   });
   return {
     allowed(url) {
