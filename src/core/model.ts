@@ -192,6 +192,11 @@ export interface ModelRegistry {
   statistics(name?: string, version?: string): ModelStatisticsSnapshot[];
   /** Every ready model version. */
   served(): ServedModel[];
+  /**
+   * OVMS's config reload on request: the config files read again and applied now.
+   * Whether anything changed; throws when a file cannot be read or parsed.
+   */
+  reloadConfig?(): Promise<boolean>;
 }
 
 /** What a load request may carry besides the model's name (Triton's load parameters). */

@@ -105,7 +105,11 @@ export class ModelRepository implements ModelRegistry {
   #pollTimer: NodeJS.Timeout | undefined;
   #configTimer: NodeJS.Timeout | undefined;
   /** A reconciliation with the disk is running (polls do not overlap). */
-  #reconciling = false;
+  #reconciling: Promise<void> | undefined;
+  /** Loads and unloads done, so that a reload on request can tell whether it changed anything. */
+  #changes = 0;
+  /** Why the config files as they are now are not applied (OVMS's answer to a reload request). */
+  #configRefusal: ServerError | undefined;
   #shuttingDown = false;
   /** Bounds how many models open at once, whoever asks (start, poll, the repository API). */
   readonly #loadSlots: LimitFunction;
@@ -221,23 +225,38 @@ export class ModelRepository implements ModelRegistry {
     this.#configTimer.unref();
   }
 
-  async #rereadOvmsConfigs(): Promise<void> {
+  /**
+   * Reads the config files again when one changed; whether one did. A file that does not
+   * parse is reported and changes nothing; `refuse`: it is thrown as well, in OVMS's
+   * words, also when it has not changed since (it is still not applied).
+   */
+  async #rereadOvmsConfigs(refuse = false): Promise<boolean> {
     let changed = false;
     for (const file of this.#options.ovmsConfigs) {
       const text = readText(file);
       if (text !== this.#ovmsTexts.get(file)) changed = true;
       this.#ovmsTexts.set(file, text);
     }
-    if (!changed) return;
-    try {
-      this.#ovmsSources = await readOvmsSources(this.#options.ovmsConfigs, this.#options.singleModel);
-      this.#logger.info({ event: "config_changed" }, "a model configuration file changed; applying it");
-    } catch (error) {
-      this.#logger.error(
-        { event: "config_invalid", err: error },
-        `the changed configuration is not applied, the models keep serving as they were: ${(error as Error).message}`,
-      );
+    if (changed) {
+      try {
+        this.#ovmsSources = await readOvmsSources(this.#options.ovmsConfigs, this.#options.singleModel);
+        this.#configRefusal = undefined;
+        this.#logger.info({ event: "config_changed" }, "a model configuration file changed; applying it");
+      } catch (error) {
+        this.#logger.error(
+          { event: "config_invalid", err: error },
+          `the changed configuration is not applied, the models keep serving as they were: ${(error as Error).message}`,
+        );
+        this.#configRefusal = this.#options.ovmsConfigs.every((file) => existsSync(file))
+          ? new ServerError(
+              "FAILED_PRECONDITION",
+              "Reloading config file failed. Check server logs for more info.",
+            )
+          : new ServerError("INTERNAL", "Config file not found or cannot open.");
+      }
     }
+    if (refuse && this.#configRefusal !== undefined) throw this.#configRefusal;
+    return changed && this.#configRefusal === undefined;
   }
 
   /**
@@ -245,14 +264,33 @@ export class ModelRepository implements ModelRegistry {
    * when their state fits) and unloads removed ones; `among` limits it to some models
    * (the OVMS config watch leaves Triton repositories alone outside poll mode).
    */
-  async #reconcile(ovmsOnly = false): Promise<void> {
-    if (this.#shuttingDown || this.#reconciling) return;
-    this.#reconciling = true;
-    try {
-      await this.#poll(ovmsOnly);
-    } finally {
-      this.#reconciling = false;
-    }
+  #reconcile(ovmsOnly = false): Promise<void> {
+    if (this.#shuttingDown) return Promise.resolve();
+    // Polls do not overlap: one asked for while another runs is that one.
+    if (this.#reconciling !== undefined) return this.#reconciling;
+    const run = this.#poll(ovmsOnly).finally(() => {
+      this.#reconciling = undefined;
+    });
+    this.#reconciling = run;
+    return run;
+  }
+
+  /**
+   * OVMS's config reload on request (`POST /v1/config/reload`): the config files are read
+   * again and their models reconciled with the disk now, as the config watch does each
+   * period. Whether anything changed (a config file, or a model loaded, reloaded or
+   * unloaded). A config file that cannot be read or parsed changes nothing and is refused
+   * with OVMS's words.
+   */
+  async reloadConfig(): Promise<boolean> {
+    if (this.#shuttingDown)
+      throw unavailable("the server is shutting down: its configuration is not reloaded");
+    // A poll under way may have read the files before they changed: this reload starts after it.
+    while (this.#reconciling !== undefined) await this.#reconciling.catch(() => {});
+    const changes = this.#changes;
+    const configChanged = await this.#rereadOvmsConfigs(true);
+    await this.#reconcile(true);
+    return configChanged || this.#changes !== changes;
   }
 
   async #poll(ovmsOnly: boolean): Promise<void> {
@@ -422,6 +460,7 @@ export class ModelRepository implements ModelRegistry {
       entry.configJson = configJson;
       entry.state = "READY";
       entry.signature = signature;
+      this.#changes++;
       this.#logger.info(
         { event: "model_loaded", model: name, versions: [...loaded.keys()] },
         `loaded model '${name}' version${loaded.size > 1 ? "s" : ""} ${[...loaded.keys()].join(", ")}`,
@@ -520,6 +559,7 @@ export class ModelRepository implements ModelRegistry {
       entry.override = undefined;
       entry.state = "UNAVAILABLE";
       entry.reason = "unloaded";
+      this.#changes++;
       this.#logger.info({ event: "model_unloaded", model: name }, `unloaded model '${name}'`);
     });
   }

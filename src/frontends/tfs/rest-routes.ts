@@ -40,6 +40,7 @@ import { tfDtypeName } from "./tf-dtype.ts";
 //   GET  /v1/models/{m}[/versions/{v}|/labels/{l}]           model status
 //   GET  /v1/models/{m}[/versions/{v}|/labels/{l}]/metadata  signature_def
 //   GET  /v1/config                                           every model's status (OVMS)
+//   POST /v1/config/reload                                    the config files applied now (OVMS)
 // Errors are {"error": "<message>"} with the family's statuses (error-status.ts).
 
 export interface TfsRestOptions {
@@ -318,13 +319,28 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
   // segment (`{m}/versions/{v}:predict`), so they are one wildcard here.
   const described = (operationId: string, summary: string) => ({ schema: { operationId, summary } });
 
+  const everyStatus = (): string => {
+    const names = [...new Set(registry.index().map((e) => e.name))];
+    return JSON.stringify(
+      Object.fromEntries(names.map((name) => [name, statusJson(modelStatus(registry, name))])),
+    );
+  };
   app.get(
     "/v1/config",
     described("tfsConfig", "Every model's status (OpenVINO Model Server)"),
-    (_request, reply) => {
-      const names = [...new Set(registry.index().map((e) => e.name))];
-      const all = Object.fromEntries(names.map((name) => [name, statusJson(modelStatus(registry, name))]));
-      return sendText(reply, JSON.stringify(all));
+    (_request, reply) => sendText(reply, everyStatus()),
+  );
+  // OVMS's reload on request: 201 when something changed, 200 when nothing did, with every
+  // model's status either way.
+  app.post(
+    "/v1/config/reload",
+    described("tfsConfigReload", "Reads the config files again and applies them now (OpenVINO Model Server)"),
+    async (_request, reply) => {
+      const reload = registry.reloadConfig;
+      if (reload === undefined)
+        throw new ServerError("UNSUPPORTED", "this server has no configuration to reload");
+      const changed = await reload.call(registry);
+      return sendText(reply.code(changed ? 201 : 200), everyStatus());
     },
   );
 

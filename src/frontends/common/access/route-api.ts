@@ -35,6 +35,7 @@ const EXACT: Readonly<Record<string, ApiGroup>> = {
   "/openapi.json": "metadata",
   // TF-Serving REST: every model's status.
   "/v1/config": "health",
+  "/v1/config/reload": "model-repository",
   "POST /v1/models/*": "inference",
   // SageMaker.
   "/ping": "health",
