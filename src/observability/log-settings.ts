@@ -1,12 +1,13 @@
 import { ServerError } from "../core/errors.ts";
 import type { LogSettings, LogSettingsControl } from "../core/model.ts";
-import type { LogFormat, Logger } from "./logger.ts";
+import { type LogFormat, type Logger, switchIsoTimestamps } from "./logger.ts";
 
 // Triton's logging extension over seqserve's logger. Triton switches info, warning and
 // error messages on and off one by one; seqserve's logger has one threshold, so the
 // settings are turned into the lowest level that keeps what is asked for on, and read
 // back as what that level lets through: asking for warnings off while info stays on
-// leaves them on, and the answer says so. The file and the format are chosen at start.
+// leaves them on, and the answer says so. The format switches the timestamps between
+// ISO 8601 and the launch ones, as Triton's does; the file is chosen at start.
 
 const VERBOSE_LEVELS = ["info", "debug", "trace"] as const;
 
@@ -15,6 +16,7 @@ export function logSettingsControl(
   file: string | undefined,
   format: LogFormat,
 ): LogSettingsControl {
+  let logFormat = format === "ISO8601" ? "ISO8601" : "default";
   const current = (): LogSettings => {
     const value = logger.levelVal;
     const verbose = logger.level === "trace" ? 2 : logger.level === "debug" ? 1 : 0;
@@ -24,7 +26,7 @@ export function logSettingsControl(
       logWarning: value <= logger.levels.values.warn!,
       logError: value <= logger.levels.values.error!,
       logVerboseLevel: verbose,
-      logFormat: format === "ISO8601" ? "ISO8601" : "default",
+      logFormat,
     };
   };
   return {
@@ -38,10 +40,13 @@ export function logSettingsControl(
         if (change.logFormat !== "default" && change.logFormat !== "ISO8601") {
           throw new ServerError("UNAVAILABLE", `invalid argument for --log_format, got: ${change.logFormat}`);
         }
-        throw new ServerError(
-          "UNSUPPORTED",
-          `the log format is chosen at start (--log-format): it is '${now.logFormat}' and cannot become '${change.logFormat}' while seqserve runs`,
-        );
+        if (!switchIsoTimestamps(logger, change.logFormat === "ISO8601")) {
+          throw new ServerError(
+            "UNSUPPORTED",
+            `the log format is chosen by whoever made this server's logger: it is '${now.logFormat}' and cannot become '${change.logFormat}' while seqserve runs`,
+          );
+        }
+        logFormat = change.logFormat;
       }
       const wanted = { ...now, ...change };
       const verbose = Math.min(wanted.logVerboseLevel, VERBOSE_LEVELS.length - 1);

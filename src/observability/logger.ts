@@ -17,26 +17,69 @@ export interface LoggerOptions {
   readonly file?: string | undefined;
 }
 
+/** Switches a logger made by createLogger between ISO 8601 UTC timestamps and its launch ones. */
+const timestampSwitches = new WeakMap<Logger, (iso: boolean) => void>();
+
+/**
+ * Turns ISO 8601 timestamps on or off (Triton's `log_format` changed while serving);
+ * false when `logger` was not made by createLogger (an embedder's, a test's).
+ */
+export function switchIsoTimestamps(logger: Logger, iso: boolean): boolean {
+  const change = timestampSwitches.get(logger);
+  if (change === undefined) return false;
+  change(iso);
+  return true;
+}
+
 /**
  * The server's logger. JSON lines are pino's own, written in this thread; text is
  * formatted by pino-pretty as a plain stream (no transport thread), loaded only then.
+ * Its timestamps can switch to ISO 8601 in UTC and back while it runs: in JSON the `time`
+ * field becomes a string, in text the time is printed so.
  */
 export async function createLogger(options: LoggerOptions): Promise<Logger> {
   const { level, format, file } = options;
+  let iso = format === "ISO8601";
   if (format === "json") {
     const destination =
       file === undefined ? pino.destination(1) : pino.destination({ dest: file, mkdir: true, sync: true });
-    return pino({ level, base: { name: "seqserve" } }, destination);
+    const logger = pino(
+      {
+        level,
+        base: { name: "seqserve" },
+        timestamp: () => (iso ? `,"time":"${new Date().toISOString()}"` : `,"time":${Date.now()}`),
+      },
+      destination,
+    );
+    timestampSwitches.set(logger, (value) => {
+      iso = value;
+    });
+    return logger;
   }
   const { default: pretty } = await import("pino-pretty");
-  const stream: DestinationStream = pretty({
-    colorize: false,
-    translateTime: format === "ISO8601" ? "UTC:yyyy-mm-dd'T'HH:MM:ss.l'Z'" : "SYS:standard",
-    ignore: "pid,hostname",
-    sync: true,
-    ...(file === undefined ? {} : { destination: file, mkdir: true }),
+  const prettyStream = (isoTime: boolean): DestinationStream =>
+    pretty({
+      colorize: false,
+      translateTime: isoTime ? "UTC:yyyy-mm-dd'T'HH:MM:ss.l'Z'" : "SYS:standard",
+      ignore: "pid,hostname",
+      sync: true,
+      ...(file === undefined ? {} : { destination: file, mkdir: true }),
+    });
+  // One pretty stream per timestamp style, made when first used; lines go to the current one.
+  const streams = new Map<boolean, DestinationStream>();
+  const current = (): DestinationStream => {
+    let stream = streams.get(iso);
+    if (stream === undefined) {
+      stream = prettyStream(iso);
+      streams.set(iso, stream);
+    }
+    return stream;
+  };
+  const logger = pino({ level }, { write: (line: string) => current().write(line) });
+  timestampSwitches.set(logger, (value) => {
+    iso = value;
   });
-  return pino({ level }, stream);
+  return logger;
 }
 
 /** A logger that writes nothing (tests, embedding). */

@@ -1,13 +1,22 @@
 import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import pino from "pino";
+import { startServer } from "../../src/app/server.ts";
+import { DEFAULT_SERVER_OPTIONS } from "../../src/config/server-options.ts";
+import type { LogFormat } from "../../src/observability/logger.ts";
+import { identityModel } from "../../tools/onnx/test-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
+import { tempRepository } from "../support/model-repository.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 // Triton's logging extension (`/v2/logging`, gRPC LogSettings), as tritonclient's
 // get_log_settings / update_log_settings use it: the settings in Triton's names, and a
 // change applied to the running server's logger, which then logs (or not) accordingly.
-// The file and the format are chosen at start, as Triton's file is.
+// The format switches the timestamps to ISO 8601 and back while serving, as Triton's
+// does; the file is chosen at start, as Triton's is.
 
 describe("Triton's logging extension", () => {
   let server: TestServer;
@@ -87,5 +96,74 @@ describe("Triton's logging extension", () => {
     assert.equal(logger.level, "trace");
     await grpc.unary<Settings>("LogSettings", { settings: { log_verbose_level: { uint32_param: 0 } } });
     assert.equal(logger.level, "info");
+  });
+});
+
+describe("Triton's log_format changed while serving", () => {
+  const folder = mkdtempSync(join(tmpdir(), "seqserve-logs-"));
+  const repository = tempRepository({ m: { onnx: identityModel("FP32", [-1, 4]) } });
+  after(() => {
+    repository.remove();
+    rmSync(folder, { recursive: true, force: true });
+  });
+
+  /** A server logging to its own file in `format`, in explicit mode so that loads log a line. */
+  async function logging(format: LogFormat) {
+    const file = join(folder, `${format}.log`);
+    const server = await startServer({
+      ...DEFAULT_SERVER_OPTIONS,
+      modelRepositories: [repository.path],
+      host: "127.0.0.1",
+      httpPort: 0,
+      grpcPort: undefined,
+      metricsPort: undefined,
+      exitTimeoutSecs: 5,
+      modelControlMode: "explicit",
+      logFormat: format,
+      logFile: file,
+    });
+    const url = `http://127.0.0.1:${server.httpPort}`;
+    const setFormat = async (logFormat: string) => {
+      const response = await fetch(`${url}/v2/logging`, {
+        method: "POST",
+        body: JSON.stringify({ log_format: logFormat }),
+      });
+      assert.equal(response.status, 200);
+      return ((await response.json()) as { log_format: string }).log_format;
+    };
+    /** The log line a model load writes. */
+    const loadLine = async (): Promise<string> => {
+      assert.equal((await fetch(`${url}/v2/repository/models/m/load`, { method: "POST" })).status, 200);
+      const lines = readFileSync(file, "utf8").trim().split("\n");
+      return lines.filter((line) => line.includes("loaded model 'm'")).at(-1)!;
+    };
+    return { server, setFormat, loadLine };
+  }
+
+  it("JSON lines: the time becomes an ISO 8601 string, and a number again", async () => {
+    const { server, setFormat, loadLine } = await logging("json");
+    try {
+      assert.equal(typeof JSON.parse(await loadLine()).time, "number");
+      assert.equal(await setFormat("ISO8601"), "ISO8601");
+      assert.match(JSON.parse(await loadLine()).time, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+      assert.equal(await setFormat("default"), "default");
+      assert.equal(typeof JSON.parse(await loadLine()).time, "number");
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it("text lines: the time is printed in ISO 8601 UTC, and as before again", async () => {
+    const { server, setFormat, loadLine } = await logging("text");
+    const iso = /^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\]/;
+    try {
+      assert.doesNotMatch(await loadLine(), iso);
+      assert.equal(await setFormat("ISO8601"), "ISO8601");
+      assert.match(await loadLine(), iso);
+      assert.equal(await setFormat("default"), "default");
+      assert.doesNotMatch(await loadLine(), iso);
+    } finally {
+      await server.stop();
+    }
   });
 });
