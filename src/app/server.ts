@@ -111,7 +111,7 @@ export async function startServer(
   const calls = registryCalls();
   for (const notice of options.notices) logger.info({ event: "option_notice" }, notice);
   const metrics: ServerMetrics | undefined =
-    options.metricsPort === undefined
+    options.metricsPort === undefined && !options.metricsOnHttpPort
       ? undefined
       : createMetricsRegistry(options.metrics, {
           refusals,
@@ -206,6 +206,7 @@ export async function startServer(
         streamIdleTimeoutMs: limits.httpStreamIdleTimeoutSecs * 1000,
         streamMaxHeldRequestBytes: limits.maxHeldRequestBytes,
         budgets,
+        ...(options.metricsOnHttpPort && metrics !== undefined ? { metrics: metrics.registry } : {}),
         ...httpSecurity,
       });
       await http.listen({ host: httpAddress, port: options.httpPort });

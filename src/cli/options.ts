@@ -374,10 +374,9 @@ export function parseCommandLine(
       : {
           http: ovmsPort("http-port", "allow-http", ovms.ports.http),
           grpc: ovmsPort("grpc-port", "allow-grpc", ovms.ports.grpc),
-          metrics:
-            ovms.metricsEnable || str("metrics-port") !== undefined
-              ? port("metrics-port", "allow-metrics")
-              : undefined,
+          // OVMS serves its metrics on the REST port (metricsOnHttpPort); a metrics port of
+          // its own only when asked for.
+          metrics: str("metrics-port") !== undefined ? port("metrics-port", "allow-metrics") : undefined,
         };
 
   const serverOptions: ServerOptions = {
@@ -392,6 +391,7 @@ export function parseCommandLine(
     httpAddress: ovms.restBindAddress,
     grpcAddress: ovms.grpcBindAddress,
     metricsAddress: ovms.restBindAddress,
+    metricsOnHttpPort: ovms.metricsEnable,
     logFile: ovms.logPath,
     httpPort: ports.http,
     grpcPort: ports.grpc,

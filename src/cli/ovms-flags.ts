@@ -89,7 +89,11 @@ export const OVMS_FLAGS: readonly OvmsFlagSpec[] = [
     value: "address",
     help: "Address the gRPC endpoint listens on (OVMS spelling of --grpc-address).",
   },
-  { name: "metrics_enable", boolean: true, help: "With OVMS ports: serve metrics (on --metrics-port)." },
+  {
+    name: "metrics_enable",
+    boolean: true,
+    help: "With OVMS ports: serve GET /metrics on the REST port, as OVMS.",
+  },
 ];
 
 /** Flags OVMS has that do not apply to seqserve: accepted with a notice saying why. */

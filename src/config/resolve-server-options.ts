@@ -56,6 +56,7 @@ const CHECKS: { readonly [K in keyof ServerOptions]?: readonly [Check, string] }
   httpAddress: [optionalText, "an address, or undefined"],
   grpcAddress: [optionalText, "an address, or undefined"],
   metricsAddress: [optionalText, "an address, or undefined"],
+  metricsOnHttpPort: [flag, "a boolean"],
   exitOnError: [flag, "a boolean"],
   strictReadiness: [flag, "a boolean"],
   logFile: [optionalText, "a file, or undefined"],

@@ -86,6 +86,11 @@ export interface ServerOptions {
   readonly grpcAddress: string | undefined;
   /** undefined: the HTTP address (as Triton), else `host`. */
   readonly metricsAddress: string | undefined;
+  /**
+   * Serve `GET /metrics` on the HTTP port too: OpenVINO Model Server's `--metrics_enable`,
+   * whose metrics share the REST port.
+   */
+  readonly metricsOnHttpPort: boolean;
   /** A model that fails to load at start stops the start (Triton's --exit-on-error). */
   readonly exitOnError: boolean;
   /** Ready only while every model is ready (Triton's --strict-readiness); false: while the server runs. */
@@ -145,6 +150,7 @@ export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   httpAddress: undefined,
   grpcAddress: undefined,
   metricsAddress: undefined,
+  metricsOnHttpPort: false,
   exitOnError: true,
   strictReadiness: true,
   logFile: undefined,

@@ -26,6 +26,17 @@ describe("OVMS's flags for addresses and the log file", () => {
     );
   });
 
+  it("--metrics_enable serves the metrics on the REST port, with no port of their own unless asked", () => {
+    const options = parse("--rest_port", "8500", "--metrics_enable");
+    assert.deepEqual(
+      [options.httpPort, options.metricsPort, options.metricsOnHttpPort],
+      [8500, undefined, true],
+    );
+    const both = parse("--rest_port", "8500", "--metrics_enable", "--metrics-port", "9100");
+    assert.deepEqual([both.metricsPort, both.metricsOnHttpPort], [9100, true]);
+    assert.equal(parse("--rest_port", "8500").metricsOnHttpPort, false);
+  });
+
   it("--log_path sends the log to a file", () => {
     const options = parse("--log_path", "logs/ovms.log");
     assert.equal(options.logFile, "logs/ovms.log");

@@ -11,8 +11,8 @@ import { grpcStep, restStep } from "../tfs/support/vad-steps.ts";
 
 // An OpenVINO Model Server launch line with the program name changed: single-model mode
 // (--model_path / --model_name / --stateful / --max_sequence_number), OVMS's ports
-// (--port gRPC, --rest_port HTTP), OVMS's log level, and flags about OpenVINO accepted
-// with a notice.
+// (--port gRPC, --rest_port HTTP, metrics on the REST port with --metrics_enable), OVMS's
+// log level, and flags about OpenVINO accepted with a notice.
 
 describe("OVMS's command line", { timeout: 120_000 }, () => {
   let dir: string;
@@ -71,6 +71,7 @@ describe("OVMS's command line", { timeout: 120_000 }, () => {
       String(grpcPort),
       "--rest_port",
       String(restPort),
+      "--metrics_enable",
       "--nireq",
       "4",
       "--target_device",
@@ -108,6 +109,10 @@ describe("OVMS's command line", { timeout: 120_000 }, () => {
           parameters: Record<string, { string_value: string }>;
         };
         assert.equal(config.parameters.sequence_idle_timeout?.string_value, "never");
+        // --metrics_enable: the metrics on the REST port, as OVMS serves them (no port of their own).
+        const metrics = await fetch(`${url}/metrics`);
+        assert.equal(metrics.status, 200);
+        assert.match(await metrics.text(), /^nv_inference_request_success\{model="vad",version="1"\} [1-9]/m);
       } finally {
         client.close();
       }

@@ -1,4 +1,5 @@
 import fastifyWebsocket from "@fastify/websocket";
+import type { Registry } from "prom-client";
 import type { ServerContext } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
@@ -40,6 +41,8 @@ export interface HttpFrontendOptions {
   readonly tls?: HttpAppOptions["tls"];
   readonly access?: HttpAppOptions["access"];
   readonly refusals?: HttpAppOptions["refusals"];
+  /** Serves `GET /metrics` from this registry (OpenVINO Model Server's metrics on its REST port). */
+  readonly metrics?: Registry;
 }
 
 export type HttpFrontend = HttpApp;
@@ -73,6 +76,19 @@ export function createHttpFrontend(options: HttpFrontendOptions): HttpFrontend {
   // WebSocket streams share the port; a message may be as large as a request body.
   app.register(fastifyWebsocket, { options: { maxPayload: bodyLimitBytes }, errorHandler: onStreamError });
   app.register(kserveRoutes, { context, bodyLimitBytes });
+  const metrics = options.metrics;
+  if (metrics !== undefined) {
+    app.get(
+      "/metrics",
+      {
+        schema: {
+          operationId: "metrics",
+          summary: "The metrics, in Prometheus' text format (OVMS's --metrics_enable)",
+        },
+      },
+      async (_request, reply) => reply.type(metrics.contentType).send(await metrics.metrics()),
+    );
+  }
   app.register(generateRoutes, {
     context,
     bodyLimitBytes,

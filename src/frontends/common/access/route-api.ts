@@ -31,6 +31,8 @@ const EXACT: Readonly<Record<string, ApiGroup>> = {
   "/v2/repository/index": "model-repository",
   "/v2/repository/models/:model/load": "model-repository",
   "/v2/repository/models/:model/unload": "model-repository",
+  // OpenVINO Model Server's metrics on its REST port (--metrics_enable).
+  "/metrics": "metrics",
   // The OpenAPI document of the server's routes.
   "/openapi.json": "metadata",
   // TF-Serving REST: every model's status.
