@@ -21,14 +21,16 @@ export function createTracing(
 ): Promise<TraceManager> {
   const mode = exporter === undefined ? settings.mode : "opentelemetry";
   const file = settings.file;
-  const failed = new Set<string>();
+  // Each kind of failure once: with a log frequency, a full disk fails every new file, and
+  // would be reported at every trace (a set of the files would grow as long).
+  const reported = new Set<string>();
   const onFileError = (path: string, error: Error) => {
-    // Once per file: a full disk would otherwise be reported at every trace.
-    if (failed.has(path)) return;
-    failed.add(path);
+    const kind = (error as NodeJS.ErrnoException).code ?? "write failed";
+    if (reported.has(kind)) return;
+    reported.add(kind);
     logger.error(
       { event: "trace_file_error", file: path },
-      `failed creating trace file '${path}': ${(error as NodeJS.ErrnoException).code ?? error.message}; its traces are dropped`,
+      `failed creating trace file '${path}': ${kind}; its traces are dropped (later failures of this kind are not logged)`,
     );
   };
   return TraceManager.create(settings, mode, async () => {
