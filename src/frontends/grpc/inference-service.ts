@@ -5,6 +5,7 @@ import type { ModelLoadOptions, ModelMetadata, ServerContext, TensorMetadata } f
 import type { Refusals } from "../../core/refusals.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { classificationFor, classifyOutputs } from "../common/kserve/classification.ts";
+import { readLoadParameters } from "../common/kserve/load-parameters.ts";
 import { logSettingsChange, logSettingsWire } from "../common/kserve/log-settings-wire.ts";
 import {
   traceSettingsChange,
@@ -72,31 +73,28 @@ function metadataMessage(metadata: ModelMetadata): ModelMetadataResponseMessage 
   };
 }
 
-/** RepositoryModelLoad's parameters: `config` (a JSON model config) and `file:<path>` (file contents). */
+/** RepositoryModelLoad's parameters, typed: `config` a string_param, files bytes_param. */
 function loadOptions(
   model: string,
   parameters: Readonly<Record<string, ModelRepositoryParameterMessage>> | undefined,
 ): ModelLoadOptions {
-  if (parameters === undefined) return {};
-  let config: string | undefined;
-  const files = new Map<string, Uint8Array>();
-  for (const name in parameters) {
-    const parameter = parameters[name] as ModelRepositoryParameterMessage;
-    if (name === "config") {
+  return readLoadParameters(Object.entries(parameters ?? {}), {
+    config: (parameter) => {
       if (parameter.parameter_choice !== "string_param") {
         throw invalidArg(
           `invalid value type for 'config' parameter of model '${model}', expected string_param.`,
         );
       }
-      config = parameter.string_param ?? "";
-    } else if (name.startsWith("file:")) {
+      return parameter.string_param ?? "";
+    },
+    file: (parameter, name) => {
       if (parameter.parameter_choice !== "bytes_param") {
         throw invalidArg(`invalid value type for load parameter '${name}', expected bytes_param.`);
       }
-      files.set(name.slice("file:".length), parameter.bytes_param ?? new Uint8Array(0));
-    } else throw invalidArg(`unrecognized load parameter '${name}'.`);
-  }
-  return { ...(config === undefined ? {} : { config }), ...(files.size === 0 ? {} : { files }) };
+      return parameter.bytes_param ?? new Uint8Array(0);
+    },
+    unknown: (name) => invalidArg(`unrecognized load parameter '${name}'.`),
+  });
 }
 
 function unsupported(what: string): () => never {

@@ -8,6 +8,7 @@ import { sendJson } from "../common/http/json-text.ts";
 import { HEADER_LENGTH, HEADER_LENGTH_NAME, readHeaderLength } from "../common/kserve/binary-tensor.ts";
 import { decodeInferRequest } from "../common/kserve/infer-request-decoder.ts";
 import { encodeInferResponse } from "../common/kserve/infer-response-encoder.ts";
+import { readLoadParameters } from "../common/kserve/load-parameters.ts";
 import { logSettingsChange, logSettingsWire } from "../common/kserve/log-settings-wire.ts";
 import {
   traceSettingsChangeFromJson,
@@ -40,29 +41,24 @@ export const MODEL_PATHS = ["/v2/models/:model", "/v2/models/:model/versions/:ve
 
 const EMPTY_BODY = Buffer.alloc(0);
 
-/** A load parameter naming a file of the model's folder (Triton's file override). */
-const FILE_PREFIX = "file:";
-
-/** Triton's load parameters: `config` (a JSON model config) and `file:<path>` (base64 file contents). */
+/** Triton's load parameters, as JSON strings: `config`, and files in base64. */
 function loadOptions(name: string, body: Buffer | undefined): ModelLoadOptions {
   const parameters = readJsonBody(body)?.parameters;
   if (parameters === undefined) return {};
   if (!isJsonObject(parameters)) throw invalidArg("Unable to parse 'parameters': expected an object");
-  let config: string | undefined;
-  const files = new Map<string, Uint8Array>();
-  for (const key in parameters) {
-    const value = parameters[key];
+  const texts = Object.entries(parameters).map(([key, value]) => {
     if (typeof value !== "string")
       throw invalidArg(`Unable to parse load parameter '${key}': expected a string`);
-    if (key === "config") config = value;
-    else if (key.startsWith(FILE_PREFIX))
-      files.set(key.slice(FILE_PREFIX.length), Buffer.from(value, "base64"));
-    else
-      throw invalidArg(
+    return [key, value] as const;
+  });
+  return readLoadParameters(texts, {
+    config: (value) => value,
+    file: (value) => Buffer.from(value, "base64"),
+    unknown: (key) =>
+      invalidArg(
         `unexpected load parameter '${key}' for model '${name}': only 'config' and 'file:<path>' are supported`,
-      );
-  }
-  return { ...(config === undefined ? {} : { config }), ...(files.size === 0 ? {} : { files }) };
+      ),
+  });
 }
 
 function checkUnloadBody(body: Buffer | undefined): void {
