@@ -4,13 +4,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import pino from "pino";
-import { startServer } from "../../src/app/server.ts";
-import { DEFAULT_SERVER_OPTIONS } from "../../src/config/server-options.ts";
 import type { LogFormat } from "../../src/observability/logger.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
-import { tempRepository } from "../support/model-repository.ts";
-import { startTestServer, type TestServer } from "../support/test-server.ts";
+import { SERVER_OWN_LOGGER, startTestServer, type TestServer } from "../support/test-server.ts";
 
 // Triton's logging extension (`/v2/logging`, gRPC LogSettings), as tritonclient's
 // get_log_settings / update_log_settings use it: the settings in Triton's names, and a
@@ -101,28 +98,23 @@ describe("Triton's logging extension", () => {
 
 describe("Triton's log_format changed while serving", () => {
   const folder = mkdtempSync(join(tmpdir(), "seqserve-logs-"));
-  const repository = tempRepository({ m: { onnx: identityModel("FP32", [-1, 4]) } });
-  after(() => {
-    repository.remove();
-    rmSync(folder, { recursive: true, force: true });
-  });
+  after(() => rmSync(folder, { recursive: true, force: true }));
 
   /** A server logging to its own file in `format`, in explicit mode so that loads log a line. */
   async function logging(format: LogFormat) {
     const file = join(folder, `${format}.log`);
-    const server = await startServer({
-      ...DEFAULT_SERVER_OPTIONS,
-      modelRepositories: [repository.path],
-      host: "127.0.0.1",
-      httpPort: 0,
-      grpcPort: undefined,
-      metricsPort: undefined,
-      exitTimeoutSecs: 5,
-      modelControlMode: "explicit",
-      logFormat: format,
-      logFile: file,
-    });
-    const url = `http://127.0.0.1:${server.httpPort}`;
+    const server = await startTestServer(
+      { m: { onnx: identityModel("FP32", [-1, 4]) } },
+      {
+        grpcPort: undefined,
+        metricsPort: undefined,
+        modelControlMode: "explicit",
+        logFormat: format,
+        logFile: file,
+      },
+      SERVER_OWN_LOGGER,
+    );
+    const url = server.url;
     const setFormat = async (logFormat: string) => {
       const response = await fetch(`${url}/v2/logging`, {
         method: "POST",

@@ -15,10 +15,13 @@ export interface TestServer {
   stop(): Promise<void>;
 }
 
+/** Passed as startTestServer's logger: the server makes its own, as from its options (file, format). */
+export const SERVER_OWN_LOGGER = "server's own";
+
 export async function startTestServer(
   models: Readonly<Record<string, TestModel>> | string,
   options: Partial<ServerOptions> = {},
-  logger: Logger = silentLogger(),
+  logger: Logger | typeof SERVER_OWN_LOGGER = silentLogger(),
 ): Promise<TestServer> {
   const repository = typeof models === "string" ? undefined : tempRepository(models);
   const server = await startServer(
@@ -32,7 +35,7 @@ export async function startTestServer(
       exitTimeoutSecs: 5,
       ...options,
     },
-    { logger },
+    logger === SERVER_OWN_LOGGER ? {} : { logger },
   );
   return {
     server,

@@ -2,6 +2,7 @@ import { internal } from "../../../src/core/errors.ts";
 import type { ExecutionResult, ModelExecutor } from "../../../src/core/executor.ts";
 import type { ModelConfig } from "../../../src/core/model-config.ts";
 import type { Tensor } from "../../../src/core/tensor.ts";
+import { int32ModelConfig } from "./int32-model-config.ts";
 
 /**
  * An in-process executor for core tests: an accumulator with implicit state.
@@ -66,25 +67,7 @@ export function accumulatorConfig(
   maxBatchSize = 4,
 ): ModelConfig {
   return {
-    name: "acc",
-    platform: "onnxruntime_onnx",
-    backend: "onnxruntime",
-    versionPolicy: { kind: "latest", numVersions: 1 },
-    maxBatchSize,
-    inputs: [
-      {
-        name: "INPUT",
-        datatype: "INT32",
-        dims: [1],
-        optional: false,
-        allowRaggedBatch: false,
-        shared: false,
-      },
-    ],
-    outputs: [{ name: "OUTPUT", datatype: "INT32", dims: [1] }],
-    instanceGroups: [{ name: "acc", count: 1, kind: "KIND_CPU" }],
-    defaultModelFilename: "model.onnx",
-    parameters: {},
+    ...int32ModelConfig("acc", maxBatchSize),
     sequenceBatching: {
       strategy: {
         kind: "oldest",

@@ -7,6 +7,7 @@ import { PendingRequest } from "../../../src/core/scheduler/pending-request.ts";
 import { readSequenceControl } from "../../../src/core/sequence/sequence-parameters.ts";
 import { ModelStatistics } from "../../../src/core/statistics.ts";
 import type { Tensor } from "../../../src/core/tensor.ts";
+import { int32ModelConfig } from "./int32-model-config.ts";
 
 // A stateless model for the stateless schedulers' tests: OUTPUT = INPUT + 1 per row, one
 // instance that records the batches it ran (their first values too) and can be held.
@@ -48,26 +49,8 @@ export class PlusOne implements ModelExecutor {
 
 export function plusOneConfig(dynamicBatching: DynamicBatchingConfig | undefined): ModelConfig {
   return {
-    name: "plus",
-    platform: "onnxruntime_onnx",
-    backend: "onnxruntime",
-    versionPolicy: { kind: "latest", numVersions: 1 },
-    maxBatchSize: 4,
-    inputs: [
-      {
-        name: "INPUT",
-        datatype: "INT32",
-        dims: [1],
-        optional: false,
-        allowRaggedBatch: false,
-        shared: false,
-      },
-    ],
-    outputs: [{ name: "OUTPUT", datatype: "INT32", dims: [1] }],
-    instanceGroups: [{ name: "plus", count: 1, kind: "KIND_CPU" }],
-    defaultModelFilename: "model.onnx",
+    ...int32ModelConfig("plus", 4),
     ...(dynamicBatching === undefined ? {} : { dynamicBatching }),
-    parameters: {},
   };
 }
 
