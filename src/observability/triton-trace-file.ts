@@ -20,12 +20,12 @@ import type { TraceSetting } from "./trace-setting.ts";
 // replaced while the server runs closes its open file.
 //
 // Entries are streamed as requests are traced (Triton keeps them in memory until it
-// writes a file). A file the disk has not caught up with by MAX_PENDING_BYTES takes no
-// more traces until it has, so what waits in memory is bounded. A file that cannot be
+// writes a file). While the disk is MAX_PENDING_BYTES behind, over all the files written,
+// traces are dropped until it catches up, so what waits in memory is bounded in all. A file that cannot be
 // written is reported and its traces dropped, as Triton logs "failed creating trace file"
 // and goes on.
 
-/** Bytes of a trace file waiting for the disk past which its traces are dropped. */
+/** Bytes of the trace files waiting for the disk past which traces are dropped. */
 const MAX_PENDING_BYTES = 64 * 1024 * 1024;
 
 function tensorText(tensor: Tensor): string {
@@ -54,9 +54,13 @@ class TraceArray {
     this.#stream.write("[");
   }
 
-  /** Whether it takes another trace: written so far, and not too far behind. */
-  get open(): boolean {
-    return !this.#failed && this.#stream.writableLength < MAX_PENDING_BYTES;
+  get failed(): boolean {
+    return this.#failed;
+  }
+
+  /** Bytes written to it that wait for the disk. */
+  get pendingBytes(): number {
+    return this.#stream.writableLength;
   }
 
   write(entry: unknown): void {
@@ -86,8 +90,8 @@ export function tritonTraceFile(path: string, onError: TraceFileError): TraceSin
   }
   let main: TraceArray | undefined;
   const parts = new Map<TraceSetting, TraceArray>();
-  /** Files being closed, for close() to wait on. */
-  const ending = new Set<Promise<void>>();
+  /** Files being closed, until their last bytes are written (close() waits on them). */
+  const ending = new Map<TraceArray, Promise<void>>();
   let nextIndex = 0;
   let nextId = 1;
   let closed = false;
@@ -111,17 +115,27 @@ export function tritonTraceFile(path: string, onError: TraceFileError): TraceSin
     finish(part);
   };
   const finish = (array: TraceArray): void => {
-    const ended = array.end().then(() => {
-      ending.delete(ended);
-    });
-    ending.add(ended);
+    ending.set(
+      array,
+      array.end().then(() => {
+        ending.delete(array);
+      }),
+    );
+  };
+
+  /** What the files hold for the disk: the main one, a part per setting, those closing. */
+  const pendingBytes = (): number => {
+    let bytes = main?.pendingBytes ?? 0;
+    for (const part of parts.values()) bytes += part.pendingBytes;
+    for (const array of ending.keys()) bytes += array.pendingBytes;
+    return bytes;
   };
 
   return {
     record(setting, model, version, record: RequestRecord): void {
       if (closed) return;
       const array = arrayFor(setting);
-      if (!array.open) return;
+      if (array.failed || pendingBytes() >= MAX_PENDING_BYTES) return;
       const id = nextId++;
       array.write({ id, model_name: model, model_version: Number(version), request_id: record.request.id });
       if (setting.level.timestamps) {
@@ -170,7 +184,7 @@ export function tritonTraceFile(path: string, onError: TraceFileError): TraceSin
       for (const setting of [...parts.keys()]) endPart(setting);
       if (main !== undefined) finish(main);
       main = undefined;
-      await Promise.all(ending);
+      await Promise.all(ending.values());
     },
   };
 }
