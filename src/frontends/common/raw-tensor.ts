@@ -18,18 +18,33 @@ export function decodeRawTensor(
   bytes: Uint8Array,
 ): Tensor {
   // A shape the bytes cannot fill is refused before anything is allocated for it.
-  const count = checkedElementCount(name, datatype, shape);
+  const count = checkRawByteLength(name, datatype, shape, bytes.byteLength);
   if (datatype === "BYTES") {
     return { datatype, shape, data: decodeBytesElements(name, count, bytes) };
   }
-  const width = elementByteSize(datatype) as number;
-  const expected = count * width;
-  if (bytes.byteLength !== expected) {
+  return { datatype, shape, data: viewArray(datatype, bytes.buffer, bytes.byteOffset, bytes.byteLength) };
+}
+
+/**
+ * The element count of input `name`, refused (INVALID_ARG) when `byteLength` raw bytes
+ * cannot be its data: any length may hold BYTES elements, other types need exactly the
+ * shape's bytes.
+ */
+export function checkRawByteLength(
+  name: string,
+  datatype: DataType,
+  shape: readonly number[],
+  byteLength: number,
+): number {
+  const count = checkedElementCount(name, datatype, shape);
+  if (datatype === "BYTES") return count;
+  const expected = count * (elementByteSize(datatype) as number);
+  if (byteLength !== expected) {
     throw invalidArg(
-      `unexpected total byte size ${bytes.byteLength} for input '${name}', expecting ${expected} for shape ${shapeInMessage(shape)} of ${datatype}`,
+      `unexpected total byte size ${byteLength} for input '${name}', expecting ${expected} for shape ${shapeInMessage(shape)} of ${datatype}`,
     );
   }
-  return { datatype, shape, data: viewArray(datatype, bytes.buffer, bytes.byteOffset, bytes.byteLength) };
+  return count;
 }
 
 function decodeBytesElements(name: string, count: number, bytes: Uint8Array): BytesElements {

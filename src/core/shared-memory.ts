@@ -1,0 +1,44 @@
+// Memory a client shares with the server (Triton's system shared memory extension): the
+// client registers a named region, then a request names a slice of a region instead of
+// carrying an input's bytes, or asks for an output to be written into one. The frontends
+// read the slices while decoding and write them while encoding; nothing below them knows.
+
+/** Why a registration is refused where clients may not register regions (Triton's words). */
+export const CLIENT_SHM_DISABLED =
+  "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.";
+
+/** A registered region, as the status APIs list it. */
+export interface SharedMemoryRegionStatus {
+  readonly name: string;
+  /** The POSIX shared-memory key the client created (`/input_data`). */
+  readonly key: string;
+  /** Where the region starts in the key's object. */
+  readonly offset: number;
+  readonly byteSize: number;
+}
+
+/** A slice of a registered region: where a request's input is read or an output written. */
+export interface SharedMemorySlice {
+  readonly region: string;
+  /** From the region's start. */
+  readonly offset: number;
+  readonly byteSize: number;
+}
+
+export interface SharedMemoryRegions {
+  /** Whether clients may register regions (Triton's `--allow-client-shm`). */
+  readonly clientRegistration: boolean;
+  register(name: string, key: string, offset: number, byteSize: number): void;
+  /** Unregisters one region, or every region when `name` is undefined; an unknown name is no error. */
+  unregister(name?: string): void;
+  /** Every region, or the one named (NOT_FOUND when there is none). */
+  status(name?: string): SharedMemoryRegionStatus[];
+  /** Checks that `slice` lies in a registered region (NOT_FOUND / INVALID_ARG). */
+  check(slice: SharedMemorySlice): void;
+  /** The slice's bytes, copied into a buffer of their own. */
+  read(slice: SharedMemorySlice): Uint8Array;
+  /** Writes `bytes` at the slice's start; `output` names the tensor in errors. */
+  write(slice: SharedMemorySlice, output: string, bytes: Uint8Array): void;
+  /** Unregisters every region (the server is stopping). */
+  close(): void;
+}
