@@ -19,6 +19,7 @@ import { type MetricsServer, startMetricsServer } from "../observability/metrics
 import { combineObservers, type ObserverFactory } from "../observability/request-observers.ts";
 import { createTracing } from "../observability/tracing.ts";
 import { ModelRepository } from "../repository/model-repository.ts";
+import { SystemSharedMemory } from "../shared-memory/system-shared-memory.ts";
 import { handlerBackend, modelBackends, registryCalls } from "./model-backends.ts";
 import { onnxBackend } from "./onnx-backend.ts";
 import { openSequenceTier } from "./state-tier.ts";
@@ -45,6 +46,7 @@ const EXTENSIONS = [
   "parameters",
   "trace",
   "logging",
+  "system_shared_memory",
 ];
 
 export interface RunningServer {
@@ -123,8 +125,10 @@ export async function startServer(
   if (metrics !== undefined) observers.unshift(metrics.observeRequests);
   let repository: ModelRepository;
   let sequenceTier: SequenceTier | undefined;
+  const sharedMemory = new SystemSharedMemory(options.allowClientSharedMemory);
   /** Everything started before the endpoints: released on a failed start and at stop. */
   const release = async (): Promise<void> => {
+    sharedMemory.close();
     metrics?.close();
     await tracing.close().catch((error: unknown) => logger.warn({ err: error }, "flushing traces failed"));
     await sequenceTier?.close();
@@ -186,6 +190,7 @@ export async function startServer(
     isReady: () => !stopping && (!options.strictReadiness || repository.allReady()),
     logging: logSettingsControl(logger, options.logFile, options.logFormat),
     tracing,
+    sharedMemory,
   };
   const httpAddress = options.httpAddress ?? options.host;
   const grpcAddress = options.grpcAddress ?? options.host;

@@ -39,6 +39,12 @@ export const TRITON_FLAGS: readonly FlagSpec[] = [
     help: "Same as --strict-model-config=true: configs are not completed from the model file.",
   },
   {
+    name: "allow-client-shm",
+    boolean: true,
+    default: "false",
+    help: "Clients may register system shared memory regions (POSIX shared memory in /dev/shm) and pass tensors through them.",
+  },
+  {
     name: "model-config-name",
     value: "name",
     help: "Read <model>/configs/<name>.pbtxt instead of config.pbtxt where it exists.",
@@ -243,7 +249,6 @@ export const OTHER_TRITON_FLAGS: readonly OtherFlag[] = [
   noEffect("model-load-gpu-limit", NO_GPU, { multiple: true }),
   noEffect("buffer-manager-thread-count", "tensors are copied by the threads that use them"),
   noEffect("host-policy", "worker threads are placed by the operating system", { multiple: true }),
-  trueHasNoEffect("allow-client-shm", "the shared-memory API is not served; tensors travel in the requests"),
   noEffect("backend-directory", "seqserve's backends are built in"),
   noEffect("repoagent-directory", "seqserve has no repository agents"),
 ];
@@ -314,6 +319,7 @@ export function readTritonFlags(values: Values, base: ServerOptions, env: Env): 
     serverId: str("id") ?? base.serverId,
     exitOnError: bool("exit-on-error", base.exitOnError),
     strictReadiness: bool("strict-readiness", base.strictReadiness),
+    allowClientSharedMemory: bool("allow-client-shm", base.allowClientSharedMemory),
     strictModelConfig: bool("disable-auto-complete-config", false) || base.strictModelConfig,
     modelConfigName: modelConfigName(str("model-config-name")) ?? base.modelConfigName,
     modelLoadRetryCount: whole("model-load-retry-count", 0) ?? base.modelLoadRetryCount,

@@ -59,6 +59,7 @@ const CHECKS: { readonly [K in keyof ServerOptions]?: readonly [Check, string] }
   metricsOnHttpPort: [flag, "a boolean"],
   exitOnError: [flag, "a boolean"],
   strictReadiness: [flag, "a boolean"],
+  allowClientSharedMemory: [flag, "a boolean"],
   logFile: [optionalText, "a file, or undefined"],
   modelLoadRetryCount: [whole(0), "a whole number"],
   modelConfigName: [optionalText, "a name, or undefined"],

@@ -95,6 +95,8 @@ export interface ServerOptions {
   readonly exitOnError: boolean;
   /** Ready only while every model is ready (Triton's --strict-readiness); false: while the server runs. */
   readonly strictReadiness: boolean;
+  /** Clients may register system shared memory regions (Triton's --allow-client-shm). */
+  readonly allowClientSharedMemory: boolean;
   /** Logs go to this file instead of standard output. */
   readonly logFile: string | undefined;
   /** How many times a failed model load is tried again (Triton's --model-load-retry-count). */
@@ -153,6 +155,7 @@ export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   metricsOnHttpPort: false,
   exitOnError: true,
   strictReadiness: true,
+  allowClientSharedMemory: false,
   logFile: undefined,
   modelLoadRetryCount: 0,
   modelConfigName: undefined,

@@ -2,6 +2,7 @@ import type { DataType } from "./datatype.ts";
 import type { InferRequest, InferResponse, SequenceId } from "./infer.ts";
 import type { ModelConfig } from "./model-config.ts";
 import type { InferResponseStream } from "./response-stream.ts";
+import type { SharedMemoryRegions } from "./shared-memory.ts";
 import type { ModelStatisticsSnapshot } from "./statistics.ts";
 import type { TraceSettingsControl } from "./trace-settings.ts";
 
@@ -226,6 +227,8 @@ export interface ServerContext {
   readonly logging?: LogSettingsControl;
   /** The trace settings clients may read and change (Triton's trace extension). */
   readonly tracing?: TraceSettingsControl;
+  /** The regions of memory clients share with the server (Triton's system shared memory extension). */
+  readonly sharedMemory?: SharedMemoryRegions;
 }
 
 /** The server's log settings, as Triton's logging extension shows them. */

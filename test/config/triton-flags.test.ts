@@ -175,6 +175,8 @@ describe("Triton's flags", () => {
     assert.equal(withRepository("--strict-readiness=0").strictReadiness, false);
     assert.equal(withRepository("--exit-on-error", "False").exitOnError, false);
     assert.equal(withRepository("--allow-http", "on").httpPort, 8000);
+    assert.equal(withRepository().allowClientSharedMemory, false);
+    assert.equal(withRepository("--allow-client-shm=true").allowClientSharedMemory, true);
     assert.throws(
       () => withRepository("--exit-on-error=maybe"),
       /--exit-on-error expects true or false, got 'maybe'/,

@@ -2,13 +2,19 @@ import { isDataType } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest } from "../../core/infer.ts";
 import { readSequenceControl } from "../../core/sequence/sequence-parameters.ts";
+import type { SharedMemorySlice } from "../../core/shared-memory.ts";
 import { shapeInMessage, type Tensor } from "../../core/tensor.ts";
 import { classificationCount } from "../common/kserve/classification.ts";
+import {
+  type SharedMemoryAccess,
+  SharedMemoryInputReader,
+  type SharedMemoryOutputs,
+} from "../common/kserve/shared-memory-tensors.ts";
 import { refuseUnsupportedExtensions } from "../common/kserve/unsupported-extensions.ts";
 import { decodeRawTensor } from "../common/raw-tensor.ts";
 import { readRequestParameters } from "./infer-parameters.ts";
 import { type Int64, int64ToNumber } from "./int64.ts";
-import type { InferInputTensorMessage, ModelInferRequestMessage } from "./messages.ts";
+import type { InferInputTensorMessage, ModelInferRequestMessage, ParameterMap } from "./messages.ts";
 import { decodeTensorContents } from "./tensor-contents.ts";
 
 // ModelInferRequest → the protocol-free InferRequest. Raw inputs stay views over the
@@ -21,6 +27,8 @@ export interface DecodedInferRequest {
   readonly request: InferRequest;
   /** Classes asked for by outputs' `classification` parameter (common/kserve/classification.ts). */
   readonly classification: ReadonlyMap<string, number> | undefined;
+  /** Outputs to be written to shared memory (their `shared_memory_region` parameter). */
+  readonly sharedMemory: SharedMemoryOutputs | undefined;
 }
 
 function decodeShape(input: string, model: string, shape: readonly Int64[] | undefined): number[] {
@@ -37,11 +45,64 @@ function decodeShape(input: string, model: string, shape: readonly Int64[] | und
   return dims;
 }
 
+/** A `shared_memory_offset` / `shared_memory_byte_size` parameter, as Triton reads it. */
+function sharedMemoryCount(parameters: ParameterMap, key: string, tensor: string): number | undefined {
+  const parameter = parameters[key];
+  if (parameter === undefined) return undefined;
+  if (parameters.shared_memory_region === undefined) {
+    throw invalidArg(
+      `'${key}' can not be specified without 'shared_memory_region' parameter for tensor '${tensor}'`,
+    );
+  }
+  if (parameter.parameter_choice !== "int64_param") {
+    throw invalidArg(
+      `invalid value type for '${key}' parameter for tensor '${tensor}', expected int64_param.`,
+    );
+  }
+  const value = int64ToNumber(parameter.int64_param ?? 0);
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw invalidArg(
+      `invalid value for '${key}' parameter for tensor '${tensor}': expected a non-negative integer below 2^53, got ${value}`,
+    );
+  }
+  return value;
+}
+
+/** The shared-memory slice a tensor's parameters name (Triton's ParseSharedMemoryParams). */
+function sharedMemorySlice(
+  parameters: ParameterMap | undefined,
+  tensor: string,
+): SharedMemorySlice | undefined {
+  if (parameters === undefined) return undefined;
+  const offset = sharedMemoryCount(parameters, "shared_memory_offset", tensor);
+  const byteSize = sharedMemoryCount(parameters, "shared_memory_byte_size", tensor);
+  const region = parameters.shared_memory_region;
+  if (region === undefined) return undefined;
+  if (region.parameter_choice !== "string_param") {
+    throw invalidArg(
+      `invalid value type for 'shared_memory_region' parameter for tensor '${tensor}', expected string_param.`,
+    );
+  }
+  if (byteSize === undefined) {
+    throw invalidArg(
+      `'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor '${tensor}'`,
+    );
+  }
+  return { region: region.string_param ?? "", offset: offset ?? 0, byteSize };
+}
+
+/** Where a request's tensors come from besides their own contents. */
+interface InputSources {
+  readonly raw: readonly Uint8Array[];
+  readonly sharedMemory: SharedMemoryInputReader | undefined;
+}
+
 function decodeInput(
   message: InferInputTensorMessage,
   model: string,
-  raw: readonly Uint8Array[],
-  index: number,
+  sources: InputSources,
+  slice: SharedMemorySlice | undefined,
+  rawIndex: number,
 ): Tensor {
   const name = message.name ?? "";
   const datatype = message.datatype ?? "";
@@ -49,44 +110,80 @@ function decodeInput(
     throw invalidArg(`invalid datatype '${datatype}' for input '${name}' for model '${model}'`);
   }
   const shape = decodeShape(name, model, message.shape);
-  const parameters = message.parameters;
-  refuseUnsupportedExtensions("input", name, (key) => parameters?.[key] !== undefined);
-  if (message.contents !== undefined && message.contents !== null) {
+  const { raw } = sources;
+  const hasContents = message.contents !== undefined && message.contents !== null;
+  if (slice !== undefined) {
+    if (hasContents) {
+      throw invalidArg(
+        `unexpected 'content' provided when using shared memory for input tensor '${name}' for model '${model}'`,
+      );
+    }
+    return (sources.sharedMemory as SharedMemoryInputReader).read(name, datatype, shape, slice);
+  }
+  if (hasContents) {
     if (raw.length > 0) {
       throw invalidArg(
         `contents field must not be specified when using raw_input_contents for '${name}' for model '${model}'`,
       );
     }
-    return decodeTensorContents({ input: name, model }, datatype, shape, message.contents);
+    return decodeTensorContents({ input: name, model }, datatype, shape, message.contents!);
   }
-  const bytes = raw[index];
+  const bytes = raw[rawIndex];
   if (bytes === undefined) {
     throw invalidArg(`unable to find data for input tensor '${name}' for model '${model}' in request.`);
   }
   return decodeRawTensor(name, datatype, shape, bytes);
 }
 
+/** The tensor's shared-memory slice, or (where the server serves none) a refusal of any. */
+function tensorSlice(
+  kind: "input" | "output",
+  name: string,
+  parameters: ParameterMap | undefined,
+  access: SharedMemoryAccess | undefined,
+): SharedMemorySlice | undefined {
+  if (access === undefined) {
+    refuseUnsupportedExtensions(kind, name, (key) => parameters?.[key] !== undefined);
+    return undefined;
+  }
+  return sharedMemorySlice(parameters, name);
+}
+
 /**
  * Decodes a request; `signal` aborts it while it has not run (call cancelled, stream gone);
- * `principal` is the caller (its API key's name).
+ * `principal` is the caller (its API key's name); `sharedMemory`, where tensors may be read
+ * from and written to shared memory (unset: such requests are refused).
  */
 export function decodeInferRequest(
   message: ModelInferRequestMessage,
   signal?: AbortSignal,
   principal?: string,
+  sharedMemory?: SharedMemoryAccess,
 ): DecodedInferRequest {
   const modelName = message.model_name ?? "";
   const inputMessages = message.inputs ?? [];
   const raw = message.raw_input_contents ?? [];
-  if (raw.length > 0 && raw.length !== inputMessages.length) {
+  const slices = inputMessages.map((input) =>
+    tensorSlice("input", input.name ?? "", input.parameters, sharedMemory),
+  );
+  // As in Triton, raw contents are the data of the inputs not in shared memory, in order.
+  const rawInputs = slices.filter((slice) => slice === undefined).length;
+  if (raw.length > 0 && raw.length !== rawInputs) {
     throw invalidArg(
-      `expected ${inputMessages.length} raw_input_contents for the ${inputMessages.length} inputs of the request to model '${modelName}', got ${raw.length}`,
+      `expected ${rawInputs} raw_input_contents for the ${rawInputs} inputs of the request to model '${modelName}' not in shared memory, got ${raw.length}`,
     );
   }
+  const sources: InputSources = {
+    raw,
+    sharedMemory: sharedMemory && new SharedMemoryInputReader(sharedMemory),
+  };
   const inputs = new Map<string, Tensor>();
+  let rawIndex = 0;
   for (let i = 0; i < inputMessages.length; i++) {
     const input = inputMessages[i] as InferInputTensorMessage;
-    const tensor = decodeInput(input, modelName, raw, i);
+    const slice = slices[i];
+    const tensor = decodeInput(input, modelName, sources, slice, rawIndex);
+    if (slice === undefined) rawIndex++;
     const name = input.name ?? "";
     if (inputs.has(name)) {
       throw invalidArg(`input '${name}' is given more than once in the request to model '${modelName}'`);
@@ -95,10 +192,23 @@ export function decodeInferRequest(
   }
   const outputMessages = message.outputs ?? [];
   let classification: Map<string, number> | undefined;
+  let outputSlices: Map<string, SharedMemorySlice> | undefined;
   for (const output of outputMessages) {
     const parameters = output.parameters;
     const name = output.name ?? "";
-    refuseUnsupportedExtensions("output", name, (key) => parameters?.[key] !== undefined);
+    const slice = tensorSlice("output", name, parameters, sharedMemory);
+    if (slice !== undefined) {
+      if (parameters?.classification !== undefined) {
+        throw invalidArg(
+          `output can't set both 'shared_memory_region' and 'classification' (output '${name}')`,
+        );
+      }
+      // Checked before the model runs: a step that ran but could not be returned would
+      // still have advanced its sequence.
+      sharedMemory?.regions.check(slice);
+      outputSlices ??= new Map();
+      outputSlices.set(name, slice);
+    }
     const asked = parameters?.classification;
     if (asked !== undefined) {
       const { classification: count } = readRequestParameters({ classification: asked });
@@ -123,5 +233,6 @@ export function decodeInferRequest(
     modelVersion: version === undefined || version === "" ? undefined : version,
     request,
     classification,
+    sharedMemory: outputSlices && sharedMemory && { regions: sharedMemory.regions, slices: outputSlices },
   };
 }

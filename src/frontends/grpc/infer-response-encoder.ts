@@ -1,4 +1,5 @@
 import type { InferResponse } from "../../core/infer.ts";
+import type { SharedMemoryOutputs } from "../common/kserve/shared-memory-tensors.ts";
 import { encodeRawTensor } from "../common/raw-tensor.ts";
 import { writeParameters } from "./infer-parameters.ts";
 import type {
@@ -11,14 +12,27 @@ import type {
 // Triton sends them: numeric outputs are views of the response's arrays (the only copy is
 // protobuf's own, into the outgoing message), and every Triton client reads this form.
 
-export function encodeInferResponse(response: InferResponse): ModelInferResponseMessage {
+const EMPTY = new Uint8Array(0);
+
+/** Encodes a response; the outputs in `sharedMemory` are written there, and travel empty. */
+export function encodeInferResponse(
+  response: InferResponse,
+  sharedMemory?: SharedMemoryOutputs,
+): ModelInferResponseMessage {
   const count = response.outputs.length;
   const outputs: InferOutputTensorMessage[] = new Array(count);
   const raw: Uint8Array[] = new Array(count);
   for (let i = 0; i < count; i++) {
     const output = response.outputs[i]!;
     outputs[i] = { name: output.name, datatype: output.datatype, shape: output.shape };
-    raw[i] = encodeRawTensor(output);
+    const slice = sharedMemory?.slices.get(output.name);
+    if (slice === undefined) {
+      raw[i] = encodeRawTensor(output);
+    } else {
+      sharedMemory!.regions.write(slice, output.name, encodeRawTensor(output));
+      // As Triton: every output has its raw_output_contents entry, in shared memory an empty one.
+      raw[i] = EMPTY;
+    }
   }
   return {
     model_name: response.modelName,

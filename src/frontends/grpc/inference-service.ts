@@ -3,10 +3,17 @@ import { cancelled, invalidArg, ServerError } from "../../core/errors.ts";
 import type { InferResponse, SequenceId } from "../../core/infer.ts";
 import type { ModelLoadOptions, ModelMetadata, ServerContext, TensorMetadata } from "../../core/model.ts";
 import type { Refusals } from "../../core/refusals.ts";
+import type { SharedMemoryRegions } from "../../core/shared-memory.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { classificationFor, classifyOutputs } from "../common/kserve/classification.ts";
+import {
+  cudaSharedMemoryStatus,
+  registerCudaSharedMemory,
+  unregisterCudaSharedMemory,
+} from "../common/kserve/cuda-shared-memory.ts";
 import { readLoadParameters } from "../common/kserve/load-parameters.ts";
 import { logSettingsChange, logSettingsWire } from "../common/kserve/log-settings-wire.ts";
+import type { SharedMemoryAccess, SharedMemoryOutputs } from "../common/kserve/shared-memory-tensors.ts";
 import {
   traceSettingsChange,
   traceSettingsRequest,
@@ -19,6 +26,7 @@ import { statusOf } from "./error-status.ts";
 import { principalOf } from "./grpc-access.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse } from "./infer-response-encoder.ts";
+import { type Int64, int64ToNumber } from "./int64.ts";
 import type {
   ModelIndexMessage,
   ModelInferRequestMessage,
@@ -29,7 +37,6 @@ import type {
   RepositoryIndexRequestMessage,
   RepositoryModelRequestMessage,
   TensorMetadataMessage,
-  UnusedMessage,
 } from "./messages.ts";
 import { encodeModelInferResponse, inferenceServiceDefinition } from "./proto-definitions.ts";
 import type { GrpcServiceRegistration } from "./service-registration.ts";
@@ -137,10 +144,43 @@ function settingValue(value: SettingValueMessage): unknown {
   }
 }
 
+interface SharedMemoryNameMessage {
+  readonly name?: string;
+}
+
+interface SystemSharedMemoryRegisterMessage {
+  readonly name?: string;
+  readonly key?: string;
+  readonly offset?: Int64;
+  readonly byte_size?: Int64;
+}
+
+interface SystemSharedMemoryStatusMessage {
+  readonly regions: Readonly<
+    Record<string, { name: string; key: string; offset: number; byte_size: number }>
+  >;
+}
+
+/** A uint64 field of a register request, as a number of bytes. */
+function byteCount(value: Int64 | undefined, field: string): number {
+  const count = int64ToNumber(value ?? 0, true);
+  if (!Number.isSafeInteger(count)) {
+    throw invalidArg(`Unable to parse '${field}': ${count} is more bytes than a region can have`);
+  }
+  return count;
+}
+
 /** Handlers of inference.GRPCInferenceService, ready to add to a grpc-js server. */
 export function inferenceService(options: InferenceServiceOptions): GrpcServiceRegistration {
   const { context, logger } = options;
   const registry = context.registry;
+  const sharedMemoryRegions = (what: string): SharedMemoryRegions =>
+    context.sharedMemory ?? unsupported(what)();
+  // Tensors read from shared memory count against the same limit as a request's own.
+  const sharedMemory: SharedMemoryAccess | undefined = context.sharedMemory && {
+    regions: context.sharedMemory,
+    maxRequestBytes: options.maxMessageBytes,
+  };
 
   const modelInfer = (
     message: ModelInferRequestMessage,
@@ -152,8 +192,15 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     if (call.cancelled) onCancel();
     else call.once("cancelled", onCancel);
     let pending: Promise<InferResponse>;
+    let sharedOutputs: SharedMemoryOutputs | undefined;
     try {
-      const decoded = decodeInferRequest(message, controller.signal, principalOf(call.metadata));
+      const decoded = decodeInferRequest(
+        message,
+        controller.signal,
+        principalOf(call.metadata),
+        sharedMemory,
+      );
+      sharedOutputs = decoded.sharedMemory;
       const [traceparent] = call.metadata.get("traceparent");
       const [tracestate] = call.metadata.get("tracestate");
       const model = registry.model(decoded.modelName, decoded.modelVersion);
@@ -174,7 +221,8 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     // writes encoded bytes as they are.
     return pending
       .then(
-        (response) => encodeModelInferResponse(encodeInferResponse(response)) as ModelInferResponseMessage,
+        (response) =>
+          encodeModelInferResponse(encodeInferResponse(response, sharedOutputs)) as ModelInferResponseMessage,
       )
       .finally(() => call.off("cancelled", onCancel));
   };
@@ -210,6 +258,7 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
         stallTimeoutMs: options.streamStallTimeoutMs,
         maxHeldRequestBytes: options.streamMaxHeldRequestBytes,
         refusals: options.refusals,
+        sharedMemory,
       });
     },
     ModelConfig: unary(logger, "ModelConfig", (m: ModelRequestMessage) => ({
@@ -241,36 +290,56 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
         return {};
       },
     ),
-    SystemSharedMemoryStatus: unary<UnusedMessage, UnusedMessage>(
+    SystemSharedMemoryStatus: unary(
       logger,
       "SystemSharedMemoryStatus",
-      unsupported("system shared memory"),
+      (m: SharedMemoryNameMessage): SystemSharedMemoryStatusMessage => {
+        const regions = sharedMemoryRegions("system shared memory");
+        const listed = regions.status(given(m.name));
+        return {
+          regions: Object.fromEntries(
+            listed.map((r) => [
+              r.name,
+              { name: r.name, key: r.key, offset: r.offset, byte_size: r.byteSize },
+            ]),
+          ),
+        };
+      },
     ),
-    SystemSharedMemoryRegister: unary<UnusedMessage, UnusedMessage>(
+    SystemSharedMemoryRegister: unary(
       logger,
       "SystemSharedMemoryRegister",
-      unsupported("system shared memory"),
+      (m: SystemSharedMemoryRegisterMessage) => {
+        const regions = sharedMemoryRegions("system shared memory");
+        regions.register(
+          m.name ?? "",
+          m.key ?? "",
+          byteCount(m.offset, "offset"),
+          byteCount(m.byte_size, "byte_size"),
+        );
+        return {};
+      },
     ),
-    SystemSharedMemoryUnregister: unary<UnusedMessage, UnusedMessage>(
+    SystemSharedMemoryUnregister: unary(
       logger,
       "SystemSharedMemoryUnregister",
-      unsupported("system shared memory"),
+      (m: SharedMemoryNameMessage) => {
+        sharedMemoryRegions("system shared memory").unregister(given(m.name));
+        return {};
+      },
     ),
-    CudaSharedMemoryStatus: unary<UnusedMessage, UnusedMessage>(
-      logger,
-      "CudaSharedMemoryStatus",
-      unsupported("CUDA shared memory"),
-    ),
-    CudaSharedMemoryRegister: unary<UnusedMessage, UnusedMessage>(
-      logger,
-      "CudaSharedMemoryRegister",
-      unsupported("CUDA shared memory"),
-    ),
-    CudaSharedMemoryUnregister: unary<UnusedMessage, UnusedMessage>(
-      logger,
-      "CudaSharedMemoryUnregister",
-      unsupported("CUDA shared memory"),
-    ),
+    CudaSharedMemoryStatus: unary(logger, "CudaSharedMemoryStatus", (m: SharedMemoryNameMessage) => {
+      cudaSharedMemoryStatus(sharedMemoryRegions("CUDA shared memory"), given(m.name));
+      return { regions: {} };
+    }),
+    CudaSharedMemoryRegister: unary(logger, "CudaSharedMemoryRegister", (m: SharedMemoryNameMessage) => {
+      sharedMemoryRegions("CUDA shared memory");
+      return registerCudaSharedMemory(m.name ?? "");
+    }),
+    CudaSharedMemoryUnregister: unary(logger, "CudaSharedMemoryUnregister", () => {
+      unregisterCudaSharedMemory(sharedMemoryRegions("CUDA shared memory"));
+      return {};
+    }),
     TraceSetting: unary(
       logger,
       "TraceSetting",

@@ -139,6 +139,3 @@ export type ServingStatus = "UNKNOWN" | "SERVING" | "NOT_SERVING" | "SERVICE_UNK
 export interface HealthCheckResponseMessage {
   readonly status: ServingStatus;
 }
-
-/** Requests and responses whose fields seqserve never reads (empty, or not supported). */
-export type UnusedMessage = Readonly<Record<string, unknown>>;

@@ -12,6 +12,7 @@ import type { Logger } from "../../observability/logger.ts";
 import { cutToBytes } from "../common/cut-text.ts";
 import { type Classification, classificationFor, classifyOutputs } from "../common/kserve/classification.ts";
 import { relayResponses, type WaitingResponses } from "../common/kserve/decoupled-responses.ts";
+import type { SharedMemoryAccess, SharedMemoryOutputs } from "../common/kserve/shared-memory-tensors.ts";
 import type { ConnectionBudget } from "../common/response-budget.ts";
 import { withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
@@ -93,6 +94,8 @@ export interface StreamInferOptions {
   /** Request bytes held unanswered beyond which reading stops (--max-held-request-bytes); default unbounded. */
   readonly maxHeldRequestBytes?: number | undefined;
   readonly refusals?: Refusals | undefined;
+  /** Where tensors may be read from and written to shared memory; unset, such requests are refused. */
+  readonly sharedMemory?: SharedMemoryAccess | undefined;
 }
 
 /**
@@ -125,6 +128,7 @@ export class StreamInferSession {
   readonly #logger: Logger;
   readonly #maxInflight: number;
   readonly #maxMessageBytes: number;
+  readonly #sharedMemory: SharedMemoryAccess | undefined;
   readonly #traceparent: MetadataValue | undefined;
   readonly #tracestate: MetadataValue | undefined;
   readonly #budget: ConnectionBudget;
@@ -169,6 +173,7 @@ export class StreamInferSession {
     this.#maxInflight = Math.max(1, options.maxInflight);
     this.#maxHeldRequestBytes = options.maxHeldRequestBytes ?? Number.POSITIVE_INFINITY;
     this.#maxMessageBytes = options.maxMessageBytes;
+    this.#sharedMemory = options.sharedMemory;
     this.#budget = options.budget;
     this.#waitingResponses = {
       budget: this.#budget,
@@ -213,8 +218,15 @@ export class StreamInferSession {
     let pending: Promise<InferResponse>;
     let model: ServedModel;
     let request: InferRequest;
+    let sharedOutputs: SharedMemoryOutputs | undefined;
     try {
-      const decoded = decodeInferRequest(message, this.#controller.signal, this.#principal);
+      const decoded = decodeInferRequest(
+        message,
+        this.#controller.signal,
+        this.#principal,
+        this.#sharedMemory,
+      );
+      sharedOutputs = decoded.sharedMemory;
       model = this.#registry.model(decoded.modelName, decoded.modelVersion);
       const classification = classificationFor(model, decoded.classification);
       request = withTraceContext(
@@ -225,7 +237,7 @@ export class StreamInferSession {
       if (model.decoupled === true) {
         // Its responses go out as they come: it holds no place in the order.
         if (turn >= 0) this.#order.complete(turn, () => {});
-        this.#relay(model, request, message.id, answered, classification);
+        this.#relay(model, request, message.id, answered, { classification, sharedMemory: sharedOutputs });
         return;
       }
       const answer = model.infer(request);
@@ -238,7 +250,12 @@ export class StreamInferSession {
       return;
     }
     pending.then(
-      (response) => this.#answerInTurn(turn, this.#prepare(response, message.id, model, request), answered),
+      (response) =>
+        this.#answerInTurn(
+          turn,
+          this.#prepare(response, message.id, model, request, sharedOutputs),
+          answered,
+        ),
       (error: unknown) => this.#answerInTurn(turn, this.#failure(error, message.id), answered),
     );
   }
@@ -262,7 +279,7 @@ export class StreamInferSession {
     request: InferRequest,
     requestId: string | undefined,
     answered: () => void,
-    classification: Classification | undefined,
+    outputs: { classification: Classification | undefined; sharedMemory: SharedMemoryOutputs | undefined },
   ): void {
     const stream = inferStream(model, request);
     relayResponses(
@@ -274,7 +291,13 @@ export class StreamInferSession {
           stream.cancel();
           return undefined;
         }
-        const outgoing = this.#prepare(classifyOutputs(response, classification), requestId, model, request);
+        const outgoing = this.#prepare(
+          classifyOutputs(response, outputs.classification),
+          requestId,
+          model,
+          request,
+          outputs.sharedMemory,
+        );
         if (outgoing === undefined) {
           stream.cancel();
           return undefined;
@@ -314,11 +337,14 @@ export class StreamInferSession {
     requestId: string | undefined,
     model: ServedModel,
     request: InferRequest,
+    sharedMemory: SharedMemoryOutputs | undefined,
   ): Outgoing | undefined {
     let message: ModelStreamInferResponseMessage | Uint8Array;
     let bytes: number;
     try {
-      const encoded = encodeStreamInferResponse({ infer_response: encodeInferResponse(response) });
+      const encoded = encodeStreamInferResponse({
+        infer_response: encodeInferResponse(response, sharedMemory),
+      });
       // A negative limit is grpc-js's "unlimited".
       if (this.#maxMessageBytes >= 0 && encoded.byteLength > this.#maxMessageBytes) {
         message = this.#inBandError(

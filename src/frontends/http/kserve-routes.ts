@@ -10,6 +10,7 @@ import { decodeInferRequest } from "../common/kserve/infer-request-decoder.ts";
 import { encodeInferResponse } from "../common/kserve/infer-response-encoder.ts";
 import { readLoadParameters } from "../common/kserve/load-parameters.ts";
 import { logSettingsChange, logSettingsWire } from "../common/kserve/log-settings-wire.ts";
+import type { SharedMemoryAccess } from "../common/kserve/shared-memory-tensors.ts";
 import {
   traceSettingsChangeFromJson,
   traceSettingsJson,
@@ -20,6 +21,7 @@ import { withTraceContext } from "../common/trace-context.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
 import { modelSchemas, SERVER_SCHEMAS, traceSettingsSchemas } from "./kserve-schemas.ts";
 import { modelVersion } from "./model-version.ts";
+import { sharedMemoryRoutes } from "./shared-memory-routes.ts";
 
 // The KServe v2 / Triton HTTP API: health, metadata, configuration, statistics,
 // repository control and inference (PROTOCOLS.md §1).
@@ -82,6 +84,11 @@ function readyOnly(body: Buffer | undefined): boolean {
 export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOptions): Promise<void> {
   const { context } = options;
   const registry = context.registry;
+  // Tensors read from shared memory count against the same limit as a request's body.
+  const sharedMemory: SharedMemoryAccess | undefined = context.sharedMemory && {
+    regions: context.sharedMemory,
+    maxRequestBytes: options.bodyLimitBytes,
+  };
   app.setErrorHandler(createErrorHandler(KSERVE_HTTP_STATUS, options.bodyLimitBytes));
 
   app.get("/v2", { schema: SERVER_SCHEMAS.metadata }, (_request, reply) => {
@@ -128,6 +135,7 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
         const decoded = decodeInferRequest(body, headerLength, model, {
           signal: disconnect.signal,
           principal: request.principal,
+          sharedMemory,
         });
         const { traceparent, tracestate } = request.headers;
         const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
@@ -189,6 +197,8 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
       );
     }
   }
+
+  if (context.sharedMemory !== undefined) sharedMemoryRoutes(app, context.sharedMemory);
 
   app.post("/v2/repository/index", { schema: SERVER_SCHEMAS.repositoryIndex }, (request, reply) =>
     sendJson(reply, registry.index(readyOnly(request.body as Buffer | undefined))),

@@ -153,6 +153,75 @@ export function traceSettingsSchemas(path: string) {
   };
 }
 
+const SYSTEM_REGION: JsonSchema = {
+  type: "object",
+  properties: {
+    name: { type: "string" },
+    key: { type: "string", description: "The POSIX shared-memory key (`/name`, in /dev/shm)" },
+    offset: { type: "integer", minimum: 0 },
+    byte_size: { type: "integer", minimum: 0 },
+  },
+  required: ["name", "key", "offset", "byte_size"],
+};
+
+/**
+ * The shared memory routes of `kind` (Triton's system and CUDA shared memory extensions):
+ * every region, or (`path` with `:region`) the one named.
+ */
+export function sharedMemorySchemas(kind: "system" | "cuda", path: string) {
+  const named = path.includes(":region");
+  const params = named ? { params: pathParams(["region"], { region: "The region's name" }) } : {};
+  const which = kind === "system" ? "system" : "CUDA";
+  const whose = named ? `the ${which} shared memory region named` : `every ${which} shared memory region`;
+  const id = (action: string): string => `${kind}SharedMemory${action}${named ? "Region" : ""}`;
+  const cpuOnly = kind === "cuda" ? " (seqserve runs on the CPU: there are none)" : "";
+  return {
+    status: {
+      operationId: id("Status"),
+      tags: ["shared memory"],
+      summary: `The status of ${whose}${cpuOnly}`,
+      ...params,
+      response: {
+        200: {
+          description: "The regions",
+          ...jsonContent({ type: "array", items: kind === "system" ? SYSTEM_REGION : { type: "object" } }),
+        },
+        default: KSERVE_ERROR,
+      },
+    },
+    register: {
+      operationId: id("Register"),
+      tags: ["shared memory"],
+      summary:
+        kind === "system"
+          ? "Registers a slice of a POSIX shared-memory object as a region (with --allow-client-shm=true)"
+          : "Refused: seqserve runs on the CPU",
+      ...params,
+      body: jsonContent(
+        kind === "system"
+          ? {
+              type: "object",
+              properties: {
+                key: { type: "string" },
+                offset: { type: "integer", minimum: 0 },
+                byte_size: { type: "integer", minimum: 0 },
+              },
+              required: ["key", "byte_size"],
+            }
+          : { type: "object" },
+      ),
+      response: { 200: emptyResponse("Registered"), default: KSERVE_ERROR },
+    },
+    unregister: {
+      operationId: id("Unregister"),
+      tags: ["shared memory"],
+      summary: `Unregisters ${whose}${cpuOnly}`,
+      ...params,
+      response: { 200: emptyResponse("Unregistered"), default: KSERVE_ERROR },
+    },
+  };
+}
+
 const MODEL_STATISTICS: JsonSchema = {
   type: "object",
   properties: {

@@ -21,6 +21,17 @@ const BY_SUFFIX: readonly [string, ApiGroup][] = [
   ["", "metadata"],
 ];
 
+/** Triton's shared memory routes of one kind, every region or one: all `shared-memory`. */
+function sharedMemoryPaths(kind: "system" | "cuda"): Record<string, ApiGroup> {
+  const paths: Record<string, ApiGroup> = {};
+  for (const region of ["", "/region/:region"]) {
+    for (const action of ["status", "register", "unregister"]) {
+      paths[`/v2/${kind}sharedmemory${region}/${action}`] = "shared-memory";
+    }
+  }
+  return paths;
+}
+
 const EXACT: Readonly<Record<string, ApiGroup>> = {
   "/v2": "metadata",
   "/v2/health/live": "health",
@@ -29,6 +40,8 @@ const EXACT: Readonly<Record<string, ApiGroup>> = {
   "/v2/logging": "logging",
   "/v2/trace/setting": "trace",
   "/v2/repository/index": "model-repository",
+  ...sharedMemoryPaths("system"),
+  ...sharedMemoryPaths("cuda"),
   "/v2/repository/models/:model/load": "model-repository",
   "/v2/repository/models/:model/unload": "model-repository",
   // OpenVINO Model Server's metrics on its REST port (--metrics_enable).

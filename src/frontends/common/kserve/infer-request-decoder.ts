@@ -3,6 +3,7 @@ import { invalidArg } from "../../../core/errors.ts";
 import type { InferRequest, ParameterValue } from "../../../core/infer.ts";
 import type { ServedModel } from "../../../core/model.ts";
 import { readSequenceControl } from "../../../core/sequence/sequence-parameters.ts";
+import type { SharedMemorySlice } from "../../../core/shared-memory.ts";
 import type { Tensor } from "../../../core/tensor.ts";
 import { isJsonObject, type JsonObject } from "../http/json-body.ts";
 import { jsonPreview } from "../json-preview.ts";
@@ -12,6 +13,11 @@ import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
 import { type Classification, classificationCount, classificationFor } from "./classification.ts";
 import { decodeJsonTensor } from "./json-tensor.ts";
 import { checkReservedParameter } from "./reserved-parameters.ts";
+import {
+  type SharedMemoryAccess,
+  SharedMemoryInputReader,
+  type SharedMemoryOutputs,
+} from "./shared-memory-tensors.ts";
 import { refuseUnsupportedExtensions } from "./unsupported-extensions.ts";
 
 // A KServe v2 HTTP inference body → the protocol-free InferRequest, plus how the client
@@ -26,6 +32,8 @@ export interface OutputEncoding {
   readonly binary: ReadonlyMap<string, boolean>;
   /** Outputs asked for as classes (`outputs[i].parameters.classification`), of `model`. */
   readonly classification?: Classification;
+  /** Outputs to be written to shared memory (`outputs[i].parameters.shared_memory_region`). */
+  readonly sharedMemory?: SharedMemoryOutputs | undefined;
 }
 
 export interface DecodedInferRequest {
@@ -46,6 +54,8 @@ export interface DecodeOptions {
   readonly principal?: string | undefined;
   /** The `triton_` parameters the request may set (reserved-parameters.ts); none over HTTP. */
   readonly reservedParameters?: readonly string[] | undefined;
+  /** Where tensors may be read from and written to shared memory; unset, such requests are refused. */
+  readonly sharedMemory?: SharedMemoryAccess | undefined;
 }
 
 /** The JSON part of an inference request, parsed once; `text` is kept to read 64-bit integers exactly. */
@@ -130,11 +140,43 @@ function readParameters(value: unknown, text: string, reserved: readonly string[
   return { parameters, binaryOutput };
 }
 
+/** A whole number of bytes from a `shared_memory_*` parameter (Triton reads them as uint64). */
+function sharedMemoryCount(key: string, value: unknown): number {
+  if (value === undefined) return 0;
+  if (!isCount(value)) {
+    throw invalidArg(`Unable to parse '${key}': expected a non-negative integer, got ${kindOf(value)}`);
+  }
+  return value;
+}
+
+/**
+ * The shared-memory slice a tensor's parameters name, or undefined when they name no
+ * region. As in Triton, an offset or size without a region is not read.
+ */
+function sharedMemorySlice(parameters: JsonObject | undefined): SharedMemorySlice | undefined {
+  const region = parameters?.shared_memory_region;
+  if (region === undefined) return undefined;
+  if (typeof region !== "string") {
+    throw invalidArg(`Unable to parse 'shared_memory_region': expected a string, got ${kindOf(region)}`);
+  }
+  return {
+    region,
+    offset: sharedMemoryCount("shared_memory_offset", parameters?.shared_memory_offset),
+    byteSize: sharedMemoryCount("shared_memory_byte_size", parameters?.shared_memory_byte_size),
+  };
+}
+
+/** Where a request's tensors come from besides its JSON: the binary part, shared memory. */
+interface InputSources {
+  readonly binary: BinaryInputs | undefined;
+  readonly sharedMemory: SharedMemoryInputReader | undefined;
+}
+
 function readInput(
   value: unknown,
   index: number,
   model: string,
-  binary: BinaryInputs | undefined,
+  sources: InputSources,
   inputTexts: () => readonly string[],
 ): [string, Tensor] {
   if (!isJsonObject(value))
@@ -155,13 +197,27 @@ function readInput(
       `Unable to parse 'parameters' for input '${name}': expected an object, got ${kindOf(parameters)}`,
     );
   }
-  refuseUnsupportedExtensions("input", name, (key) => parameters?.[key] !== undefined);
+  const { binary, sharedMemory } = sources;
+  if (sharedMemory === undefined) {
+    refuseUnsupportedExtensions("input", name, (key) => parameters?.[key] !== undefined);
+  }
   const size = parameters?.binary_data_size;
   const hasData = value.data !== undefined;
-  if (hasData === (size !== undefined)) {
+  const slice = sharedMemorySlice(parameters);
+  const given = [
+    hasData ? "'data'" : undefined,
+    size !== undefined ? "'binary_data_size'" : undefined,
+    slice !== undefined ? "'shared_memory_region'" : undefined,
+  ].filter((member) => member !== undefined);
+  if (given.length !== 1) {
     throw invalidArg(
-      `input '${name}' must set exactly one of 'data' and 'binary_data_size' in 'parameters', but sets ${hasData ? "both" : "neither"}`,
+      sharedMemory === undefined
+        ? `input '${name}' must set exactly one of 'data' and 'binary_data_size' in 'parameters', but sets ${hasData ? "both" : "neither"}`
+        : `input '${name}' must set exactly one of 'data', 'binary_data_size' in 'parameters' and 'shared_memory_region' in 'parameters', but sets ${given.length === 0 ? "none" : given.join(" and ")}`,
     );
+  }
+  if (slice !== undefined) {
+    return [name, (sharedMemory as SharedMemoryInputReader).read(name, datatype, shape, slice)];
   }
   if (hasData) {
     const tokens = () => longNumberTokens(memberSourceText(inputTexts()[index] ?? "", ["data"]) ?? "");
@@ -180,12 +236,7 @@ function readInput(
   return [name, decodeRawTensor(name, datatype, shape, binary.take(name, size))];
 }
 
-function readInputs(
-  value: unknown,
-  model: string,
-  binary: BinaryInputs | undefined,
-  text: string,
-): Map<string, Tensor> {
+function readInputs(value: unknown, model: string, sources: InputSources, text: string): Map<string, Tensor> {
   if (!Array.isArray(value)) {
     throw invalidArg(
       value === undefined
@@ -202,13 +253,13 @@ function readInputs(
   };
   const inputs = new Map<string, Tensor>();
   for (let i = 0; i < value.length; i++) {
-    const [name, tensor] = readInput(value[i], i, model, binary, inputTexts);
+    const [name, tensor] = readInput(value[i], i, model, sources, inputTexts);
     if (inputs.has(name)) {
       throw invalidArg(`input '${name}' is given more than once in the request to model '${model}'`);
     }
     inputs.set(name, tensor);
   }
-  binary?.finish();
+  sources.binary?.finish();
   return inputs;
 }
 
@@ -216,15 +267,39 @@ interface ReadOutputs {
   readonly names: string[] | undefined;
   readonly binary: ReadonlyMap<string, boolean>;
   readonly classification?: ReadonlyMap<string, number> | undefined;
+  readonly sharedMemory?: SharedMemoryOutputs | undefined;
 }
 
-function readOutputs(value: unknown): ReadOutputs {
+/**
+ * Output `name`'s shared-memory slice, checked against its region before the model runs
+ * (a step that ran but could not be returned would still have advanced its sequence).
+ */
+function readOutputSlice(
+  name: string,
+  parameters: JsonObject,
+  access: SharedMemoryAccess,
+): SharedMemorySlice | undefined {
+  const slice = sharedMemorySlice(parameters);
+  if (slice === undefined) return undefined;
+  // Triton's checks: classes are computed from the output, and binary data is where it goes.
+  if (parameters.classification !== undefined) {
+    throw invalidArg(`Output can't set both 'shared_memory_region' and 'classification' (output '${name}')`);
+  }
+  if (parameters.binary_data === true) {
+    throw invalidArg(`Output can't set both 'shared_memory_region' and 'binary_data' (output '${name}')`);
+  }
+  access.regions.check(slice);
+  return slice;
+}
+
+function readOutputs(value: unknown, access: SharedMemoryAccess | undefined): ReadOutputs {
   if (value === undefined) return { names: undefined, binary: NO_CHOICES };
   if (!Array.isArray(value))
     throw invalidArg(`Unable to parse 'outputs': expected an array, got ${kindOf(value)}`);
   const names: string[] = [];
   const binary = new Map<string, boolean>();
   let classification: Map<string, number> | undefined;
+  let slices: Map<string, SharedMemorySlice> | undefined;
   for (let i = 0; i < value.length; i++) {
     const output: unknown = value[i];
     if (!isJsonObject(output))
@@ -242,7 +317,15 @@ function readOutputs(value: unknown): ReadOutputs {
         `Unable to parse 'parameters' for output '${name}': expected an object, got ${kindOf(parameters)}`,
       );
     }
-    refuseUnsupportedExtensions("output", name, (key) => parameters[key] !== undefined);
+    if (access === undefined) {
+      refuseUnsupportedExtensions("output", name, (key) => parameters[key] !== undefined);
+    } else {
+      const slice = readOutputSlice(name, parameters, access);
+      if (slice !== undefined) {
+        slices ??= new Map();
+        slices.set(name, slice);
+      }
+    }
     if (parameters.classification !== undefined) {
       classification ??= new Map();
       classification.set(name, classificationCount(name, parameters.classification));
@@ -257,7 +340,12 @@ function readOutputs(value: unknown): ReadOutputs {
     binary.set(name, choice);
   }
   // An empty list asks for nothing in particular: every output, as Triton reads it.
-  return { names: names.length === 0 ? undefined : names, binary, classification };
+  return {
+    names: names.length === 0 ? undefined : names,
+    binary,
+    classification,
+    sharedMemory: slices && access && { regions: access.regions, slices },
+  };
 }
 
 /** Whether output `name` goes back as binary data. */
@@ -278,7 +366,7 @@ function checkJsonOutputs(
   for (const output of model.outputs) {
     if (output.datatype !== "FP16" && output.datatype !== "BF16") continue;
     if (names !== undefined && !names.includes(output.name)) continue;
-    if (isBinaryOutput(encoding, output.name)) continue;
+    if (isBinaryOutput(encoding, output.name) || encoding.sharedMemory?.slices.has(output.name)) continue;
     throw invalidArg(
       `sending ${output.datatype} data via JSON is not supported. Please use the binary data format for output '${output.name}'`,
     );
@@ -340,9 +428,13 @@ export function decodeInferJson(
     options.reservedParameters ?? [],
   );
   const sequence = readSequenceControl(parameters);
-  const binary = headerLength === undefined ? undefined : new BinaryInputs(body, headerLength, model.name);
-  const inputs = readInputs(json.inputs, model.name, binary, text);
-  const outputs = readOutputs(json.outputs);
+  const access = options.sharedMemory;
+  const sources: InputSources = {
+    binary: headerLength === undefined ? undefined : new BinaryInputs(body, headerLength, model.name),
+    sharedMemory: access && new SharedMemoryInputReader(access),
+  };
+  const inputs = readInputs(json.inputs, model.name, sources, text);
+  const outputs = readOutputs(json.outputs, access);
   // As Triton's HTTP reads it: `binary_data_output` chooses for the outputs a request does
   // not list (it lists none: all come back); a listed output is binary only if it says so.
   // A frontend with a default of its own (WebSocket binary frames, SageMaker) lets the
@@ -357,6 +449,7 @@ export function decodeInferJson(
         : (binaryOutput ?? own),
     binary: outputs.binary,
     classification: classificationFor(model, outputs.classification),
+    sharedMemory: outputs.sharedMemory,
   };
   checkJsonOutputs(model, outputs.names, encoding);
   const request: InferRequest = {
