@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { status } from "@grpc/grpc-js";
-import { tfsTypes } from "../../src/frontends/tfs/proto-definitions.ts";
+import { MODEL_SERVICE_NAME, tfsTypes } from "../../src/frontends/tfs/proto-definitions.ts";
 import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
 import { addSubModel, identityModel } from "../../tools/onnx/test-models.ts";
 import { type OvmsServer, SILERO_OVMS, startOvmsServer } from "../tfs/support/ovms-server.ts";
@@ -367,6 +367,32 @@ describe("model status and metadata", () => {
         },
       },
     });
+  });
+
+  it("gRPC HandleReloadConfigRequest answers success and applies nothing, as OVMS does", async () => {
+    // TF-Serving would serve only the models listed; OVMS reloads its own config files.
+    const answer = await client.call(MODEL_SERVICE_NAME, "HandleReloadConfigRequest", {
+      config: {
+        model_config_list: {
+          config: [
+            {
+              name: "vad",
+              base_path: "/models/vad",
+              model_platform: "openvino",
+              model_version_policy: { specific: { versions: ["1"] } },
+            },
+          ],
+        },
+      },
+    });
+    assert.deepEqual(answer, { metric: [] });
+    const addSub = await client.status<{ model_version_status: { state: string }[] }>({
+      model_spec: { name: "add_sub" },
+    });
+    assert.deepEqual(
+      addSub.model_version_status.map((s) => s.state),
+      ["AVAILABLE"],
+    );
   });
 
   it("gRPC GetModelStatus and GetModelMetadata (a SignatureDefMap in an Any)", async () => {

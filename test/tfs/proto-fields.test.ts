@@ -84,6 +84,77 @@ const EXPECTED: Record<string, Record<string, Field>> = {
     error_code: [1, "tensorflow.error.Code", "single"],
     error_message: [2, "string", "single"],
   },
+  "tensorflow.serving.ReloadConfigRequest": {
+    config: [1, "ModelServerConfig", "single"],
+    metric_names: [2, "string", "repeated"],
+  },
+  "tensorflow.serving.ReloadConfigResponse": {
+    status: [1, "StatusProto", "single"],
+    metric: [2, "Metric", "repeated"],
+  },
+  "tensorflow.serving.Metric": {
+    name: [1, "string", "single"],
+    int64_value_increase: [2, "int64", "single"],
+  },
+  "tensorflow.serving.ModelServerConfig": {
+    model_config_list: [1, "ModelConfigList", "single"],
+    custom_model_config: [2, "google.protobuf.Any", "single"],
+  },
+  "tensorflow.serving.ModelConfigList": { config: [1, "ModelConfig", "repeated"] },
+  "tensorflow.serving.ModelConfig": {
+    name: [1, "string", "single"],
+    base_path: [2, "string", "single"],
+    model_type: [3, "ModelType", "single"],
+    model_platform: [4, "string", "single"],
+    model_version_policy: [7, "FileSystemStoragePathSourceConfig.ServableVersionPolicy", "single"],
+    version_labels: [8, "int64", "single"],
+    logging_config: [6, "LoggingConfig", "single"],
+  },
+  "tensorflow.serving.FileSystemStoragePathSourceConfig.ServableVersionPolicy": {
+    latest: [100, "Latest", "single"],
+    all: [101, "All", "single"],
+    specific: [102, "Specific", "single"],
+  },
+  "tensorflow.serving.FileSystemStoragePathSourceConfig.ServableVersionPolicy.Latest": {
+    num_versions: [1, "uint32", "single"],
+  },
+  "tensorflow.serving.FileSystemStoragePathSourceConfig.ServableVersionPolicy.Specific": {
+    versions: [1, "int64", "repeated"],
+  },
+  "tensorflow.serving.FileSystemStoragePathSourceConfig": {
+    servables: [5, "ServableToMonitor", "repeated"],
+    file_system_poll_wait_seconds: [3, "int64", "single"],
+    fail_if_zero_versions_at_startup: [4, "bool", "single"],
+    servable_versions_always_present: [6, "bool", "single"],
+  },
+  "tensorflow.serving.FileSystemStoragePathSourceConfig.ServableToMonitor": {
+    servable_name: [1, "string", "single"],
+    base_path: [2, "string", "single"],
+    servable_version_policy: [
+      4,
+      "tensorflow.serving.FileSystemStoragePathSourceConfig.ServableVersionPolicy",
+      "single",
+    ],
+  },
+  "tensorflow.serving.LoggingConfig": {
+    log_collector_config: [1, "LogCollectorConfig", "single"],
+    sampling_config: [2, "SamplingConfig", "single"],
+    custom_logging_config: [3, "google.protobuf.Any", "single"],
+  },
+  "tensorflow.serving.SamplingConfig": {
+    sampling_rate: [1, "double", "single"],
+    per_task_sampling_configs: [3, "PerTaskSamplingConfig", "repeated"],
+    attributes: [2, "int32", "single"],
+  },
+  "tensorflow.serving.PerTaskSamplingConfig": {
+    dc: [1, "string", "single"],
+    task_index: [2, "int32", "single"],
+    sampling_rate: [3, "double", "single"],
+  },
+  "tensorflow.serving.LogCollectorConfig": {
+    type: [1, "string", "single"],
+    filename_prefix: [2, "string", "single"],
+  },
 };
 
 const ENUMS: Record<string, Record<string, number>> = {
@@ -144,5 +215,6 @@ test("every field of the TF-Serving and TensorFlow messages has TensorFlow's num
   ]);
   assert.deepEqual(Object.keys(root.lookupService("tensorflow.serving.ModelService").methods), [
     "GetModelStatus",
+    "HandleReloadConfigRequest",
   ]);
 });

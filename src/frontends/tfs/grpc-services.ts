@@ -36,7 +36,7 @@ import {
 import { decodeTensorProto, encodeTensorProto, sequenceIdProto, shapeOf } from "./tensor-proto.ts";
 
 // tensorflow.serving.PredictionService (Predict, GetModelMetadata) and
-// tensorflow.serving.ModelService (GetModelStatus) over a ServerContext, with OpenVINO
+// tensorflow.serving.ModelService (GetModelStatus, HandleReloadConfigRequest) over a ServerContext, with OpenVINO
 // Model Server's stateful semantics. Handlers only translate; errors leave through the
 // family's one table (error-status.ts).
 
@@ -218,6 +218,21 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
       definition: modelServiceDefinition(),
       implementation: {
         GetModelStatus: unary(logger, "GetModelStatus", worded(getModelStatus), TFS_GRPC_STATUS),
+        // OVMS answers success and applies nothing: it reloads its config files itself (as
+        // seqserve does, with its watch or POST /v1/config/reload); the config a client
+        // pushes is not read.
+        HandleReloadConfigRequest: unary(
+          logger,
+          "HandleReloadConfigRequest",
+          () => {
+            logger.info(
+              { event: "reload_config_request" },
+              "HandleReloadConfigRequest: the config files are reloaded by the server itself; the config in the request is not applied",
+            );
+            return {};
+          },
+          TFS_GRPC_STATUS,
+        ),
       },
     },
   ];
