@@ -125,7 +125,12 @@ export async function startServer(
   if (metrics !== undefined) observers.unshift(metrics.observeRequests);
   let repository: ModelRepository;
   let sequenceTier: SequenceTier | undefined;
-  const sharedMemory = new SystemSharedMemory(options.allowClientSharedMemory);
+  const sharedMemory = new SystemSharedMemory({
+    clientRegistration: options.allowClientSharedMemory,
+    maxRegions: limits.maxSharedMemoryRegions,
+    maxBytes: limits.maxSharedMemoryBytes,
+    refusals,
+  });
   /** Everything started before the endpoints: released on a failed start and at stop. */
   const release = async (): Promise<void> => {
     sharedMemory.close();

@@ -179,6 +179,26 @@ const LIMIT_FLAGS: readonly [FlagSpec, keyof LimitOptions, number][] = [
     "maxHeldRequestBytes",
     1,
   ],
+  [
+    limit(
+      "max-shared-memory-regions",
+      "n",
+      "maxSharedMemoryRegions",
+      "System shared memory regions registered at once (with --allow-client-shm=true); more are refused.",
+    ),
+    "maxSharedMemoryRegions",
+    1,
+  ],
+  [
+    limit(
+      "max-shared-memory-bytes",
+      "bytes",
+      "maxSharedMemoryBytes",
+      "Bytes read from shared memory by requests not yet answered, server-wide; a request that would pass it is refused.",
+    ),
+    "maxSharedMemoryBytes",
+    1,
+  ],
 ];
 
 const tlsFlags = (prefix: "http" | "grpc", triton: boolean): FlagSpec[] => [

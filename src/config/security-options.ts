@@ -93,6 +93,10 @@ export interface LimitOptions {
   readonly grpcStreamStallTimeoutSecs: number;
   /** Request bytes a stream (ModelStreamInfer, a WebSocket) holds unanswered before it stops reading. */
   readonly maxHeldRequestBytes: number;
+  /** System shared memory regions registered at once (with --allow-client-shm). */
+  readonly maxSharedMemoryRegions: number;
+  /** Bytes read from shared memory by requests not yet answered, server-wide. */
+  readonly maxSharedMemoryBytes: number;
 }
 
 export interface SecurityOptions {
@@ -124,6 +128,8 @@ export const DEFAULT_LIMITS: LimitOptions = Object.freeze({
   grpcMaxConcurrentStreams: 1024,
   grpcStreamStallTimeoutSecs: 600,
   maxHeldRequestBytes: 64 * MiB,
+  maxSharedMemoryRegions: 1024,
+  maxSharedMemoryBytes: 256 * MiB,
 });
 
 export const OPEN_ACCESS: AccessOptions = Object.freeze<AccessOptions>({

@@ -30,6 +30,10 @@ export const LIMITS = [
   "grpc_stream_stall_timeout",
   /** A browser request from an origin --cors-allow-origin does not list. */
   "cross_origin",
+  /** A shared memory region registered past --max-shared-memory-regions. */
+  "shared_memory_regions",
+  /** A request whose shared memory reads would take those in flight past --max-shared-memory-bytes. */
+  "shared_memory_bytes",
 ] as const;
 
 export type LimitName = (typeof LIMITS)[number];

@@ -71,7 +71,7 @@ function valueKey(tensor: Tensor): string {
  * batched along a dimension marked in its dims (the ONNX stateful backend), that
  * dimension, with the leading one required to be 1.
  */
-function rowsOf(input: InputConfig, tensor: Tensor, model: string): number {
+function rowsOf(input: InputConfig, tensor: Pick<Tensor, "shape">, model: string): number {
   const marked = input.markedBatchAxis;
   if (marked === undefined) return tensor.shape[0]!;
   if (tensor.shape[0] !== 1) {
@@ -91,6 +91,73 @@ function keyShape(input: InputConfig, shape: readonly number[]): readonly number
   const key = [...shape];
   key[marked] = -1;
   return key;
+}
+
+/**
+ * The input's datatype and shape against its config; returns the shape without the batch
+ * dimension (`batched`: the model batches this input).
+ */
+function checkTypeAndShape(
+  model: string,
+  input: InputConfig,
+  tensor: Pick<Tensor, "datatype" | "shape">,
+  batched: boolean,
+): readonly number[] {
+  if (tensor.datatype !== input.datatype) {
+    throw invalidArg(
+      `inference input '${input.name}' data-type is '${tensor.datatype}', but model '${model}' expects '${input.datatype}'`,
+    );
+  }
+  const shape = batched ? tensor.shape.slice(1) : tensor.shape;
+  for (const dim of tensor.shape) {
+    if (dim < 0) {
+      throw invalidArg(
+        `All input dimensions should be specified for input '${input.name}' for model '${model}', got ${shapeInMessage(tensor.shape)}`,
+      );
+    }
+  }
+  if (!matchesDims(input.dims, shape)) {
+    const expected = batched ? [-1, ...input.dims] : input.dims;
+    const note = batched
+      ? " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size."
+      : "";
+    throw invalidArg(
+      `unexpected shape for input '${input.name}' for model '${model}'. Expected ${shapeInMessage(expected)}, got ${shapeInMessage(tensor.shape)}.${note}`,
+    );
+  }
+  return shape;
+}
+
+/**
+ * One input's name, datatype and shape against the model, with validateRequest's messages:
+ * for a frontend that must know an input fits before it fetches the input's data (from
+ * shared memory, where a small request can name many bytes). Its rows are checked against
+ * the most the model takes, not yet against the other inputs'.
+ */
+export function checkInputDescription(
+  config: ModelConfig,
+  name: string,
+  tensor: Pick<Tensor, "datatype" | "shape">,
+): void {
+  const model = config.name;
+  const input = config.inputs.find((i) => i.name === name);
+  if (input === undefined) throw invalidArg(`unexpected inference input '${name}' for model '${model}'`);
+  const batched = config.maxBatchSize > 0 && !input.shared;
+  if (batched) {
+    if (tensor.shape.length === 0) {
+      throw invalidArg(`input '${name}' has no shape but model requires batch dimension for '${model}'`);
+    }
+    const rows = rowsOf(input, tensor, model);
+    if (rows > config.maxBatchSize) {
+      throw invalidArg(`inference request batch-size must be <= ${config.maxBatchSize} for '${model}'`);
+    }
+    if (rows > 1 && config.sequenceBatching !== undefined) {
+      throw invalidArg(
+        `inference request to model '${model}' must specify batch-size 1 due to requirements of sequence batcher`,
+      );
+    }
+  }
+  checkTypeAndShape(model, input, tensor, batched);
 }
 
 export function validateRequest(config: ModelConfig, request: InferRequest): ValidatedRequest {
@@ -146,29 +213,8 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
   for (const input of config.inputs) {
     const tensor = request.inputs.get(input.name);
     if (tensor === undefined) continue;
-    if (tensor.datatype !== input.datatype) {
-      throw invalidArg(
-        `inference input '${input.name}' data-type is '${tensor.datatype}', but model '${model}' expects '${input.datatype}'`,
-      );
-    }
     const batched = batching && !input.shared;
-    const shape = batched ? tensor.shape.slice(1) : tensor.shape;
-    for (const dim of tensor.shape) {
-      if (dim < 0) {
-        throw invalidArg(
-          `All input dimensions should be specified for input '${input.name}' for model '${model}', got ${shapeInMessage(tensor.shape)}`,
-        );
-      }
-    }
-    if (!matchesDims(input.dims, shape)) {
-      const expected = batched ? [-1, ...input.dims] : input.dims;
-      const note = batched
-        ? " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size."
-        : "";
-      throw invalidArg(
-        `unexpected shape for input '${input.name}' for model '${model}'. Expected ${shapeInMessage(expected)}, got ${shapeInMessage(tensor.shape)}.${note}`,
-      );
-    }
+    const shape = checkTypeAndShape(model, input, tensor, batched);
     const count = elementCount(tensor.shape);
     const length =
       tensor.datatype === "BYTES"

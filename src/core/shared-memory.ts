@@ -29,16 +29,31 @@ export interface SharedMemoryRegions {
   /** Whether clients may register regions (Triton's `--allow-client-shm`). */
   readonly clientRegistration: boolean;
   register(name: string, key: string, offset: number, byteSize: number): void;
-  /** Unregisters one region, or every region when `name` is undefined; an unknown name is no error. */
+  /**
+   * Unregisters one region, or every region when `name` is undefined; an unknown name is no
+   * error. A region a request still uses goes when the last such request is done (Triton's
+   * "awaiting unregister"): until then its name stays taken and its slices keep working.
+   */
   unregister(name?: string): void;
   /** Every region, or the one named (NOT_FOUND when there is none). */
   status(name?: string): SharedMemoryRegionStatus[];
-  /** Checks that `slice` lies in a registered region (NOT_FOUND / INVALID_ARG). */
-  check(slice: SharedMemorySlice): void;
-  /** The slice's bytes, copied into a buffer of their own. */
-  read(slice: SharedMemorySlice): Uint8Array;
-  /** Writes `bytes` at the slice's start; `output` names the tensor in errors. */
-  write(slice: SharedMemorySlice, output: string, bytes: Uint8Array): void;
-  /** Unregisters every region (the server is stopping). */
+  /** What one request reads and writes, held for it until it is released. */
+  use(): SharedMemoryUse;
+  /** Unregisters every region at once (the server is stopping). */
   close(): void;
+}
+
+/**
+ * One request's hold on the regions it names: each region stays open while the request
+ * runs, and the bytes it read count against the server's bound until it is released.
+ */
+export interface SharedMemoryUse {
+  /** Checks that `slice` lies in a registered region (NOT_FOUND / INVALID_ARG) and holds the region. */
+  hold(slice: SharedMemorySlice): void;
+  /** The slice's bytes, copied into a buffer of their own (the region held). */
+  read(slice: SharedMemorySlice): Uint8Array;
+  /** Writes `bytes` at the start of a slice held before; `output` names the tensor in errors. */
+  write(slice: SharedMemorySlice, output: string, bytes: Uint8Array): void;
+  /** Lets the regions go and returns the bytes read to the server's bound; idempotent. */
+  release(): void;
 }

@@ -1,11 +1,13 @@
 import { closeSync, constants, fstatSync, openSync, readSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { internal, invalidArg, notFound, ServerError } from "../core/errors.ts";
+import type { Refusals } from "../core/refusals.ts";
 import {
   CLIENT_SHM_DISABLED,
   type SharedMemoryRegionStatus,
   type SharedMemoryRegions,
   type SharedMemorySlice,
+  type SharedMemoryUse,
 } from "../core/shared-memory.ts";
 
 // Triton's system shared memory on Linux: a region is a slice of a POSIX shared-memory
@@ -23,8 +25,33 @@ const RESERVED_PREFIX = "triton_python_backend_shm_region_";
 /** The longest file name shm_open takes (NAME_MAX). */
 const NAME_MAX = 255;
 
-interface Region extends SharedMemoryRegionStatus {
+export interface SystemSharedMemoryOptions {
+  /** Whether clients may register regions (Triton's `--allow-client-shm`). */
+  readonly clientRegistration: boolean;
+  /** Regions registered at once, at most (each may hold a descriptor open). */
+  readonly maxRegions: number;
+  /** Bytes read from shared memory by requests not yet done, server-wide, at most. */
+  readonly maxBytes: number;
+  /** Where refusals by these limits are counted. */
+  readonly refusals?: Refusals | undefined;
+  /** Stands in for /dev/shm in tests. */
+  readonly directory?: string;
+}
+
+/** An open shared-memory object, shared by the regions registered on it. */
+interface OpenObject {
   readonly fd: number;
+  /** `device:inode`: a key registered twice (or under two names) is one object. */
+  readonly id: string;
+  regions: number;
+}
+
+interface Region extends SharedMemoryRegionStatus {
+  readonly object: OpenObject;
+  /** Requests holding the region. */
+  users: number;
+  /** Unregistered while requests held it: it goes when the last one is done. */
+  unregistering: boolean;
 }
 
 /** The object's file name, as shm_open finds it: leading slashes dropped, no other slash. */
@@ -47,25 +74,38 @@ function objectName(name: string, key: string): string {
 
 const unableToOpen = (key: string): ServerError => internal(`Unable to open shared memory region: '${key}'`);
 
+const disabled = (): ServerError => new ServerError("UNSUPPORTED", CLIENT_SHM_DISABLED);
+
 export class SystemSharedMemory implements SharedMemoryRegions {
   readonly clientRegistration: boolean;
+  readonly #options: SystemSharedMemoryOptions;
   readonly #directory: string;
   readonly #regions = new Map<string, Region>();
+  readonly #objects = new Map<string, OpenObject>();
+  /** Bytes read by requests not yet released. */
+  #bytesHeld = 0;
 
-  /** `directory` is for tests on systems without /dev/shm. */
-  constructor(clientRegistration: boolean, directory = SHM_DIRECTORY) {
-    this.clientRegistration = clientRegistration;
-    this.#directory = directory;
+  constructor(options: SystemSharedMemoryOptions) {
+    this.clientRegistration = options.clientRegistration;
+    this.#options = options;
+    this.#directory = options.directory ?? SHM_DIRECTORY;
   }
 
   register(name: string, key: string, offset: number, byteSize: number): void {
-    if (!this.clientRegistration) throw new ServerError("UNSUPPORTED", CLIENT_SHM_DISABLED);
+    if (!this.clientRegistration) throw disabled();
     if (name === "") {
       throw invalidArg("'region name' is necessary to register system shared memory region");
     }
     const file = join(this.#directory, objectName(name, key));
     if (this.#regions.has(name)) {
       throw new ServerError("ALREADY_EXISTS", `shared memory region '${name}' already in manager`);
+    }
+    if (this.#regions.size >= this.#options.maxRegions) {
+      this.#options.refusals?.refused("shared_memory_regions");
+      throw new ServerError(
+        "RESOURCE_EXHAUSTED",
+        `failed to register shared memory region '${name}': ${this.#regions.size} regions are registered, the server's limit (--max-shared-memory-regions)`,
+      );
     }
     let fd: number;
     try {
@@ -74,59 +114,157 @@ export class SystemSharedMemory implements SharedMemoryRegions {
     } catch {
       throw unableToOpen(key);
     }
+    let object: OpenObject;
     try {
       const stat = fstatSync(fd);
       if (!stat.isFile()) throw internal(`Invalid shared memory region: '${key}'`);
       if (offset + byteSize > stat.size) {
         throw invalidArg(`failed to register shared memory region '${name}': invalid args`);
       }
+      const id = `${stat.dev}:${stat.ino}`;
+      const open = this.#objects.get(id);
+      if (open === undefined) {
+        object = { fd, id, regions: 0 };
+        this.#objects.set(id, object);
+      } else {
+        // One descriptor per object, however many regions it has.
+        closeSync(fd);
+        object = open;
+      }
     } catch (error) {
       closeSync(fd);
       throw error;
     }
-    this.#regions.set(name, { name, key, offset, byteSize, fd });
+    object.regions++;
+    this.#regions.set(name, { name, key, offset, byteSize, object, users: 0, unregistering: false });
   }
 
   unregister(name?: string): void {
-    if (!this.clientRegistration) throw new ServerError("UNSUPPORTED", CLIENT_SHM_DISABLED);
-    if (name === undefined) {
-      this.close();
-      return;
+    if (!this.clientRegistration) throw disabled();
+    const regions = name === undefined ? [...this.#regions.values()] : [this.#regions.get(name)];
+    for (const region of regions) {
+      if (region === undefined) continue;
+      if (region.users > 0) region.unregistering = true;
+      else this.#remove(region);
     }
-    const region = this.#regions.get(name);
-    if (region === undefined) return;
-    this.#regions.delete(name);
-    closeSync(region.fd);
   }
 
   status(name?: string): SharedMemoryRegionStatus[] {
-    const regions = name === undefined ? [...this.#regions.values()] : [this.#named(name)];
+    let regions: Region[];
+    if (name === undefined) {
+      regions = [...this.#regions.values()];
+    } else {
+      const region = this.#regions.get(name);
+      if (region === undefined) throw notFound(`Unable to find system shared memory region: '${name}'`);
+      regions = [region];
+    }
     return regions.map(({ name, key, offset, byteSize }) => ({ name, key, offset, byteSize }));
   }
 
-  check(slice: SharedMemorySlice): void {
+  use(): SharedMemoryUse {
+    return new RequestUse(this);
+  }
+
+  close(): void {
+    for (const object of this.#objects.values()) closeSync(object.fd);
+    this.#objects.clear();
+    this.#regions.clear();
+  }
+
+  // For RequestUse: the region a request names, the server-wide count of bytes read, and
+  // a request letting a region go.
+
+  /** The slice's region, with the slice checked against it. */
+  region(slice: SharedMemorySlice): Region {
+    const region = this.#regions.get(slice.region);
+    if (region === undefined) throw notFound(`Unable to find shared memory region: '${slice.region}'`);
+    return checkSlice(region, slice);
+  }
+
+  /** Counts `bytes` about to be read against the server's bound. */
+  take(bytes: number): void {
+    const max = this.#options.maxBytes;
+    if (this.#bytesHeld + bytes > max) {
+      this.#options.refusals?.refused("shared_memory_bytes");
+      throw new ServerError(
+        "RESOURCE_EXHAUSTED",
+        `reading ${bytes} bytes from shared memory would take the bytes read by requests in flight past the server's limit of ${max} (--max-shared-memory-bytes)`,
+      );
+    }
+    this.#bytesHeld += bytes;
+  }
+
+  give(bytes: number): void {
+    this.#bytesHeld -= bytes;
+  }
+
+  /** A request let `region` go. */
+  leave(region: Region): void {
+    region.users--;
+    if (region.users === 0 && region.unregistering) this.#remove(region);
+  }
+
+  #remove(region: Region): void {
+    if (this.#regions.get(region.name) === region) this.#regions.delete(region.name);
+    const object = region.object;
+    object.regions--;
+    if (object.regions === 0 && this.#objects.get(object.id) === object) {
+      this.#objects.delete(object.id);
+      closeSync(object.fd);
+    }
+  }
+}
+
+/** `region`, when `slice` lies in it (Triton's GetMemoryInfo). */
+function checkSlice(region: Region, slice: SharedMemorySlice): Region {
+  if (slice.offset >= region.byteSize) {
+    throw invalidArg(`Invalid offset for shared memory region: '${slice.region}'`);
+  }
+  if (slice.offset + slice.byteSize > region.byteSize) {
+    throw invalidArg(`Invalid offset + byte size for shared memory region: '${slice.region}'`);
+  }
+  return region;
+}
+
+/** The end of a region's slice in its object, checked against the object's size now. */
+function checkedEnd(region: Region, slice: SharedMemorySlice): number {
+  const end = region.offset + slice.offset + slice.byteSize;
+  if (fstatSync(region.object.fd).size < end) {
+    // The client shrank the object after registering it (where Triton's mapping would fault).
+    throw invalidArg(
+      `shared memory region '${slice.region}' ends before the ${slice.byteSize} bytes at offset ${slice.offset}: its key '${region.key}' was truncated after it was registered`,
+    );
+  }
+  return end;
+}
+
+class RequestUse implements SharedMemoryUse {
+  readonly #regions: SystemSharedMemory;
+  /** The regions held, by name as the request named them. */
+  readonly #held = new Map<string, Region>();
+  #bytes = 0;
+  #released = false;
+
+  constructor(regions: SystemSharedMemory) {
+    this.#regions = regions;
+  }
+
+  hold(slice: SharedMemorySlice): void {
     this.#region(slice);
   }
 
   read(slice: SharedMemorySlice): Uint8Array {
     const region = this.#region(slice);
+    checkedEnd(region, slice);
+    this.#regions.take(slice.byteSize);
+    this.#bytes += slice.byteSize;
     // A buffer of its own (not a slab of Node's pool), so it can move to a worker thread.
     const bytes = Buffer.allocUnsafeSlow(slice.byteSize);
+    const start = region.offset + slice.offset;
     let done = 0;
     while (done < bytes.byteLength) {
-      const read = readSync(
-        region.fd,
-        bytes,
-        done,
-        bytes.byteLength - done,
-        region.offset + slice.offset + done,
-      );
-      if (read === 0) {
-        // The client shrank the object after registering it (where Triton's mapping would fault).
-        throw invalidArg(
-          `shared memory region '${slice.region}' ends before the ${slice.byteSize} bytes at offset ${slice.offset}: its key '${region.key}' was truncated after it was registered`,
-        );
-      }
+      const read = readSync(region.object.fd, bytes, done, bytes.byteLength - done, start + done);
+      if (read === 0) checkedEnd(region, slice);
       done += read;
     }
     return bytes;
@@ -138,36 +276,32 @@ export class SystemSharedMemory implements SharedMemoryRegions {
         `shared memory size specified with the request for output '${output}' (${slice.byteSize} bytes) should be at least ${bytes.byteLength} bytes to hold the results`,
       );
     }
-    // Looked up again: the region may have been unregistered while the request ran, and its
-    // descriptor closed (a file opened since may have the same number).
-    const region = this.#region(slice);
+    // Through the region held since the request was read: unregistered meanwhile, it is
+    // still open; registered again under its name, the new one is not written.
+    const region = this.#held.get(slice.region) ?? this.#region(slice);
+    checkedEnd(region, slice);
+    const start = region.offset + slice.offset;
     let done = 0;
     while (done < bytes.byteLength) {
-      done += writeSync(region.fd, bytes, done, bytes.byteLength - done, region.offset + slice.offset + done);
+      done += writeSync(region.object.fd, bytes, done, bytes.byteLength - done, start + done);
     }
   }
 
-  close(): void {
-    for (const region of this.#regions.values()) closeSync(region.fd);
-    this.#regions.clear();
+  release(): void {
+    if (this.#released) return;
+    this.#released = true;
+    this.#regions.give(this.#bytes);
+    for (const region of this.#held.values()) this.#regions.leave(region);
+    this.#held.clear();
   }
 
-  #named(name: string): Region {
-    const region = this.#regions.get(name);
-    if (region === undefined) throw notFound(`Unable to find system shared memory region: '${name}'`);
-    return region;
-  }
-
-  /** The slice's region, with the slice checked against it (Triton's GetMemoryInfo). */
   #region(slice: SharedMemorySlice): Region {
-    const region = this.#regions.get(slice.region);
-    if (region === undefined) throw notFound(`Unable to find shared memory region: '${slice.region}'`);
-    if (slice.offset >= region.byteSize) {
-      throw invalidArg(`Invalid offset for shared memory region: '${slice.region}'`);
-    }
-    if (slice.offset + slice.byteSize > region.byteSize) {
-      throw invalidArg(`Invalid offset + byte size for shared memory region: '${slice.region}'`);
-    }
+    if (this.#released) throw internal("a request's shared memory was used after it was released");
+    const held = this.#held.get(slice.region);
+    if (held !== undefined) return checkSlice(held, slice);
+    const region = this.#regions.region(slice);
+    region.users++;
+    this.#held.set(slice.region, region);
     return region;
   }
 }

@@ -479,6 +479,43 @@ describe("system shared memory", {
       "Unable to find shared memory region: 'gone'",
     );
 
+    // A request of a few bytes naming a gigabyte: refused by its shape before anything is
+    // read (the object is empty by then, so a read would fail otherwise).
+    const huge = object(2 ** 30);
+    await client.unary("SystemSharedMemoryRegister", { name: "huge", key: huge.key, byte_size: 2 ** 30 });
+    huge.truncate(0);
+    await grpcRefused(
+      {
+        inputs: [
+          { name: "INPUT0", datatype: "INT32", shape: [1, 16] },
+          {
+            name: "INPUT1",
+            datatype: "INT32",
+            shape: [2 ** 24, 16],
+            parameters: shmParameters("huge", 2 ** 30),
+          },
+        ],
+      },
+      status.INVALID_ARGUMENT,
+      "inference request batch-size must be <= 8 for 'simple'",
+    );
+    await grpcRefused(
+      {
+        inputs: [
+          { name: "INPUT0", datatype: "INT32", shape: [1, 16] },
+          {
+            name: "INPUT1",
+            datatype: "INT32",
+            shape: [1, 2 ** 24],
+            parameters: shmParameters("huge", 2 ** 26),
+          },
+        ],
+      },
+      status.INVALID_ARGUMENT,
+      "unexpected shape for input 'INPUT1' for model 'simple'. Expected [-1,16], got [1,16777216]. NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size.",
+    );
+    await client.unary("SystemSharedMemoryUnregister", { name: "huge" });
+
     // A client that shrinks its object after registering gets an error, not a crash.
     shared.truncate(32);
     await refused(

@@ -6,98 +6,196 @@ import {
   readFileSync,
   rmSync,
   symlinkSync,
+  truncateSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { ServerError } from "../../src/core/errors.ts";
-import { SystemSharedMemory } from "../../src/shared-memory/system-shared-memory.ts";
+import { Refusals } from "../../src/core/refusals.ts";
+import {
+  SystemSharedMemory,
+  type SystemSharedMemoryOptions,
+} from "../../src/shared-memory/system-shared-memory.ts";
 
 // The region registry on its own, over a temporary folder standing in for /dev/shm: what
-// it reads and writes, and the descriptors it holds. Over the APIs, with /dev/shm itself:
-// test/e2e/triton-shared-memory.test.ts.
+// a request reads and writes, how long a region lives, the descriptors it holds and its
+// limits. Over the APIs, with /dev/shm itself: test/e2e/triton-shared-memory.test.ts.
 
-const failsWith = (code: string, message: string) => (error: unknown) =>
-  error instanceof ServerError && error.code === code && error.message === message;
+const failsWith = (code: string, message: string) => (error: unknown) => {
+  assert.ok(error instanceof ServerError, String(error));
+  assert.deepEqual([error.code, error.message], [code, message]);
+  return true;
+};
 
 /** Descriptors this process has open (Linux). */
 const openDescriptors = (): number => readdirSync("/proc/self/fd").length;
 
+const BYTES = Buffer.from(Array.from({ length: 64 }, (_, i) => i));
+
 describe("SystemSharedMemory", () => {
   let folder: string;
+  const object = (name: string, bytes: Uint8Array = BYTES): string => {
+    writeFileSync(join(folder, name), bytes);
+    return `/${name}`;
+  };
+  const registry = (options: Partial<SystemSharedMemoryOptions> = {}) =>
+    new SystemSharedMemory({
+      clientRegistration: true,
+      maxRegions: 16,
+      maxBytes: 1024,
+      directory: folder,
+      ...options,
+    });
   before(() => {
     folder = mkdtempSync(join(tmpdir(), "seqserve-shm-"));
-    writeFileSync(join(folder, "data"), Buffer.from(Array.from({ length: 64 }, (_, i) => i)));
   });
   after(() => rmSync(folder, { recursive: true, force: true }));
 
   it("reads and writes slices relative to the region, and refuses slices outside it", () => {
-    const regions = new SystemSharedMemory(true, folder);
-    regions.register("r", "/data", 16, 32);
-    assert.deepEqual([...regions.read({ region: "r", offset: 4, byteSize: 4 })], [20, 21, 22, 23]);
-    regions.write({ region: "r", offset: 30, byteSize: 2 }, "OUT", Uint8Array.of(200, 201));
-    assert.deepEqual([...readFileSync(join(folder, "data")).subarray(46, 48)], [200, 201]);
+    const regions = registry();
+    const key = object("slices");
+    regions.register("r", key, 16, 32);
+    const use = regions.use();
+    assert.deepEqual([...use.read({ region: "r", offset: 4, byteSize: 4 })], [20, 21, 22, 23]);
+    use.hold({ region: "r", offset: 30, byteSize: 2 });
+    use.write({ region: "r", offset: 30, byteSize: 2 }, "OUT", Uint8Array.of(200, 201));
+    assert.deepEqual([...readFileSync(join(folder, "slices")).subarray(46, 48)], [200, 201]);
     assert.throws(
-      () => regions.read({ region: "r", offset: 32, byteSize: 0 }),
+      () => use.read({ region: "r", offset: 32, byteSize: 0 }),
       failsWith("INVALID_ARG", "Invalid offset for shared memory region: 'r'"),
     );
     assert.throws(
-      () => regions.read({ region: "r", offset: 30, byteSize: 4 }),
+      () => use.read({ region: "r", offset: 30, byteSize: 4 }),
       failsWith("INVALID_ARG", "Invalid offset + byte size for shared memory region: 'r'"),
     );
     assert.throws(
-      () => regions.write({ region: "r", offset: 0, byteSize: 2 }, "OUT", new Uint8Array(3)),
+      () => use.write({ region: "r", offset: 0, byteSize: 2 }, "OUT", new Uint8Array(3)),
       failsWith(
         "INTERNAL",
         "shared memory size specified with the request for output 'OUT' (2 bytes) should be at least 3 bytes to hold the results",
       ),
     );
+    use.release();
     regions.close();
   });
 
-  it("an output written after its region was unregistered is refused, not written to a reused descriptor", () => {
-    const regions = new SystemSharedMemory(true, folder);
-    const before = openDescriptors();
-    regions.register("r", "data", 0, 8);
-    assert.equal(openDescriptors(), before + 1);
-    regions.unregister("r");
-    assert.equal(openDescriptors(), before);
-    assert.throws(
-      () => regions.write({ region: "r", offset: 0, byteSize: 8 }, "OUT", new Uint8Array(8)),
-      failsWith("NOT_FOUND", "Unable to find shared memory region: 'r'"),
+  it("a region unregistered while a request holds it lives until the request is done, as in Triton", () => {
+    const regions = registry();
+    const first = object("first", new Uint8Array(8));
+    const second = object("second", new Uint8Array(8));
+    const descriptors = openDescriptors();
+    regions.register("out", first, 0, 8);
+    const use = regions.use();
+    use.hold({ region: "out", offset: 0, byteSize: 8 });
+    regions.unregister("out");
+    // Still listed, its name still taken, its descriptor still open.
+    assert.deepEqual(
+      regions.status().map((r) => r.name),
+      ["out"],
     );
-    regions.register("a", "data", 0, 8);
-    regions.register("b", "data", 8, 8);
-    regions.unregister();
-    assert.equal(openDescriptors(), before);
+    assert.throws(
+      () => regions.register("out", second, 0, 8),
+      failsWith("ALREADY_EXISTS", "shared memory region 'out' already in manager"),
+    );
+    assert.equal(openDescriptors(), descriptors + 1);
+    use.write({ region: "out", offset: 0, byteSize: 8 }, "OUT", new Uint8Array(8).fill(7));
+    assert.deepEqual([...readFileSync(join(folder, "first"))], new Array(8).fill(7));
+    use.release();
     assert.deepEqual(regions.status(), []);
+    assert.equal(openDescriptors(), descriptors);
+    // Registered again, the name is the new object's.
+    regions.register("out", second, 0, 8);
+    assert.equal(regions.status()[0]?.key, second);
+    regions.unregister();
+    assert.equal(openDescriptors(), descriptors);
+  });
+
+  it("regions of one object share one descriptor", () => {
+    const regions = registry();
+    const key = object("shared");
+    const descriptors = openDescriptors();
+    for (let i = 0; i < 8; i++) regions.register(`r${i}`, key, i * 8, 8);
+    assert.equal(openDescriptors(), descriptors + 1);
+    for (let i = 0; i < 7; i++) regions.unregister(`r${i}`);
+    assert.equal(openDescriptors(), descriptors + 1);
+    regions.unregister("r7");
+    assert.equal(openDescriptors(), descriptors);
+  });
+
+  it("bounds the regions registered and the bytes read by requests in flight, and counts the refusals", () => {
+    const refusals = new Refusals();
+    const regions = registry({ maxRegions: 2, maxBytes: 48, refusals });
+    const key = object("bounded");
+    regions.register("a", key, 0, 32);
+    regions.register("b", key, 32, 32);
+    assert.throws(
+      () => regions.register("c", key, 0, 8),
+      failsWith(
+        "RESOURCE_EXHAUSTED",
+        "failed to register shared memory region 'c': 2 regions are registered, the server's limit (--max-shared-memory-regions)",
+      ),
+    );
+    const first = regions.use();
+    first.read({ region: "a", offset: 0, byteSize: 32 });
+    const second = regions.use();
+    assert.throws(
+      () => second.read({ region: "b", offset: 0, byteSize: 32 }),
+      failsWith(
+        "RESOURCE_EXHAUSTED",
+        "reading 32 bytes from shared memory would take the bytes read by requests in flight past the server's limit of 48 (--max-shared-memory-bytes)",
+      ),
+    );
+    first.release();
+    first.release();
+    assert.equal(second.read({ region: "b", offset: 0, byteSize: 32 }).byteLength, 32);
+    second.release();
+    assert.equal(refusals.count("shared_memory_regions"), 1);
+    assert.equal(refusals.count("shared_memory_bytes"), 1);
+    regions.close();
+  });
+
+  it("an object truncated after it was registered is neither read nor written past its end", () => {
+    const regions = registry();
+    const key = object("truncated");
+    regions.register("t", key, 0, 64);
+    truncateSync(join(folder, "truncated"), 16);
+    const use = regions.use();
+    const message =
+      "shared memory region 't' ends before the 32 bytes at offset 0: its key '/truncated' was truncated after it was registered";
+    assert.throws(
+      () => use.read({ region: "t", offset: 0, byteSize: 32 }),
+      failsWith("INVALID_ARG", message),
+    );
+    use.hold({ region: "t", offset: 0, byteSize: 32 });
+    assert.throws(
+      () => use.write({ region: "t", offset: 0, byteSize: 32 }, "OUT", new Uint8Array(32)),
+      failsWith("INVALID_ARG", message),
+    );
+    assert.equal(readFileSync(join(folder, "truncated")).byteLength, 16);
+    use.release();
+    regions.close();
   });
 
   it("opens only regular files in its folder, never through a link", () => {
-    const regions = new SystemSharedMemory(true, folder);
-    symlinkSync(join(folder, "data"), join(folder, "link"));
+    const regions = registry();
+    symlinkSync(join(folder, object("target")), join(folder, "link"));
     mkdirSync(join(folder, "folder"));
-    assert.throws(
-      () => regions.register("r", "/link", 0, 8),
-      failsWith("INTERNAL", "Unable to open shared memory region: '/link'"),
-    );
-    assert.throws(
-      () => regions.register("r", "/folder", 0, 8),
-      failsWith("INTERNAL", "Unable to open shared memory region: '/folder'"),
-    );
-    assert.throws(
-      () => regions.register("r", "/a/../data", 0, 8),
-      failsWith("INTERNAL", "Unable to open shared memory region: '/a/../data'"),
-    );
+    for (const key of ["/link", "/folder", "/a/../target"]) {
+      assert.throws(
+        () => regions.register("r", key, 0, 8),
+        failsWith("INTERNAL", `Unable to open shared memory region: '${key}'`),
+      );
+    }
     assert.deepEqual(regions.status(), []);
   });
 
   it("refuses registrations where clients may not register, and lists none", () => {
-    const regions = new SystemSharedMemory(false, folder);
+    const regions = registry({ clientRegistration: false });
     const disabled =
       "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.";
-    assert.throws(() => regions.register("r", "data", 0, 8), failsWith("UNSUPPORTED", disabled));
+    assert.throws(() => regions.register("r", object("disabled"), 0, 8), failsWith("UNSUPPORTED", disabled));
     assert.throws(() => regions.unregister(), failsWith("UNSUPPORTED", disabled));
     assert.deepEqual(regions.status(), []);
   });

@@ -1,14 +1,15 @@
 import { isDataType } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest } from "../../core/infer.ts";
+import type { ModelRegistry } from "../../core/model.ts";
 import { readSequenceControl } from "../../core/sequence/sequence-parameters.ts";
 import type { SharedMemorySlice } from "../../core/shared-memory.ts";
 import { shapeInMessage, type Tensor } from "../../core/tensor.ts";
 import { classificationCount } from "../common/kserve/classification.ts";
 import {
   type SharedMemoryAccess,
-  SharedMemoryInputReader,
-  type SharedMemoryOutputs,
+  type SharedMemoryHold,
+  SharedMemoryRequest,
 } from "../common/kserve/shared-memory-tensors.ts";
 import { refuseUnsupportedExtensions } from "../common/kserve/unsupported-extensions.ts";
 import { decodeRawTensor } from "../common/raw-tensor.ts";
@@ -28,7 +29,8 @@ export interface DecodedInferRequest {
   /** Classes asked for by outputs' `classification` parameter (common/kserve/classification.ts). */
   readonly classification: ReadonlyMap<string, number> | undefined;
   /** Outputs to be written to shared memory (their `shared_memory_region` parameter). */
-  readonly sharedMemory: SharedMemoryOutputs | undefined;
+  /** What the request holds in shared memory; its frontend releases it once the request is answered. */
+  readonly sharedMemory: SharedMemoryHold | undefined;
 }
 
 function decodeShape(input: string, model: string, shape: readonly Int64[] | undefined): number[] {
@@ -94,7 +96,7 @@ function sharedMemorySlice(
 /** Where a request's tensors come from besides their own contents. */
 interface InputSources {
   readonly raw: readonly Uint8Array[];
-  readonly sharedMemory: SharedMemoryInputReader | undefined;
+  readonly sharedMemory: SharedMemoryRequest | undefined;
 }
 
 function decodeInput(
@@ -118,7 +120,7 @@ function decodeInput(
         `unexpected 'content' provided when using shared memory for input tensor '${name}' for model '${model}'`,
       );
     }
-    return (sources.sharedMemory as SharedMemoryInputReader).read(name, datatype, shape, slice);
+    return (sources.sharedMemory as SharedMemoryRequest).read(name, datatype, shape, slice);
   }
   if (hasContents) {
     if (raw.length > 0) {
@@ -140,13 +142,19 @@ function tensorSlice(
   kind: "input" | "output",
   name: string,
   parameters: ParameterMap | undefined,
-  access: SharedMemoryAccess | undefined,
+  sharedMemory: SharedMemoryRequest | undefined,
 ): SharedMemorySlice | undefined {
-  if (access === undefined) {
+  if (sharedMemory === undefined) {
     refuseUnsupportedExtensions(kind, name, (key) => parameters?.[key] !== undefined);
     return undefined;
   }
   return sharedMemorySlice(parameters, name);
+}
+
+/** Shared memory for gRPC requests, which name their model in the message. */
+export interface GrpcSharedMemoryAccess extends SharedMemoryAccess {
+  /** Where a request's model is found, to check its inputs before they are read. */
+  readonly models: ModelRegistry;
 }
 
 /**
@@ -158,9 +166,30 @@ export function decodeInferRequest(
   message: ModelInferRequestMessage,
   signal?: AbortSignal,
   principal?: string,
-  sharedMemory?: SharedMemoryAccess,
+  sharedMemory?: GrpcSharedMemoryAccess,
 ): DecodedInferRequest {
   const modelName = message.model_name ?? "";
+  const version = message.model_version;
+  const modelVersion = version === undefined || version === "" ? undefined : version;
+  const held =
+    sharedMemory &&
+    new SharedMemoryRequest(sharedMemory, () => sharedMemory.models.model(modelName, modelVersion).config);
+  try {
+    return decodeMessage(message, modelName, modelVersion, signal, principal, held);
+  } catch (error) {
+    held?.release();
+    throw error;
+  }
+}
+
+function decodeMessage(
+  message: ModelInferRequestMessage,
+  modelName: string,
+  modelVersion: string | undefined,
+  signal: AbortSignal | undefined,
+  principal: string | undefined,
+  sharedMemory: SharedMemoryRequest | undefined,
+): DecodedInferRequest {
   const inputMessages = message.inputs ?? [];
   const raw = message.raw_input_contents ?? [];
   const slices = inputMessages.map((input) =>
@@ -173,10 +202,7 @@ export function decodeInferRequest(
       `expected ${rawInputs} raw_input_contents for the ${rawInputs} inputs of the request to model '${modelName}' not in shared memory, got ${raw.length}`,
     );
   }
-  const sources: InputSources = {
-    raw,
-    sharedMemory: sharedMemory && new SharedMemoryInputReader(sharedMemory),
-  };
+  const sources: InputSources = { raw, sharedMemory };
   const inputs = new Map<string, Tensor>();
   let rawIndex = 0;
   for (let i = 0; i < inputMessages.length; i++) {
@@ -192,7 +218,6 @@ export function decodeInferRequest(
   }
   const outputMessages = message.outputs ?? [];
   let classification: Map<string, number> | undefined;
-  let outputSlices: Map<string, SharedMemorySlice> | undefined;
   for (const output of outputMessages) {
     const parameters = output.parameters;
     const name = output.name ?? "";
@@ -203,11 +228,7 @@ export function decodeInferRequest(
           `output can't set both 'shared_memory_region' and 'classification' (output '${name}')`,
         );
       }
-      // Checked before the model runs: a step that ran but could not be returned would
-      // still have advanced its sequence.
-      sharedMemory?.regions.check(slice);
-      outputSlices ??= new Map();
-      outputSlices.set(name, slice);
+      sharedMemory?.placeOutput(name, slice);
     }
     const asked = parameters?.classification;
     if (asked !== undefined) {
@@ -227,12 +248,5 @@ export function decodeInferRequest(
     signal,
     principal,
   };
-  const version = message.model_version;
-  return {
-    modelName,
-    modelVersion: version === undefined || version === "" ? undefined : version,
-    request,
-    classification,
-    sharedMemory: outputSlices && sharedMemory && { regions: sharedMemory.regions, slices: outputSlices },
-  };
+  return { modelName, modelVersion, request, classification, sharedMemory: sharedMemory?.hold() };
 }

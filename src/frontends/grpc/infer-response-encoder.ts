@@ -1,5 +1,5 @@
 import type { InferResponse } from "../../core/infer.ts";
-import type { SharedMemoryOutputs } from "../common/kserve/shared-memory-tensors.ts";
+import type { SharedMemoryHold } from "../common/kserve/shared-memory-tensors.ts";
 import { encodeRawTensor } from "../common/raw-tensor.ts";
 import { writeParameters } from "./infer-parameters.ts";
 import type {
@@ -17,7 +17,7 @@ const EMPTY = new Uint8Array(0);
 /** Encodes a response; the outputs in `sharedMemory` are written there, and travel empty. */
 export function encodeInferResponse(
   response: InferResponse,
-  sharedMemory?: SharedMemoryOutputs,
+  sharedMemory?: SharedMemoryHold,
 ): ModelInferResponseMessage {
   const count = response.outputs.length;
   const outputs: InferOutputTensorMessage[] = new Array(count);
@@ -25,11 +25,11 @@ export function encodeInferResponse(
   for (let i = 0; i < count; i++) {
     const output = response.outputs[i]!;
     outputs[i] = { name: output.name, datatype: output.datatype, shape: output.shape };
-    const slice = sharedMemory?.slices.get(output.name);
+    const slice = sharedMemory?.outputs.get(output.name);
     if (slice === undefined) {
       raw[i] = encodeRawTensor(output);
     } else {
-      sharedMemory!.regions.write(slice, output.name, encodeRawTensor(output));
+      sharedMemory!.use.write(slice, output.name, encodeRawTensor(output));
       // As Triton: every output has its raw_output_contents entry, in shared memory an empty one.
       raw[i] = EMPTY;
     }

@@ -13,7 +13,7 @@ import {
 } from "../common/kserve/cuda-shared-memory.ts";
 import { readLoadParameters } from "../common/kserve/load-parameters.ts";
 import { logSettingsChange, logSettingsWire } from "../common/kserve/log-settings-wire.ts";
-import type { SharedMemoryAccess, SharedMemoryOutputs } from "../common/kserve/shared-memory-tensors.ts";
+import type { SharedMemoryHold } from "../common/kserve/shared-memory-tensors.ts";
 import {
   traceSettingsChange,
   traceSettingsRequest,
@@ -24,7 +24,7 @@ import { routedSequenceId, SEQUENCE_ID_METADATA, withRoutedSequenceId } from "..
 import { withTraceContext } from "../common/trace-context.ts";
 import { statusOf } from "./error-status.ts";
 import { principalOf } from "./grpc-access.ts";
-import { decodeInferRequest } from "./infer-request-decoder.ts";
+import { decodeInferRequest, type GrpcSharedMemoryAccess } from "./infer-request-decoder.ts";
 import { encodeInferResponse } from "./infer-response-encoder.ts";
 import { type Int64, int64ToNumber } from "./int64.ts";
 import type {
@@ -177,9 +177,10 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
   const sharedMemoryRegions = (what: string): SharedMemoryRegions =>
     context.sharedMemory ?? unsupported(what)();
   // Tensors read from shared memory count against the same limit as a request's own.
-  const sharedMemory: SharedMemoryAccess | undefined = context.sharedMemory && {
+  const sharedMemory: GrpcSharedMemoryAccess | undefined = context.sharedMemory && {
     regions: context.sharedMemory,
     maxRequestBytes: options.maxMessageBytes,
+    models: registry,
   };
 
   const modelInfer = (
@@ -192,7 +193,7 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     if (call.cancelled) onCancel();
     else call.once("cancelled", onCancel);
     let pending: Promise<InferResponse>;
-    let sharedOutputs: SharedMemoryOutputs | undefined;
+    let sharedOutputs: SharedMemoryHold | undefined;
     try {
       const decoded = decodeInferRequest(
         message,
@@ -215,6 +216,7 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
           : answer.then((response) => classifyOutputs(response, classification));
     } catch (error) {
       call.off("cancelled", onCancel);
+      sharedOutputs?.use.release();
       return Promise.reject(error);
     }
     // Encoded here, so the connection's budget counts the answer by its size; grpc-js
@@ -224,7 +226,10 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
         (response) =>
           encodeModelInferResponse(encodeInferResponse(response, sharedOutputs)) as ModelInferResponseMessage,
       )
-      .finally(() => call.off("cancelled", onCancel));
+      .finally(() => {
+        call.off("cancelled", onCancel);
+        sharedOutputs?.use.release();
+      });
   };
 
   const implementation = {

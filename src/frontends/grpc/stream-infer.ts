@@ -12,12 +12,13 @@ import type { Logger } from "../../observability/logger.ts";
 import { cutToBytes } from "../common/cut-text.ts";
 import { type Classification, classificationFor, classifyOutputs } from "../common/kserve/classification.ts";
 import { relayResponses, type WaitingResponses } from "../common/kserve/decoupled-responses.ts";
-import type { SharedMemoryAccess, SharedMemoryOutputs } from "../common/kserve/shared-memory-tensors.ts";
+import type { SharedMemoryHold } from "../common/kserve/shared-memory-tensors.ts";
 import type { ConnectionBudget } from "../common/response-budget.ts";
 import { withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
-import { decodeInferRequest } from "./infer-request-decoder.ts";
+import { decodeInferRequest, type GrpcSharedMemoryAccess } from "./infer-request-decoder.ts";
 import { encodeInferResponse, streamError } from "./infer-response-encoder.ts";
+import { int64ToNumber } from "./int64.ts";
 import type { ModelInferRequestMessage, ModelStreamInferResponseMessage } from "./messages.ts";
 import { encodeStreamInferResponse } from "./proto-definitions.ts";
 import { resetCall } from "./reset-stream.ts";
@@ -95,7 +96,7 @@ export interface StreamInferOptions {
   readonly maxHeldRequestBytes?: number | undefined;
   readonly refusals?: Refusals | undefined;
   /** Where tensors may be read from and written to shared memory; unset, such requests are refused. */
-  readonly sharedMemory?: SharedMemoryAccess | undefined;
+  readonly sharedMemory?: GrpcSharedMemoryAccess | undefined;
 }
 
 /**
@@ -106,6 +107,9 @@ function heldBytes(message: ModelInferRequestMessage): number {
   let bytes = 0;
   for (const raw of message.raw_input_contents ?? []) bytes += raw.byteLength;
   for (const input of message.inputs ?? []) {
+    // An input in shared memory is held too once read: counted by the size the request names.
+    const shared = input.parameters?.shared_memory_byte_size?.int64_param;
+    if (shared !== undefined) bytes += Math.max(0, int64ToNumber(shared));
     const contents = input.contents;
     if (contents === undefined || contents === null) continue;
     // Numbers count by how many there are: only bytes elements need a look each.
@@ -128,7 +132,7 @@ export class StreamInferSession {
   readonly #logger: Logger;
   readonly #maxInflight: number;
   readonly #maxMessageBytes: number;
-  readonly #sharedMemory: SharedMemoryAccess | undefined;
+  readonly #sharedMemory: GrpcSharedMemoryAccess | undefined;
   readonly #traceparent: MetadataValue | undefined;
   readonly #tracestate: MetadataValue | undefined;
   readonly #budget: ConnectionBudget;
@@ -212,13 +216,16 @@ export class StreamInferSession {
     this.#inflight++;
     const bytes = heldBytes(message);
     this.#heldRequestBytes += bytes;
-    const answered = (): void => this.#answered(bytes);
+    let sharedOutputs: SharedMemoryHold | undefined;
+    const answered = (): void => {
+      sharedOutputs?.use.release();
+      this.#answered(bytes);
+    };
     this.#updateFlow();
     const turn = this.#requestOrder ? this.#order.issue() : -1;
     let pending: Promise<InferResponse>;
     let model: ServedModel;
     let request: InferRequest;
-    let sharedOutputs: SharedMemoryOutputs | undefined;
     try {
       const decoded = decodeInferRequest(
         message,
@@ -279,7 +286,7 @@ export class StreamInferSession {
     request: InferRequest,
     requestId: string | undefined,
     answered: () => void,
-    outputs: { classification: Classification | undefined; sharedMemory: SharedMemoryOutputs | undefined },
+    outputs: { classification: Classification | undefined; sharedMemory: SharedMemoryHold | undefined },
   ): void {
     const stream = inferStream(model, request);
     relayResponses(
@@ -337,7 +344,7 @@ export class StreamInferSession {
     requestId: string | undefined,
     model: ServedModel,
     request: InferRequest,
-    sharedMemory: SharedMemoryOutputs | undefined,
+    sharedMemory: SharedMemoryHold | undefined,
   ): Outgoing | undefined {
     let message: ModelStreamInferResponseMessage | Uint8Array;
     let bytes: number;

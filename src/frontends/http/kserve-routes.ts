@@ -6,7 +6,7 @@ import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
 import { isJsonObject, readJsonBody } from "../common/http/json-body.ts";
 import { sendJson } from "../common/http/json-text.ts";
 import { HEADER_LENGTH, HEADER_LENGTH_NAME, readHeaderLength } from "../common/kserve/binary-tensor.ts";
-import { decodeInferRequest } from "../common/kserve/infer-request-decoder.ts";
+import { type DecodedInferRequest, decodeInferRequest } from "../common/kserve/infer-request-decoder.ts";
 import { encodeInferResponse } from "../common/kserve/infer-response-encoder.ts";
 import { readLoadParameters } from "../common/kserve/load-parameters.ts";
 import { logSettingsChange, logSettingsWire } from "../common/kserve/log-settings-wire.ts";
@@ -131,8 +131,9 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
       const body = (request.body as Buffer | undefined) ?? EMPTY_BODY;
       const headerLength = readHeaderLength(request.headers[HEADER_LENGTH], body.byteLength);
       const disconnect = watchDisconnect(request, reply);
+      let decoded: DecodedInferRequest | undefined;
       try {
-        const decoded = decodeInferRequest(body, headerLength, model, {
+        decoded = decodeInferRequest(body, headerLength, model, {
           signal: disconnect.signal,
           principal: request.principal,
           sharedMemory,
@@ -147,6 +148,8 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
         return reply.type(encoded.contentType).send(encoded.body);
       } finally {
         disconnect.dispose();
+        // The regions it named stay open, and the bytes it read count, until it is answered.
+        decoded?.encoding.sharedMemory?.use.release();
       }
     });
   }

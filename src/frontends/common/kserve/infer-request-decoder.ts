@@ -15,8 +15,8 @@ import { decodeJsonTensor } from "./json-tensor.ts";
 import { checkReservedParameter } from "./reserved-parameters.ts";
 import {
   type SharedMemoryAccess,
-  SharedMemoryInputReader,
-  type SharedMemoryOutputs,
+  type SharedMemoryHold,
+  SharedMemoryRequest,
 } from "./shared-memory-tensors.ts";
 import { refuseUnsupportedExtensions } from "./unsupported-extensions.ts";
 
@@ -32,8 +32,12 @@ export interface OutputEncoding {
   readonly binary: ReadonlyMap<string, boolean>;
   /** Outputs asked for as classes (`outputs[i].parameters.classification`), of `model`. */
   readonly classification?: Classification;
-  /** Outputs to be written to shared memory (`outputs[i].parameters.shared_memory_region`). */
-  readonly sharedMemory?: SharedMemoryOutputs | undefined;
+  /**
+   * What the request holds in shared memory: its regions, and the outputs to be written
+   * there (`outputs[i].parameters.shared_memory_region`). Its frontend releases it once the
+   * request is answered.
+   */
+  readonly sharedMemory?: SharedMemoryHold | undefined;
 }
 
 export interface DecodedInferRequest {
@@ -169,7 +173,7 @@ function sharedMemorySlice(parameters: JsonObject | undefined): SharedMemorySlic
 /** Where a request's tensors come from besides its JSON: the binary part, shared memory. */
 interface InputSources {
   readonly binary: BinaryInputs | undefined;
-  readonly sharedMemory: SharedMemoryInputReader | undefined;
+  readonly sharedMemory: SharedMemoryRequest | undefined;
 }
 
 function readInput(
@@ -217,7 +221,7 @@ function readInput(
     );
   }
   if (slice !== undefined) {
-    return [name, (sharedMemory as SharedMemoryInputReader).read(name, datatype, shape, slice)];
+    return [name, (sharedMemory as SharedMemoryRequest).read(name, datatype, shape, slice)];
   }
   if (hasData) {
     const tokens = () => longNumberTokens(memberSourceText(inputTexts()[index] ?? "", ["data"]) ?? "");
@@ -267,20 +271,15 @@ interface ReadOutputs {
   readonly names: string[] | undefined;
   readonly binary: ReadonlyMap<string, boolean>;
   readonly classification?: ReadonlyMap<string, number> | undefined;
-  readonly sharedMemory?: SharedMemoryOutputs | undefined;
 }
 
 /**
  * Output `name`'s shared-memory slice, checked against its region before the model runs
  * (a step that ran but could not be returned would still have advanced its sequence).
  */
-function readOutputSlice(
-  name: string,
-  parameters: JsonObject,
-  access: SharedMemoryAccess,
-): SharedMemorySlice | undefined {
+function readOutputSlice(name: string, parameters: JsonObject, sharedMemory: SharedMemoryRequest): void {
   const slice = sharedMemorySlice(parameters);
-  if (slice === undefined) return undefined;
+  if (slice === undefined) return;
   // Triton's checks: classes are computed from the output, and binary data is where it goes.
   if (parameters.classification !== undefined) {
     throw invalidArg(`Output can't set both 'shared_memory_region' and 'classification' (output '${name}')`);
@@ -288,18 +287,16 @@ function readOutputSlice(
   if (parameters.binary_data === true) {
     throw invalidArg(`Output can't set both 'shared_memory_region' and 'binary_data' (output '${name}')`);
   }
-  access.regions.check(slice);
-  return slice;
+  sharedMemory.placeOutput(name, slice);
 }
 
-function readOutputs(value: unknown, access: SharedMemoryAccess | undefined): ReadOutputs {
+function readOutputs(value: unknown, sharedMemory: SharedMemoryRequest | undefined): ReadOutputs {
   if (value === undefined) return { names: undefined, binary: NO_CHOICES };
   if (!Array.isArray(value))
     throw invalidArg(`Unable to parse 'outputs': expected an array, got ${kindOf(value)}`);
   const names: string[] = [];
   const binary = new Map<string, boolean>();
   let classification: Map<string, number> | undefined;
-  let slices: Map<string, SharedMemorySlice> | undefined;
   for (let i = 0; i < value.length; i++) {
     const output: unknown = value[i];
     if (!isJsonObject(output))
@@ -317,14 +314,10 @@ function readOutputs(value: unknown, access: SharedMemoryAccess | undefined): Re
         `Unable to parse 'parameters' for output '${name}': expected an object, got ${kindOf(parameters)}`,
       );
     }
-    if (access === undefined) {
+    if (sharedMemory === undefined) {
       refuseUnsupportedExtensions("output", name, (key) => parameters[key] !== undefined);
     } else {
-      const slice = readOutputSlice(name, parameters, access);
-      if (slice !== undefined) {
-        slices ??= new Map();
-        slices.set(name, slice);
-      }
+      readOutputSlice(name, parameters, sharedMemory);
     }
     if (parameters.classification !== undefined) {
       classification ??= new Map();
@@ -340,12 +333,7 @@ function readOutputs(value: unknown, access: SharedMemoryAccess | undefined): Re
     binary.set(name, choice);
   }
   // An empty list asks for nothing in particular: every output, as Triton reads it.
-  return {
-    names: names.length === 0 ? undefined : names,
-    binary,
-    classification,
-    sharedMemory: slices && access && { regions: access.regions, slices },
-  };
+  return { names: names.length === 0 ? undefined : names, binary, classification };
 }
 
 /** Whether output `name` goes back as binary data. */
@@ -366,7 +354,7 @@ function checkJsonOutputs(
   for (const output of model.outputs) {
     if (output.datatype !== "FP16" && output.datatype !== "BF16") continue;
     if (names !== undefined && !names.includes(output.name)) continue;
-    if (isBinaryOutput(encoding, output.name) || encoding.sharedMemory?.slices.has(output.name)) continue;
+    if (isBinaryOutput(encoding, output.name) || encoding.sharedMemory?.outputs.has(output.name)) continue;
     throw invalidArg(
       `sending ${output.datatype} data via JSON is not supported. Please use the binary data format for output '${output.name}'`,
     );
@@ -429,12 +417,38 @@ export function decodeInferJson(
   );
   const sequence = readSequenceControl(parameters);
   const access = options.sharedMemory;
+  const sharedMemory = access && new SharedMemoryRequest(access, () => model.config);
+  try {
+    const fields = { parameters, binaryOutput, sequence, sharedMemory };
+    return decodeTensors(json, body, headerLength, model, options, fields, text);
+  } catch (error) {
+    sharedMemory?.release();
+    throw error;
+  }
+}
+
+interface RequestFields extends ReadParameters {
+  readonly sequence: InferRequest["sequence"];
+  readonly sharedMemory: SharedMemoryRequest | undefined;
+}
+
+/** The inputs and outputs of a request whose parameters are read. */
+function decodeTensors(
+  json: JsonObject,
+  body: Buffer,
+  headerLength: number | undefined,
+  model: ServedModel,
+  options: DecodeOptions,
+  fields: RequestFields,
+  text: string,
+): DecodedInferRequest {
+  const { parameters, binaryOutput, sequence, sharedMemory } = fields;
   const sources: InputSources = {
     binary: headerLength === undefined ? undefined : new BinaryInputs(body, headerLength, model.name),
-    sharedMemory: access && new SharedMemoryInputReader(access),
+    sharedMemory,
   };
   const inputs = readInputs(json.inputs, model.name, sources, text);
-  const outputs = readOutputs(json.outputs, access);
+  const outputs = readOutputs(json.outputs, sharedMemory);
   // As Triton's HTTP reads it: `binary_data_output` chooses for the outputs a request does
   // not list (it lists none: all come back); a listed output is binary only if it says so.
   // A frontend with a default of its own (WebSocket binary frames, SageMaker) lets the
@@ -449,11 +463,12 @@ export function decodeInferJson(
         : (binaryOutput ?? own),
     binary: outputs.binary,
     classification: classificationFor(model, outputs.classification),
-    sharedMemory: outputs.sharedMemory,
+    sharedMemory: sharedMemory?.hold(),
   };
   checkJsonOutputs(model, outputs.names, encoding);
   const request: InferRequest = {
-    id: json.id ?? "",
+    // Checked to be a string by decodeInferJson.
+    id: (json.id as string | undefined) ?? "",
     inputs,
     outputs: outputs.names,
     parameters,

@@ -6,7 +6,7 @@ import { binaryBody } from "./binary-tensor.ts";
 import { classifyOutputs } from "./classification.ts";
 import { isBinaryOutput, type OutputEncoding } from "./infer-request-decoder.ts";
 import { jsonTensorData } from "./json-tensor.ts";
-import type { SharedMemoryOutputs } from "./shared-memory-tensors.ts";
+import type { SharedMemoryHold } from "./shared-memory-tensors.ts";
 
 // InferResponse → the KServe v2 HTTP response body. The JSON is written by hand: it is
 // the hot path, the shape is fixed, typed arrays print themselves, and bigints (uint64
@@ -61,14 +61,10 @@ export function encodeInferResponse(
     const output = outputs[i]!;
     if (i > 0) json += ",";
     json += `{"name":${JSON.stringify(output.name)},"datatype":"${output.datatype}","shape":${formatShape(output.shape)}`;
-    const slice = encoding.sharedMemory?.slices.get(output.name);
+    const slice = encoding.sharedMemory?.outputs.get(output.name);
     if (slice !== undefined) {
       // Written where the client asked; the answer says only what was written.
-      (encoding.sharedMemory as SharedMemoryOutputs).regions.write(
-        slice,
-        output.name,
-        encodeRawTensor(output),
-      );
+      (encoding.sharedMemory as SharedMemoryHold).use.write(slice, output.name, encodeRawTensor(output));
       json += "}";
     } else if (isBinaryOutput(encoding, output.name)) {
       const bytes = encodeRawTensor(output);

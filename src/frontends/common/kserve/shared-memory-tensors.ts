@@ -1,12 +1,15 @@
 import type { DataType } from "../../../core/datatype.ts";
 import { invalidArg } from "../../../core/errors.ts";
-import type { SharedMemoryRegions, SharedMemorySlice } from "../../../core/shared-memory.ts";
+import type { ModelConfig } from "../../../core/model-config.ts";
+import { checkInputDescription } from "../../../core/request-validation.ts";
+import type { SharedMemoryRegions, SharedMemorySlice, SharedMemoryUse } from "../../../core/shared-memory.ts";
 import type { Tensor } from "../../../core/tensor.ts";
 import { checkRawByteLength, decodeRawTensor } from "../raw-tensor.ts";
 
 // Tensors in shared memory, for the KServe decoders and encoders of HTTP and gRPC: an
 // input's raw bytes read from the slice a request names, an output's raw bytes written to
-// one. Each protocol reads the `shared_memory_*` parameters its own way.
+// one. Each protocol reads the `shared_memory_*` parameters its own way; what a request
+// holds (its regions, the bytes it read) is released by its frontend once it is answered.
 
 /** What a frontend that serves shared memory gives its decoders. */
 export interface SharedMemoryAccess {
@@ -18,27 +21,39 @@ export interface SharedMemoryAccess {
   readonly maxRequestBytes: number;
 }
 
-/** Where a request's outputs go that it asked to have written to shared memory. */
-export interface SharedMemoryOutputs {
-  readonly regions: SharedMemoryRegions;
-  readonly slices: ReadonlyMap<string, SharedMemorySlice>;
+/** What a decoded request holds in shared memory, until its frontend releases `use`. */
+export interface SharedMemoryHold {
+  readonly use: SharedMemoryUse;
+  /** The outputs to be written to shared memory (none when only inputs came from it). */
+  readonly outputs: ReadonlyMap<string, SharedMemorySlice>;
 }
 
-/** Reads one request's inputs from shared memory, all of them within one byte budget. */
-export class SharedMemoryInputReader {
+/** One request's tensors in shared memory, while it is decoded. */
+export class SharedMemoryRequest {
   readonly #access: SharedMemoryAccess;
+  readonly #config: () => ModelConfig;
+  #use: SharedMemoryUse | undefined;
+  readonly #outputs = new Map<string, SharedMemorySlice>();
   #left: number;
 
-  constructor(access: SharedMemoryAccess) {
+  /** `config`: the model's, found when an input is first read (gRPC names the model in the message). */
+  constructor(access: SharedMemoryAccess, config: () => ModelConfig) {
     this.#access = access;
+    this.#config = config;
     this.#left = access.maxRequestBytes;
   }
 
+  #used(): SharedMemoryUse {
+    this.#use ??= this.#access.regions.use();
+    return this.#use;
+  }
+
   read(name: string, datatype: DataType, shape: readonly number[], slice: SharedMemorySlice): Tensor {
-    const regions = this.#access.regions;
-    regions.check(slice);
-    // Sizes are checked before the bytes are copied: a region may be far larger than a
-    // request could be.
+    const use = this.#used();
+    use.hold(slice);
+    // Everything is checked before the bytes are copied: a request of a few bytes can name
+    // a region far larger than any request could be.
+    checkInputDescription(this.#config(), name, { datatype, shape });
     checkRawByteLength(name, datatype, shape, slice.byteSize);
     if (slice.byteSize > this.#left) {
       throw invalidArg(
@@ -46,6 +61,25 @@ export class SharedMemoryInputReader {
       );
     }
     this.#left -= slice.byteSize;
-    return decodeRawTensor(name, datatype, shape, regions.read(slice));
+    return decodeRawTensor(name, datatype, shape, use.read(slice));
+  }
+
+  /**
+   * Output `name` goes to `slice`, checked against its region before the model runs (a step
+   * that ran but could not be returned would still have advanced its sequence).
+   */
+  placeOutput(name: string, slice: SharedMemorySlice): void {
+    this.#used().hold(slice);
+    this.#outputs.set(name, slice);
+  }
+
+  /** What the decoded request holds; undefined when it named no region. */
+  hold(): SharedMemoryHold | undefined {
+    return this.#use && { use: this.#use, outputs: this.#outputs };
+  }
+
+  /** Lets go of what was held, for a request refused while it was decoded. */
+  release(): void {
+    this.#use?.release();
   }
 }
