@@ -115,11 +115,15 @@ export async function startServer(
   const metrics: ServerMetrics | undefined =
     options.metricsPort === undefined && !options.metricsOnHttpPort
       ? undefined
-      : createMetricsRegistry(options.metrics, {
-          refusals,
-          bufferedResponseBytes: () => budgets.totalBytes,
-          bufferedResponsePeakBytes: () => budgets.peakBytes,
-        });
+      : createMetricsRegistry(
+          options.metrics,
+          {
+            refusals,
+            bufferedResponseBytes: () => budgets.totalBytes,
+            bufferedResponsePeakBytes: () => budgets.peakBytes,
+          },
+          options.ovmsMetrics,
+        );
   const tracing = await createTracing(options.tracing, SEQSERVE_VERSION, logger, start.traceExporter);
   const observers: ObserverFactory[] = [(model, version) => tracing.observeRequests(model, version)];
   if (metrics !== undefined) observers.unshift(metrics.observeRequests);
@@ -196,6 +200,7 @@ export async function startServer(
     logging: logSettingsControl(logger, options.logFile, options.logFormat),
     tracing,
     sharedMemory,
+    ...(metrics?.apiCalls === undefined ? {} : { apiCalls: metrics.apiCalls }),
   };
   const httpAddress = options.httpAddress ?? options.host;
   const grpcAddress = options.grpcAddress ?? options.host;
@@ -216,7 +221,9 @@ export async function startServer(
         streamIdleTimeoutMs: limits.httpStreamIdleTimeoutSecs * 1000,
         streamMaxHeldRequestBytes: limits.maxHeldRequestBytes,
         budgets,
-        ...(options.metricsOnHttpPort && metrics !== undefined ? { metrics: metrics.registry } : {}),
+        ...(options.metricsOnHttpPort && metrics !== undefined
+          ? { metrics: metrics.registry, metricsPath: options.ovmsMetrics?.endpointPath }
+          : {}),
         ...httpSecurity,
       });
       await http.listen({ host: httpAddress, port: options.httpPort });

@@ -10,7 +10,7 @@ import {
 } from "../config/server-options.ts";
 import { LOG_LEVELS, type LogFormat, type LogLevel } from "../observability/logger.ts";
 import { flagBoolean } from "./flag-boolean.ts";
-import { OVMS_FLAGS, OVMS_IGNORED_FLAGS, readOvmsFlags } from "./ovms-flags.ts";
+import { OVMS_FLAGS, OVMS_IGNORED_FLAGS, readOvmsFlags, readOvmsMetrics } from "./ovms-flags.ts";
 import { SAGEMAKER_FLAGS, serveDefaults } from "./sagemaker-options.ts";
 import { readStateStore, SCALE_FLAGS } from "./scale-options.ts";
 import { readSecurityOptions, SECURITY_FLAGS } from "./security-options.ts";
@@ -379,6 +379,7 @@ export function parseCommandLine(
           metrics: str("metrics-port") !== undefined ? port("metrics-port", "allow-metrics") : undefined,
         };
 
+  const { settings: ovmsMetrics, notices: metricsNotices } = readOvmsMetrics(ovms, ovmsConfigs, ports.http);
   const serverOptions: ServerOptions = {
     ...DEFAULT_SERVER_OPTIONS,
     modelRepositories: repositories,
@@ -391,7 +392,8 @@ export function parseCommandLine(
     httpAddress: ovms.restBindAddress,
     grpcAddress: ovms.grpcBindAddress,
     metricsAddress: ovms.restBindAddress,
-    metricsOnHttpPort: ovms.metricsEnable,
+    metricsOnHttpPort: ovmsMetrics !== undefined,
+    ovmsMetrics,
     logFile: ovms.logPath,
     httpPort: ports.http,
     grpcPort: ports.grpc,
@@ -431,7 +433,7 @@ export function parseCommandLine(
     modelLoadThreadCount: clampedInteger("model-load-thread-count", get("model-load-thread-count"), 1),
     onnxWorkerThreads: parseInteger("onnx-worker-threads", get("onnx-worker-threads"), 0),
     // One line each, logged at start, for flags accepted without effect.
-    notices: [...ovms.notices, ...backendConfig.notices],
+    notices: [...ovms.notices, ...metricsNotices, ...backendConfig.notices],
     sagemakerPort: port("sagemaker-port", "allow-sagemaker"),
     sagemakerModel: str("sagemaker-model") ?? defaults["sagemaker-model"],
     sagemakerSessionTtlSecs: parseInteger(

@@ -1,5 +1,12 @@
-import { statSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { resolve } from "node:path";
+import {
+  metricsListFlag,
+  OvmsMetricsConfigError,
+  type OvmsMetricsSettings,
+  ovmsMetricsSettings,
+  ovmsMonitoring,
+} from "../config/ovms-metrics-config.ts";
 import type { SingleModelOptions } from "../config/server-options.ts";
 import type { LogLevel } from "../observability/logger.ts";
 import { flagBoolean } from "./flag-boolean.ts";
@@ -92,7 +99,12 @@ export const OVMS_FLAGS: readonly OvmsFlagSpec[] = [
   {
     name: "metrics_enable",
     boolean: true,
-    help: "With OVMS ports: serve GET /metrics on the REST port, as OVMS.",
+    help: "Serve GET /metrics on the REST port, with OVMS's metric families besides seqserve's, as OVMS.",
+  },
+  {
+    name: "metrics_list",
+    value: "names",
+    help: "OVMS's metric families to serve, separated by commas (with --metrics_enable); default: OVMS's default list.",
   },
 ];
 
@@ -111,7 +123,6 @@ export const OVMS_IGNORED_FLAGS: Readonly<Record<string, string>> = {
   grpc_max_threads: "grpc-js serves every call on one thread",
   grpc_memory_quota: "the gRPC message limit is --grpc-max-message-bytes",
   grpc_channel_arguments: "gRPC settings are --grpc-keepalive-time and --grpc-max-message-bytes",
-  metrics_list: "every metric is served",
   custom_node_resources_cleaner_interval_seconds: "seqserve has no custom nodes",
 };
 
@@ -128,6 +139,8 @@ export interface OvmsSettings {
   /** undefined: the OVMS port flags were not used. Otherwise the ports they give (undefined = off). */
   readonly ports: { readonly grpc: number | undefined; readonly http: number | undefined } | undefined;
   readonly metricsEnable: boolean;
+  /** `--metrics_list`'s names; undefined when not given. */
+  readonly metricsList: string[] | undefined;
   readonly singleModel: SingleModelOptions | undefined;
   readonly configPollSecs: number;
   readonly sequenceCleanerPollWaitMinutes: number;
@@ -245,6 +258,7 @@ export function readOvmsFlags(values: Values): OvmsSettings {
   return {
     ports,
     metricsEnable: metrics !== undefined && flagBoolean("metrics_enable", metrics),
+    metricsList: text("metrics_list") === undefined ? undefined : metricsListFlag(text("metrics_list")!),
     singleModel: model,
     configPollSecs: integer("file_system_poll_wait_seconds", text("file_system_poll_wait_seconds") ?? "1"),
     sequenceCleanerPollWaitMinutes: integer(
@@ -257,4 +271,42 @@ export function readOvmsFlags(values: Values): OvmsSettings {
     restBindAddress: text("rest_bind_address"),
     notices,
   };
+}
+
+/**
+ * OVMS's metric families to serve, from `--metrics_enable` / `--metrics_list` or the
+ * `monitoring` section of the config files, with OVMS's refusals; undefined when off.
+ */
+export function readOvmsMetrics(
+  ovms: OvmsSettings,
+  configFiles: readonly string[],
+  restPort: number | undefined,
+): { readonly settings: OvmsMetricsSettings | undefined; readonly notices: string[] } {
+  if (ovms.metricsList !== undefined && !ovms.metricsEnable) {
+    throw new UsageError("metrics_enable setting is missing, required when metrics_list is provided");
+  }
+  let monitoring: ReturnType<typeof ovmsMonitoring>;
+  try {
+    for (const file of configFiles) monitoring ??= ovmsMonitoring(readFileSync(file, "utf8"));
+    if (monitoring !== undefined && ovms.metricsEnable) {
+      throw new UsageError("Metrics configuration duplicated in configuration file and CLI parameters");
+    }
+    const settings = ovms.metricsEnable
+      ? ovmsMetricsSettings(ovms.metricsList)
+      : monitoring?.enable === true
+        ? ovmsMetricsSettings(monitoring.list, monitoring.endpointPath)
+        : undefined;
+    if (settings !== undefined && restPort === undefined) {
+      throw new UsageError("rest_port setting is missing, metrics are enabled on rest port");
+    }
+    const notices = settings?.families.has("ovms_infer_req_active")
+      ? [
+          "ovms_infer_req_active is not served: seqserve does not count the requests in a model apart from those waiting (ovms_current_requests counts both)",
+        ]
+      : [];
+    return { settings, notices };
+  } catch (error) {
+    if (error instanceof OvmsMetricsConfigError) throw new UsageError(error.message);
+    throw error;
+  }
 }

@@ -2,6 +2,7 @@ import { availableParallelism } from "node:os";
 import type { LogFormat, LogLevel } from "../observability/logger.ts";
 import { type BackendSettings, DEFAULT_BACKEND_SETTINGS } from "./backend-config.ts";
 import { DEFAULT_METRICS_SETTINGS, type MetricsSettings } from "./metrics-config.ts";
+import type { OvmsMetricsSettings } from "./ovms-metrics-config.ts";
 import { DEFAULT_SECURITY_OPTIONS, type SecurityOptions } from "./security-options.ts";
 import { DEFAULT_TRACE_SETTINGS, type TraceSettings } from "./trace-config.ts";
 
@@ -91,6 +92,8 @@ export interface ServerOptions {
    * whose metrics share the REST port.
    */
   readonly metricsOnHttpPort: boolean;
+  /** OpenVINO Model Server's metric families, served too (its --metrics_enable / monitoring); undefined: not. */
+  readonly ovmsMetrics: OvmsMetricsSettings | undefined;
   /** A model that fails to load at start stops the start (Triton's --exit-on-error). */
   readonly exitOnError: boolean;
   /** Ready only while every model is ready (Triton's --strict-readiness); false: while the server runs. */
@@ -153,6 +156,7 @@ export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   grpcAddress: undefined,
   metricsAddress: undefined,
   metricsOnHttpPort: false,
+  ovmsMetrics: undefined,
   exitOnError: true,
   strictReadiness: true,
   allowClientSharedMemory: false,

@@ -1,3 +1,4 @@
+import type { ApiCallRecorder } from "./api-calls.ts";
 import type { DataType } from "./datatype.ts";
 import type { InferRequest, InferResponse, SequenceId } from "./infer.ts";
 import type { ModelConfig } from "./model-config.ts";
@@ -229,6 +230,8 @@ export interface ServerContext {
   readonly tracing?: TraceSettingsControl;
   /** The regions of memory clients share with the server (Triton's system shared memory extension). */
   readonly sharedMemory?: SharedMemoryRegions;
+  /** Where frontends record the calls they answer, when metrics count them per API (OVMS's). */
+  readonly apiCalls?: ApiCallRecorder;
 }
 
 /** The server's log settings, as Triton's logging extension shows them. */

@@ -1,9 +1,12 @@
 import { type Counter, collectDefaultMetrics, Gauge, Counter as PromCounter, Registry } from "prom-client";
 import type { MetricsSettings } from "../config/metrics-config.ts";
+import type { OvmsMetricsSettings } from "../config/ovms-metrics-config.ts";
+import type { ApiCallRecorder } from "../core/api-calls.ts";
 import { type ModelRegistry, SEQUENCE_END_REASONS } from "../core/model.ts";
 import type { RequestObserver } from "../core/scheduler/request-observer.ts";
 import { cpuMetrics } from "./cpu-metrics.ts";
 import { latencyMetrics } from "./latency-metrics.ts";
+import { ovmsMetrics } from "./ovms-metrics.ts";
 import { registerSecurityMetrics, type SecurityMetricsSource } from "./security-metrics.ts";
 
 // Prometheus metrics, named as Triton names them (nv_inference_*, nv_cpu_*) so existing
@@ -36,6 +39,8 @@ function cumulative(
 
 export interface ServerMetrics {
   readonly registry: Registry;
+  /** Where frontends record their calls, when OVMS's families are served. */
+  readonly apiCalls?: ApiCallRecorder;
   /** The observer a model version reports its requests to (models load after this exists). */
   observeRequests(model: string, version: string): RequestObserver;
   /** Publishes what is read from the models at scrape time. */
@@ -44,19 +49,40 @@ export interface ServerMetrics {
   close(): void;
 }
 
-/** `security`: what limits and access control refused, read at scrape time. */
+/**
+ * `security`: what limits and access control refused, read at scrape time; `ovms`: OpenVINO
+ * Model Server's families, served too when set.
+ */
 export function createMetricsRegistry(
   settings: MetricsSettings,
   security?: SecurityMetricsSource,
+  ovms?: OvmsMetricsSettings,
 ): ServerMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   if (security !== undefined) registerSecurityMetrics(registry, security);
   const cpu = settings.cpuMetrics ? cpuMetrics(registry, settings.intervalMs) : undefined;
+  const latency = latencyMetrics(registry, settings);
+  const ovmsFamilies = ovms === undefined ? undefined : ovmsMetrics(registry, ovms);
   return {
     registry,
-    observeRequests: latencyMetrics(registry, settings),
-    watchModels: (models) => modelMetrics(registry, models, settings),
+    ...(ovmsFamilies === undefined ? {} : { apiCalls: ovmsFamilies.apiCalls }),
+    observeRequests:
+      ovmsFamilies === undefined
+        ? latency
+        : (model, version) => {
+            const observers = [latency(model, version), ovmsFamilies.observeRequests(model, version)];
+            const watching = observers.filter((o) => o !== undefined);
+            return {
+              requestDone(record) {
+                for (const observer of watching) observer.requestDone(record);
+              },
+            };
+          },
+    watchModels: (models) => {
+      modelMetrics(registry, models, settings);
+      ovmsFamilies?.watchModels(models);
+    },
     close: () => cpu?.close(),
   };
 }

@@ -1,5 +1,8 @@
 import assert from "node:assert/strict";
-import { describe, it } from "node:test";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, describe, it } from "node:test";
 import { parseCommandLine } from "../../src/cli/options.ts";
 import type { ServerOptions } from "../../src/config/server-options.ts";
 
@@ -65,5 +68,100 @@ describe("OVMS's flags for addresses and the log file", () => {
       [options.httpAddress, options.grpcAddress, options.metricsAddress, options.logFile],
       ["127.0.0.4", "127.0.0.5", "127.0.0.4", "b.log"],
     );
+  });
+});
+
+describe("OVMS's metrics settings: --metrics_enable, --metrics_list, the config's monitoring section", () => {
+  const parseAll = (argv: readonly string[]): ServerOptions => {
+    const command = parseCommandLine(argv, {});
+    assert.equal(command.kind, "serve");
+    return (command as { options: ServerOptions }).options;
+  };
+  const refused = (argv: readonly string[], message: string): void => {
+    assert.throws(
+      () => parseCommandLine(argv, {}),
+      (error: Error) => error.message === message,
+    );
+  };
+  const dirs: string[] = [];
+  after(() => {
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  });
+  const config = (monitoring?: unknown): string => {
+    const dir = mkdtempSync(join(tmpdir(), "seqserve-ovms-metrics-"));
+    dirs.push(dir);
+    const path = join(dir, "config.json");
+    writeFileSync(
+      path,
+      JSON.stringify({ model_config_list: [], ...(monitoring === undefined ? {} : { monitoring }) }),
+    );
+    return path;
+  };
+
+  it("--metrics_enable serves OVMS's default families; --metrics_list names others", () => {
+    const defaults = parse("--rest_port", "8500", "--metrics_enable");
+    assert.ok(defaults.ovmsMetrics?.families.has("ovms_requests_success"));
+    assert.ok(!defaults.ovmsMetrics?.families.has("ovms_infer_req_queue_size"));
+    assert.equal(defaults.ovmsMetrics?.endpointPath, "/metrics");
+    const listed = parse(
+      "--rest_port",
+      "8500",
+      "--metrics_enable",
+      "--metrics_list",
+      "ovms_requests_success, ovms_infer_req_queue_size",
+    );
+    assert.deepEqual(
+      [...(listed.ovmsMetrics?.families ?? [])],
+      ["ovms_requests_success", "ovms_infer_req_queue_size"],
+    );
+    assert.equal(parse("--rest_port", "8500").ovmsMetrics, undefined);
+  });
+
+  it("refuses what OVMS refuses, with its messages", () => {
+    const base = ["--model-repository", "."];
+    refused(
+      [...base, "--rest_port", "8500", "--metrics_list", "ovms_requests_success"],
+      "metrics_enable setting is missing, required when metrics_list is provided",
+    );
+    refused(
+      [...base, "--rest_port", "8500", "--metrics_enable", "--metrics_list", "ovms_requests_succes"],
+      "Invalid name in metrics_list: 'ovms_requests_succes'",
+    );
+    refused(
+      [...base, "--port", "9000", "--metrics_enable"],
+      "rest_port setting is missing, metrics are enabled on rest port",
+    );
+    refused(
+      ["--config_path", config({ metrics: { enable: true } }), "--rest_port", "8500", "--metrics_enable"],
+      "Metrics configuration duplicated in configuration file and CLI parameters",
+    );
+    refused(
+      ["--config_path", config({ metrics: { enable: true, endpoint_path: "/a/b" } }), "--rest_port", "8500"],
+      "Metrics config endpoint path is invalid: '/a/b'",
+    );
+  });
+
+  it("the config's monitoring section enables them, with its list and endpoint_path", () => {
+    const options = parseAll([
+      "--config_path",
+      config({
+        metrics: {
+          enable: true,
+          metrics_list: ["ovms_requests_fail", "ovms_infer_req_active"],
+          endpoint_path: "/stats",
+        },
+      }),
+      "--rest_port",
+      "8500",
+    ]);
+    assert.equal(options.metricsOnHttpPort, true);
+    assert.deepEqual(
+      [...(options.ovmsMetrics?.families ?? [])],
+      ["ovms_requests_fail", "ovms_infer_req_active"],
+    );
+    assert.equal(options.ovmsMetrics?.endpointPath, "/stats");
+    assert.ok(options.notices.some((notice) => notice.startsWith("ovms_infer_req_active is not served")));
+    const off = parseAll(["--config_path", config({ metrics: { enable: false } }), "--rest_port", "8500"]);
+    assert.deepEqual([off.ovmsMetrics, off.metricsOnHttpPort], [undefined, false]);
   });
 });

@@ -112,7 +112,17 @@ describe("OVMS's command line", { timeout: 120_000 }, () => {
         // --metrics_enable: the metrics on the REST port, as OVMS serves them (no port of their own).
         const metrics = await fetch(`${url}/metrics`);
         assert.equal(metrics.status, 200);
-        assert.match(await metrics.text(), /^nv_inference_request_success\{model="vad",version="1"\} [1-9]/m);
+        const text = await metrics.text();
+        assert.match(text, /^nv_inference_request_success\{model="vad",version="1"\} [1-9]/m);
+        // OVMS's own families, for an OVMS user's dashboards: the REST and gRPC predictions above.
+        assert.match(
+          text,
+          /^ovms_requests_success\{api="TensorFlowServing",interface="REST",method="Predict",name="vad",version="1"\} [1-9]/m,
+        );
+        assert.match(
+          text,
+          /^ovms_requests_fail\{api="TensorFlowServing",interface="gRPC",method="Predict",name="vad",version="1"\} [1-9]/m,
+        );
       } finally {
         client.close();
       }

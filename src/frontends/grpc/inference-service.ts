@@ -5,6 +5,7 @@ import type { ModelLoadOptions, ModelMetadata, ServerContext, TensorMetadata } f
 import type { Refusals } from "../../core/refusals.ts";
 import type { SharedMemoryRegions } from "../../core/shared-memory.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { type CallSite, type IdentifyModel, recordCall } from "../common/api-call-recording.ts";
 import { classificationFor, classifyOutputs } from "../common/kserve/classification.ts";
 import {
   cudaSharedMemoryStatus,
@@ -170,6 +171,13 @@ function byteCount(value: Int64 | undefined, field: string): number {
   return count;
 }
 
+/** The calls OpenVINO Model Server's metrics count per model, as they label them. */
+const GRPC_CALLS = {
+  ModelInfer: { api: "KServe", transport: "gRPC", method: "ModelInfer", timed: true },
+  ModelMetadata: { api: "KServe", transport: "gRPC", method: "ModelMetadata" },
+  ModelReady: { api: "KServe", transport: "gRPC", method: "ModelReady" },
+} as const satisfies Record<string, CallSite>;
+
 /** Handlers of inference.GRPCInferenceService, ready to add to a grpc-js server. */
 export function inferenceService(options: InferenceServiceOptions): GrpcServiceRegistration {
   const { context, logger } = options;
@@ -186,6 +194,7 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
   const modelInfer = (
     message: ModelInferRequestMessage,
     call: ServerUnaryCall<ModelInferRequestMessage, ModelInferResponseMessage>,
+    identify: IdentifyModel,
   ): Promise<ModelInferResponseMessage> => {
     const controller = new AbortController();
     const onCancel = (): void =>
@@ -205,6 +214,7 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
       const [traceparent] = call.metadata.get("traceparent");
       const [tracestate] = call.metadata.get("tracestate");
       const model = registry.model(decoded.modelName, decoded.modelVersion);
+      identify(model.name, model.version);
       const routed = routedSequenceId(call.metadata.get(SEQUENCE_ID_METADATA)[0]?.toString());
       const classification = classificationFor(model, decoded.classification);
       const answer = model.infer(
@@ -235,14 +245,35 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
   const implementation = {
     ServerLive: unary(logger, "ServerLive", () => ({ live: context.isLive() })),
     ServerReady: unary(logger, "ServerReady", () => ({ ready: context.isReady() })),
-    ModelReady: unary(logger, "ModelReady", (m: ModelRequestMessage) => ({
-      ready: registry.isReady(m.name ?? "", given(m.version)),
-    })),
+    ModelReady: unary(logger, "ModelReady", (m: ModelRequestMessage) => {
+      const model = m.name ?? "";
+      const ready = registry.isReady(model, given(m.version));
+      // Counted for a model the server has: a failure when it is not ready.
+      if (ready || registry.index().some((entry) => entry.name === model)) {
+        context.apiCalls?.record({ ...GRPC_CALLS.ModelReady, model, version: undefined, ok: ready });
+      }
+      return { ready };
+    }),
     ServerMetadata: unary(logger, "ServerMetadata", () => context.metadata),
     ModelMetadata: unary(logger, "ModelMetadata", (m: ModelRequestMessage) =>
-      metadataMessage(registry.metadata(m.name ?? "", given(m.version))),
+      recordCall(context.apiCalls, GRPC_CALLS.ModelMetadata, (identify) => {
+        const name = m.name ?? "";
+        const metadata = registry.metadata(name, given(m.version));
+        identify(name, given(m.version) ?? metadata.versions.at(-1));
+        return metadataMessage(metadata);
+      }),
     ),
-    ModelInfer: unary(logger, "ModelInfer", modelInfer),
+    ModelInfer: unary(
+      logger,
+      "ModelInfer",
+      (
+        message: ModelInferRequestMessage,
+        call: ServerUnaryCall<ModelInferRequestMessage, ModelInferResponseMessage>,
+      ) =>
+        recordCall(context.apiCalls, GRPC_CALLS.ModelInfer, (identify) =>
+          modelInfer(message, call, identify),
+        ),
+    ),
     ModelStreamInfer: (call: StreamInferCall) => {
       // A bad routing header ends the call before the stream takes any share of the
       // connection's answer budget.

@@ -1,6 +1,7 @@
-import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { invalidArg } from "../../core/errors.ts";
-import type { ModelLoadOptions, ServerContext } from "../../core/model.ts";
+import type { ModelLoadOptions, ServedModel, ServerContext } from "../../core/model.ts";
+import { type CallSite, recordCall } from "../common/api-call-recording.ts";
 import { watchDisconnect } from "../common/http/client-disconnect.ts";
 import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
 import { isJsonObject, readJsonBody } from "../common/http/json-body.ts";
@@ -42,6 +43,13 @@ type ModelRequest = FastifyRequest<{ Params: ModelParams }>;
 export const MODEL_PATHS = ["/v2/models/:model", "/v2/models/:model/versions/:version"] as const;
 
 const EMPTY_BODY = Buffer.alloc(0);
+
+/** The calls OpenVINO Model Server's metrics count per model, as they label them. */
+const REST_CALLS = {
+  ModelInfer: { api: "KServe", transport: "REST", method: "ModelInfer", timed: true },
+  ModelMetadata: { api: "KServe", transport: "REST", method: "ModelMetadata" },
+  ModelReady: { api: "KServe", transport: "REST", method: "ModelReady" },
+} as const satisfies Record<string, CallSite>;
 
 /** Triton's load parameters, as JSON strings: `config`, and files in base64. */
 function loadOptions(name: string, body: Buffer | undefined): ModelLoadOptions {
@@ -109,11 +117,20 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
     const schemas = modelSchemas(path);
     app.get(path, { schema: schemas.metadata }, (request: ModelRequest, reply) => {
       const { model, version } = request.params;
-      return sendJson(reply, registry.metadata(model, modelVersion(version)));
+      return recordCall(context.apiCalls, REST_CALLS.ModelMetadata, (identify) => {
+        const metadata = registry.metadata(model, modelVersion(version));
+        identify(model, modelVersion(version) ?? metadata.versions.at(-1));
+        return sendJson(reply, metadata);
+      });
     });
     app.get(`${path}/ready`, { schema: schemas.ready }, (request: ModelRequest, reply) => {
       const { model, version } = request.params;
-      if (registry.isReady(model, modelVersion(version))) return reply.code(200).send();
+      const ready = registry.isReady(model, modelVersion(version));
+      // Counted for a model the server has: a failure when it is not ready.
+      if (ready || registry.index().some((entry) => entry.name === model)) {
+        context.apiCalls?.record({ ...REST_CALLS.ModelReady, model, version: undefined, ok: ready });
+      }
+      if (ready) return reply.code(200).send();
       const which = version === undefined ? `model '${model}'` : `version ${version} of model '${model}'`;
       return sendError(reply, 400, `${which} is not ready`);
     });
@@ -128,30 +145,42 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
     app.post(`${path}/infer`, { schema: schemas.infer }, async (request: ModelRequest, reply) => {
       const { model: name, version } = request.params;
       const model = registry.model(name, modelVersion(version));
-      const body = (request.body as Buffer | undefined) ?? EMPTY_BODY;
-      const headerLength = readHeaderLength(request.headers[HEADER_LENGTH], body.byteLength);
-      const disconnect = watchDisconnect(request, reply);
-      let decoded: DecodedInferRequest | undefined;
-      try {
-        decoded = decodeInferRequest(body, headerLength, model, {
-          signal: disconnect.signal,
-          principal: request.principal,
-          sharedMemory,
-        });
-        const { traceparent, tracestate } = request.headers;
-        const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
-        const response = await model.infer(
-          withTraceContext(withRoutedSequenceId(decoded.request, routed, model), traceparent, tracestate),
-        );
-        const encoded = encodeInferResponse(response, decoded.encoding);
-        if (encoded.headerLength !== undefined) reply.header(HEADER_LENGTH_NAME, encoded.headerLength);
-        return reply.type(encoded.contentType).send(encoded.body);
-      } finally {
-        disconnect.dispose();
-        // The regions it named stay open, and the bytes it read count, until it is answered.
-        decoded?.encoding.sharedMemory?.use.release();
-      }
+      return recordCall(context.apiCalls, REST_CALLS.ModelInfer, (identify) => {
+        identify(model.name, model.version);
+        return infer(request, reply, model);
+      });
     });
+  }
+
+  /** An inference request to `model`. */
+  async function infer(
+    request: ModelRequest,
+    reply: FastifyReply,
+    model: ServedModel,
+  ): Promise<FastifyReply> {
+    const body = (request.body as Buffer | undefined) ?? EMPTY_BODY;
+    const headerLength = readHeaderLength(request.headers[HEADER_LENGTH], body.byteLength);
+    const disconnect = watchDisconnect(request, reply);
+    let decoded: DecodedInferRequest | undefined;
+    try {
+      decoded = decodeInferRequest(body, headerLength, model, {
+        signal: disconnect.signal,
+        principal: request.principal,
+        sharedMemory,
+      });
+      const { traceparent, tracestate } = request.headers;
+      const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
+      const response = await model.infer(
+        withTraceContext(withRoutedSequenceId(decoded.request, routed, model), traceparent, tracestate),
+      );
+      const encoded = encodeInferResponse(response, decoded.encoding);
+      if (encoded.headerLength !== undefined) reply.header(HEADER_LENGTH_NAME, encoded.headerLength);
+      return reply.type(encoded.contentType).send(encoded.body);
+    } finally {
+      disconnect.dispose();
+      // The regions it named stay open, and the bytes it read count, until it is answered.
+      decoded?.encoding.sharedMemory?.use.release();
+    }
   }
 
   // Triton's logging extension: the settings, and (POST) a change to them first.

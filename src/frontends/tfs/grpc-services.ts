@@ -3,6 +3,7 @@ import { cancelled, invalidArg } from "../../core/errors.ts";
 import type { ServerContext } from "../../core/model.ts";
 import type { Tensor } from "../../core/tensor.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { type CallSite, type IdentifyModel, recordCall } from "../common/api-call-recording.ts";
 import { routedSequenceId, SEQUENCE_ID_METADATA } from "../common/sequence-routing.ts";
 import { principalOf } from "../grpc/grpc-access.ts";
 import { int64ToBigInt, int64ToNumber } from "../grpc/int64.ts";
@@ -115,15 +116,25 @@ function signatureMessage(signature: Signature): object {
   };
 }
 
+/** The calls OVMS counts per model, as its metrics label them. */
+const GRPC_CALLS = {
+  Predict: { api: "TensorFlowServing", transport: "gRPC", method: "Predict", timed: true },
+  GetModelMetadata: { api: "TensorFlowServing", transport: "gRPC", method: "GetModelMetadata" },
+  GetModelStatus: { api: "TensorFlowServing", transport: "gRPC", method: "GetModelStatus" },
+} as const satisfies Record<string, CallSite>;
+
 export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistration[] {
   const { context, logger } = options;
   const registry = context.registry;
+  const apiCalls = context.apiCalls;
 
   const predictCall = async (
     message: PredictRequestMessage,
     call: ServerUnaryCall<PredictRequestMessage, Buffer>,
+    identify: IdentifyModel,
   ): Promise<Buffer> => {
     const model = findModel(registry, selectorOf(message.model_spec));
+    identify(model.name, model.version);
     const protos = message.inputs ?? {};
     const sequence = sequenceOf(
       model,
@@ -174,7 +185,7 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
     }
   };
 
-  const getModelMetadata = (message: GetModelMetadataRequestMessage) => {
+  const getModelMetadata = (message: GetModelMetadataRequestMessage, identify: IdentifyModel) => {
     const selector = selectorOf(message.model_spec);
     const fields = message.metadata_field ?? [];
     if (fields.length !== 1 || fields[0] !== "signature_def") {
@@ -183,6 +194,7 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
       );
     }
     const model = findModel(registry, selector);
+    identify(model.name, model.version);
     const metadata = registry.metadata(model.name, model.version);
     return {
       model_spec: { name: model.name, version: { value: model.version }, signature_name: "" },
@@ -195,10 +207,12 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
     };
   };
 
-  const getModelStatus = (message: GetModelStatusRequestMessage) => {
+  const getModelStatus = (message: GetModelStatusRequestMessage, identify: IdentifyModel) => {
     const selector = selectorOf(message.model_spec);
+    const status = modelStatus(registry, selector.name, selector.version);
+    identify(selector.name);
     return {
-      model_version_status: modelStatus(registry, selector.name, selector.version).map((s) => ({
+      model_version_status: status.map((s) => ({
         version: s.version,
         state: s.state,
         status: { error_code: s.errorCode, error_message: s.errorMessage },
@@ -210,14 +224,37 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
     {
       definition: predictionServiceDefinition(),
       implementation: {
-        Predict: unary(logger, "Predict", worded(predictCall), TFS_GRPC_STATUS),
-        GetModelMetadata: unary(logger, "GetModelMetadata", worded(getModelMetadata), TFS_GRPC_STATUS),
+        Predict: unary(
+          logger,
+          "Predict",
+          worded((message: PredictRequestMessage, call: ServerUnaryCall<PredictRequestMessage, Buffer>) =>
+            recordCall(apiCalls, GRPC_CALLS.Predict, (identify) => predictCall(message, call, identify)),
+          ),
+          TFS_GRPC_STATUS,
+        ),
+        GetModelMetadata: unary(
+          logger,
+          "GetModelMetadata",
+          worded((message: GetModelMetadataRequestMessage) =>
+            recordCall(apiCalls, GRPC_CALLS.GetModelMetadata, (identify) =>
+              getModelMetadata(message, identify),
+            ),
+          ),
+          TFS_GRPC_STATUS,
+        ),
       },
     },
     {
       definition: modelServiceDefinition(),
       implementation: {
-        GetModelStatus: unary(logger, "GetModelStatus", worded(getModelStatus), TFS_GRPC_STATUS),
+        GetModelStatus: unary(
+          logger,
+          "GetModelStatus",
+          worded((message: GetModelStatusRequestMessage) =>
+            recordCall(apiCalls, GRPC_CALLS.GetModelStatus, (identify) => getModelStatus(message, identify)),
+          ),
+          TFS_GRPC_STATUS,
+        ),
         // OVMS answers success and applies nothing: it reloads its config files itself (as
         // seqserve does, with its watch or POST /v1/config/reload); the config a client
         // pushes is not read.

@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { invalidArg, ServerError } from "../../core/errors.ts";
 import type { ServedModel, ServerContext } from "../../core/model.ts";
 import type { Tensor } from "../../core/tensor.ts";
+import { type CallSite, type IdentifyModel, recordCall } from "../common/api-call-recording.ts";
 import { watchDisconnect } from "../common/http/client-disconnect.ts";
 import { createErrorHandler } from "../common/http/error-reply.ts";
 import { isJsonObject, type JsonObject } from "../common/http/json-body.ts";
@@ -305,9 +306,17 @@ function metadataJson(name: string, version: string, signature: Signature): obje
 const sendText = (reply: FastifyReply, text: string): FastifyReply =>
   reply.type("application/json").send(text);
 
+/** The calls OVMS counts per model, as its metrics label them. */
+const REST_CALLS = {
+  Predict: { api: "TensorFlowServing", transport: "REST", method: "Predict", timed: true },
+  GetModelMetadata: { api: "TensorFlowServing", transport: "REST", method: "GetModelMetadata" },
+  GetModelStatus: { api: "TensorFlowServing", transport: "REST", method: "GetModelStatus" },
+} as const satisfies Record<string, CallSite>;
+
 export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOptions): Promise<void> {
   const { context } = options;
   const registry = context.registry;
+  const apiCalls = context.apiCalls;
   const handler = createErrorHandler(TFS_HTTP_STATUS, options.bodyLimitBytes);
   app.setErrorHandler((error, request, reply) =>
     handler(error instanceof ServerError ? tfsError(error) : (error as Error), request, reply),
@@ -353,15 +362,25 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
     (request: Wildcard, reply) => {
       const path = parseModelPath(request.params["*"]);
       if (path.action === "") {
-        if (path.label !== undefined) findModel(registry, path);
-        return sendText(reply, JSON.stringify(statusJson(modelStatus(registry, path.name, path.version))));
+        return recordCall(apiCalls, REST_CALLS.GetModelStatus, (identify) => {
+          if (path.label !== undefined) findModel(registry, path);
+          const status = modelStatus(registry, path.name, path.version);
+          identify(path.name);
+          return sendText(reply, JSON.stringify(statusJson(status)));
+        });
       }
       if (path.action !== "/metadata") {
         throw new ServerError("NOT_FOUND", `Requested REST resource not found: ${request.url}`);
       }
-      const model = findModel(registry, path);
-      const metadata = registry.metadata(model.name, model.version);
-      return sendText(reply, JSON.stringify(metadataJson(model.name, model.version, signatureOf(metadata))));
+      return recordCall(apiCalls, REST_CALLS.GetModelMetadata, (identify) => {
+        const model = findModel(registry, path);
+        identify(model.name, model.version);
+        const metadata = registry.metadata(model.name, model.version);
+        return sendText(
+          reply,
+          JSON.stringify(metadataJson(model.name, model.version, signatureOf(metadata))),
+        );
+      });
     },
   );
 
@@ -378,41 +397,54 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
         }
         throw new ServerError("NOT_FOUND", `Requested REST resource not found: ${request.url}`);
       }
-      const { json, text } = parseBody(request.body as Buffer | undefined);
-      const signature = json.signature_name;
-      if (signature !== undefined && typeof signature !== "string") {
-        throw invalidArg("'signature_name' must be a string");
-      }
-      const model = findModel(registry, { ...path, signature });
-      const hasRows = json.instances !== undefined;
-      const hasColumns = json.inputs !== undefined;
-      if (hasRows === hasColumns) throw ovmsInvalid("rest_order");
-      // Special inputs are read (and refused) before the data, as OVMS does.
-      const rows = hasRows ? decodeRows(model, json.instances, text) : undefined;
-      const [id, control, step] = hasColumns
-        ? columnSpecials(model, json.inputs, text)
-        : [undefined, undefined, undefined];
-      const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
-      const sequence = sequenceOf(model, id, control, step, routed);
-      const decoded = rows ?? decodeColumns(model, json.inputs, text);
-      const disconnect = watchDisconnect(request, reply);
-      try {
-        const { response, sequenceId } = await predict({
-          model,
-          inputs: decoded.inputs,
-          sequence,
-          outputs: undefined,
-          signal: disconnect.signal,
-          principal: request.principal,
-        });
-        const body =
-          decoded.rows === undefined
-            ? columnText(response.outputs, sequenceId)
-            : rowText(response.outputs, decoded.rows);
-        return sendText(reply, body);
-      } finally {
-        disconnect.dispose();
-      }
+      return recordCall(apiCalls, REST_CALLS.Predict, (identify) =>
+        restPredict(request, reply, path, identify),
+      );
     },
   );
+
+  /** A `:predict` call to the model `path` names. */
+  async function restPredict(
+    request: Wildcard,
+    reply: FastifyReply,
+    path: ModelPath,
+    identify: IdentifyModel,
+  ): Promise<FastifyReply> {
+    const { json, text } = parseBody(request.body as Buffer | undefined);
+    const signature = json.signature_name;
+    if (signature !== undefined && typeof signature !== "string") {
+      throw invalidArg("'signature_name' must be a string");
+    }
+    const model = findModel(registry, { ...path, signature });
+    identify(model.name, model.version);
+    const hasRows = json.instances !== undefined;
+    const hasColumns = json.inputs !== undefined;
+    if (hasRows === hasColumns) throw ovmsInvalid("rest_order");
+    // Special inputs are read (and refused) before the data, as OVMS does.
+    const rows = hasRows ? decodeRows(model, json.instances, text) : undefined;
+    const [id, control, step] = hasColumns
+      ? columnSpecials(model, json.inputs, text)
+      : [undefined, undefined, undefined];
+    const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
+    const sequence = sequenceOf(model, id, control, step, routed);
+    const decoded = rows ?? decodeColumns(model, json.inputs, text);
+    const disconnect = watchDisconnect(request, reply);
+    try {
+      const { response, sequenceId } = await predict({
+        model,
+        inputs: decoded.inputs,
+        sequence,
+        outputs: undefined,
+        signal: disconnect.signal,
+        principal: request.principal,
+      });
+      const body =
+        decoded.rows === undefined
+          ? columnText(response.outputs, sequenceId)
+          : rowText(response.outputs, decoded.rows);
+      return sendText(reply, body);
+    } finally {
+      disconnect.dispose();
+    }
+  }
 }

@@ -1,0 +1,56 @@
+import type { ApiCallRecorder } from "../../core/api-calls.ts";
+
+// A frontend's calls, recorded for metrics counted per API, method and transport (OVMS's
+// ovms_requests_success / _fail, ovms_request_time_us). A call counts for the model it
+// names once the handler has found that model: a call for a model the server does not
+// have counts nowhere, as in OVMS.
+
+export interface CallSite {
+  readonly api: "KServe" | "TensorFlowServing";
+  readonly transport: "REST" | "gRPC";
+  readonly method: string;
+  /** Whether its processing time is observed (inference calls). */
+  readonly timed?: boolean;
+}
+
+/** Tells which model (and version, where the method has one) the call is about. */
+export type IdentifyModel = (name: string, version?: string) => void;
+
+const NOT_RECORDED: IdentifyModel = () => {};
+
+/** Runs `work`, then records the call for the model it identified, when calls are recorded. */
+export async function recordCall<T>(
+  recorder: ApiCallRecorder | undefined,
+  site: CallSite,
+  work: (identify: IdentifyModel) => T | Promise<T>,
+): Promise<T> {
+  if (recorder === undefined) return work(NOT_RECORDED);
+  const start = performance.now();
+  let model: string | undefined;
+  let version: string | undefined;
+  const record = (ok: boolean): void => {
+    if (model === undefined) return;
+    const { api, transport, method, timed } = site;
+    const durationUs = timed === true ? Math.round((performance.now() - start) * 1000) : undefined;
+    recorder.record({
+      api,
+      transport,
+      method,
+      model,
+      version,
+      ok,
+      ...(durationUs === undefined ? {} : { durationUs }),
+    });
+  };
+  try {
+    const result = await work((name, modelVersion) => {
+      model = name;
+      version = modelVersion;
+    });
+    record(true);
+    return result;
+  } catch (error) {
+    record(false);
+    throw error;
+  }
+}
