@@ -18,13 +18,23 @@ export type IdentifyModel = (name: string, version?: string) => void;
 
 const NOT_RECORDED: IdentifyModel = () => {};
 
-/** Runs `work`, then records the call for the model it identified, when calls are recorded. */
-export async function recordCall<T>(
+/**
+ * Runs `work`, then records the call for the model it identified, when calls are recorded;
+ * otherwise just runs it (no promise added on the request path).
+ */
+export function recordCall<T>(
   recorder: ApiCallRecorder | undefined,
   site: CallSite,
   work: (identify: IdentifyModel) => T | Promise<T>,
+): T | Promise<T> {
+  return recorder === undefined ? work(NOT_RECORDED) : recorded(recorder, site, work);
+}
+
+async function recorded<T>(
+  recorder: ApiCallRecorder,
+  site: CallSite,
+  work: (identify: IdentifyModel) => T | Promise<T>,
 ): Promise<T> {
-  if (recorder === undefined) return work(NOT_RECORDED);
   const start = performance.now();
   let model: string | undefined;
   let version: string | undefined;
