@@ -221,9 +221,7 @@ export async function startServer(
         streamIdleTimeoutMs: limits.httpStreamIdleTimeoutSecs * 1000,
         streamMaxHeldRequestBytes: limits.maxHeldRequestBytes,
         budgets,
-        ...(options.metricsOnHttpPort && metrics !== undefined
-          ? { metrics: metrics.registry, metricsPath: options.ovmsMetrics?.endpointPath }
-          : {}),
+        ...(options.metricsOnHttpPort && metrics !== undefined ? { metrics: metrics.registry } : {}),
         ...httpSecurity,
       });
       await http.listen({ host: httpAddress, port: options.httpPort });

@@ -4,6 +4,7 @@ import {
   metricsListFlag,
   OvmsMetricsConfigError,
   type OvmsMetricsSettings,
+  type OvmsMonitoring,
   ovmsMetricsSettings,
   ovmsMonitoring,
 } from "../config/ovms-metrics-config.ts";
@@ -139,7 +140,7 @@ export interface OvmsSettings {
   /** undefined: the OVMS port flags were not used. Otherwise the ports they give (undefined = off). */
   readonly ports: { readonly grpc: number | undefined; readonly http: number | undefined } | undefined;
   readonly metricsEnable: boolean;
-  /** `--metrics_list`'s names; undefined when not given. */
+  /** `--metrics_list`'s names; undefined when not given or empty (OVMS's default list). */
   readonly metricsList: string[] | undefined;
   readonly singleModel: SingleModelOptions | undefined;
   readonly configPollSecs: number;
@@ -285,19 +286,21 @@ export function readOvmsMetrics(
   if (ovms.metricsList !== undefined && !ovms.metricsEnable) {
     throw new UsageError("metrics_enable setting is missing, required when metrics_list is provided");
   }
-  let monitoring: ReturnType<typeof ovmsMonitoring>;
+  let monitoring: OvmsMonitoring | undefined;
   try {
     for (const file of configFiles) monitoring ??= ovmsMonitoring(readFileSync(file, "utf8"));
     if (monitoring !== undefined && ovms.metricsEnable) {
       throw new UsageError("Metrics configuration duplicated in configuration file and CLI parameters");
     }
-    const settings = ovms.metricsEnable
-      ? ovmsMetricsSettings(ovms.metricsList)
-      : monitoring?.enable === true
-        ? ovmsMetricsSettings(monitoring.list, monitoring.endpointPath)
-        : undefined;
-    if (settings !== undefined && restPort === undefined) {
-      throw new UsageError("rest_port setting is missing, metrics are enabled on rest port");
+    let settings: OvmsMetricsSettings | undefined;
+    if (ovms.metricsEnable) {
+      settings = ovmsMetricsSettings(ovms.metricsList);
+      if (restPort === undefined) {
+        throw new UsageError("rest_port setting is missing, metrics are enabled on rest port");
+      }
+    } else if (monitoring?.enable === true) {
+      settings = ovmsMetricsSettings(monitoring.list);
+      if (restPort === undefined) throw new UsageError("Missing rest_port parameter in server CLI");
     }
     const notices = settings?.families.has("ovms_infer_req_active")
       ? [

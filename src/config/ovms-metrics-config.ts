@@ -27,73 +27,79 @@ export const OVMS_ADDITIONAL_METRIC_FAMILIES = [
 ] as const;
 
 export interface OvmsMetricsSettings {
-  /** The families served. */
+  /** The families served (at `/metrics` on the REST port, as OVMS serves them). */
   readonly families: ReadonlySet<string>;
-  /** Where they are served on the REST port. */
-  readonly endpointPath: string;
 }
 
 export class OvmsMetricsConfigError extends Error {}
 
-const VALID_ENDPOINT = /^\/[a-zA-Z0-9]*$/;
-
 /**
- * The settings for metrics enabled with `list` (undefined: the default families) at
- * `endpointPath`; throws OvmsMetricsConfigError with OVMS's message for a name it does not
- * know or a path it refuses.
+ * The settings for metrics enabled with `list` (undefined: the default families); throws
+ * OvmsMetricsConfigError with OVMS's message for a name it does not know.
  */
-export function ovmsMetricsSettings(
-  list: readonly string[] | undefined,
-  endpointPath = "/metrics",
-): OvmsMetricsSettings {
-  if (!VALID_ENDPOINT.test(endpointPath)) {
-    throw new OvmsMetricsConfigError(`Metrics config endpoint path is invalid: '${endpointPath}'`);
-  }
-  if (list === undefined) return { families: new Set(OVMS_DEFAULT_METRIC_FAMILIES), endpointPath };
+export function ovmsMetricsSettings(list: readonly string[] | undefined): OvmsMetricsSettings {
+  if (list === undefined) return { families: new Set(OVMS_DEFAULT_METRIC_FAMILIES) };
+  checkNames(list);
+  return { families: new Set(list) };
+}
+
+function checkNames(list: readonly string[]): void {
   const known = new Set<string>([...OVMS_DEFAULT_METRIC_FAMILIES, ...OVMS_ADDITIONAL_METRIC_FAMILIES]);
   for (const name of list) {
     if (!known.has(name)) throw new OvmsMetricsConfigError(`Invalid name in metrics_list: '${name}'`);
   }
-  return { families: new Set(list), endpointPath };
-}
-
-/** `--metrics_list`'s value: names separated by commas, blanks around them dropped. */
-export function metricsListFlag(value: string): string[] {
-  return value
-    .split(",")
-    .map((name) => name.trim())
-    .filter((name) => name !== "");
 }
 
 /**
- * The `monitoring.metrics` section of an OVMS config.json text: undefined when the file has
- * none (or does not parse, which the config reader reports), else whether it enables the
- * metrics and how.
+ * `--metrics_list`'s value: names separated by commas, blanks around them dropped (an
+ * empty name between two commas is refused as OVMS refuses it); undefined for an empty
+ * value, which leaves OVMS's default list.
  */
-export function ovmsMonitoring(
-  text: string,
-): { readonly enable: boolean; readonly list?: string[]; readonly endpointPath?: string } | undefined {
+export function metricsListFlag(value: string): string[] | undefined {
+  if (value.trim() === "") return undefined;
+  return value.split(",").map((name) => name.trim());
+}
+
+export interface OvmsMonitoring {
+  readonly enable: boolean;
+  readonly list?: readonly string[];
+}
+
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === "object" && value !== null && !Array.isArray(value);
+
+/**
+ * The `monitoring` section of an OVMS config.json text, checked as OVMS's config schema
+ * checks it (`metrics` with `enable`, and `metrics_list`; nothing else): undefined when the
+ * file has none (or does not parse, which the config reader reports).
+ */
+export function ovmsMonitoring(text: string): OvmsMonitoring | undefined {
   let json: unknown;
   try {
     json = JSON.parse(text);
   } catch {
     return undefined;
   }
-  const metrics = (json as { monitoring?: { metrics?: unknown } } | null)?.monitoring?.metrics;
-  if (metrics === undefined || metrics === null || typeof metrics !== "object") return undefined;
-  const { enable, metrics_list: list, endpoint_path: endpointPath } = metrics as Record<string, unknown>;
-  if (enable !== undefined && typeof enable !== "boolean") {
-    throw new OvmsMetricsConfigError("monitoring.metrics.enable must be a boolean");
+  if (!isObject(json) || !("monitoring" in json)) return undefined;
+  const monitoring = json.monitoring;
+  const invalid = (why: string) =>
+    new OvmsMetricsConfigError(`the config file's 'monitoring' section is invalid: ${why}`);
+  if (!isObject(monitoring)) throw invalid("it must be an object");
+  for (const key in monitoring) if (key !== "metrics") throw invalid(`unknown key '${key}'`);
+  const metrics = monitoring.metrics;
+  if (!isObject(metrics)) throw invalid("'metrics' must be an object with 'enable'");
+  for (const key in metrics) {
+    if (key !== "enable" && key !== "metrics_list") {
+      throw invalid(`unknown key '${key}' in 'metrics' (OVMS serves its metrics at /metrics)`);
+    }
   }
-  if (list !== undefined && !(Array.isArray(list) && list.every((name) => typeof name === "string"))) {
-    throw new OvmsMetricsConfigError("monitoring.metrics.metrics_list must be an array of metric names");
+  const { enable, metrics_list: list } = metrics;
+  if (typeof enable !== "boolean") throw invalid("'metrics.enable' must be a boolean");
+  if (list === undefined) return { enable };
+  if (!Array.isArray(list) || !list.every((name) => typeof name === "string")) {
+    throw invalid("'metrics.metrics_list' must be an array of metric names");
   }
-  if (endpointPath !== undefined && typeof endpointPath !== "string") {
-    throw new OvmsMetricsConfigError("monitoring.metrics.endpoint_path must be a string");
-  }
-  return {
-    enable: enable === true,
-    ...(list === undefined ? {} : { list: list as string[] }),
-    ...(endpointPath === undefined ? {} : { endpointPath }),
-  };
+  // Checked even when the metrics are off, as OVMS does.
+  checkNames(list);
+  return { enable, list };
 }

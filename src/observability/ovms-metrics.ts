@@ -135,7 +135,8 @@ export function ovmsMetrics(registry: Registry, settings: OvmsMetricsSettings): 
       return {
         requestDone(record) {
           const timings = record.timings;
-          if (timings === undefined) return;
+          // An END or a replayed step answered without a run is not timed, as in OVMS.
+          if (timings === undefined || timings.batchSize === 0) return;
           inference?.observe(timings.computeInferNs / 1000);
           wait?.observe(timings.queueNs / 1000);
         },

@@ -102,7 +102,11 @@ describe("OVMS's metrics settings: --metrics_enable, --metrics_list, the config'
     const defaults = parse("--rest_port", "8500", "--metrics_enable");
     assert.ok(defaults.ovmsMetrics?.families.has("ovms_requests_success"));
     assert.ok(!defaults.ovmsMetrics?.families.has("ovms_infer_req_queue_size"));
-    assert.equal(defaults.ovmsMetrics?.endpointPath, "/metrics");
+    // An empty list is OVMS's default list.
+    assert.deepEqual(
+      parse("--rest_port", "8500", "--metrics_enable", "--metrics_list", "").ovmsMetrics?.families,
+      defaults.ovmsMetrics?.families,
+    );
     const listed = parse(
       "--rest_port",
       "8500",
@@ -136,19 +140,49 @@ describe("OVMS's metrics settings: --metrics_enable, --metrics_list, the config'
       "Metrics configuration duplicated in configuration file and CLI parameters",
     );
     refused(
-      ["--config_path", config({ metrics: { enable: true, endpoint_path: "/a/b" } }), "--rest_port", "8500"],
-      "Metrics config endpoint path is invalid: '/a/b'",
+      [
+        ...base,
+        "--rest_port",
+        "8500",
+        "--metrics_enable",
+        "--metrics_list",
+        "ovms_requests_success,,ovms_streams",
+      ],
+      "Invalid name in metrics_list: ''",
     );
+    refused(
+      ["--config_path", config({ metrics: { enable: true } }), "--port", "9000"],
+      "Missing rest_port parameter in server CLI",
+    );
+    // The section as OVMS's config schema reads it: `metrics` with `enable`, and a list.
+    const invalid = "the config file's 'monitoring' section is invalid: ";
+    for (const [monitoring, why] of [
+      [
+        { metrics: { enable: true, endpoint_path: "/a" } },
+        "unknown key 'endpoint_path' in 'metrics' (OVMS serves its metrics at /metrics)",
+      ],
+      [
+        { metrics: { enabled: true } },
+        "unknown key 'enabled' in 'metrics' (OVMS serves its metrics at /metrics)",
+      ],
+      [{ metrics: {} }, "'metrics.enable' must be a boolean"],
+      [{}, "'metrics' must be an object with 'enable'"],
+      [{ metrics: { enable: false, metrics_list: ["nope"] } }, "Invalid name in metrics_list: 'nope'"],
+    ] as const) {
+      refused(
+        ["--config_path", config(monitoring), "--rest_port", "8500"],
+        why.startsWith("Invalid name") ? why : `${invalid}${why}`,
+      );
+    }
   });
 
-  it("the config's monitoring section enables them, with its list and endpoint_path", () => {
+  it("the config's monitoring section enables them, with its list", () => {
     const options = parseAll([
       "--config_path",
       config({
         metrics: {
           enable: true,
           metrics_list: ["ovms_requests_fail", "ovms_infer_req_active"],
-          endpoint_path: "/stats",
         },
       }),
       "--rest_port",
@@ -159,7 +193,6 @@ describe("OVMS's metrics settings: --metrics_enable, --metrics_list, the config'
       [...(options.ovmsMetrics?.families ?? [])],
       ["ovms_requests_fail", "ovms_infer_req_active"],
     );
-    assert.equal(options.ovmsMetrics?.endpointPath, "/stats");
     assert.ok(options.notices.some((notice) => notice.startsWith("ovms_infer_req_active is not served")));
     const off = parseAll(["--config_path", config({ metrics: { enable: false } }), "--rest_port", "8500"]);
     assert.deepEqual([off.ovmsMetrics, off.metricsOnHttpPort], [undefined, false]);

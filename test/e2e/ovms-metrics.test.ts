@@ -10,7 +10,7 @@ import { TfsClient } from "../tfs/support/tfs-client.ts";
 // and alerts read them: calls counted per API (TF-Serving, KServe), transport and method,
 // for the model and version that answered; processing time of answered inference calls;
 // time in the model and in the queue; every series of a model from the first scrape, at
-// zero; OVMS's microsecond buckets; the families of --metrics_list only; endpoint_path.
+// zero; OVMS's microsecond buckets; the families of --metrics_list only.
 
 const MODELS = { add_sub: { onnx: addSubModel("INT32", [-1, 4]) } };
 
@@ -117,6 +117,22 @@ describe("OVMS's metric families", () => {
       });
       await tfs.status({ model_spec: { name: "add_sub" } });
       assert.deepEqual(await kserveGrpc.unary("ModelReady", { name: "add_sub" }), { ready: true });
+      // A version the server does not have counts nowhere; `01` is version 1.
+      assert.deepEqual(await kserveGrpc.unary("ModelReady", { name: "add_sub", version: "7" }), {
+        ready: false,
+      });
+      await kserveGrpc.unary("ModelMetadata", { name: "add_sub", version: "01" });
+      // Refused for its inputs: a failure of the model it names, as OVMS counts it.
+      await kserveGrpc
+        .unary("ModelInfer", {
+          model_name: "add_sub",
+          inputs: [{ name: "INPUT0", datatype: "INT32", shape: [1, 4] }],
+          raw_input_contents: [Buffer.alloc(3)],
+        })
+        .then(
+          () => assert.fail("accepted"),
+          () => {},
+        );
     } finally {
       tfs.close();
       kserveGrpc.close();
@@ -146,6 +162,9 @@ describe("OVMS's metric families", () => {
       ["ovms_requests_success", whole("TensorFlowServing", "gRPC", "GetModelStatus"), 1],
       ["ovms_requests_success", whole("KServe", "gRPC", "ModelReady"), 1],
       ["ovms_requests_success", versioned("KServe", "gRPC", "ModelInfer"), 0],
+      ["ovms_requests_fail", versioned("KServe", "gRPC", "ModelInfer"), 1],
+      ["ovms_requests_success", versioned("KServe", "gRPC", "ModelMetadata"), 1],
+      ["ovms_requests_fail", whole("KServe", "gRPC", "ModelReady"), 0],
       // Answered inference calls only: two TF-Serving and one KServe over REST, one over gRPC.
       ["ovms_request_time_us_count", { interface: "REST", name: "add_sub", version: "1" }, 3],
       ["ovms_request_time_us_count", { interface: "gRPC", name: "add_sub", version: "1" }, 1],
@@ -156,31 +175,30 @@ describe("OVMS's metric families", () => {
       assert.equal(sample(text, family, labels), value, `${family} ${JSON.stringify(labels)}`);
     }
     assert.equal(
-      text.split("\n").filter((line) => line.includes('name="nope"')).length,
+      text.split("\n").filter((line) => line.includes('name="nope"') || line.includes('version="01"')).length,
       0,
-      "no series for a model the server does not have",
+      "no series for a model the server does not have, nor for a version spelled otherwise",
     );
     assert.match(text, /^nv_inference_count\{/m, "seqserve's own families are served too");
   });
 });
 
-describe("OVMS's metric families from metrics_list, at endpoint_path", () => {
+describe("OVMS's metric families from metrics_list", () => {
   let server: OvmsServer;
   before(async () => {
     server = await startOvmsServer(MODELS, {
-      ovmsMetrics: ovmsMetricsSettings(["ovms_requests_success", "ovms_infer_req_queue_size"], "/monitoring"),
+      ovmsMetrics: ovmsMetricsSettings(["ovms_requests_success", "ovms_infer_req_queue_size"]),
       metricsOnHttpPort: true,
       metricsPort: undefined,
     });
   });
   after(() => server.stop());
 
-  it("serves the families listed, and only there", async () => {
-    const text = await scrape(server, "/monitoring");
+  it("serves the families listed, and only those", async () => {
+    const text = await scrape(server);
     assert.equal(sample(text, "ovms_infer_req_queue_size", { name: "add_sub", version: "1" }), 1);
     assert.match(text, /^ovms_requests_success\{/m);
     assert.doesNotMatch(text, /^ovms_requests_fail/m);
     assert.doesNotMatch(text, /^ovms_request_time_us/m);
-    assert.equal((await fetch(`${server.url}/metrics`)).status, 404);
   });
 });

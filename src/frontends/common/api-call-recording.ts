@@ -1,4 +1,5 @@
 import type { ApiCallRecorder } from "../../core/api-calls.ts";
+import type { ModelRegistry } from "../../core/model.ts";
 
 // A frontend's calls, recorded for metrics counted per API, method and transport (OVMS's
 // ovms_requests_success / _fail, ovms_request_time_us). A call counts for the model it
@@ -63,4 +64,23 @@ async function recorded<T>(
     record(false);
     throw error;
   }
+}
+
+/**
+ * A readiness check, counted as OVMS counts it: a success for a version the server has,
+ * ready or not (the call itself succeeded); nothing for one it does not have.
+ */
+export function recordReadiness(
+  recorder: ApiCallRecorder | undefined,
+  site: CallSite,
+  models: ModelRegistry,
+  model: string,
+  version: string | undefined,
+): void {
+  if (recorder === undefined) return;
+  const wanted = version === undefined || version === "" ? undefined : String(Number(version));
+  const known = models
+    .index()
+    .some((entry) => entry.name === model && (wanted === undefined || entry.version === wanted));
+  if (known) recorder.record({ ...site, model, version: undefined, ok: true });
 }

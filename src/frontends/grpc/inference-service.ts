@@ -5,7 +5,12 @@ import type { ModelLoadOptions, ModelMetadata, ServerContext, TensorMetadata } f
 import type { Refusals } from "../../core/refusals.ts";
 import type { SharedMemoryRegions } from "../../core/shared-memory.ts";
 import type { Logger } from "../../observability/logger.ts";
-import { type CallSite, type IdentifyModel, recordCall } from "../common/api-call-recording.ts";
+import {
+  type CallSite,
+  type IdentifyModel,
+  recordCall,
+  recordReadiness,
+} from "../common/api-call-recording.ts";
 import { classificationFor, classifyOutputs } from "../common/kserve/classification.ts";
 import {
   cudaSharedMemoryStatus,
@@ -204,6 +209,10 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     let pending: Promise<InferResponse>;
     let sharedOutputs: SharedMemoryHold | undefined;
     try {
+      // The model first, as Triton finds it before reading the inputs: a request refused
+      // for its inputs counts as a failure of that model.
+      const model = registry.model(message.model_name ?? "", given(message.model_version));
+      identify(model.name, model.version);
       const decoded = decodeInferRequest(
         message,
         controller.signal,
@@ -213,8 +222,6 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
       sharedOutputs = decoded.sharedMemory;
       const [traceparent] = call.metadata.get("traceparent");
       const [tracestate] = call.metadata.get("tracestate");
-      const model = registry.model(decoded.modelName, decoded.modelVersion);
-      identify(model.name, model.version);
       const routed = routedSequenceId(call.metadata.get(SEQUENCE_ID_METADATA)[0]?.toString());
       const classification = classificationFor(model, decoded.classification);
       const answer = model.infer(
@@ -248,10 +255,7 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     ModelReady: unary(logger, "ModelReady", (m: ModelRequestMessage) => {
       const model = m.name ?? "";
       const ready = registry.isReady(model, given(m.version));
-      // Counted for a model the server has: a failure when it is not ready.
-      if (ready || registry.index().some((entry) => entry.name === model)) {
-        context.apiCalls?.record({ ...GRPC_CALLS.ModelReady, model, version: undefined, ok: ready });
-      }
+      recordReadiness(context.apiCalls, GRPC_CALLS.ModelReady, registry, model, given(m.version));
       return { ready };
     }),
     ServerMetadata: unary(logger, "ServerMetadata", () => context.metadata),
@@ -259,7 +263,8 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
       recordCall(context.apiCalls, GRPC_CALLS.ModelMetadata, (identify) => {
         const name = m.name ?? "";
         const metadata = registry.metadata(name, given(m.version));
-        identify(name, given(m.version) ?? metadata.versions.at(-1));
+        // The version that answered, as the registry names it (`01` is version 1).
+        identify(name, metadata.versions.at(-1));
         return metadataMessage(metadata);
       }),
     ),

@@ -43,8 +43,6 @@ export interface HttpFrontendOptions {
   readonly refusals?: HttpAppOptions["refusals"];
   /** Serves `GET /metrics` from this registry (OpenVINO Model Server's metrics on its REST port). */
   readonly metrics?: Registry;
-  /** Where the metrics are served instead of `/metrics` (OVMS's `endpoint_path`). */
-  readonly metricsPath?: string;
 }
 
 export type HttpFrontend = HttpApp;
@@ -81,10 +79,8 @@ export function createHttpFrontend(options: HttpFrontendOptions): HttpFrontend {
   const metrics = options.metrics;
   if (metrics !== undefined) {
     app.get(
-      options.metricsPath ?? "/metrics",
+      "/metrics",
       {
-        // Any path OVMS's endpoint_path may name is the metrics API.
-        config: { apiGroup: "metrics" },
         schema: {
           operationId: "metrics",
           summary: "The metrics, in Prometheus' text format (OVMS's --metrics_enable)",

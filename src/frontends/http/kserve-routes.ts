@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { invalidArg } from "../../core/errors.ts";
 import type { ModelLoadOptions, ServedModel, ServerContext } from "../../core/model.ts";
-import { type CallSite, recordCall } from "../common/api-call-recording.ts";
+import { type CallSite, recordCall, recordReadiness } from "../common/api-call-recording.ts";
 import { watchDisconnect } from "../common/http/client-disconnect.ts";
 import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
 import { isJsonObject, readJsonBody } from "../common/http/json-body.ts";
@@ -119,17 +119,15 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
       const { model, version } = request.params;
       return recordCall(context.apiCalls, REST_CALLS.ModelMetadata, (identify) => {
         const metadata = registry.metadata(model, modelVersion(version));
-        identify(model, modelVersion(version) ?? metadata.versions.at(-1));
+        // The version that answered, as the registry names it (`01` is version 1).
+        identify(model, metadata.versions.at(-1));
         return sendJson(reply, metadata);
       });
     });
     app.get(`${path}/ready`, { schema: schemas.ready }, (request: ModelRequest, reply) => {
       const { model, version } = request.params;
       const ready = registry.isReady(model, modelVersion(version));
-      // Counted for a model the server has: a failure when it is not ready.
-      if (ready || registry.index().some((entry) => entry.name === model)) {
-        context.apiCalls?.record({ ...REST_CALLS.ModelReady, model, version: undefined, ok: ready });
-      }
+      recordReadiness(context.apiCalls, REST_CALLS.ModelReady, registry, model, modelVersion(version));
       if (ready) return reply.code(200).send();
       const which = version === undefined ? `model '${model}'` : `version ${version} of model '${model}'`;
       return sendError(reply, 400, `${which} is not ready`);

@@ -306,6 +306,16 @@ function metadataJson(name: string, version: string, signature: Signature): obje
 const sendText = (reply: FastifyReply, text: string): FastifyReply =>
   reply.type("application/json").send(text);
 
+/** The model version the path names, when it is served. */
+function servedOrUndefined(registry: ServerContext["registry"], path: ModelPath): ServedModel | undefined {
+  if (path.label !== undefined) return undefined;
+  try {
+    return registry.model(path.name, path.version);
+  } catch {
+    return undefined;
+  }
+}
+
 /** The calls OVMS counts per model, as its metrics label them. */
 const REST_CALLS = {
   Predict: { api: "TensorFlowServing", transport: "REST", method: "Predict", timed: true },
@@ -410,6 +420,10 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
     path: ModelPath,
     identify: IdentifyModel,
   ): Promise<FastifyReply> {
+    // Counted for the model the path names as soon as it is found, as OVMS counts a body
+    // that does not parse; findModel below still refuses what it must.
+    const named = servedOrUndefined(registry, path);
+    if (named !== undefined) identify(named.name, named.version);
     const { json, text } = parseBody(request.body as Buffer | undefined);
     const signature = json.signature_name;
     if (signature !== undefined && typeof signature !== "string") {

@@ -54,9 +54,7 @@ export function guardHttpApp(app: FastifyInstance, options: HttpAccessOptions): 
     const methods = Array.isArray(route.method) ? route.method : [route.method];
     // Preflights carry no credentials; the origin check below still applies to them.
     if (methods.every((m) => m === "OPTIONS")) return;
-    const group =
-      routeApiGroup(methods.find((m) => m !== "HEAD") ?? methods[0]!, route.url) ??
-      (route.config as { apiGroup?: ApiGroup } | undefined)?.apiGroup;
+    const group = routeApiGroup(methods.find((m) => m !== "HEAD") ?? methods[0]!, route.url);
     if (group === undefined)
       throw new Error(`the HTTP route ${methods.join(",")} ${route.url} has no API group`);
     route.config = { ...route.config, apiGroup: group };
