@@ -192,11 +192,18 @@ function decodeMessage(
 ): DecodedInferRequest {
   const inputMessages = message.inputs ?? [];
   const raw = message.raw_input_contents ?? [];
-  const slices = inputMessages.map((input) =>
-    tensorSlice("input", input.name ?? "", input.parameters, sharedMemory),
-  );
   // As in Triton, raw contents are the data of the inputs not in shared memory, in order.
-  const rawInputs = slices.filter((slice) => slice === undefined).length;
+  // (Slices are kept only when an input names one: this runs for every request.)
+  let slices: (SharedMemorySlice | undefined)[] | undefined;
+  let rawInputs = inputMessages.length;
+  for (let i = 0; i < inputMessages.length; i++) {
+    const input = inputMessages[i] as InferInputTensorMessage;
+    const slice = tensorSlice("input", input.name ?? "", input.parameters, sharedMemory);
+    if (slice === undefined) continue;
+    slices ??= new Array(inputMessages.length);
+    slices[i] = slice;
+    rawInputs--;
+  }
   if (raw.length > 0 && raw.length !== rawInputs) {
     throw invalidArg(
       `expected ${rawInputs} raw_input_contents for the ${rawInputs} inputs of the request to model '${modelName}' not in shared memory, got ${raw.length}`,
@@ -207,7 +214,7 @@ function decodeMessage(
   let rawIndex = 0;
   for (let i = 0; i < inputMessages.length; i++) {
     const input = inputMessages[i] as InferInputTensorMessage;
-    const slice = slices[i];
+    const slice = slices?.[i];
     const tensor = decodeInput(input, modelName, sources, slice, rawIndex);
     if (slice === undefined) rawIndex++;
     const name = input.name ?? "";

@@ -28,12 +28,14 @@ export interface SharedMemoryHold {
   readonly outputs: ReadonlyMap<string, SharedMemorySlice>;
 }
 
+const NO_OUTPUTS: ReadonlyMap<string, SharedMemorySlice> = new Map();
+
 /** One request's tensors in shared memory, while it is decoded. */
 export class SharedMemoryRequest {
   readonly #access: SharedMemoryAccess;
   readonly #config: () => ModelConfig;
   #use: SharedMemoryUse | undefined;
-  readonly #outputs = new Map<string, SharedMemorySlice>();
+  #outputs: Map<string, SharedMemorySlice> | undefined;
   #left: number;
 
   /** `config`: the model's, found when an input is first read (gRPC names the model in the message). */
@@ -70,12 +72,13 @@ export class SharedMemoryRequest {
    */
   placeOutput(name: string, slice: SharedMemorySlice): void {
     this.#used().hold(slice);
+    this.#outputs ??= new Map();
     this.#outputs.set(name, slice);
   }
 
   /** What the decoded request holds; undefined when it named no region. */
   hold(): SharedMemoryHold | undefined {
-    return this.#use && { use: this.#use, outputs: this.#outputs };
+    return this.#use && { use: this.#use, outputs: this.#outputs ?? NO_OUTPUTS };
   }
 
   /** Lets go of what was held, for a request refused while it was decoded. */
