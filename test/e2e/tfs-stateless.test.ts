@@ -96,6 +96,30 @@ describe("REST predict on stateless models", () => {
     assert.deepEqual(answer.json, { outputs: { OUTPUT0: [[5, 5, 5, 5]], OUTPUT1: [[-3, -1, 1, 3]] } });
   });
 
+  it("a version label is read and not used, as OVMS does: the default version answers", async () => {
+    const inputs = { INPUT0: [[1, 2, 3, 4]], INPUT1: [[4, 3, 2, 1]] };
+    const answer = await post("/v1/models/add_sub/labels/stable:predict", { inputs });
+    assert.equal(answer.status, 200, JSON.stringify(answer.json));
+    assert.deepEqual(answer.json, { outputs: { OUTPUT0: [[5, 5, 5, 5]], OUTPUT1: [[-3, -1, 1, 3]] } });
+    assert.equal((await get("/v1/models/add_sub/labels/stable")).status, 200);
+    const grpc = await client.predict({
+      model_spec: { name: "add_sub", version_label: "stable" },
+      inputs: {
+        INPUT0: {
+          dtype: "DT_INT32",
+          tensor_shape: { dim: [{ size: 1 }, { size: 4 }] },
+          int_val: [1, 2, 3, 4],
+        },
+        INPUT1: {
+          dtype: "DT_INT32",
+          tensor_shape: { dim: [{ size: 1 }, { size: 4 }] },
+          int_val: [4, 3, 2, 1],
+        },
+      },
+    });
+    assert.equal(grpc.model_spec.version?.value, "1");
+  });
+
   it("column form, a bare value for a one-input model: the lone output unwrapped", async () => {
     const answer = await post("/v1/models/one_float:predict", { inputs: [[1, 2, 3]] });
     assert.deepEqual(answer.json, { outputs: [[1, 2, 3]] });
@@ -201,7 +225,6 @@ describe("REST predict on stateless models", () => {
       ["/v1/models/vad:predict", { instances: [{ sr: 16000 }] }, 400, /is stateful: send its inputs/],
       ["/v1/models/nope:predict", { inputs: {} }, 404, /nope/],
       ["/v1/models/add_sub/versions/9:predict", { inputs: {} }, 404, /version 9/],
-      ["/v1/models/add_sub/labels/stable:predict", { inputs: {} }, 404, /no version labelled 'stable'/],
       ["/v1/models/add_sub:classify", { inputs: {} }, 501, /classify is not served/],
     ];
     for (const [path, body, code, message] of cases) {

@@ -1,11 +1,11 @@
-import { invalidArg, notFound } from "../../core/errors.ts";
+import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, SequenceControl, SequenceId } from "../../core/infer.ts";
 import type { ModelRegistry, ServedModel } from "../../core/model.ts";
 import type { Tensor } from "../../core/tensor.ts";
 import { readSpecialInputs, type SpecialInput } from "./special-inputs.ts";
 
 // What REST and gRPC Predict share once each has read its wire format: finding the model
-// (by version, or by label), turning the special inputs of a stateful model into the
+// (by version), turning the special inputs of a stateful model into the
 // request's sequence fields, and the `sequence_id` every response of a stateful model
 // carries.
 
@@ -16,18 +16,13 @@ export interface ModelSelector {
   readonly name: string;
   /** undefined: the highest available version. */
   readonly version?: string | undefined;
+  /** A version label: read and not used, as OVMS does (the default version answers). */
   readonly label?: string | undefined;
   readonly signature?: string | undefined;
 }
 
 export function findModel(registry: ModelRegistry, selector: ModelSelector): ServedModel {
   if (selector.name === "") throw invalidArg("the request names no model (model_spec.name is empty)");
-  if (selector.label !== undefined && selector.label !== "") {
-    registry.model(selector.name);
-    throw notFound(
-      `model '${selector.name}' has no version labelled '${selector.label}': seqserve assigns no version labels, name the version instead`,
-    );
-  }
   const signature = selector.signature;
   if (signature !== undefined && signature !== "" && signature !== DEFAULT_SIGNATURE) {
     throw invalidArg(

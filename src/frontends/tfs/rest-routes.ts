@@ -308,7 +308,6 @@ const sendText = (reply: FastifyReply, text: string): FastifyReply =>
 
 /** The model version the path names, when it is served. */
 function servedOrUndefined(registry: ServerContext["registry"], path: ModelPath): ServedModel | undefined {
-  if (path.label !== undefined) return undefined;
   try {
     return registry.model(path.name, path.version);
   } catch {
@@ -373,7 +372,6 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
       const path = parseModelPath(request.params["*"]);
       if (path.action === "") {
         return recordCall(apiCalls, REST_CALLS.GetModelStatus, (identify) => {
-          if (path.label !== undefined) findModel(registry, path);
           const status = modelStatus(registry, path.name, path.version);
           identify(path.name);
           return sendText(reply, JSON.stringify(statusJson(status)));
