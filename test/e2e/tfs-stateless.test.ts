@@ -32,6 +32,15 @@ before(async () => {
         .node("Identity", ["data"], ["data_bytes"])
         .toBytes(),
     },
+    // 0/0, 1/0 and -1/0: the non-finite values a model may answer.
+    divide: {
+      onnx: new OnnxModelBuilder({ opset: 17 })
+        .input("x", "FP32", [-1, 3])
+        .input("y", "FP32", [-1, 3])
+        .output("ratio", "FP32", [-1, 3])
+        .node("Div", ["x", "y"], ["ratio"])
+        .toBytes(),
+    },
     vad: SILERO_OVMS,
   });
   client = new TfsClient(ovms.grpcPort);
@@ -118,6 +127,16 @@ describe("REST predict on stateless models", () => {
       },
     });
     assert.equal(grpc.model_spec.version?.value, "1");
+  });
+
+  it("non-finite outputs are written as TF-Serving writes them: NaN, Infinity, -Infinity", async () => {
+    const response = await fetch(`${ovms.url}/v1/models/divide:predict`, {
+      method: "POST",
+      body: JSON.stringify({ inputs: { x: [[0, 1, -1]], y: [[0, 0, 0]] } }),
+    });
+    assert.equal(response.status, 200);
+    // Python's json reads these tokens; JSON.parse does not, so the text is compared.
+    assert.equal(await response.text(), '{"outputs":[[NaN,Infinity,-Infinity]]}');
   });
 
   it("column form, a bare value for a one-input model: the lone output unwrapped", async () => {
@@ -351,6 +370,7 @@ describe("model status and metadata", () => {
     const all = (await get("/v1/config")).json;
     assert.deepEqual(Object.keys(all).sort(), [
       "add_sub",
+      "divide",
       "ids",
       "one_float",
       "one_half",

@@ -125,7 +125,8 @@ function rowTexts(name: string, tensor: Tensor): string[] {
     }
     for (let r = 0; r < rows; r++) {
       const row = (data as Float32Array).subarray(r * width, (r + 1) * width);
-      texts[r] = jsonTensorData({ datatype, shape: [row.length], data: row });
+      // Non-finite values as TF-Serving writes them (NaN, Infinity), not KServe's null.
+      texts[r] = jsonTensorData({ datatype, shape: [row.length], data: row }, "tokens");
     }
   }
   return tensor.shape.length === 0 ? [texts[0]!.slice(1, -1)] : texts;

@@ -19,7 +19,8 @@ import { exactInteger } from "../json-source-text.ts";
 // Triton's and TF-Serving's JSON readers do), where the caller gives it. Outgoing 64-bit
 // integers are written with their exact digits. FP32 elements are written as the shortest
 // decimal of their double value, which reads back as the same float32 (as Triton writes
-// them), -0 as -0. Non-finite floats, which JSON cannot express, are written as null.
+// them), -0 as -0. Non-finite floats, which JSON cannot express, are written as null, or
+// as TF-Serving writes them (`NaN`, `Infinity`, `-Infinity`, which Python's json reads).
 // Data may also be written nested to its shape, for formats whose arrays carry the shape.
 
 const encoder = new TextEncoder();
@@ -268,14 +269,20 @@ export function decodeJsonTensor(
   return { datatype, shape, data: tensorData };
 }
 
+/** How non-finite floats are written: as null (KServe), or as TF-Serving's tokens. */
+export type NonFinite = "null" | "tokens";
+
 /** The text JSON needs for a value join() cannot write exactly (-0, non-finite), or undefined. */
-function specialText(v: number): string | undefined {
-  if (v - v !== 0) return "null";
+function specialText(v: number, nonFinite: NonFinite): string | undefined {
+  if (v - v !== 0) {
+    if (nonFinite === "null") return "null";
+    return Number.isNaN(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity";
+  }
   if (v === 0 && 1 / v < 0) return "-0";
   return undefined;
 }
 
-function floatText(array: Float32Array | Float64Array): string {
+function floatText(array: Float32Array | Float64Array, nonFinite: NonFinite): string {
   // TypedArray#join prints each element's shortest round-trip decimal natively; only the
   // elements it cannot write exactly are written one by one, and the runs between them
   // still go through join. join() and String() write -0 as "0"; JSON keeps the sign ("-0"
@@ -284,7 +291,7 @@ function floatText(array: Float32Array | Float64Array): string {
   let text = "";
   let from = 0;
   for (let i = 0; i < array.length; i++) {
-    const special = specialText(array[i] as number);
+    const special = specialText(array[i] as number, nonFinite);
     if (special === undefined) continue;
     if (i > from) text += `${array.subarray(from, i).join(",")},`;
     text += i === array.length - 1 ? special : `${special},`;
@@ -295,7 +302,7 @@ function floatText(array: Float32Array | Float64Array): string {
 }
 
 /** The JSON text of a tensor's data as a flat array, e.g. `[1,2,3]`. */
-export function jsonTensorData(tensor: Tensor): string {
+export function jsonTensorData(tensor: Tensor, nonFinite: NonFinite = "null"): string {
   switch (tensor.datatype) {
     case "BYTES": {
       const elements = tensor.data as BytesElements;
@@ -311,7 +318,7 @@ export function jsonTensorData(tensor: Tensor): string {
     }
     case "FP32":
     case "FP64":
-      return `[${floatText((tensor as NumericTensor).data as Float32Array | Float64Array)}]`;
+      return `[${floatText((tensor as NumericTensor).data as Float32Array | Float64Array, nonFinite)}]`;
     case "FP16":
     case "BF16":
       throw invalidArg(
