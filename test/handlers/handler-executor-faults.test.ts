@@ -14,7 +14,7 @@ import { silentLogger } from "../../src/observability/logger.ts";
 // a handler's code can cause: its worker dying with a call to another model under way,
 // requests that time out in a worker that then spins, responses sent without waiting for
 // the client, a step that finishes just after its timeout, a close while the handler
-// still initializes. Each case once left a request hanging, answered wrongly, or the
+// still initializes, an initialize() that never returns. Each case once left a request hanging, answered wrongly, or the
 // worker dead.
 
 const ENTRY = siblingModule(
@@ -32,7 +32,12 @@ const NO_CALLS: ModelCalls = {
 
 function executor(
   code: string,
-  options: { calls?: ModelCalls; timeoutMs?: number; maxUnackedResponses?: number } = {},
+  options: {
+    calls?: ModelCalls;
+    timeoutMs?: number;
+    initializeTimeoutMs?: number;
+    maxUnackedResponses?: number;
+  } = {},
 ): HandlerExecutor {
   const modelPath = join(folder, `model${files++}.mjs`);
   writeFileSync(modelPath, code);
@@ -43,6 +48,7 @@ function executor(
     calls: options.calls ?? NO_CALLS,
     timeoutMs: options.timeoutMs ?? 10_000,
     callTimeoutMs: 5_000,
+    initializeTimeoutMs: options.initializeTimeoutMs ?? 10_000,
     load: {
       type: "load",
       instanceName: "faulty_0",
@@ -235,5 +241,31 @@ describe("a handler instance under faults", { timeout: 60_000 }, () => {
     await handler.close();
     assert.match(await started, /is closing/);
     assert.match(await waiting, /is closing/);
+  });
+
+  it("an initialize() that never returns fails the load within handler_initialize_timeout_ms, its worker ended", async () => {
+    for (const initialize of [
+      "initialize() { for (;;) {} }",
+      "async initialize() { await new Promise(() => {}); }",
+    ]) {
+      const handler = executor(
+        `export default {
+          ${initialize},
+          execute(requests) { return requests.map(() => ({ outputs: {} })); },
+        };`,
+        { initializeTimeoutMs: 300 },
+      );
+      const failure = (e: Error) => e.message;
+      const started = await handler.start().then(() => "loaded", failure);
+      assert.equal(
+        started,
+        "model instance 'faulty_0' did not finish loading its handler (its module and initialize()) within 300 ms (its handler_initialize_timeout_ms)",
+        initialize,
+      );
+      // Nothing waits on a handler that never loads: a request fails the same way.
+      const waiting = await run(handler, request("A", 1)).then(() => "answered", failure);
+      assert.match(waiting, /did not finish loading its handler/);
+      await handler.close();
+    }
   });
 });

@@ -60,6 +60,7 @@ export async function loadHandlerModel(options: LoadHandlerModelOptions): Promis
         logger: logger.child({ model: modelName }),
         calls: options.calls,
         timeoutMs: settings.timeoutMs,
+        initializeTimeoutMs: settings.initializeTimeoutMs,
         callTimeoutMs: settings.callTimeoutMs,
         ...(file === undefined ? {} : { onClosed: file.release }),
       }),

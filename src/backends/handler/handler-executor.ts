@@ -60,6 +60,8 @@ export interface HandlerExecutorOptions {
   readonly timeoutMs: number;
   /** A call to another model not answered within this long fails. */
   readonly callTimeoutMs: number;
+  /** Loading the handler (its module and initialize()) not done within this long fails the load. */
+  readonly initializeTimeoutMs: number;
   /** Called once the instance has closed (its worker ended, or never started). */
   readonly onClosed?: () => void;
 }
@@ -127,6 +129,23 @@ export class HandlerExecutor implements RequestExecutor {
     });
     worker.on("exit", (code) => this.#onExit(worker, code));
     worker.postMessage(this.#options.load);
+    // A handler whose initialize() never returns would hold its model in LOADING for
+    // ever: past the limit its load fails and its worker ends.
+    const limit = this.#options.initializeTimeoutMs;
+    const timer = setTimeout(() => {
+      if (worker !== this.#worker || this.#loaded) return;
+      const loading = this.#loading;
+      this.#loading = undefined;
+      loading?.reject(
+        internal(
+          `model instance '${this.name}' did not finish loading its handler (its module and initialize()) within ${limit} ms (its handler_initialize_timeout_ms)`,
+        ),
+      );
+      void worker.terminate();
+    }, limit);
+    const stop = (): void => clearTimeout(timer);
+    this.#ready.then(stop, stop);
+    worker.once("exit", stop);
     return this.#ready;
   }
 

@@ -9,12 +9,15 @@ export interface HandlerSettings {
   readonly timeoutMs: number;
   /** handler_call_timeout_ms: how long a context.infer call may take. */
   readonly callTimeoutMs: number;
+  /** handler_initialize_timeout_ms: how long loading the handler (its initialize()) may take. */
+  readonly initializeTimeoutMs: number;
   readonly limits: HandlerLimits;
 }
 
 export const HANDLER_DEFAULTS = {
   handler_timeout_ms: 60_000,
   handler_call_timeout_ms: 60_000,
+  handler_initialize_timeout_ms: 60_000,
   handler_max_concurrent_calls: 64,
   handler_max_unacked_responses: 16,
   handler_max_unacked_bytes: 4 * 1024 * 1024,
@@ -42,6 +45,7 @@ export function handlerSettings(
   return {
     timeoutMs: positive(model, parameters, "handler_timeout_ms"),
     callTimeoutMs: positive(model, parameters, "handler_call_timeout_ms"),
+    initializeTimeoutMs: positive(model, parameters, "handler_initialize_timeout_ms"),
     limits: {
       maxConcurrentCalls: positive(model, parameters, "handler_max_concurrent_calls"),
       maxUnackedResponses: positive(model, parameters, "handler_max_unacked_responses"),
