@@ -137,6 +137,17 @@ describe("REST predict on stateless models", () => {
     assert.equal(response.status, 200);
     // Python's json reads these tokens; JSON.parse does not, so the text is compared.
     assert.equal(await response.text(), '{"outputs":[[NaN,Infinity,-Infinity]]}');
+    // And reads them in requests, as TF-Serving does (json.dumps writes them), in both forms.
+    const sent = await fetch(`${ovms.url}/v1/models/divide:predict`, {
+      method: "POST",
+      body: '{"instances": [{"x": [NaN, Infinity, -Infinity], "y": [1, -1, 1]}]}',
+    });
+    assert.equal(await sent.text(), '{"predictions":[[NaN,-Infinity,-Infinity]]}');
+    // Only as values: inside a string, or as a string, they are what they are.
+    const quoted = await post("/v1/models/divide:predict", {
+      inputs: { x: [["NaN", 1, 1]], y: [[1, 1, 1]] },
+    });
+    assert.equal(quoted.status, 400, JSON.stringify(quoted.json));
   });
 
   it("column form, a bare value for a one-input model: the lone output unwrapped", async () => {

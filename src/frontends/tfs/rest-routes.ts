@@ -25,7 +25,7 @@ import {
   predict,
   sequenceOf,
 } from "./predict.ts";
-import { decodeRestTensor, isB64, restTensorText, tensorRow } from "./rest-json.ts";
+import { decodeRestTensor, isB64, parseRestJson, restTensorText, tensorRow } from "./rest-json.ts";
 import {
   SEQUENCE_CONTROL_INPUT,
   SEQUENCE_ID_INPUT,
@@ -75,13 +75,13 @@ function parseModelPath(path: string): ModelPath {
 }
 
 function parseBody(body: Buffer | undefined): { json: JsonObject; text: string } {
-  const text = body?.toString("utf8") ?? "";
-  let json: unknown;
+  let parsed: { json: unknown; text: string };
   try {
-    json = JSON.parse(text);
+    parsed = parseRestJson(body?.toString("utf8") ?? "");
   } catch (error) {
     throw invalidArg(`JSON Parse error: ${(error as Error).message}`);
   }
+  const { json, text } = parsed;
   if (!isJsonObject(json)) throw ovmsInvalid("rest_body");
   return { json, text };
 }

@@ -27,7 +27,11 @@ const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
 function describe(value: unknown): string {
-  if (typeof value === "string") return JSON.stringify(value.length > 32 ? `${value.slice(0, 32)}…` : value);
+  if (typeof value === "string") {
+    // A non-finite token as the client wrote it, not as it was marked.
+    if (NON_FINITE_MARKS.has(value)) return value.slice(1);
+    return JSON.stringify(value.length > 32 ? `${value.slice(0, 32)}…` : value);
+  }
   if (Array.isArray(value)) return "an array";
   if (value === null) return "null";
   if (typeof value === "object") return "an object";
@@ -119,13 +123,27 @@ function fillBigInts(
   };
 }
 
+/**
+ * What a reader that takes TF-Serving's `NaN`, `Infinity` and `-Infinity` tokens puts in
+ * their place before JSON.parse (strings no client sends: they start with NUL), and the
+ * values they stand for in a float tensor.
+ */
+export const NON_FINITE_MARKS: ReadonlyMap<string, number> = new Map([
+  ["\u0000NaN", Number.NaN],
+  ["\u0000Infinity", Number.POSITIVE_INFINITY],
+  ["\u0000-Infinity", Number.NEGATIVE_INFINITY],
+]);
+
 function fillFloats(input: string, datatype: DataType, target: Record<number, number>): Fill {
   return (source) => {
     for (let i = 0; i < source.length; i++) {
       const value = source[i];
       if (typeof value !== "number") {
         if (Array.isArray(value)) return i;
-        throw elementError(input, datatype, i, value, "a number");
+        const marked = typeof value === "string" ? NON_FINITE_MARKS.get(value) : undefined;
+        if (marked === undefined) throw elementError(input, datatype, i, value, "a number");
+        target[i] = marked;
+        continue;
       }
       target[i] = value;
     }
