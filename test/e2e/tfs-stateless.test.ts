@@ -5,7 +5,7 @@ import { MODEL_SERVICE_NAME, tfsTypes } from "../../src/frontends/tfs/proto-defi
 import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
 import { addSubModel, identityModel } from "../../tools/onnx/test-models.ts";
 import { type OvmsServer, SILERO_OVMS, startOvmsServer } from "../tfs/support/ovms-server.ts";
-import { TfsClient } from "../tfs/support/tfs-client.ts";
+import { controlTensor, floatTensor, TfsClient } from "../tfs/support/tfs-client.ts";
 
 // TF-Serving's API on stateless models, as an OVMS config.json lists them: REST predict
 // in the row form ("instances" → "predictions") and the column form ("inputs" →
@@ -174,13 +174,9 @@ describe("REST predict on stateless models", () => {
 
   it('a {"b64": …} value is one element, not a map of input names, as a bare column value or an instance', async () => {
     const hello = Buffer.from("hello").toString("base64");
-    // Read as a scalar element. (A scalar input of an autocompleted config is declared
-    // with shape [1]: README, "What an OVMS user may need to change".)
+    // Read as a scalar element, which a scalar input takes (its output comes back as [1]).
     const column = await post("/v1/models/string_scalar:predict", { inputs: { b64: hello } });
-    assert.deepEqual(column, {
-      status: 400,
-      json: { error: "unexpected shape for input 'INPUT0' for model 'string_scalar'. Expected [1], got []." },
-    });
+    assert.deepEqual(column, { status: 200, json: { outputs: ["hello"] } });
     // Each instance one element: two instances stack to [2].
     const rows = await post("/v1/models/string_scalar:predict", { instances: [{ b64: hello }, "x"] });
     assert.deepEqual(rows, {
@@ -215,12 +211,24 @@ describe("REST predict on stateless models", () => {
     assert.equal(column, '{"outputs":[[18446744073709551615,12345678901234567891]]}');
   });
 
-  it("a scalar input as a bare number (Silero VAD's sr, column form)", async () => {
-    const body = `{"inputs": {"input": [[${new Array(512).fill(0).join(",")}]], "sr": [16000], "sequence_control_input": [1]}}`;
-    const answer = await post("/v1/models/vad:predict", body);
-    assert.equal(answer.status, 200, JSON.stringify(answer.json));
-    const outputs = answer.json.outputs as Record<string, unknown>;
-    assert.deepEqual(Object.keys(outputs).sort(), ["output", "sequence_id"]);
+  it("a scalar input as a scalar, as OVMS takes it (Silero VAD's sr: a bare number, gRPC shape [])", async () => {
+    // The config, as Triton writes it, has dims [1]; the model's own rank is 0.
+    for (const sr of ["16000", "[16000]"]) {
+      const body = `{"inputs": {"input": [[${new Array(512).fill(0).join(",")}]], "sr": ${sr}, "sequence_control_input": [1]}}`;
+      const answer = await post("/v1/models/vad:predict", body);
+      assert.equal(answer.status, 200, JSON.stringify(answer.json));
+      const outputs = answer.json.outputs as Record<string, unknown>;
+      assert.deepEqual(Object.keys(outputs).sort(), ["output", "sequence_id"]);
+    }
+    const grpc = await client.predict({
+      model_spec: { name: "vad" },
+      inputs: {
+        input: floatTensor(new Float32Array(512), [1, 512]),
+        sr: { dtype: "DT_INT64", tensor_shape: {}, int64_val: ["16000"] },
+        sequence_control_input: controlTensor(1),
+      },
+    });
+    assert.deepEqual(Object.keys(grpc.outputs).sort(), ["output", "sequence_id"]);
   });
 
   it('refuses what TF-Serving refuses, as {"error": …}', async () => {
