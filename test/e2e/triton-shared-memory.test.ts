@@ -12,11 +12,12 @@ import {
 } from "node:fs";
 import { after, before, describe, it } from "node:test";
 import { status } from "@grpc/grpc-js";
+import { DEFAULT_LIMITS, DEFAULT_SECURITY_OPTIONS } from "../../src/config/security-options.ts";
 import type {
   ModelInferRequestMessage,
   ModelInferResponseMessage,
 } from "../../src/frontends/grpc/messages.ts";
-import { addSubModel } from "../../tools/onnx/test-models.ts";
+import { addSubModel, identityModel } from "../../tools/onnx/test-models.ts";
 import { callError, TestClient } from "../grpc/support/grpc-harness.ts";
 import { rawBytes, rawOutput, StreamCall, sequenceParameters } from "../support/grpc-stream-call.ts";
 import { getJson, postJson } from "../support/http-client.ts";
@@ -696,6 +697,89 @@ describe("system shared memory without --allow-client-shm=true", {
       assert.deepEqual(
         [inferred.status, inferred.body],
         [404, { error: "Unable to find shared memory region: 'r'" }],
+      );
+    } finally {
+      shared.unlink();
+    }
+  });
+});
+
+describe("system shared memory is bounded by --max-shared-memory-bytes, not by the request size", {
+  skip: !existsSync(SHM_DIRECTORY) && `${SHM_DIRECTORY} is missing`,
+}, () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startTestServer(
+      { floats: { onnx: identityModel("FP32", [-1, -1]) } },
+      {
+        allowClientSharedMemory: true,
+        httpBodyLimitBytes: 1024,
+        security: {
+          ...DEFAULT_SECURITY_OPTIONS,
+          limits: { ...DEFAULT_LIMITS, maxSharedMemoryBytes: 8192 },
+        },
+      },
+    );
+  });
+  after(() => server.stop());
+
+  it("a tensor larger than an HTTP body may be is read, one past the bound is refused", async () => {
+    const shared = new SharedObject(32768);
+    try {
+      const values = Float32Array.from({ length: 1024 }, (_, i) => i / 7);
+      shared.write(0, values);
+      const registered = await postJson(`${server.url}/v2/systemsharedmemory/region/big/register`, {
+        key: shared.key,
+        byte_size: 32768,
+      });
+      assert.equal(registered.status, 200);
+      const infer = (floats: number) =>
+        postJson(`${server.url}/v2/models/floats/infer`, {
+          inputs: [
+            {
+              name: "INPUT0",
+              datatype: "FP32",
+              shape: [1, floats],
+              parameters: { shared_memory_region: "big", shared_memory_byte_size: floats * 4 },
+            },
+          ],
+          outputs: [{ name: "OUTPUT0", parameters: { binary_data: true } }],
+        });
+      // 4 KiB in, four times the body limit: read, and answered (in binary, as asked).
+      const read = await fetch(`${server.url}/v2/models/floats/infer`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          inputs: [
+            {
+              name: "INPUT0",
+              datatype: "FP32",
+              shape: [1, 1024],
+              parameters: { shared_memory_region: "big", shared_memory_byte_size: 4096 },
+            },
+          ],
+          outputs: [{ name: "OUTPUT0", parameters: { binary_data: true } }],
+        }),
+      });
+      assert.equal(read.status, 200);
+      const body = Buffer.from(await read.arrayBuffer());
+      const headerLength = Number(read.headers.get("inference-header-content-length"));
+      assert.deepEqual(
+        new Float32Array(
+          body.buffer.slice(body.byteOffset + headerLength, body.byteOffset + body.byteLength),
+        ),
+        values,
+      );
+      const refused = await infer(4096);
+      assert.deepEqual(
+        [refused.status, refused.body],
+        [
+          429,
+          {
+            error:
+              "reading 16384 bytes from shared memory would take the bytes read by requests in flight past the server's limit of 8192 (--max-shared-memory-bytes)",
+          },
+        ],
       );
     } finally {
       shared.unlink();

@@ -189,10 +189,8 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
   const registry = context.registry;
   const sharedMemoryRegions = (what: string): SharedMemoryRegions =>
     context.sharedMemory ?? unsupported(what)();
-  // Tensors read from shared memory count against the same limit as a request's own.
   const sharedMemory: GrpcSharedMemoryAccess | undefined = context.sharedMemory && {
     regions: context.sharedMemory,
-    maxRequestBytes: options.maxMessageBytes,
     models: registry,
   };
 

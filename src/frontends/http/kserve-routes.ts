@@ -92,10 +92,8 @@ function readyOnly(body: Buffer | undefined): boolean {
 export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOptions): Promise<void> {
   const { context } = options;
   const registry = context.registry;
-  // Tensors read from shared memory count against the same limit as a request's body.
   const sharedMemory: SharedMemoryAccess | undefined = context.sharedMemory && {
     regions: context.sharedMemory,
-    maxRequestBytes: options.bodyLimitBytes,
   };
   app.setErrorHandler(createErrorHandler(KSERVE_HTTP_STATUS, options.bodyLimitBytes));
 

@@ -1,5 +1,4 @@
 import type { DataType } from "../../../core/datatype.ts";
-import { invalidArg } from "../../../core/errors.ts";
 import type { ModelConfig } from "../../../core/model-config.ts";
 import { checkInputDescription } from "../../../core/request-validation.ts";
 import type { SharedMemoryRegions, SharedMemorySlice, SharedMemoryUse } from "../../../core/shared-memory.ts";
@@ -11,14 +10,14 @@ import { checkRawByteLength, decodeRawTensor } from "../raw-tensor.ts";
 // one. Each protocol reads the `shared_memory_*` parameters its own way; what a request
 // holds (its regions, the bytes it read) is released by its frontend once it is answered.
 
-/** What a frontend that serves shared memory gives its decoders. */
+/**
+ * What a frontend that serves shared memory gives its decoders. The bytes a request may
+ * read are bounded by the regions' own limit on bytes read by requests in flight
+ * (`--max-shared-memory-bytes`), not by the protocol's request size: clients use shared
+ * memory for tensors larger than a request may be, as Triton allows.
+ */
 export interface SharedMemoryAccess {
   readonly regions: SharedMemoryRegions;
-  /**
-   * The most bytes one request's inputs may read from shared memory: the protocol's request
-   * size limit, which the same tensors sent in the request would have had to fit.
-   */
-  readonly maxRequestBytes: number;
 }
 
 /** What a decoded request holds in shared memory, until its frontend releases `use`. */
@@ -36,13 +35,11 @@ export class SharedMemoryRequest {
   readonly #config: () => ModelConfig;
   #use: SharedMemoryUse | undefined;
   #outputs: Map<string, SharedMemorySlice> | undefined;
-  #left: number;
 
   /** `config`: the model's, found when an input is first read (gRPC names the model in the message). */
   constructor(access: SharedMemoryAccess, config: () => ModelConfig) {
     this.#access = access;
     this.#config = config;
-    this.#left = access.maxRequestBytes;
   }
 
   #used(): SharedMemoryUse {
@@ -57,12 +54,6 @@ export class SharedMemoryRequest {
     // a region far larger than any request could be.
     checkInputDescription(this.#config(), name, { datatype, shape });
     checkRawByteLength(name, datatype, shape, slice.byteSize);
-    if (slice.byteSize > this.#left) {
-      throw invalidArg(
-        `input '${name}' reads ${slice.byteSize} bytes from shared memory region '${slice.region}': the request's inputs may take at most ${this.#access.maxRequestBytes} bytes, as much as a request may carry`,
-      );
-    }
-    this.#left -= slice.byteSize;
     return decodeRawTensor(name, datatype, shape, use.read(slice));
   }
 
