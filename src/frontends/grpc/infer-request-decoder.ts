@@ -1,16 +1,12 @@
 import { isDataType } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest } from "../../core/infer.ts";
-import type { ModelRegistry } from "../../core/model.ts";
+import type { ServedModel } from "../../core/model.ts";
 import { readSequenceControl } from "../../core/sequence/sequence-parameters.ts";
-import type { SharedMemorySlice } from "../../core/shared-memory.ts";
+import type { SharedMemoryRegions, SharedMemorySlice } from "../../core/shared-memory.ts";
 import { shapeInMessage, type Tensor } from "../../core/tensor.ts";
 import { classificationCount } from "../common/kserve/classification.ts";
-import {
-  type SharedMemoryAccess,
-  type SharedMemoryHold,
-  SharedMemoryRequest,
-} from "../common/kserve/shared-memory-tensors.ts";
+import { type SharedMemoryHold, SharedMemoryRequest } from "../common/kserve/shared-memory-tensors.ts";
 import { refuseUnsupportedExtensions } from "../common/kserve/unsupported-extensions.ts";
 import { decodeRawTensor } from "../common/raw-tensor.ts";
 import { readRequestParameters } from "./infer-parameters.ts";
@@ -151,10 +147,10 @@ function tensorSlice(
   return sharedMemorySlice(parameters, name);
 }
 
-/** Shared memory for gRPC requests, which name their model in the message. */
-export interface GrpcSharedMemoryAccess extends SharedMemoryAccess {
-  /** Where a request's model is found, to check its inputs before they are read. */
-  readonly models: ModelRegistry;
+/** Shared memory for a request, whose inputs there are checked against its model before they are read. */
+export interface GrpcSharedMemory {
+  readonly regions: SharedMemoryRegions;
+  readonly model: ServedModel;
 }
 
 /**
@@ -166,14 +162,12 @@ export function decodeInferRequest(
   message: ModelInferRequestMessage,
   signal?: AbortSignal,
   principal?: string,
-  sharedMemory?: GrpcSharedMemoryAccess,
+  sharedMemory?: GrpcSharedMemory,
 ): DecodedInferRequest {
   const modelName = message.model_name ?? "";
   const version = message.model_version;
   const modelVersion = version === undefined || version === "" ? undefined : version;
-  const held =
-    sharedMemory &&
-    new SharedMemoryRequest(sharedMemory, () => sharedMemory.models.model(modelName, modelVersion).config);
+  const held = sharedMemory && new SharedMemoryRequest(sharedMemory.regions, sharedMemory.model.config);
   try {
     return decodeMessage(message, modelName, modelVersion, signal, principal, held);
   } catch (error) {

@@ -30,7 +30,7 @@ import { routedSequenceId, SEQUENCE_ID_METADATA, withRoutedSequenceId } from "..
 import { withTraceContext } from "../common/trace-context.ts";
 import { statusOf } from "./error-status.ts";
 import { principalOf } from "./grpc-access.ts";
-import { decodeInferRequest, type GrpcSharedMemoryAccess } from "./infer-request-decoder.ts";
+import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse } from "./infer-response-encoder.ts";
 import { type Int64, int64ToNumber } from "./int64.ts";
 import type {
@@ -189,10 +189,6 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
   const registry = context.registry;
   const sharedMemoryRegions = (what: string): SharedMemoryRegions =>
     context.sharedMemory ?? unsupported(what)();
-  const sharedMemory: GrpcSharedMemoryAccess | undefined = context.sharedMemory && {
-    regions: context.sharedMemory,
-    models: registry,
-  };
 
   const modelInfer = (
     message: ModelInferRequestMessage,
@@ -215,7 +211,7 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
         message,
         controller.signal,
         principalOf(call.metadata),
-        sharedMemory,
+        context.sharedMemory && { regions: context.sharedMemory, model },
       );
       sharedOutputs = decoded.sharedMemory;
       const [traceparent] = call.metadata.get("traceparent");
@@ -297,7 +293,7 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
         stallTimeoutMs: options.streamStallTimeoutMs,
         maxHeldRequestBytes: options.streamMaxHeldRequestBytes,
         refusals: options.refusals,
-        sharedMemory,
+        sharedMemory: context.sharedMemory,
       });
     },
     ModelConfig: unary(logger, "ModelConfig", (m: ModelRequestMessage) => ({

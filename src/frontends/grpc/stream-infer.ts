@@ -7,6 +7,7 @@ import type { Refusals } from "../../core/refusals.ts";
 import { inferStream } from "../../core/response-stream.ts";
 import { OrderedRelease } from "../../core/scheduler/ordered-release.ts";
 import { Deque } from "../../core/scheduler/request-queue.ts";
+import type { SharedMemoryRegions } from "../../core/shared-memory.ts";
 import { timerDelay } from "../../core/timer-delay.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { cutToBytes } from "../common/cut-text.ts";
@@ -16,7 +17,7 @@ import type { SharedMemoryHold } from "../common/kserve/shared-memory-tensors.ts
 import type { ConnectionBudget } from "../common/response-budget.ts";
 import { withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
-import { decodeInferRequest, type GrpcSharedMemoryAccess } from "./infer-request-decoder.ts";
+import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse, streamError } from "./infer-response-encoder.ts";
 import { int64ToNumber } from "./int64.ts";
 import type { ModelInferRequestMessage, ModelStreamInferResponseMessage } from "./messages.ts";
@@ -96,7 +97,7 @@ export interface StreamInferOptions {
   readonly maxHeldRequestBytes?: number | undefined;
   readonly refusals?: Refusals | undefined;
   /** Where tensors may be read from and written to shared memory; unset, such requests are refused. */
-  readonly sharedMemory?: GrpcSharedMemoryAccess | undefined;
+  readonly sharedMemory?: SharedMemoryRegions | undefined;
 }
 
 /**
@@ -132,7 +133,7 @@ export class StreamInferSession {
   readonly #logger: Logger;
   readonly #maxInflight: number;
   readonly #maxMessageBytes: number;
-  readonly #sharedMemory: GrpcSharedMemoryAccess | undefined;
+  readonly #sharedMemory: SharedMemoryRegions | undefined;
   readonly #traceparent: MetadataValue | undefined;
   readonly #tracestate: MetadataValue | undefined;
   readonly #budget: ConnectionBudget;
@@ -227,14 +228,18 @@ export class StreamInferSession {
     let model: ServedModel;
     let request: InferRequest;
     try {
+      // The model first, as Triton finds it before reading the inputs (and shared memory's
+      // inputs are checked against it before they are read).
+      const version = message.model_version;
+      model = this.#registry.model(message.model_name ?? "", version === "" ? undefined : version);
+      const regions = this.#sharedMemory;
       const decoded = decodeInferRequest(
         message,
         this.#controller.signal,
         this.#principal,
-        this.#sharedMemory,
+        regions && { regions, model },
       );
       sharedOutputs = decoded.sharedMemory;
-      model = this.#registry.model(decoded.modelName, decoded.modelVersion);
       const classification = classificationFor(model, decoded.classification);
       request = withTraceContext(
         withRoutedSequenceId(decoded.request, this.#routedId, model),

@@ -11,7 +11,6 @@ import { type DecodedInferRequest, decodeInferRequest } from "../common/kserve/i
 import { encodeInferResponse } from "../common/kserve/infer-response-encoder.ts";
 import { readLoadParameters } from "../common/kserve/load-parameters.ts";
 import { logSettingsChange, logSettingsWire } from "../common/kserve/log-settings-wire.ts";
-import type { SharedMemoryAccess } from "../common/kserve/shared-memory-tensors.ts";
 import {
   traceSettingsChangeFromJson,
   traceSettingsJson,
@@ -92,9 +91,6 @@ function readyOnly(body: Buffer | undefined): boolean {
 export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOptions): Promise<void> {
   const { context } = options;
   const registry = context.registry;
-  const sharedMemory: SharedMemoryAccess | undefined = context.sharedMemory && {
-    regions: context.sharedMemory,
-  };
   app.setErrorHandler(createErrorHandler(KSERVE_HTTP_STATUS, options.bodyLimitBytes));
 
   app.get("/v2", { schema: SERVER_SCHEMAS.metadata }, (_request, reply) => {
@@ -162,7 +158,7 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
       decoded = decodeInferRequest(body, headerLength, model, {
         signal: disconnect.signal,
         principal: request.principal,
-        sharedMemory,
+        sharedMemory: context.sharedMemory,
       });
       const { traceparent, tracestate } = request.headers;
       const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);

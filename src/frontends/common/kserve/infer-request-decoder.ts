@@ -3,7 +3,7 @@ import { invalidArg } from "../../../core/errors.ts";
 import type { InferRequest, ParameterValue } from "../../../core/infer.ts";
 import type { ServedModel } from "../../../core/model.ts";
 import { readSequenceControl } from "../../../core/sequence/sequence-parameters.ts";
-import type { SharedMemorySlice } from "../../../core/shared-memory.ts";
+import type { SharedMemoryRegions, SharedMemorySlice } from "../../../core/shared-memory.ts";
 import type { Tensor } from "../../../core/tensor.ts";
 import { isJsonObject, type JsonObject } from "../http/json-body.ts";
 import { jsonPreview } from "../json-preview.ts";
@@ -13,11 +13,7 @@ import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
 import { type Classification, classificationCount, classificationFor } from "./classification.ts";
 import { decodeJsonTensor } from "./json-tensor.ts";
 import { checkReservedParameter } from "./reserved-parameters.ts";
-import {
-  type SharedMemoryAccess,
-  type SharedMemoryHold,
-  SharedMemoryRequest,
-} from "./shared-memory-tensors.ts";
+import { type SharedMemoryHold, SharedMemoryRequest } from "./shared-memory-tensors.ts";
 import { refuseUnsupportedExtensions } from "./unsupported-extensions.ts";
 
 // A KServe v2 HTTP inference body → the protocol-free InferRequest, plus how the client
@@ -59,7 +55,7 @@ export interface DecodeOptions {
   /** The `triton_` parameters the request may set (reserved-parameters.ts); none over HTTP. */
   readonly reservedParameters?: readonly string[] | undefined;
   /** Where tensors may be read from and written to shared memory; unset, such requests are refused. */
-  readonly sharedMemory?: SharedMemoryAccess | undefined;
+  readonly sharedMemory?: SharedMemoryRegions | undefined;
 }
 
 /** The JSON part of an inference request, parsed once; `text` is kept to read 64-bit integers exactly. */
@@ -418,7 +414,7 @@ export function decodeInferJson(
   );
   const sequence = readSequenceControl(parameters);
   const access = options.sharedMemory;
-  const sharedMemory = access && new SharedMemoryRequest(access, () => model.config);
+  const sharedMemory = access && new SharedMemoryRequest(access, model.config);
   try {
     const fields = { parameters, binaryOutput, sequence, sharedMemory };
     return decodeTensors(json, body, headerLength, model, options, fields, text);

@@ -10,16 +10,6 @@ import { checkRawByteLength, decodeRawTensor } from "../raw-tensor.ts";
 // one. Each protocol reads the `shared_memory_*` parameters its own way; what a request
 // holds (its regions, the bytes it read) is released by its frontend once it is answered.
 
-/**
- * What a frontend that serves shared memory gives its decoders. The bytes a request may
- * read are bounded by the regions' own limit on bytes read by requests in flight
- * (`--max-shared-memory-bytes`), not by the protocol's request size: clients use shared
- * memory for tensors larger than a request may be, as Triton allows.
- */
-export interface SharedMemoryAccess {
-  readonly regions: SharedMemoryRegions;
-}
-
 /** What a decoded request holds in shared memory, until its frontend releases `use`. */
 export interface SharedMemoryHold {
   readonly use: SharedMemoryUse;
@@ -31,19 +21,24 @@ const NO_OUTPUTS: ReadonlyMap<string, SharedMemorySlice> = new Map();
 
 /** One request's tensors in shared memory, while it is decoded. */
 export class SharedMemoryRequest {
-  readonly #access: SharedMemoryAccess;
-  readonly #config: () => ModelConfig;
+  readonly #regions: SharedMemoryRegions;
+  readonly #config: ModelConfig;
   #use: SharedMemoryUse | undefined;
   #outputs: Map<string, SharedMemorySlice> | undefined;
 
-  /** `config`: the model's, found when an input is first read (gRPC names the model in the message). */
-  constructor(access: SharedMemoryAccess, config: () => ModelConfig) {
-    this.#access = access;
+  /**
+   * `config`: the request's model's, its inputs checked against it before they are read.
+   * The bytes a request reads are bounded by the regions' own limit on bytes read by
+   * requests in flight (`--max-shared-memory-bytes`), not by the protocol's request size:
+   * clients use shared memory for tensors larger than a request may be, as Triton allows.
+   */
+  constructor(regions: SharedMemoryRegions, config: ModelConfig) {
+    this.#regions = regions;
     this.#config = config;
   }
 
   #used(): SharedMemoryUse {
-    this.#use ??= this.#access.regions.use();
+    this.#use ??= this.#regions.use();
     return this.#use;
   }
 
@@ -52,7 +47,7 @@ export class SharedMemoryRequest {
     use.hold(slice);
     // Everything is checked before the bytes are copied: a request of a few bytes can name
     // a region far larger than any request could be.
-    checkInputDescription(this.#config(), name, { datatype, shape });
+    checkInputDescription(this.#config, name, { datatype, shape });
     checkRawByteLength(name, datatype, shape, slice.byteSize);
     return decodeRawTensor(name, datatype, shape, use.read(slice));
   }
