@@ -131,48 +131,61 @@ export function tritonTraceFile(path: string, onError: TraceFileError): TraceSin
     return bytes;
   };
 
+  /** Writes one trace's lines to `array`. */
+  const writeTrace = (
+    array: TraceArray,
+    setting: TraceSetting,
+    model: string,
+    version: string,
+    record: RequestRecord,
+  ): void => {
+    const id = nextId++;
+    array.write({ id, model_name: model, model_version: Number(version), request_id: record.request.id });
+    if (setting.level.timestamps) {
+      const timeline = requestTimeline(record);
+      const startNs = record.arrivalNs;
+      const stamps: [string, number][] =
+        timeline === undefined
+          ? [
+              ["REQUEST_START", startNs],
+              ["QUEUE_START", startNs],
+              ["REQUEST_END", startNs + record.totalNs],
+            ]
+          : [
+              ["REQUEST_START", startNs],
+              ["QUEUE_START", startNs],
+              ["COMPUTE_START", timeline.computeStartNs],
+              ["COMPUTE_INPUT_END", timeline.computeInputEndNs],
+              ["COMPUTE_OUTPUT_START", timeline.computeOutputStartNs],
+              ["COMPUTE_END", timeline.endNs],
+              ["REQUEST_END", timeline.endNs],
+            ];
+      for (const [name, ns] of stamps) array.write({ id, timestamps: [{ name, ns: Math.round(ns) }] });
+    }
+    if (setting.level.tensors) {
+      const tensors: [string, string, Tensor][] = [];
+      for (const [name, tensor] of record.request.inputs) tensors.push(["TENSOR_QUEUE_INPUT", name, tensor]);
+      for (const [name, tensor] of record.outputs ?? [])
+        tensors.push(["TENSOR_BACKEND_OUTPUT", name, tensor]);
+      for (const [activity, name, tensor] of tensors) {
+        array.write({
+          id,
+          activity,
+          tensor: { name, data: tensorText(tensor), shape: tensor.shape.join(","), dtype: tensor.datatype },
+        });
+      }
+    }
+  };
+
   return {
     record(setting, model, version, record: RequestRecord): void {
       if (closed) return;
       const array = arrayFor(setting);
-      if (array.failed || pendingBytes() >= MAX_PENDING_BYTES) return;
-      const id = nextId++;
-      array.write({ id, model_name: model, model_version: Number(version), request_id: record.request.id });
-      if (setting.level.timestamps) {
-        const timeline = requestTimeline(record);
-        const startNs = record.arrivalNs;
-        const stamps: [string, number][] =
-          timeline === undefined
-            ? [
-                ["REQUEST_START", startNs],
-                ["QUEUE_START", startNs],
-                ["REQUEST_END", startNs + record.totalNs],
-              ]
-            : [
-                ["REQUEST_START", startNs],
-                ["QUEUE_START", startNs],
-                ["COMPUTE_START", timeline.computeStartNs],
-                ["COMPUTE_INPUT_END", timeline.computeInputEndNs],
-                ["COMPUTE_OUTPUT_START", timeline.computeOutputStartNs],
-                ["COMPUTE_END", timeline.endNs],
-                ["REQUEST_END", timeline.endNs],
-              ];
-        for (const [name, ns] of stamps) array.write({ id, timestamps: [{ name, ns: Math.round(ns) }] });
-      }
-      if (setting.level.tensors) {
-        const tensors: [string, string, Tensor][] = [];
-        for (const [name, tensor] of record.request.inputs)
-          tensors.push(["TENSOR_QUEUE_INPUT", name, tensor]);
-        for (const [name, tensor] of record.outputs ?? [])
-          tensors.push(["TENSOR_BACKEND_OUTPUT", name, tensor]);
-        for (const [activity, name, tensor] of tensors) {
-          array.write({
-            id,
-            activity,
-            tensor: { name, data: tensorText(tensor), shape: tensor.shape.join(","), dtype: tensor.datatype },
-          });
-        }
-      }
+      // A trace is dropped while its file fails or the disk is far behind; it still counts
+      // toward its part's end, so a count that runs out, or a log frequency, ends the part
+      // (and a failed part gives way to a new file).
+      if (!array.failed && pendingBytes() < MAX_PENDING_BYTES)
+        writeTrace(array, setting, model, version, record);
       if (array === main) return;
       array.traces++;
       const full = setting.logFrequency > 0 && array.traces === setting.logFrequency;

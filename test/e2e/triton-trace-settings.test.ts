@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -343,6 +343,21 @@ describe("Triton's trace settings: what the trace files hold as they change", ()
       process.off("uncaughtException", onUncaught);
     }
     assert.deepEqual(uncaught.map(String), []);
+  });
+
+  it("with a log frequency, a part whose file cannot be opened gives way to the next file", async () => {
+    const file = traceFile();
+    // `<file>.0` is a folder: the first part fails, as a full disk or a permission would.
+    mkdirSync(`${file}.0`);
+    const server = await startTraced({ timestamps: true, rate: 1, file });
+    try {
+      await settings(server, "simple", { log_frequency: "2" });
+      await infer(server, 4);
+    } finally {
+      await server.stop();
+    }
+    // The first two traces are lost with the failed part; the next two are in the next file.
+    assert.equal(tracesIn(`${file}.1`), 2);
   });
 
   it("a server launched without a trace file refuses to trace, as Triton does", async () => {
