@@ -419,9 +419,12 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
     identify: IdentifyModel,
   ): Promise<FastifyReply> {
     // Counted for the model the path names as soon as it is found, as OVMS counts a body
-    // that does not parse; findModel below still refuses what it must.
-    const named = servedOrUndefined(registry, path);
-    if (named !== undefined) identify(named.name, named.version);
+    // that does not parse; findModel below still refuses what it must. (Looked up here
+    // only when calls are counted: it is looked up again below.)
+    if (apiCalls !== undefined) {
+      const named = servedOrUndefined(registry, path);
+      if (named !== undefined) identify(named.name, named.version);
+    }
     const { json, text } = parseBody(request.body as Buffer | undefined);
     const signature = json.signature_name;
     if (signature !== undefined && typeof signature !== "string") {
