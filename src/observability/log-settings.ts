@@ -1,6 +1,6 @@
 import { ServerError } from "../core/errors.ts";
 import type { LogSettings, LogSettingsControl } from "../core/model.ts";
-import { type LogFormat, type Logger, switchIsoTimestamps } from "./logger.ts";
+import { isoTimestamps, type LogFormat, type Logger, switchIsoTimestamps } from "./logger.ts";
 
 // Triton's logging extension over seqserve's logger. Triton switches info, warning and
 // error messages on and off one by one; seqserve's logger has one threshold, so the
@@ -16,8 +16,9 @@ export function logSettingsControl(
   file: string | undefined,
   format: LogFormat,
 ): LogSettingsControl {
-  let logFormat = format === "ISO8601" ? "ISO8601" : "default";
   const current = (): LogSettings => {
+    // Read from the logger itself; a logger the server did not make keeps its launch format.
+    const iso = isoTimestamps(logger) ?? format === "ISO8601";
     const value = logger.levelVal;
     const verbose = logger.level === "trace" ? 2 : logger.level === "debug" ? 1 : 0;
     return {
@@ -26,7 +27,7 @@ export function logSettingsControl(
       logWarning: value <= logger.levels.values.warn!,
       logError: value <= logger.levels.values.error!,
       logVerboseLevel: verbose,
-      logFormat,
+      logFormat: iso ? "ISO8601" : "default",
     };
   };
   return {
@@ -46,7 +47,6 @@ export function logSettingsControl(
             `the log format is chosen by whoever made this server's logger: it is '${now.logFormat}' and cannot become '${change.logFormat}' while seqserve runs`,
           );
         }
-        logFormat = change.logFormat;
       }
       const wanted = { ...now, ...change };
       const verbose = Math.min(wanted.logVerboseLevel, VERBOSE_LEVELS.length - 1);

@@ -17,18 +17,27 @@ export interface LoggerOptions {
   readonly file?: string | undefined;
 }
 
-/** Switches a logger made by createLogger between ISO 8601 UTC timestamps and its launch ones. */
-const timestampSwitches = new WeakMap<Logger, (iso: boolean) => void>();
+/** Whether a logger made by createLogger writes ISO 8601 UTC timestamps: read by its writer on each line. */
+interface TimestampStyle {
+  iso: boolean;
+}
+
+const timestampStyles = new WeakMap<Logger, TimestampStyle>();
 
 /**
  * Turns ISO 8601 timestamps on or off (Triton's `log_format` changed while serving);
  * false when `logger` was not made by createLogger (an embedder's, a test's).
  */
 export function switchIsoTimestamps(logger: Logger, iso: boolean): boolean {
-  const change = timestampSwitches.get(logger);
-  if (change === undefined) return false;
-  change(iso);
+  const style = timestampStyles.get(logger);
+  if (style === undefined) return false;
+  style.iso = iso;
   return true;
+}
+
+/** Whether `logger` writes ISO 8601 timestamps; undefined when it was not made by createLogger. */
+export function isoTimestamps(logger: Logger): boolean | undefined {
+  return timestampStyles.get(logger)?.iso;
 }
 
 /**
@@ -38,23 +47,25 @@ export function switchIsoTimestamps(logger: Logger, iso: boolean): boolean {
  * field becomes a string, in text the time is printed so.
  */
 export async function createLogger(options: LoggerOptions): Promise<Logger> {
+  const style: TimestampStyle = { iso: options.format === "ISO8601" };
+  const logger = await styledLogger(options, style);
+  timestampStyles.set(logger, style);
+  return logger;
+}
+
+async function styledLogger(options: LoggerOptions, style: TimestampStyle): Promise<Logger> {
   const { level, format, file } = options;
-  let iso = format === "ISO8601";
   if (format === "json") {
     const destination =
       file === undefined ? pino.destination(1) : pino.destination({ dest: file, mkdir: true, sync: true });
-    const logger = pino(
+    return pino(
       {
         level,
         base: { name: "seqserve" },
-        timestamp: () => (iso ? `,"time":"${new Date().toISOString()}"` : `,"time":${Date.now()}`),
+        timestamp: () => (style.iso ? `,"time":"${new Date().toISOString()}"` : `,"time":${Date.now()}`),
       },
       destination,
     );
-    timestampSwitches.set(logger, (value) => {
-      iso = value;
-    });
-    return logger;
   }
   const { default: pretty } = await import("pino-pretty");
   const prettyStream = (isoTime: boolean): DestinationStream =>
@@ -68,18 +79,14 @@ export async function createLogger(options: LoggerOptions): Promise<Logger> {
   // One pretty stream per timestamp style, made when first used; lines go to the current one.
   const streams = new Map<boolean, DestinationStream>();
   const current = (): DestinationStream => {
-    let stream = streams.get(iso);
+    let stream = streams.get(style.iso);
     if (stream === undefined) {
-      stream = prettyStream(iso);
-      streams.set(iso, stream);
+      stream = prettyStream(style.iso);
+      streams.set(style.iso, stream);
     }
     return stream;
   };
-  const logger = pino({ level }, { write: (line: string) => current().write(line) });
-  timestampSwitches.set(logger, (value) => {
-    iso = value;
-  });
-  return logger;
+  return pino({ level }, { write: (line: string) => current().write(line) });
 }
 
 /** A logger that writes nothing (tests, embedding). */
