@@ -379,7 +379,7 @@ export function parseCommandLine(
           metrics: str("metrics-port") !== undefined ? port("metrics-port", "allow-metrics") : undefined,
         };
 
-  const { settings: ovmsMetrics, notices: metricsNotices } = readOvmsMetrics(ovms, ovmsConfigs, ports.http);
+  const ovmsMetrics = readOvmsMetrics(ovms, ovmsConfigs, ports.http);
   const serverOptions: ServerOptions = {
     ...DEFAULT_SERVER_OPTIONS,
     modelRepositories: repositories,
@@ -433,7 +433,7 @@ export function parseCommandLine(
     modelLoadThreadCount: clampedInteger("model-load-thread-count", get("model-load-thread-count"), 1),
     onnxWorkerThreads: parseInteger("onnx-worker-threads", get("onnx-worker-threads"), 0),
     // One line each, logged at start, for flags accepted without effect.
-    notices: [...ovms.notices, ...metricsNotices, ...backendConfig.notices],
+    notices: [...ovms.notices, ...backendConfig.notices],
     sagemakerPort: port("sagemaker-port", "allow-sagemaker"),
     sagemakerModel: str("sagemaker-model") ?? defaults["sagemaker-model"],
     sagemakerSessionTtlSecs: parseInteger(

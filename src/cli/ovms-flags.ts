@@ -282,7 +282,7 @@ export function readOvmsMetrics(
   ovms: OvmsSettings,
   configFiles: readonly string[],
   restPort: number | undefined,
-): { readonly settings: OvmsMetricsSettings | undefined; readonly notices: string[] } {
+): OvmsMetricsSettings | undefined {
   if (ovms.metricsList !== undefined && !ovms.metricsEnable) {
     throw new UsageError("metrics_enable setting is missing, required when metrics_list is provided");
   }
@@ -302,12 +302,7 @@ export function readOvmsMetrics(
       settings = ovmsMetricsSettings(monitoring.list);
       if (restPort === undefined) throw new UsageError("Missing rest_port parameter in server CLI");
     }
-    const notices = settings?.families.has("ovms_infer_req_active")
-      ? [
-          "ovms_infer_req_active is not served: seqserve does not count the requests in a model apart from those waiting (ovms_current_requests counts both)",
-        ]
-      : [];
-    return { settings, notices };
+    return settings;
   } catch (error) {
     if (error instanceof OvmsMetricsConfigError) throw new UsageError(error.message);
     throw error;

@@ -235,6 +235,10 @@ export class LoadedModel implements ServedModel {
     return this.#scheduler.pending;
   }
 
+  get running(): number {
+    return this.#scheduler.running;
+  }
+
   /** Refuses new sequences from now on; accepted work and live sequences go on. */
   beginShutdown(): void {
     this.#scheduler.beginShutdown();

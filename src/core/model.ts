@@ -167,6 +167,8 @@ export interface ServedModel {
   readonly labels?: ReadonlyMap<string, readonly string[]>;
   /** Requests accepted and not yet answered. */
   readonly pending: number;
+  /** Of those, the requests handed to a model instance (running, or next in its worker). */
+  readonly running: number;
   /** Present for models served with sequence batching. */
   readonly sequences: SequenceAdmin | undefined;
 }

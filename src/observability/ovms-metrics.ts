@@ -101,6 +101,13 @@ export function ovmsMetrics(registry: Registry, settings: OvmsMetricsSettings): 
     });
   };
   gauge("ovms_current_requests", "Number of inference requests currently in process.", (m) => m.pending);
+  // OVMS counts the requests holding one of a model's inference requests (nireq); here,
+  // those handed to one of its instances.
+  gauge(
+    "ovms_infer_req_active",
+    "Number of currently consumed inference request from the processing queue.",
+    (m) => m.running,
+  );
   // OpenVINO's execution streams run a model's requests in parallel; here its instances do.
   gauge("ovms_streams", "Number of OpenVINO execution streams.", (m) => instanceCount(m.config));
   gauge("ovms_infer_req_queue_size", "Inference request queue size (nireq).", (m) => instanceCount(m.config));

@@ -22,18 +22,24 @@ describe("stateless scheduling: the next batch waits in the instance", () => {
   });
 
   it("without dynamic batching, requests go to the instance while the first runs, up to the limit; the rest wait", async () => {
-    const { executor, send } = harness(false);
+    const { executor, batcher, send } = harness(false);
     executor.hold();
     const count = MAX_REQUESTS_IN_FLIGHT + 3;
     const answers = Array.from({ length: count }, (_, i) => send(10 * i));
     await turn();
     assert.equal(executor.batches.length, MAX_REQUESTS_IN_FLIGHT, "the instance holds the limit, not more");
+    assert.deepEqual(
+      [batcher.pending, batcher.running],
+      [count, MAX_REQUESTS_IN_FLIGHT],
+      "accepted, and of those with the instance",
+    );
     executor.release();
     assert.deepEqual(
       await Promise.all(answers),
       answers.map((_, i) => 10 * i + 1),
     );
     assert.deepEqual(executor.batches, Array(count).fill(1));
+    assert.deepEqual([batcher.pending, batcher.running], [0, 0]);
   });
 
   it("with dynamic batching, only a full batch goes behind a running one; a short one grows meanwhile", async () => {

@@ -12,19 +12,22 @@ const oldest = (rows: number) => oldestAccumulatorConfig({ candidates: 8, maxBat
 
 describe("Oldest: a second batch in flight", () => {
   it("sends a full second batch of other sequences while the first runs", async () => {
-    const { executor, send, output } = batcherHarness(oldest(2));
+    const { batcher, executor, send, output } = batcherHarness(oldest(2));
     executor.hold();
     const first = [send(1, { id: 1n, start: true }), send(2, { id: 2n, start: true })];
     await turn();
     const second = [send(3, { id: 3n, start: true }), send(4, { id: 4n, start: true })];
+    const waiting = send(5, { id: 5n, start: true });
     await turn();
     assert.deepEqual(
       executor.batches.map((b) => b.rows),
       [2, 2],
       "both batches are with the executor while the first is held",
     );
+    assert.deepEqual([batcher.pending, batcher.running], [5, 4], "accepted, and of those with the executor");
     executor.release();
-    assert.deepEqual(await Promise.all([...first, ...second].map(output)), [1, 2, 3, 4]);
+    assert.deepEqual(await Promise.all([...first, ...second, waiting].map(output)), [1, 2, 3, 4, 5]);
+    assert.deepEqual([batcher.pending, batcher.running], [0, 0]);
   });
 
   it("holds a short batch behind a running one, then sends it grown", async () => {

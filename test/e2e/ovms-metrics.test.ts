@@ -80,7 +80,8 @@ describe("OVMS's metric families", () => {
     assert.equal(sample(text, "ovms_request_time_us_bucket", { interface: "REST", ...model, le: "18" }), 0);
     assert.equal(sample(text, "ovms_streams", model), 1);
     assert.equal(sample(text, "ovms_current_requests", model), 0);
-    assert.equal(sample(text, "ovms_infer_req_queue_size", model), undefined, "not in the default list");
+    for (const family of ["ovms_infer_req_queue_size", "ovms_infer_req_active"])
+      assert.equal(sample(text, family, model), undefined, `${family} is not in the default list`);
   });
 
   it("counts calls per API, transport and method for the version that answered", async () => {
@@ -187,7 +188,11 @@ describe("OVMS's metric families from metrics_list", () => {
   let server: OvmsServer;
   before(async () => {
     server = await startOvmsServer(MODELS, {
-      ovmsMetrics: ovmsMetricsSettings(["ovms_requests_success", "ovms_infer_req_queue_size"]),
+      ovmsMetrics: ovmsMetricsSettings([
+        "ovms_requests_success",
+        "ovms_infer_req_queue_size",
+        "ovms_infer_req_active",
+      ]),
       metricsOnHttpPort: true,
       metricsPort: undefined,
     });
@@ -197,6 +202,7 @@ describe("OVMS's metric families from metrics_list", () => {
   it("serves the families listed, and only those", async () => {
     const text = await scrape(server);
     assert.equal(sample(text, "ovms_infer_req_queue_size", { name: "add_sub", version: "1" }), 1);
+    assert.equal(sample(text, "ovms_infer_req_active", { name: "add_sub", version: "1" }), 0);
     assert.match(text, /^ovms_requests_success\{/m);
     assert.doesNotMatch(text, /^ovms_requests_fail/m);
     assert.doesNotMatch(text, /^ovms_request_time_us/m);

@@ -78,6 +78,8 @@ export class DynamicBatcher implements Scheduler {
   readonly #maxQueueSize: number;
   readonly #ordering: OrderedRelease | undefined;
   #pending = 0;
+  /** Requests in the batches handed to instances and not yet back. */
+  #running = 0;
   #scheduled = false;
   #timer: NodeJS.Timeout | undefined;
   #drained: (() => void) | undefined;
@@ -109,6 +111,10 @@ export class DynamicBatcher implements Scheduler {
 
   get pending(): number {
     return this.#pending;
+  }
+
+  get running(): number {
+    return this.#running;
   }
 
   enqueue(pending: PendingRequest): void {
@@ -206,12 +212,14 @@ export class DynamicBatcher implements Scheduler {
         : [this.#queue.length > 0 ? this.#queue.shift()! : this.#delayed.shift()!];
       if (batch.length === 0) return;
       instance.inFlight++;
+      this.#running += batch.length;
       const { executor } = instance;
       const run = isRequestExecutor(executor)
         ? runRequestBatch(executor, this.#statistics, batch)
         : runStatelessBatch(this.#config, executor, this.#statistics, batch);
       run.finally(() => {
         instance.inFlight--;
+        this.#running -= batch.length;
         this.#schedule();
       });
     }

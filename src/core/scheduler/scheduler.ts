@@ -13,6 +13,8 @@ export interface Scheduler {
   enqueue(pending: PendingRequest): void;
   /** Requests accepted and not yet settled. */
   readonly pending: number;
+  /** Of those, the requests handed to a model instance (running, or next in its worker). */
+  readonly running: number;
   /** Refuse new work that would outlive shutdown (new sequences); let the rest finish. */
   beginShutdown(): void;
   /**

@@ -229,6 +229,12 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     return this.#pending;
   }
 
+  get running(): number {
+    let running = 0;
+    for (const instance of this.#instances) running += instance.running;
+    return running;
+  }
+
   /** Slots over all instances. */
   get capacity(): number {
     return this.#instances.reduce((n, i) => n + i.capacity, 0);

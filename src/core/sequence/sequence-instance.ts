@@ -49,6 +49,8 @@ export abstract class SequenceInstance implements SlotHolder {
   #quietWaiters: (() => void)[] = [];
   /** Requests of model code still running (a decoupled one may outlast its batch). */
   #runningRequests = 0;
+  /** Requests in the batches handed to the executor and not yet back from it. */
+  #running = 0;
   /** preserve_ordering: the order answers leave in, shared by the model's instances. */
   readonly #ordering: OrderedRelease | undefined;
 
@@ -89,6 +91,11 @@ export abstract class SequenceInstance implements SlotHolder {
 
   get free(): number {
     return this.capacity - this.occupied;
+  }
+
+  /** Requests handed to the executor (running, or next in its worker) and not yet back. */
+  get running(): number {
+    return this.#running;
   }
 
   wake(sequence: Sequence): void {
@@ -150,6 +157,7 @@ export abstract class SequenceInstance implements SlotHolder {
     this.#inFlight++;
     const real = rows.filter((r): r is SequenceRow => r !== undefined);
     for (const row of real) row.sequence.running = true;
+    this.#running += real.length;
     const ordering = this.#ordering;
     if (ordering !== undefined) for (const row of real) takePlace(ordering, row.request);
     if (isRequestExecutor(this.executor)) {
@@ -158,6 +166,7 @@ export abstract class SequenceInstance implements SlotHolder {
       this.#runningRequests += real.length;
       runSequenceRequests(this.model, this.executor, rows, (row, outcome) => {
         this.#runningRequests--;
+        this.#running--;
         row.sequence.running = false;
         row.sequence.steps++;
         const signal = row.request.request.signal;
@@ -181,6 +190,7 @@ export abstract class SequenceInstance implements SlotHolder {
     };
     const ran = (outcome: StepOutcome): void => {
       this.#inFlight--;
+      this.#running -= real.length;
       if (outcome.written === undefined) stepped();
       else {
         // The next batch may run while this one's state is written through (the rows'

@@ -68,6 +68,11 @@ abstract class FakeModel implements ServedModel {
     return this.#pending;
   }
 
+  /** A fake runs each request as it takes it. */
+  get running(): number {
+    return this.#pending;
+  }
+
   infer(request: InferRequest): Promise<InferResponse> {
     this.#pending++;
     let running: Promise<InferResponse>;

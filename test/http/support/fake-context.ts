@@ -67,6 +67,7 @@ export class FakeModel implements ServedModel {
   readonly outputs: readonly TensorMetadata[];
   readonly sequences: SequenceAdmin | undefined;
   readonly pending = 0;
+  readonly running = 0;
   /** Every request this model was asked to run, in order. */
   readonly requests: InferRequest[] = [];
   readonly #infer: InferFunction;
