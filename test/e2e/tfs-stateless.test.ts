@@ -22,6 +22,7 @@ before(async () => {
     one_half: { onnx: identityModel("FP16", [-1, 2]) },
     strings: { onnx: identityModel("BYTES", [-1, 2]) },
     string_scalar: { onnx: identityModel("BYTES", []) },
+    float_scalar: { onnx: identityModel("FP32", []) },
     ids: { onnx: identityModel("INT64", [-1, 2]) },
     unsigned_ids: { onnx: identityModel("UINT64", [-1, 2]) },
     // TF-Serving writes an output whose name ends in _bytes as {"b64": …}.
@@ -176,7 +177,7 @@ describe("REST predict on stateless models", () => {
     const hello = Buffer.from("hello").toString("base64");
     // Read as a scalar element, which a scalar input takes (its output comes back as [1]).
     const column = await post("/v1/models/string_scalar:predict", { inputs: { b64: hello } });
-    assert.deepEqual(column, { status: 200, json: { outputs: ["hello"] } });
+    assert.deepEqual(column, { status: 200, json: { outputs: "hello" } }, "the model's scalar, as a scalar");
     // Each instance one element: two instances stack to [2].
     const rows = await post("/v1/models/string_scalar:predict", { instances: [{ b64: hello }, "x"] });
     assert.deepEqual(rows, {
@@ -229,6 +230,31 @@ describe("REST predict on stateless models", () => {
       },
     });
     assert.deepEqual(Object.keys(grpc.outputs).sort(), ["output", "sequence_id"]);
+  });
+
+  it("a model's scalar output as a scalar, as OVMS answers it (the config, in Triton's form, has dims [1])", async () => {
+    const column = await post("/v1/models/float_scalar:predict", { inputs: { INPUT0: 2.5 } });
+    assert.deepEqual(column, { status: 200, json: { outputs: 2.5 } });
+    // TF-Serving's row writer refuses a tensor with no dimensions; rows keep the one element.
+    const rows = await post("/v1/models/float_scalar:predict", { instances: [2.5] });
+    assert.deepEqual(rows, { status: 200, json: { predictions: [2.5] } });
+    const grpc = await client.predict({
+      model_spec: { name: "float_scalar" },
+      inputs: { INPUT0: { dtype: "DT_FLOAT", tensor_shape: {}, float_val: [2.5] } },
+    });
+    assert.deepEqual(grpc.outputs.OUTPUT0?.tensor_shape, { dim: [] });
+    const metadata = await fetch(`${ovms.url}/v1/models/float_scalar/metadata`).then((r) => r.json());
+    const signature = (
+      metadata as {
+        metadata: {
+          signature_def: { signatureDef: Record<string, Record<string, Record<string, unknown>>> };
+        };
+      }
+    ).metadata.signature_def.signatureDef.serving_default!;
+    for (const side of ["inputs", "outputs"]) {
+      const [tensor] = Object.values(signature[side]!) as { tensorShape: unknown }[];
+      assert.deepEqual(tensor!.tensorShape, { dim: [], unknownRank: false }, side);
+    }
   });
 
   it('refuses what TF-Serving refuses, as {"error": …}', async () => {
@@ -390,6 +416,7 @@ describe("model status and metadata", () => {
     assert.deepEqual(Object.keys(all).sort(), [
       "add_sub",
       "divide",
+      "float_scalar",
       "ids",
       "one_float",
       "one_half",
@@ -486,6 +513,11 @@ describe("model status and metadata", () => {
       Object.keys(signature.inputs).sort(),
       ["input", "sr"],
       "special inputs are not model inputs",
+    );
+    assert.deepEqual(
+      signature.inputs.sr,
+      { name: "sr", dtype: "DT_INT64", tensor_shape: {} },
+      "the model's scalar has no dimensions, as in OVMS (the config, in Triton's form, has [1])",
     );
     const refused = await client.metadata({ model_spec: { name: "vad" }, metadata_field: ["other"] }).then(
       () => assert.fail("accepted"),

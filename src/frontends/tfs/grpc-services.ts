@@ -19,6 +19,7 @@ import type {
   TensorProtoMessage,
 } from "./messages.ts";
 import { modelStatus, type Signature, signatureOf } from "./model-info.ts";
+import { scalarOutputsAsModel } from "./model-scalars.ts";
 import { DEFAULT_SIGNATURE, findModel, type ModelSelector, predict, sequenceOf } from "./predict.ts";
 import {
   encodePredictResponse,
@@ -173,7 +174,9 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
         principal: principalOf(call.metadata),
       });
       const outputs: Record<string, TensorProtoMessage> = {};
-      for (const output of response.outputs) outputs[output.name] = encodeTensorProto(output);
+      for (const output of scalarOutputsAsModel(model.config, response.outputs)) {
+        outputs[output.name] = encodeTensorProto(output);
+      }
       if (sequenceId !== undefined) outputs[SEQUENCE_ID_INPUT] = sequenceIdProto(sequenceId);
       const answer: PredictResponseMessage = {
         model_spec: specOf(response.modelName, response.modelVersion),
@@ -201,7 +204,7 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
       metadata: {
         signature_def: {
           type_url: SIGNATURE_DEF_MAP_TYPE_URL,
-          value: encodeSignatureDefMap(signatureMessage(signatureOf(metadata))),
+          value: encodeSignatureDefMap(signatureMessage(signatureOf(metadata, model.config))),
         },
       },
     };

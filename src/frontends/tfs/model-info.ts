@@ -1,5 +1,7 @@
 import { notFound } from "../../core/errors.ts";
 import type { ModelMetadata, ModelRegistry, TensorMetadata } from "../../core/model.ts";
+import type { InputConfig, ModelConfig, OutputConfig } from "../../core/model-config.ts";
+import { isModelScalar } from "./model-scalars.ts";
 import { DEFAULT_SIGNATURE } from "./predict.ts";
 import { tfDtypeOf } from "./tf-dtype.ts";
 
@@ -61,13 +63,25 @@ export interface Signature {
   readonly methodName: string;
 }
 
-const tensorInfos = (tensors: readonly TensorMetadata[]): Map<string, TensorInfo> =>
-  new Map(tensors.map((t) => [t.name, { name: t.name, dtype: tfDtypeOf(t.datatype), dims: t.shape }]));
+function tensorInfos(
+  tensors: readonly TensorMetadata[],
+  configured: readonly (InputConfig | OutputConfig)[],
+  config: ModelConfig,
+): Map<string, TensorInfo> {
+  return new Map(
+    tensors.map((t) => {
+      const tensor = configured.find((c) => c.name === t.name);
+      const scalar = tensor !== undefined && isModelScalar(config, tensor);
+      return [t.name, { name: t.name, dtype: tfDtypeOf(t.datatype), dims: scalar ? [] : t.shape }];
+    }),
+  );
+}
 
-export function signatureOf(metadata: ModelMetadata): Signature {
+/** The model's signature; a tensor the model declares as a scalar has no dimensions, as in OVMS. */
+export function signatureOf(metadata: ModelMetadata, config: ModelConfig): Signature {
   return {
-    inputs: tensorInfos(metadata.inputs),
-    outputs: tensorInfos(metadata.outputs),
+    inputs: tensorInfos(metadata.inputs, config.inputs, config),
+    outputs: tensorInfos(metadata.outputs, config.outputs, config),
     methodName: "tensorflow/serving/predict",
   };
 }

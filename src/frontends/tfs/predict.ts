@@ -2,6 +2,7 @@ import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, SequenceControl, SequenceId } from "../../core/infer.ts";
 import type { ModelRegistry, ServedModel } from "../../core/model.ts";
 import type { Tensor } from "../../core/tensor.ts";
+import { scalarInputsAsConfigured } from "./model-scalars.ts";
 import { readSpecialInputs, type SpecialInput } from "./special-inputs.ts";
 
 // What REST and gRPC Predict share once each has read its wire format: finding the model
@@ -67,30 +68,11 @@ export interface PredictResult {
   readonly sequenceId: bigint | undefined;
 }
 
-/**
- * The inputs with a scalar given as a scalar: OVMS takes an input of the model's own rank
- * 0 (`make_tensor_proto(16000)`, a bare JSON number), where the model's config, as
- * Triton writes it, has dims [1] (Silero VAD's `sr`). Such a tensor is read as shape [1].
- */
-function scalarsAsConfigured(model: ServedModel, inputs: Map<string, Tensor>): Map<string, Tensor> {
-  let adjusted: Map<string, Tensor> | undefined;
-  for (const [name, tensor] of inputs) {
-    if (tensor.shape.length !== 0) continue;
-    const input = model.config.inputs.find((i) => i.name === name);
-    if (input === undefined || input.dims.length !== 1 || input.dims[0] !== 1) continue;
-    // Only where the config's shape is the whole shape: not batched, or shared by a batch.
-    if (model.config.maxBatchSize > 0 && input.shared !== true) continue;
-    adjusted ??= new Map(inputs);
-    adjusted.set(name, { ...tensor, shape: [1] } as Tensor);
-  }
-  return adjusted ?? inputs;
-}
-
 export async function predict(call: PredictCall): Promise<PredictResult> {
   const { sequence } = call;
   const request: InferRequest = {
     id: "",
-    inputs: scalarsAsConfigured(call.model, call.inputs),
+    inputs: scalarInputsAsConfigured(call.model.config, call.inputs),
     outputs: call.outputs,
     parameters: {},
     sequence,

@@ -17,6 +17,7 @@ import type { SourceTokens } from "../common/kserve/json-tensor.ts";
 import { routedSequenceId, SEQUENCE_ID_HEADER } from "../common/sequence-routing.ts";
 import { ovmsInvalid, TFS_HTTP_STATUS, tfsError } from "./error-status.ts";
 import { modelStatus, type Signature, signatureOf, type VersionStatus } from "./model-info.ts";
+import { scalarOutputsAsModel } from "./model-scalars.ts";
 import {
   DEFAULT_SIGNATURE,
   findModel,
@@ -386,7 +387,7 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
         const metadata = registry.metadata(model.name, model.version);
         return sendText(
           reply,
-          JSON.stringify(metadataJson(model.name, model.version, signatureOf(metadata))),
+          JSON.stringify(metadataJson(model.name, model.version, signatureOf(metadata, model.config))),
         );
       });
     },
@@ -455,7 +456,7 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
       });
       const body =
         decoded.rows === undefined
-          ? columnText(response.outputs, sequenceId)
+          ? columnText(scalarOutputsAsModel(model.config, response.outputs), sequenceId)
           : rowText(response.outputs, decoded.rows);
       return sendText(reply, body);
     } finally {
