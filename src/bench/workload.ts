@@ -1,14 +1,27 @@
 import { readFileSync } from "node:fs";
-import { allocateArray, type DataType, type NumericDataType } from "../core/datatype.ts";
+import { allocateArray, type DataType, elementByteSize, type NumericDataType } from "../core/datatype.ts";
 import type { TensorMetadata } from "../core/model.ts";
 import { elementCount, type Tensor } from "../core/tensor.ts";
 import { seeded } from "./seeded-random.ts";
 
 // What the benchmark sends: each step's inputs, made from the model's metadata. Fixed
 // values (`--input sr=16000`) and shapes for variable dims (`--shape input=1,512`) come
-// from the command line; the rest is seeded random data, or consecutive chunks of a WAV
-// file for the model's audio input. The same seed gives the same data on every run, so
-// answers can be checked against an in-process run of the same steps.
+// from the command line; the rest is seeded random data, or chunks of a WAV file for the
+// model's audio input. The same seed gives the same data on every run, so answers can be
+// checked against an in-process run of the same steps.
+//
+// The steps take turns with a fixed number of sets of inputs, each made once, as Triton's
+// perf_analyzer reuses the data it made: the load generator shares the machine with the
+// server, and making and encoding fresh data for every request cost it about as much CPU
+// as the server's own request handling (JSON: 40 % of its time went to formatting
+// floats). Clients may keep what they encode of a set: its tensors are the same objects
+// each time, never changed. There are up to MAX_SETS sets, fewer for large inputs.
+
+const MAX_SETS = 256;
+/** What the sets may hold in all, in bytes of tensor data. */
+const SETS_BYTES = 16 * 1024 * 1024;
+/** A guess at a BYTES element's size, for the bound above. */
+const BYTES_ELEMENT_GUESS = 16;
 
 export interface WorkloadOptions {
   /** Fixed values of inputs, by name. */
@@ -67,6 +80,9 @@ export class Workload {
   readonly #shapes = new Map<string, number[]>();
   readonly #audio: Float32Array | undefined;
   readonly #audioInput: string | undefined;
+  readonly #made = new Map<number, ReadonlyMap<string, Tensor>>();
+  /** How many sets of inputs the steps take turns with. */
+  readonly sets: number;
 
   constructor(inputs: readonly TensorMetadata[], options: WorkloadOptions) {
     this.#inputs = inputs;
@@ -77,6 +93,12 @@ export class Workload {
       const shape = given ? [...given] : input.shape.map((d) => (d < 0 ? 1 : d));
       this.#shapes.set(input.name, shape);
     }
+    let stepBytes = 0;
+    for (const input of inputs) {
+      const width = elementByteSize(input.datatype) ?? BYTES_ELEMENT_GUESS;
+      stepBytes += width * elementCount(this.#shapes.get(input.name)!);
+    }
+    this.sets = Math.max(1, Math.min(MAX_SETS, Math.floor(SETS_BYTES / Math.max(1, stepBytes))));
     for (const name of [...options.values.keys(), ...options.shapes.keys()]) {
       if (!inputs.some((i) => i.name === name)) throw new Error(`the model has no input '${name}'`);
     }
@@ -87,9 +109,21 @@ export class Workload {
     }
   }
 
-  /** The inputs of step `step` of sequence (or client) `sequence`. */
-  step(sequence: number, step: number): Map<string, Tensor> {
-    const random = seeded(this.#options.seed + sequence * 1_000_003 + step * 7919);
+  /** The inputs of step `step` of sequence (or client) `sequence`: one of the sets. */
+  step(sequence: number, step: number): ReadonlyMap<string, Tensor> {
+    // Consecutive steps of a sequence take consecutive sets (consecutive chunks of a WAV
+    // file), and neighbouring sequences start apart.
+    const set = (sequence * 7 + step) % this.sets;
+    let made = this.#made.get(set);
+    if (made === undefined) {
+      made = this.#make(set);
+      this.#made.set(set, made);
+    }
+    return made;
+  }
+
+  #make(set: number): ReadonlyMap<string, Tensor> {
+    const random = seeded(this.#options.seed + set * 7919);
     const tensors = new Map<string, Tensor>();
     for (const input of this.#inputs) {
       const shape = this.#shapes.get(input.name)!;
@@ -101,18 +135,18 @@ export class Workload {
         data: fixed
           ? fill(input.datatype, count, (i) => fixed[i % fixed.length]!)
           : input.name === this.#audioInput
-            ? this.#audioChunk(sequence, step, count)
+            ? this.#audioChunk(set, count)
             : randomData(input.datatype, count, random),
       });
     }
     return tensors;
   }
 
-  #audioChunk(sequence: number, step: number, count: number): Float32Array {
+  #audioChunk(set: number, count: number): Float32Array {
     const audio = this.#audio!;
     const out = new Float32Array(count);
-    // Each sequence reads the file from its own place, wrapping around.
-    const start = (sequence * 7919 + step) * count;
+    // Consecutive chunks of the file, wrapping around.
+    const start = set * count;
     for (let i = 0; i < count; i++) out[i] = audio[(start + i) % audio.length]!;
     return out;
   }

@@ -85,6 +85,20 @@ function check(answer: Answer): Answer {
 
 const quote = JSON.stringify;
 
+// An input's JSON text, kept with its tensor: the workload sends the same tensors again
+// (workload.ts), and formatting their floats was most of this client's work.
+const kserveTexts = new WeakMap<Tensor, string>();
+const tfsTexts = new WeakMap<Tensor, string>();
+
+function kept(texts: WeakMap<Tensor, string>, tensor: Tensor, make: () => string): string {
+  let text = texts.get(tensor);
+  if (text === undefined) {
+    text = make();
+    texts.set(tensor, text);
+  }
+  return text;
+}
+
 /** KServe sequence parameters as JSON members (no braces). */
 function sequenceMembers(sequence: BenchSequence, flags: StepFlags): string[] {
   if (sequence.id === undefined) return [];
@@ -178,7 +192,12 @@ export class KserveJsonClient implements BenchClient {
     const described: string[] = [];
     for (const [name, tensor] of inputs) {
       described.push(
-        `{"name":${quote(name)},"datatype":"${tensor.datatype}","shape":[${tensor.shape.join(",")}],"data":${jsonTensorData(tensor)}}`,
+        kept(
+          kserveTexts,
+          tensor,
+          () =>
+            `{"name":${quote(name)},"datatype":"${tensor.datatype}","shape":[${tensor.shape.join(",")}],"data":${jsonTensorData(tensor)}}`,
+        ),
       );
     }
     const body = Buffer.from(
@@ -296,7 +315,9 @@ export class TfsRestClient implements BenchClient {
     flags: StepFlags,
   ): Promise<Map<string, Tensor>> {
     const members: string[] = [];
-    for (const [name, tensor] of inputs) members.push(`${quote(name)}:${nestedJsonTensorData(tensor)}`);
+    for (const [name, tensor] of inputs) {
+      members.push(kept(tfsTexts, tensor, () => `${quote(name)}:${nestedJsonTensorData(tensor)}`));
+    }
     if (sequence.id !== undefined) {
       members.push(`"sequence_id":[${sequence.id}]`);
       const control = flags.start ? 1 : flags.end ? 2 : 0;
