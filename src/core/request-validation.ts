@@ -4,7 +4,6 @@ import type { InputConfig, ModelConfig } from "./model-config.ts";
 import {
   type BytesElements,
   elementCount,
-  formatShape,
   type NumericTensor,
   shapeInMessage,
   type Tensor,
@@ -45,10 +44,42 @@ function checkInputCount(config: ModelConfig, request: InferRequest): void {
   );
 }
 
-function matchesDims(dims: readonly number[], shape: readonly number[]): boolean {
-  if (dims.length !== shape.length) return false;
-  for (let i = 0; i < dims.length; i++) if (dims[i] !== -1 && dims[i] !== shape[i]) return false;
+/** Whether `shape` from dimension `from` on (past a batch dimension) matches `dims`. */
+function matchesDims(dims: readonly number[], shape: readonly number[], from: number): boolean {
+  if (dims.length !== shape.length - from) return false;
+  for (let i = 0; i < dims.length; i++) if (dims[i] !== -1 && dims[i] !== shape[from + i]) return false;
   return true;
+}
+
+/** What validateRequest looks up in a config on every request, made once per config. */
+interface ConfigIndex {
+  readonly inputsByName: ReadonlyMap<string, InputConfig>;
+  /** Every output's name: what a request that names none asks for. */
+  readonly outputNames: readonly string[];
+}
+
+const configIndexes = new WeakMap<ModelConfig, ConfigIndex>();
+
+function indexOf(config: ModelConfig): ConfigIndex {
+  let index = configIndexes.get(config);
+  if (index === undefined) {
+    index = {
+      inputsByName: new Map(config.inputs.map((input) => [input.name, input])),
+      outputNames: config.outputs.map((output) => output.name),
+    };
+    configIndexes.set(config, index);
+  }
+  return index;
+}
+
+/** The batch key part of a shape from dimension `from` on: the marked batch dimension may differ between requests. */
+function shapeKey(shape: readonly number[], from: number, marked: number | undefined): string {
+  let key = "[";
+  for (let i = from; i < shape.length; i++) {
+    if (i > from) key += ",";
+    key += i - from === marked ? "-1" : String(shape[i]);
+  }
+  return `${key}]`;
 }
 
 function reshaped(dims: readonly number[], target: readonly number[], shape: readonly number[]): number[] {
@@ -84,31 +115,18 @@ function rowsOf(input: InputConfig, tensor: Pick<Tensor, "shape">, model: string
   return tensor.shape[marked + 1] ?? 1;
 }
 
-/** The batch key part of a shape: the marked batch dimension may differ between requests. */
-function keyShape(input: InputConfig, shape: readonly number[]): readonly number[] {
-  const marked = input.markedBatchAxis;
-  if (marked === undefined) return shape;
-  const key = [...shape];
-  key[marked] = -1;
-  return key;
-}
-
-/**
- * The input's datatype and shape against its config; returns the shape without the batch
- * dimension (`batched`: the model batches this input).
- */
+/** The input's datatype and shape against its config (`batched`: the model batches this input). */
 function checkTypeAndShape(
   model: string,
   input: InputConfig,
   tensor: Pick<Tensor, "datatype" | "shape">,
   batched: boolean,
-): readonly number[] {
+): void {
   if (tensor.datatype !== input.datatype) {
     throw invalidArg(
       `inference input '${input.name}' data-type is '${tensor.datatype}', but model '${model}' expects '${input.datatype}'`,
     );
   }
-  const shape = batched ? tensor.shape.slice(1) : tensor.shape;
   for (const dim of tensor.shape) {
     if (dim < 0) {
       throw invalidArg(
@@ -116,7 +134,7 @@ function checkTypeAndShape(
       );
     }
   }
-  if (!matchesDims(input.dims, shape)) {
+  if (!matchesDims(input.dims, tensor.shape, batched ? 1 : 0)) {
     const expected = batched ? [-1, ...input.dims] : input.dims;
     const note = batched
       ? " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size."
@@ -125,7 +143,6 @@ function checkTypeAndShape(
       `unexpected shape for input '${input.name}' for model '${model}'. Expected ${shapeInMessage(expected)}, got ${shapeInMessage(tensor.shape)}.${note}`,
     );
   }
-  return shape;
 }
 
 /**
@@ -162,20 +179,18 @@ export function checkInputDescription(
 
 export function validateRequest(config: ModelConfig, request: InferRequest): ValidatedRequest {
   const model = config.name;
-  const outputNames: string[] = [];
-  if (request.outputs === undefined) {
-    for (const output of config.outputs) outputNames.push(output.name);
-  } else {
+  const index = indexOf(config);
+  let outputNames = index.outputNames;
+  if (request.outputs !== undefined) {
     for (const name of request.outputs) {
       if (!config.outputs.some((o) => o.name === name)) {
         throw invalidArg(`unexpected inference output '${name}' for model '${model}'`);
       }
-      outputNames.push(name);
     }
+    outputNames = request.outputs;
   }
 
-  const byName = new Map<string, InputConfig>();
-  for (const input of config.inputs) byName.set(input.name, input);
+  const byName = index.inputsByName;
   for (const name of request.inputs.keys()) {
     if (!byName.has(name)) throw invalidArg(`unexpected inference input '${name}' for model '${model}'`);
   }
@@ -208,13 +223,14 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
     }
   }
 
-  const inputs = new Map<string, Tensor>();
-  const keyParts: string[] = [];
+  // The request's own tensors serve as they are unless one must be reshaped for the model.
+  let inputs: Map<string, Tensor> | undefined;
+  let batchKey = "";
   for (const input of config.inputs) {
     const tensor = request.inputs.get(input.name);
     if (tensor === undefined) continue;
     const batched = batching && !input.shared;
-    const shape = checkTypeAndShape(model, input, tensor, batched);
+    checkTypeAndShape(model, input, tensor, batched);
     const count = elementCount(tensor.shape);
     const length =
       tensor.datatype === "BYTES"
@@ -225,22 +241,32 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
         `input '${input.name}' for model '${model}' has ${length} elements, but its shape ${shapeInMessage(tensor.shape)} needs ${count}`,
       );
     }
-    let modelShape: readonly number[] = shape;
-    if (input.reshape !== undefined) modelShape = reshaped(input.dims, input.reshape, shape);
-    const marked = batched && input.markedBatchAxis !== undefined;
-    const fullShape = batched && !marked ? [batch, ...modelShape] : modelShape;
-    inputs.set(input.name, fullShape === tensor.shape ? tensor : { ...tensor, shape: fullShape });
-    keyParts.push(
-      input.shared
+    const marked = batched ? input.markedBatchAxis : undefined;
+    let keyPart: string;
+    if (input.reshape === undefined && marked === undefined) {
+      // The model sees the client's shape: for a batched input, its batch dimension is the
+      // rows every input agreed on.
+      keyPart = input.shared
         ? `${input.name}=${valueKey(tensor)}`
-        : `${input.name}${formatShape(keyShape(input, modelShape))}`,
-    );
+        : `${input.name}${shapeKey(tensor.shape, batched ? 1 : 0, undefined)}`;
+    } else {
+      // Reshaped, or batched along a marked dimension (the leading 1 dropped).
+      const shape = batched ? tensor.shape.slice(1) : tensor.shape;
+      const modelShape = input.reshape === undefined ? shape : reshaped(input.dims, input.reshape, shape);
+      const fullShape = batched && marked === undefined ? [batch, ...modelShape] : modelShape;
+      inputs ??= new Map(request.inputs);
+      inputs.set(input.name, { ...tensor, shape: fullShape });
+      keyPart = input.shared
+        ? `${input.name}=${valueKey(tensor)}`
+        : `${input.name}${shapeKey(modelShape, 0, marked)}`;
+    }
+    batchKey = batchKey === "" ? keyPart : `${batchKey}|${keyPart}`;
   }
 
   return {
     rows: batching ? Math.max(batch, 1) : 1,
-    inputs,
+    inputs: inputs ?? request.inputs,
     outputNames,
-    batchKey: keyParts.join("|"),
+    batchKey,
   };
 }
