@@ -1,8 +1,12 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { MAX_REQUESTS_IN_FLIGHT } from "../../src/core/scheduler/dynamic-batcher.ts";
+import type { ExecutionOutcome, ExecutionRequest, RequestExecutor } from "../../src/core/executor.ts";
+import { validateRequest } from "../../src/core/request-validation.ts";
+import { DynamicBatcher, MAX_REQUESTS_IN_FLIGHT } from "../../src/core/scheduler/dynamic-batcher.ts";
+import { PendingRequest } from "../../src/core/scheduler/pending-request.ts";
+import { ModelStatistics } from "../../src/core/statistics.ts";
 import { turn } from "./support/batcher-harness.ts";
-import { PLAIN_DYNAMIC_BATCHING, plusOneBatcher } from "./support/plus-one-model.ts";
+import { PLAIN_DYNAMIC_BATCHING, plusOneBatcher, plusOneConfig } from "./support/plus-one-model.ts";
 
 // The stateless schedulers keep an instance fed: while it runs one batch, the next is
 // already with it, so its worker starts the next run without waiting for the main thread.
@@ -39,6 +43,59 @@ describe("stateless scheduling: the next batch waits in the instance", () => {
       answers.map((_, i) => 10 * i + 1),
     );
     assert.deepEqual(executor.batches, Array(count).fill(1));
+    assert.deepEqual([batcher.pending, batcher.running], [0, 0]);
+  });
+
+  it("model code that answers after its instance took the next batch (decoupled): its requests count as running until answered", async () => {
+    const answers: (() => void)[] = [];
+    const done: ExecutionOutcome = {
+      ok: true,
+      outputs: new Map(),
+      parameters: {},
+      state: undefined,
+      timings: { inputNs: 0, inferNs: 0, outputNs: 0 },
+    };
+    const executor: RequestExecutor = {
+      name: "later_0",
+      run: () => Promise.reject(new Error("takes requests")),
+      close: async () => {},
+      sequenceEnded() {},
+      onReplaced() {},
+      // The instance is free again at once; each request is answered when the test says.
+      async execute(requests: readonly ExecutionRequest[], settle) {
+        for (let i = 0; i < requests.length; i++) answers.push(() => settle(i, done));
+        return { inputNs: 0, inferNs: 0, outputNs: 0 };
+      },
+    };
+    const config = plusOneConfig(undefined);
+    const batcher = new DynamicBatcher({
+      config,
+      executors: [executor],
+      statistics: new ModelStatistics("plus", "1"),
+    });
+    const requests = [1, 2].map((value) => {
+      const request = {
+        id: String(value),
+        inputs: new Map([
+          ["INPUT", { datatype: "INT32" as const, shape: [1, 1], data: Int32Array.of(value) }],
+        ]),
+        outputs: undefined,
+        parameters: {},
+        sequence: undefined,
+      };
+      const pending = new PendingRequest(request, validateRequest(config, request));
+      batcher.enqueue(pending);
+      return pending.promise;
+    });
+    await turn();
+    await turn();
+    assert.equal(answers.length, 2, "both went to the instance");
+    assert.deepEqual([batcher.pending, batcher.running], [2, 2]);
+    answers[0]!();
+    await requests[0];
+    assert.deepEqual([batcher.pending, batcher.running], [1, 1]);
+    answers[1]!();
+    await requests[1];
     assert.deepEqual([batcher.pending, batcher.running], [0, 0]);
   });
 

@@ -214,12 +214,21 @@ export class DynamicBatcher implements Scheduler {
       instance.inFlight++;
       this.#running += batch.length;
       const { executor } = instance;
-      const run = isRequestExecutor(executor)
+      const requests = isRequestExecutor(executor);
+      if (requests) {
+        // Model code answers each request on its own time, a decoupled one maybe after
+        // the instance took its next batch: each request counts until it is settled.
+        const returned = (): void => {
+          this.#running--;
+        };
+        for (const pending of batch) pending.promise.then(returned, returned);
+      }
+      const run = requests
         ? runRequestBatch(executor, this.#statistics, batch)
         : runStatelessBatch(this.#config, executor, this.#statistics, batch);
       run.finally(() => {
         instance.inFlight--;
-        this.#running -= batch.length;
+        if (!requests) this.#running -= batch.length;
         this.#schedule();
       });
     }
