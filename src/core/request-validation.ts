@@ -82,6 +82,27 @@ function shapeKey(shape: readonly number[], from: number, marked: number | undef
   return `${key}]`;
 }
 
+/** Whether `inputs` (all of them the config's) come in the order of the config's inputs. */
+function inConfigOrder(config: ModelConfig, inputs: ReadonlyMap<string, Tensor>): boolean {
+  let at = 0;
+  for (const name of inputs.keys()) {
+    while (at < config.inputs.length && config.inputs[at]!.name !== name) at++;
+    if (at === config.inputs.length) return false;
+    at++;
+  }
+  return true;
+}
+
+/** The entries of `inputs`, which come in the config's order, before `name`. */
+function entriesBefore(inputs: ReadonlyMap<string, Tensor>, name: string): Map<string, Tensor> {
+  const before = new Map<string, Tensor>();
+  for (const [key, tensor] of inputs) {
+    if (key === name) break;
+    before.set(key, tensor);
+  }
+  return before;
+}
+
 function reshaped(dims: readonly number[], target: readonly number[], shape: readonly number[]): number[] {
   const variable: number[] = [];
   for (let i = 0; i < dims.length; i++) if (dims[i] === -1) variable.push(shape[i]!);
@@ -199,6 +220,9 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
   const batching = config.maxBatchSize > 0;
   let batch = 0;
   if (batching) {
+    // The first batched input sets the batch size, 0 included: every other must agree
+    // (an input of 0 rows beside one of 3 is refused in either order).
+    let first = true;
     for (const [name, tensor] of request.inputs) {
       const input = byName.get(name)!;
       if (input.shared) continue;
@@ -206,11 +230,12 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
         throw invalidArg(`input '${name}' has no shape but model requires batch dimension for '${model}'`);
       }
       const rows = rowsOf(input, tensor, model);
-      if (batch === 0) batch = rows;
+      if (first) batch = rows;
       else if (rows !== batch)
         throw invalidArg(`input '${name}' batch size does not match other inputs for '${model}'`);
+      first = false;
     }
-    if (batch === 0 && config.inputs.some((i) => !i.shared && request.inputs.has(i.name))) {
+    if (batch === 0 && !first) {
       throw invalidArg(`inference request batch-size must be > 0 for '${model}'`);
     }
     if (batch > config.maxBatchSize) {
@@ -223,8 +248,10 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
     }
   }
 
-  // The request's own tensors serve as they are unless one must be reshaped for the model.
-  let inputs: Map<string, Tensor> | undefined;
+  // The request's own tensors serve as they are, in the config's order (the order the
+  // model's code sees them in, and the first bad input an error names), unless one must
+  // be reshaped for the model.
+  let inputs: Map<string, Tensor> | undefined = inConfigOrder(config, request.inputs) ? undefined : new Map();
   let batchKey = "";
   for (const input of config.inputs) {
     const tensor = request.inputs.get(input.name);
@@ -242,6 +269,7 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
       );
     }
     const marked = batched ? input.markedBatchAxis : undefined;
+    let modelTensor = tensor;
     let keyPart: string;
     if (input.reshape === undefined && marked === undefined) {
       // The model sees the client's shape: for a batched input, its batch dimension is the
@@ -254,12 +282,13 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
       const shape = batched ? tensor.shape.slice(1) : tensor.shape;
       const modelShape = input.reshape === undefined ? shape : reshaped(input.dims, input.reshape, shape);
       const fullShape = batched && marked === undefined ? [batch, ...modelShape] : modelShape;
-      inputs ??= new Map(request.inputs);
-      inputs.set(input.name, { ...tensor, shape: fullShape });
+      modelTensor = { ...tensor, shape: fullShape };
+      inputs ??= entriesBefore(request.inputs, input.name);
       keyPart = input.shared
         ? `${input.name}=${valueKey(tensor)}`
         : `${input.name}${shapeKey(modelShape, 0, marked)}`;
     }
+    inputs?.set(input.name, modelTensor);
     batchKey = batchKey === "" ? keyPart : `${batchKey}|${keyPart}`;
   }
 

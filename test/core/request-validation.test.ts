@@ -1,0 +1,81 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import type { InferRequest } from "../../src/core/infer.ts";
+import type { InputConfig, ModelConfig } from "../../src/core/model-config.ts";
+import { validateRequest } from "../../src/core/request-validation.ts";
+import type { Tensor } from "../../src/core/tensor.ts";
+import { int32ModelConfig } from "./support/int32-model-config.ts";
+
+// What a request becomes once checked against its model: the batch size every batched
+// input agrees on, and the inputs as the model sees them, in the config's order.
+
+const input = (name: string): InputConfig => ({
+  name,
+  datatype: "INT32",
+  dims: [2],
+  optional: false,
+  allowRaggedBatch: false,
+  shared: false,
+});
+
+/** A model batching up to 4 rows of two INT32 inputs, A then B, two values per row. */
+const config: ModelConfig = { ...int32ModelConfig("pair", 4), inputs: [input("A"), input("B")] };
+
+const tensor = (rows: number): Tensor => ({
+  datatype: "INT32",
+  shape: [rows, 2],
+  data: new Int32Array(rows * 2),
+});
+
+const request = (inputs: [string, Tensor][]): InferRequest => ({
+  id: "",
+  inputs: new Map(inputs),
+  outputs: undefined,
+  parameters: {},
+  sequence: undefined,
+});
+
+describe("request validation", () => {
+  it("an input of no rows beside one of three is refused, whichever comes first", () => {
+    for (const inputs of [
+      [
+        ["A", tensor(0)],
+        ["B", tensor(3)],
+      ],
+      [
+        ["B", tensor(3)],
+        ["A", tensor(0)],
+      ],
+    ] as [string, Tensor][][]) {
+      assert.throws(
+        () => validateRequest(config, request(inputs)),
+        /batch size does not match other inputs for 'pair'/,
+        inputs.map(([name]) => name).join(", "),
+      );
+    }
+    assert.throws(
+      () =>
+        validateRequest(
+          config,
+          request([
+            ["A", tensor(0)],
+            ["B", tensor(0)],
+          ]),
+        ),
+      /inference request batch-size must be > 0 for 'pair'/,
+    );
+  });
+
+  it("gives the model its inputs in the config's order, whatever the client's", () => {
+    const validated = validateRequest(
+      config,
+      request([
+        ["B", tensor(2)],
+        ["A", tensor(2)],
+      ]),
+    );
+    assert.deepEqual([...validated.inputs.keys()], ["A", "B"]);
+    assert.equal(validated.rows, 2);
+    assert.equal(validated.batchKey, "A[2]|B[2]");
+  });
+});
