@@ -4,8 +4,8 @@ import type { Tensor } from "../../core/tensor.ts";
 
 // A model's scalars as OVMS shows them. A config in Triton's form cannot give a tensor
 // empty dims, so a tensor the model declares with rank 0 (Silero VAD's `sr`, a model's
-// scalar score) is configured as one element, dims [1], reshaped to a scalar for the model
-// (config/resolve/io-config.ts). OVMS reads shapes from the model itself: its metadata
+// scalar score) is configured as one element, dims [1] (or [1, 1], …), reshaped to a
+// scalar for the model (config/resolve/io-config.ts). OVMS reads shapes from the model itself: its metadata
 // shows such a tensor with no dimensions, a client sends it as a scalar
 // (`make_tensor_proto(16000)`, a bare JSON number) and gets it back as one. The TF-Serving
 // frontends do the same; KServe's keep Triton's [1].
@@ -13,13 +13,18 @@ import type { Tensor } from "../../core/tensor.ts";
 /** Whether the model declares `tensor` with rank 0 (and no batch dimension is added to it). */
 export function isModelScalar(config: ModelConfig, tensor: InputConfig | OutputConfig): boolean {
   const batched = config.maxBatchSize > 0 && !("shared" in tensor && tensor.shared === true);
-  return !batched && tensor.reshape?.length === 0 && tensor.dims.length === 1 && tensor.dims[0] === 1;
+  return !batched && tensor.reshape?.length === 0 && isOneElement(tensor.dims);
+}
+
+/** Dims of one element: [1], [1, 1], … */
+function isOneElement(dims: readonly number[]): boolean {
+  return dims.length > 0 && dims.every((dim) => dim === 1);
 }
 
 /**
  * The inputs with a scalar given as a scalar read as the one element their config has:
- * any input configured as dims [1] that gets no batch dimension (not only the model's own
- * scalars), as OVMS takes a scalar for a one-element input.
+ * any input configured with one element that gets no batch dimension (not only the
+ * model's own scalars), as OVMS takes a scalar for a one-element input.
  */
 export function scalarInputsAsConfigured(
   config: ModelConfig,
@@ -29,11 +34,11 @@ export function scalarInputsAsConfigured(
   for (const [name, tensor] of inputs) {
     if (tensor.shape.length !== 0) continue;
     const input = config.inputs.find((i) => i.name === name);
-    if (input === undefined || input.dims.length !== 1 || input.dims[0] !== 1) continue;
+    if (input === undefined || !isOneElement(input.dims)) continue;
     // Only where the config's shape is the whole shape: not batched, or shared by a batch.
     if (config.maxBatchSize > 0 && input.shared !== true) continue;
     adjusted ??= new Map(inputs);
-    adjusted.set(name, { ...tensor, shape: [1] } as Tensor);
+    adjusted.set(name, { ...tensor, shape: [...input.dims] } as Tensor);
   }
   return adjusted ?? inputs;
 }
@@ -49,7 +54,7 @@ export function scalarOutputsAsModel(
   let adjusted: NamedTensor[] | undefined;
   outputs.forEach((tensor, i) => {
     const output = config.outputs.find((o) => o.name === tensor.name);
-    if (output === undefined || !isModelScalar(config, output) || tensor.shape.length !== 1) return;
+    if (output === undefined || !isModelScalar(config, output) || tensor.shape.length === 0) return;
     adjusted ??= [...outputs];
     adjusted[i] = { ...tensor, shape: [] } as NamedTensor;
   });
