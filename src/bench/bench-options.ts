@@ -62,7 +62,8 @@ ONNX Runtime alone in this process at those batch sizes.
   --warmup <s>                 seconds before measuring (default 2)
   --input <name>=<v>[,<v>...]  a fixed value for an input (e.g. --input sr=16000)
   --shape <name>=<d>[,<d>...]  the client shape of an input with variable dims
-  --data random|<file.wav>     input data: seeded random (default), or a WAV file's audio
+  --data random|<file.wav>     input data: seeded random (default), or a WAV file's audio; made once,
+                               up to 256 sets of inputs the requests take turns with
   --audio-input <name>         the input the WAV audio feeds (default: the first FP32 input)
   --seed <n>                   random data seed (default 1)
   --verify                     check every answer against ONNX Runtime in this process (needs --model-repository)
