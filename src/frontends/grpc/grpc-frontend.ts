@@ -9,6 +9,7 @@ import { ResponseBudgets } from "../common/response-budget.ts";
 import { tfsGrpcServices } from "../tfs/grpc-services.ts";
 import { type GrpcListener, listenForGrpc } from "./connection-listener.ts";
 import { decompressionLimit } from "./decompression-limit.ts";
+import { widenFlowControlWindows } from "./flow-control-windows.ts";
 import { accessInterceptor } from "./grpc-access.ts";
 import { healthService } from "./health-service.ts";
 import { inferenceService } from "./inference-service.ts";
@@ -145,6 +146,7 @@ export function createGrpcFrontend(options: GrpcFrontendOptions): GrpcFrontend {
   const { context, logger } = options;
   const budgets = options.budgets ?? new ResponseBudgets(Number.POSITIVE_INFINITY);
   const server = new Server({ ...serverOptions(options), interceptors: interceptors(options, budgets) });
+  widenFlowControlWindows(server);
   const services: GrpcServiceRegistration[] = [
     inferenceService({
       context,

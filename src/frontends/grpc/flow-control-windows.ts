@@ -1,0 +1,46 @@
+import type { Http2SecureServer, Http2Server, ServerHttp2Session } from "node:http2";
+import type { Server, ServerCredentials } from "@grpc/grpc-js";
+
+// The gRPC port's HTTP/2 flow-control windows. Node's are 64 KiB, for each stream and
+// for the whole connection, and a client may send only that much until the server says
+// it has read it (a WINDOW_UPDATE, sent from the event loop). 64 clients' unary requests
+// on one connection, or 256 sequences on 16 streams, are more than 64 KiB in flight, so
+// every request waited for the event loop's next turn to let the next one in: the tail
+// of the latency was the window's. This sets both windows to 1 MiB, gRPC Java's
+// server default. A client can make a connection hold no more than that of data the
+// server has not read, and the number of connections is bounded (--grpc-max-connections).
+//
+// grpc-js's server has no option for this yet (grpc-node pull request #3058 adds
+// `grpc-node.flow_control_window`). Until then the windows are set on the HTTP/2 server
+// that grpc-js creates for a connection injector, through its `createHttp2Server`. With a
+// grpc-js that lacks that method, Node's windows stay, and the test of the windows fails.
+
+/** Both windows of every gRPC connection, in bytes. */
+export const GRPC_FLOW_CONTROL_WINDOW = 1024 * 1024;
+
+type Http2ServerOf = Http2Server | Http2SecureServer;
+
+interface Http2ServerFactory {
+  createHttp2Server?: (credentials: ServerCredentials) => Http2ServerOf;
+}
+
+/** Makes every HTTP/2 server `server` creates from now on open its sessions with `window`-byte windows. */
+export function widenFlowControlWindows(server: Server, window = GRPC_FLOW_CONTROL_WINDOW): void {
+  const factory = server as unknown as Http2ServerFactory;
+  const create = factory.createHttp2Server;
+  if (typeof create !== "function") return;
+  factory.createHttp2Server = (credentials) => {
+    const http2Server = create.call(server, credentials);
+    // Each stream's window, announced in the server's SETTINGS.
+    http2Server.updateSettings({ initialWindowSize: window });
+    // The connection's, which SETTINGS cannot change: a WINDOW_UPDATE as the session opens.
+    http2Server.on("session", (session: ServerHttp2Session) => {
+      try {
+        session.setLocalWindowSize(window);
+      } catch {
+        // A session already closing: there is nothing left to widen.
+      }
+    });
+    return http2Server;
+  };
+}
