@@ -1,6 +1,6 @@
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 import type { OvmsMetricsSettings } from "../config/ovms-metrics-config.ts";
-import type { ApiCall, ApiCallRecorder } from "../core/api-calls.ts";
+import { type ApiCall, type ApiCallRecorder, COUNTED_CALLS, type CountedCall } from "../core/api-calls.ts";
 import type { ModelRegistry, ServedModel } from "../core/model.ts";
 import { instanceCount } from "../core/model-config.ts";
 import type { RequestObserver } from "../core/scheduler/request-observer.ts";
@@ -15,16 +15,11 @@ import type { RequestObserver } from "../core/scheduler/request-observer.ts";
 /** OVMS's buckets: floor(10 × 1.8^i) µs, i = 0…32 (10 µs to about 1.5 hours). */
 const BUCKETS = Array.from({ length: 33 }, (_, i) => Math.floor(10 * 1.8 ** i));
 
-/** The methods OVMS counts per model, by API, and whether their series carry a version. */
-const METHODS: readonly (readonly [api: string, method: string, versioned: boolean])[] = [
-  ["TensorFlowServing", "Predict", true],
-  ["TensorFlowServing", "GetModelMetadata", true],
-  ["TensorFlowServing", "GetModelStatus", false],
-  ["KServe", "ModelInfer", true],
-  ["KServe", "ModelMetadata", true],
-  ["KServe", "ModelReady", false],
-];
 const TRANSPORTS = ["gRPC", "REST"] as const;
+/** Every counted call: [api, method, how it is counted]. */
+const COUNTED: readonly (readonly [string, string, CountedCall])[] = Object.entries(COUNTED_CALLS).flatMap(
+  ([api, calls]) => Object.entries(calls).map(([method, call]) => [api, method, call] as const),
+);
 
 type CallLabels = "api" | "interface" | "method" | "name" | "version";
 type ModelLabels = "name" | "version";
@@ -52,7 +47,7 @@ export function ovmsMetrics(registry: Registry, settings: OvmsMetricsSettings): 
           registers,
           collect(this: Counter<CallLabels>) {
             for (const model of served()) {
-              for (const [api, method, versioned] of METHODS) {
+              for (const [api, method, { versioned }] of COUNTED) {
                 for (const transport of TRANSPORTS) {
                   this.inc(
                     callLabels(api, transport, method, model.name, versioned ? model.version : undefined),

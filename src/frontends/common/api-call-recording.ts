@@ -1,4 +1,4 @@
-import type { ApiCallRecorder } from "../../core/api-calls.ts";
+import { type ApiCallRecorder, COUNTED_CALLS, type CountedApi } from "../../core/api-calls.ts";
 import type { ModelRegistry } from "../../core/model.ts";
 
 // A frontend's calls, recorded for metrics counted per API, method and transport (OVMS's
@@ -7,11 +7,22 @@ import type { ModelRegistry } from "../../core/model.ts";
 // have counts nowhere, as in OVMS.
 
 export interface CallSite {
-  readonly api: "KServe" | "TensorFlowServing";
+  readonly api: CountedApi;
   readonly transport: "REST" | "gRPC";
   readonly method: string;
   /** Whether its processing time is observed (inference calls). */
-  readonly timed?: boolean;
+  readonly timed: boolean;
+}
+
+/** A frontend's call sites: each counted call of `api`, over `transport`. */
+export function callSites<A extends CountedApi>(
+  api: A,
+  transport: CallSite["transport"],
+): Record<keyof (typeof COUNTED_CALLS)[A], CallSite> {
+  const calls: Record<string, { readonly timed: boolean }> = COUNTED_CALLS[api];
+  const sites: Record<string, CallSite> = {};
+  for (const [method, { timed }] of Object.entries(calls)) sites[method] = { api, transport, method, timed };
+  return sites as Record<keyof (typeof COUNTED_CALLS)[A], CallSite>;
 }
 
 /** Tells which model (and version, where the method has one) the call is about. */
@@ -42,7 +53,7 @@ async function recorded<T>(
   const record = (ok: boolean): void => {
     if (model === undefined) return;
     const { api, transport, method, timed } = site;
-    const durationUs = timed === true ? Math.round((performance.now() - start) * 1000) : undefined;
+    const durationUs = timed ? Math.round((performance.now() - start) * 1000) : undefined;
     recorder.record({
       api,
       transport,

@@ -5,12 +5,7 @@ import type { ModelLoadOptions, ModelMetadata, ServerContext, TensorMetadata } f
 import type { Refusals } from "../../core/refusals.ts";
 import type { SharedMemoryRegions } from "../../core/shared-memory.ts";
 import type { Logger } from "../../observability/logger.ts";
-import {
-  type CallSite,
-  type IdentifyModel,
-  recordCall,
-  recordReadiness,
-} from "../common/api-call-recording.ts";
+import { callSites, type IdentifyModel, recordCall, recordReadiness } from "../common/api-call-recording.ts";
 import { classificationFor, classifyOutputs } from "../common/kserve/classification.ts";
 import {
   cudaSharedMemoryStatus,
@@ -176,12 +171,8 @@ function byteCount(value: Int64 | undefined, field: string): number {
   return count;
 }
 
-/** The calls OpenVINO Model Server's metrics count per model, as they label them. */
-const GRPC_CALLS = {
-  ModelInfer: { api: "KServe", transport: "gRPC", method: "ModelInfer", timed: true },
-  ModelMetadata: { api: "KServe", transport: "gRPC", method: "ModelMetadata" },
-  ModelReady: { api: "KServe", transport: "gRPC", method: "ModelReady" },
-} as const satisfies Record<string, CallSite>;
+/** The calls OpenVINO Model Server's metrics count per model. */
+const GRPC_CALLS = callSites("KServe", "gRPC");
 
 /** Handlers of inference.GRPCInferenceService, ready to add to a grpc-js server. */
 export function inferenceService(options: InferenceServiceOptions): GrpcServiceRegistration {

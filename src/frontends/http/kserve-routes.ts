@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { invalidArg } from "../../core/errors.ts";
 import type { ModelLoadOptions, ServedModel, ServerContext } from "../../core/model.ts";
-import { type CallSite, recordCall, recordReadiness } from "../common/api-call-recording.ts";
+import { callSites, recordCall, recordReadiness } from "../common/api-call-recording.ts";
 import { watchDisconnect } from "../common/http/client-disconnect.ts";
 import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
 import { isJsonObject, readJsonBody } from "../common/http/json-body.ts";
@@ -43,12 +43,8 @@ export const MODEL_PATHS = ["/v2/models/:model", "/v2/models/:model/versions/:ve
 
 const EMPTY_BODY = Buffer.alloc(0);
 
-/** The calls OpenVINO Model Server's metrics count per model, as they label them. */
-const REST_CALLS = {
-  ModelInfer: { api: "KServe", transport: "REST", method: "ModelInfer", timed: true },
-  ModelMetadata: { api: "KServe", transport: "REST", method: "ModelMetadata" },
-  ModelReady: { api: "KServe", transport: "REST", method: "ModelReady" },
-} as const satisfies Record<string, CallSite>;
+/** The calls OpenVINO Model Server's metrics count per model. */
+const REST_CALLS = callSites("KServe", "REST");
 
 /** Triton's load parameters, as JSON strings: `config`, and files in base64. */
 function loadOptions(name: string, body: Buffer | undefined): ModelLoadOptions {

@@ -3,7 +3,7 @@ import { cancelled, invalidArg } from "../../core/errors.ts";
 import type { ServerContext } from "../../core/model.ts";
 import type { Tensor } from "../../core/tensor.ts";
 import type { Logger } from "../../observability/logger.ts";
-import { type CallSite, type IdentifyModel, recordCall } from "../common/api-call-recording.ts";
+import { callSites, type IdentifyModel, recordCall } from "../common/api-call-recording.ts";
 import { routedSequenceId, SEQUENCE_ID_METADATA } from "../common/sequence-routing.ts";
 import { principalOf } from "../grpc/grpc-access.ts";
 import { int64ToBigInt, int64ToNumber } from "../grpc/int64.ts";
@@ -117,12 +117,8 @@ function signatureMessage(signature: Signature): object {
   };
 }
 
-/** The calls OVMS counts per model, as its metrics label them. */
-const GRPC_CALLS = {
-  Predict: { api: "TensorFlowServing", transport: "gRPC", method: "Predict", timed: true },
-  GetModelMetadata: { api: "TensorFlowServing", transport: "gRPC", method: "GetModelMetadata" },
-  GetModelStatus: { api: "TensorFlowServing", transport: "gRPC", method: "GetModelStatus" },
-} as const satisfies Record<string, CallSite>;
+/** The calls OpenVINO Model Server's metrics count per model. */
+const GRPC_CALLS = callSites("TensorFlowServing", "gRPC");
 
 export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistration[] {
   const { context, logger } = options;

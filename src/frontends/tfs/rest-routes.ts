@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { invalidArg, ServerError } from "../../core/errors.ts";
 import type { ServedModel, ServerContext } from "../../core/model.ts";
 import type { Tensor } from "../../core/tensor.ts";
-import { type CallSite, type IdentifyModel, recordCall } from "../common/api-call-recording.ts";
+import { callSites, type IdentifyModel, recordCall } from "../common/api-call-recording.ts";
 import { watchDisconnect } from "../common/http/client-disconnect.ts";
 import { createErrorHandler } from "../common/http/error-reply.ts";
 import { isJsonObject, type JsonObject } from "../common/http/json-body.ts";
@@ -316,12 +316,8 @@ function servedOrUndefined(registry: ServerContext["registry"], path: ModelPath)
   }
 }
 
-/** The calls OVMS counts per model, as its metrics label them. */
-const REST_CALLS = {
-  Predict: { api: "TensorFlowServing", transport: "REST", method: "Predict", timed: true },
-  GetModelMetadata: { api: "TensorFlowServing", transport: "REST", method: "GetModelMetadata" },
-  GetModelStatus: { api: "TensorFlowServing", transport: "REST", method: "GetModelStatus" },
-} as const satisfies Record<string, CallSite>;
+/** The calls OpenVINO Model Server's metrics count per model. */
+const REST_CALLS = callSites("TensorFlowServing", "REST");
 
 export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOptions): Promise<void> {
   const { context } = options;
