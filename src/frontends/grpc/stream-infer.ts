@@ -102,15 +102,15 @@ export interface StreamInferOptions {
 
 /**
  * The tensor bytes a request holds: its raw contents, and its typed contents as the
- * decoder holds them (8 bytes a value; bytes elements at their length).
+ * decoder holds them (8 bytes a value; bytes elements at their length). What it reads
+ * from shared memory is bounded server-wide instead (--max-shared-memory-bytes), by the
+ * bytes actually read: the size a request names is not checked yet here, and a huge one
+ * would round the stream's count off.
  */
 function heldBytes(message: ModelInferRequestMessage): number {
   let bytes = 0;
   for (const raw of message.raw_input_contents ?? []) bytes += raw.byteLength;
   for (const input of message.inputs ?? []) {
-    // An input in shared memory is held too once read: counted by the size the request names.
-    const shared = input.parameters?.shared_memory_byte_size?.int64_param;
-    if (shared !== undefined) bytes += Math.max(0, int64ToNumber(shared));
     const contents = input.contents;
     if (contents === undefined || contents === null) continue;
     // Numbers count by how many there are: only bytes elements need a look each.
