@@ -32,7 +32,8 @@ export interface SharedMemoryRegions {
   /**
    * Unregisters one region, or every region when `name` is undefined; an unknown name is no
    * error. A region a request still uses goes when the last such request is done (Triton's
-   * "awaiting unregister"): until then its name stays taken and its slices keep working.
+   * "awaiting unregister"): until then its name stays taken and its slices keep working for
+   * those requests; new requests no longer find it.
    */
   unregister(name?: string): void;
   /** Every region, or the one named (NOT_FOUND when there is none). */

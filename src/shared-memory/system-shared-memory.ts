@@ -174,10 +174,16 @@ export class SystemSharedMemory implements SharedMemoryRegions {
   // For RequestUse: the region a request names, the server-wide count of bytes read, and
   // a request letting a region go.
 
-  /** The slice's region, with the slice checked against it. */
+  /**
+   * The slice's region, with the slice checked against it. A region being unregistered is
+   * not found: only the requests already holding it finish with it, so traffic cannot
+   * keep it, its descriptor and its name, for ever.
+   */
   region(slice: SharedMemorySlice): Region {
     const region = this.#regions.get(slice.region);
-    if (region === undefined) throw notFound(`Unable to find shared memory region: '${slice.region}'`);
+    if (region === undefined || region.unregistering) {
+      throw notFound(`Unable to find shared memory region: '${slice.region}'`);
+    }
     return checkSlice(region, slice);
   }
 
@@ -278,7 +284,7 @@ class RequestUse implements SharedMemoryUse {
     }
     // Through the region held since the request was read: unregistered meanwhile, it is
     // still open; registered again under its name, the new one is not written.
-    const region = this.#held.get(slice.region) ?? this.#region(slice);
+    const region = this.#region(slice);
     checkedEnd(region, slice);
     const start = region.offset + slice.offset;
     let done = 0;

@@ -100,6 +100,13 @@ describe("SystemSharedMemory", () => {
       failsWith("ALREADY_EXISTS", "shared memory region 'out' already in manager"),
     );
     assert.equal(openDescriptors(), descriptors + 1);
+    // A request that comes after does not find it: requests in turn cannot keep it alive.
+    const later = regions.use();
+    assert.throws(
+      () => later.hold({ region: "out", offset: 0, byteSize: 8 }),
+      failsWith("NOT_FOUND", "Unable to find shared memory region: 'out'"),
+    );
+    later.release();
     use.write({ region: "out", offset: 0, byteSize: 8 }, "OUT", new Uint8Array(8).fill(7));
     assert.deepEqual([...readFileSync(join(folder, "first"))], new Array(8).fill(7));
     use.release();
