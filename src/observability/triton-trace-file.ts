@@ -180,12 +180,14 @@ export function tritonTraceFile(path: string, onError: TraceFileError): TraceSin
   return {
     record(setting, model, version, record: RequestRecord): void {
       if (closed) return;
-      const array = arrayFor(setting);
-      // A trace is dropped while its file fails or the disk is far behind; it still counts
-      // toward its part's end, so a count that runs out, or a log frequency, ends the part
-      // (and a failed part gives way to a new file).
-      if (!array.failed && pendingBytes() < MAX_PENDING_BYTES)
-        writeTrace(array, setting, model, version, record);
+      // While the disk is far behind, a trace is dropped and no file is opened for it (with
+      // a log frequency of 1 every request would open one); it still counts toward a part
+      // already open. A trace whose file fails is dropped and counts too, so a count that
+      // runs out, or a log frequency, ends the part (and a failed part gives way to a new file).
+      const backlogged = pendingBytes() >= MAX_PENDING_BYTES;
+      const array = backlogged ? parts.get(setting) : arrayFor(setting);
+      if (array === undefined) return;
+      if (!array.failed && !backlogged) writeTrace(array, setting, model, version, record);
       if (array === main) return;
       array.traces++;
       const full = setting.logFrequency > 0 && array.traces === setting.logFrequency;
