@@ -126,7 +126,7 @@ export async function startServer(
         );
   const tracing = await createTracing(options.tracing, SEQSERVE_VERSION, logger, start.traceExporter);
   const observers: ObserverFactory[] = [(model, version) => tracing.observeRequests(model, version)];
-  if (metrics !== undefined) observers.unshift(metrics.observeRequests);
+  if (metrics !== undefined) observers.unshift(...metrics.observers);
   let repository: ModelRepository;
   let sequenceTier: SequenceTier | undefined;
   const sharedMemory = new SystemSharedMemory({

@@ -3,7 +3,7 @@ import type { MetricsSettings } from "../config/metrics-config.ts";
 import type { OvmsMetricsSettings } from "../config/ovms-metrics-config.ts";
 import type { ApiCallRecorder } from "../core/api-calls.ts";
 import { type ModelRegistry, SEQUENCE_END_REASONS } from "../core/model.ts";
-import type { RequestObserver } from "../core/scheduler/request-observer.ts";
+import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
 import { cpuMetrics } from "./cpu-metrics.ts";
 import { latencyMetrics } from "./latency-metrics.ts";
 import { ovmsMetrics } from "./ovms-metrics.ts";
@@ -41,8 +41,8 @@ export interface ServerMetrics {
   readonly registry: Registry;
   /** Where frontends record their calls, when OVMS's families are served. */
   readonly apiCalls?: ApiCallRecorder;
-  /** The observer a model version reports its requests to (models load after this exists). */
-  observeRequests(model: string, version: string): RequestObserver;
+  /** The observers a model version reports its requests to (models load after this exists). */
+  readonly observers: readonly RequestObserverFactory[];
   /** Publishes what is read from the models at scrape time. */
   watchModels(models: ModelRegistry): void;
   /** Stops the sampling timers. */
@@ -67,18 +67,7 @@ export function createMetricsRegistry(
   return {
     registry,
     ...(ovmsFamilies === undefined ? {} : { apiCalls: ovmsFamilies.apiCalls }),
-    observeRequests:
-      ovmsFamilies === undefined
-        ? latency
-        : (model, version) => {
-            const observers = [latency(model, version), ovmsFamilies.observeRequests(model, version)];
-            const watching = observers.filter((o) => o !== undefined);
-            return {
-              requestDone(record) {
-                for (const observer of watching) observer.requestDone(record);
-              },
-            };
-          },
+    observers: ovmsFamilies === undefined ? [latency] : [latency, ovmsFamilies.observeRequests],
     watchModels: (models) => {
       modelMetrics(registry, models, settings);
       ovmsFamilies?.watchModels(models);
