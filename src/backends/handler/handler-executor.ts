@@ -134,19 +134,27 @@ export class HandlerExecutor implements RequestExecutor {
     const limit = this.#options.initializeTimeoutMs;
     const timer = setTimeout(() => {
       if (worker !== this.#worker || this.#loaded) return;
-      const loading = this.#loading;
-      this.#loading = undefined;
-      loading?.reject(
+      this.#failLoad(
+        worker,
         internal(
           `model instance '${this.name}' did not finish loading its handler (its module and initialize()) within ${limit} ms (its handler_initialize_timeout_ms)`,
         ),
       );
-      void worker.terminate();
     }, limit);
+    // Settled by the load, its failure, or the worker's exit (#onExit).
     const stop = (): void => clearTimeout(timer);
     this.#ready.then(stop, stop);
-    worker.once("exit", stop);
     return this.#ready;
+  }
+
+  /** Fails the load under way on `worker`, and ends it: not a crash to report or restart from. */
+  #failLoad(worker: Worker, error: ServerError): void {
+    const loading = this.#loading;
+    this.#loading = undefined;
+    this.#ready = undefined;
+    this.#worker = undefined;
+    void worker.terminate();
+    loading?.reject(error);
   }
 
   run(): Promise<ExecutionResult> {
@@ -491,12 +499,8 @@ export class HandlerExecutor implements RequestExecutor {
         return;
       case "load-failed": {
         this.#logger.error({ stack: message.stack }, `handler failed to load: ${message.message}`);
-        const loading = this.#loading;
-        this.#loading = undefined;
-        this.#ready = undefined;
-        this.#worker = undefined;
-        void worker.terminate();
-        loading?.reject(
+        this.#failLoad(
+          worker,
           internal(
             `failed to load model instance '${this.name}' from '${this.#options.load.modelPath}': ${message.message}`,
           ),
