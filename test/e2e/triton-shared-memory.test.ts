@@ -10,7 +10,7 @@ import {
   rmSync,
   writeSync,
 } from "node:fs";
-import { after, before, describe, it } from "node:test";
+import { after, afterEach, before, describe, it } from "node:test";
 import { status } from "@grpc/grpc-js";
 import { DEFAULT_LIMITS, DEFAULT_SECURITY_OPTIONS } from "../../src/config/security-options.ts";
 import type {
@@ -119,6 +119,12 @@ describe("system shared memory", {
     client.close();
     await server.stop();
     for (const created of objects) created.unlink();
+  });
+  // Every request let go of the regions it used: unregistered, none is left waiting for one.
+  afterEach(async () => {
+    await client.unary("SystemSharedMemoryUnregister", {});
+    const listed = await fetch(`${server.url}/v2/systemsharedmemory/status`).then((r) => r.json());
+    assert.deepEqual(listed, [], "no region is still held by a request");
   });
 
   const register = (name: string, body: unknown) =>
@@ -770,6 +776,25 @@ describe("system shared memory is bounded by --max-shared-memory-bytes, not by t
         ),
         values,
       );
+      // Each read lets its bytes go when answered: three in turn fit under 8192.
+      for (let i = 0; i < 3; i++) {
+        const again = await fetch(`${server.url}/v2/models/floats/infer`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({
+            inputs: [
+              {
+                name: "INPUT0",
+                datatype: "FP32",
+                shape: [1, 1024],
+                parameters: { shared_memory_region: "big", shared_memory_byte_size: 4096 },
+              },
+            ],
+          }),
+        });
+        await again.arrayBuffer();
+        assert.equal(again.status, 200, `read ${i + 1}`);
+      }
       const refused = await infer(4096);
       assert.deepEqual(
         [refused.status, refused.body],
