@@ -752,33 +752,8 @@ describe("system shared memory is bounded by --max-shared-memory-bytes, not by t
           outputs: [{ name: "OUTPUT0", parameters: { binary_data: true } }],
         });
       // 4 KiB in, four times the body limit: read, and answered (in binary, as asked).
-      const read = await fetch(`${server.url}/v2/models/floats/infer`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({
-          inputs: [
-            {
-              name: "INPUT0",
-              datatype: "FP32",
-              shape: [1, 1024],
-              parameters: { shared_memory_region: "big", shared_memory_byte_size: 4096 },
-            },
-          ],
-          outputs: [{ name: "OUTPUT0", parameters: { binary_data: true } }],
-        }),
-      });
-      assert.equal(read.status, 200);
-      const body = Buffer.from(await read.arrayBuffer());
-      const headerLength = Number(read.headers.get("inference-header-content-length"));
-      assert.deepEqual(
-        new Float32Array(
-          body.buffer.slice(body.byteOffset + headerLength, body.byteOffset + body.byteLength),
-        ),
-        values,
-      );
-      // Each read lets its bytes go when answered: three in turn fit under 8192.
-      for (let i = 0; i < 3; i++) {
-        const again = await fetch(`${server.url}/v2/models/floats/infer`, {
+      const read4KiB = () =>
+        fetch(`${server.url}/v2/models/floats/infer`, {
           method: "POST",
           headers: { "content-type": "application/json" },
           body: JSON.stringify({
@@ -790,8 +765,22 @@ describe("system shared memory is bounded by --max-shared-memory-bytes, not by t
                 parameters: { shared_memory_region: "big", shared_memory_byte_size: 4096 },
               },
             ],
+            outputs: [{ name: "OUTPUT0", parameters: { binary_data: true } }],
           }),
         });
+      const read = await read4KiB();
+      assert.equal(read.status, 200);
+      const body = Buffer.from(await read.arrayBuffer());
+      const headerLength = Number(read.headers.get("inference-header-content-length"));
+      assert.deepEqual(
+        new Float32Array(
+          body.buffer.slice(body.byteOffset + headerLength, body.byteOffset + body.byteLength),
+        ),
+        values,
+      );
+      // Each read lets its bytes go when answered: three in turn fit under 8192.
+      for (let i = 0; i < 3; i++) {
+        const again = await read4KiB();
         await again.arrayBuffer();
         assert.equal(again.status, 200, `read ${i + 1}`);
       }
