@@ -19,7 +19,6 @@ import { withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse, streamError } from "./infer-response-encoder.ts";
-import { int64ToNumber } from "./int64.ts";
 import type { ModelInferRequestMessage, ModelStreamInferResponseMessage } from "./messages.ts";
 import { encodeStreamInferResponse } from "./proto-definitions.ts";
 import { resetCall } from "./reset-stream.ts";
