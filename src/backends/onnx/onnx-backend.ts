@@ -4,6 +4,7 @@ import type { ModelIo } from "../../core/model-io.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { ModelHosts } from "../worker/model-hosts.ts";
 import { checkModelFile, startInstances } from "../worker/model-instances.ts";
+import type { NativeHeapTrimmer } from "../worker/native-heap.ts";
 import { siblingModule } from "../worker/spawn-worker.ts";
 import { WorkerExecutor } from "../worker/worker-executor.ts";
 import { type OnnxSessionOptions, onnxSessionOptions } from "./session-options.ts";
@@ -17,8 +18,12 @@ import { checkStringInputs } from "./string-inputs.ts";
 const WORKER_ENTRY = siblingModule(import.meta.url, "onnx-worker");
 
 /** The worker threads that ONNX model instances share: at most `maxHosts` (0: one per instance). */
-export function onnxHosts(maxHosts: number, resourceLimits?: ResourceLimits): ModelHosts {
-  return new ModelHosts(WORKER_ENTRY, maxHosts, resourceLimits);
+export function onnxHosts(
+  maxHosts: number,
+  resourceLimits?: ResourceLimits,
+  trimmer?: NativeHeapTrimmer,
+): ModelHosts {
+  return new ModelHosts(WORKER_ENTRY, maxHosts, resourceLimits, trimmer);
 }
 
 export interface LoadOnnxModelOptions {

@@ -1,5 +1,6 @@
 import type { ResourceLimits, Worker } from "node:worker_threads";
 import type { FromWorkerMessage, ToWorkerMessage } from "./messages.ts";
+import { type NativeHeapTrimmer, workerHeapTrimmer } from "./native-heap.ts";
 import { spawnWorker } from "./spawn-worker.ts";
 
 // One worker thread hosting model instances, its tenants (worker-executor.ts). A tenant
@@ -9,7 +10,8 @@ import { spawnWorker } from "./spawn-worker.ts";
 // attach again (a fresh worker). A tenant that releases its link unloads its model; the
 // last one to leave ends the worker, by asking it to close (see worker-executor.ts for
 // why a worker is never terminated). Instances that share a host take turns on its
-// thread: model-hosts.ts places them.
+// thread: model-hosts.ts places them. A load, an unload or a worker's end leaves native
+// memory freed, which the host's trimmer hands back to the system (native-heap.ts).
 
 export interface Tenant {
   onMessage(message: FromWorkerMessage): void;
@@ -61,6 +63,7 @@ class Link implements HostLink {
 export class ModelHost {
   readonly #entry: URL;
   readonly #resourceLimits: ResourceLimits | undefined;
+  readonly #trimmer: NativeHeapTrimmer;
   #current: HostedWorker | undefined;
   #lastError: Error | undefined;
   #referenced = true;
@@ -69,9 +72,10 @@ export class ModelHost {
   /** Instances placed here (by model-hosts.ts), by key, with their model's name. */
   readonly placed = new Map<string, string>();
 
-  constructor(entry: URL, resourceLimits?: ResourceLimits) {
+  constructor(entry: URL, resourceLimits?: ResourceLimits, trimmer: NativeHeapTrimmer = workerHeapTrimmer) {
     this.#entry = entry;
     this.#resourceLimits = resourceLimits;
+    this.#trimmer = trimmer;
   }
 
   /** Attaches `instanceKey` to the current worker, starting one if none runs. */
@@ -97,14 +101,17 @@ export class ModelHost {
         unloading.get(message.instanceKey)?.();
         unloading.delete(message.instanceKey);
         this.updateReference();
+        this.#trimmer.soon();
         return;
       }
+      if (message.type === "loaded") this.#trimmer.soon();
       if (hosted === this.#current) this.#links.get(message.instanceKey)?.tenant.onMessage(message);
     });
     worker.on("error", (error) => {
       if (hosted === this.#current) this.#lastError = error;
     });
     worker.on("exit", (code) => {
+      this.#trimmer.soon();
       for (const unloaded of unloading.values()) unloaded();
       unloading.clear();
       if (hosted !== this.#current) return;

@@ -1,5 +1,6 @@
 import type { ResourceLimits } from "node:worker_threads";
 import { ModelHost } from "./model-host.ts";
+import { type NativeHeapTrimmer, workerHeapTrimmer } from "./native-heap.ts";
 
 // Which worker thread hosts each model instance. A worker costs about 14 MB before its
 // model does (8.6 MB for the thread, 5.7 MB for ONNX Runtime's binding), and runs one
@@ -14,13 +15,20 @@ export class ModelHosts {
   readonly #entry: URL;
   readonly #maxHosts: number;
   readonly #resourceLimits: ResourceLimits | undefined;
+  readonly #trimmer: NativeHeapTrimmer;
   readonly #hosts: ModelHost[] = [];
 
   /** `resourceLimits` bound each thread's JS heap: a thread that outgrows it dies and is replaced. */
-  constructor(entry: URL, maxHosts: number, resourceLimits?: ResourceLimits) {
+  constructor(
+    entry: URL,
+    maxHosts: number,
+    resourceLimits?: ResourceLimits,
+    trimmer: NativeHeapTrimmer = workerHeapTrimmer,
+  ) {
     this.#entry = entry;
     this.#maxHosts = maxHosts;
     this.#resourceLimits = resourceLimits;
+    this.#trimmer = trimmer;
   }
 
   /** The host for the instance `instanceKey` of `modelName`, which holds it until the instance closes. */
@@ -38,7 +46,7 @@ export class ModelHosts {
     }
     const roomForMore = this.#maxHosts === 0 || this.#hosts.length < this.#maxHosts;
     if (best === undefined || (best.placed.size > 0 && roomForMore)) {
-      best = new ModelHost(this.#entry, this.#resourceLimits);
+      best = new ModelHost(this.#entry, this.#resourceLimits, this.#trimmer);
       this.#hosts.push(best);
     }
     best.placed.set(instanceKey, modelName);
