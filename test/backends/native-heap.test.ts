@@ -7,74 +7,74 @@ import { addSubModel } from "../../tools/onnx/test-models.ts";
 import { modelFiles } from "./support/onnx-test-kit.ts";
 
 // Native memory freed by model loads and unloads is handed back to the system: once per
-// burst of loads, after a load and after an unload, and through glibc's malloc_trim where
-// the C library is glibc.
+// burst of loads, after a load, an unload and a worker's end, and through glibc's
+// malloc_trim where the C library is glibc.
 
 const models = modelFiles("seqserve-native-heap-");
 
-/** Resolves once `condition()` holds, checking each few milliseconds (bounded, so a failure is a failure, not a hang). */
-async function eventually(condition: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 500 && !condition(); i++) await new Promise((resolve) => setTimeout(resolve, 10));
-  assert.ok(condition(), what);
+/** A trimmer whose trims (not its binding) are counted in `counts.trims`, and its bindings in `counts.binds`. */
+function countingTrimmer(delayMs: number, possible = true) {
+  const counts = { trims: 0, binds: 0 };
+  const trimmer = new NativeHeapTrimmer(async (bindOnly) => {
+    if (bindOnly) counts.binds++;
+    else counts.trims++;
+    return possible;
+  }, delayMs);
+  return { trimmer, counts };
 }
 
 describe("NativeHeapTrimmer", () => {
-  test("a burst of frees makes one trim, after the last of them", (t) => {
+  test("a burst of frees makes one trim, after the last of them; the trim is bound at the first", (t) => {
     t.mock.timers.enable({ apis: ["setTimeout"] });
-    let trims = 0;
-    const trimmer = new NativeHeapTrimmer(() => {
-      trims++;
-      return true;
-    }, 100);
+    const { trimmer, counts } = countingTrimmer(100);
     trimmer.soon();
+    assert.deepEqual(counts, { trims: 0, binds: 1 }, "bound at once, trimmed later");
     t.mock.timers.tick(60);
     trimmer.soon();
     t.mock.timers.tick(60);
-    assert.equal(trims, 0, "the second free put the trim off");
+    assert.equal(counts.trims, 0, "the second free put the trim off");
     t.mock.timers.tick(40);
-    assert.equal(trims, 1);
+    assert.equal(counts.trims, 1);
     trimmer.soon();
     t.mock.timers.tick(100);
-    assert.equal(trims, 2, "a later free trims again");
+    assert.deepEqual(counts, { trims: 2, binds: 1 }, "a later free trims again, bound once");
   });
 
-  test("where trimming is not possible, it is tried once and never again", (t) => {
+  test("where trimming is not possible, nothing more is tried once binding says so", async (t) => {
     t.mock.timers.enable({ apis: ["setTimeout"] });
-    let tries = 0;
-    const trimmer = new NativeHeapTrimmer(() => {
-      tries++;
-      return false;
-    }, 10);
+    const { trimmer, counts } = countingTrimmer(10, false);
+    trimmer.soon();
+    await Promise.resolve();
     trimmer.soon();
     t.mock.timers.tick(10);
-    trimmer.soon();
-    t.mock.timers.tick(10);
-    assert.equal(tries, 1);
+    assert.deepEqual(counts, { trims: 0, binds: 1 });
   });
 
-  test("on Linux with glibc, malloc_trim is found and called", () => {
+  test("on Linux with glibc, malloc_trim is found and called", async () => {
     const header = (process.report.getReport() as { header?: { glibcVersionRuntime?: string } }).header;
-    const glibc = process.platform === "linux" && header?.glibcVersionRuntime !== undefined;
-    assert.equal(glibcMallocTrim(), glibc);
+    const trimmed = await glibcMallocTrim();
+    if (process.platform === "linux" && header?.glibcVersionRuntime !== undefined)
+      assert.equal(trimmed, true);
+    else if (process.platform !== "linux") assert.equal(trimmed, false);
   });
 });
 
 describe("model worker threads", () => {
-  test("trim after a model loads and after it unloads", async () => {
-    let trims = 0;
-    const trimmer = new NativeHeapTrimmer(() => {
-      trims++;
-      return true;
-    }, 1);
+  test("tell their trimmer after each load, an instance's unload and the thread's end", async () => {
+    let freed = 0;
+    const hosts = onnxHosts(1, undefined, { soon: () => freed++ });
     const loaded = await loadOnnxModel({
       modelName: "sums",
       modelPath: await models.file("sums", addSubModel("INT32", [1, 3])),
-      instanceCount: 1,
-      hosts: onnxHosts(1, undefined, trimmer),
+      instanceCount: 2,
+      hosts,
       logger: silentLogger(),
     });
-    await eventually(() => trims === 1, "a trim follows the load");
-    await Promise.all(loaded.executors.map((e) => e.close()));
-    await eventually(() => trims === 2, "a trim follows the unload");
+    assert.equal(freed, 2, "one per instance loaded");
+    // The first instance leaves a thread the second still holds: an unload, not an end.
+    await loaded.executors[0]!.close();
+    assert.equal(freed, 3, "the unload of one instance");
+    await loaded.executors[1]!.close();
+    assert.equal(freed, 4, "the thread's end");
   });
 });

@@ -4,7 +4,7 @@ import type { ModelIo } from "../../core/model-io.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { ModelHosts } from "../worker/model-hosts.ts";
 import { checkModelFile, startInstances } from "../worker/model-instances.ts";
-import type { NativeHeapTrimmer } from "../worker/native-heap.ts";
+import type { HeapTrimmer } from "../worker/native-heap.ts";
 import { siblingModule } from "../worker/spawn-worker.ts";
 import { WorkerExecutor } from "../worker/worker-executor.ts";
 import { type OnnxSessionOptions, onnxSessionOptions } from "./session-options.ts";
@@ -21,7 +21,7 @@ const WORKER_ENTRY = siblingModule(import.meta.url, "onnx-worker");
 export function onnxHosts(
   maxHosts: number,
   resourceLimits?: ResourceLimits,
-  trimmer?: NativeHeapTrimmer,
+  trimmer?: HeapTrimmer,
 ): ModelHosts {
   return new ModelHosts(WORKER_ENTRY, maxHosts, resourceLimits, trimmer);
 }

@@ -1,6 +1,6 @@
 import type { ResourceLimits, Worker } from "node:worker_threads";
 import type { FromWorkerMessage, ToWorkerMessage } from "./messages.ts";
-import { type NativeHeapTrimmer, workerHeapTrimmer } from "./native-heap.ts";
+import { type HeapTrimmer, workerHeapTrimmer } from "./native-heap.ts";
 import { spawnWorker } from "./spawn-worker.ts";
 
 // One worker thread hosting model instances, its tenants (worker-executor.ts). A tenant
@@ -63,7 +63,7 @@ class Link implements HostLink {
 export class ModelHost {
   readonly #entry: URL;
   readonly #resourceLimits: ResourceLimits | undefined;
-  readonly #trimmer: NativeHeapTrimmer;
+  readonly #trimmer: HeapTrimmer;
   #current: HostedWorker | undefined;
   #lastError: Error | undefined;
   #referenced = true;
@@ -72,7 +72,7 @@ export class ModelHost {
   /** Instances placed here (by model-hosts.ts), by key, with their model's name. */
   readonly placed = new Map<string, string>();
 
-  constructor(entry: URL, resourceLimits?: ResourceLimits, trimmer: NativeHeapTrimmer = workerHeapTrimmer) {
+  constructor(entry: URL, resourceLimits?: ResourceLimits, trimmer: HeapTrimmer = workerHeapTrimmer) {
     this.#entry = entry;
     this.#resourceLimits = resourceLimits;
     this.#trimmer = trimmer;

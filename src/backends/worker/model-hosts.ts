@@ -1,6 +1,6 @@
 import type { ResourceLimits } from "node:worker_threads";
 import { ModelHost } from "./model-host.ts";
-import { type NativeHeapTrimmer, workerHeapTrimmer } from "./native-heap.ts";
+import { type HeapTrimmer, workerHeapTrimmer } from "./native-heap.ts";
 
 // Which worker thread hosts each model instance. A worker costs about 14 MB before its
 // model does (8.6 MB for the thread, 5.7 MB for ONNX Runtime's binding), and runs one
@@ -15,7 +15,7 @@ export class ModelHosts {
   readonly #entry: URL;
   readonly #maxHosts: number;
   readonly #resourceLimits: ResourceLimits | undefined;
-  readonly #trimmer: NativeHeapTrimmer;
+  readonly #trimmer: HeapTrimmer;
   readonly #hosts: ModelHost[] = [];
 
   /** `resourceLimits` bound each thread's JS heap: a thread that outgrows it dies and is replaced. */
@@ -23,7 +23,7 @@ export class ModelHosts {
     entry: URL,
     maxHosts: number,
     resourceLimits?: ResourceLimits,
-    trimmer: NativeHeapTrimmer = workerHeapTrimmer,
+    trimmer: HeapTrimmer = workerHeapTrimmer,
   ) {
     this.#entry = entry;
     this.#maxHosts = maxHosts;
