@@ -739,34 +739,25 @@ describe("system shared memory is bounded by --max-shared-memory-bytes, not by t
         byte_size: 32768,
       });
       assert.equal(registered.status, 200);
-      const infer = (floats: number) =>
-        postJson(`${server.url}/v2/models/floats/infer`, {
-          inputs: [
-            {
-              name: "INPUT0",
-              datatype: "FP32",
-              shape: [1, floats],
-              parameters: { shared_memory_region: "big", shared_memory_byte_size: floats * 4 },
-            },
-          ],
-          outputs: [{ name: "OUTPUT0", parameters: { binary_data: true } }],
-        });
+      /** A request for `floats` FP32 values from the region, answered in binary. */
+      const request = (floats: number) => ({
+        inputs: [
+          {
+            name: "INPUT0",
+            datatype: "FP32",
+            shape: [1, floats],
+            parameters: { shared_memory_region: "big", shared_memory_byte_size: floats * 4 },
+          },
+        ],
+        outputs: [{ name: "OUTPUT0", parameters: { binary_data: true } }],
+      });
+      const infer = (floats: number) => postJson(`${server.url}/v2/models/floats/infer`, request(floats));
       // 4 KiB in, four times the body limit: read, and answered (in binary, as asked).
       const read4KiB = () =>
         fetch(`${server.url}/v2/models/floats/infer`, {
           method: "POST",
           headers: { "content-type": "application/json" },
-          body: JSON.stringify({
-            inputs: [
-              {
-                name: "INPUT0",
-                datatype: "FP32",
-                shape: [1, 1024],
-                parameters: { shared_memory_region: "big", shared_memory_byte_size: 4096 },
-              },
-            ],
-            outputs: [{ name: "OUTPUT0", parameters: { binary_data: true } }],
-          }),
+          body: JSON.stringify(request(1024)),
         });
       const read = await read4KiB();
       assert.equal(read.status, 200);
