@@ -270,25 +270,24 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
     }
     const marked = batched ? input.markedBatchAxis : undefined;
     let modelTensor = tensor;
-    let keyPart: string;
-    if (input.reshape === undefined && marked === undefined) {
-      // The model sees the client's shape: for a batched input, its batch dimension is the
-      // rows every input agreed on.
-      keyPart = input.shared
-        ? `${input.name}=${valueKey(tensor)}`
-        : `${input.name}${shapeKey(tensor.shape, batched ? 1 : 0, undefined)}`;
-    } else {
+    // The model sees the client's shape: for a batched input, its batch dimension is the
+    // rows every input agreed on, and the key is the shape past it.
+    let keyShape = tensor.shape;
+    let keyFrom = batched ? 1 : 0;
+    if (input.reshape !== undefined || marked !== undefined) {
       // Reshaped, or batched along a marked dimension (the leading 1 dropped).
       const shape = batched ? tensor.shape.slice(1) : tensor.shape;
       const modelShape = input.reshape === undefined ? shape : reshaped(input.dims, input.reshape, shape);
       const fullShape = batched && marked === undefined ? [batch, ...modelShape] : modelShape;
       modelTensor = { ...tensor, shape: fullShape };
       inputs ??= entriesBefore(request.inputs, input.name);
-      keyPart = input.shared
-        ? `${input.name}=${valueKey(tensor)}`
-        : `${input.name}${shapeKey(modelShape, 0, marked)}`;
+      keyShape = modelShape;
+      keyFrom = 0;
     }
     inputs?.set(input.name, modelTensor);
+    const keyPart = input.shared
+      ? `${input.name}=${valueKey(tensor)}`
+      : `${input.name}${shapeKey(keyShape, keyFrom, marked)}`;
     batchKey = batchKey === "" ? keyPart : `${batchKey}|${keyPart}`;
   }
 
