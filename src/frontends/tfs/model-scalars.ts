@@ -10,10 +10,14 @@ import type { Tensor } from "../../core/tensor.ts";
 // (`make_tensor_proto(16000)`, a bare JSON number) and gets it back as one. The TF-Serving
 // frontends do the same; KServe's keep Triton's [1].
 
+/** Whether the config's shape of `tensor` is its whole shape: not batched, or shared by a batch. */
+function unbatched(config: ModelConfig, tensor: InputConfig | OutputConfig): boolean {
+  return config.maxBatchSize === 0 || ("shared" in tensor && tensor.shared === true);
+}
+
 /** Whether the model declares `tensor` with rank 0 (and no batch dimension is added to it). */
 export function isModelScalar(config: ModelConfig, tensor: InputConfig | OutputConfig): boolean {
-  const batched = config.maxBatchSize > 0 && !("shared" in tensor && tensor.shared === true);
-  return !batched && tensor.reshape?.length === 0 && isOneElement(tensor.dims);
+  return unbatched(config, tensor) && tensor.reshape?.length === 0 && isOneElement(tensor.dims);
 }
 
 /** Dims of one element: [1], [1, 1], … */
@@ -34,9 +38,7 @@ export function scalarInputsAsConfigured(
   for (const [name, tensor] of inputs) {
     if (tensor.shape.length !== 0) continue;
     const input = config.inputs.find((i) => i.name === name);
-    if (input === undefined || !isOneElement(input.dims)) continue;
-    // Only where the config's shape is the whole shape: not batched, or shared by a batch.
-    if (config.maxBatchSize > 0 && input.shared !== true) continue;
+    if (input === undefined || !isOneElement(input.dims) || !unbatched(config, input)) continue;
     adjusted ??= new Map(inputs);
     adjusted.set(name, { ...tensor, shape: [...input.dims] } as Tensor);
   }
