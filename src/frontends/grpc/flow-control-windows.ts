@@ -8,7 +8,10 @@ import type { Server, ServerCredentials } from "@grpc/grpc-js";
 // every request waited for the event loop's next turn to let the next one in: the tail
 // of the latency was the window's. This sets both windows to 1 MiB, gRPC Java's
 // server default. A client can make a connection hold no more than that of data the
-// server has not read, and the number of connections is bounded (--grpc-max-connections).
+// server has not read (the connection's window caps all its streams together), so the
+// server holds at most --grpc-max-connections MiB of it: 4 GiB at the default of 4096
+// connections, against 256 MiB with Node's windows. An operator who needs a smaller
+// bound lowers the connection count.
 //
 // grpc-js's server has no option for this yet (grpc-node pull request #3058 adds
 // `grpc-node.flow_control_window`). Until then the windows are set on the HTTP/2 server
