@@ -78,8 +78,15 @@ class TraceArray {
   }
 }
 
-/** The sink writing to `path` (its folder made if missing; throws, naming it, when it cannot be). */
-export function tritonTraceFile(path: string, onError: TraceFileError): TraceSink {
+/**
+ * The sink writing to `path` (its folder made if missing; throws, naming it, when it cannot
+ * be); traces are dropped while `maxPendingBytes` wait for the disk.
+ */
+export function tritonTraceFile(
+  path: string,
+  onError: TraceFileError,
+  maxPendingBytes = MAX_PENDING_BYTES,
+): TraceSink {
   try {
     mkdirSync(dirname(path), { recursive: true });
   } catch (error) {
@@ -184,7 +191,7 @@ export function tritonTraceFile(path: string, onError: TraceFileError): TraceSin
       // a log frequency of 1 every request would open one); it still counts toward a part
       // already open. A trace whose file fails is dropped and counts too, so a count that
       // runs out, or a log frequency, ends the part (and a failed part gives way to a new file).
-      const backlogged = pendingBytes() >= MAX_PENDING_BYTES;
+      const backlogged = pendingBytes() >= maxPendingBytes;
       const array = backlogged ? parts.get(setting) : arrayFor(setting);
       if (array === undefined) return;
       if (!array.failed && !backlogged) writeTrace(array, setting, model, version, record);
