@@ -412,6 +412,16 @@ describe("model status and metadata", () => {
     );
     const none = await get("/v1/models/nope");
     assert.deepEqual([none.status, none.json.error], [404, "Model with requested name is not found"]);
+    // A path is percent-decoded once: "%2562" names "%62", no model (not "add_sub"), and a
+    // "%" left after decoding is a character of the name, not a malformed escape.
+    for (const path of ["/v1/models/add_su%2562", "/v1/models/%25E0", "/v1/models/add_sub/labels/%25E0x"]) {
+      const answer = await get(path);
+      assert.equal(
+        answer.status,
+        path.includes("labels") ? 200 : 404,
+        `${path}: ${JSON.stringify(answer.json)}`,
+      );
+    }
     const all = (await get("/v1/config")).json;
     assert.deepEqual(Object.keys(all).sort(), [
       "add_sub",

@@ -58,7 +58,10 @@ interface ModelPath extends ModelSelector {
   readonly action: string;
 }
 
-/** Reads `{m}[/versions/{v}|/labels/{l}]{rest}` (the part after /v1/models/). */
+/**
+ * Reads `{m}[/versions/{v}|/labels/{l}]{rest}` (the part after /v1/models/, which the router
+ * has percent-decoded already: a "%" left in it is part of the name).
+ */
 function parseModelPath(path: string): ModelPath {
   const match = /^([^/:]+)(?:\/versions\/([^/:]+)|\/labels\/([^/:]+))?(\/metadata|:[a-z]+)?$/.exec(path);
   if (match === null)
@@ -68,9 +71,9 @@ function parseModelPath(path: string): ModelPath {
     throw invalidArg(`Could not parse model version in request: '${version}' is not a version number`);
   }
   return {
-    name: decodeURIComponent(name!),
+    name: name!,
     version: version === undefined || Number(version) === 0 ? undefined : String(Number(version)),
-    label: label === undefined ? undefined : decodeURIComponent(label),
+    label,
     action: action ?? "",
   };
 }
