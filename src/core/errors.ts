@@ -39,6 +39,10 @@ export const ERROR_REASONS = [
   "sequence_ending",
   /** A START finds every sequence slot taken (and no room to wait). */
   "sequence_limit",
+  /** No model of the name is in the repository. */
+  "model_unknown",
+  /** The model has no such version. */
+  "version_unknown",
 ] as const;
 
 export type ErrorReason = (typeof ERROR_REASONS)[number];

@@ -2,7 +2,7 @@ import { existsSync, readFileSync, statSync } from "node:fs";
 import pLimit, { type LimitFunction } from "p-limit";
 import type { ModelControlMode, SingleModelOptions } from "../config/server-options.ts";
 import type { ModelBackend } from "../core/backend.ts";
-import { asServerError, invalidArg, notFound, ServerError, unavailable } from "../core/errors.ts";
+import { asServerError, invalidArg, ServerError, unavailable } from "../core/errors.ts";
 import type { LoadedModel } from "../core/loaded-model.ts";
 import type {
   ModelLoadOptions,
@@ -568,7 +568,10 @@ export class ModelRepository implements ModelRegistry {
 
   model(name: string, version?: string): ServedModel {
     const entry = this.#models.get(name);
-    if (entry === undefined) throw notFound(`Request for unknown model: '${name}' is not found`);
+    if (entry === undefined)
+      throw new ServerError("NOT_FOUND", `Request for unknown model: '${name}' is not found`, {
+        reason: "model_unknown",
+      });
     if (version === undefined || version === "") {
       let best: LoadedModel | undefined;
       for (const model of entry.versions.values())
@@ -588,7 +591,13 @@ export class ModelRepository implements ModelRegistry {
       ) {
         throw unavailable(`Request for unknown model: '${name}' version ${version} is not at ready state`);
       }
-      throw notFound(`Request for unknown model: '${name}' version ${version} is not found`);
+      throw new ServerError(
+        "NOT_FOUND",
+        `Request for unknown model: '${name}' version ${version} is not found`,
+        {
+          reason: "version_unknown",
+        },
+      );
     }
     return model;
   }

@@ -287,8 +287,14 @@ describe("REST predict on stateless models", () => {
       ],
       ["/v1/models/add_sub:predict", { inputs: [[1, 2, 3, 4]] }, 400, /has 2 inputs/],
       ["/v1/models/vad:predict", { instances: [{ sr: 16000 }] }, 400, /is stateful: send its inputs/],
-      ["/v1/models/nope:predict", { inputs: {} }, 404, /nope/],
-      ["/v1/models/add_sub/versions/9:predict", { inputs: {} }, 404, /version 9/],
+      // OVMS's texts for a model or version not there, as its status answers say.
+      ["/v1/models/nope:predict", { inputs: {} }, 404, /^Model with requested name is not found$/],
+      [
+        "/v1/models/add_sub/versions/9:predict",
+        { inputs: {} },
+        404,
+        /^Model with requested version is not found$/,
+      ],
       ["/v1/models/add_sub:classify", { inputs: {} }, 501, /classify is not served/],
     ];
     for (const [path, body, code, message] of cases) {
@@ -296,6 +302,12 @@ describe("REST predict on stateless models", () => {
       assert.equal(answer.status, code, `${path} ${JSON.stringify(body)}: ${JSON.stringify(answer.json)}`);
       assert.match(String(answer.json.error), message);
     }
+    const metadata = await get("/v1/models/nope/metadata");
+    assert.deepEqual([metadata.status, metadata.json.error], [404, "Model with requested name is not found"]);
+    await assert.rejects(client.predict({ model_spec: { name: "nope" }, inputs: {} }), {
+      code: status.NOT_FOUND,
+      details: "Model with requested name is not found",
+    });
   });
 });
 

@@ -35,13 +35,15 @@ const table = <T>(pick: (s: TfsStatus) => T): Readonly<Record<ErrorCode, T>> =>
 export const TFS_GRPC_STATUS: GrpcStatusTable = table((s) => s.grpc);
 export const TFS_HTTP_STATUS: HttpStatusTable = table((s) => s.http);
 
-/** OVMS's texts (status.cpp) for the refusals it words its own way. */
+/** OVMS's texts (status.cpp) for the refusals and lookups it words its own way. */
 export const OVMS_MESSAGES = {
   sequence_id_missing: "Sequence ID has not been provided in request inputs",
   sequence_unknown: "Sequence with provided ID does not exist",
   sequence_exists: "Sequence with provided ID already exists",
   sequence_ending: "Sequence last request is being processed and it's not available anymore",
   sequence_limit: "Max sequence number has been reached. Could not create new sequence.",
+  model_unknown: "Model with requested name is not found",
+  version_unknown: "Model with requested version is not found",
   control_value: "Unexpected value of sequence control input",
   id_field: "Could not find sequence id in expected tensor proto field uint64_val",
   control_field: "Could not find sequence control input in expected tensor proto field uint32_val",

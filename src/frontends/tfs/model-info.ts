@@ -1,6 +1,7 @@
 import { notFound } from "../../core/errors.ts";
 import type { ModelMetadata, ModelRegistry, TensorMetadata } from "../../core/model.ts";
 import type { InputConfig, ModelConfig, OutputConfig } from "../../core/model-config.ts";
+import { OVMS_MESSAGES } from "./error-status.ts";
 import { isModelScalar } from "./model-scalars.ts";
 import { DEFAULT_SIGNATURE } from "./predict.ts";
 import { tfDtypeOf } from "./tf-dtype.ts";
@@ -20,14 +21,10 @@ export interface VersionStatus {
   readonly errorMessage: string;
 }
 
-/** OVMS's texts for a model or version that is not there. */
-const MODEL_MISSING = "Model with requested name is not found";
-const VERSION_MISSING = "Model with requested version is not found";
-
 /** The status of every version of `name` (or of one). */
 export function modelStatus(registry: ModelRegistry, name: string, version?: string): VersionStatus[] {
   const entries = registry.index().filter((e) => e.name === name);
-  if (entries.length === 0) throw notFound(MODEL_MISSING);
+  if (entries.length === 0) throw notFound(OVMS_MESSAGES.model_unknown);
   const statuses: VersionStatus[] = entries.map((entry) => {
     const failed = entry.state === "UNAVAILABLE" && entry.reason !== "" && entry.reason !== "unloaded";
     const state: VersionState =
@@ -47,7 +44,7 @@ export function modelStatus(registry: ModelRegistry, name: string, version?: str
   });
   if (version === undefined) return statuses;
   const one = statuses.filter((s) => s.version === String(Number(version)));
-  if (one.length === 0) throw notFound(VERSION_MISSING);
+  if (one.length === 0) throw notFound(OVMS_MESSAGES.version_unknown);
   return one;
 }
 
