@@ -64,4 +64,37 @@ describe("an OVMS client that gives up on a stateful request", () => {
     assert.equal(await sumOf(await post(body(77, 4))), 5);
     assert.equal(await sumOf(await post(body(77, 8, 2))), 13);
   });
+
+  /** Sends `text` while the model's instance is busy, then gives up on it before it runs. */
+  async function giveUpWhileQueued(text: string): Promise<void> {
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    const gaveUp = new AbortController();
+    const abandoned = post(text, gaveUp.signal).catch((error: Error) => error.name);
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    gaveUp.abort();
+    assert.equal(await abandoned, "AbortError");
+  }
+
+  it("a START with its id, given up on before it ran, leaves no sequence: the retried START begins it", async () => {
+    // Two sequences' steps hold the instance: one runs, the other waits in its worker.
+    const running = post(body(80, 1, 1));
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    const next = post(body(84, 1, 1));
+    await giveUpWhileQueued(body(81, 5, 1));
+    assert.equal(await sumOf(await running), 1);
+    assert.equal(await sumOf(await next), 1);
+    assert.equal(await sumOf(await post(body(81, 5, 1))), 5, "the retried START is applied, once");
+    assert.equal(await sumOf(await post(body(81, 1, 2))), 6);
+    for (const id of [80, 84]) assert.equal(await sumOf(await post(body(id, 0, 2))), 1);
+  });
+
+  it("an END given up on before it ran leaves the sequence going on: the retried END applies", async () => {
+    // The END waits behind its sequence's step, which runs.
+    const running = post(body(82, 1, 1));
+    await giveUpWhileQueued(body(82, 7, 2));
+    assert.equal(await sumOf(await running), 1);
+    assert.equal(await sumOf(await post(body(82, 7, 2))), 8, "the retried END is applied, once");
+    const after = await post(body(82, 1));
+    assert.equal(after.status, 404, "and it ended the sequence");
+  });
 });

@@ -712,8 +712,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     // Handing over, the sequence goes on elsewhere: a stream cut by the shutdown does not end it.
     if (this.#handingOver) return;
     if (keepsSequenceOnCancel(request)) {
-      // An END dropped this way had already released the id: the sequence ends as it asked.
-      if (sequence.endReason !== undefined && sequence.idle) this.#finish(sequence);
+      this.#dropped(sequence, request);
       return;
     }
     this.#endNow(
@@ -721,6 +720,46 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       "cancelled",
       cancelled(`sequence ${formatSequenceId(sequence.id)} ended: one of its requests was cancelled`),
     );
+  }
+
+  /**
+   * An OVMS request dropped before it ran is undone, so that the client's retry applies
+   * it once: a START that named its id leaves no sequence (a retry would otherwise be
+   * refused as a START on a live id, and the sequence go on without the START's data);
+   * an END gives the sequence its id back (a retry would otherwise find no sequence, and
+   * the last step be lost). A server-assigned id ends with its failed START (#accept).
+   */
+  #dropped(sequence: Sequence, request: PendingRequest): void {
+    const control = request.request.sequence;
+    const key = idKey(sequence.id);
+    if (control?.start === true && control.id !== undefined && sequence.applied === 0) {
+      if (this.#live.get(key) === sequence) {
+        this.#endNow(
+          sequence,
+          "cancelled",
+          cancelled(`sequence ${formatSequenceId(sequence.id)} ended: its START request was dropped`),
+        );
+        return;
+      }
+    } else if (
+      control?.end === true &&
+      sequence.endReason === "end" &&
+      this.#ending.get(key) === sequence &&
+      !this.#live.has(key)
+    ) {
+      this.#ending.delete(key);
+      this.#recentEnds.forget(key);
+      sequence.endReason = undefined;
+      this.#live.set(key, sequence);
+      if (sequence.status === "ending") sequence.status = "active";
+      if (sequence.holder !== undefined && sequence.expiresAtMs === undefined) {
+        this.#byArrival.set(sequence, true);
+        this.#armIdleTimer();
+      }
+      return;
+    }
+    // Any other END dropped this way had already released the id: the sequence ends as it asked.
+    if (sequence.endReason !== undefined && sequence.idle) this.#finish(sequence);
   }
 
   runningRequestCancelled(sequence: Sequence, request: PendingRequest): void {
