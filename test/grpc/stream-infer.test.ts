@@ -2,13 +2,14 @@ import assert from "node:assert/strict";
 import { once } from "node:events";
 import { createServer, type Server, Socket } from "node:net";
 import { after, before, test } from "node:test";
-import { type ClientDuplexStream, status } from "@grpc/grpc-js";
+import { type ClientDuplexStream, Metadata, status } from "@grpc/grpc-js";
 import type { MethodDefinition } from "@grpc/proto-loader";
 import type {
   ModelInferRequestMessage,
   ModelStreamInferResponseMessage,
 } from "../../src/frontends/grpc/messages.ts";
 import { INFERENCE_SERVICE_NAME, packageDefinition } from "../../src/frontends/grpc/proto-definitions.ts";
+import { STREAM_ORDER_METADATA } from "../../src/frontends/grpc/stream-infer.ts";
 import { type Harness, startServer, TestClient } from "./support/grpc-harness.ts";
 import { RawGrpcStream } from "./support/raw-grpc-stream.ts";
 
@@ -158,6 +159,51 @@ test("one sequence can be spread over several streams", async () => {
   for (const stream of streams) stream.end();
   await Promise.all(streams.map(finished));
 });
+
+test(
+  "answered as they complete, a request refused before it runs still waits for its sequence's earlier answers",
+  WAIT,
+  async () => {
+    const slow = h.context.registry.slow;
+    slow.held.length = 0;
+    const metadata = new Metadata();
+    metadata.set(STREAM_ORDER_METADATA, "sequence");
+    const stream = h.client.stream(metadata);
+    const done = finished(stream);
+    const early = collect(stream, 3);
+    const sequence7 = { sequence_id: { int64_param: "7" } };
+    stream.write({ model_name: "slow", id: "7-held", parameters: sequence7, inputs: [] });
+    // Refused by the decoder (no data for its input) before it reaches the model.
+    stream.write({
+      model_name: "slow",
+      id: "7-refused",
+      parameters: sequence7,
+      inputs: [{ name: "x", datatype: "INT32", shape: [2] }],
+    });
+    // Another sequence, a request of no sequence, and one whose sequence id cannot be
+    // read: none of them waits for sequence 7.
+    stream.write(step(8n, 1, true, true, "8-only"));
+    stream.write({ model_name: "echo", id: "stateless", inputs: [int32("x", 1)] });
+    stream.write({
+      model_name: "slow",
+      id: "malformed",
+      parameters: { sequence_id: { bool_param: true } },
+      inputs: [],
+    });
+    const earlyIds = (await early).map((r) => r.infer_response?.id ?? "");
+    assert.deepEqual(earlyIds.toSorted(), ["8-only", "malformed", "stateless"]);
+    await slow.waitForHeld(1);
+    const late = collect(stream, 2);
+    slow.releaseAll();
+    const [held, refused] = await late;
+    assert.equal(held?.infer_response?.id, "7-held");
+    assert.equal(held?.error_message ?? "", "");
+    assert.equal(refused?.infer_response?.id, "7-refused");
+    assert.match(refused?.error_message ?? "", /unable to find data for input tensor 'x'/);
+    stream.end();
+    assert.equal((await done).code, status.OK);
+  },
+);
 
 test("a stream ends with OK only after its last request is answered", WAIT, async () => {
   const slow = h.context.registry.slow;

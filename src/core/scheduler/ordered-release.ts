@@ -13,6 +13,11 @@ export class OrderedRelease {
     return this.#issued++;
   }
 
+  /** Every ticket issued has been released. */
+  get settled(): boolean {
+    return this.#next === this.#issued;
+  }
+
   /** Runs `release` once every earlier ticket has been released. */
   complete(ticket: number, release: () => void): void {
     this.#ready.set(ticket, release);

@@ -22,6 +22,7 @@ import { encodeInferResponse, streamError } from "./infer-response-encoder.ts";
 import type { ModelInferRequestMessage, ModelStreamInferResponseMessage } from "./messages.ts";
 import { encodeStreamInferResponse } from "./proto-definitions.ts";
 import { resetCall } from "./reset-stream.ts";
+import { namedSequenceId, SequenceOrders } from "./sequence-orders.ts";
 
 // One ModelStreamInfer call. Requests start as they arrive, so many requests (of many
 // sequences) are in flight on one stream, and their answers are written in the order the
@@ -145,6 +146,8 @@ export class StreamInferSession {
   readonly #controller = new AbortController();
   /** Answers leave in request order. */
   readonly #order = new OrderedRelease();
+  /** As they complete: each sequence's answers in its order (sequence-orders.ts). */
+  readonly #sequenceOrders = new SequenceOrders();
   /** Answers whose turn has come, waiting for the one being written. */
   readonly #outbox = new Deque<Outgoing>();
   /** The answer with grpc-js (written, its callback not yet called). */
@@ -222,10 +225,13 @@ export class StreamInferSession {
       this.#answered(bytes);
     };
     this.#updateFlow();
-    const turn = this.#requestOrder ? this.#order.issue() : -1;
+    // In request order every request takes its place now; as they complete, a request of a
+    // sequence takes one in its sequence's order once its sequence is known.
+    let order = this.#requestOrder ? this.#order : undefined;
+    let turn = order === undefined ? -1 : order.issue();
     let pending: Promise<InferResponse>;
-    let model: ServedModel;
-    let request: InferRequest;
+    let model: ServedModel | undefined;
+    let request: InferRequest | undefined;
     try {
       // The model first, as Triton finds it before reading the inputs (and shared memory's
       // inputs are checked against it before they are read).
@@ -247,9 +253,13 @@ export class StreamInferSession {
       );
       if (model.decoupled === true) {
         // Its responses go out as they come: it holds no place in the order.
-        if (turn >= 0) this.#order.complete(turn, () => {});
+        order?.complete(turn, () => {});
         this.#relay(model, request, message.id, answered, { classification, sharedMemory: sharedOutputs });
         return;
+      }
+      if (!this.#requestOrder) {
+        order = this.#sequenceOrders.of(model, request.sequence?.id);
+        if (order !== undefined) turn = order.issue();
       }
       const answer = model.infer(request);
       pending =
@@ -257,28 +267,42 @@ export class StreamInferSession {
           ? answer
           : answer.then((response) => classifyOutputs(response, classification));
     } catch (error) {
-      this.#answerInTurn(turn, this.#failure(error, message.id), answered);
+      // Refused before it took a place in its sequence's order: it takes one now, behind
+      // the requests of its sequence still waiting. Its id is read from the message when it
+      // was refused before that; one that cannot be read is answered at once.
+      if (order === undefined && !this.#requestOrder) {
+        const routed = model?.sequences === undefined ? undefined : this.#routedId;
+        order = this.#sequenceOrders.of(model, namedSequenceId(message) ?? routed);
+        if (order !== undefined) turn = order.issue();
+      }
+      this.#answerInTurn(order, turn, this.#failure(error, message.id), answered);
       return;
     }
     pending.then(
       (response) =>
         this.#answerInTurn(
+          order,
           turn,
           this.#prepare(response, message.id, model, request, sharedOutputs),
           answered,
         ),
-      (error: unknown) => this.#answerInTurn(turn, this.#failure(error, message.id), answered),
+      (error: unknown) => this.#answerInTurn(order, turn, this.#failure(error, message.id), answered),
     );
   }
 
-  /** Writes the answer once every earlier request has been answered (turn -1: at once). */
-  #answerInTurn(turn: number, outgoing: Outgoing | undefined, answered: () => void): void {
+  /** Writes the answer once every request before `turn` in `order` has been answered (no order: at once). */
+  #answerInTurn(
+    order: OrderedRelease | undefined,
+    turn: number,
+    outgoing: Outgoing | undefined,
+    answered: () => void,
+  ): void {
     const write = (): void => {
       if (outgoing !== undefined) this.#send(outgoing);
       answered();
     };
-    if (turn < 0) write();
-    else this.#order.complete(turn, write);
+    if (order === undefined) write();
+    else order.complete(turn, write);
   }
 
   /**
