@@ -26,6 +26,13 @@ export interface SequenceControl {
    * recorded answer instead of running again (exactly-once retries).
    */
   readonly step?: number;
+  /**
+   * Told, during admission, that the scheduler took this START: from then on the id
+   * names the sequence it began (a live sequence of that id has ended, reason "restart").
+   * A START refused before (invalid, another caller's id, no room) began nothing and
+   * is not told; one that fails later was taken all the same.
+   */
+  readonly onStarted?: () => void;
 }
 
 /**

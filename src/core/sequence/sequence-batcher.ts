@@ -340,6 +340,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     }
 
     this.#accept(sequence, pending, control?.id === undefined);
+    if (starts) control?.onStarted?.();
     sequence.lastArrivalMs = Date.now();
     if (end) {
       sequence.endReason = "end";

@@ -126,6 +126,7 @@ export class RunningSums implements SequenceAdmin {
     if (control.start) {
       if (this.has(id)) this.#finish(id, "restart");
       this.#sums.set(key(id), { id, sum: 0 });
+      control.onStarted?.();
     } else if (!this.has(id)) {
       throw invalidArg(
         `inference request for sequence ${formatSequenceId(id)} to model '${model}' must specify the START flag on the first request of the sequence`,

@@ -295,7 +295,6 @@ export class StreamConnection {
     }
     if (entry.starts) {
       this.#startRunning = true;
-      if (this.#id !== undefined) this.#claim(this.#id, true);
     } else if (this.#ownerKey !== undefined && !this.#owners.owns(this.#ownerKey, this)) {
       this.#takenOver(entry);
       return;
@@ -360,6 +359,7 @@ export class StreamConnection {
       start: entry.starts,
       end: entry.ends,
       timeoutUs: request.sequence?.timeoutUs,
+      ...(entry.starts && this.#id !== undefined ? { onStarted: this.#startTaken } : {}),
     };
     // Everything else (the caller, its trace context) goes with the request as it came.
     return { ...request, parameters, sequence };
@@ -566,9 +566,19 @@ export class StreamConnection {
   }
 
   /**
-   * Claims the sequence's id for this stream: at once for a start with the client's id
-   * (the core restarts a sequence another stream holds), and for a server-assigned id only
-   * if no stream has taken it meanwhile.
+   * A start with the client's id took it: the core has restarted any sequence another
+   * stream held under it. (A start it refused, say an invalid one or one with another
+   * caller's id, left that sequence and its stream alone.) A stream already closed claims
+   * nothing: its aborted signal makes the core cancel the start, which ends the sequence.
+   */
+  readonly #startTaken = (): void => {
+    if (!this.#closed && this.#id !== undefined) this.#claim(this.#id, true);
+  };
+
+  /**
+   * Claims the sequence's id for this stream: for a start with the client's id, once the
+   * core has taken the start, whoever held it; for a server-assigned id only if no
+   * stream has taken it meanwhile.
    */
   #claim(id: SequenceId, start: boolean): void {
     const key = SequenceOwners.key(this.#model, id);
