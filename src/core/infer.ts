@@ -33,6 +33,12 @@ export interface SequenceControl {
    * is not told; one that fails later was taken all the same.
    */
   readonly onStarted?: () => void;
+  /**
+   * The sequence this START begins ends (reason "forced") if the START fails, as one with
+   * a server-assigned id does: for a client that never continues a sequence whose start
+   * failed (a WebSocket stream starts again). Otherwise, as in Triton, it stays live.
+   */
+  readonly endIfStartFails?: boolean;
 }
 
 /**

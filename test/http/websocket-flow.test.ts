@@ -143,6 +143,39 @@ describe("WebSocket streams: closing, back-pressure and limits", { timeout: 30_0
     );
   });
 
+  it("a start that fails in the model still takes the id over, and its sequence ends with it", async () => {
+    const old = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=relay");
+    old.send(message([1]));
+    assert.equal(await sum(old), 1);
+    const fresh = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=relay");
+    fresh.send({
+      id: "broken",
+      parameters: { step_fails: true },
+      inputs: [{ name: "INPUT", datatype: "INT32", shape: [1], data: [100] }],
+    });
+    assert.deepEqual(await fresh.nextText(), { error: "the step failed on purpose", id: "broken" });
+    // The start reached the model: the old stream's sequence was restarted, and the
+    // failed start's sequence is gone too.
+    assert.deepEqual(
+      model.sums.ends.filter((e) => e.id === "relay"),
+      [
+        { id: "relay", reason: "restart" },
+        { id: "relay", reason: "forced" },
+      ],
+    );
+    old.send(message([2], "late"));
+    assert.deepEqual(await old.nextText(), {
+      error: "sequence relay of model 'running_sum' was started again by another stream",
+      id: "late",
+    });
+    assert.equal((await old.closed).code, 4410);
+    fresh.send(message([5]));
+    assert.equal(await sum(fresh), 5, "the next message starts the sequence again");
+    await fresh.close();
+    await until(() => !model.sums.has("relay"), "the sequence to end");
+    assert.deepEqual(model.sums.ends.filter((e) => e.id === "relay").at(-1), { id: "relay", reason: "end" });
+  });
+
   it("stops reading while 64 messages are in flight, and answers them all in order", async () => {
     const client = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=flood");
     client.send(message([0]));

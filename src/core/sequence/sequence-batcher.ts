@@ -339,7 +339,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       sequence = existing!;
     }
 
-    this.#accept(sequence, pending, control?.id === undefined);
+    const endIfStartFails = control?.id === undefined || (starts && control.endIfStartFails === true);
+    this.#accept(sequence, pending, endIfStartFails);
     if (starts) control?.onStarted?.();
     sequence.lastArrivalMs = Date.now();
     if (end) {
@@ -361,16 +362,20 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     sequence.holder?.wake(sequence);
   }
 
-  /** Takes `pending` into `sequence`'s queue: counted and cancellable. */
-  #accept(sequence: Sequence, pending: PendingRequest, assigned: boolean): void {
+  /**
+   * Takes `pending` into `sequence`'s queue: counted and cancellable. `endIfStartFails`:
+   * the request is a START that nobody would continue if it failed.
+   */
+  #accept(sequence: Sequence, pending: PendingRequest, endIfStartFails: boolean): void {
     this.#pending++;
     pending.promise.then(
       () => this.#settled(),
       () => {
         this.#settled();
-        // The failed START was the only place its server-assigned id would have been
-        // told to the client: nobody can continue or end the sequence, so end it now.
-        if (assigned && this.#all.has(sequence)) {
+        // A failed START with a server-assigned id was the only place the id would have
+        // been told to the client, and a client may say it starts again rather than go
+        // on: nobody would continue or end the sequence, so it ends now.
+        if (endIfStartFails && this.#all.has(sequence)) {
           this.#endNow(
             sequence,
             "forced",

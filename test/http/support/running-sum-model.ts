@@ -1,5 +1,5 @@
 import { cancelled, invalidArg, ServerError } from "../../../src/core/errors.ts";
-import type { InferRequest, InferResponse, SequenceId } from "../../../src/core/infer.ts";
+import type { InferRequest, InferResponse, SequenceControl, SequenceId } from "../../../src/core/infer.ts";
 import type {
   SequenceAdmin,
   SequenceEndReason,
@@ -14,7 +14,8 @@ import { FakeModel, inputConfig, sequenceInfo } from "./fake-context.ts";
 // INT32 values it was sent and answers it as SUM. It checks the sequence fields the way
 // the core's sequence batcher does (START to begin, a known id to continue, server-assigned
 // ids on a start without one, END to finish), records every end with its reason, and can
-// hold requests at a gate to keep them in flight.
+// hold requests at a gate to keep them in flight. A request with `parameters.fail` fails
+// before it touches its sequence, one with `parameters.step_fails` once admitted.
 
 export interface SequenceEnd {
   readonly id: SequenceId;
@@ -135,6 +136,14 @@ export class RunningSums implements SequenceAdmin {
     return { id, assigned };
   }
 
+  /**
+   * A step that failed once admitted. Like the core, a START nobody would continue (its id
+   * server-assigned, or its client asked for that) ends its sequence; others stay live.
+   */
+  failed(id: SequenceId, control: SequenceControl, assigned: boolean): void {
+    if (control.start && (assigned || control.endIfStartFails === true)) this.#finish(id, "forced");
+  }
+
   /** One step: adds `values` to the sequence's sum, ends it on END. */
   step(id: SequenceId, values: Int32Array, end: boolean): number {
     const state = this.#sums.get(key(id));
@@ -171,6 +180,10 @@ export function runningSumModel(name = "running_sum"): RunningSumModel {
     maxActive = Math.max(maxActive, active);
     try {
       await gate.pass();
+      if (request.parameters.step_fails === true) {
+        sums.failed(id, request.sequence!, assigned);
+        throw new ServerError("INTERNAL", "the step failed on purpose");
+      }
       const sum = sums.step(id, input.data as Int32Array, request.sequence?.end ?? false);
       return {
         modelName: model.name,

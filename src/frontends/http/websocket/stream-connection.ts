@@ -359,7 +359,11 @@ export class StreamConnection {
       start: entry.starts,
       end: entry.ends,
       timeoutUs: request.sequence?.timeoutUs,
-      ...(entry.starts && this.#id !== undefined ? { onStarted: this.#startTaken } : {}),
+      // A stream never continues a sequence whose start failed: it starts again. The core
+      // ends such a sequence itself when it assigned the id.
+      ...(entry.starts && this.#id !== undefined
+        ? { onStarted: this.#startTaken, endIfStartFails: true }
+        : {}),
     };
     // Everything else (the caller, its trace context) goes with the request as it came.
     return { ...request, parameters, sequence };
@@ -521,7 +525,8 @@ export class StreamConnection {
       entry.closeCode = CLOSE_CODES.sequenceGone;
       entry.closeText = failure.message;
     }
-    // A failed start leaves the sequence unstarted: the next message starts it again.
+    // A failed start leaves no sequence (the core ends one it began): the next message
+    // starts it again.
     this.#advance();
   }
 
