@@ -3,6 +3,7 @@ import { after, before, describe, it } from "node:test";
 import type { SageMakerRuntimeClient } from "@aws-sdk/client-sagemaker-runtime";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
+import { type HandlerRepository, handlerRepository } from "../handlers/support/handler-kit.ts";
 import { send } from "../http/support/http-server.ts";
 import { accumulatorConfig, listSequences } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
@@ -11,6 +12,7 @@ import {
   invoke,
   jsonAnswer,
   NEW_SESSION_ID,
+  newSession,
   sdkClient,
   sdkError,
 } from "./support/sagemaker-kit.ts";
@@ -18,7 +20,8 @@ import {
 // The inference-container contract exactly as SageMaker uses it: GET /ping and POST
 // /invocations with SageMaker's headers in and the session headers out; the runtime
 // API's path for the SDKs; the 6 MB body limit; the body forms and what Accept does to
-// the answer; /ping while the server stops.
+// the answer, and the answer when model code returns fewer outputs than declared; /ping
+// while the server stops.
 
 const SIX_MB = 6 * 1024 * 1024;
 
@@ -250,6 +253,125 @@ describe("body forms and Accept", { timeout: 60_000 }, () => {
     assert.match(mislabelled.message, /it looks like JSON: send it with Content-Type: application\/json/);
     const listed = (await listSequences(server.url, "accumulator")).sequences.find((s) => s.id === id);
     assert.equal(listed?.steps, 4);
+  });
+});
+
+// Model code that answers a step with fewer outputs than its config declares, as
+// examples/models/session_context answers no ANSWER without a QUERY: 0 adds nothing and
+// answers nothing; -n answers the running sum n times.
+const TALLY_CONFIG = `
+backend: "typescript"
+max_batch_size: 0
+input [ { name: "VALUE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ -1 ] } ]
+sequence_batching { oldest { max_candidate_sequences: 4 } }
+`;
+const TALLY = `
+export default {
+  execute(requests: any[]) {
+    return requests.map((request) => {
+      const value = Number(request.inputs.VALUE.data[0]);
+      const state = request.sequence.state;
+      const sum = (state.get("sum") ?? 0) + value;
+      state.set("sum", sum);
+      if (value === 0) return { outputs: {} };
+      const count = value < 0 ? -value : 1;
+      return { outputs: { SUM: { datatype: "INT32", shape: [count], data: new Int32Array(count).fill(sum) } } };
+    });
+  },
+};
+`;
+
+describe("answers when model code returns fewer outputs than declared", { timeout: 60_000 }, () => {
+  let repository: HandlerRepository;
+  let tally: TestServer;
+  let tallyPort: number;
+  let tallyClient: SageMakerRuntimeClient;
+  before(async () => {
+    repository = handlerRepository({ tally: { config: TALLY_CONFIG, files: { "1/model.ts": TALLY } } });
+    tally = await startTestServer(repository.path, { sagemakerPort: 0 });
+    tallyPort = tally.server.sagemakerPort!;
+    tallyClient = sdkClient(tallyPort);
+  });
+  after(async () => {
+    tallyClient?.destroy();
+    await tally?.stop();
+    repository?.remove();
+  });
+
+  const value = (n: number, extra: Record<string, unknown> = {}): string =>
+    JSON.stringify({ ...extra, inputs: [{ name: "VALUE", datatype: "INT32", shape: [1], data: [n] }] });
+  const int32 = (n: number) => new Uint8Array(Int32Array.of(n).buffer);
+  const noOutputs = { model_name: "tally", model_version: "1", outputs: [] };
+  /** More values than classification ranks (1,000,000): an answer that fails after its step ran. */
+  const unsendable = value(-1_000_001, { outputs: [{ name: "SUM", parameters: { classification: 1 } }] });
+
+  it("a bare answer meant for one output comes back in the KServe JSON form when none does: opening, continuing and closing, each step applied once", async () => {
+    const opened = await invoke(tallyClient, {
+      body: value(0),
+      accept: "application/octet-stream",
+      sessionId: "NEW_SESSION",
+    });
+    assert.match(opened.ContentType!, /^application\/json/);
+    assert.deepEqual(jsonAnswer(opened), noOutputs);
+    const { id } = newSession(opened);
+
+    const raw = await invoke(tallyClient, {
+      body: int32(0),
+      contentType: "application/octet-stream",
+      sessionId: id,
+    });
+    assert.match(raw.ContentType!, /^application\/json/);
+    assert.deepEqual(jsonAnswer(raw), noOutputs);
+    const array = await invoke(tallyClient, { body: "[0]", sessionId: id });
+    assert.deepEqual(jsonAnswer(array), noOutputs);
+    // One output back: the bare forms as before, from a state each step moved on once.
+    const five = await invoke(tallyClient, {
+      body: int32(5),
+      contentType: "application/octet-stream",
+      sessionId: id,
+    });
+    assert.equal(five.ContentType, "application/octet-stream");
+    assert.equal(Buffer.from(five.Body!).readInt32LE(0), 5);
+    const listed = (await listSequences(tally.url, "tally")).sequences.find((s) => s.id === id);
+    assert.equal(listed?.steps, 4);
+
+    const closed = await invoke(tallyClient, {
+      body: value(0, { requestType: "CLOSE" }),
+      accept: "application/octet-stream",
+      sessionId: id,
+    });
+    assert.equal(closed.ClosedSessionId, id);
+    assert.deepEqual(jsonAnswer(closed), noOutputs);
+  });
+
+  it("an opening whose answer fails after its step ran ends the session, and no failure carries a session header", async () => {
+    const before = await listSequences(tally.url, "tally");
+    const failedOpen = await send({ port: tallyPort }, "POST", "/invocations", unsendable, {
+      "Content-Type": "application/json",
+      "X-Amzn-SageMaker-Session-Id": "NEW_SESSION",
+    });
+    assert.equal(failedOpen.status, 400);
+    assert.match(JSON.parse(failedOpen.body.toString()).message, /classification output tensor too large/);
+    assert.equal(failedOpen.headers["x-amzn-sagemaker-new-session-id"], undefined);
+    assert.equal(failedOpen.headers["x-amzn-sagemaker-session-id"], undefined);
+    const afterOpen = await listSequences(tally.url, "tally");
+    assert.deepEqual(
+      afterOpen.sequences.map((s) => s.id),
+      before.sequences.map((s) => s.id),
+    );
+    assert.equal(afterOpen.summary.ended.forced, (before.summary.ended.forced ?? 0) + 1);
+
+    const { id } = newSession(await invoke(tallyClient, { body: value(1), sessionId: "NEW_SESSION" }));
+    const failedClose = await send(
+      { port: tallyPort },
+      "POST",
+      "/invocations",
+      JSON.stringify({ ...JSON.parse(unsendable), requestType: "CLOSE" }),
+      { "Content-Type": "application/json", "X-Amzn-SageMaker-Session-Id": id },
+    );
+    assert.equal(failedClose.status, 400);
+    assert.equal(failedClose.headers["x-amzn-sagemaker-closed-session-id"], undefined);
   });
 });
 

@@ -1,5 +1,4 @@
 import type { FastifyReply } from "fastify";
-import { invalidArg } from "../../core/errors.ts";
 import type { InferResponse } from "../../core/infer.ts";
 import type { TensorMetadata } from "../../core/model.ts";
 import { HttpError } from "../common/http/http-error.ts";
@@ -20,7 +19,9 @@ import { BINARY_JSON_TYPE, type BodyForm } from "./invocation-body.ts";
 //
 // A bare request (raw bytes or an array) gets a bare answer when one output comes back,
 // else the KServe v2 form. The form is chosen before the model runs: a step of a session
-// that ran but could not be answered would still have moved its state on.
+// that ran but could not be answered would still have moved its state on. It is chosen
+// from the outputs the request asks for or the config declares, and model code may
+// return fewer: a bare form then gives way to the KServe v2 form, which carries any number.
 
 export type AnswerForm = "json" | "binary" | "raw" | "array";
 
@@ -81,37 +82,40 @@ export function chooseAnswer(
   );
 }
 
-function onlyOutput(response: InferResponse) {
-  const output = response.outputs[0];
-  if (output === undefined || response.outputs.length !== 1) {
-    throw invalidArg(
-      `model '${response.modelName}' returned ${response.outputs.length} outputs, which a bare answer cannot carry`,
-    );
-  }
-  return output;
+interface EncodedAnswer {
+  readonly type: string;
+  readonly body: string | Buffer;
 }
 
-/** Sends `response` in `answer` form; `encoding` says which outputs a KServe form sends binary. */
+function encodeAnswer(response: InferResponse, answer: AnswerForm, encoding: OutputEncoding): EncodedAnswer {
+  const only = response.outputs.length === 1 ? response.outputs[0] : undefined;
+  if (answer === "raw" && only !== undefined) {
+    const bytes = encodeRawTensor(only);
+    return { type: OCTET_STREAM, body: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength) };
+  }
+  if (answer === "array" && only !== undefined) return { type: JSON_TYPE, body: nestedJsonTensorData(only) };
+  // The KServe form, also when a bare form gave way (outputs a raw answer would have
+  // sent as bytes then go as binary data after the JSON).
+  const encoded = encodeInferResponse(response, encoding);
+  const type =
+    encoded.headerLength === undefined
+      ? JSON_TYPE
+      : `${BINARY_JSON_TYPE};json-header-size=${encoded.headerLength}`;
+  return { type, body: encoded.body };
+}
+
+/**
+ * Sends `response` in `answer` form; `encoding` says which outputs a KServe form sends
+ * binary. `headers` (a session's) are set only once the answer is encoded: an answer that
+ * fails becomes an error that carries none of them.
+ */
 export function sendAnswer(
   reply: FastifyReply,
   response: InferResponse,
   answer: AnswerForm,
   encoding: OutputEncoding,
+  headers: Readonly<Record<string, string>> = {},
 ): FastifyReply {
-  switch (answer) {
-    case "raw": {
-      const bytes = encodeRawTensor(onlyOutput(response));
-      return reply.type(OCTET_STREAM).send(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
-    }
-    case "array":
-      return reply.type(JSON_TYPE).send(nestedJsonTensorData(onlyOutput(response)));
-    default: {
-      const encoded = encodeInferResponse(response, encoding);
-      const type =
-        encoded.headerLength === undefined
-          ? JSON_TYPE
-          : `${BINARY_JSON_TYPE};json-header-size=${encoded.headerLength}`;
-      return reply.type(type).send(encoded.body);
-    }
-  }
+  const { type, body } = encodeAnswer(response, answer, encoding);
+  return reply.headers(headers).type(type).send(body);
 }

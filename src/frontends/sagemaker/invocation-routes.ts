@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { invalidArg, ServerError } from "../../core/errors.ts";
-import type { InferRequest, InferResponse } from "../../core/infer.ts";
+import type { InferRequest } from "../../core/infer.ts";
 import type { ModelRegistry, ServedModel, ServerContext, TensorMetadata } from "../../core/model.ts";
 import { parseSequenceStep } from "../../core/sequence/sequence-parameters.ts";
 import { watchDisconnect } from "../common/http/client-disconnect.ts";
@@ -224,19 +224,21 @@ export async function invocationRoutes(
               model_version: model.version,
             });
           }
-          let response: InferResponse;
           try {
-            response = await model.infer(
+            const response = await model.infer(
               inSession(step.request, session.id, false, sessionStep(step.request, attributes)),
             );
+            return sendAnswer(reply, response, step.answer, step.encoding, {
+              [NEW_SESSION_ID_HEADER]: value,
+              [SESSION_ID_HEADER]: value,
+            });
           } catch (error) {
-            // Its id never reached the client: nobody could use or close the session.
-            // The open's own failure is what the client hears, whatever becomes of this end.
+            // Its id never reached the client (the headers go out only with an answer):
+            // nobody could use or close the session. The open's own failure is what the
+            // client hears, whatever becomes of this end.
             await Promise.resolve(model.sequences?.end(session.id, "forced")).catch(() => {});
             throw error;
           }
-          reply.header(NEW_SESSION_ID_HEADER, value).header(SESSION_ID_HEADER, value);
-          return sendAnswer(reply, response, step.answer, step.encoding);
         }
         case "continue":
         case "close": {
@@ -259,8 +261,13 @@ export async function invocationRoutes(
                 await sessions.find(id, target);
               throw error;
             });
-          if (close) reply.header(CLOSED_SESSION_ID_HEADER, id);
-          return sendAnswer(reply, response, step.answer, step.encoding);
+          return sendAnswer(
+            reply,
+            response,
+            step.answer,
+            step.encoding,
+            close ? { [CLOSED_SESSION_ID_HEADER]: id } : {},
+          );
         }
       }
     } finally {
