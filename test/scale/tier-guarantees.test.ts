@@ -8,6 +8,7 @@ import {
   closeSession,
   invoke,
   jsonAnswer,
+  newSession,
   openSession,
   sdkClient,
   sdkError,
@@ -31,7 +32,8 @@ import { missingTools, RedisServer, Replica } from "./support/scale-kit.ts";
 // with SIGTERM hands its sequences over; a Redis restart without persistence is reported,
 // naming the sequences lost, instead of their state silently starting over; a sequence
 // belongs to the API key that started it on whichever replica it goes on; a SageMaker
-// session opened on one replica goes on and is closed on the other, through the AWS SDK.
+// session opened on one replica goes on and is closed on the other, and its numbered CLOSE
+// retried on either gets the close's answer, through the AWS SDK.
 
 const MODEL = "acc";
 const BATCHING = "max_sequence_idle_microseconds: 60000000\n  oldest { max_candidate_sequences: 64 }";
@@ -417,6 +419,60 @@ describe("the shared state tier's guarantees", { skip }, () => {
       const error = await sdkError(invoke(onA, { body: JSON.stringify([1]), sessionId: session.id }));
       assert.equal(error.status, 400);
       assert.match(error.message, new RegExp(`^session '${session.id}' is closed`));
+    } finally {
+      onA.destroy();
+      onB.destroy();
+    }
+  });
+
+  it("a SageMaker CLOSE numbered with sequence_step, retried on either replica, gets its recorded answer (the AWS SDK)", async () => {
+    const onA = sdkClient(a.sagemakerPort);
+    const onB = sdkClient(b.sagemakerPort);
+    try {
+      const opened = await invoke(onA, {
+        body: JSON.stringify([5]),
+        sessionId: "NEW_SESSION",
+        targetModel: MODEL,
+        customAttributes: "sequence_step=1",
+      });
+      const { id } = newSession(opened);
+      const second = await invoke(onB, {
+        body: JSON.stringify([3]),
+        sessionId: id,
+        customAttributes: "sequence_step=2",
+      });
+      assert.deepEqual(jsonAnswer(second), [[8]]);
+      const close = {
+        body: JSON.stringify({
+          requestType: "CLOSE",
+          inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [10] }],
+        }),
+        sessionId: id,
+        customAttributes: "sequence_step=3",
+      };
+      const closed = await invoke(onA, close);
+      assert.equal(closed.ClosedSessionId, id);
+      const answer = jsonAnswer(closed) as { outputs: { data: number[] }[] };
+      assert.deepEqual(answer.outputs[0]!.data, [18]);
+      // Its answer lost, the client retries, wherever the balancer sends it: the close is
+      // not applied again, and the retry is answered as the close was.
+      for (const [replica, client] of [
+        ["A", onA],
+        ["B", onB],
+      ] as const) {
+        const retried = await invoke(client, close);
+        assert.equal(retried.ClosedSessionId, id, `on ${replica}`);
+        assert.deepEqual(jsonAnswer(retried), answer, `on ${replica}`);
+      }
+      // Unnumbered, or numbered past the close: the session is closed.
+      for (const customAttributes of [undefined, "sequence_step=4"]) {
+        const { customAttributes: _, ...unnumbered } = close;
+        const error = await sdkError(
+          invoke(onB, customAttributes === undefined ? unnumbered : { ...close, customAttributes }),
+        );
+        assert.equal(error.status, 400, customAttributes);
+        assert.match(error.message, new RegExp(`^session '${id}' is closed`), customAttributes);
+      }
     } finally {
       onA.destroy();
       onB.destroy();

@@ -243,22 +243,38 @@ export async function invocationRoutes(
         case "continue":
         case "close": {
           const { id } = intent;
-          const model = await sessions.find(id, target);
+          const { model, closed } = await sessions.locate(id, target);
           const close = intent.kind === "close";
           if (close && !body.hasInputs) {
+            if (closed !== undefined) throw closed;
             await model.sequences!.close(id, { principal: request.principal });
             reply.header(CLOSED_SESSION_ID_HEADER, id);
             return sendJson(reply, { session_id: id, closed: true });
           }
-          const step = prepareStep(body, model, request, disconnect.signal, request.principal);
-          refuseSequenceFields(step.request);
+          // A closed session still answers the numbered retry of a step it recorded (its
+          // CLOSE, whose answer was lost): the core answers it from the record of the end,
+          // as a retried KServe END. Anything else only hears that it is closed, whatever
+          // its body.
+          let step: Step;
+          let number: number | undefined;
+          try {
+            step = prepareStep(body, model, request, disconnect.signal, request.principal);
+            refuseSequenceFields(step.request);
+            number = sessionStep(step.request, attributes);
+          } catch (error) {
+            throw closed ?? error;
+          }
+          if (closed !== undefined && number === undefined) throw closed;
           const response = await model
-            .infer(inSession(step.request, id, close, sessionStep(step.request, attributes)))
+            .infer(inSession(step.request, id, close, number))
             .catch(async (error: unknown) => {
-              // The session ended after it was found (closed on another replica while this
-              // one held it): the caller is told so as for any session no longer usable.
-              if (error instanceof ServerError && error.reason === "sequence_unknown")
+              if (error instanceof ServerError && error.reason === "sequence_unknown") {
+                // Closed, and the core had no answer of this step to give.
+                if (closed !== undefined) throw closed;
+                // The session ended after it was found (closed on another replica while
+                // this one held it): the caller is told so as for any session no longer usable.
                 await sessions.find(id, target);
+              }
               throw error;
             });
           return sendAnswer(

@@ -1,4 +1,4 @@
-import { invalidArg } from "../../core/errors.ts";
+import { invalidArg, type ServerError } from "../../core/errors.ts";
 import type { ModelRegistry, SequenceEndReason, SequenceLookup, ServedModel } from "../../core/model.ts";
 import { formatExpiry, NEW_SESSION, newSessionId } from "./session-id.ts";
 
@@ -12,6 +12,16 @@ import { formatExpiry, NEW_SESSION, newSessionId } from "./session-id.ts";
 export interface OpenedSession {
   readonly id: string;
   readonly expiresAtMs: number;
+}
+
+export interface FoundSession {
+  /** The model the session is (or was) a sequence of. */
+  readonly model: ServedModel;
+  /**
+   * Set when its client closed it: the 400 that says so. The core may still answer a
+   * numbered retry of one of its last steps (its CLOSE) from the record of its end.
+   */
+  readonly closed: ServerError | undefined;
 }
 
 const iso = (epochMs: number): string => formatExpiry(epochMs);
@@ -83,6 +93,13 @@ export class SageMakerSessions {
    * model's. Otherwise a 400 that says why the id cannot be used.
    */
   async find(id: string, target: ServedModel | undefined): Promise<ServedModel> {
+    const { model, closed } = await this.locate(id, target);
+    if (closed !== undefined) throw closed;
+    return model;
+  }
+
+  /** As find, except that a session its client closed is found too, with the 400 that says so. */
+  async locate(id: string, target: ServedModel | undefined): Promise<FoundSession> {
     const served = this.#registry.served();
     // A session live on this replica is found without asking the shared tier; one opened
     // on another replica is looked up there, for every model at once.
@@ -114,12 +131,13 @@ export class SageMakerSessions {
       if (lookup.expiresAtMs !== undefined && Date.now() >= lookup.expiresAtMs) {
         throw invalidArg(this.#expired(id, lookup.expiresAtMs));
       }
-      return model;
+      return { model, closed: undefined };
     }
     if (lookup.reason === "end") {
-      throw invalidArg(
+      const closed = invalidArg(
         `session '${id}' is closed (closed at ${iso(lookup.endedAtMs)}): open a new session with ${NEW_SESSION}`,
       );
+      return { model, closed };
     }
     if (lookup.reason === "expired") throw invalidArg(this.#expired(id, lookup.endedAtMs));
     throw invalidArg(

@@ -30,6 +30,8 @@ export interface Invocation {
   readonly accept?: string;
   readonly sessionId?: string;
   readonly targetModel?: string;
+  /** X-Amzn-SageMaker-Custom-Attributes, e.g. `sequence_step=3`. */
+  readonly customAttributes?: string;
 }
 
 export function invoke(
@@ -44,6 +46,7 @@ export function invoke(
       ...(invocation.accept === undefined ? {} : { Accept: invocation.accept }),
       ...(invocation.sessionId === undefined ? {} : { SessionId: invocation.sessionId }),
       ...(invocation.targetModel === undefined ? {} : { TargetModel: invocation.targetModel }),
+      ...(invocation.customAttributes === undefined ? {} : { CustomAttributes: invocation.customAttributes }),
     }),
   );
 }
