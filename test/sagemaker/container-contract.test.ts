@@ -254,6 +254,26 @@ describe("body forms and Accept", { timeout: 60_000 }, () => {
     const listed = (await listSequences(server.url, "accumulator")).sequences.find((s) => s.id === id);
     assert.equal(listed?.steps, 4);
   });
+
+  it("Accept's weight is read whatever its case: Q=0 rules a type out as q=0 does", async () => {
+    const echo = (accept: string) =>
+      invoke(client, {
+        body: Uint8Array.of(1, 2),
+        contentType: "application/octet-stream",
+        accept,
+        targetModel: "blob",
+      });
+    for (const accept of ["application/json;q=0", "application/json;Q=0", "application/json; Q=0"]) {
+      const refused = await sdkError(echo(accept));
+      assert.equal(refused.status, 406, accept);
+      assert.match(refused.message, /^no answer fits Accept/, accept);
+    }
+    const raw = await echo("application/json;Q=0, application/octet-stream;q=0.5");
+    assert.equal(raw.ContentType, "application/octet-stream");
+    assert.deepEqual([...raw.Body!], [1, 2]);
+    const json = await echo("application/octet-stream;Q=0.1, application/json;Q=0.9");
+    assert.deepEqual(jsonAnswer(json), [1, 2]);
+  });
 });
 
 // Model code that answers a step with fewer outputs than its config declares, as

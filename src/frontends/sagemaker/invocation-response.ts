@@ -37,7 +37,8 @@ function mediaRanges(accept: string): MediaRange[] {
   const ranges: MediaRange[] = [];
   for (const entry of accept.split(",")) {
     const [type = "", ...parameters] = entry.split(";").map((part) => part.trim());
-    const q = parameters.find((p) => p.startsWith("q="));
+    // Parameter names are case-insensitive (RFC 9110 §5.6.6): Q=0 refuses a type as q=0 does.
+    const q = parameters.find((p) => p.slice(0, 2).toLowerCase() === "q=");
     const weight = q === undefined ? 1 : Number(q.slice(2));
     if (type !== "" && Number.isFinite(weight) && weight > 0)
       ranges.push({ type: type.toLowerCase(), q: weight });
