@@ -345,6 +345,10 @@ describe("the shared state tier's guarantees", { skip }, () => {
       const refused = await step(two, tenantB, 100, { id: numbered, start: true });
       assert.equal(refused.status, 403, JSON.stringify(refused.body));
       assert.equal(sum(await step(one, tenantA, 1, { id: numbered, step: 3, end: true })), 7);
+      // The record of its end answers its owner's retry of the END, and nobody else's.
+      const peek = await step(one, tenantB, 1, { id: numbered, step: 3, end: true });
+      assert.equal(peek.status, 403, JSON.stringify(peek.body));
+      assert.equal(sum(await step(two, tenantA, 1, { id: numbered, step: 3, end: true })), 7);
       assert.equal(sum(await step(two, tenantA, 50, { id: numbered, start: true, step: 1 })), 50);
       assert.equal(sum(await step(two, tenantA, 1, { id: numbered, step: 2, end: true })), 51);
     } finally {

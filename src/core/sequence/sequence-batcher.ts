@@ -33,7 +33,7 @@ import { Sequence, type TierPlace } from "./sequence.ts";
 import { answerStep, type SequenceModel, type StepDone } from "./sequence-batch-execution.ts";
 import type { SequenceInstance, SequenceOwner } from "./sequence-instance.ts";
 import { formatSequenceId } from "./sequence-parameters.ts";
-import { decodeRecordBody, encodeRecordBody } from "./sequence-record.ts";
+import { decodeRecordBody, encodeRecordBody, type SequenceRecordBody } from "./sequence-record.ts";
 import type { ModelTier, TierExpiry, TierRecord, TierWrite, TierWriteResult } from "./sequence-tier.ts";
 import { type SequenceTransfer, stateSignature, type TransferredSequence } from "./sequence-transfer.ts";
 import { isSerializedValue, type SequenceState, type StateEntry, type StateStore } from "./state-store.ts";
@@ -1407,15 +1407,20 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     // A START on an ended id begins it anew, as on one server: it is no retry.
     if (step === undefined || record?.ended === undefined || request.request.sequence?.start === true)
       return false;
-    let answer: StepAnswer | undefined;
+    let body: SequenceRecordBody;
     try {
-      answer = decodeRecordBody(record.body, "an ended sequence").answers.find((a) => a.step === step);
+      body = decodeRecordBody(record.body, "an ended sequence");
     } catch {
       return false;
     }
+    const answer = body.answers.find((a) => a.step === step);
     if (answer === undefined) return false;
     if (!request.dispatched) this.#leave(request);
-    request.resolve(this.#recorded(request, answer));
+    // The record keeps the sequence's owner: another caller is refused, as it was while
+    // the sequence lived, rather than handed the owner's answer.
+    if (body.owner !== request.request.principal)
+      request.reject(this.#ownerError(request.request.sequence!.id!));
+    else request.resolve(this.#recorded(request, answer));
     return true;
   }
 
