@@ -14,6 +14,7 @@ import {
   TYPESCRIPT_BACKEND,
   withModelCodeBackend,
 } from "../config/index.ts";
+import { fileInFolder } from "../config/resolve/file-in-folder.ts";
 import type { ModelBackend } from "../core/backend.ts";
 import { invalidArg, unavailable } from "../core/errors.ts";
 import { LoadedModel } from "../core/loaded-model.ts";
@@ -224,8 +225,10 @@ function readLabels(modelDir: string, config: ModelConfig, logger: Logger): Map<
   const labels = new Map<string, string[]>();
   for (const output of config.outputs) {
     if (output.labelFilename === undefined) continue;
-    const file = join(modelDir, output.labelFilename);
+    // Checked when the config was read; checked again where the file is read.
+    const file = fileInFolder(modelDir, output.labelFilename);
     try {
+      if (file === undefined) throw new Error("it is not a file in the model's folder");
       const lines = readFileSync(file, "utf8").split(/\r?\n/);
       if (lines.at(-1) === "") lines.pop();
       labels.set(output.name, lines);

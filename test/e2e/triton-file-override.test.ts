@@ -198,4 +198,29 @@ describe("Triton's model file override (load with file:<version>/<name>)", () =>
     assert.deepEqual([await ready("m", "3"), await adds("m")], [true, 3]);
     await foldersBack(foldersBefore);
   });
+
+  it("a config may not name a label file outside the model's folder (its lines go back to clients)", async () => {
+    const labelled = (labelFilename: string) =>
+      JSON.stringify({
+        max_batch_size: 8,
+        input: [{ name: "INPUT0", data_type: "TYPE_INT32", dims: [1] }],
+        output: [{ name: "OUTPUT0", data_type: "TYPE_INT32", dims: [1], label_filename: labelFilename }],
+      });
+    for (const path of ["../../../../../../../../etc/passwd", "/etc/passwd", "3/../.."]) {
+      const answer = await httpLoad("m", { config: labelled(path) });
+      assert.equal(answer.status, 400, `${path}: ${JSON.stringify(answer.body)}`);
+      assert.match(
+        answer.body.error as string,
+        /label_filename .* must name a file in the model's folder/,
+        path,
+      );
+    }
+    // The loaded version serves on, and its classes carry no line of any file.
+    const classes = await postJson(`${server.url}/v2/models/m/infer`, {
+      inputs: [{ name: "INPUT0", datatype: "INT32", shape: [1, 1], data: [0] }],
+      outputs: [{ name: "OUTPUT0", parameters: { classification: 1 } }],
+    });
+    assert.equal(classes.status, 200, JSON.stringify(classes.body));
+    assert.deepEqual((classes.body.outputs as { data: string[] }[])[0]!.data, ["3:0"]);
+  });
 });

@@ -1,5 +1,5 @@
 import { statSync } from "node:fs";
-import { relative, resolve, sep } from "node:path";
+import { resolve } from "node:path";
 import {
   configTypeName,
   elementByteSize,
@@ -9,6 +9,7 @@ import {
 import type { InitialState, StateConfig } from "../../core/model-config.ts";
 import type { ModelIo, ModelTensorInfo } from "../../core/model-io.ts";
 import { formatShape, type MessageNode } from "./config-node.ts";
+import { fileInFolder } from "./file-in-folder.ts";
 import type { ModelParameters } from "./model-parameters.ts";
 import { checkAgainstModel, checkDims } from "./tensor-shapes.ts";
 
@@ -153,11 +154,9 @@ function resolveInitialState(
     node.fail(undefined, `initial_state of state '${inputName}' must set 'zero_data' or 'data_file'`);
   }
   const file = node.string("data_file");
-  const folder = resolve(ctx.modelDir, "initial_state");
-  const path = resolve(folder, file);
-  const inside = relative(folder, path);
-  if (file === "" || inside === "" || inside.startsWith("..") || inside.startsWith(sep)) {
-    node.fail(
+  const path = fileInFolder(resolve(ctx.modelDir, "initial_state"), file);
+  if (path === undefined) {
+    return node.fail(
       "data_file",
       `initial_state data_file '${file}' of state '${inputName}' must name a file in the model's initial_state folder`,
     );

@@ -3,6 +3,7 @@ import type { InputConfig, OutputConfig } from "../../core/model-config.ts";
 import type { ModelIo, ModelTensorInfo } from "../../core/model-io.ts";
 import type { ParsedMessage } from "../parsed-config.ts";
 import { formatShape, type MessageNode } from "./config-node.ts";
+import { namesFileInside } from "./file-in-folder.ts";
 import { checkAgainstModel, checkDims, checkReshape } from "./tensor-shapes.ts";
 
 // The model's inputs and outputs: completed from the model file when the config leaves
@@ -351,6 +352,13 @@ export function resolveOutputs(io: IoContext): OutputConfig[] {
       }
     }
     const labelFilename = node.string("label_filename");
+    // Its lines go back to clients (classification): it must be a file of the model's own.
+    if (labelFilename !== "" && !namesFileInside(labelFilename)) {
+      node.fail(
+        "label_filename",
+        `label_filename '${labelFilename}' of output '${t.name}' of model '${modelName}' must name a file in the model's folder`,
+      );
+    }
     return {
       name: t.name,
       datatype: t.datatype,
