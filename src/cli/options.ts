@@ -448,6 +448,10 @@ export function parseCommandLine(
   if (serverOptions.loadModels.length > 0 && serverOptions.modelControlMode !== "explicit") {
     throw new UsageError("--load-model requires --model-control-mode=explicit");
   }
+  if (serverOptions.loadModels.includes("*") && serverOptions.loadModels.some((name) => name !== "*")) {
+    // Triton's words: its core refuses the mix rather than load everything.
+    throw new UsageError("Wildcard model name '*' must be the ONLY startup model if specified at all.");
+  }
   try {
     return { kind: "serve", options: Object.freeze(readTritonFlags(values, serverOptions, env)) };
   } catch (error) {

@@ -230,6 +230,21 @@ describe("Triton's flags", () => {
       () => withRepository("--model-config-name", "../x"),
       /--model-config-name must be a file name/,
     );
+    // "*" loads every model, and only on its own, as Triton has it.
+    const explicit = ["--model-control-mode=explicit"];
+    assert.deepEqual(withRepository(...explicit, "--load-model=*").loadModels, ["*"]);
+    for (const names of [
+      ["--load-model=*", "--load-model=a"],
+      ["--load-model=a", "--load-model=*"],
+    ]) {
+      assert.throws(
+        () => withRepository(...explicit, ...names),
+        (error: unknown) =>
+          error instanceof UsageError &&
+          error.message === "Wildcard model name '*' must be the ONLY startup model if specified at all.",
+        names.join(" "),
+      );
+    }
   });
 
   it("values Triton takes as it reads them: the control mode in any case, poll seconds of 0, clamped counts", () => {
