@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { securityOptions } from "../../src/config/security-options.ts";
+import { MAX_BYTES_ELEMENTS } from "../../src/core/tensor-size.ts";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { addSubModel, identityModel } from "../../tools/onnx/test-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
@@ -13,7 +14,8 @@ import { identityConfig } from "./support/identity-config.ts";
 // Regression tests for what a client could make the server allocate or keep, and for the
 // answers it got: shapes of 2^32 elements and more (refused with a message naming the
 // input, before any allocation), string sequence ids of any length, instance counts
-// without bound in a load request or a config file, and load failures answered with
+// without bound in a load request or a config file, BYTES tensors of any number of
+// elements (each an object of its own), and load failures answered with
 // statuses that depended on their cause.
 
 const FLOATS = identityConfig("floats", "TYPE_FP32", "[ -1, -1 ]");
@@ -223,6 +225,73 @@ describe("a shape is checked before anything is allocated for it", () => {
       { name: "INPUT0", datatype: "FP32", shape: [1, 3], data: [1, 2, 3] },
     ]);
     assert.deepEqual(outputData(answer, "OUTPUT0"), [1, 2, 3]);
+  });
+});
+
+describe("BYTES tensors are bounded in elements, each held as an object of its own", () => {
+  const tooMany = MAX_BYTES_ELEMENTS + 1;
+  /** `count` empty BYTES elements: a 4-byte length prefix each. */
+  const emptyStrings = (count: number) => new Uint8Array(4 * count);
+  const refused = (message: string) =>
+    assert.match(
+      message,
+      new RegExp(`INPUT0.*${tooMany} BYTES elements: more than the ${MAX_BYTES_ELEMENTS}`),
+    );
+
+  test("HTTP binary and JSON, gRPC raw and typed contents, TF-Serving REST: refused, naming the input", async () => {
+    const binary = await inferBinary(server.url, "strings", [
+      { name: "INPUT0", datatype: "BYTES", shape: [1, tooMany], data: emptyStrings(tooMany) },
+    ]);
+    assert.equal(binary.status, 400);
+    refused(String(binary.error));
+    const json = await infer(server.url, "strings", [
+      { name: "INPUT0", datatype: "BYTES", shape: [1, tooMany], data: new Array(tooMany).fill("") },
+    ]);
+    assert.equal(json.status, 400);
+    refused(String(json.body.error));
+    for (const input of [
+      {
+        raw_input_contents: [Buffer.from(emptyStrings(tooMany))],
+        inputs: [{ name: "INPUT0", datatype: "BYTES", shape: [1, tooMany] }],
+      },
+      {
+        inputs: [
+          {
+            name: "INPUT0",
+            datatype: "BYTES",
+            shape: [1, tooMany],
+            contents: { bytes_contents: new Array(tooMany).fill(Buffer.alloc(0)) },
+          },
+        ],
+      },
+    ]) {
+      await assert.rejects(
+        grpc.unary("ModelInfer", { model_name: "strings", ...input }),
+        (error: Error & { code: number }) => {
+          assert.equal(error.code, 3, error.message);
+          refused(error.message);
+          return true;
+        },
+      );
+    }
+    const rest = await postJson(`${server.url}/v1/models/strings:predict`, {
+      inputs: { INPUT0: [new Array(tooMany).fill("")] },
+    });
+    assert.equal(rest.status, 400, JSON.stringify(rest.body).slice(0, 200));
+    refused(String(rest.body.error));
+  });
+
+  test("a tensor at the bound is served", async () => {
+    const answer = await inferBinary(server.url, "strings", [
+      {
+        name: "INPUT0",
+        datatype: "BYTES",
+        shape: [1, MAX_BYTES_ELEMENTS],
+        data: emptyStrings(MAX_BYTES_ELEMENTS),
+      },
+    ]);
+    assert.equal(answer.status, 200, answer.error);
+    assert.equal(answer.outputs.get("OUTPUT0")?.length, 4 * MAX_BYTES_ELEMENTS);
   });
 });
 

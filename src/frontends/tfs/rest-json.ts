@@ -2,6 +2,7 @@ import type { DataType } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
 import { fromFloat16Array, toFloat16Array } from "../../core/float16.ts";
 import { type BytesElements, elementCount, type NumericTensor, type Tensor } from "../../core/tensor.ts";
+import { checkedElementCount } from "../../core/tensor-size.ts";
 import { jsonPreview } from "../common/json-preview.ts";
 import { decodeJsonTensor, jsonTensorData, type SourceTokens } from "../common/kserve/json-tensor.ts";
 
@@ -129,6 +130,7 @@ export function decodeRestTensor(
 ): Tensor {
   const { shape, leaves } = shapeAndLeaves(input, value);
   if (datatype === "BYTES") {
+    checkedElementCount(input, datatype, shape);
     return { datatype, shape, data: leaves.map((leaf, i) => bytesOf(input, leaf, i)) };
   }
   if (datatype === "BF16") {
