@@ -103,7 +103,16 @@ function entriesBefore(inputs: ReadonlyMap<string, Tensor>, name: string): Map<s
   return before;
 }
 
-function reshaped(dims: readonly number[], target: readonly number[], shape: readonly number[]): number[] {
+/**
+ * `shape`, a tensor's shape in `dims` (without the batch dimension), in `target`'s terms:
+ * each variable dimension of `target` takes the next variable dimension's size, as Triton
+ * maps a reshape both ways (an input to the model's shape, an output back to the client's).
+ */
+export function reshaped(
+  dims: readonly number[],
+  target: readonly number[],
+  shape: readonly number[],
+): number[] {
   const variable: number[] = [];
   for (let i = 0; i < dims.length; i++) if (dims[i] === -1) variable.push(shape[i]!);
   return target.map((d) => (d === -1 ? (variable.shift() ?? 1) : d));

@@ -2,6 +2,7 @@ import { concatAlongAxis, splitAlongAxis } from "../batch/tensor-batching.ts";
 import { asServerError } from "../errors.ts";
 import type { ModelExecutor } from "../executor.ts";
 import type { ModelConfig } from "../model-config.ts";
+import { reshaped } from "../request-validation.ts";
 import type { ModelStatistics } from "../statistics.ts";
 import type { Tensor } from "../tensor.ts";
 import { nowNs, type PendingRequest } from "./pending-request.ts";
@@ -65,13 +66,21 @@ export function clientOutputShape(config: ModelConfig, name: string, tensor: Ten
   }
   if (output?.reshape === undefined) return tensor;
   const batching = config.maxBatchSize > 0;
-  const rows = batching ? tensor.shape[0]! : 1;
-  let perRow = 1;
-  for (let i = batching ? 1 : 0; i < tensor.shape.length; i++) perRow *= tensor.shape[i]!;
-  let known = 1;
-  for (const d of output.dims) if (d !== -1) known *= d;
-  const dims = output.dims.map((d) => (d === -1 ? perRow / known : d));
-  return { ...tensor, shape: batching ? [rows, ...dims] : dims };
+  const shape = batching ? tensor.shape.slice(1) : tensor.shape;
+  const free = output.dims.filter((d) => d === -1).length;
+  let dims: number[];
+  if (free === output.reshape.filter((d) => d === -1).length) {
+    dims = reshaped(output.reshape, output.dims, shape);
+  } else {
+    // Variable dimensions that do not pair up (a reshape with none of them, say): at most
+    // one in dims, which takes what the known ones leave.
+    let perRow = 1;
+    for (const d of shape) perRow *= d;
+    let known = 1;
+    for (const d of output.dims) if (d !== -1) known *= d;
+    dims = output.dims.map((d) => (d === -1 ? perRow / known : d));
+  }
+  return { ...tensor, shape: batching ? [tensor.shape[0]!, ...dims] : dims };
 }
 
 /**
