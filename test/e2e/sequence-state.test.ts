@@ -103,6 +103,29 @@ ${extra}
 `;
 }
 
+/** A model whose state output grows a column each step, while its config keeps the state at [1]. */
+function growingStateModel(): Uint8Array {
+  return new OnnxModelBuilder({ opset: 17 })
+    .input("INPUT", "INT32", ["batch", 1])
+    .input("STATE", "INT32", ["batch", "s"])
+    .output("OUTPUT", "INT32", ["batch", 1])
+    .output("STATE_OUT", "INT32", ["batch", "s2"])
+    .node("Identity", ["INPUT"], ["OUTPUT"])
+    .node("Concat", ["STATE", "INPUT"], ["STATE_OUT"], { axis: 1 })
+    .toBytes();
+}
+
+const MISFIT_CONFIG = `
+name: "misfit"
+backend: "onnxruntime"
+max_batch_size: 4
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  ${IDLE}
+  state [ { input_name: "STATE" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] initial_state: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" } } ]
+}`;
+
 const SHARED_CONFIG = `
 name: "shared"
 backend: "onnxruntime"
@@ -158,6 +181,7 @@ before(async () => {
       onnx: accumulatorModel(),
     },
     shared: { config: SHARED_CONFIG, onnx: accumulatorModel({ scaled: true }) },
+    misfit: { config: MISFIT_CONFIG, onnx: growingStateModel() },
   });
 });
 after(() => server.stop());
@@ -395,6 +419,28 @@ describe("implicit state and shared inputs", { timeout: 60_000 }, () => {
     const single = await infer(server.url, "no_end_run", int32Input(7), { id: 2, start: true, end: true });
     assert.deepEqual(single.body.outputs, []);
     assert.equal(await executionCount(server.url, "no_end_run"), executions);
+  });
+
+  it("a state output that does not fit the config fails its step with a message, and the state stays", async () => {
+    const step = (value: number, sequence: { id: number; start?: boolean; end?: boolean }) =>
+      infer(
+        server.url,
+        "misfit",
+        [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [value] }],
+        sequence,
+      );
+    for (const sequence of [{ id: 71, start: true }, { id: 71 }]) {
+      const answer = await step(7, sequence);
+      assert.equal(answer.status, 500, JSON.stringify(answer.body));
+      assert.match(
+        String(answer.body.error),
+        /state 'STATE' must be INT32 \[1,1\] to be kept, got INT32 \[1,2\]/,
+      );
+    }
+    assert.equal((await findSequence(server.url, "misfit", 71))?.stateBytes, 0, "nothing kept of the failed steps");
+    // An END keeps no state: it is answered, and frees the sequence.
+    assert.deepEqual(outputData(await step(5, { id: 71, end: true }), "OUTPUT"), [5]);
+    assert.equal(await findSequence(server.url, "misfit", 71), undefined);
   });
 
   it("shared inputs: requests that disagree on a shared input's value run in different batches", async () => {

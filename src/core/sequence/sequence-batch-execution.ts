@@ -243,10 +243,18 @@ export async function runSequenceBatch(
     if (isEnd(row)) store.delete(row.sequence.key);
     else if (sequencing.states.length > 0) {
       const state = newStates[i] as SequenceState;
-      const tooLarge = stateTooLarge(config.name, row, state, sequencing.stateMaxBytes);
-      if (tooLarge === undefined) store.set(row.sequence.key, state);
-      else {
-        row.request.reject(tooLarge);
+      // A state the store cannot keep (too large, or not the shape its slab holds: model
+      // outputs that do not match the config) fails its step; the state stays as it was.
+      let refusal = stateTooLarge(config.name, row, state, sequencing.stateMaxBytes);
+      if (refusal === undefined) {
+        try {
+          store.set(row.sequence.key, state);
+        } catch (error) {
+          refusal = asServerError(error);
+        }
+      }
+      if (refusal !== undefined) {
+        row.request.reject(refusal);
         refused.add(row);
       }
     }

@@ -1,3 +1,4 @@
+import { asServerError } from "../errors.ts";
 import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
 import type { SequenceEndReason } from "../model.ts";
 import { type OrderedRelease, takePlace } from "../scheduler/ordered-release.ts";
@@ -205,7 +206,12 @@ export abstract class SequenceInstance implements SlotHolder {
       this.#notifyQuiet();
       this.schedule();
     };
-    runSequenceBatch(this.model, this.executor, rows).then(ran, () => ran({ ok: false }));
+    runSequenceBatch(this.model, this.executor, rows).then(ran, (error: unknown) => {
+      // runSequenceBatch answers every row itself; should it throw, no row is left waiting.
+      const failure = asServerError(error);
+      for (const row of real) row.request.reject(failure);
+      ran({ ok: false });
+    });
   }
 
   /** Tells model code that keeps per-sequence data that `sequence` ended (after its last step). */
