@@ -64,6 +64,15 @@ export class SourceLocations {
   }
 }
 
+/**
+ * Sets `target[key]` as an own property, whatever the key. A map field takes any string
+ * as a key, and plain assignment of "__proto__" would set the object's prototype instead
+ * of adding the entry: the entry would be lost and a second one pass the duplicate check.
+ */
+export function setEntry<T>(target: Record<string, T>, key: string, value: T): void {
+  Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
+}
+
 export function isParsedMessage(value: ParsedValue | undefined): value is ParsedMessage {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
@@ -77,7 +86,7 @@ export function cloneParsed<T extends ParsedValue>(value: T, locations: SourceLo
   }
   if (isParsedMessage(value)) {
     const copy: ParsedMessage = {};
-    for (const [key, item] of Object.entries(value)) copy[key] = cloneParsed(item, locations);
+    for (const [key, item] of Object.entries(value)) setEntry(copy, key, cloneParsed(item, locations));
     locations.alias(value, copy);
     return copy as T;
   }

@@ -1,6 +1,6 @@
 import type protobuf from "protobufjs";
 import { fieldShapeOf, modelConfigType, type ValueType } from "./model-config-schema.ts";
-import { isParsedMessage, type ParsedMessage, type ParsedValue } from "./parsed-config.ts";
+import { isParsedMessage, type ParsedMessage, type ParsedValue, setEntry } from "./parsed-config.ts";
 
 // The JSON form of a (completed) model configuration, as Triton prints it: proto field
 // names, enums by name, every scalar, list and map field present with its default, and
@@ -64,7 +64,8 @@ function printMessage(
     } else if (shape.kind === "map") {
       const entries = isParsedMessage(value) ? value : {};
       const map: { [key: string]: Json } = {};
-      for (const [key, item] of Object.entries(entries)) map[key] = printValue(item, shape.value, options);
+      for (const [key, item] of Object.entries(entries))
+        setEntry(map, key, printValue(item, shape.value, options));
       json[field.name] = map;
     } else if (value !== undefined) {
       json[field.name] = printValue(value, shape.value, options);

@@ -53,6 +53,16 @@ describe("config.json", () => {
     });
   });
 
+  it("keeps a map key that names an Object property, such as __proto__, as any other key", () => {
+    const message = parse(
+      '{"parameters": {"__proto__": {"string_value": "x"}, "b": {"string_value": "y"}},' +
+        ' "metric_tags": {"__proto__": "z"}}',
+    );
+    // A computed key: a plain `__proto__:` in a literal would set the prototype instead.
+    assert.deepEqual(message.parameters, { ["__proto__"]: { string_value: "x" }, b: { string_value: "y" } });
+    assert.deepEqual(message.metric_tags, { ["__proto__"]: "z" });
+  });
+
   it("records lines of JSON values", () => {
     const parsed = parseModelConfigText('{\n  "name": "m",\n  "input": [\n    {"name": "x"}\n  ]\n}', {
       file: FILE,
@@ -104,6 +114,12 @@ describe("config.json", () => {
       text: '{"max_batch_size": 1,\n"maxBatchSize": 2}',
       line: 2,
       includes: "field 'max_batch_size' given twice",
+    },
+    {
+      name: "a map key __proto__ given twice",
+      text: '{"parameters": {"__proto__": {"string_value": "1"},\n"__proto__": {}}}',
+      line: 2,
+      includes: "key '__proto__' given twice in map field 'parameters'",
     },
     {
       name: "an object where a list is expected",

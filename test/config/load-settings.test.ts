@@ -1,7 +1,12 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { parseModelConfigFile, parseModelConfigText, readLoadSettings } from "../../src/config/index.ts";
+import {
+  parseModelConfigFile,
+  parseModelConfigText,
+  readLoadSettings,
+  resolveModelConfig,
+} from "../../src/config/index.ts";
 import { assertConfigError, FIXTURES } from "./config-assertions.ts";
 
 describe("load settings (before the model file is opened)", () => {
@@ -32,6 +37,24 @@ describe("load settings (before the model file is opened)", () => {
     // The parsed config itself is left as read, ready for resolution.
     assert.equal(Array.isArray(parsed.message.instance_group) && parsed.message.instance_group.length, 2);
     assert.equal((parsed.message.instance_group as Record<string, unknown>[])[1]?.name, undefined);
+  });
+
+  it("keeps a parameter named __proto__, in the load settings and in the resolved config", () => {
+    const parsed = parseModelConfigText(
+      'input { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }\noutput { name: "y" data_type: TYPE_FP32 dims: [ 4 ] }\n' +
+        'parameters { key: "__proto__" value { string_value: "x" } }\n' +
+        'parameters { key: "b" value { string_value: "y" } }',
+      { file: "m/config.pbtxt" },
+    );
+    // A computed key: a plain `__proto__:` in a literal would set the prototype instead.
+    const expected = { ["__proto__"]: "x", b: "y" };
+    assert.deepEqual(readLoadSettings(parsed, "m", "models/m").parameters, expected);
+    const resolved = resolveModelConfig({ parsed, modelName: "m", modelDir: "models/m", modelIo: undefined });
+    assert.deepEqual(resolved.config.parameters, expected);
+    assert.deepEqual(resolved.tritonJson.parameters, {
+      ["__proto__"]: { string_value: "x" },
+      b: { string_value: "y" },
+    });
   });
 
   it("maps graph levels the way Triton's ONNX Runtime backend does", () => {

@@ -117,6 +117,17 @@ describe("config.pbtxt syntax", () => {
     assert.deepEqual(message.dynamic_batching, { priority_queue_policy: { "2": { max_queue_size: 5 } } });
   });
 
+  it("keeps a map key that names an Object property, such as __proto__, as any other key", () => {
+    const message = parse(`
+      parameters { key: "__proto__" value { string_value: "x" } }
+      parameters { key: "b" value { string_value: "y" } }
+      metric_tags { key: "__proto__" value: "z" }
+    `);
+    // A computed key: a plain `__proto__:` in a literal would set the prototype instead.
+    assert.deepEqual(message.parameters, { ["__proto__"]: { string_value: "x" }, b: { string_value: "y" } });
+    assert.deepEqual(message.metric_tags, { ["__proto__"]: "z" });
+  });
+
   it("records where each value was written", () => {
     const parsed = parseModelConfigText('name: "m"\n\n  max_batch_size: 4\ninput [\n  { name: "x" }\n]', {
       file: FILE,
@@ -282,6 +293,13 @@ describe("config.pbtxt errors", () => {
       line: 2,
       column: 12,
       includes: "key 'k' given twice in map field 'parameters'",
+    },
+    {
+      name: "a map key __proto__ given twice",
+      text: 'parameters { key: "__proto__" value { string_value: "1" } }\nparameters [ { key: "__proto__" } ]',
+      line: 2,
+      column: 14,
+      includes: "key '__proto__' given twice in map field 'parameters'",
     },
     {
       name: "a message for a scalar",

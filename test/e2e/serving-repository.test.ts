@@ -260,6 +260,28 @@ describe("explicit model control", () => {
     assert.deepEqual(outputData(await auto(2), "OUTPUT0"), Array(8).fill(0.5));
   });
 
+  it("a config override keeps a parameter named __proto__, and refuses it given twice", async () => {
+    const config = (parameters: string) =>
+      `{"name": "auto", "backend": "onnxruntime", "max_batch_size": 2, "parameters": {${parameters}}}`;
+    const kept = await load("auto", {
+      parameters: { config: config('"__proto__": {"string_value": "x"}, "b": {"string_value": "y"}') },
+    });
+    assert.equal(kept.status, 200, JSON.stringify(kept.body));
+    // A computed key: a plain `__proto__:` in a literal would set the prototype instead.
+    assert.deepEqual((await getJson(`${server.url}/v2/models/auto/config`)).body.parameters, {
+      ["__proto__"]: { string_value: "x" },
+      b: { string_value: "y" },
+    });
+    const twiceText = config('"__proto__": {"string_value": "x"}, "__proto__": {"string_value": "z"}');
+    const twice = await load("auto", { parameters: { config: twiceText } });
+    assert.equal(twice.status, 400);
+    const column = twiceText.lastIndexOf('"__proto__"') + 1;
+    assert.equal(
+      errorOf(twice),
+      `the load request's config for 'auto':1:${column}: key '__proto__' given twice in map field 'parameters'`,
+    );
+  });
+
   it("a load without an override reloads the model from the repository", async () => {
     assert.equal((await load("auto")).status, 200);
     // Completed from the ONNX file again: Triton's default max_batch_size 4.

@@ -8,6 +8,7 @@ import {
   type ParsedModelConfig,
   type ParsedValue,
   SourceLocations,
+  setEntry,
 } from "../parsed-config.ts";
 import { convertScalar, type Literal } from "../scalar-value.ts";
 import { describeJson, type JsonNode, readJson } from "./json-reader.ts";
@@ -99,7 +100,7 @@ class JsonConfigReader {
       if (Object.hasOwn(map, keyText)) {
         throw this.#error(entry.keyPosition, `key '${keyText}' given twice in map field '${path}'`);
       }
-      map[keyText] = this.#value(entry.value, shape.value, `${path}["${entry.key}"]`);
+      setEntry(map, keyText, this.#value(entry.value, shape.value, `${path}["${entry.key}"]`));
       this.#locations.set(map, keyText, entry.value.position);
     }
     return map;

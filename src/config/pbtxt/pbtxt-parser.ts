@@ -16,6 +16,7 @@ import {
   type ParsedScalar,
   type ParsedValue,
   SourceLocations,
+  setEntry,
 } from "../parsed-config.ts";
 import { convertScalar, type Literal } from "../scalar-value.ts";
 import { PbtxtLexer, type Token } from "./pbtxt-lexer.ts";
@@ -187,7 +188,7 @@ export class PbtxtParser {
       if (Object.hasOwn(entries, key)) {
         throw this.#error(position, `key '${key}' given twice in map field '${spec.name}'`);
       }
-      entries[key] = entry.value ?? defaultValue(shape.value);
+      setEntry(entries, key, entry.value ?? defaultValue(shape.value));
       this.#locations.set(entries, key, this.#locations.get(entry, "value") ?? at(position));
     });
   }

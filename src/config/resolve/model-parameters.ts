@@ -1,3 +1,4 @@
+import { setEntry } from "../parsed-config.ts";
 import type { MessageNode } from "./config-node.ts";
 
 // The model's `parameters { key value { string_value } }`, with the readers seqserve's
@@ -20,7 +21,7 @@ export class ModelParameters {
     const map = root.map("parameters");
     for (const [key, entry] of Object.entries(map)) {
       const value = typeof entry === "object" && !Array.isArray(entry) ? entry.string_value : undefined;
-      values[key] = typeof value === "string" ? value : "";
+      setEntry(values, key, typeof value === "string" ? value : "");
     }
     this.values = values;
   }
