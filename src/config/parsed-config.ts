@@ -10,6 +10,16 @@ import type { SourcePosition } from "./config-error.ts";
 // Where each value came from is kept beside the object, so that resolution, which
 // happens later and elsewhere, can still point at the line of a bad value.
 
+/**
+ * How deep a config text may nest objects, lists and messages. The readers recurse once
+ * per level, so without a bound a text nested some thousands deep (say a load request's
+ * `config`) overflows the stack and reaches the client as an internal error. A real model
+ * config nests fewer than 10 deep (inference.ModelConfig's messages go 6 deep); 100
+ * leaves room and stays far below what the stack holds.
+ */
+export const MAX_CONFIG_NESTING = 100;
+export const NESTING_TOO_DEEP = `nesting deeper than ${MAX_CONFIG_NESTING} levels`;
+
 export type ParsedScalar = string | number | bigint | boolean;
 export type ParsedValue = ParsedScalar | ParsedMessage | ParsedValue[];
 export interface ParsedMessage {

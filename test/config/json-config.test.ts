@@ -158,6 +158,26 @@ describe("config.json", () => {
     });
   }
 
+  it("reports nesting deeper than 100 levels where it goes past, however deep the text", () => {
+    // {"input": [[[...]]]}: the object is the first level, so the 100th '[' opens the 101st.
+    const nested = (lists: number) => `{\n"input": ${"[".repeat(lists)}${"]".repeat(lists)}}`;
+    const column = '"input": '.length + 100;
+    for (const lists of [100, 20000]) {
+      assertConfigError(() => parse(nested(lists)), {
+        file: FILE,
+        line: 2,
+        column,
+        includes: "nesting deeper than 100 levels",
+      });
+    }
+    // 100 levels are read, and the schema then refuses the list.
+    assertConfigError(() => parse(nested(99)), {
+      file: FILE,
+      line: 2,
+      includes: "field 'input[0]' expects an object, got a list",
+    });
+  });
+
   it("reports a file that cannot be read", async () => {
     const missing = join(FIXTURES, "no_such_model", "config.pbtxt");
     await assert.rejects(parseModelConfigFile(missing), (error: Error) => {

@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import protobuf from "protobufjs";
 import { parseModelConfigText } from "../../src/config/index.ts";
+import { PbtxtParser } from "../../src/config/pbtxt/pbtxt-parser.ts";
 import { assertConfigError } from "./config-assertions.ts";
 
 const FILE = "models/m/config.pbtxt";
@@ -326,4 +328,29 @@ describe("config.pbtxt errors", () => {
       });
     });
   }
+});
+
+describe("config.pbtxt nesting", () => {
+  // inference.ModelConfig nests 6 messages deep at most; a type that contains itself can
+  // nest as deep as the text does.
+  const nodeType = protobuf
+    .parse('syntax = "proto3"; message Node { Node child = 1; string name = 2; }')
+    .root.resolveAll()
+    .lookupType("Node");
+  const nested = (levels: number) => `name: "root"\n${"child { ".repeat(levels)}${"}".repeat(levels)}`;
+
+  it("reports nesting deeper than 100 levels at the brace that goes past, however deep the text", () => {
+    for (const levels of [101, 20000]) {
+      assertConfigError(() => new PbtxtParser(nested(levels), FILE).parse(nodeType), {
+        file: FILE,
+        line: 2,
+        column: "child { ".length * 100 + "child ".length + 1,
+        includes: "nesting deeper than 100 levels",
+      });
+    }
+    // 100 levels are read.
+    let message = new PbtxtParser(nested(100), FILE).parse(nodeType).message;
+    for (let level = 0; level < 100; level++) message = message.child as typeof message;
+    assert.deepEqual(message, {});
+  });
 });

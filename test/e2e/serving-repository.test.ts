@@ -282,6 +282,20 @@ describe("explicit model control", () => {
     );
   });
 
+  it("a config override nested 20000 deep is refused where it goes past 100 levels; the model serves on", async () => {
+    const config = `{"input": ${"[".repeat(20000)}${"]".repeat(20000)}}`;
+    const answer = await load("auto", { parameters: { config } });
+    assert.equal(answer.status, 400);
+    // The object is the first level, so the 100th '[' opens the 101st.
+    const column = config.indexOf("[") + 100;
+    assert.equal(
+      errorOf(answer),
+      `the load request's config for 'auto':1:${column}: nesting deeper than 100 levels`,
+    );
+    assert.equal((await getJson(`${server.url}/v2/models/auto/config`)).body.max_batch_size, 2);
+    assert.deepEqual(outputData(await auto(2), "OUTPUT0"), Array(8).fill(0.5));
+  });
+
   it("a load without an override reloads the model from the repository", async () => {
     assert.equal((await load("auto")).status, 200);
     // Completed from the ONNX file again: Triton's default max_batch_size 4.

@@ -1,4 +1,5 @@
 import { ConfigError, type SourcePosition } from "../config-error.ts";
+import { MAX_CONFIG_NESTING, NESTING_TOO_DEEP } from "../parsed-config.ts";
 
 // A small JSON reader that, unlike JSON.parse, remembers where every value starts (so
 // config errors can name a line) and keeps numbers as their source text (so a 64-bit
@@ -41,6 +42,8 @@ class JsonReader {
   #index = 0;
   #line = 1;
   #lineStart = 0;
+  /** Objects and lists open around the value being read. */
+  #depth = 0;
 
   constructor(text: string, file: string) {
     // A UTF-8 byte order mark is not part of the document.
@@ -95,8 +98,13 @@ class JsonReader {
     this.#skipSpace();
     const position = this.#position();
     const c = this.#text[this.#index];
-    if (c === "{") return this.#object(position);
-    if (c === "[") return this.#array(position);
+    if (c === "{" || c === "[") {
+      if (this.#depth === MAX_CONFIG_NESTING) throw this.#error(NESTING_TOO_DEEP, position);
+      this.#depth++;
+      const node = c === "{" ? this.#object(position) : this.#array(position);
+      this.#depth--;
+      return node;
+    }
     if (c === '"') return this.#string(position);
     if (c === "-" || (c !== undefined && c >= "0" && c <= "9")) return this.#number(position);
     for (const [word, node] of [

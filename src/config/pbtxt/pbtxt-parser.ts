@@ -11,6 +11,8 @@ import {
 import { suggestion } from "../field-suggestion.ts";
 import { findField, modelConfigType, typeDisplayName, type ValueType } from "../model-config-schema.ts";
 import {
+  MAX_CONFIG_NESTING,
+  NESTING_TOO_DEEP,
   type ParsedMessage,
   type ParsedModelConfig,
   type ParsedScalar,
@@ -39,6 +41,8 @@ export class PbtxtParser {
   readonly #tokens: Token[];
   readonly #locations = new SourceLocations();
   #index = 0;
+  /** Messages open around the field being read (the top-level one has no braces and is not counted). */
+  #depth = 0;
 
   constructor(text: string, file: string) {
     this.#file = file;
@@ -247,10 +251,15 @@ export class PbtxtParser {
     if (opener.kind !== "symbol" || (opener.text !== "{" && opener.text !== "<")) {
       throw this.#error(opener, `expected '{' to start field '${field}', got ${this.#describe(opener)}`);
     }
+    // Only a message type that contains itself can nest this deep (inference.ModelConfig
+    // cannot), but any type may be read.
+    if (this.#depth === MAX_CONFIG_NESTING) throw this.#error(opener, NESTING_TOO_DEEP);
+    this.#depth++;
     const message: ParsedMessage = {};
     this.#locations.setOwn(message, at(opener));
     const close = opener.text === "{" ? "}" : ">";
     this.#fields(message, specOf, typeName, { close, opener, label: field }, knownNames);
+    this.#depth--;
     return message;
   }
 
