@@ -437,7 +437,11 @@ describe("implicit state and shared inputs", { timeout: 60_000 }, () => {
         /state 'STATE' must be INT32 \[1,1\] to be kept, got INT32 \[1,2\]/,
       );
     }
-    assert.equal((await findSequence(server.url, "misfit", 71))?.stateBytes, 0, "nothing kept of the failed steps");
+    assert.equal(
+      (await findSequence(server.url, "misfit", 71))?.stateBytes,
+      0,
+      "nothing kept of the failed steps",
+    );
     // An END keeps no state: it is answered, and frees the sequence.
     assert.deepEqual(outputData(await step(5, { id: 71, end: true }), "OUTPUT"), [5]);
     assert.equal(await findSequence(server.url, "misfit", 71), undefined);
