@@ -191,6 +191,26 @@ describe("control tensors", { timeout: 60_000 }, () => {
     await checkFlags("ctl_bool_str", "123", 0, 1, "123");
   });
 
+  it("a START without an id gets a string id from the server when the CORRID carries strings", async () => {
+    const first = await inferBinary(
+      server.url,
+      "ctl_bool_str",
+      [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: new Int32Array([1]) }],
+      { start: true },
+    );
+    assert.equal(first.status, 200, first.error);
+    const id = (first.header.parameters as { sequence_id?: unknown } | undefined)?.sequence_id;
+    assert.equal(typeof id, "string", JSON.stringify(first.header));
+    assert.equal(corridValue("BYTES", first.outputs.get("OUT_CORRID")!), id, "the model saw the id told");
+    assert.deepEqual(await echo("ctl_bool_str", 2, { id: id as string, end: true }), {
+      output: 2,
+      start: 0,
+      end: 1,
+      ready: 1,
+      corrid: id,
+    });
+  });
+
   it("refuses an id whose type the CORRID cannot carry, with Triton's data-type message", async () => {
     const expects = (model: string, given: string, wanted: string) =>
       `sequence batching control 'CORRID' data-type is '${given}', but model '${model}' expects '${wanted}'`;

@@ -16,6 +16,11 @@ export interface ControlRow {
 
 const encoder = new TextEncoder();
 
+/** Whether the model's CORRID control carries string ids (TYPE_STRING): its assigned ids are strings too. */
+export function takesStringIds(config: ModelConfig): boolean {
+  return config.sequenceBatching?.controlInputs.find((c) => c.kind === "CORRID")?.datatype === "BYTES";
+}
+
 /** Refuses an id whose type the model's CORRID control cannot carry (Triton's message). */
 export function checkCorrelationIdType(config: ModelConfig, id: SequenceId): void {
   const corrid = config.sequenceBatching?.controlInputs.find((c) => c.kind === "CORRID");

@@ -23,7 +23,7 @@ import type { DrainReason, Scheduler } from "../scheduler/scheduler.ts";
 import type { ModelStatistics } from "../statistics.ts";
 import { cloneTensor, type NumericTensor } from "../tensor.ts";
 import { timerDelay } from "../timer-delay.ts";
-import { checkCorrelationIdType } from "./control-tensors.ts";
+import { checkCorrelationIdType, takesStringIds } from "./control-tensors.ts";
 import { DirectInstance } from "./direct-instance.ts";
 import { IdReservation } from "./id-reservation.ts";
 import { initialStateTensor } from "./initial-state.ts";
@@ -441,16 +441,20 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     );
   }
 
-  /** A server-assigned id, or undefined while the tier has not reserved more. */
-  #assignId(): bigint | undefined {
+  /**
+   * A server-assigned id, or undefined while the tier has not reserved more: a number, or
+   * its decimal text for a model whose CORRID carries strings.
+   */
+  #assignId(): SequenceId | undefined {
     for (;;) {
-      let id: bigint;
-      if (this.#ids === undefined) id = this.#nextAssignedId++;
+      let number: bigint;
+      if (this.#ids === undefined) number = this.#nextAssignedId++;
       else {
         const taken = this.#ids.take();
         if (taken === undefined) return undefined;
-        id = FIRST_ASSIGNED_ID + taken;
+        number = FIRST_ASSIGNED_ID + taken;
       }
+      const id = takesStringIds(this.#config) ? String(number) : number;
       const key = idKey(id);
       if (!this.#live.has(key) && !this.#ending.has(key)) return id;
     }
