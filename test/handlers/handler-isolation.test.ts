@@ -35,7 +35,9 @@ export default {
       }
       if (mode === "loop") for (;;) {}
       if (mode === "exit") process.exit(3);
-      return { outputs: { ECHO: { datatype: "BYTES", shape: [1, 1], data: [mode] } } };
+      const outputs = { ECHO: { datatype: "BYTES", shape: [1, 1], data: [mode] } };
+      if (mode === "function-parameter") return { outputs, parameters: { f: () => 1 } };
+      return { outputs };
     }));
   },
 };
@@ -44,13 +46,14 @@ function text(r: any): string {
 }
 `;
 
-function config(sequences: boolean, eventsFile: string): string {
+function config(sequences: boolean, eventsFile: string, decoupled = false): string {
   return `
 backend: "typescript"
 max_batch_size: 8
 input [ { name: "MODE" data_type: TYPE_STRING dims: [ 1 ] } ]
 output [ { name: "ECHO" data_type: TYPE_STRING dims: [ 1 ] } ]
 ${sequences ? "sequence_batching { oldest { max_candidate_sequences: 8 } }" : "dynamic_batching { }"}
+${decoupled ? "model_transaction_policy { decoupled: true }" : ""}
 instance_group [ { count: 1 kind: KIND_CPU } ]
 parameters { key: "handler_timeout_ms" value { string_value: "400" } }
 parameters { key: "events_file" value { string_value: "${eventsFile}" } }
@@ -65,6 +68,8 @@ before(async () => {
   repository = handlerRepository((eventsFile) => ({
     faulty: { config: config(false, eventsFile), files: { "1/model.ts": FAULTY } },
     faulty_seq: { config: config(true, eventsFile), files: { "1/model.ts": FAULTY } },
+    // Decoupled: execute()'s responses are sent as each request's final response.
+    faulty_stream: { config: config(true, eventsFile, true), files: { "1/model.ts": FAULTY } },
   }));
   const logger = pino({ level: "info" }, { write: (line: string) => logLines.push(line) });
   server = await startTestServer(repository.path, {}, logger);
@@ -93,6 +98,27 @@ function call(model: string, mode: string, sequence?: { id: number; start?: bool
 const echoed = (answer: Awaited<ReturnType<typeof call>>): unknown =>
   (answer.body.outputs as { data: unknown[] }[] | undefined)?.[0]?.data[0];
 
+/** A decoupled request over Server-Sent Events: its status and its events. */
+async function callStream(
+  model: string,
+  mode: string,
+  sequence: { id: number; start?: boolean },
+): Promise<{ status: number; events: Record<string, unknown>[] }> {
+  const response = await fetch(`${server.url}/v2/models/${model}/generate_stream`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ MODE: mode, sequence_id: sequence.id, sequence_start: sequence.start ?? false }),
+  });
+  const text = await response.text();
+  const events = response.headers.get("content-type")?.startsWith("text/event-stream")
+    ? text
+        .split("\n\n")
+        .filter((chunk) => chunk.startsWith("data: "))
+        .map((chunk) => JSON.parse(chunk.slice(6)) as Record<string, unknown>)
+    : [JSON.parse(text) as Record<string, unknown>];
+  return { status: response.status, events };
+}
+
 test("an Error returned for one request fails only it, with its message and not its stack", async () => {
   const [bad, good] = await Promise.all([call("faulty", "throw"), call("faulty", "fine")]);
   assert.equal(bad.status, 500);
@@ -112,6 +138,36 @@ test("an exception from execute() fails its batch only; the stack is in the log"
     ),
   );
   assert.equal(echoed(await call("faulty", "after")), "after");
+});
+
+test("a response parameter that cannot be sent fails only its request, naming the parameter", async () => {
+  const refused =
+    /^response parameter 'f' of request '' is a function: parameters are strings, numbers, bigints or booleans$/;
+  assert.equal(echoed(await call("faulty_seq", "a1", { id: 11, start: true })), "a1");
+  assert.equal(echoed(await call("faulty_seq", "b1", { id: 12, start: true })), "b1");
+  const bad = await call("faulty_seq", "function-parameter", { id: 11 });
+  assert.equal(bad.status, 500);
+  assert.match(bad.body.error as string, refused);
+  // The worker lives on, and with it both sequences.
+  assert.equal(echoed(await call("faulty_seq", "b2", { id: 12 })), "b2");
+  assert.equal(echoed(await call("faulty_seq", "a2", { id: 11, end: true })), "a2");
+
+  // A decoupled handler's response returned from execute() is sent as the final one.
+  const started = await callStream("faulty_stream", "c1", { id: 21, start: true });
+  assert.deepEqual(
+    started.events.map((e) => e.ECHO),
+    ["c1"],
+  );
+  const streamed = await callStream("faulty_stream", "function-parameter", { id: 21 });
+  assert.equal(streamed.status, 500);
+  assert.deepEqual(streamed.events.length, 1);
+  assert.match(streamed.events[0]!.error as string, refused);
+  const next = await callStream("faulty_stream", "c2", { id: 21 });
+  assert.deepEqual(
+    next.events.map((e) => e.ECHO),
+    ["c2"],
+  );
+  assert.ok(!logLines.some((line) => line.includes("stopped unexpectedly")));
 });
 
 test("a request not answered within handler_timeout_ms fails, and the handler's signal says so", async () => {

@@ -107,6 +107,42 @@ function outputsToWire(
   return { wire, bytes };
 }
 
+/** What a value is, for a message that says why it cannot be sent. */
+function kindOf(value: unknown): string {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  const type = typeof value;
+  return type === "undefined" ? "undefined" : `${/^[aeiou]/.test(type) ? "an" : "a"} ${type}`;
+}
+
+/**
+ * A response's parameters as KServe carries them (each a string, number, bigint or
+ * boolean), copied into a plain object; anything else is refused here, naming the
+ * parameter, rather than by postMessage, whose error would end the worker.
+ */
+function checkParameters(what: string, parameters: unknown): Parameters {
+  if (parameters === undefined) return {};
+  if (typeof parameters !== "object" || parameters === null || Array.isArray(parameters)) {
+    throw new Error(`the parameters of ${what} are ${kindOf(parameters)}: expected an object of name: value`);
+  }
+  const checked: Record<string, Parameters[string]> = {};
+  for (const [name, value] of Object.entries(parameters)) {
+    const type = typeof value;
+    if (type !== "string" && type !== "number" && type !== "bigint" && type !== "boolean") {
+      throw new Error(
+        `response parameter '${name}' of ${what} is ${kindOf(value)}: parameters are strings, numbers, bigints or booleans`,
+      );
+    }
+    checked[name] = value as Parameters[string];
+  }
+  return checked;
+}
+
+/** Why an answer could not be posted (postMessage's DataCloneError, say). */
+function notSent(what: string, error: unknown): Error {
+  return new Error(`${what} could not be sent: ${errorText(error)}`);
+}
+
 function callError(error: WireError): CallError {
   return Object.assign(new Error(error.message), { code: error.code });
 }
@@ -185,21 +221,27 @@ class OpenRequest implements HandlerRequest {
       return Promise.reject(error);
     }
     let encoded: { wire: WireTensor[]; bytes: number };
+    let parameters: Parameters;
     try {
       // Copied, not transferred: the handler may keep what it sent (in its state, say).
       encoded = outputsToWire("the response", response.outputs, this.outputs, undefined);
+      parameters = checkParameters(`request '${this.id}'`, response.parameters);
     } catch (error) {
       return Promise.reject(error);
     }
     const final = options?.final === true;
-    post({
-      type: "response",
-      rid: this.rid,
-      outputs: encoded.wire,
-      parameters: response.parameters ?? {},
-      final,
-      bytes: encoded.bytes,
-    });
+    try {
+      post({
+        type: "response",
+        rid: this.rid,
+        outputs: encoded.wire,
+        parameters,
+        final,
+        bytes: encoded.bytes,
+      });
+    } catch (error) {
+      return Promise.reject(notSent(`a response of request '${this.id}'`, error));
+    }
     this.#unacked++;
     this.#unackedBytes += encoded.bytes;
     if (final) {
@@ -267,6 +309,7 @@ class OpenRequest implements HandlerRequest {
     for (const waiter of this.#waiting.splice(0)) waiter.resolve();
     let transfer: ArrayBuffer[] = [];
     let outputs: WireTensor[] = [];
+    let parameters: Parameters = {};
     let state: WireStateEntry[] | undefined;
     if (error === undefined) {
       try {
@@ -284,27 +327,41 @@ class OpenRequest implements HandlerRequest {
         }
         if (response !== undefined) {
           outputs = outputsToWire("the response", response.outputs, this.outputs, transfer).wire;
+          parameters = checkParameters(`request '${this.id}'`, response.parameters);
         }
       } catch (failure) {
         error = handlerError(failure, `request '${this.id}'`);
         outputs = [];
+        parameters = {};
         transfer = [];
       }
     }
     // A failed request leaves the state as it was.
     if (error !== undefined) state = this.#state?.original(transfer);
-    post(
-      {
-        type: "done",
-        rid: this.rid,
-        error,
-        outputs,
-        parameters: error === undefined ? (response?.parameters ?? {}) : {},
-        state,
-        inferNs: (performance.now() - this.#startMs) * 1e6,
-      },
-      transfer,
-    );
+    const inferNs = (performance.now() - this.#startMs) * 1e6;
+    try {
+      post({ type: "done", rid: this.rid, error, outputs, parameters, state, inferNs }, transfer);
+    } catch (failure) {
+      // postMessage clones before it transfers: nothing of the answer left, the state's
+      // buffers are still here. The request fails with the reason, not the worker with it.
+      const notPosted = handlerError(
+        notSent(`the answer to request '${this.id}'`, failure),
+        `request '${this.id}'`,
+      );
+      const original: ArrayBuffer[] = [];
+      post(
+        {
+          type: "done",
+          rid: this.rid,
+          error: notPosted,
+          outputs: [],
+          parameters: {},
+          state: this.#state?.original(original),
+          inferNs,
+        },
+        original,
+      );
+    }
   }
 }
 
@@ -418,11 +475,11 @@ async function execute(message: ExecuteMessage): Promise<void> {
     } else {
       requests.forEach((request, i) => {
         if (request.done) return;
-        if (message.decoupled) {
-          const response = result[i] as HandlerResponse | Error | undefined;
-          if (response instanceof Error || response === undefined) request.answer(response);
-          else request.send(response, { final: true }).catch(() => {});
-        } else request.answer(result[i] as HandlerResponse | Error | undefined);
+        const response = result[i] as HandlerResponse | Error | undefined;
+        if (message.decoupled && !(response instanceof Error) && response !== undefined) {
+          // A response that cannot be sent fails its request (it would wait for its timeout).
+          request.send(response, { final: true }).catch((error: Error) => request.complete(error));
+        } else request.answer(response);
       });
     }
   } else if (!message.decoupled && result !== GAVE_UP) {
