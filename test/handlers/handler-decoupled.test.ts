@@ -58,6 +58,23 @@ async function run(r: any) {
 }
 `;
 
+// Each request keeps a tensor of COUNT bytes in its sequence's state, counts its steps
+// there and sends the count as its only, final, response.
+const BOUNDED = `
+export default {
+  execute(requests: any[]) {
+    for (const r of requests) {
+      const state = r.sequence.state;
+      const steps = (state.get("steps") ?? 0) + 1;
+      const size = r.inputs.COUNT.data[0];
+      state.set("steps", steps);
+      state.set("history", { datatype: "UINT8", shape: [size], data: new Uint8Array(size) });
+      void r.send({ outputs: { INDEX: { datatype: "INT32", shape: [1], data: Int32Array.of(steps) } } }, { final: true });
+    }
+  },
+};
+`;
+
 let repository: HandlerRepository;
 let server: TestServer;
 
@@ -74,6 +91,18 @@ parameters { key: "handler_max_unacked_responses" value { string_value: "2" } }
 parameters { key: "events_file" value { string_value: "${eventsFile}" } }
 `,
       files: { "1/model.ts": TICKER },
+    },
+    bounded: {
+      config: `
+backend: "typescript"
+max_batch_size: 0
+input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] } ]
+model_transaction_policy { decoupled: true }
+sequence_batching { oldest { max_candidate_sequences: 8 } }
+parameters { key: "sequence_state_max_bytes" value { string_value: "1000" } }
+`,
+      files: { "1/model.ts": BOUNDED },
     },
   }));
   server = await startTestServer(repository.path);
@@ -122,6 +151,56 @@ test("gRPC ModelStreamInfer: each request's responses in order, flagged, with th
       assert.deepEqual(mine.at(-1)!.outputs, []);
     }
     assert.ok(received.every((m) => (m.error_message ?? "") === ""));
+  } finally {
+    client.close();
+  }
+});
+
+test("a final response whose state the model cannot keep is not sent: the request fails alone, its state as before", async () => {
+  const client = new TestClient(server.grpcPort);
+  try {
+    const stream = client.stream();
+    const received: ModelStreamInferResponseMessage[] = [];
+    const ended = new Promise<void>((resolve) => stream.on("end", resolve));
+    stream.on("data", (message: ModelStreamInferResponseMessage) => received.push(message));
+    for (const [id, bytes] of [
+      ["fits", 10],
+      ["too-big", 2000],
+      ["fits-again", 10],
+    ] as const) {
+      stream.write({
+        model_name: "bounded",
+        id,
+        parameters: {
+          sequence_id: { int64_param: "5" },
+          ...(id === "fits" ? { sequence_start: { bool_param: true } } : {}),
+        },
+        inputs: [{ name: "COUNT", datatype: "INT32", shape: [1] }],
+        raw_input_contents: [Buffer.from(Int32Array.of(bytes).buffer)],
+      });
+    }
+    stream.end();
+    await ended;
+    const seen = received.map((m) => ({
+      id: m.infer_response?.id,
+      error: m.error_message || undefined,
+      final: m.infer_response?.parameters?.triton_final_response?.bool_param,
+      steps: m.infer_response?.raw_output_contents?.[0]?.length
+        ? Buffer.from(m.infer_response.raw_output_contents[0]).readInt32LE(0)
+        : undefined,
+    }));
+    assert.deepEqual(seen, [
+      { id: "fits", error: undefined, final: true, steps: 1 },
+      {
+        id: "too-big",
+        error:
+          "the state of sequence 5 would hold 2004 bytes, more than the model's sequence_state_max_bytes (1000)",
+        final: undefined,
+        steps: undefined,
+      },
+      // The failed request left the state as it was: one step.
+      { id: "fits-again", error: undefined, final: true, steps: 2 },
+    ]);
   } finally {
     client.close();
   }

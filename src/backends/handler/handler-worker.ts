@@ -149,6 +149,12 @@ function callError(error: WireError): CallError {
 
 // ---- one request ----
 
+/** A request's state as it will be posted, with the buffers to transfer. */
+interface KeptState {
+  readonly state: WireStateEntry[] | undefined;
+  readonly transfer: ArrayBuffer[];
+}
+
 class OpenRequest implements HandlerRequest {
   readonly rid: number;
   readonly id: string;
@@ -230,6 +236,19 @@ class OpenRequest implements HandlerRequest {
       return Promise.reject(error);
     }
     const final = options?.final === true;
+    let kept: KeptState | undefined;
+    if (final) {
+      // Nothing may follow a response flagged final: the state the request leaves is
+      // checked before it goes, and a state the model cannot keep fails the request in
+      // its place (the response, sent first, told the client the request succeeded).
+      const transfer: ArrayBuffer[] = [];
+      try {
+        kept = { state: this.#keptState(transfer), transfer };
+      } catch (error) {
+        this.fail(handlerError(error, `request '${this.id}'`));
+        return Promise.reject(error);
+      }
+    }
     try {
       post({
         type: "response",
@@ -245,7 +264,7 @@ class OpenRequest implements HandlerRequest {
     this.#unacked++;
     this.#unackedBytes += encoded.bytes;
     if (final) {
-      this.complete();
+      this.#finish(undefined, undefined, kept);
       return Promise.resolve();
     }
     if (this.#unacked < limits.maxUnackedResponses && this.#unackedBytes < limits.maxUnackedBytes) {
@@ -300,31 +319,36 @@ class OpenRequest implements HandlerRequest {
     this.fail({ code: message.why === "client" ? "CANCELLED" : "UNAVAILABLE", message: reason.message });
   }
 
-  #finish(error: WireError | undefined, response: HandlerResponse | undefined): void {
+  /** The sequence's state after the request, ready to post; throws when the model cannot keep it. */
+  #keptState(transfer: ArrayBuffer[]): WireStateEntry[] | undefined {
+    if (this.#state === undefined) return undefined;
+    const kept = this.#state.result(transfer);
+    if (kept.bytes > limits.maxStateBytes) {
+      throw Object.assign(
+        new Error(
+          `the state of sequence ${String(this.sequence!.id)} would hold ${kept.bytes} bytes, more than the model's sequence_state_max_bytes (${limits.maxStateBytes})`,
+        ),
+        { code: "RESOURCE_EXHAUSTED" },
+      );
+    }
+    return kept.entries;
+  }
+
+  /** `kept`: the state, already checked (by a final send()). */
+  #finish(error: WireError | undefined, response: HandlerResponse | undefined, kept?: KeptState): void {
     if (this.#done) return;
     this.#done = true;
     this.#markFinished();
     open.delete(this.rid);
     // What was sent stays sent: a send() still waiting for room is done, not failed.
     for (const waiter of this.#waiting.splice(0)) waiter.resolve();
-    let transfer: ArrayBuffer[] = [];
+    let transfer: ArrayBuffer[] = kept?.transfer ?? [];
     let outputs: WireTensor[] = [];
     let parameters: Parameters = {};
-    let state: WireStateEntry[] | undefined;
+    let state = kept?.state;
     if (error === undefined) {
       try {
-        if (this.#state !== undefined) {
-          const kept = this.#state.result(transfer);
-          if (kept.bytes > limits.maxStateBytes) {
-            throw Object.assign(
-              new Error(
-                `the state of sequence ${String(this.sequence!.id)} would hold ${kept.bytes} bytes, more than the model's sequence_state_max_bytes (${limits.maxStateBytes})`,
-              ),
-              { code: "RESOURCE_EXHAUSTED" },
-            );
-          }
-          state = kept.entries;
-        }
+        if (kept === undefined) state = this.#keptState(transfer);
         if (response !== undefined) {
           outputs = outputsToWire("the response", response.outputs, this.outputs, transfer).wire;
           parameters = checkParameters(`request '${this.id}'`, response.parameters);
