@@ -54,8 +54,10 @@ export type SequenceEndReason =
  * What a sequence keeps between its requests, for as long as it lives. Values are tensors
  * (kept as they are, and moved between threads without copying) or anything the
  * structured-clone algorithm can copy (objects, arrays, strings, Maps, typed arrays…).
- * `get` hands out the stored value; changes to an object are kept when it is `set` again.
- * A request that fails leaves the state as it was before it ran.
+ * `get` hands out the stored value; changes to an object are kept when it is `set` again,
+ * a tensor's data changed in place is kept as it is. A request that fails leaves the
+ * state as it was before it ran, tensors changed in place included (a tensor's first
+ * `get` in a request copies its data aside for that).
  */
 export interface SequenceState {
   get<T = unknown>(key: string): T | undefined;

@@ -35,12 +35,28 @@ export default {
       }
       if (mode === "loop") for (;;) {}
       if (mode === "exit") process.exit(3);
+      if (mode.startsWith("count")) return count(r, mode);
       const outputs = { ECHO: { datatype: "BYTES", shape: [1, 1], data: [mode] } };
       if (mode === "function-parameter") return { outputs, parameters: { f: () => 1 } };
       return { outputs };
     }));
   },
 };
+// Tensors of the sequence's state changed in place, without set(): a count and a letter.
+function count(r: any, mode: string) {
+  const state = r.sequence.state;
+  if (!state.has("count")) {
+    state.set("count", { datatype: "INT32", shape: [1], data: Int32Array.of(0) });
+    state.set("letter", { datatype: "BYTES", shape: [1], data: [new TextEncoder().encode("a")] });
+  }
+  const count = state.get("count");
+  const letter = state.get("letter");
+  count.data[0] += 1;
+  letter.data[0][0] += 1;
+  if (mode === "count-then-throw") return new Error("refused after counting");
+  const seen = String(count.data[0]) + new TextDecoder().decode(letter.data[0]);
+  return { outputs: { ECHO: { datatype: "BYTES", shape: [1, 1], data: [seen] } } };
+}
 function text(r: any): string {
   return new TextDecoder().decode(r.inputs.MODE.data[0]);
 }
@@ -168,6 +184,16 @@ test("a response parameter that cannot be sent fails only its request, naming th
     ["c2"],
   );
   assert.ok(!logLines.some((line) => line.includes("stopped unexpectedly")));
+});
+
+test("a request that fails leaves the state as it was, tensors changed in place included", async () => {
+  assert.equal(echoed(await call("faulty_seq", "count", { id: 31, start: true })), "1b");
+  for (let i = 0; i < 2; i++) {
+    const refused = await call("faulty_seq", "count-then-throw", { id: 31 });
+    assert.deepEqual(refused.body, { error: "refused after counting" });
+  }
+  assert.equal(echoed(await call("faulty_seq", "count", { id: 31 })), "2c");
+  assert.equal(echoed(await call("faulty_seq", "count", { id: 31, end: true })), "3d");
 });
 
 test("a request not answered within handler_timeout_ms fails, and the handler's signal says so", async () => {

@@ -1,7 +1,14 @@
 import { deserialize, serialize } from "node:v8";
+import type { NumericArray } from "../../core/datatype.ts";
 import { tensorByteLength } from "../../core/tensor.ts";
 import type { SequenceState } from "../../handler-api.ts";
-import { fromWire, toWire, transferableArray } from "../worker/wire-tensor.ts";
+import {
+  fromWire,
+  type PackedBytes,
+  toWire,
+  transferableArray,
+  type WireTensor,
+} from "../worker/wire-tensor.ts";
 import type { WireStateEntry } from "./handler-messages.ts";
 import { checkTensor, looksLikeTensor } from "./handler-tensor.ts";
 
@@ -9,6 +16,9 @@ import { checkTensor, looksLikeTensor } from "./handler-tensor.ts";
 // core (tensors as they are, values serialised); a value is decoded when first read, and
 // only entries set during the request are encoded again, so an unchanged large entry
 // costs nothing. The entries as they arrived are kept: a failed request gives them back.
+// A handler may change a tensor it read in place, so a tensor's data is copied aside the
+// first time it is read (one copy per tensor read, none for the others); a serialised
+// value is decoded into a new object and its bytes stay as they arrived.
 
 interface Entry {
   /** As it arrived (undefined: set during this request). */
@@ -22,9 +32,13 @@ interface Entry {
 export class HandlerSequenceState implements SequenceState {
   readonly #entries = new Map<string, Entry>();
   readonly #original: readonly WireStateEntry[];
+  /** Copies of the tensors read, as they arrived; undefined when nothing is given back. */
+  readonly #untouched: Map<string, WireStateEntry> | undefined;
 
-  constructor(entries: readonly WireStateEntry[]) {
+  /** `rollback`: whether original() may be asked for (not for a sequence that has ended). */
+  constructor(entries: readonly WireStateEntry[], rollback = true) {
     this.#original = entries;
+    this.#untouched = rollback ? new Map() : undefined;
     for (const wire of entries)
       this.#entries.set(wire.key, { wire, value: undefined, decoded: false, changed: false });
   }
@@ -34,7 +48,11 @@ export class HandlerSequenceState implements SequenceState {
     if (entry === undefined) return undefined;
     if (!entry.decoded) {
       const wire = entry.wire!;
-      entry.value = "serialized" in wire ? deserialize(wire.serialized) : fromWire(wire.tensor);
+      if ("serialized" in wire) entry.value = deserialize(wire.serialized);
+      else {
+        this.#untouched?.set(key, { key, tensor: copyTensor(wire.tensor) });
+        entry.value = fromWire(wire.tensor);
+      }
       entry.decoded = true;
     }
     return entry.value as T;
@@ -76,7 +94,7 @@ export class HandlerSequenceState implements SequenceState {
 
   /** The entries as they arrived: what a failed request leaves. */
   original(transfer: ArrayBuffer[]): WireStateEntry[] {
-    return this.#original.map((wire) => retransfer(wire, transfer));
+    return this.#original.map((wire) => retransfer(this.#untouched?.get(wire.key) ?? wire, transfer));
   }
 
   /**
@@ -109,6 +127,18 @@ export class HandlerSequenceState implements SequenceState {
     }
     return { entries: entries.map((wire) => retransfer(wire, transfer)), bytes };
   }
+}
+
+/**
+ * A copy of what a handler can change of a tensor it read: its shape and its data (for
+ * BYTES the packed bytes, of which it sees views; never the offsets).
+ */
+function copyTensor(tensor: WireTensor): WireTensor {
+  const { name, datatype } = tensor;
+  const shape = [...tensor.shape];
+  if (datatype !== "BYTES") return { name, datatype, shape, data: (tensor.data as NumericArray).slice() };
+  const packed = tensor.data as PackedBytes;
+  return { name, datatype, shape, data: { offsets: packed.offsets, bytes: packed.bytes.slice() } };
 }
 
 /** The entry ready to post: its buffers in `transfer` (copied when they are views of something larger). */

@@ -532,7 +532,8 @@ async function sequenceEnded(message: EndedMessage): Promise<void> {
   if (handler?.sequenceEnded === undefined) return;
   try {
     await handler.sequenceEnded(
-      { id: message.id, state: new HandlerSequenceState(message.state) },
+      // Nothing is given back after a sequence's end: its tensors need no copy.
+      { id: message.id, state: new HandlerSequenceState(message.state, false) },
       message.reason,
       context,
     );
