@@ -11,7 +11,7 @@ import {
 } from "../../examples/models/vad_segmenter/1/segmenter.ts";
 import { expectedBits, SILERO_SAMPLES, sequenceAudio } from "../support/silero-oracle.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
-import { sequencesOf } from "./support/handler-kit.ts";
+import { eventually, sequencesOf } from "./support/handler-kit.ts";
 
 // The vad_segmenter example end to end: audio streams in, speech_start / speech_end
 // events come out as they happen, over a WebSocket stream and Server-Sent Events. The
@@ -158,4 +158,32 @@ test("events over WebSocket streams and Server-Sent Events match the in-process 
     assert.deepEqual(listing.sequences, [], model);
     assert.equal(listing.summary.state_bytes, 0, model);
   }
+});
+
+test("a stream whose client leaves during its first request ends the VAD sequence that request started", async () => {
+  // Silence long enough to be scored for a while, chunk by chunk, after the VAD sequence starts.
+  const silence = new Array(SILERO_SAMPLES * 1200).fill(0);
+  const call = httpRequest(`${server.url}/v2/models/vad_segmenter/generate_stream`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+  });
+  call.on("error", () => {});
+  call.end(JSON.stringify({ AUDIO: silence, sequence_id: 4343, sequence_start: true }));
+  await eventually(
+    "the VAD sequence to start",
+    async () => (await sequencesOf(server.url, "silero_vad_stateful")).summary.live > 0 || undefined,
+  );
+  call.destroy();
+  // The stream's only request was cancelled: its state went back to empty, with no VAD
+  // sequence in it for sequenceEnded to end.
+  await eventually(
+    "the stream to end, cancelled",
+    async () => (await sequencesOf(server.url, "vad_segmenter")).summary.ended.cancelled === 1 || undefined,
+  );
+  const listing = await eventually("the VAD sequence to end", async () => {
+    const seen = await sequencesOf(server.url, "silero_vad_stateful");
+    return seen.sequences.length === 0 ? seen : undefined;
+  });
+  assert.equal(listing.summary.state_bytes, 0);
+  assert.deepEqual((await sequencesOf(server.url, "vad_segmenter")).sequences, []);
 });

@@ -34,30 +34,44 @@ async function segment(request: HandlerRequest, context: HandlerContext): Promis
   audio.set(leftover);
   audio.set(input, leftover.length);
 
-  let offset = 0;
-  for (; offset + CHUNK <= audio.length; offset += CHUNK) {
-    if (request.signal.aborted) return;
-    const scored = await context.infer(VAD, {
-      inputs: {
-        input: { datatype: "FP32", shape: [1, CHUNK], data: audio.slice(offset, offset + CHUNK) },
-        sr: SAMPLE_RATE,
-      },
-      // The first chunk starts the VAD's sequence; the server gives it an id.
-      parameters: vad === undefined ? { sequence_start: true } : { sequence_id: vad },
-    });
-    vad ??= scored.parameters.sequence_id as bigint;
-    const probability = (scored.outputs.output!.data as Float32Array)[0]!;
-    for (const event of pushChunk(segmenter, probability, CHUNK))
-      await request.send({ outputs: eventOutputs(event) });
-  }
-  if (sequence.end) {
-    for (const event of finish(segmenter)) await request.send({ outputs: eventOutputs(event) });
-    if (vad !== undefined) await context.closeSequence(VAD, vad);
-    state.clear();
-  } else {
-    state.set("segmenter", segmenter);
-    if (vad !== undefined) state.set("vad_sequence", vad);
-    state.set("leftover", { datatype: "FP32", shape: [audio.length - offset], data: audio.slice(offset) });
+  // A request that does not finish (cancelled, failed) leaves the state as it was: a VAD
+  // sequence it started would be in no state, so sequenceEnded could not end it. It ends
+  // here instead.
+  const starts = vad === undefined;
+  let finished = false;
+  try {
+    let offset = 0;
+    for (; offset + CHUNK <= audio.length; offset += CHUNK) {
+      if (request.signal.aborted) return;
+      const scored = await context.infer(VAD, {
+        inputs: {
+          input: { datatype: "FP32", shape: [1, CHUNK], data: audio.slice(offset, offset + CHUNK) },
+          sr: SAMPLE_RATE,
+        },
+        // The first chunk starts the VAD's sequence; the server gives it an id.
+        parameters: vad === undefined ? { sequence_start: true } : { sequence_id: vad },
+      });
+      vad ??= scored.parameters.sequence_id as bigint;
+      const probability = (scored.outputs.output!.data as Float32Array)[0]!;
+      for (const event of pushChunk(segmenter, probability, CHUNK))
+        await request.send({ outputs: eventOutputs(event) });
+    }
+    if (sequence.end) {
+      for (const event of finish(segmenter)) await request.send({ outputs: eventOutputs(event) });
+      if (vad !== undefined) await context.closeSequence(VAD, vad);
+      state.clear();
+    } else {
+      state.set("segmenter", segmenter);
+      if (vad !== undefined) state.set("vad_sequence", vad);
+      state.set("leftover", { datatype: "FP32", shape: [audio.length - offset], data: audio.slice(offset) });
+    }
+    finished = true;
+  } finally {
+    if (!finished && starts && vad !== undefined) {
+      await context.closeSequence(VAD, vad).catch((error: Error) => {
+        context.log.warn("could not end a VAD sequence", { vad: String(vad), error: error.message });
+      });
+    }
   }
 }
 
