@@ -135,3 +135,17 @@ test("KServe sequences: the same answers, sessions interleaved", async () => {
   assert.equal(noDocument.status, 400);
   assert.match(noDocument.body.error as string, /send DOCUMENT first/);
 });
+
+test("a document with no text is refused as the client's error", async () => {
+  for (const [id, document] of [
+    [704, ""],
+    [705, "  \n\n "],
+  ] as const) {
+    const refused = await postJson(`${server.url}/v2/models/session_context/infer`, {
+      parameters: { sequence_id: id, sequence_start: true },
+      inputs: [bytesInput("DOCUMENT", document)],
+    });
+    assert.equal(refused.status, 400);
+    assert.deepEqual(refused.body, { error: "the document has no text" });
+  }
+});

@@ -38,6 +38,7 @@ export default {
       if (mode.startsWith("count")) return count(r, mode);
       const outputs = { ECHO: { datatype: "BYTES", shape: [1, 1], data: [mode] } };
       if (mode === "function-parameter") return { outputs, parameters: { f: () => 1 } };
+      if (mode === "null") return null;
       return { outputs };
     }));
   },
@@ -184,6 +185,15 @@ test("a response parameter that cannot be sent fails only its request, naming th
     ["c2"],
   );
   assert.ok(!logLines.some((line) => line.includes("stopped unexpectedly")));
+});
+
+test("a handler that returns null for a request is said to have given no response", async () => {
+  const none = await call("faulty", "null");
+  assert.equal(none.status, 500);
+  assert.deepEqual(none.body, { error: "the handler gave no response to request ''" });
+  const streamed = await callStream("faulty_stream", "null", { id: 41, start: true });
+  assert.equal(streamed.status, 500);
+  assert.deepEqual(streamed.events, [{ error: "the handler gave no response to request ''" }]);
 });
 
 test("a request that fails leaves the state as it was, tensors changed in place included", async () => {

@@ -138,6 +138,10 @@ function checkParameters(what: string, parameters: unknown): Parameters {
   return checked;
 }
 
+function isResponse(value: unknown): value is HandlerResponse {
+  return typeof value === "object" && value !== null && !(value instanceof Error);
+}
+
 /** Why an answer could not be posted (postMessage's DataCloneError, say). */
 function notSent(what: string, error: unknown): Error {
   return new Error(`${what} could not be sent: ${errorText(error)}`);
@@ -229,6 +233,7 @@ class OpenRequest implements HandlerRequest {
     let encoded: { wire: WireTensor[]; bytes: number };
     let parameters: Parameters;
     try {
+      if (!isResponse(response)) throw new Error(`send() of request '${this.id}' was given no response`);
       // Copied, not transferred: the handler may keep what it sent (in its state, say).
       encoded = outputsToWire("the response", response.outputs, this.outputs, undefined);
       parameters = checkParameters(`request '${this.id}'`, response.parameters);
@@ -293,12 +298,13 @@ class OpenRequest implements HandlerRequest {
   }
 
   /** A response of a request that is not decoupled: the request is complete with it. */
-  answer(response: HandlerResponse | Error | undefined): void {
+  answer(response: unknown): void {
     if (response instanceof Error) {
       this.fail(handlerError(response, `request '${this.id}'`));
       return;
     }
-    if (response === undefined) {
+    // null, a number…: no response, said as such (not a TypeError from reading it).
+    if (!isResponse(response)) {
       this.fail({ code: "INTERNAL", message: `the handler gave no response to request '${this.id}'` });
       return;
     }
@@ -499,8 +505,8 @@ async function execute(message: ExecuteMessage): Promise<void> {
     } else {
       requests.forEach((request, i) => {
         if (request.done) return;
-        const response = result[i] as HandlerResponse | Error | undefined;
-        if (message.decoupled && !(response instanceof Error) && response !== undefined) {
+        const response: unknown = result[i];
+        if (message.decoupled && isResponse(response)) {
           // A response that cannot be sent fails its request (it would wait for its timeout).
           request.send(response, { final: true }).catch((error: Error) => request.complete(error));
         } else request.answer(response);

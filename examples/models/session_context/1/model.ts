@@ -55,6 +55,9 @@ async function answer(request: HandlerRequest, context: HandlerContext): Promise
   const document = text(request.inputs.DOCUMENT);
   if (document !== undefined) {
     const passages = passagesOf(document);
+    if (passages.length === 0) {
+      throw Object.assign(new Error("the document has no text"), { code: "INVALID_ARG" });
+    }
     const embeddings = await embed(context, passages);
     state.set("passages", passages);
     state.set("embeddings", {
