@@ -158,6 +158,16 @@ describe("HTTP", () => {
     assert.equal((await predict(bearer(B))).status, 200);
     assert.equal((await http("/v1/models/floats")).status, 200, "a model's status is health: open");
     assert.equal((await http("/v1/models/floats/metadata")).status, 401);
+    // However the path spells it (encoded, a trailing slash), metadata needs its key.
+    for (const path of [
+      "/v1/models/floats/metadat%61",
+      "/v1/models/floats/%6Detadata",
+      "/v1/models/floats/versions/1/metadat%61",
+      "/v1/models/floats/metadata/",
+    ]) {
+      assert.equal((await http(path)).status, 401, path);
+    }
+    assert.equal((await http("/v1/models/floats/versions/1/")).status, 200, "a version's status, open");
   });
 
   test("metrics need the operator's key", async () => {

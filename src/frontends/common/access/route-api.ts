@@ -58,6 +58,25 @@ const EXACT: Readonly<Record<string, ApiGroup>> = {
   "/endpoints/:endpoint/invocations": "inference",
 };
 
+/** TF-Serving's model status path: /v1/models/{m}[/versions/{v}|/labels/{l}], decoded. */
+const TFS_STATUS_PATH = /^\/v1\/models\/[^/]+(?:\/(?:versions|labels)\/[^/]+)?\/?$/;
+
+/**
+ * The group of a `GET /v1/models/…`: a model's status is health; anything else, its
+ * metadata however the path spells it (percent-encoded, with a trailing slash, which the
+ * router reads as the same path), needs the metadata group.
+ */
+function tfsModelGet(url: string): ApiGroup {
+  const path = url.split("?")[0]!;
+  let decoded: string;
+  try {
+    decoded = decodeURIComponent(path);
+  } catch {
+    return "metadata";
+  }
+  return TFS_STATUS_PATH.test(decoded) ? "health" : "metadata";
+}
+
 /**
  * The group of a route (`url` as registered); undefined when unknown. A group decided by
  * the request's own path (TF-Serving's `GET /v1/models/*`: status or metadata) is given as
@@ -69,10 +88,7 @@ export function routeApiGroup(
 ): ApiGroup | ((path: string) => ApiGroup) | undefined {
   const exact = EXACT[`${method} ${url}`] ?? EXACT[url];
   if (exact !== undefined) return exact;
-  if (url === "/v1/models/*") {
-    // GET /v1/models/{m}[/versions/{v}] is the model's status; …/metadata its signature.
-    return (path) => (path.split("?")[0]!.endsWith("/metadata") ? "metadata" : "health");
-  }
+  if (url === "/v1/models/*") return tfsModelGet;
   for (const base of [VERSION, MODEL]) {
     if (!url.startsWith(base)) continue;
     const suffix = url.slice(base.length);
