@@ -148,6 +148,7 @@ export class LoadedModel implements ServedModel {
         totalNs,
         sequenceId: sequenceIdOf(request, pending),
         error: failure,
+        ...(pending === undefined ? { refused: true as const } : {}),
       });
       throw failure;
     }

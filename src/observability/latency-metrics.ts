@@ -139,7 +139,8 @@ export function latencyMetrics(
       requestDone(record: RequestRecord): void {
         const { timings, error } = record;
         if (error !== undefined) {
-          failed[failureReason(error.code)].inc();
+          // Counted as the statistics count failures (which Triton keeps in one place).
+          if (record.refused !== true) failed[failureReason(error.code)].inc();
           return;
         }
         if (timings === undefined) return;

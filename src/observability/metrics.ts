@@ -110,7 +110,8 @@ function modelMetrics(registry: Registry, models: ModelRegistry, settings: Metri
       registry,
       "nv_inference_request_duration_us",
       "Cumulative inference request duration in microseconds (includes cached requests)",
-      fromStats((s) => us(s.inference_stats.success.ns + s.inference_stats.fail.ns)),
+      // Triton adds a request's duration here only when it succeeds.
+      fromStats((s) => us(s.inference_stats.success.ns)),
       models,
     );
     cumulative(

@@ -108,8 +108,9 @@ describe("the metrics port", () => {
 
     const first = await scrape();
     assert.equal(first.value("nv_inference_request_success", SIMPLE), 3);
-    // A request the model refused (a batch larger than max_batch_size): Triton's reason OTHER.
-    assert.equal(first.value("nv_inference_request_failure", { ...SIMPLE, reason: "OTHER" }), 1);
+    // A request refused before it reached the model (a batch larger than max_batch_size)
+    // is no failure of the model's, in the metrics as in the statistics.
+    assert.equal(first.value("nv_inference_request_failure", { ...SIMPLE, reason: "OTHER" }), 0);
     assert.equal(first.value("nv_inference_request_failure", { ...SIMPLE, reason: "BACKEND" }), 0);
     assert.equal(first.value("nv_inference_exec_count", SIMPLE), 3);
     assert.ok((first.value("nv_inference_count", SIMPLE) ?? 0) >= 3);
@@ -169,6 +170,21 @@ describe("the metrics port", () => {
     assert.equal(ended.value("seqserve_sequences_live", ACC), 0);
     assert.equal(ended.value("seqserve_sequences_ended_total", { ...ACC, reason: "end" }), 1);
     assert.equal(ended.value("nv_inference_request_success", ACC), 2);
+
+    // A request the model's scheduler refuses (no START, no live sequence) is a failure,
+    // counted as the statistics count it; its time is not request time, which only
+    // successes add to, as in Triton.
+    assert.equal((await infer(server.url, "acc", value(1), { id: 6 })).status, 400);
+    const failed = await scrape();
+    const stats = (await (await fetch(`${server.url}/v2/models/acc/stats`)).json()) as {
+      model_stats: { inference_stats: { fail: { count: number } } }[];
+    };
+    assert.equal(stats.model_stats[0]!.inference_stats.fail.count, 1);
+    assert.equal(failed.value("nv_inference_request_failure", { ...ACC, reason: "OTHER" }), 1);
+    assert.equal(
+      failed.value("nv_inference_request_duration_us", ACC),
+      ended.value("nv_inference_request_duration_us", ACC),
+    );
   });
 
   it("answers anything but GET /metrics with a 404", async () => {

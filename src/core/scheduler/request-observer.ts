@@ -21,6 +21,11 @@ export interface RequestRecord {
   readonly outputs?: ReadonlyMap<string, Tensor>;
   /** Present when the request failed. */
   readonly error?: ServerError;
+  /**
+   * A failed request refused before it reached the model's scheduler (a malformed one):
+   * as in Triton, no failure of the model's, in the statistics and the metrics alike.
+   */
+  readonly refused?: true;
 }
 
 export interface RequestObserver {
