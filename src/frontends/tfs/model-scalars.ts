@@ -7,8 +7,8 @@ import type { Tensor } from "../../core/tensor.ts";
 // scalar score) is configured as one element, dims [1] (or [1, 1], …), reshaped to a
 // scalar for the model (config/resolve/io-config.ts). OVMS reads shapes from the model itself: its metadata
 // shows such a tensor with no dimensions, a client sends it as a scalar
-// (`make_tensor_proto(16000)`, a bare JSON number) and gets it back as one. The TF-Serving
-// frontends do the same; KServe's keep Triton's [1].
+// (`make_tensor_proto(16000, dtype="int64")` for an int64 one, a bare JSON number) and
+// gets it back as one. The TF-Serving frontends do the same; KServe's keep Triton's [1].
 
 /** Whether the config's shape of `tensor` is its whole shape: not batched, or shared by a batch. */
 function unbatched(config: ModelConfig, tensor: InputConfig | OutputConfig): boolean {
