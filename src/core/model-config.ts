@@ -221,6 +221,14 @@ export interface ModelConfig {
   readonly decoupled?: boolean;
 }
 
+/**
+ * The sequence slots a model may use at once: all of them, or its
+ * max_candidate_sequence_use_ratio share (at least one).
+ */
+export function usableSequenceSlots(maxSequenceUseRatio: number | undefined, slots: number): number {
+  return maxSequenceUseRatio === undefined ? slots : Math.max(1, Math.floor(maxSequenceUseRatio * slots));
+}
+
 export function instanceCount(config: ModelConfig): number {
   let count = 0;
   for (const group of config.instanceGroups) count += group.count;

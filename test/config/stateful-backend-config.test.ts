@@ -136,9 +136,9 @@ describe("a config for backend 'stateful'", () => {
   it("has the backend's defaults: 90 % of the slots usable, all state reserved at load, resets logged", () => {
     const batching = resolve(mixedConfig()).config.sequenceBatching!;
     assert.equal(batching.maxSequenceUseRatio, 0.9);
-    // max_candidate_sequences 100 per instance, two instances.
+    // max_candidate_sequences 100 per instance, two instances: state for the 180 usable at once.
     assert.deepEqual(batching.stateBuffer, {
-      initialRows: 200,
+      initialRows: 180,
       subsequentRows: 16,
       allocThreshold: 16,
       deallocThreshold: 200,
@@ -150,6 +150,47 @@ describe("a config for backend 'stateful'", () => {
       detailedMetrics: false,
     });
     assert.equal(batching.padToMaxBatch, false);
+  });
+
+  it("lowers initial_buffer_size to the sequences it may have at once, and checks the lowered size, as the backend does", () => {
+    // The backend's example buffer parameters.
+    const lazy = `parameters [
+  { key: "initial_buffer_size" value: { string_value: "512" } },
+  { key: "subsequent_buffer_size" value: { string_value: "100" } },
+  { key: "buffer_alloc_threshold" value: { string_value: "32" } },
+  { key: "buffer_dealloc_threshold" value: { string_value: "200" } }
+]`;
+    const withCandidates = (candidates: number) =>
+      mixedConfig({ extra: lazy }).replace(
+        "max_candidate_sequences: 100",
+        `max_candidate_sequences: ${candidates}`,
+      );
+    // 100 per instance, two instances: 180 at once with the ratio of 0.9.
+    const { config, notes } = resolve(withCandidates(100));
+    assert.deepEqual(config.sequenceBatching?.stateBuffer, {
+      initialRows: 180,
+      subsequentRows: 100,
+      allocThreshold: 32,
+      deallocThreshold: 200,
+    });
+    assert.ok(
+      notes.includes(
+        "initial_buffer_size 512 is lowered to the 180 sequences max_candidate_sequence_use_ratio 0.9 of the 200 sequence slots of model 'acc' allows",
+      ),
+      notes.join("\n"),
+    );
+    // Lowered to 14, less than max_batch_size 16.
+    assertConfigError(() => resolve(withCandidates(8)), {
+      file: FILE,
+      includes:
+        "Initial buffer size must be larger than or equal to the max batch size: initial_buffer_size 512 (lowered to the 14 sequences",
+    });
+    // Lowered to 27, less than buffer_alloc_threshold 32.
+    assertConfigError(() => resolve(withCandidates(15)), {
+      file: FILE,
+      includes:
+        "Initial buffer size cannot be smaller than allocation threshold: initial_buffer_size 512 (lowered to the 27 sequences",
+    });
   });
 
   it("notes each parameter it cannot use here instead of failing", () => {

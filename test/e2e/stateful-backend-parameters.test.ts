@@ -31,16 +31,17 @@ function variant(name: string, overrides: Partial<StatefulModelSpec>): StatefulM
   return { ...base, name, instances: 1, ...overrides };
 }
 
+// Two sequences at once: its initial buffer is lowered to two, so a batch is at most two.
 const RATIO = variant("ratio", {
   maxCandidateSequences: 4,
   parameters: {
     max_candidate_sequence_use_ratio: "0.5",
     initial_buffer_size: "4",
-    subsequent_buffer_size: "4",
-    buffer_alloc_threshold: "4",
+    subsequent_buffer_size: "2",
+    buffer_alloc_threshold: "2",
     buffer_dealloc_threshold: "4",
   },
-  maxBatchSize: 4,
+  maxBatchSize: 2,
 });
 const PADDED = variant("padded", {
   maxBatchSize: 4,

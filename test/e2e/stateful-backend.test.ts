@@ -11,7 +11,7 @@ import { errorOf, rawOutput, StreamCall } from "../support/grpc-stream-call.ts";
 import { getJson } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
 import { type ListeningLine, ServerProcess } from "../support/seqserve-process.ts";
-import { batchCounts } from "../support/sequence-kit.ts";
+import { batchCounts, listSequences } from "../support/sequence-kit.ts";
 import {
   decode,
   onnxFileName,
@@ -27,6 +27,7 @@ import {
   statefulModelBytes,
   tolerance,
 } from "../support/stateful-backend-kit.ts";
+import { startTestServer } from "../support/test-server.ts";
 
 // A Triton ONNX stateful backend user's repository and launch line, unchanged: the four
 // kinds of example model (float, integer, int32 + fp16 state, bool + int8 state; uint64 and
@@ -241,5 +242,53 @@ describe("the stateful backend's example models behind its launch line", { timeo
     const resets = server.lines.filter((l) => l.event === "sequence_reset" && l.model === "accumulate_int32");
     assert.ok(resets.length > 0);
     assert.match(String(resets[0]!.msg), /^resetting state for sequences? \d+/);
+  });
+});
+
+describe("the backend's example buffer parameters with fewer sequence slots", { timeout: 60_000 }, () => {
+  it("initial_buffer_size 512 over max_candidate_sequences 256 is lowered to the 230 usable, and the model serves", async () => {
+    // accumulate_fp32's config as the backend ships it (initial_buffer_size 512,
+    // subsequent_buffer_size 100, buffer_alloc_threshold 32, buffer_dealloc_threshold 200),
+    // on one instance of 256 slots, of which max_candidate_sequence_use_ratio 0.9 leaves 230.
+    const spec: StatefulModelSpec = {
+      ...STATEFUL_MODELS[0]!,
+      name: "accumulate_256",
+      inferEndRequests: true,
+      maxCandidateSequences: 256,
+      instances: 1,
+    };
+    const small = await startTestServer({
+      [spec.name]: {
+        config: statefulConfig(spec),
+        onnx: statefulModelBytes(spec),
+        fileName: onnxFileName(spec),
+      },
+    });
+    const grpc = new TestClient(small.grpcPort);
+    try {
+      const rowBytes = spec.width * 4;
+      assert.equal((await listSequences(small.url, spec.name)).summary.state_allocated_bytes, 230 * rowBytes);
+      const [segments] = randomSegments(spec, 1, 2, 3);
+      const call = new StreamCall(grpc);
+      const answers = [
+        await call.send(segmentRequest(spec, 0, 0, segments![0]!, { start: true, end: false })),
+        await call.send(segmentRequest(spec, 0, 1, segments![1]!, { start: false, end: true })),
+      ];
+      await call.end();
+      const session = await ort.InferenceSession.create(statefulModelBytes(spec));
+      const exact = await oracle(session, spec, segments!);
+      await session.release();
+      answers.forEach((answer, i) => {
+        assert.equal(errorOf(answer), "");
+        assert.deepEqual(
+          new Uint8Array(rawOutput(answer, "Output")),
+          exact[i]!.get("Output"),
+          `segment ${i}`,
+        );
+      });
+    } finally {
+      grpc.close();
+      await small.stop();
+    }
   });
 });

@@ -422,6 +422,7 @@ export function resolveSequenceBatching(ctx: SequenceContext): SequenceBatchingC
     params,
     statefulBackend,
     maxBatchSize,
+    strategy: strategy.kind,
     capacity: sequenceCapacity(strategy, maxBatchSize, ctx.instanceCount),
   });
 

@@ -1,4 +1,9 @@
-import type { SequenceLoggingConfig, SequenceStrategy, StateBufferConfig } from "../../core/model-config.ts";
+import {
+  type SequenceLoggingConfig,
+  type SequenceStrategy,
+  type StateBufferConfig,
+  usableSequenceSlots,
+} from "../../core/model-config.ts";
 import type { MessageNode } from "./config-node.ts";
 import type { ModelParameters } from "./model-parameters.ts";
 
@@ -50,6 +55,7 @@ export interface StatefulBackendContext {
   /** The model uses backend "stateful" (its defaults apply). */
   readonly statefulBackend: boolean;
   readonly maxBatchSize: number;
+  readonly strategy: SequenceStrategy["kind"];
   /** Sequence slots over all instances. */
   readonly capacity: number;
 }
@@ -74,15 +80,26 @@ export function sequenceCapacity(
 /**
  * Lazy allocation: all four parameters or none (as the backend requires). Without them the
  * backend reserves every slot's state at load; seqserve's own default grows in slabs.
+ *
+ * The backend first lowers initial_buffer_size to the sequences it allows at once
+ * (max_candidate_sequences × max_candidate_sequence_use_ratio), its default included, so a
+ * larger value is not an error (its examples' 512 stays valid when max_candidate_sequences is
+ * lowered), and its checks against the batch size and the allocation threshold see the
+ * lowered value.
  */
-function stateBuffer(ctx: StatefulBackendContext): StateBufferConfig {
+function stateBuffer(ctx: StatefulBackendContext, ratio: number | undefined): StateBufferConfig {
   const { params, capacity, maxBatchSize } = ctx;
+  // Direct has no max_candidate_sequences: the backend then counts its own default of 1280,
+  // and seqserve has max_batch_size slots per instance, which the ratio would cut below one
+  // batch; its initial buffer is lowered to those slots only.
+  const oldest = ctx.strategy === "oldest";
+  const usable = oldest ? usableSequenceSlots(ratio, capacity) : capacity;
   const given = LAZY_KEYS.filter((key) => params.has(key));
   if (given.length === 0) {
     if (ctx.statefulBackend) {
       const batch = Math.max(1, maxBatchSize);
       return {
-        initialRows: capacity,
+        initialRows: usable,
         subsequentRows: batch,
         allocThreshold: batch,
         deallocThreshold: capacity,
@@ -103,22 +120,28 @@ function stateBuffer(ctx: StatefulBackendContext): StateBufferConfig {
       `lazy state-buffer allocation needs all of ${LAZY_KEYS.join(", ")}; missing ${missing.join(", ")}`,
     );
   }
-  const [initialRows, subsequentRows, allocThreshold, deallocThreshold] = LAZY_KEYS.map((key) =>
+  const [givenInitialRows, subsequentRows, allocThreshold, deallocThreshold] = LAZY_KEYS.map((key) =>
     params.integer(key, 0, 0),
   ) as [number, number, number, number];
   const batch = Math.max(1, maxBatchSize);
   const modelName = ctx.sequence.ctx.modelName;
-  if (initialRows > capacity) {
-    params.fail(
-      "initial_buffer_size",
-      `Initial buffer size cannot be larger than maximum allowed connections: initial_buffer_size ${initialRows} ` +
-        `exceeds the ${capacity} sequence slots of model '${modelName}'`,
-    );
+  const initialRows = Math.min(givenInitialRows, usable);
+  const lowered =
+    ratio === undefined || !oldest
+      ? `lowered to the ${usable} sequence slots of model '${modelName}'`
+      : `lowered to the ${usable} sequences max_candidate_sequence_use_ratio ${ratio} of the ${capacity} sequence slots of model '${modelName}' allows`;
+  if (initialRows < givenInitialRows) {
+    ctx.sequence.ctx.note(`initial_buffer_size ${givenInitialRows} is ${lowered}`);
   }
+  // The checks below name the lowered size, so that a failure says where it came from.
+  const initialSize =
+    initialRows === givenInitialRows
+      ? `initial_buffer_size ${initialRows}`
+      : `initial_buffer_size ${givenInitialRows} (${lowered})`;
   if (initialRows < batch) {
     params.fail(
       "initial_buffer_size",
-      "Initial buffer size must be larger than or equal to the max batch size",
+      `Initial buffer size must be larger than or equal to the max batch size: ${initialSize} is less than max_batch_size ${batch}`,
     );
   }
   if (subsequentRows < batch) {
@@ -134,7 +157,10 @@ function stateBuffer(ctx: StatefulBackendContext): StateBufferConfig {
     );
   }
   if (allocThreshold > initialRows) {
-    params.fail("buffer_alloc_threshold", "Initial buffer size cannot be smaller than allocation threshold.");
+    params.fail(
+      "buffer_alloc_threshold",
+      `Initial buffer size cannot be smaller than allocation threshold: ${initialSize} is less than buffer_alloc_threshold ${allocThreshold}`,
+    );
   }
   if (deallocThreshold <= allocThreshold) {
     ctx.sequence.ctx.note(
@@ -195,7 +221,7 @@ export function resolveStatefulBackendParameters(ctx: StatefulBackendContext): S
   return {
     maxSequenceUseRatio: ratio,
     padToMaxBatch: params.bool("always_pad_to_max_batch", false),
-    stateBuffer: stateBuffer(ctx),
+    stateBuffer: stateBuffer(ctx, ratio),
     logging: logging(ctx),
   };
 }

@@ -12,7 +12,7 @@ import {
   type SequenceOpenOptions,
   type SequenceSummary,
 } from "../model.ts";
-import type { ModelConfig, SequenceBatchingConfig } from "../model-config.ts";
+import { type ModelConfig, type SequenceBatchingConfig, usableSequenceSlots } from "../model-config.ts";
 import type { Refusals } from "../refusals.ts";
 import { validateRequest } from "../request-validation.ts";
 import type { BatchObserver } from "../scheduler/batch-observer.ts";
@@ -214,7 +214,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#idleMs = idleUs === undefined ? undefined : idleUs / 1000;
     this.#idleFromLastStep = this.#sequencing.idleFrom === "last_step";
     const ratio = this.#sequencing.maxSequenceUseRatio;
-    this.#maxLive = ratio === undefined ? Number.POSITIVE_INFINITY : Math.max(1, Math.floor(ratio * slots));
+    this.#maxLive = ratio === undefined ? Number.POSITIVE_INFINITY : usableSequenceSlots(ratio, slots);
     this.#ended = Object.fromEntries(SEQUENCE_END_REASONS.map((r) => [r, 0])) as Record<
       SequenceEndReason,
       number
