@@ -57,6 +57,38 @@ describe("load settings (before the model file is opened)", () => {
     });
   });
 
+  it("counts a KIND_GPU group's instances on each GPU it lists, as Triton starts them, and runs them all on the CPU", () => {
+    const parsed = parseModelConfigText(
+      'input { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }\noutput { name: "y" data_type: TYPE_FP32 dims: [ 4 ] }\n' +
+        "instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0, 1, 3 ] }, { count: 1 kind: KIND_GPU gpus: [ 0 ] }, { kind: KIND_GPU } ]",
+      { file: "m/config.pbtxt" },
+    );
+    assert.equal(readLoadSettings(parsed, "m", "models/m").instanceCount, 8);
+    const resolved = resolveModelConfig({ parsed, modelName: "m", modelDir: "models/m", modelIo: undefined });
+    assert.deepEqual(resolved.config.instanceGroups, [
+      { name: "m_0", count: 6, kind: "KIND_CPU" },
+      { name: "m_1", count: 1, kind: "KIND_CPU" },
+      { name: "m_2", count: 1, kind: "KIND_CPU" },
+    ]);
+    // The config the server answers with describes what runs.
+    const groups = resolved.tritonJson.instance_group as { count: number; kind: string; gpus: unknown[] }[];
+    assert.deepEqual(
+      groups.map((g) => [g.count, g.kind, g.gpus]),
+      [
+        [6, "KIND_CPU", []],
+        [1, "KIND_CPU", []],
+        [1, "KIND_CPU", []],
+      ],
+    );
+    assert.ok(
+      resolved.notes.includes(
+        "instance group 'm_0' asks for KIND_GPU; seqserve runs it on the CPU as 6 instances (count 2 on each of its 3 GPUs, as in Triton)",
+      ),
+      resolved.notes.join("\n"),
+    );
+    assert.ok(resolved.notes.includes("instance group 'm_1' asks for KIND_GPU; seqserve runs it on the CPU"));
+  });
+
   it("maps graph levels the way Triton's ONNX Runtime backend does", () => {
     const level = (n: number) =>
       readLoadSettings(

@@ -193,6 +193,18 @@ describe("a config for backend 'stateful'", () => {
     });
   });
 
+  it("has the slots of count instances on each GPU an instance group lists", () => {
+    const config = mixedConfig().replace("gpus: [ 0 ]", "gpus: [ 0, 1 ]");
+    assert.equal(
+      readLoadSettings(parseModelConfigText(config, { file: FILE }), "acc", "models/acc").instanceCount,
+      4,
+    );
+    const batching = resolve(config).config.sequenceBatching!;
+    // max_candidate_sequences 100 on each of four instances: 400 slots, 360 usable at once.
+    assert.equal(batching.stateBuffer.initialRows, 360);
+    assert.equal(batching.stateBuffer.deallocThreshold, 400);
+  });
+
   it("notes each parameter it cannot use here instead of failing", () => {
     const extra = `parameters [
   { key: "ort_ep" value: { string_value: "trt" } },

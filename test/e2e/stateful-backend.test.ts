@@ -292,3 +292,52 @@ describe("the backend's example buffer parameters with fewer sequence slots", { 
     }
   });
 });
+
+describe("an instance group on two GPUs", { timeout: 60_000 }, () => {
+  it("has count instances on each GPU, with their sequence slots", async () => {
+    // count 1 on GPUs 0 and 1: two instances of 16 slots, of which 28 are usable at once.
+    const spec: StatefulModelSpec = {
+      ...STATEFUL_MODELS[1]!,
+      name: "two_gpus",
+      instances: 1,
+      maxCandidateSequences: 16,
+      maxBatchSize: 4,
+      parameters: {
+        initial_buffer_size: "8",
+        subsequent_buffer_size: "4",
+        buffer_alloc_threshold: "4",
+        buffer_dealloc_threshold: "8",
+      },
+    };
+    const config = statefulConfig(spec).replace("gpus: [0]", "gpus: [0, 1]");
+    assert.ok(config.includes("gpus: [0, 1]"));
+    const small = await startTestServer({
+      [spec.name]: { config, onnx: statefulModelBytes(spec), fileName: onnxFileName(spec) },
+    });
+    const grpc = new TestClient(small.grpcPort);
+    try {
+      const { body } = await getJson(`${small.url}/v2/models/${spec.name}/config`);
+      const groups = (body as { instance_group: { count: number; kind: string }[] }).instance_group;
+      assert.deepEqual(
+        groups.map((g) => [g.count, g.kind]),
+        [[2, "KIND_CPU"]],
+      );
+      const [segments] = randomSegments(spec, 1, 1, 5);
+      const call = new StreamCall(grpc);
+      const start = async (sequence: number) =>
+        errorOf(
+          await call.send(segmentRequest(spec, sequence, 0, segments![0]!, { start: true, end: false })),
+        );
+      for (let sequence = 0; sequence < 28; sequence++)
+        assert.equal(await start(sequence), "", `sequence ${sequence}`);
+      assert.equal(
+        await start(28),
+        `model '${spec.name}' has 28 live sequences, as many as max_candidate_sequence_use_ratio 0.9 of its 32 sequence slots allows; retry later`,
+      );
+      await call.end();
+    } finally {
+      grpc.close();
+      await small.stop();
+    }
+  });
+});

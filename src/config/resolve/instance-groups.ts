@@ -3,7 +3,8 @@ import type { MessageNode } from "./config-node.ts";
 
 // How many instances of the model run, in groups. seqserve runs every instance on the
 // CPU (one onnxruntime session per worker thread): KIND_AUTO resolves to KIND_CPU as it
-// does in Triton on a machine without GPUs, and KIND_GPU is accepted but run on the CPU.
+// does in Triton on a machine without GPUs, and KIND_GPU is accepted but run on the CPU,
+// with Triton's count per listed GPU.
 // Without any group there is one group of one instance, named after the model.
 // (Triton's default count for ONNX Runtime on CPU is 2; seqserve starts with 1 because
 // each instance is a thread with its own copy of the model.)
@@ -24,7 +25,7 @@ export function resolveInstanceGroups(root: MessageNode): InstanceGroupConfig[] 
     names.add(name);
 
     if (!group.has("count")) group.set("count", DEFAULT_COUNT);
-    const count = group.number("count");
+    let count = group.number("count");
     if (count < 1)
       group.fail(
         "count",
@@ -34,7 +35,16 @@ export function resolveInstanceGroups(root: MessageNode): InstanceGroupConfig[] 
     let kind = group.string("kind", "KIND_AUTO") as InstanceKind;
     if (kind === "KIND_AUTO" || kind === "KIND_GPU") {
       if (kind === "KIND_GPU") {
-        root.ctx.note(`instance group '${name}' asks for KIND_GPU; seqserve runs it on the CPU`);
+        // Triton starts `count` instances on each GPU the group lists: run here, the group
+        // keeps them all, so the model has as many sequence slots and as much concurrency.
+        const gpus = group.list("gpus").length;
+        const perGpu =
+          gpus > 1
+            ? ` as ${count * gpus} instances (count ${count} on each of its ${gpus} GPUs, as in Triton)`
+            : "";
+        root.ctx.note(`instance group '${name}' asks for KIND_GPU; seqserve runs it on the CPU${perGpu}`);
+        count *= Math.max(1, gpus);
+        group.set("count", count);
       }
       kind = "KIND_CPU";
       group.set("kind", kind).set("gpus", []);
