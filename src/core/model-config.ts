@@ -81,6 +81,10 @@ export type ControlKind = "START" | "END" | "READY" | "CORRID";
 
 /** One control tensor the sequence batcher feeds the model (Triton `control_input`). */
 export interface ControlInputConfig {
+  /**
+   * The model input it feeds: the config's name, or for the ONNX stateful backend's START the
+   * model's spelling of it (that backend matches the reset input ignoring case).
+   */
   readonly name: string;
   readonly kind: ControlKind;
   /** For CORRID: UINT64, INT64, UINT32, INT32 or BYTES. For flags: the false/true datatype. */

@@ -133,6 +133,49 @@ describe("a config for backend 'stateful'", () => {
     );
   });
 
+  it("feeds START to the model's reset input whatever its case, under the model's spelling, as the backend", () => {
+    const lower: ModelIo = {
+      ...MIXED_IO,
+      inputs: MIXED_IO.inputs.map((t) =>
+        t.name === "ResetSequence" ? tensor("resetsequence", "BOOL", [-1, 1]) : t,
+      ),
+    };
+    const start = (text: string) => resolve(text, lower).config.sequenceBatching?.controlInputs[0];
+    assert.deepEqual(start(mixedConfig()), {
+      name: "resetsequence",
+      kind: "START",
+      datatype: "BOOL",
+      fed: true,
+      falseTrue: [0, 1],
+    });
+    // Completed from the model file, the inputs leave it to the control.
+    const unlisted = mixedConfig().replace(/\ninput \[[\s\S]*?\n\]\noutput \[[\s\S]*?\n\]\n/, "\n");
+    assert.ok(!unlisted.includes("Input_int32"), unlisted);
+    const completed = resolve(unlisted, lower).config;
+    assert.deepEqual(
+      completed.inputs.map((i) => i.name),
+      ["Input_int32", "Input_fp16"],
+    );
+    assert.equal(completed.sequenceBatching?.controlInputs[0]?.name, "resetsequence");
+    // Other backends match a control's name exactly, as Triton does.
+    const plain = `name: "acc"
+max_batch_size: 16
+sequence_batching {
+  control_input [ { name: "ResetSequence" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]
+}
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]`;
+    const plainIo: ModelIo = {
+      inputs: [tensor("x", "FP32", [-1, 4]), tensor("resetsequence", "INT32", [-1, 1])],
+      outputs: [tensor("y", "FP32", [-1, 4])],
+    };
+    assertConfigError(() => resolve(plain, plainIo), {
+      file: FILE,
+      includes:
+        "configuration specified sequence control 'ResetSequence', but model 'acc' does not provide that input",
+    });
+  });
+
   it("has the backend's defaults: 90 % of the slots usable, all state reserved at load, resets logged", () => {
     const batching = resolve(mixedConfig()).config.sequenceBatching!;
     assert.equal(batching.maxSequenceUseRatio, 0.9);

@@ -5,6 +5,7 @@ import type {
   InferOutputTensorMessage,
   ModelStreamInferResponseMessage,
 } from "../../src/frontends/grpc/messages.ts";
+import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
 import { tensorNames } from "../../tools/onnx/stateful-backend-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { errorOf, rawOutput, StreamCall } from "../support/grpc-stream-call.ts";
@@ -335,6 +336,85 @@ describe("an instance group on two GPUs", { timeout: 60_000 }, () => {
         `model '${spec.name}' has 28 live sequences, as many as max_candidate_sequence_use_ratio 0.9 of its 32 sequence slots allows; retry later`,
       );
       await call.end();
+    } finally {
+      grpc.close();
+      await small.stop();
+    }
+  });
+});
+
+describe("a reset input spelled otherwise than the config's START control", { timeout: 60_000 }, () => {
+  /**
+   * accumulate_fp32 whose reset input is `resetsequence`, and which adds it to its output:
+   * an answer shows whether START reached the model, beside the state it zeroes.
+   */
+  function lowerCaseResetModel(width: number): Uint8Array {
+    return new OnnxModelBuilder({ opset: 17 })
+      .input("Input", "FP32", ["seq", "batch", width])
+      .input("Accumulate_In", "FP32", ["batch", width])
+      .input("resetsequence", "BOOL", ["batch", 1])
+      .output("Output", "FP32", ["seq", "batch", width])
+      .output("Accumulate_Out", "FP32", ["batch", width])
+      .initializer("seq_axis", "INT64", [1], [0])
+      .node("Not", ["resetsequence"], ["keep"])
+      .node("Cast", ["keep"], ["keepf"], { to: 1 })
+      .node("Mul", ["Accumulate_In", "keepf"], ["kept"])
+      .node("ReduceSum", ["Input", "seq_axis"], ["sum"], { keepdims: 0 })
+      .node("Add", ["kept", "sum"], ["Accumulate_Out"])
+      .node("Cast", ["resetsequence"], ["resetf"], { to: 1 })
+      .node("Add", ["Input", "Accumulate_Out"], ["withState"])
+      .node("Add", ["withState", "resetf"], ["Output"])
+      .toBytes();
+  }
+
+  it("START (config ResetSequence) is fed to the model's resetsequence: true on the first step only", async () => {
+    const spec: StatefulModelSpec = {
+      ...STATEFUL_MODELS[0]!,
+      name: "lower_reset",
+      inferEndRequests: true,
+      instances: 1,
+    };
+    const model = lowerCaseResetModel(spec.width);
+    const config = statefulConfig(spec);
+    assert.ok(config.includes('name: "ResetSequence"'));
+    const small = await startTestServer({
+      [spec.name]: { config, onnx: model, fileName: onnxFileName(spec) },
+    });
+    const grpc = new TestClient(small.grpcPort);
+    try {
+      const [segments] = randomSegments(spec, 1, 3, 21);
+      const call = new StreamCall(grpc);
+      const answers = [];
+      for (const [i, segment] of segments!.entries()) {
+        answers.push(await call.send(segmentRequest(spec, 0, i, segment, { start: i === 0, end: i === 2 })));
+      }
+      await call.end();
+      // The same steps on ONNX Runtime in this process, the state fed back, reset on the first.
+      const session = await ort.InferenceSession.create(model);
+      try {
+        let state: ort.Tensor = new ort.Tensor("float32", new Float32Array(spec.width), [1, spec.width]);
+        for (const [i, segment] of segments!.entries()) {
+          const result = await session.run({
+            Input: new ort.Tensor("float32", segment.get("Input") as Float32Array, [
+              SEGMENT_LENGTH,
+              1,
+              spec.width,
+            ]),
+            Accumulate_In: state,
+            resetsequence: new ort.Tensor("bool", Uint8Array.of(i === 0 ? 1 : 0), [1, 1]),
+          });
+          state = result.Accumulate_Out!;
+          const data = result.Output!.data as Float32Array;
+          assert.equal(errorOf(answers[i]!), "", `step ${i}`);
+          assert.deepEqual(
+            new Uint8Array(rawOutput(answers[i]!, "Output")),
+            new Uint8Array(data.buffer, data.byteOffset, data.byteLength),
+            `step ${i}`,
+          );
+        }
+      } finally {
+        await session.release();
+      }
     } finally {
       grpc.close();
       await small.stop();

@@ -180,7 +180,7 @@ export function resolveModelConfig(options: ResolveModelConfigOptions): Resolved
   refuseUnsupported(root);
 
   const params = new ModelParameters(root);
-  const sequenceNames = sequenceTensorNames(root, params);
+  const sequenceNames = sequenceTensorNames(root, params, modelIo, identity.backend === STATEFUL_BACKEND);
   const declaredShared = new Set(params.names("shared_inputs"));
   const io: IoContext = {
     root,

@@ -63,10 +63,53 @@ export interface SequenceTensorNames {
   readonly pairedTensors: ReadonlySet<string>;
 }
 
-/** The tensors the sequence batcher feeds or collects, read before inputs and outputs are completed. */
-export function sequenceTensorNames(root: MessageNode, params: ModelParameters): SequenceTensorNames {
+/** Lower case as the backend has it (ASCII letters only, as C's tolower). */
+const asciiLower = (name: string): string => name.replace(/[A-Z]/g, (c) => c.toLowerCase());
+
+/**
+ * The model input the ONNX stateful backend feeds its START control to: the input of that
+ * name, else one whose name differs only in case (the backend compares the two lower-cased),
+ * under the model's spelling. An input listed in 'input' is fed by the client, as the backend
+ * takes the config's inputs first, and one named exactly as another control is that control's.
+ */
+function statefulStartInput(
+  modelIo: ModelIo,
+  name: string,
+  listed: ReadonlySet<string>,
+  controls: ReadonlySet<string>,
+): string | undefined {
+  if (modelIo.inputs.some((t) => t.name === name)) return name;
+  const wanted = asciiLower(name);
+  return modelIo.inputs.find(
+    (t) => !listed.has(t.name) && !controls.has(t.name) && asciiLower(t.name) === wanted,
+  )?.name;
+}
+
+const isStartControl = (input: MessageNode): boolean =>
+  input.children("control")[0]?.string("kind", "CONTROL_SEQUENCE_START") === "CONTROL_SEQUENCE_START";
+
+/**
+ * The tensors the sequence batcher feeds or collects, read before inputs and outputs are
+ * completed. With backend "stateful", the model input a START control feeds is named as the
+ * model spells it, so that completing the inputs leaves it out.
+ */
+export function sequenceTensorNames(
+  root: MessageNode,
+  params: ModelParameters,
+  modelIo: ModelIo | undefined,
+  statefulBackend: boolean,
+): SequenceTensorNames {
   const sequence = root.child("sequence_batching");
-  const controls = new Set(sequence?.children("control_input").map((c) => c.string("name")) ?? []);
+  const controlInputs = sequence?.children("control_input") ?? [];
+  const configNames = new Set(controlInputs.map((c) => c.string("name")));
+  const listed = new Set(root.children("input").map((input) => input.string("name")));
+  const controls = new Set(
+    controlInputs.map((c) => {
+      const name = c.string("name");
+      if (!statefulBackend || modelIo === undefined || !isStartControl(c)) return name;
+      return statefulStartInput(modelIo, name, listed, configNames) ?? name;
+    }),
+  );
   const stateInputs = new Set<string>();
   const stateOutputs = new Set<string>();
   const pairedTensors = new Set<string>();
@@ -95,6 +138,7 @@ function resolveControls(
   const modelName = sequence.ctx.modelName;
   const names = new Set<string>();
   const kinds = new Set<string>();
+  const configNames = new Set(sequence.children("control_input").map((input) => input.string("name")));
   return sequence.children("control_input").map((input): ControlInputConfig => {
     const name = input.string("name");
     if (name === "")
@@ -178,22 +222,31 @@ function resolveControls(
     }
 
     let fed = true;
+    let tensorName = name;
     if (modelIo !== undefined) {
       if (statefulBackend) {
-        const model = statefulBackendControl(input, name, kind, datatype, modelIo);
+        if (kind === "START") tensorName = statefulStartInput(modelIo, name, inputNames, configNames) ?? name;
+        const model = statefulBackendControl(input, tensorName, kind, datatype, modelIo);
         fed = model !== undefined;
         if (model !== undefined) datatype = model;
       }
-      if (fed) checkControlAgainstModel(input, name, datatype, modelIo, maxBatchSize);
+      if (fed) checkControlAgainstModel(input, tensorName, datatype, modelIo, maxBatchSize);
     }
-    return { name, kind, datatype, fed, ...(falseTrue === undefined ? {} : { falseTrue }) };
+    return {
+      name: tensorName,
+      kind,
+      datatype,
+      fed,
+      ...(falseTrue === undefined ? {} : { falseTrue }),
+    };
   });
 }
 
 /**
  * The ONNX stateful backend consumes the controls itself and feeds only the one whose name
- * is a model input (START mapped to the model's boolean `ResetSequence`), converted to the
- * model's type. Returns that type, or undefined when the model has no such input.
+ * is a model input (START mapped to the model's boolean `ResetSequence`, whatever its case),
+ * converted to the model's type. Returns that type, or undefined when the model has no such
+ * input.
  */
 function statefulBackendControl(
   input: MessageNode,
