@@ -9,7 +9,7 @@ import { runLoad } from "./load-loop.ts";
 import { type LocalModel, openLocalModel } from "./local-model.ts";
 import { checkAgainstOracle, type OracleReport } from "./oracle.ts";
 import { processCpuMs, type StartedServer, startServerProcess } from "./server-process.ts";
-import { readStatistics, type ServerSide, serverSide } from "./server-statistics.ts";
+import { errorText, readStatistics, type ServerSide, serverSide } from "./server-statistics.ts";
 import { latencyThroughputSvg, type SweepPoint } from "./svg-chart.ts";
 import { Workload } from "./workload.ts";
 
@@ -46,6 +46,8 @@ export interface BenchReport {
         readonly cpuMsPerRequest: number | undefined;
       }
     | undefined;
+  /** Why there is no `server` part: the server refused its statistics ("403: …"), e.g. to the key given. */
+  readonly statisticsRefused?: string;
   /** This process's CPU per answered request: the load generator's own cost, a bound on a 2-core machine. */
   readonly clientCpuMsPerRequest: number;
   readonly inProcess: { readonly rowsPerSecond: number; readonly ratio: number } | undefined;
@@ -106,16 +108,23 @@ interface ModelShape {
   readonly sequences: boolean;
 }
 
-async function describeModel(httpBase: string, model: string): Promise<ModelShape> {
-  const metadata = await fetch(`${httpBase}/v2/models/${encodeURIComponent(model)}`);
-  if (!metadata.ok) throw new Error(`model '${model}': ${await metadata.text()}`);
+async function describeModel(
+  httpBase: string,
+  model: string,
+  headers: Readonly<Record<string, string>>,
+): Promise<ModelShape> {
+  const path = `${httpBase}/v2/models/${encodeURIComponent(model)}`;
+  const metadata = await fetch(path, { headers });
+  if (!metadata.ok) throw new Error(`model '${model}': ${await errorText(metadata)}`);
   const { inputs, outputs } = (await metadata.json()) as {
     inputs: TensorMetadata[];
     outputs: TensorMetadata[];
   };
-  const config = (await (
-    await fetch(`${httpBase}/v2/models/${encodeURIComponent(model)}/config`)
-  ).json()) as Record<string, unknown>;
+  // The config says whether the model takes sequences: a refusal read as a config would
+  // have run a sequence model as a stateless one.
+  const configResponse = await fetch(`${path}/config`, { headers });
+  if (!configResponse.ok) throw new Error(`model '${model}' config: ${await errorText(configResponse)}`);
+  const config = (await configResponse.json()) as Record<string, unknown>;
   return { inputs, outputs, sequences: config.sequence_batching !== undefined };
 }
 
@@ -137,7 +146,7 @@ async function runOnce(
     outputs: shape.outputs.map((o) => o.name),
     headers: options.headers,
   });
-  const before = await readStatistics(ends.httpBase, options.model);
+  const before = await readStatistics(ends.httpBase, options.model, options.headers);
   const sequenceLength = shape.sequences ? options.sequenceLength : undefined;
   let cpuStart: number | undefined;
   let clientStart = process.cpuUsage();
@@ -178,8 +187,8 @@ async function runOnce(
   clearTimeout(stopAt);
   if (!options.quiet && !options.json && process.stderr.isTTY) process.stderr.write("\r\x1b[K");
   await client.close();
-  const after = await readStatistics(ends.httpBase, options.model);
-  const server: ServerSide | undefined = serverSide(before, after);
+  const after = await readStatistics(ends.httpBase, options.model, options.headers);
+  const server: ServerSide | undefined = serverSide(before.snapshot, after.snapshot);
   const { recorder } = result;
   const [p50, p90, p99, max] = recorder.percentiles([50, 90, 99, 100]);
   const requestsPerSecond = recorder.count / result.seconds;
@@ -218,6 +227,7 @@ async function runOnce(
             cpuMsPerRequest:
               cpuMs === undefined || recorder.count === 0 ? undefined : round(cpuMs / recorder.count, 4),
           },
+    ...(server === undefined && after.refused !== undefined ? { statisticsRefused: after.refused } : {}),
     clientCpuMsPerRequest: recorder.count === 0 ? 0 : round(clientUs / 1000 / recorder.count, 4),
     inProcess:
       limit === undefined
@@ -252,6 +262,10 @@ export function formatReport(report: BenchReport): string {
     lines.push(
       `  batches      mean ${report.server.meanBatch}  (size:executions ${sizes}${Object.keys(report.server.batches).length > 12 ? " …" : ""})`,
       `  server       queue ${report.server.queueMs} ms, compute ${report.server.computeMs} ms per request${report.server.cpuMsPerRequest === undefined ? "" : `; CPU ${report.server.cpuMsPerRequest} ms per request`}`,
+    );
+  } else if (report.statisticsRefused !== undefined) {
+    lines.push(
+      `  server       statistics refused (${report.statisticsRefused}): no batch sizes or queue/compute split`,
     );
   }
   lines.push(`  client       CPU ${report.clientCpuMsPerRequest} ms per request (this load generator)`);
@@ -297,7 +311,7 @@ export async function runBench(options: BenchOptions): Promise<BenchReport[]> {
   const ends = await endpoints(options);
   let local: LocalModel | undefined;
   try {
-    const shape = await describeModel(ends.httpBase, options.model);
+    const shape = await describeModel(ends.httpBase, options.model, options.headers);
     const workload = new Workload(shape.inputs, {
       values: options.values,
       shapes: options.shapes,

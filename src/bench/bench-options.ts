@@ -69,7 +69,8 @@ ONNX Runtime alone in this process at those batch sizes.
   --verify                     check every answer against ONNX Runtime in this process (needs --model-repository)
   --sweep <n>,<n>,...          run once per concurrency and report each
   --chart <file.svg>           with --sweep: write a latency-versus-throughput chart
-  --header "<name>: <value>"   send this header (gRPC: metadata) with every request, e.g. an API key (repeatable)
+  --header "<name>: <value>"   send this header (gRPC: metadata) with every request, e.g. an API key (repeatable);
+                               the model's metadata, config and statistics are read with it too
   --json                       print the report as JSON
   --quiet                      no progress line`;
 

@@ -12,19 +12,44 @@ export interface ServerSide {
   readonly computeMs: number;
 }
 
+/** The statistics read, or why the server refused them (401/403: the key given does not open them). */
+export interface StatisticsReading {
+  readonly snapshot: ModelStatisticsSnapshot | undefined;
+  /** "<status>: <the server's message>" when the server refused the statistics API. */
+  readonly refused: string | undefined;
+}
+
 export async function readStatistics(
   httpBase: string,
   model: string,
-): Promise<ModelStatisticsSnapshot | undefined> {
+  headers: Readonly<Record<string, string>> = {},
+): Promise<StatisticsReading> {
   try {
-    const response = await fetch(`${httpBase}/v2/models/${encodeURIComponent(model)}/stats`);
-    if (!response.ok) return undefined;
+    const response = await fetch(`${httpBase}/v2/models/${encodeURIComponent(model)}/stats`, { headers });
+    if (response.status === 401 || response.status === 403) {
+      // Said in the report: without it the server's lines just went missing.
+      return { snapshot: undefined, refused: `${response.status}: ${await errorText(response)}` };
+    }
+    if (!response.ok) return { snapshot: undefined, refused: undefined };
     const body = (await response.json()) as { model_stats: ModelStatisticsSnapshot[] };
     // The highest version serves requests that name none.
-    return body.model_stats.sort((a, b) => Number(b.version) - Number(a.version))[0];
+    const [snapshot] = body.model_stats.sort((a, b) => Number(b.version) - Number(a.version));
+    return { snapshot, refused: undefined };
   } catch {
-    return undefined;
+    return { snapshot: undefined, refused: undefined };
   }
+}
+
+/** A refusal's message: KServe's `{"error": …}`, or the body as it is. */
+export async function errorText(response: Response): Promise<string> {
+  const text = await response.text();
+  try {
+    const { error } = JSON.parse(text) as { error?: unknown };
+    if (typeof error === "string") return error;
+  } catch {
+    // Not JSON: the text itself.
+  }
+  return text.trim();
 }
 
 export function serverSide(

@@ -3,8 +3,9 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { type BenchReport, runBench } from "../../src/bench/bench-command.ts";
+import { type BenchReport, formatReport, runBench } from "../../src/bench/bench-command.ts";
 import { type BenchOptions, parseBenchArgs } from "../../src/bench/bench-options.ts";
+import { type ApiKey, OPEN_ACCESS, securityOptions } from "../../src/config/security-options.ts";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { getJson } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
@@ -206,6 +207,51 @@ describe("seqserve bench", { timeout: 120_000 }, () => {
       assert.match(report!.errorMessages["stream error"]!, /^onnx runtime error: /);
       const live = await getJson(`${server.url}/v2/models/${SILERO_STATEFUL_MODEL}/sequences`);
       assert.equal((live.body as { summary: { live: number } }).summary.live, 0, JSON.stringify(live.body));
+    } finally {
+      await server.stop();
+    }
+  });
+
+  // --header reaches the bench's own calls too: the model's metadata and config, and the
+  // statistics, which a key may not open; the report then says so instead of leaving out
+  // the server's lines.
+  it("with --header: an API key opens the metadata, config and statistics the bench reads", async () => {
+    const keys: ApiKey[] = [
+      { name: "tenant", secret: "tenant-key-0123456789", groups: ["inference", "metadata", "model-config"] },
+      {
+        name: "ops",
+        secret: "ops-key-0123456789",
+        groups: ["inference", "metadata", "model-config", "statistics"],
+      },
+    ];
+    const server = await startTestServer(repository.path, {
+      security: securityOptions({ access: { ...OPEN_ACCESS, apiKeys: keys } }),
+    });
+    try {
+      const bench = async (key: string) => {
+        const parsed = parseBenchArgs([
+          ...["--url", server.url, "--model", "acc", "--protocol", "http-binary"],
+          ...["--concurrency", "2", "--sequence-length", "3", "--duration", "0.3", "--warmup", "0"],
+          ...["--header", `authorization: Bearer ${key}`, "--quiet"],
+        ]);
+        assert.notEqual(parsed, "help");
+        const [report] = await runBench(parsed as BenchOptions);
+        return report!;
+      };
+      const tenant = await bench(keys[0]!.secret);
+      assert.equal(tenant.sequenceLength, 3, "the config, read with the key, names a sequence model");
+      assert.ok(tenant.requests > 0);
+      assert.deepEqual(tenant.errors, {});
+      assert.equal(tenant.server, undefined);
+      assert.match(
+        formatReport(tenant),
+        /\n {2}server {7}statistics refused \(403: the API key 'tenant' does not open the statistics API\)/,
+      );
+      const ops = await bench(keys[1]!.secret);
+      assert.deepEqual(ops.errors, {});
+      assert.ok(ops.server !== undefined && ops.server.meanBatch >= 1, JSON.stringify(ops));
+      assert.equal(ops.statisticsRefused, undefined);
+      assert.match(formatReport(ops), /\n {2}batches {6}mean /);
     } finally {
       await server.stop();
     }
