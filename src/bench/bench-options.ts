@@ -108,11 +108,33 @@ function assignments(name: string, values: readonly string[]): Map<string, numbe
   return out;
 }
 
+/** Options whose value is a list of flags, so it starts with a dash. */
+const FLAG_LISTS = new Set(["--server-args", "--server-node-args"]);
+
+/**
+ * `--server-args "<flags>"` as `--server-args=<flags>`: parseArgs refuses a value that
+ * starts with a dash unless it is joined with `=`, and these values always do.
+ */
+function joinFlagLists(argv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === "--") {
+      // The end of the options: what follows is left to parseArgs as it is.
+      out.push(...argv.slice(i));
+      break;
+    }
+    if (FLAG_LISTS.has(arg) && i + 1 < argv.length) out.push(`${arg}=${argv[++i]}`);
+    else out.push(arg);
+  }
+  return out;
+}
+
 export function parseBenchArgs(argv: readonly string[]): BenchOptions | "help" {
   let values: Record<string, string | string[] | boolean | undefined>;
   try {
     ({ values } = parseArgs({
-      args: [...argv],
+      args: joinFlagLists(argv),
       strict: true,
       allowPositionals: false,
       options: {
@@ -145,7 +167,10 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions | "help" {
       },
     }));
   } catch (error) {
-    throw new BenchUsageError((error as Error).message.replace(/\. To specify.*$/s, ""));
+    // Node's hint to write '--name=-XYZ' is dropped (most options here take no such value),
+    // and its lines become one.
+    const message = (error as Error).message.replace(/\s*To specify an option argument.*$/s, "");
+    throw new BenchUsageError(message.replace(/\s*\n\s*/g, " "));
   }
   if (values.help === true) return "help";
   const str = (name: string) => values[name] as string | undefined;

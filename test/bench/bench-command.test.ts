@@ -282,4 +282,31 @@ describe("seqserve bench", { timeout: 120_000 }, () => {
     );
     assert.equal(options(["--model", "acc", "--warmup", "0"]).warmupSeconds, 0);
   });
+
+  // The help writes them with a space: `--server-args "<flags>"`. parseArgs refuses a value
+  // that starts with a dash unless it is joined with '=', so only that form worked.
+  it("--server-args and --server-node-args take their flags after a space, as the help writes them, or after '='", async () => {
+    const spaced = options(["--model", "acc", "--server-node-args", "--cpu-prof --cpu-prof-dir=prof"]);
+    assert.deepEqual(spaced.serverNodeArgs, ["--cpu-prof", "--cpu-prof-dir=prof"]);
+    const joined = options(["--model", "acc", "--server-args=--log-verbose 1"]);
+    assert.deepEqual(joined.serverArgs, ["--log-verbose", "1"]);
+    // The command, with the server it starts taking both.
+    const ran = await run([
+      "bench",
+      ...["--model", "acc", "--model-repository", repository.path, "--protocol", "http-binary"],
+      ...["--concurrency", "1", "--sequence-length", "2", "--duration", "0.3", "--warmup", "0", "--quiet"],
+      ...["--server-args", "--model-control-mode explicit --load-model acc"],
+      ...["--server-node-args", "--max-old-space-size=512 --no-warnings"],
+    ]);
+    assert.equal(ran.code, 0, ran.stderr);
+    assert.match(ran.stdout, /^acc over http-binary: 1 sequences of 2 steps/);
+    // Node's hint to write '--seed=-XYZ' is not passed on: --seed takes no such value.
+    const ambiguous = await run(["bench", "--model", "acc", "--url", "http://127.0.0.1:1", "--seed", "-1"]);
+    assert.equal(ambiguous.code, 2);
+    assert.match(
+      ambiguous.stderr,
+      /^seqserve bench: Option '--seed' argument is ambiguous\. Did you forget to specify the option argument for '--seed'\?\n/,
+    );
+    assert.doesNotMatch(ambiguous.stderr, /To specify|XYZ/);
+  });
 });
