@@ -212,6 +212,45 @@ describe("seqserve bench", { timeout: 120_000 }, () => {
     }
   });
 
+  // A step that failed in the model is not sent again: sent again it fails again, or, over
+  // TF-Serving, where a failed START leaves its sequence (as in OVMS), it is refused as a
+  // sequence that exists, and the report showed that refusal instead of the model's error.
+  it("a step that fails in the model is counted with the model's error over gRPC and TF-Serving gRPC, not retried", async () => {
+    const server = await startTestServer(repository.path);
+    try {
+      for (const protocol of ["tfs-grpc", "grpc"]) {
+        const parsed = parseBenchArgs([
+          ...["--url", server.url, "--grpc", `127.0.0.1:${server.grpcPort}`, "--protocol", protocol],
+          ...["--model", SILERO_STATEFUL_MODEL, "--input", "sr=1"],
+          ...[
+            "--concurrency",
+            "2",
+            "--sequence-length",
+            "4",
+            "--duration",
+            "0.3",
+            "--warmup",
+            "0",
+            "--quiet",
+          ],
+        ]);
+        assert.notEqual(parsed, "help");
+        const [report] = await runBench(parsed as BenchOptions);
+        assert.equal(report!.requests, 0, protocol);
+        assert.deepEqual(
+          Object.keys(report!.errors),
+          ["grpc INTERNAL"],
+          `${protocol}: ${JSON.stringify(report)}`,
+        );
+        assert.match(report!.errorMessages["grpc INTERNAL"]!, /^onnx runtime error: /);
+        const live = await getJson(`${server.url}/v2/models/${SILERO_STATEFUL_MODEL}/sequences`);
+        assert.equal((live.body as { summary: { live: number } }).summary.live, 0, JSON.stringify(live.body));
+      }
+    } finally {
+      await server.stop();
+    }
+  });
+
   // --header reaches the bench's own calls too: the model's metadata and config, and the
   // statistics, which a key may not open; the report then says so instead of leaving out
   // the server's lines.

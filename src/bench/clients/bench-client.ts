@@ -36,12 +36,24 @@ export interface StepFlags {
   readonly step?: number;
 }
 
+/**
+ * Failures that mean "try again": the connection failed, a gateway lost the request, or
+ * the server is unavailable for now (a 503 is UNAVAILABLE over HTTP).
+ */
+const TRY_AGAIN = /^(connection|http 50[234]|grpc UNAVAILABLE)$/;
+
+/**
+ * A step that failed in the model (a 500, INTERNAL): sent again, it fails again, or over
+ * TF-Serving, where a failed START leaves its sequence, is refused as ALREADY_EXISTS and
+ * the model's error is lost; and the errors counted would differ between protocols.
+ */
+const MODEL_FAILED = /^(http 500|grpc INTERNAL)$/;
+
 /** Failures after which the same step may be sent again (nothing was answered, or the server asked). */
 export function retryable(error: StepError): boolean {
-  return (
-    /^(connection|http 50[234]|grpc UNAVAILABLE|grpc INTERNAL|stream closed)/.test(error.kind) ||
-    /retry/i.test(error.message)
-  );
+  if (TRY_AGAIN.test(error.kind)) return true;
+  // A stream's errors come in-band, without their status: the server's words then say it.
+  return !MODEL_FAILED.test(error.kind) && /retry/i.test(error.message);
 }
 
 /** A failed step: `kind` groups failures in the report (an HTTP status, a gRPC code, ...). */
