@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import type { TensorMetadata } from "../core/model.ts";
 import { BENCH_HELP, type BenchOptions, BenchUsageError, parseBenchArgs } from "./bench-options.ts";
-import type { ClientTarget, Endpoint } from "./clients/bench-client.ts";
+import { type ClientTarget, DECOUPLED_PROTOCOLS, type Endpoint } from "./clients/bench-client.ts";
 import { createClient } from "./clients/create-client.ts";
 import { type InProcessLimit, inProcessLimit } from "./inprocess-limit.ts";
 import { runLoad } from "./load-loop.ts";
@@ -106,6 +106,8 @@ interface ModelShape {
   readonly inputs: TensorMetadata[];
   readonly outputs: TensorMetadata[];
   readonly sequences: boolean;
+  /** Several responses per request, or none (Triton's decoupled models). */
+  readonly decoupled: boolean;
 }
 
 async function describeModel(
@@ -124,8 +126,16 @@ async function describeModel(
   // have run a sequence model as a stateless one.
   const configResponse = await fetch(`${path}/config`, { headers });
   if (!configResponse.ok) throw new Error(`model '${model}' config: ${await errorText(configResponse)}`);
-  const config = (await configResponse.json()) as Record<string, unknown>;
-  return { inputs, outputs, sequences: config.sequence_batching !== undefined };
+  const config = (await configResponse.json()) as {
+    sequence_batching?: unknown;
+    model_transaction_policy?: { decoupled?: boolean };
+  };
+  return {
+    inputs,
+    outputs,
+    sequences: config.sequence_batching !== undefined,
+    decoupled: config.model_transaction_policy?.decoupled === true,
+  };
 }
 
 const round = (v: number, digits = 2) => Number(v.toFixed(digits));
@@ -145,6 +155,7 @@ async function runOnce(
     streams,
     outputs: shape.outputs.map((o) => o.name),
     headers: options.headers,
+    decoupled: shape.decoupled,
   });
   const before = await readStatistics(ends.httpBase, options.model, options.headers);
   const sequenceLength = shape.sequences ? options.sequenceLength : undefined;
@@ -298,7 +309,15 @@ export async function benchCommand(argv: readonly string[]): Promise<number> {
     process.stdout.write(`${BENCH_HELP}\n`);
     return 0;
   }
-  const reports = await runBench(options);
+  let reports: BenchReport[];
+  try {
+    reports = await runBench(options);
+  } catch (error) {
+    // Options that do not fit the model (a protocol it cannot be served over).
+    if (!(error instanceof BenchUsageError)) throw error;
+    process.stderr.write(`seqserve bench: ${error.message}\n`);
+    return 2;
+  }
   if (options.json)
     process.stdout.write(`${JSON.stringify(reports.length === 1 ? reports[0] : reports, null, 2)}\n`);
   else process.stdout.write(`${reports.map(formatReport).join("\n\n")}\n`);
@@ -312,6 +331,12 @@ export async function runBench(options: BenchOptions): Promise<BenchReport[]> {
   let local: LocalModel | undefined;
   try {
     const shape = await describeModel(ends.httpBase, options.model, options.headers);
+    if (shape.decoupled && !DECOUPLED_PROTOCOLS.includes(options.protocol)) {
+      // Every request would be refused (501 / UNIMPLEMENTED): said once, before the run.
+      throw new BenchUsageError(
+        `model '${options.model}' is decoupled (several responses per request): ${options.protocol} cannot carry its responses; use --protocol ${DECOUPLED_PROTOCOLS.join(" or ")}`,
+      );
+    }
     const workload = new Workload(shape.inputs, {
       values: options.values,
       shapes: options.shapes,

@@ -53,7 +53,8 @@ ONNX Runtime alone in this process at those batch sizes.
   --sagemaker <host:port>      its SageMaker endpoint (sagemaker)
   --server-args "<flags>"      more flags for the server started with --model-repository
   --server-node-args "<flags>" Node flags for that server (e.g. "--cpu-prof --cpu-prof-dir=prof")
-  --protocol <p>               ${PROTOCOLS.join(", ")} (default http-binary)
+  --protocol <p>               ${PROTOCOLS.join(", ")} (default http-binary);
+                               a decoupled model (several responses per request): ws or grpc-stream
   --concurrency <n>            requests in flight; for a sequence model, live sequences (default 64)
   --sequence-length <n>        steps per sequence (default 50)
   --streams <n>                grpc-stream: streams carrying the sequences (default concurrency / 16)

@@ -146,3 +146,83 @@ describe("bench stream clients: a stream the server ends", { timeout: 30_000 }, 
     });
   });
 });
+
+// A step whose answer never comes (a decoupled request that sends nothing, a server that
+// hangs) fails as a "timeout" after the client's step timeout, here short; it waited for
+// ever, and its lane with it, so the run never ended.
+describe("bench stream clients: a step never answered", { timeout: 10_000 }, () => {
+  const silent = (ports: { http?: number; grpc?: number }): ClientTarget => ({
+    ...target(ports),
+    stepTimeoutMs: 200,
+  });
+
+  it("over gRPC ModelStreamInfer fails as a timeout", async () => {
+    const server = new Server();
+    const identity = (b: Buffer) => b;
+    server.addService(
+      {
+        ModelStreamInfer: {
+          path: "/inference.GRPCInferenceService/ModelStreamInfer",
+          requestStream: true,
+          responseStream: true,
+          requestSerialize: identity,
+          requestDeserialize: identity,
+          responseSerialize: identity,
+          responseDeserialize: identity,
+        },
+      },
+      {
+        // Reads every request, answers none.
+        ModelStreamInfer: (call: ServerDuplexStream<Buffer, Buffer>) => {
+          call.on("data", () => {});
+          call.on("end", () => call.end());
+        },
+      },
+    );
+    const port = await new Promise<number>((resolve, reject) =>
+      server.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (error, bound) =>
+        error ? reject(error) : resolve(bound),
+      ),
+    );
+    try {
+      const client = new KserveStreamClient(silent({ grpc: port }));
+      const error = await failsWithStepError(
+        client.step(sequence(0, 7n), inputs, { start: true, end: false, step: 1 }),
+        "the unanswered step",
+      );
+      assert.equal(error.kind, "timeout");
+      assert.equal(error.message, "no answer in 0.2 s");
+      await client.close();
+    } finally {
+      server.forceShutdown();
+    }
+  });
+
+  it("over a WebSocket fails as a timeout, and the connection, whose answers come by their place, is dropped", async () => {
+    const server = new WebSocketServer({ host: "127.0.0.1", port: 0 });
+    await new Promise<void>((resolve) => server.once("listening", () => resolve()));
+    const port = (server.address() as AddressInfo).port;
+    const closed = new Promise<void>((resolve) =>
+      server.on("connection", (socket) => socket.on("close", () => resolve())),
+    );
+    try {
+      const client = new WsStreamClient(silent({ http: port }));
+      const live = sequence(0, 7n);
+      const error = await failsWithStepError(
+        client.step(live, inputs, { start: true, end: false }),
+        "the unanswered step",
+      );
+      assert.equal(error.kind, "timeout");
+      await closed;
+      const next = await failsWithStepError(
+        client.step(live, inputs, { start: false, end: false }),
+        "the sequence's next step",
+      );
+      assert.equal(next.kind, "ws closed");
+      await client.close();
+    } finally {
+      for (const socket of server.clients) socket.terminate();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  });
+});

@@ -90,7 +90,27 @@ export interface ClientTarget {
   readonly outputs: readonly string[];
   /** Sent with every request (HTTP headers, gRPC metadata, the WebSocket upgrade), e.g. an API key. */
   readonly headers?: Readonly<Record<string, string>>;
+  /**
+   * The model is decoupled: a request may bring no response or several. The stream clients
+   * ask for an empty final response and take a step as answered at its final response.
+   */
+  readonly decoupled?: boolean;
+  /** Stream clients: a step not answered in this long fails as a "timeout" (default STEP_TIMEOUT_MS). */
+  readonly stepTimeoutMs?: number;
 }
+
+/** The protocols that carry a decoupled model's responses (the others refuse it: 501, UNIMPLEMENTED). */
+export const DECOUPLED_PROTOCOLS: readonly Protocol[] = ["ws", "grpc-stream"];
+
+/**
+ * How long a stream client waits for a step's answer. Nothing else would end the wait: a
+ * lane whose answer never came stalled for the rest of the run, and the run never ended.
+ * Generous, so that a slow model or a long queue is measured, not cut short.
+ */
+export const STEP_TIMEOUT_MS = 60_000;
+
+/** The failure of a step whose answer did not come in time. */
+export const timedOut = (ms: number): StepError => new StepError("timeout", `no answer in ${ms / 1000} s`);
 
 export interface Endpoint {
   readonly host: string;

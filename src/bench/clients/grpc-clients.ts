@@ -22,8 +22,10 @@ import {
   type BenchSequence,
   type ClientTarget,
   required,
+  STEP_TIMEOUT_MS,
   StepError,
   type StepFlags,
+  timedOut,
 } from "./bench-client.ts";
 
 // The gRPC protocols: KServe v2 ModelInfer (unary) and ModelStreamInfer (sequences spread
@@ -33,6 +35,8 @@ import {
 
 interface DecodedInferResponse {
   readonly id: string;
+  /** A decoupled model's responses carry `triton_final_response`. */
+  readonly parameters?: Record<string, { bool_param?: boolean }>;
   readonly outputs: { name: string; datatype: DataType; shape: (number | { toNumber(): number })[] }[];
   readonly raw_output_contents: Uint8Array[];
 }
@@ -47,8 +51,11 @@ function encodeInfer(
   sequence: BenchSequence,
   flags: StepFlags,
   inputs: ReadonlyMap<string, Tensor>,
+  decoupled = false,
 ): Uint8Array {
   const parameters: Record<string, unknown> = {};
+  // A decoupled request may send no response: the empty final one says it is done.
+  if (decoupled) parameters.triton_enable_empty_final_response = { bool_param: true };
   if (sequence.id !== undefined) {
     // The uint64 id travels as its int64 bit pattern, as Triton's clients send it.
     parameters.sequence_id = { int64_param: BigInt.asIntN(64, sequence.id).toString() };
@@ -146,6 +153,8 @@ export class KserveGrpcClient implements BenchClient {
 interface Waiter {
   readonly resolve: (outputs: Map<string, Tensor>) => void;
   readonly reject: (error: Error) => void;
+  /** A decoupled request's latest response with outputs, until its final response. */
+  outputs?: Map<string, Tensor>;
 }
 
 interface StreamMessage {
@@ -168,11 +177,15 @@ export class KserveStreamClient implements BenchClient {
   readonly #request = inferenceTypes().lookupType("inference.ModelInferRequest");
   readonly #streamResponse = inferenceTypes().lookupType("inference.ModelStreamInferResponse");
   readonly #streams: Stream[] = [];
+  readonly #decoupled: boolean;
+  readonly #timeoutMs: number;
   #next = 0;
 
   constructor(target: ClientTarget) {
     this.#client = channel(target);
     this.#model = target.model;
+    this.#decoupled = target.decoupled ?? false;
+    this.#timeoutMs = target.stepTimeoutMs ?? STEP_TIMEOUT_MS;
     for (let s = 0; s < Math.max(1, target.streams); s++) this.#streams.push(this.#open());
   }
 
@@ -191,9 +204,21 @@ export class KserveStreamClient implements BenchClient {
       const id = message.infer_response?.id ?? "";
       const waiter = stream.waiting.get(id);
       if (waiter === undefined) return;
+      if (message.error_message !== "") {
+        stream.waiting.delete(id);
+        waiter.reject(new StepError("stream error", message.error_message));
+        return;
+      }
+      const response = message.infer_response!;
+      const outputs = outputsOf(response);
+      // A decoupled request is answered at its final response (the empty one it asked for
+      // when the model's last did not say it was the last); its outputs are the last sent.
+      if (this.#decoupled) {
+        if (outputs.size > 0) waiter.outputs = outputs;
+        if (response.parameters?.triton_final_response?.bool_param !== true) return;
+      }
       stream.waiting.delete(id);
-      if (message.error_message !== "") waiter.reject(new StepError("stream error", message.error_message));
-      else waiter.resolve(outputsOf(message.infer_response!));
+      waiter.resolve(waiter.outputs ?? outputs);
     });
     // A call the server ends, with an error or without, fails what it still carries (its
     // lanes go on with new sequences on a new call) rather than leaving them waiting.
@@ -215,12 +240,23 @@ export class KserveStreamClient implements BenchClient {
     flags: StepFlags,
   ): Promise<Map<string, Tensor>> {
     const id = String(this.#next++);
-    const encoded = encodeInfer(this.#request, this.#model, id, sequence, flags, inputs);
+    const encoded = encodeInfer(this.#request, this.#model, id, sequence, flags, inputs, this.#decoupled);
     const slot = sequence.index % this.#streams.length;
     if (!this.#streams[slot]!.open) this.#streams[slot] = this.#open();
     const stream = this.#streams[slot]!;
-    return new Promise((resolve, reject) => {
-      stream.waiting.set(id, { resolve, reject });
+    return new Promise<Map<string, Tensor>>((resolve, reject) => {
+      // Answers are matched by id: one that comes after its step timed out finds no waiter.
+      const timer = setTimeout(() => {
+        stream.waiting.delete(id);
+        reject(timedOut(this.#timeoutMs));
+      }, this.#timeoutMs);
+      const settled =
+        <T>(settle: (value: T) => void) =>
+        (value: T) => {
+          clearTimeout(timer);
+          settle(value);
+        };
+      stream.waiting.set(id, { resolve: settled(resolve), reject: settled(reject) });
       stream.call.write(encoded);
     });
   }
