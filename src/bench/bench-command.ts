@@ -344,8 +344,14 @@ export async function runBench(options: BenchOptions): Promise<BenchReport[]> {
       ...(options.audioInput === undefined ? {} : { audioInput: options.audioInput }),
       seed: options.seed,
     });
-    if (options.modelRepository !== undefined)
+    if (options.modelRepository !== undefined) {
       local = await openLocalModel(options.modelRepository, options.model);
+      if (local === undefined && options.verify) {
+        throw new BenchUsageError(
+          `model '${options.model}' is model code: --verify checks answers against the model run alone in ONNX Runtime, which runs only ONNX models`,
+        );
+      }
+    }
     const reports: BenchReport[] = [];
     for (const concurrency of options.sweep ?? [options.concurrency]) {
       reports.push(await runOnce(options, concurrency, ends, shape, workload, local));

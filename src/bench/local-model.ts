@@ -2,7 +2,13 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import ort from "onnxruntime-node";
 import { datatypeOfOrtType } from "../backends/onnx/onnx-types.ts";
-import { parseModelConfigFile, readLoadSettings, resolveModelConfig } from "../config/index.ts";
+import {
+  parseModelConfigFile,
+  readLoadSettings,
+  resolveModelConfig,
+  TYPESCRIPT_BACKEND,
+} from "../config/index.ts";
+import { withModelCodeBackend } from "../config/model-code.ts";
 import type { ModelConfig } from "../core/model-config.ts";
 import type { ModelIo, ModelTensorInfo } from "../core/model-io.ts";
 import { selectVersions, versionFolders, versionPath } from "../repository/version-folders.ts";
@@ -29,11 +35,20 @@ function tensorInfo(metadata: ort.InferenceSession.ValueMetadata): ModelTensorIn
   };
 }
 
-export async function openLocalModel(repository: string, name: string): Promise<LocalModel> {
+/**
+ * The model `name` of `repository` opened in process; undefined for model code (a
+ * TypeScript handler), which ONNX Runtime cannot run alone.
+ */
+export async function openLocalModel(repository: string, name: string): Promise<LocalModel | undefined> {
   const dir = join(repository, name);
   const file = ["config.pbtxt", "config.json"].map((f) => join(dir, f)).find((f) => existsSync(f));
-  const parsed = file === undefined ? undefined : await parseModelConfigFile(file);
+  const parsed = withModelCodeBackend(
+    file === undefined ? undefined : await parseModelConfigFile(file),
+    dir,
+    false,
+  );
   const settings = readLoadSettings(parsed, name, dir);
+  if (settings.backend === TYPESCRIPT_BACKEND) return undefined;
   const versions = selectVersions(versionFolders(dir), settings.versionPolicy);
   const version = versions.at(-1);
   if (version === undefined) throw new Error(`model '${name}' has no version to serve in ${dir}`);

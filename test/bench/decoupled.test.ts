@@ -78,6 +78,26 @@ describe("seqserve bench, a decoupled model", { timeout: 30_000 }, () => {
     });
   }
 
+  it("with a server of its own (--model-repository): model code runs with no in-process model; --verify says why it cannot", async () => {
+    const own = (...extra: string[]) =>
+      parseBenchArgs([
+        ...["--model-repository", repository.path, "--model", "uneven", "--protocol", "ws"],
+        ...["--concurrency", "2", "--sequence-length", "5", "--duration", "0.3", "--warmup", "0", "--quiet"],
+        ...extra,
+      ]) as BenchOptions;
+    const [report] = (await runBench(own())) as [BenchReport];
+    assert.ok(report.requests > 0, JSON.stringify(report));
+    assert.deepEqual(report.errors, {}, JSON.stringify(report.errorMessages));
+    assert.equal(report.inProcess, undefined);
+    await assert.rejects(
+      runBench(own("--verify")),
+      (error: unknown) =>
+        error instanceof BenchUsageError &&
+        error.message ===
+          "model 'uneven' is model code: --verify checks answers against the model run alone in ONNX Runtime, which runs only ONNX models",
+    );
+  });
+
   it("over a unary protocol: refused before the run, saying which protocols carry it", async () => {
     for (const protocol of ["http-binary", "grpc", "tfs-rest", "sagemaker"]) {
       await assert.rejects(
