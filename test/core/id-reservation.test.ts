@@ -53,4 +53,26 @@ describe("IdReservation", () => {
     await ids.ready();
     assert.equal(asked.length, 1);
   });
+
+  it("drop() forgets the blocks held and the one being asked for: the next ids come from a new block", async () => {
+    // The tier lost the counter those blocks were counted from (Redis restarted without
+    // persistence): ids go on from the counter it keeps now, not from blocks of the old one.
+    const { asked, reserve } = tier();
+    const ids = new IdReservation(reserve, 4);
+    const ready = ids.ready();
+    asked[0]!.answer();
+    await ready;
+    assert.deepEqual([ids.take(), ids.take(), ids.take()], [100n, 101n, 102n]);
+    assert.equal(asked.length, 2, "the next block is being asked for");
+
+    ids.drop();
+    const waited = ids.ready();
+    asked[1]!.answer();
+    await waited;
+    assert.equal(ids.take(), undefined, "103 and the block asked for before the drop are not given out");
+    assert.equal(asked.length, 3);
+    asked[2]!.answer();
+    await ids.ready();
+    assert.equal(ids.take(), 108n);
+  });
 });

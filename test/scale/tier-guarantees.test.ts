@@ -30,10 +30,11 @@ import { missingTools, RedisServer, Replica } from "./support/scale-kit.ts";
 // sends to the replica it means): two replicas racing on one sequence never both advance
 // it from the same state; a numbered step sent to both is applied once; a replica stopped
 // with SIGTERM hands its sequences over; a Redis restart without persistence is reported,
-// naming the sequences lost, instead of their state silently starting over; a sequence
-// belongs to the API key that started it on whichever replica it goes on; a SageMaker
-// session opened on one replica goes on and is closed on the other, and its numbered CLOSE
-// retried on either gets the close's answer, through the AWS SDK.
+// naming the sequences lost, instead of their state silently starting over, and no
+// server-assigned id is given out again after it; a sequence belongs to the API key that
+// started it on whichever replica it goes on; a SageMaker session opened on one replica
+// goes on and is closed on the other, and its numbered CLOSE retried on either gets the
+// close's answer, through the AWS SDK.
 
 const MODEL = "acc";
 const BATCHING = "max_sequence_idle_microseconds: 60000000\n  oldest { max_candidate_sequences: 64 }";
@@ -51,6 +52,20 @@ async function add(replica: Replica, value: number, sequence: SequenceParams): P
 
 function sum(answer: HttpAnswer): number {
   return outputData(answer, "OUTPUT")[0] as number;
+}
+
+/** A START that lets the server assign the id; the id read exactly (a uint64 above 2^53). */
+async function startWithoutId(replica: Replica, value: number): Promise<{ id: bigint; sum: number }> {
+  const response = await fetch(`${replica.url}/v2/models/${MODEL}/infer`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: inferBody(int32Input(value), { start: true }),
+  });
+  const text = await response.text();
+  assert.equal(response.status, 200, text);
+  const id = /"sequence_id":(\d+)/.exec(text);
+  assert.ok(id !== null, text);
+  return { id: BigInt(id[1]!), sum: sum({ status: 200, headers: {}, body: JSON.parse(text) }) };
 }
 
 describe("the shared state tier's guarantees", { skip }, () => {
@@ -191,6 +206,40 @@ describe("the shared state tier's guarantees", { skip }, () => {
     // The sequences start again, and the store works as before.
     assert.equal(sum(await add(a, 7, { id: ids[0]!, start: true })), 7);
     assert.equal(sum(await add(b, 1, { id: ids[0]! })), 8);
+  });
+
+  it("server-assigned ids are never handed out twice, even after a Redis restart without persistence", async () => {
+    const own = await RedisServer.start();
+    const first = new Replica(repository.path, own.url);
+    let later: Replica | undefined;
+    try {
+      await first.ready();
+      const lost = await startWithoutId(first, 1);
+      await own.restart();
+      // Once the replica has reconnected and seen the loss, its sequence is reported lost.
+      let answer = await add(first, 1, { id: lost.id });
+      for (let tries = 0; answer.status === 503 && tries < 200; tries++) {
+        await pause(25);
+        answer = await add(first, 1, { id: lost.id });
+      }
+      assert.match(answer.body.error as string, /was lost/, JSON.stringify(answer.body));
+      // A replica started after the restart (a replaced pod) reserves from the counter Redis
+      // has now; the one that saw the loss lets go of the ids it had reserved before it.
+      later = new Replica(repository.path, own.url);
+      await later.ready();
+      const started = [
+        await startWithoutId(first, 10),
+        await startWithoutId(later, 100),
+        await startWithoutId(later, 1000),
+      ];
+      const ids = [lost.id, ...started.map((s) => s.id)];
+      assert.equal(new Set(ids).size, ids.length, `ids handed out: ${ids.join(", ")}`);
+      // Each client's next step lands on its own sequence, on whichever replica.
+      for (const { id, sum: total } of started) assert.equal(sum(await add(later, 5, { id })), total + 5);
+    } finally {
+      await Promise.all([first.stop(), later?.stop()]);
+      await own.stop();
+    }
   });
 
   it("a START of an id that ended elsewhere begins it anew on a replica that held an older copy", async () => {

@@ -9,6 +9,8 @@ export class IdReservation {
   /** Reserved ranges [next, end), oldest first. */
   readonly #blocks: { next: bigint; end: bigint }[] = [];
   #refilling: Promise<void> | undefined;
+  /** Counts drop()s: a block asked for before one is not kept. */
+  #generation = 0;
 
   constructor(reserve: (count: number) => Promise<bigint>, blockSize = 1024) {
     this.#reserve = reserve;
@@ -38,11 +40,23 @@ export class IdReservation {
     return this.#blocks.length > 0 ? Promise.resolve() : this.#refill();
   }
 
+  /**
+   * Forgets the blocks held, and any block being asked for: the tier lost the counter
+   * they were counted from (it restarted without persistence), and only the counter it
+   * keeps now orders the ids given out from here on. The next ids come from a new block.
+   */
+  drop(): void {
+    this.#blocks.length = 0;
+    this.#generation++;
+  }
+
   /** Reserves the next block, unless a reservation is under way already. */
   #refill(): Promise<void> {
+    const generation = this.#generation;
     this.#refilling ??= this.#reserve(this.#blockSize)
       .then((first) => {
-        this.#blocks.push({ next: first, end: first + BigInt(this.#blockSize) });
+        if (generation === this.#generation)
+          this.#blocks.push({ next: first, end: first + BigInt(this.#blockSize) });
       })
       .finally(() => {
         this.#refilling = undefined;

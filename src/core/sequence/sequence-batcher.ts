@@ -1516,8 +1516,12 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     }
   }
 
-  /** The tier lost its data: the sequences this replica held and had written are gone. */
+  /**
+   * The tier lost its data: the sequences this replica held and had written are gone, and
+   * so is the id counter its reserved blocks were counted from.
+   */
   #dataLost(atMs: number): void {
+    this.#ids?.drop();
     const lost = [...this.#all].filter((s) => s.tier?.version !== undefined && !s.tier.ended);
     if (lost.length === 0) return;
     const names = lost.map((s) => formatSequenceId(s.id));

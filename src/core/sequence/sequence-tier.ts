@@ -76,8 +76,9 @@ export interface SequenceTier {
   readonly location: string;
   forModel(model: string, version: string): ModelTier;
   /**
-   * Reserves `count` consecutive numbers, counted from 0, that no other replica sharing
-   * the tier is ever given; resolves with the first (server-assigned sequence ids).
+   * Reserves `count` consecutive numbers, from 0 up to below 2^63, that no replica sharing
+   * the tier is ever given again, even after the tier lost its data; resolves with the
+   * first (server-assigned sequence ids).
    */
   reserveIds(count: number): Promise<bigint>;
   /**

@@ -22,12 +22,37 @@ import type { RedisLocation } from "./redis-location.ts";
 // counter <prefix>:ids, and <prefix>:marker, a random value whose disappearance after a
 // reconnect shows that Redis lost its data (restarted without persistence).
 
+/**
+ * The id counter never goes back, not even when Redis loses it: a counter that started
+ * over at 0 would hand out again ids that replicas gave out before the loss, and a client
+ * still holding one of them would step another client's sequence. A missing counter is
+ * therefore seeded (in the same script run as the INCRBY, so no loss can fall between
+ * them) from a base that no earlier reservation can have reached: the reserving replica's
+ * clock in milliseconds times 2^20, or, when later, the end of the last block this
+ * replica reserved. The clock is what every replica has, including one started after the
+ * loss, which knows nothing of the old counter; 2^20 ids a millisecond is more than
+ * replicas can give out, so a counter seeded earlier has not reached the new base unless
+ * the clocks that seeded them differ by more than the time between the two seeds.
+ * Counter values stay below 2^63 (INCRBY's limit) until the year 2248, and an assigned id
+ * (2^62 plus the counter value) stays a uint64. The answer is read back with GET: Lua
+ * numbers are doubles, which would round a counter this large.
+ */
+const RESERVE_IDS_LUA = `
+redis.call('SET', KEYS[1], ARGV[2], 'NX')
+redis.call('INCRBY', KEYS[1], ARGV[1])
+return redis.call('GET', KEYS[1])
+`;
+
+/** The counter's base for ids reserved now: milliseconds since the epoch times 2^20. */
+const clockBase = (): bigint => BigInt(Date.now()) << 20n;
+
 type Client = Redis | Cluster;
 
 type Argument = string | Buffer | number;
 type WriteReply = [number, unknown];
 
-interface WriteCommands {
+interface ScriptCommands {
+  reserveIds(key: string, count: number, seed: string): Promise<string>;
   writeRecordBuffer(key: string, ...args: Argument[]): Promise<WriteReply>;
   writeRecordsBuffer(keyCount: number, ...keysThenArgs: Argument[]): Promise<WriteReply[]>;
 }
@@ -65,6 +90,8 @@ export class RedisSequenceTier implements SequenceTier {
   readonly #lostListeners = new Set<(atMs: number) => void>();
   #marker: string | undefined;
   #dataLostAtMs: number | undefined;
+  /** The end of the last block of ids this replica reserved: a missing counter starts no lower. */
+  #reservedUpTo = 0n;
   #closed = false;
 
   private constructor(location: RedisLocation, client: Client) {
@@ -73,6 +100,7 @@ export class RedisSequenceTier implements SequenceTier {
     this.#client = client;
     client.defineCommand("writeRecord", { numberOfKeys: 1, lua: WRITE_RECORD_LUA });
     client.defineCommand("writeRecords", { lua: WRITE_RECORDS_LUA });
+    client.defineCommand("reserveIds", { numberOfKeys: 1, lua: RESERVE_IDS_LUA });
     // Every (re)connection checks that Redis still has its data.
     client.on("ready", () => {
       void this.#checkMarker().catch(() => {});
@@ -144,8 +172,12 @@ export class RedisSequenceTier implements SequenceTier {
   }
 
   async reserveIds(count: number): Promise<bigint> {
-    const last = await this.#client.incrby(`${this.#location.prefix}:ids`, count);
-    return BigInt(last) - BigInt(count);
+    const base = clockBase();
+    const seed = base > this.#reservedUpTo ? base : this.#reservedUpTo;
+    const client = this.#client as unknown as ScriptCommands;
+    const last = BigInt(await client.reserveIds(`${this.#location.prefix}:ids`, count, seed.toString()));
+    if (last > this.#reservedUpTo) this.#reservedUpTo = last;
+    return last - BigInt(count);
   }
 
   forModel(model: string, version: string): ModelTier {
@@ -162,7 +194,7 @@ export class RedisSequenceTier implements SequenceTier {
   }
 
   async #write(model: string, version: string, writes: readonly TierWrite[]): Promise<TierWriteResult[]> {
-    const client = this.#client as unknown as WriteCommands;
+    const client = this.#client as unknown as ScriptCommands;
     const endedTtlMs = this.#location.endedTtlSecs * 1000;
     const keys = writes.map((w) => recordKey(this.#location.prefix, model, version, w.id));
     const argumentsOf = (w: TierWrite): Argument[] => [
