@@ -122,7 +122,8 @@ export interface SequenceAdmin {
    * Ends a live or backlogged sequence now: requests not yet run fail, a running one
    * completes, then the state is freed. `reason` defaults to "forced" (an operator's
    * DELETE); a stream whose client closed passes "end" or "cancelled". False when the id
-   * is unknown.
+   * is unknown, or for "end" and "cancelled" while a server with a shared tier stops:
+   * its sequences go on on another replica.
    */
   end(id: SequenceId, reason?: SequenceEndReason): boolean | Promise<boolean>;
   /**

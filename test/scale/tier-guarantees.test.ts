@@ -1,9 +1,11 @@
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { request as httpRequest } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
+import { StreamClient } from "../http/support/ws-client.ts";
 import {
   closeSession,
   invoke,
@@ -29,18 +31,20 @@ import { missingTools, RedisServer, Replica } from "./support/scale-kit.ts";
 // What the shared state tier promises, replica against replica (no balancer: each test
 // sends to the replica it means): two replicas racing on one sequence never both advance
 // it from the same state; a numbered step sent to both is applied once; a replica stopped
-// with SIGTERM hands its sequences over; a Redis restart without persistence is reported,
-// naming the sequences lost, instead of their state silently starting over, and no
-// server-assigned id is given out again after it; a sequence belongs to the API key that
-// started it on whichever replica it goes on; a SageMaker session opened on one replica
-// goes on and is closed on the other, and its numbered CLOSE retried on either gets the
-// close's answer, through the AWS SDK.
+// with SIGTERM hands its sequences over, and a stream it cuts does not end its sequence; a
+// Redis restart without persistence is reported, naming the sequences lost, instead of
+// their state silently starting over, and no server-assigned id is given out again after
+// it; a sequence belongs to the API key that started it on whichever replica it goes on; a
+// SageMaker session opened on one replica goes on and is closed on the other, and its
+// numbered CLOSE retried on either gets the close's answer, through the AWS SDK.
 
 const MODEL = "acc";
 const BATCHING = "max_sequence_idle_microseconds: 60000000\n  oldest { max_candidate_sequences: 64 }";
 const CONFIG = accumulatorConfig(MODEL, 8, BATCHING);
 /** A second sequence model: a session id must be looked up across both. */
 const SECOND = "acc_second";
+/** A model with one sequence slot: a START waits while another sequence holds it. */
+const ONE_SLOT = "acc_one_slot";
 
 const skip = missingTools(["redis-server", "redis-cli"]);
 
@@ -52,6 +56,32 @@ async function add(replica: Replica, value: number, sequence: SequenceParams): P
 
 function sum(answer: HttpAnswer): number {
   return outputData(answer, "OUTPUT")[0] as number;
+}
+
+/**
+ * An inference on a connection of its own, closed after its answer: a kept-alive connection
+ * answered while a replica stops is left for the HTTP endpoint's close to wait out (its
+ * keep-alive timeout), which holds the replica's exit.
+ */
+function inferAlone(
+  replica: Replica,
+  model: string,
+  value: number,
+  sequence: SequenceParams,
+): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const request = httpRequest(
+      `${replica.url}/v2/models/${model}/infer`,
+      { method: "POST", agent: false, headers: { "content-type": "application/json" } },
+      (response) => {
+        let text = "";
+        response.setEncoding("utf8").on("data", (chunk: string) => (text += chunk));
+        response.on("end", () => resolve({ status: response.statusCode ?? 0, text }));
+      },
+    );
+    request.on("error", reject);
+    request.end(inferBody(int32Input(value), sequence));
+  });
 }
 
 /** A START that lets the server assign the id; the id read exactly (a uint64 above 2^53). */
@@ -79,6 +109,14 @@ describe("the shared state tier's guarantees", { skip }, () => {
     repository = tempRepository({
       [MODEL]: { config: CONFIG, onnx: accumulatorModel() },
       [SECOND]: { config: accumulatorConfig(SECOND, 8, BATCHING), onnx: accumulatorModel() },
+      [ONE_SLOT]: {
+        config: accumulatorConfig(
+          ONE_SLOT,
+          8,
+          "max_sequence_idle_microseconds: 60000000\n  oldest { max_candidate_sequences: 1 }",
+        ),
+        onnx: accumulatorModel(),
+      },
     });
     a = new Replica(repository.path, redis.url, ["--allow-sagemaker", "true", "--sagemaker-port", "0"]);
     b = new Replica(repository.path, redis.url, ["--allow-sagemaker", "true", "--sagemaker-port", "0"]);
@@ -170,6 +208,51 @@ describe("the shared state tier's guarantees", { skip }, () => {
     assert.equal(after.loaded - before.loaded, ids.length);
     const handedOver = leaving.process.lines.find((line) => line.event === "stopped");
     assert.ok(handedOver !== undefined, "the leaving replica stopped cleanly");
+  });
+
+  it("a WebSocket stream cut by a hand-over does not end its sequence: it goes on on another replica", async () => {
+    const leaving = new Replica(repository.path, redis.url);
+    await leaving.ready();
+    const id = 701;
+    const stream = await StreamClient.open(
+      { port: leaving.ports.http },
+      `/v2/models/${ONE_SLOT}/stream?sequence_id=${id}`,
+    );
+    const step = (value: number) => ({
+      inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [value] }],
+    });
+    const streamSum = async () => ((await stream.nextText()).outputs as { data: number[] }[])[0]!.data[0];
+    stream.send(step(5));
+    assert.equal(await streamSum(), 5);
+    stream.send(step(1));
+    assert.equal(await streamSum(), 6);
+    // Another sequence's START waits for the model's only slot, which the stream's sequence
+    // holds: the hand-over waits for it (until its timeout) while the endpoints close.
+    const order: string[] = [];
+    const waiting = inferAlone(leaving, ONE_SLOT, 100, {
+      id: 702,
+      start: true,
+      timeoutUs: 1_500_000,
+    }).then((answer) => {
+      order.push("the waiting START answered");
+      return answer;
+    });
+    for (let tries = 0; (await leaving.summary(ONE_SLOT)).backlog !== 1 && tries < 200; tries++)
+      await pause(10);
+    leaving.process.child.kill("SIGTERM");
+    const closed = await stream.closed;
+    order.push("the stream closed");
+    const started = await waiting;
+    const exit = await leaving.process.exit;
+    assert.equal(exit.code, 0, exit.stderr);
+    // The client reconnects through the balancer and goes on where it was.
+    assert.equal(sum(await infer(b.url, ONE_SLOT, int32Input(1), { id })), 7);
+    assert.equal(sum(await infer(b.url, ONE_SLOT, int32Input(1), { id, end: true })), 8);
+    // The stream was cut while the hand-over waited: the slot never came free.
+    assert.equal(started.status, 503, started.text);
+    assert.deepEqual(order, ["the stream closed", "the waiting START answered"]);
+    // The server said it was going away; a close without a code reads as the client's own.
+    assert.equal(closed.code, 1001);
   });
 
   it("a Redis restart without persistence is reported, naming the sequences lost", async () => {

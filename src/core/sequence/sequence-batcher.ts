@@ -1608,6 +1608,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   end(id: SequenceId, reason: SequenceEndReason = "forced"): boolean | Promise<boolean> {
+    // Handing over, a stream's end (its client closed it, or left it) does not end the
+    // sequence, as a cancelled request does not (#cancelled): the shutdown cuts every
+    // stream, and no frontend can tell that cut from its client's own close, so the
+    // sequence goes on on another replica. An operator's end still ends it.
+    if (this.#handingOver && (reason === "end" || reason === "cancelled")) return false;
     const sequence = this.#live.get(idKey(id));
     if (sequence === undefined) {
       // Another replica may hold it: an operator's end reaches it through the tier.

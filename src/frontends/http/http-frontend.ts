@@ -12,6 +12,7 @@ import { KSERVE_HTTP_STATUS } from "./error-status.ts";
 import { generateRoutes } from "./generate/generate-routes.ts";
 import { kserveRoutes } from "./kserve-routes.ts";
 import { sequenceRoutes } from "./sequence-routes.ts";
+import { CLOSE_CODES } from "./websocket/close-codes.ts";
 import { onStreamError, streamRoutes } from "./websocket/stream-routes.ts";
 
 // The HTTP frontend: one fastify instance serving each protocol family from its own
@@ -73,6 +74,14 @@ export function createHttpFrontend(options: HttpFrontendOptions): HttpFrontend {
   });
   app.setErrorHandler(createErrorHandler(KSERVE_HTTP_STATUS, bodyLimitBytes));
 
+  // A stopping server closes its streams with 1001 (going away), as RFC 6455 has it. The
+  // plugin's own close (its preClose, which runs after this hook) sends no code, which a
+  // client reads, as the stream does, as a close it asked for itself.
+  app.addHook("preClose", (done) => {
+    for (const client of app.websocketServer?.clients ?? [])
+      client.close(CLOSE_CODES.goingAway, "the server is stopping");
+    done();
+  });
   // WebSocket streams share the port; a message may be as large as a request body.
   app.register(fastifyWebsocket, { options: { maxPayload: bodyLimitBytes }, errorHandler: onStreamError });
   app.register(kserveRoutes, { context, bodyLimitBytes });
