@@ -32,11 +32,12 @@ import { missingTools, RedisServer, Replica } from "./support/scale-kit.ts";
 // sends to the replica it means): two replicas racing on one sequence never both advance
 // it from the same state; a numbered step sent to both is applied once; a replica stopped
 // with SIGTERM hands its sequences over, and a stream it cuts does not end its sequence; a
-// Redis restart without persistence is reported, naming the sequences lost, instead of
-// their state silently starting over, and no server-assigned id is given out again after
-// it; a sequence belongs to the API key that started it on whichever replica it goes on; a
-// SageMaker session opened on one replica goes on and is closed on the other, and its
-// numbered CLOSE retried on either gets the close's answer, through the AWS SDK.
+// step answered without a write renews its record's expiry; a Redis restart without
+// persistence is reported, naming the sequences lost, instead of their state silently
+// starting over, and no server-assigned id is given out again after it; a sequence belongs
+// to the API key that started it on whichever replica it goes on; a SageMaker session
+// opened on one replica goes on and is closed on the other, and its numbered CLOSE retried
+// on either gets the close's answer, through the AWS SDK.
 
 const MODEL = "acc";
 const BATCHING = "max_sequence_idle_microseconds: 60000000\n  oldest { max_candidate_sequences: 64 }";
@@ -187,6 +188,33 @@ describe("the shared state tier's guarantees", { skip }, () => {
     assert.equal(sum(await add(b, 0, { id, step: 12, end: true })), 35);
     // The END's answer is kept with the ended sequence: a retry of it is answered.
     assert.equal(sum(await add(a, 0, { id, step: 12, end: true })), 35);
+  });
+
+  it("a step answered from its recorded answer, or refused by its number, renews the record's expiry, as it keeps the sequence alive", async () => {
+    const id = 203;
+    const key = `seqserve:seq:${MODEL}:1:u:${id}`;
+    const renewed = async (): Promise<number> => {
+      let ttl = Number(redis.cli("pttl", key));
+      for (let tries = 0; ttl <= 30_000 && tries < 100; tries++) {
+        await pause(20);
+        ttl = Number(redis.cli("pttl", key));
+      }
+      return ttl;
+    };
+    assert.equal(sum(await add(a, 5, { id, start: true, step: 1 })), 5);
+    // Time passes as Redis counts it: the record has 30 s of its 60 s idle timeout left.
+    // The client, whose answer was lost, retries step 1: it is answered from the record and
+    // nothing is written, but the replica's idle clock starts again, and so must the record's.
+    assert.equal(redis.cli("pexpire", key, "30000"), "1");
+    assert.equal(sum(await add(a, 5, { id, start: true, step: 1 })), 5);
+    let ttl = await renewed();
+    assert.ok(ttl > 30_000, `after the retry, the record expires in ${ttl} ms`);
+    // A step the sequence is not at yet is refused, and counts as activity too.
+    assert.equal(redis.cli("pexpire", key, "30000"), "1");
+    assert.equal((await add(a, 1, { id, step: 4 })).status, 400);
+    ttl = await renewed();
+    assert.ok(ttl > 30_000, `after the refused step, the record expires in ${ttl} ms`);
+    assert.equal(sum(await add(b, 1, { id, step: 2, end: true })), 6);
   });
 
   it("a replica stopped with SIGTERM hands its sequences over: they go on, exactly, on another", async () => {

@@ -381,7 +381,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
             "forced",
             cancelled(`sequence ${formatSequenceId(sequence.id)} ended: its START request failed`),
           );
-        }
+        } else if (this.#all.has(sequence)) this.#renew(sequence);
       },
     );
     sequence.queue.push(pending);
@@ -591,8 +591,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         // The tier's word was used once: the next surprise asks it again.
         if (place !== undefined) place.verified = false;
         const check = checkStep(step, sequence.applied, sequence.answers, sequence.id, this.#config.name);
-        if (check.kind === "answered") head.resolve(this.#recorded(head, check.answer));
-        else if (check.kind === "refused") head.reject(check.error);
+        if (check.kind === "answered") {
+          head.resolve(this.#recorded(head, check.answer));
+          this.#renew(sequence);
+        } else if (check.kind === "refused") head.reject(check.error);
         settled = true;
         if (sequence.endReason !== undefined && sequence.idle) {
           this.#finish(sequence);
@@ -1216,6 +1218,33 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         this.#notifyIdle();
       },
     );
+  }
+
+  /**
+   * A request that wrote nothing (a retried step answered from its recorded answer, a step
+   * refused by its number or failed in the model) started the sequence's idle clock again
+   * here, as on one server: the record's expiry in the tier starts again too, or Redis
+   * would let the record go while this replica holds the sequence, and its next step
+   * would be told that it timed out. Renewing rather than leaving the idle clock as it was
+   * keeps one server's behaviour, where any request keeps its sequence alive. Fenced on
+   * the version and life held here (a record another replica moved on is renewed by its
+   * writes), and best effort: a renewal that fails leaves the record to expire when it
+   * would have.
+   */
+  #renew(sequence: Sequence): void {
+    const place = sequence.tier;
+    if (
+      this.#tier === undefined ||
+      this.#handingOver ||
+      sequence.endReason !== undefined ||
+      place?.version === undefined ||
+      place.ended
+    )
+      return;
+    // An absolute expiry (a SageMaker session's) or none does not move with requests.
+    const expiry = this.#expiry(sequence);
+    if (expiry.kind !== "idle") return;
+    this.#tier.renew(sequence.id, { version: place.version, life: place.life }, expiry).catch(() => {});
   }
 
   /** Reads the tier's record again before the sequence's next step (it does not run meanwhile). */

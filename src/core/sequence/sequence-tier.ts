@@ -69,6 +69,15 @@ export interface ModelTier {
   read(id: SequenceId): Promise<TierRecord | undefined>;
   /** Applies the writes in order, in one round trip where the tier can; one result each. */
   write(writes: readonly TierWrite[]): Promise<TierWriteResult[]>;
+  /**
+   * Starts the live record's expiry again, as a write would, without writing it, if the
+   * record is still at `expect`; resolves with whether it was.
+   */
+  renew(
+    id: SequenceId,
+    expect: { readonly version: number; readonly life: string },
+    expiry: TierExpiry,
+  ): Promise<boolean>;
 }
 
 export interface SequenceTier {

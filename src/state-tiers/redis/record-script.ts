@@ -66,3 +66,23 @@ for i = 1, #KEYS do
 end
 return answers
 `;
+
+/**
+ * Starts a live record's expiry again without writing it (a step answered from its recorded
+ * answer): only if the record is still the version and life the replica holds, so that a
+ * record another replica has moved on, or an ended one, keeps the expiry it has.
+ * KEYS[1]: the record; ARGV: expected version, expected life, expiry kind, expiry value.
+ * Returns 1 when renewed, 0 when not.
+ */
+export const RENEW_RECORD_LUA = `
+local current = redis.call('HMGET', KEYS[1], 'v', 'life', 'ended')
+if current[2] ~= ARGV[2] or current[3] or tonumber(current[1]) ~= tonumber(ARGV[1]) then return 0 end
+if ARGV[3] == 'idle' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+elseif ARGV[3] == 'at' then
+  redis.call('PEXPIREAT', KEYS[1], ARGV[4])
+else
+  redis.call('PERSIST', KEYS[1])
+end
+return 1
+`;

@@ -4,11 +4,12 @@ import type { SequenceId } from "../../core/infer.ts";
 import type {
   ModelTier,
   SequenceTier,
+  TierExpiry,
   TierRecord,
   TierWrite,
   TierWriteResult,
 } from "../../core/sequence/sequence-tier.ts";
-import { WRITE_RECORD_LUA, WRITE_RECORDS_LUA } from "./record-script.ts";
+import { RENEW_RECORD_LUA, WRITE_RECORD_LUA, WRITE_RECORDS_LUA } from "./record-script.ts";
 import type { RedisLocation } from "./redis-location.ts";
 
 // The sequence tier on Redis (or Valkey, or a Redis Cluster): one hash per sequence id of
@@ -53,6 +54,7 @@ type WriteReply = [number, unknown];
 
 interface ScriptCommands {
   reserveIds(key: string, count: number, seed: string): Promise<string>;
+  renewRecord(key: string, version: number, life: string, kind: string, value: number): Promise<number>;
   writeRecordBuffer(key: string, ...args: Argument[]): Promise<WriteReply>;
   writeRecordsBuffer(keyCount: number, ...keysThenArgs: Argument[]): Promise<WriteReply[]>;
 }
@@ -101,6 +103,7 @@ export class RedisSequenceTier implements SequenceTier {
     client.defineCommand("writeRecord", { numberOfKeys: 1, lua: WRITE_RECORD_LUA });
     client.defineCommand("writeRecords", { lua: WRITE_RECORDS_LUA });
     client.defineCommand("reserveIds", { numberOfKeys: 1, lua: RESERVE_IDS_LUA });
+    client.defineCommand("renewRecord", { numberOfKeys: 1, lua: RENEW_RECORD_LUA });
     // Every (re)connection checks that Redis still has its data.
     client.on("ready", () => {
       void this.#checkMarker().catch(() => {});
@@ -186,11 +189,23 @@ export class RedisSequenceTier implements SequenceTier {
       records: `${model}:${version}`,
       read: (id) => this.#read(recordKey(this.#location.prefix, model, version, id)),
       write: (writes) => this.#track(this.#write(model, version, writes)),
+      renew: (id, expect, expiry) =>
+        this.#track(this.#renew(recordKey(this.#location.prefix, model, version, id), expect, expiry)),
     };
   }
 
   async #read(key: string): Promise<TierRecord | undefined> {
     return toRecord(await this.#client.hgetallBuffer(key));
+  }
+
+  async #renew(
+    key: string,
+    expect: { readonly version: number; readonly life: string },
+    expiry: TierExpiry,
+  ): Promise<boolean> {
+    const client = this.#client as unknown as ScriptCommands;
+    const value = expiry.kind === "idle" ? expiry.ms : expiry.kind === "at" ? expiry.epochMs : 0;
+    return Number(await client.renewRecord(key, expect.version, expect.life, expiry.kind, value)) === 1;
   }
 
   async #write(model: string, version: string, writes: readonly TierWrite[]): Promise<TierWriteResult[]> {
