@@ -7,6 +7,7 @@ import type { ModelBackend } from "../core/backend.ts";
 import type { ServerContext, ServerMetadata } from "../core/model.ts";
 import { Refusals } from "../core/refusals.ts";
 import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
+import { untilDeadline } from "../core/timer-delay.ts";
 import { AccessPolicy } from "../frontends/common/access/access-policy.ts";
 import { ResponseBudgets } from "../frontends/common/response-budget.ts";
 import { createGrpcFrontend, type GrpcFrontend } from "../frontends/grpc/grpc-frontend.ts";
@@ -135,12 +136,15 @@ export async function startServer(
     maxBytes: limits.maxSharedMemoryBytes,
     refusals,
   });
-  /** Everything started before the endpoints: released on a failed start and at stop. */
-  const release = async (): Promise<void> => {
+  /**
+   * Everything started before the endpoints: released on a failed start and at stop (by
+   * the stop's deadline: a state store that does not answer does not hold the exit).
+   */
+  const release = async (deadlineMs?: number): Promise<void> => {
     sharedMemory.close();
     metrics?.close();
     await tracing.close().catch((error: unknown) => logger.warn({ err: error }, "flushing traces failed"));
-    await sequenceTier?.close();
+    await sequenceTier?.close(deadlineMs);
   };
   try {
     sequenceTier = await openSequenceTier(options.stateStore, logger);
@@ -341,10 +345,19 @@ export async function startServer(
         // A hand-over: the endpoints stop taking connections at once (a balancer sends
         // the next requests elsewhere) while the requests accepted finish and their
         // state is written; the sequences go on on the other replicas.
-        await Promise.all([repository.drain(deadline), closeEndpoints()]);
+        const endpointsClosed = closeEndpoints();
+        const drained = repository.drain(deadline);
+        // The tier goes once the drain is done, or at the deadline whatever Redis does:
+        // a write it has not answered by then fails, and the request waiting for it is
+        // answered (told to retry) rather than hold the drain, its connection and the
+        // endpoint's close until the Redis client's command timeout.
+        await untilDeadline(drained, deadline);
+        await sequenceTier.close(deadline);
+        await drained;
+        await endpointsClosed;
       }
       await repository.shutdown(Date.now());
-      await release();
+      await release(deadline);
       logger.info({ event: "stopped" }, "stopped");
     },
   };

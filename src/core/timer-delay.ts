@@ -11,3 +11,19 @@ export const MAX_TIMER_MS = 2 ** 31 - 1;
 export function timerDelay(ms: number): number {
   return Math.min(MAX_TIMER_MS, Math.max(0, ms));
 }
+
+/** Resolves when `promise` settles or at `deadlineMs` (epoch ms), whichever comes first. */
+export function untilDeadline(promise: Promise<unknown>, deadlineMs: number): Promise<void> {
+  const settled = promise.then(
+    () => {},
+    () => {},
+  );
+  if (!Number.isFinite(deadlineMs)) return settled;
+  return new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, timerDelay(deadlineMs - Date.now()));
+    void settled.then(() => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}

@@ -17,6 +17,7 @@ import {
 } from "../sagemaker/support/sagemaker-kit.ts";
 import {
   deleteJson,
+  getJson,
   type HttpAnswer,
   infer,
   inferBody,
@@ -31,13 +32,14 @@ import { missingTools, RedisServer, Replica } from "./support/scale-kit.ts";
 // What the shared state tier promises, replica against replica (no balancer: each test
 // sends to the replica it means): two replicas racing on one sequence never both advance
 // it from the same state; a numbered step sent to both is applied once; a replica stopped
-// with SIGTERM hands its sequences over, and a stream it cuts does not end its sequence; a
-// step answered without a write renews its record's expiry; a Redis restart without
-// persistence is reported, naming the sequences lost, instead of their state silently
-// starting over, and no server-assigned id is given out again after it; a sequence belongs
-// to the API key that started it on whichever replica it goes on; a SageMaker session
-// opened on one replica goes on and is closed on the other, and its numbered CLOSE retried
-// on either gets the close's answer, through the AWS SDK.
+// with SIGTERM hands its sequences over, within its exit timeout even when Redis does not
+// answer, and a stream it cuts does not end its sequence; a step answered without a write
+// renews its record's expiry; a Redis restart without persistence is reported, naming the
+// sequences lost, instead of their state silently starting over, and no server-assigned
+// id is given out again after it; a sequence belongs to the API key that started it on
+// whichever replica it goes on; a SageMaker session opened on one replica goes on and is
+// closed on the other, and its numbered CLOSE retried on either gets the close's answer,
+// through the AWS SDK.
 
 const MODEL = "acc";
 const BATCHING = "max_sequence_idle_microseconds: 60000000\n  oldest { max_candidate_sequences: 64 }";
@@ -349,6 +351,63 @@ describe("the shared state tier's guarantees", { skip }, () => {
       for (const { id, sum: total } of started) assert.equal(sum(await add(later, 5, { id })), total + 5);
     } finally {
       await Promise.all([first.stop(), later?.stop()]);
+      await own.stop();
+    }
+  });
+
+  it("a replica stopped while the store does not answer exits within --exit-timeout-secs", async () => {
+    // Redis frozen (SIGSTOP): its connections stay open and nothing is answered, as with a
+    // host whose packets are dropped. One replica has nothing to write; the other has a
+    // step whose write waits for Redis. Both are given 1 s to stop. What held them was the
+    // Redis client's command timeout, 10 s, which an unanswered QUIT (and the write) waited
+    // for: a bound of 5 s tells the two apart with room for a slow machine.
+    const own = await RedisServer.start();
+    const idle = new Replica(repository.path, own.url, ["--exit-timeout-secs", "1"]);
+    const busy = new Replica(repository.path, own.url, ["--exit-timeout-secs", "1"]);
+    let step: Promise<{ status: number; text: string }> | undefined;
+    try {
+      await Promise.all([idle.ready(), busy.ready()]);
+      assert.equal(sum(await add(idle, 1, { id: 901, start: true })), 1);
+      assert.equal(sum(await add(busy, 1, { id: 902, start: true, step: 1 })), 1);
+      own.pause();
+      step = inferAlone(busy, MODEL, 1, { id: 902, step: 2 }).catch((error: unknown) => ({
+        status: 0,
+        text: String(error),
+      }));
+      // The step has run in the model: its write is what waits.
+      const executions = async (): Promise<number> => {
+        const stats = (await getJson(`${busy.url}/v2/models/${MODEL}/stats`)).body.model_stats as {
+          execution_count: number;
+        }[];
+        return stats[0]!.execution_count;
+      };
+      for (let tries = 0; (await executions()) < 2 && tries < 200; tries++) await pause(10);
+      idle.process.child.kill("SIGTERM");
+      busy.process.child.kill("SIGTERM");
+      const within = async (replica: Replica, ms: number) => {
+        let timer: NodeJS.Timeout | undefined;
+        const limit = new Promise<undefined>((resolve) => {
+          timer = setTimeout(() => resolve(undefined), ms);
+        });
+        try {
+          return await Promise.race([replica.process.exit, limit]);
+        } finally {
+          clearTimeout(timer);
+        }
+      };
+      const [idleExit, busyExit] = await Promise.all([within(idle, 5000), within(busy, 5000)]);
+      assert.ok(idleExit !== undefined, "with nothing to write, the replica exits within 5 s of SIGTERM");
+      assert.equal(idleExit.code, 0, idleExit.stderr);
+      assert.ok(busyExit !== undefined, "with a write waiting, the replica exits within 5 s of SIGTERM");
+      assert.equal(busyExit.code, 0, busyExit.stderr);
+      // The step whose write was not answered is told to retry (numbered, it is applied once).
+      const answer = await step;
+      assert.equal(answer.status, 503, answer.text);
+      assert.match(answer.text, /in the state store at .* failed .*; retry the request/);
+    } finally {
+      own.resume();
+      await Promise.all([idle.kill(), busy.kill()]);
+      await step;
       await own.stop();
     }
   });

@@ -96,7 +96,11 @@ export interface SequenceTier {
    */
   readonly dataLostAtMs: number | undefined;
   onDataLost(listener: (atMs: number) => void): () => void;
-  /** Resolves when every write issued so far has been answered. */
-  flush(): Promise<void>;
-  close(): Promise<void>;
+  /** Resolves when every write issued so far has been answered, or at `deadlineMs` (epoch ms) if given. */
+  flush(deadlineMs?: number): Promise<void>;
+  /**
+   * Waits for the writes issued so far, no later than `deadlineMs` (epoch ms; none when
+   * not given), and lets the tier go; resolves by the deadline whatever the tier does.
+   */
+  close(deadlineMs?: number): Promise<void>;
 }

@@ -9,6 +9,7 @@ import type {
   TierWrite,
   TierWriteResult,
 } from "../../core/sequence/sequence-tier.ts";
+import { untilDeadline } from "../../core/timer-delay.ts";
 import { RENEW_RECORD_LUA, WRITE_RECORD_LUA, WRITE_RECORDS_LUA } from "./record-script.ts";
 import type { RedisLocation } from "./redis-location.ts";
 
@@ -84,6 +85,14 @@ function toRecord(fields: Record<string, Buffer> | Buffer[] | null | undefined):
   };
 }
 
+/**
+ * How long a disconnect waits for Redis to close its end of a connection before the
+ * socket is dropped (ioredis's disconnectTimeout, 2 s by default). A Redis that answers
+ * closes at once; one that does not (a frozen process, a host whose packets are dropped)
+ * would hold the process's exit that long after its stop.
+ */
+const DISCONNECT_TIMEOUT_MS = 250;
+
 export class RedisSequenceTier implements SequenceTier {
   readonly location: string;
   readonly #location: RedisLocation;
@@ -119,6 +128,7 @@ export class RedisSequenceTier implements SequenceTier {
       maxRetriesPerRequest: 3,
       connectTimeout: 5000,
       commandTimeout: 10_000,
+      disconnectTimeout: DISCONNECT_TIMEOUT_MS,
       retryStrategy: (attempt) => Math.min(attempt * 100, 1000),
       ...(location.username === undefined ? {} : { username: location.username }),
       ...(location.password === undefined ? {} : { password: location.password }),
@@ -257,14 +267,24 @@ export class RedisSequenceTier implements SequenceTier {
     return promise;
   }
 
-  async flush(): Promise<void> {
-    while (this.#writes.size > 0) await Promise.allSettled([...this.#writes]);
+  async flush(deadlineMs = Number.POSITIVE_INFINITY): Promise<void> {
+    const all = async (): Promise<void> => {
+      while (this.#writes.size > 0) await Promise.allSettled([...this.#writes]);
+    };
+    if (this.#writes.size > 0) await untilDeadline(all(), deadlineMs);
   }
 
-  async close(): Promise<void> {
+  /**
+   * Waits for the writes issued so far until `deadlineMs`, then drops the connection.
+   * Not QUIT: once the writes are answered, nothing else sent is wanted any more, and
+   * QUIT waits for Redis's answer, which an unresponsive Redis (a frozen process, a host
+   * whose packets are dropped) never gives: the stop then overran its deadline by the
+   * client's command timeout. Writes still unanswered at the deadline fail.
+   */
+  async close(deadlineMs = Number.POSITIVE_INFINITY): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    await this.flush();
-    await this.#client.quit().catch(() => this.#client.disconnect());
+    await this.flush(deadlineMs);
+    this.#client.disconnect();
   }
 }
