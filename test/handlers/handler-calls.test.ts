@@ -9,7 +9,8 @@ import { type HandlerRepository, handlerRepository } from "./support/handler-kit
 // batched with the rest of its traffic (here one call at a time from the handler and one
 // request at a time from an outside client: every batch larger than 1 mixes the two);
 // a refusal comes back as an error with its status class, and a call that gets no answer
-// fails after handler_call_timeout_ms instead of hanging.
+// fails after handler_call_timeout_ms instead of hanging; a call that cannot be sent fails
+// with a message naming what could not be.
 
 const RELAY = `
 export default {
@@ -17,10 +18,13 @@ export default {
     const results = [];
     for (const request of requests) {
       const target = new TextDecoder().decode(request.inputs.TARGET.data[0]);
+      // "addsub+function" calls addsub with a parameter postMessage cannot copy.
+      const [model, odd] = target.split("+");
       try {
-        const answer = await context.infer(target, {
+        const answer = await context.infer(model, {
           inputs: { INPUT0: request.inputs.X, INPUT1: request.inputs.X },
           outputs: ["OUTPUT0"],
+          ...(odd === "function" ? { parameters: { f: () => 1 } } : {}),
         });
         results.push({ outputs: { Y: { ...answer.outputs.OUTPUT0, shape: [1, 4] } }, parameters: { called: answer.modelName } });
       } catch (error) {
@@ -126,6 +130,20 @@ test("a call the server refuses comes back as an error with its status class", a
   const unknown = await postJson(`${server.url}/v2/models/relay/infer`, { inputs: [x(1), target("nope")] });
   assert.equal(unknown.status, 404);
   assert.match(unknown.body.error as string, /nope/);
+});
+
+test("a call with a parameter that cannot be sent fails with a message naming it, and calls go on", async () => {
+  const odd = await postJson(`${server.url}/v2/models/relay/infer`, {
+    inputs: [x(1), target("addsub+function")],
+  });
+  assert.equal(odd.status, 500, JSON.stringify(odd.body));
+  assert.equal(
+    odd.body.error,
+    "parameter 'f' of the call to 'addsub' is a function: parameters are strings, numbers, bigints or booleans",
+  );
+  // The worker goes on calling (addsub waits for a batch of two, so an unknown model's refusal shows it).
+  const next = await postJson(`${server.url}/v2/models/relay/infer`, { inputs: [x(1), target("nope")] });
+  assert.equal(next.status, 404, JSON.stringify(next.body));
 });
 
 test("a call that gets no answer fails after handler_call_timeout_ms", async () => {

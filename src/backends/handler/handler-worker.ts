@@ -120,7 +120,8 @@ function kindOf(value: unknown): string {
  * boolean), copied into a plain object; anything else is refused here, naming the
  * parameter, rather than by postMessage, whose error would end the worker.
  */
-function checkParameters(what: string, parameters: unknown): Parameters {
+/** `parameters` checked as KServe parameters; `what` names whose they are ("response parameter … of request 'x'"). */
+function checkParameters(what: string, parameters: unknown, kind = "response parameter"): Parameters {
   if (parameters === undefined) return {};
   if (typeof parameters !== "object" || parameters === null || Array.isArray(parameters)) {
     throw new Error(`the parameters of ${what} are ${kindOf(parameters)}: expected an object of name: value`);
@@ -130,7 +131,7 @@ function checkParameters(what: string, parameters: unknown): Parameters {
     const type = typeof value;
     if (type !== "string" && type !== "number" && type !== "bigint" && type !== "boolean") {
       throw new Error(
-        `response parameter '${name}' of ${what} is ${kindOf(value)}: parameters are strings, numbers, bigints or booleans`,
+        `${kind} '${name}' of ${what} is ${kindOf(value)}: parameters are strings, numbers, bigints or booleans`,
       );
     }
     checked[name] = value as Parameters[string];
@@ -422,17 +423,24 @@ function makeContext(message: HandlerLoadMessage, directory: string): HandlerCon
           // Copied, not transferred: the handler keeps its tensors.
           inputs.push(toWire(name, checkTensor(`input '${name}' of the call to '${model}'`, tensor), []));
         }
+        const parameters = checkParameters(`the call to '${model}'`, request.parameters, "parameter");
         const result = waitFor(cid);
-        post({
-          type: "call",
-          cid,
-          model,
-          version: request.version,
-          id: request.id ?? "",
-          inputs,
-          outputs: request.outputs,
-          parameters: request.parameters ?? {},
-        });
+        try {
+          post({
+            type: "call",
+            cid,
+            model,
+            version: request.version,
+            id: request.id ?? "",
+            inputs,
+            outputs: request.outputs,
+            parameters,
+          });
+        } catch (error) {
+          // Not sent (a field postMessage cannot copy): no answer will come for it.
+          calls.delete(cid);
+          throw notSent(`the call to '${model}'`, error);
+        }
         const answer = await result;
         if (!answer.ok) throw callError(answer.error);
         if (!("outputs" in answer)) throw new Error("unexpected answer to a call");
