@@ -16,6 +16,21 @@ import { framed } from "../http/support/ws-client.ts";
 // instead of waiting forever, and the next steps get a new stream. Servers here end the
 // first stream they are sent on, and answer on every later one.
 
+const identity = (bytes: Buffer): Buffer => bytes;
+
+/** ModelStreamInfer as raw bytes both ways, for the fake servers below. */
+const RAW_STREAM_INFER = {
+  ModelStreamInfer: {
+    path: "/inference.GRPCInferenceService/ModelStreamInfer",
+    requestStream: true,
+    responseStream: true,
+    requestSerialize: identity,
+    requestDeserialize: identity,
+    responseSerialize: identity,
+    responseDeserialize: identity,
+  },
+};
+
 const inputs: ReadonlyMap<string, Tensor> = new Map([
   ["INPUT", { datatype: "INT32", shape: [1, 1], data: Int32Array.of(1) }],
 ]);
@@ -53,32 +68,18 @@ describe("bench stream clients: a stream the server ends", { timeout: 30_000 }, 
       const response = inferenceTypes().lookupType("inference.ModelStreamInferResponse");
       let calls = 0;
       server = new Server();
-      const identity = (b: Buffer) => b;
-      server.addService(
-        {
-          ModelStreamInfer: {
-            path: "/inference.GRPCInferenceService/ModelStreamInfer",
-            requestStream: true,
-            responseStream: true,
-            requestSerialize: identity,
-            requestDeserialize: identity,
-            responseSerialize: identity,
-            responseDeserialize: identity,
-          },
+      server.addService(RAW_STREAM_INFER, {
+        ModelStreamInfer: (call: ServerDuplexStream<Buffer, Buffer>) => {
+          const first = ++calls === 1;
+          call.on("data", (message: Buffer) => {
+            if (first) return call.end();
+            const { id } = request.decode(message) as unknown as { id: string };
+            const answer = { error_message: "", infer_response: { model_name: "m", id, outputs: [] } };
+            call.write(Buffer.from(response.encode(answer).finish()));
+          });
+          call.on("end", () => call.end());
         },
-        {
-          ModelStreamInfer: (call: ServerDuplexStream<Buffer, Buffer>) => {
-            const first = ++calls === 1;
-            call.on("data", (message: Buffer) => {
-              if (first) return call.end();
-              const { id } = request.decode(message) as unknown as { id: string };
-              const answer = { error_message: "", infer_response: { model_name: "m", id, outputs: [] } };
-              call.write(Buffer.from(response.encode(answer).finish()));
-            });
-            call.on("end", () => call.end());
-          },
-        },
-      );
+      });
       port = await new Promise<number>((resolve, reject) =>
         server.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (error, bound) =>
           error ? reject(error) : resolve(bound),
@@ -158,27 +159,13 @@ describe("bench stream clients: a step never answered", { timeout: 10_000 }, () 
 
   it("over gRPC ModelStreamInfer fails as a timeout", async () => {
     const server = new Server();
-    const identity = (b: Buffer) => b;
-    server.addService(
-      {
-        ModelStreamInfer: {
-          path: "/inference.GRPCInferenceService/ModelStreamInfer",
-          requestStream: true,
-          responseStream: true,
-          requestSerialize: identity,
-          requestDeserialize: identity,
-          responseSerialize: identity,
-          responseDeserialize: identity,
-        },
+    server.addService(RAW_STREAM_INFER, {
+      // Reads every request, answers none.
+      ModelStreamInfer: (call: ServerDuplexStream<Buffer, Buffer>) => {
+        call.on("data", () => {});
+        call.on("end", () => call.end());
       },
-      {
-        // Reads every request, answers none.
-        ModelStreamInfer: (call: ServerDuplexStream<Buffer, Buffer>) => {
-          call.on("data", () => {});
-          call.on("end", () => call.end());
-        },
-      },
-    );
+    });
     const port = await new Promise<number>((resolve, reject) =>
       server.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (error, bound) =>
         error ? reject(error) : resolve(bound),
