@@ -94,6 +94,19 @@ describe("with --cors-allow-origin", () => {
     assert.equal(call.headers.get("access-control-allow-origin"), APP);
   });
 
+  test("the event stream of /generate_stream carries the CORS headers too", async () => {
+    const call = await fetch(`${open.url}/v2/models/floats/generate_stream`, {
+      method: "POST",
+      headers: { origin: APP, "content-type": "application/json" },
+      body: JSON.stringify({ INPUT0: [1, 2, 3, 4] }),
+    });
+    assert.equal(call.status, 200);
+    assert.match(call.headers.get("content-type") ?? "", /^text\/event-stream/);
+    assert.equal(call.headers.get("access-control-allow-origin"), APP);
+    assert.match(call.headers.get("access-control-expose-headers") ?? "", /retry-after/);
+    assert.match(await call.text(), /^data: \{/);
+  });
+
   test("other origins are still refused", async () => {
     assert.equal((await post(`${open.url}/v2/models/floats/infer`, { origin: EVIL })).status, 403);
   });

@@ -138,8 +138,15 @@ async function generate(
       }
       return reply.type("application/json").send(encodeGenerateResponse(first.value));
     }
+    // The headers hooks set on the reply (CORS's among them) are only written by Fastify's
+    // send: a hijacked reply writes them itself, or a browser page of an allowed origin
+    // cannot read the stream.
+    const headers = reply.getHeaders();
     reply.hijack();
     const raw = reply.raw;
+    for (const [name, value] of Object.entries(headers)) {
+      if (value !== undefined) raw.setHeader(name, value);
+    }
     raw.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
     let next = first;
     // Events count against the connection's budget until the socket has taken them.
