@@ -96,11 +96,16 @@ interface ReadParameters {
 const UINT64_MAX = (1n << 64n) - 1n;
 
 /**
- * A uint64 `sequence_id` above 2^53, read again from its source digits. Anything else
- * keeps its parsed value, which the sequence fields' reader refuses.
+ * A uint64 `sequence_id` above 2^53, at `path` in the request's JSON `text`, read again
+ * from its source digits. Anything else keeps its parsed value, which the sequence
+ * fields' reader refuses.
  */
-function exactSequenceId(text: string, parsed: number): ParameterValue {
-  const source = memberSourceText(text, ["parameters", "sequence_id"]);
+export function exactSequenceId(
+  text: string,
+  parsed: number,
+  path: readonly string[] = ["parameters", "sequence_id"],
+): ParameterValue {
+  const source = memberSourceText(text, path);
   return (source === undefined ? undefined : exactInteger(source, 0n, UINT64_MAX)) ?? parsed;
 }
 

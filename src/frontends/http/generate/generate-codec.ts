@@ -4,6 +4,8 @@ import type { ServedModel, TensorMetadata } from "../../../core/model.ts";
 import { readSequenceControl } from "../../../core/sequence/sequence-parameters.ts";
 import type { Tensor } from "../../../core/tensor.ts";
 import { isJsonObject, type JsonObject } from "../../common/http/json-body.ts";
+import { longNumberTokens, memberSourceText } from "../../common/json-source-text.ts";
+import { exactSequenceId } from "../../common/kserve/infer-request-decoder.ts";
 import { decodeJsonTensor, jsonTensorData } from "../../common/kserve/json-tensor.ts";
 
 // Triton's generate extension (POST /v2/models/{m}/generate and /generate_stream): a flat
@@ -37,18 +39,22 @@ function unshapeable(name: string) {
   return invalidArg(`The schema can not convert input '${name}' to tensor with proper shape`);
 }
 
+/** Where a member is in the body: at the top, or in `parameters`. */
+const memberPath = (key: string, nested: boolean): string[] => (nested ? ["parameters", key] : [key]);
+
 function readMembers(
   object: JsonObject,
   model: ServedModel,
   inputs: Map<string, Tensor>,
   parameters: Record<string, ParameterValue>,
   nested: boolean,
+  text: () => string,
 ): void {
   for (const [key, value] of Object.entries(object)) {
     if (!nested && key === "id") continue;
     if (!nested && key === "parameters") {
       if (!isJsonObject(value)) throw invalidArg("Expected JSON object for keyword: 'parameters'");
-      readMembers(value, model, inputs, parameters, true);
+      readMembers(value, model, inputs, parameters, true, text);
       continue;
     }
     const input = model.inputs.find((i) => i.name === key);
@@ -57,7 +63,15 @@ function readMembers(
       if (data.some((element) => Array.isArray(element))) {
         throw invalidArg(`input '${key}' of a generate request must be a value or a flat array`);
       }
-      inputs.set(key, decodeJsonTensor(key, input.datatype, shapeFor(input, data.length), data));
+      // Called only for an integer past 2^53, whose double JSON.parse rounded: the digits
+      // are read again from this member's source text (a scalar is its own element 0).
+      const tokens = () => longNumberTokens(memberSourceText(text(), memberPath(key, nested)) ?? "");
+      inputs.set(key, decodeJsonTensor(key, input.datatype, shapeFor(input, data.length), data, tokens));
+      continue;
+    }
+    if (typeof value === "number" && key === "sequence_id" && !Number.isSafeInteger(value)) {
+      // A server-assigned id (from 2^62) or a client's uint64 past 2^53, as KServe reads it.
+      parameters[key] = exactSequenceId(text(), value, memberPath(key, nested));
       continue;
     }
     if (typeof value === "string" || typeof value === "number" || typeof value === "boolean") {
@@ -68,11 +82,16 @@ function readMembers(
   }
 }
 
+/**
+ * `text` gives the body's JSON text, asked for only when a number is not a safe integer
+ * (a 64-bit input element or `sequence_id` past 2^53, read exactly from its digits).
+ */
 export function decodeGenerateRequest(
   body: JsonObject,
   model: ServedModel,
   signal: AbortSignal,
   principal?: string,
+  text: () => string = () => "",
 ): InferRequest {
   const id = body.id;
   if (id !== undefined && typeof id !== "string") {
@@ -80,7 +99,7 @@ export function decodeGenerateRequest(
   }
   const inputs = new Map<string, Tensor>();
   const parameters: Record<string, ParameterValue> = {};
-  readMembers(body, model, inputs, parameters, false);
+  readMembers(body, model, inputs, parameters, false, text);
   return {
     id: id ?? "",
     inputs,

@@ -81,9 +81,26 @@ const STREAM_SCHEMA = {
   },
 };
 
+/**
+ * The bodies' bytes, kept past parsing: integers past 2^53 (64-bit inputs, sequence ids)
+ * are read again from their digits, which JSON.parse rounds.
+ */
+const bodyBytes = new WeakMap<FastifyRequest, Buffer>();
+
 /** The body arrives as bytes (every route reads them raw): parsed here so the schema can check it. */
 async function parseBody(request: FastifyRequest): Promise<void> {
-  request.body = readJsonBody(request.body as Buffer | undefined) ?? {};
+  const bytes = request.body as Buffer | undefined;
+  if (bytes !== undefined) bodyBytes.set(request, bytes);
+  request.body = readJsonBody(bytes) ?? {};
+}
+
+/** The body's text, decoded once and only if a number needs its digits. */
+function bodyText(request: FastifyRequest): () => string {
+  let text: string | undefined;
+  return () => {
+    text ??= bodyBytes.get(request)?.toString("utf8") ?? "";
+    return text;
+  };
 }
 
 const sse = (json: string): string => `data: ${json}\n\n`;
@@ -121,7 +138,7 @@ async function generate(
     stream = inferStream(
       model,
       withRoutedSequenceId(
-        decodeGenerateRequest(request.body, model, disconnect.signal, request.principal),
+        decodeGenerateRequest(request.body, model, disconnect.signal, request.principal, bodyText(request)),
         routed,
         model,
       ),

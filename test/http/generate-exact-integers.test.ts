@@ -1,0 +1,73 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { accumulatorConfig, accumulatorModel } from "../../tools/onnx/sequence-models.ts";
+import { identityModel } from "../../tools/onnx/test-models.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+
+// Triton's generate extension reads its body with JSON.parse, whose doubles round integers
+// past 2^53: 64-bit input elements and sequence ids are read again from their digits, as
+// KServe's /infer reads them. Bodies are sent and answers read as text for the same reason.
+
+let server: TestServer;
+before(async () => {
+  server = await startTestServer({
+    int64: { onnx: identityModel("INT64", [-1]) },
+    acc: {
+      config: accumulatorConfig("acc", 4, "max_sequence_idle_microseconds: 60000000"),
+      onnx: accumulatorModel(),
+    },
+  });
+});
+after(() => server?.stop());
+
+async function generate(model: string, body: string): Promise<{ status: number; text: string }> {
+  const answer = await fetch(`${server.url}/v2/models/${model}/generate`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body,
+  });
+  return { status: answer.status, text: await answer.text() };
+}
+
+/** The accumulator's running sum in a /generate answer (fails with the answer otherwise). */
+async function accumulate(body: string): Promise<number> {
+  const answer = await generate("acc", body);
+  assert.equal(answer.status, 200, answer.text);
+  return (JSON.parse(answer.text) as { OUTPUT: number }).OUTPUT;
+}
+
+test("INT64 inputs past 2^53 are read exactly, as a value, a list or a member of 'parameters'", async () => {
+  for (const [body, output] of [
+    ['{"INPUT0": 9007199254740993}', "9007199254740993"],
+    ['{"INPUT0": [1, 9007199254740993, -9223372036854775807]}', "[1,9007199254740993,-9223372036854775807]"],
+    ['{"parameters": {"INPUT0": [9223372036854775807]}}', "9223372036854775807"],
+  ] as const) {
+    const answer = await generate("int64", body);
+    assert.equal(answer.status, 200, answer.text);
+    assert.match(answer.text, new RegExp(`"OUTPUT0":${output.replace(/[[\]]/g, "\\$&")}[,}]`), body);
+  }
+});
+
+test("a server-assigned sequence id, and a client's uint64 id past 2^53, go on over /generate", async () => {
+  const started = await generate("acc", '{"INPUT": 5, "sequence_start": true}');
+  assert.equal(started.status, 200, started.text);
+  const id = /"sequence_id":(\d+)/.exec(started.text)?.[1];
+  assert.ok(id !== undefined && BigInt(id) >= 2n ** 62n, started.text);
+  assert.equal(await accumulate(`{"INPUT": 3, "sequence_id": ${id}}`), 8);
+  assert.equal(
+    await accumulate(`{"INPUT": 1, "parameters": {"sequence_id": ${id}, "sequence_end": true}}`),
+    9,
+  );
+
+  // Two ids a double cannot tell apart are two sequences.
+  const big = "9007199254740993";
+  assert.equal(await accumulate(`{"INPUT": 1, "sequence_id": ${big}, "sequence_start": true}`), 1);
+  assert.equal(
+    await accumulate('{"INPUT": 100, "sequence_id": 9007199254740992, "sequence_start": true}'),
+    100,
+  );
+  assert.equal(
+    await accumulate(`{"INPUT": 2, "parameters": {"sequence_id": ${big}}, "sequence_end": true}`),
+    3,
+  );
+});
