@@ -3,6 +3,7 @@ import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { Validator } from "@seriousme/openapi-schema-validator";
 import { OpenAPIBackend, type Document as OpenApiDocument } from "openapi-backend";
+import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 // GET /openapi.json on every HTTP server: an OpenAPI 3 document generated from the
@@ -220,6 +221,33 @@ describe("the OpenAPI documents", () => {
 
   it("match the KServe v2 server's live answers, successes and errors", async () => {
     await checkExchanges(server.url, await documentOf(server.url), KSERVE_EXCHANGES);
+  });
+
+  it("match Triton's generate answers: inputs and outputs as a value or a list, and no body", async () => {
+    const text = await startTestServer({
+      text: {
+        onnx: new OnnxModelBuilder({ opset: 17 })
+          .input("text_input", "BYTES", [-1])
+          .output("text_output", "BYTES", [-1])
+          .node("Identity", ["text_input"], ["text_output"])
+          .toBytes(),
+      },
+    });
+    try {
+      const document = await documentOf(text.url);
+      await checkExchanges(text.url, document, [
+        { method: "POST", path: "/v2/models/text/generate", body: { text_input: "a" }, status: 200 },
+        { method: "POST", path: "/v2/models/text/generate", body: { text_input: ["a", "b"] }, status: 200 },
+        { method: "POST", path: "/v2/models/text/generate_stream", body: { text_input: ["a"] }, status: 200 },
+      ]);
+      for (const path of ["/v2/models/{model}/generate", "/v2/models/{model}/generate_stream"]) {
+        const body = (document.paths[path]!.post as unknown as { requestBody: { required?: boolean } })
+          .requestBody;
+        assert.notEqual(body.required, true, `${path}: an empty body is answered, so the body is optional`);
+      }
+    } finally {
+      await text.stop();
+    }
   });
 
   it("match the SageMaker server's live answers", async () => {

@@ -44,6 +44,27 @@ export function pathParams(
   };
 }
 
+/**
+ * Set to true in a route's schema whose body may be left out: @fastify/swagger marks every
+ * described body required (fastify's own rule when it checks bodies, which this server
+ * does not), so such routes are marked again when the document is made.
+ */
+export const OPTIONAL_BODY = "x-optional-body";
+
+type Operations = Record<string, Record<string, Record<string, unknown>>>;
+
+function markOptionalBodies({ openapiObject }: { openapiObject: Record<string, unknown> }) {
+  for (const operations of Object.values((openapiObject.paths ?? {}) as Operations)) {
+    for (const operation of Object.values(operations)) {
+      if (operation[OPTIONAL_BODY] !== true) continue;
+      delete operation[OPTIONAL_BODY];
+      const body = operation.requestBody as { required?: boolean } | undefined;
+      if (body !== undefined) body.required = false;
+    }
+  }
+  return openapiObject;
+}
+
 /** Registers the document and its route on `app`, before the families add their routes. */
 export function documentRoutes(app: HttpApp, info: OpenApiInfo): void {
   app.setValidatorCompiler(() => () => true);
@@ -53,6 +74,7 @@ export function documentRoutes(app: HttpApp, info: OpenApiInfo): void {
       openapi: "3.0.3",
       info: { title: info.title, version: info.version, description: info.description },
     },
+    transformObject: markOptionalBodies as never,
   });
   app.get(OPENAPI_PATH, { schema: { hide: true } }, (_request, reply) =>
     reply.type("application/json").send(JSON.stringify(app.swagger())),

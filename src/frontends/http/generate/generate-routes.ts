@@ -8,6 +8,7 @@ import { type InferResponseStream, inferStream } from "../../../core/response-st
 import { watchDisconnect } from "../../common/http/client-disconnect.ts";
 import { createErrorHandler } from "../../common/http/error-reply.ts";
 import { readJsonBody } from "../../common/http/json-body.ts";
+import { OPTIONAL_BODY } from "../../common/http/openapi.ts";
 import type { ResponseBudgets } from "../../common/response-budget.ts";
 import { routedSequenceId, SEQUENCE_ID_HEADER, withRoutedSequenceId } from "../../common/sequence-routing.ts";
 import { KSERVE_HTTP_STATUS } from "../error-status.ts";
@@ -35,12 +36,16 @@ export interface GenerateRoutesOptions {
 
 type GenerateRequest = FastifyRequest<{ Params: ModelParams; Body: Record<string, unknown> }>;
 
+/** An input or output member: one value, or a flat list of them, of any datatype. */
+const SCALAR = { anyOf: [{ type: "string" }, { type: "number" }, { type: "boolean" }] } as const;
+const TENSOR_MEMBER = { anyOf: [...SCALAR.anyOf, { type: "array", items: SCALAR }] } as const;
+
 /** The request body (documented for OpenAPI; read as JSON before validation). */
 const GENERATE_BODY = {
   type: "object",
   properties: {
     id: { type: "string" },
-    text_input: { type: "string" },
+    text_input: TENSOR_MEMBER,
     parameters: { type: "object", additionalProperties: true },
   },
   additionalProperties: true,
@@ -52,7 +57,7 @@ const GENERATE_RESPONSE = {
     id: { type: "string" },
     model_name: { type: "string" },
     model_version: { type: "string" },
-    text_output: { type: "string" },
+    text_output: TENSOR_MEMBER,
   },
   required: ["model_name", "model_version"],
   additionalProperties: true,
@@ -64,12 +69,15 @@ const ERROR_RESPONSE = {
   required: ["error"],
 } as const;
 
+// An empty body is an empty request (a model whose inputs are all optional answers it).
 const SCHEMA = {
+  [OPTIONAL_BODY]: true,
   body: GENERATE_BODY,
   response: { 200: GENERATE_RESPONSE, "4xx": ERROR_RESPONSE, "5xx": ERROR_RESPONSE },
 };
 
 const STREAM_SCHEMA = {
+  [OPTIONAL_BODY]: true,
   body: GENERATE_BODY,
   response: {
     200: {
