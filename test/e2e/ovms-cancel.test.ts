@@ -65,12 +65,21 @@ describe("an OVMS client that gives up on a stateful request", () => {
     assert.equal(await sumOf(await post(body(77, 8, 2))), 13);
   });
 
-  /** Sends `text` while the model's instance is busy, then gives up on it before it runs. */
-  async function giveUpWhileQueued(text: string): Promise<void> {
-    await new Promise((resolve) => setTimeout(resolve, 30));
+  /** Waits until the server lists sequence `id` with `queued` requests waiting to run (handed to the instance: 0). */
+  async function listed(id: number, queued = 0): Promise<void> {
+    for (;;) {
+      const answer = await fetch(`${ovms.url}/v2/models/sum/sequences`);
+      const { sequences } = (await answer.json()) as { sequences: { id: number; queued: number }[] };
+      if (sequences.some((s) => s.id === id && s.queued === queued)) return;
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+  }
+
+  /** Sends `text` for sequence `id` while the model's instance is busy, and gives up on it while it waits. */
+  async function giveUpWhileQueued(id: number, text: string): Promise<void> {
     const gaveUp = new AbortController();
     const abandoned = post(text, gaveUp.signal).catch((error: Error) => error.name);
-    await new Promise((resolve) => setTimeout(resolve, 30));
+    await listed(id, 1);
     gaveUp.abort();
     assert.equal(await abandoned, "AbortError");
   }
@@ -78,9 +87,10 @@ describe("an OVMS client that gives up on a stateful request", () => {
   it("a START with its id, given up on before it ran, leaves no sequence: the retried START begins it", async () => {
     // Two sequences' steps hold the instance: one runs, the other waits in its worker.
     const running = post(body(80, 1, 1));
-    await new Promise((resolve) => setTimeout(resolve, 30));
+    await listed(80);
     const next = post(body(84, 1, 1));
-    await giveUpWhileQueued(body(81, 5, 1));
+    await listed(84);
+    await giveUpWhileQueued(81, body(81, 5, 1));
     assert.equal(await sumOf(await running), 1);
     assert.equal(await sumOf(await next), 1);
     assert.equal(await sumOf(await post(body(81, 5, 1))), 5, "the retried START is applied, once");
@@ -91,7 +101,8 @@ describe("an OVMS client that gives up on a stateful request", () => {
   it("an END given up on before it ran leaves the sequence going on: the retried END applies", async () => {
     // The END waits behind its sequence's step, which runs.
     const running = post(body(82, 1, 1));
-    await giveUpWhileQueued(body(82, 7, 2));
+    await listed(82);
+    await giveUpWhileQueued(82, body(82, 7, 2));
     assert.equal(await sumOf(await running), 1);
     assert.equal(await sumOf(await post(body(82, 7, 2))), 8, "the retried END is applied, once");
     const after = await post(body(82, 1));
