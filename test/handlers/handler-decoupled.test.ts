@@ -115,95 +115,89 @@ after(async () => {
 
 const countInput = (count: number) => ({ name: "COUNT", datatype: "INT32", shape: [1], data: [count] });
 
-test("gRPC ModelStreamInfer: each request's responses in order, flagged, with the empty final response", async () => {
+/** Sends `requests` on one ModelStreamInfer stream, ends it, and gives back every message it answered. */
+async function streamAll(requests: readonly object[]): Promise<ModelStreamInferResponseMessage[]> {
   const client = new TestClient(server.grpcPort);
   try {
     const stream = client.stream();
     const received: ModelStreamInferResponseMessage[] = [];
     const ended = new Promise<void>((resolve) => stream.on("end", resolve));
     stream.on("data", (message: ModelStreamInferResponseMessage) => received.push(message));
-    for (const [id, count] of [
-      ["a", 4],
-      ["b", 3],
-    ] as const) {
-      stream.write({
-        model_name: "ticker",
-        id,
-        parameters: { triton_enable_empty_final_response: { bool_param: true } },
-        inputs: [{ name: "COUNT", datatype: "INT32", shape: [1] }],
-        raw_input_contents: [Buffer.from(Int32Array.of(count).buffer)],
-      });
-    }
+    for (const request of requests) stream.write(request);
     stream.end();
     await ended;
-    for (const [id, count] of [
-      ["a", 4],
-      ["b", 3],
-    ] as const) {
-      const mine = received.filter((m) => m.infer_response?.id === id).map((m) => m.infer_response!);
-      assert.equal(mine.length, count + 1);
-      const indexes = mine.slice(0, count).map((r) => Buffer.from(r.raw_output_contents![0]!).readInt32LE(0));
-      assert.deepEqual(indexes, [...Array(count).keys()]);
-      assert.deepEqual(
-        mine.map((r) => r.parameters?.triton_final_response?.bool_param),
-        [...Array(count).fill(false), true],
-      );
-      assert.deepEqual(mine.at(-1)!.outputs, []);
-    }
-    assert.ok(received.every((m) => (m.error_message ?? "") === ""));
+    return received;
   } finally {
     client.close();
   }
+}
+
+test("gRPC ModelStreamInfer: each request's responses in order, flagged, with the empty final response", async () => {
+  const counts = [
+    ["a", 4],
+    ["b", 3],
+  ] as const;
+  const received = await streamAll(
+    counts.map(([id, count]) => ({
+      model_name: "ticker",
+      id,
+      parameters: { triton_enable_empty_final_response: { bool_param: true } },
+      inputs: [{ name: "COUNT", datatype: "INT32", shape: [1] }],
+      raw_input_contents: [Buffer.from(Int32Array.of(count).buffer)],
+    })),
+  );
+  for (const [id, count] of counts) {
+    const mine = received.filter((m) => m.infer_response?.id === id).map((m) => m.infer_response!);
+    assert.equal(mine.length, count + 1);
+    const indexes = mine.slice(0, count).map((r) => Buffer.from(r.raw_output_contents![0]!).readInt32LE(0));
+    assert.deepEqual(indexes, [...Array(count).keys()]);
+    assert.deepEqual(
+      mine.map((r) => r.parameters?.triton_final_response?.bool_param),
+      [...Array(count).fill(false), true],
+    );
+    assert.deepEqual(mine.at(-1)!.outputs, []);
+  }
+  assert.ok(received.every((m) => (m.error_message ?? "") === ""));
 });
 
 test("a final response whose state the model cannot keep is not sent: the request fails alone, its state as before", async () => {
-  const client = new TestClient(server.grpcPort);
-  try {
-    const stream = client.stream();
-    const received: ModelStreamInferResponseMessage[] = [];
-    const ended = new Promise<void>((resolve) => stream.on("end", resolve));
-    stream.on("data", (message: ModelStreamInferResponseMessage) => received.push(message));
-    for (const [id, bytes] of [
+  const requests = (
+    [
       ["fits", 10],
       ["too-big", 2000],
       ["fits-again", 10],
-    ] as const) {
-      stream.write({
-        model_name: "bounded",
-        id,
-        parameters: {
-          sequence_id: { int64_param: "5" },
-          ...(id === "fits" ? { sequence_start: { bool_param: true } } : {}),
-        },
-        inputs: [{ name: "COUNT", datatype: "INT32", shape: [1] }],
-        raw_input_contents: [Buffer.from(Int32Array.of(bytes).buffer)],
-      });
-    }
-    stream.end();
-    await ended;
-    const seen = received.map((m) => ({
-      id: m.infer_response?.id,
-      error: m.error_message || undefined,
-      final: m.infer_response?.parameters?.triton_final_response?.bool_param,
-      steps: m.infer_response?.raw_output_contents?.[0]?.length
-        ? Buffer.from(m.infer_response.raw_output_contents[0]).readInt32LE(0)
-        : undefined,
-    }));
-    assert.deepEqual(seen, [
-      { id: "fits", error: undefined, final: true, steps: 1 },
-      {
-        id: "too-big",
-        error:
-          "the state of sequence 5 would hold 2004 bytes, more than the model's sequence_state_max_bytes (1000)",
-        final: undefined,
-        steps: undefined,
-      },
-      // The failed request left the state as it was: one step.
-      { id: "fits-again", error: undefined, final: true, steps: 2 },
-    ]);
-  } finally {
-    client.close();
-  }
+    ] as const
+  ).map(([id, bytes]) => ({
+    model_name: "bounded",
+    id,
+    parameters: {
+      sequence_id: { int64_param: "5" },
+      ...(id === "fits" ? { sequence_start: { bool_param: true } } : {}),
+    },
+    inputs: [{ name: "COUNT", datatype: "INT32", shape: [1] }],
+    raw_input_contents: [Buffer.from(Int32Array.of(bytes).buffer)],
+  }));
+  const received = await streamAll(requests);
+  const seen = received.map((m) => ({
+    id: m.infer_response?.id,
+    error: m.error_message || undefined,
+    final: m.infer_response?.parameters?.triton_final_response?.bool_param,
+    steps: m.infer_response?.raw_output_contents?.[0]?.length
+      ? Buffer.from(m.infer_response.raw_output_contents[0]).readInt32LE(0)
+      : undefined,
+  }));
+  assert.deepEqual(seen, [
+    { id: "fits", error: undefined, final: true, steps: 1 },
+    {
+      id: "too-big",
+      error:
+        "the state of sequence 5 would hold 2004 bytes, more than the model's sequence_state_max_bytes (1000)",
+      final: undefined,
+      steps: undefined,
+    },
+    // The failed request left the state as it was: one step.
+    { id: "fits-again", error: undefined, final: true, steps: 2 },
+  ]);
 });
 
 test("a WebSocket stream: every response of a message before the next message's, in order", async () => {
