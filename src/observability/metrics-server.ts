@@ -9,6 +9,7 @@ import type { AddressInfo } from "node:net";
 import type { Registry } from "prom-client";
 import type { TlsOptions } from "../config/security-options.ts";
 import type { Refusals } from "../core/refusals.ts";
+import { closeConnectionsOnceIdle } from "../frontends/common/http/close-connections.ts";
 
 // The metrics endpoint on its own port (Triton's --metrics-port), so scraping never
 // competes with inference traffic for the inference ports' connection limits. It serves
@@ -90,7 +91,7 @@ export async function startMetricsServer(
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());
-        server.closeIdleConnections();
+        closeConnectionsOnceIdle(server);
       }),
   };
 }

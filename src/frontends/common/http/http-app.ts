@@ -11,6 +11,7 @@ import type { Refusals } from "../../../core/refusals.ts";
 import type { Logger } from "../../../observability/logger.ts";
 import type { AccessPolicy } from "../access/access-policy.ts";
 import { guardHttpApp } from "../access/http-access.ts";
+import { closeConnectionsOnceIdle } from "./close-connections.ts";
 import { HttpError } from "./http-error.ts";
 import { documentRoutes, type OpenApiInfo } from "./openapi.ts";
 import { readRequestBody } from "./request-body.ts";
@@ -158,6 +159,12 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     done();
   });
   app.addHook("onSend", compressResponses(options.compressMinBytes));
+  // Connections still answering when the server closes are closed once answered
+  // (close-connections.ts). preClose runs just before fastify closes the listener.
+  app.addHook("preClose", (done) => {
+    closeConnectionsOnceIdle(app.server);
+    done();
+  });
   const routeMethods = learnRouteMethods(app as unknown as FastifyInstance);
   app.setNotFoundHandler((request, reply) =>
     options.answerUnrouted(request, reply, routeMethods.allowed(request.url)),
