@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { request as httpRequest } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -61,30 +60,19 @@ function sum(answer: HttpAnswer): number {
   return outputData(answer, "OUTPUT")[0] as number;
 }
 
-/**
- * An inference on a connection of its own, closed after its answer: a kept-alive connection
- * answered while a replica stops is left for the HTTP endpoint's close to wait out (its
- * keep-alive timeout), which holds the replica's exit.
- */
-function inferAlone(
+/** An inference's status and the text of its answer, whatever the status. */
+async function inferText(
   replica: Replica,
   model: string,
   value: number,
   sequence: SequenceParams,
 ): Promise<{ status: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const request = httpRequest(
-      `${replica.url}/v2/models/${model}/infer`,
-      { method: "POST", agent: false, headers: { "content-type": "application/json" } },
-      (response) => {
-        let text = "";
-        response.setEncoding("utf8").on("data", (chunk: string) => (text += chunk));
-        response.on("end", () => resolve({ status: response.statusCode ?? 0, text }));
-      },
-    );
-    request.on("error", reject);
-    request.end(inferBody(int32Input(value), sequence));
+  const response = await fetch(`${replica.url}/v2/models/${model}/infer`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: inferBody(int32Input(value), sequence),
   });
+  return { status: response.status, text: await response.text() };
 }
 
 /** A START that lets the server assign the id; the id read exactly (a uint64 above 2^53). */
@@ -259,7 +247,7 @@ describe("the shared state tier's guarantees", { skip }, () => {
     // Another sequence's START waits for the model's only slot, which the stream's sequence
     // holds: the hand-over waits for it (until its timeout) while the endpoints close.
     const order: string[] = [];
-    const waiting = inferAlone(leaving, ONE_SLOT, 100, {
+    const waiting = inferText(leaving, ONE_SLOT, 100, {
       id: 702,
       start: true,
       timeoutUs: 1_500_000,
@@ -370,7 +358,7 @@ describe("the shared state tier's guarantees", { skip }, () => {
       assert.equal(sum(await add(idle, 1, { id: 901, start: true })), 1);
       assert.equal(sum(await add(busy, 1, { id: 902, start: true, step: 1 })), 1);
       own.pause();
-      step = inferAlone(busy, MODEL, 1, { id: 902, step: 2 }).catch((error: unknown) => ({
+      step = inferText(busy, MODEL, 1, { id: 902, step: 2 }).catch((error: unknown) => ({
         status: 0,
         text: String(error),
       }));
