@@ -2,20 +2,26 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { infer, outputData, postJson, type SequenceParams } from "../support/http-client.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
-import { type HandlerRepository, handlerRepository } from "./support/handler-kit.ts";
+import { eventOf, type HandlerRepository, handlerRepository, RECORDER } from "./support/handler-kit.ts";
 
 // A reload moves live sequences to the new version once the old one runs no batch; until
 // then the old version's sequences wait. That wait is bounded by --exit-timeout-secs (here
 // 1 s): past it the reload fails, saying why, and the loaded version goes on serving its
 // sequences with their state. A later reload, once the model is idle, moves them.
 
-const SLOW_ON_999 = `
+const SLOW_ON_999 = `${RECORDER}
 export default {
+  initialize(context: any) {
+    eventsFile = context.model.parameters.events_file;
+  },
   async execute(requests: any[]) {
     return Promise.all(
       requests.map(async (request) => {
         const value = Number(request.inputs.VALUE.data[0]);
-        if (value === 999) await new Promise((resolve) => setTimeout(resolve, 2500));
+        if (value === 999) {
+          record({ hook: "execute", value });
+          await new Promise((resolve) => setTimeout(resolve, 2500));
+        }
         const sum = (request.sequence.state.get("sum") ?? 0) + value;
         request.sequence.state.set("sum", sum);
         return { outputs: { SUM: { datatype: "INT32", shape: [1, 1], data: Int32Array.of(sum) } } };
@@ -35,12 +41,15 @@ sequence_batching {
   direct { }
 }
 instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "events_file" value: { string_value: "EVENTS_FILE" } }
 `;
 
 let repository: HandlerRepository;
 let server: TestServer;
 before(async () => {
-  repository = handlerRepository({ slow: { config: CONFIG, files: { "1/model.ts": SLOW_ON_999 } } });
+  repository = handlerRepository((eventsFile) => ({
+    slow: { config: CONFIG.replace("EVENTS_FILE", eventsFile), files: { "1/model.ts": SLOW_ON_999 } },
+  }));
   server = await startTestServer(repository.path, {
     modelControlMode: "explicit",
     loadModels: ["slow"],
@@ -66,7 +75,7 @@ const add = async (value: number, sequence: SequenceParams): Promise<number> =>
 test("a reload that finds a request still running past the exit timeout fails, and the loaded version serves on", async () => {
   assert.equal(await add(1, { id: 7, start: true }), 1);
   const slow = add(999, { id: 7 });
-  await new Promise((resolve) => setTimeout(resolve, 200));
+  await eventOf(repository.eventsFile, "the slow request to run", (event) => event.value === 999);
   const reload = await postJson(`${server.url}/v2/repository/models/slow/load`, {});
   assert.notEqual(reload.status, 200, JSON.stringify(reload.body));
   assert.match(

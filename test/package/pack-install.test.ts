@@ -61,8 +61,9 @@ describe("the packed package, installed in an empty project", { timeout: 600_000
   let url: string;
 
   before(async () => {
-    // `npm pack` runs the build (prepare) first.
-    const packed = await exec(npm, ["pack", "--json", "--pack-destination", work], {
+    // The package as `npm test` built it (its first step): `npm pack` without scripts, as
+    // its `prepare` would delete dist/ and build it again under the other tests' feet.
+    const packed = await exec(npm, ["pack", "--json", "--ignore-scripts", "--pack-destination", work], {
       cwd: ROOT,
       env,
       maxBuffer: 64 * 1024 * 1024,
