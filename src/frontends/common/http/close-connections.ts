@@ -16,5 +16,7 @@ interface ClosingServer {
 export function closeConnectionsOnceIdle(server: ClosingServer): void {
   server.closeIdleConnections();
   const timer = setInterval(() => server.closeIdleConnections(), IDLE_CHECK_MS);
+  // The open connections keep the process alive while they matter, not this timer.
+  timer.unref();
   server.once("close", () => clearInterval(timer));
 }
