@@ -57,6 +57,24 @@ describe("load settings (before the model file is opened)", () => {
     });
   });
 
+  it("takes an instance count below 1 as the default, one, as Triton does", () => {
+    const parsed = parseModelConfigText(
+      'input { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }\noutput { name: "y" data_type: TYPE_FP32 dims: [ 4 ] }\n' +
+        "instance_group [ { count: 0 kind: KIND_CPU }, { count: -3 kind: KIND_CPU }, { count: 2 kind: KIND_CPU } ]",
+      { file: "m/config.pbtxt" },
+    );
+    assert.equal(readLoadSettings(parsed, "m", "models/m").instanceCount, 4);
+    const resolved = resolveModelConfig({ parsed, modelName: "m", modelDir: "models/m", modelIo: undefined });
+    assert.deepEqual(
+      resolved.config.instanceGroups.map((group) => group.count),
+      [1, 1, 2],
+    );
+    assert.deepEqual(
+      (resolved.tritonJson.instance_group as { count: number }[]).map((group) => group.count),
+      [1, 1, 2],
+    );
+  });
+
   it("counts a KIND_GPU group's instances on each GPU it lists, as Triton starts them, and runs them all on the CPU", () => {
     const parsed = parseModelConfigText(
       'input { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }\noutput { name: "y" data_type: TYPE_FP32 dims: [ 4 ] }\n' +

@@ -100,12 +100,6 @@ describe("invalid model configurations", () => {
       includes: "model input 'x' is listed twice",
     },
     {
-      name: "an instance count of 0",
-      text: `${IO}instance_group [ { kind: KIND_CPU\n count: 0 } ]`,
-      line: 4,
-      includes: "instance group 'm_0' of model 'm' must have a count >= 1, got 0",
-    },
-    {
       name: "GPUs on a CPU instance group",
       text: `${IO}instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]`,
       line: 3,

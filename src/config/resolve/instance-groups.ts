@@ -24,13 +24,10 @@ export function resolveInstanceGroups(root: MessageNode): InstanceGroupConfig[] 
       group.fail("name", `instance group name '${name}' is used twice in model '${modelName}'`);
     names.add(name);
 
-    if (!group.has("count")) group.set("count", DEFAULT_COUNT);
+    // A count below 1 means the default, as Triton normalises it (the field is an int32
+    // that configs written for it leave at 0).
+    if (!group.has("count") || group.number("count") < 1) group.set("count", DEFAULT_COUNT);
     let count = group.number("count");
-    if (count < 1)
-      group.fail(
-        "count",
-        `instance group '${name}' of model '${modelName}' must have a count >= 1, got ${count}`,
-      );
 
     let kind = group.string("kind", "KIND_AUTO") as InstanceKind;
     if (kind === "KIND_AUTO" || kind === "KIND_GPU") {
