@@ -100,6 +100,18 @@ describe("invalid model configurations", () => {
       includes: "model input 'x' is listed twice",
     },
     {
+      name: "a ragged batch",
+      text: `max_batch_size: 8\ninput { name: "x" data_type: TYPE_FP32 dims: [ -1 ]\n allow_ragged_batch: true }\noutput { name: "y" data_type: TYPE_FP32 dims: [ -1 ] }`,
+      line: 3,
+      includes: "input 'x' of model 'm' allows ragged batches, which seqserve does not support",
+    },
+    {
+      name: "an optional input of an ONNX model that batches (as ONNX Runtime's backend refuses it)",
+      text: `max_batch_size: 8\ninput { name: "x" data_type: TYPE_FP32 dims: [ 4 ]\n optional: true }\noutput { name: "y" data_type: TYPE_FP32 dims: [ 4 ] }`,
+      line: 3,
+      includes: "optional input 'x' is not supported for models that support batching",
+    },
+    {
       name: "GPUs on a CPU instance group",
       text: `${IO}instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]`,
       line: 3,

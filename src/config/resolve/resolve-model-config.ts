@@ -92,6 +92,22 @@ function refuseUnsupported(root: MessageNode): void {
   if (root.has("max_batch_size") && root.number("max_batch_size") < 0) {
     root.fail("max_batch_size", `'max_batch_size' must be non-negative value for model '${modelName}'`);
   }
+  if (root.number("max_batch_size") > 0) {
+    for (const input of root.children("input")) {
+      const name = input.string("name");
+      // Requests are batched only when their shapes match; a ragged batch's concatenated
+      // input would reach the model in a form it was not written for.
+      if (input.bool("allow_ragged_batch"))
+        input.fail(
+          "allow_ragged_batch",
+          `input '${name}' of model '${modelName}' allows ragged batches, which seqserve does not support`,
+        );
+      // ONNX Runtime's backend refuses these: a batch could mix requests that carry the
+      // input with requests that do not.
+      if (!modelCode && input.bool("optional"))
+        input.fail("optional", `optional input '${name}' is not supported for models that support batching`);
+    }
+  }
 
   if (root.list("model_warmup").length > 0)
     ctx.note(`model_warmup samples of model '${modelName}' are not run`);
