@@ -5,7 +5,8 @@ import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
 import { type HandlerRepository, handlerRepository } from "../handlers/support/handler-kit.ts";
 import { send } from "../http/support/http-server.ts";
-import { accumulatorConfig, listSequences } from "../support/sequence-kit.ts";
+import { infer, outputData } from "../support/http-client.ts";
+import { accumulatorConfig, int32Input, listSequences } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import {
   BINARY_JSON,
@@ -111,6 +112,41 @@ describe("the container contract, as SageMaker calls it", { timeout: 60_000 }, (
       sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": id }),
     );
     assert.equal(closed.status, 200);
+    assert.equal(closed.headers["x-amzn-sagemaker-closed-session-id"], id);
+  });
+
+  it("a START on a session's id over KServe restarts it as a session: it keeps its expiry, and the idle timeout still does not apply", async () => {
+    const opened = await send(
+      { port },
+      "POST",
+      "/invocations",
+      JSON.stringify({ inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [5] }] }),
+      sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": "NEW_SESSION" }),
+    );
+    assert.equal(opened.status, 200, opened.body.toString());
+    const [, id, expires] = NEW_SESSION_ID.exec(opened.headers["x-amzn-sagemaker-new-session-id"] as string)!;
+    const restarted = await infer(server.url, "accumulator", int32Input(1), { id: id!, start: true });
+    assert.deepEqual(outputData(restarted, "OUTPUT"), [1]);
+    // Past the model's idle timeout (1 s, Triton's default), which would end a sequence.
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const step = await send(
+      { port },
+      "POST",
+      "/invocations",
+      JSON.stringify({ inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [2] }] }),
+      sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": id! }),
+    );
+    assert.equal(step.status, 200, step.body.toString());
+    assert.deepEqual(JSON.parse(step.body.toString()).outputs[0].data, [3]);
+    const listed = (await listSequences(server.url, "accumulator")).sequences.find((s) => s.id === id);
+    assert.equal(new Date(listed?.expiresAt as string).getTime(), new Date(expires!).getTime());
+    const closed = await send(
+      { port },
+      "POST",
+      "/invocations",
+      JSON.stringify({ requestType: "CLOSE" }),
+      sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": id! }),
+    );
     assert.equal(closed.headers["x-amzn-sagemaker-closed-session-id"], id);
   });
 

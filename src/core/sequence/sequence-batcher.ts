@@ -323,6 +323,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       sequence = new Sequence(id, Date.now(), principal);
       sequence.tier = this.#newPlace();
       if (existing !== undefined) {
+        // A session's restart (a START on its id over another API) keeps its expiry: the
+        // idle timeout does not apply to a session, and must not begin to.
+        sequence.expiresAtMs = existing.expiresAtMs;
         // The successor must be known (in #all) before #restart: when the old life is
         // idle, #restart finishes it at once, and #finish only hands the slot to (or
         // places) a successor it knows; otherwise the new life never got a slot and its
@@ -335,6 +338,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       }
       this.#live.set(key, sequence);
       this.#recentEnds.forget(key);
+      if (sequence.expiresAtMs !== undefined) this.#armExpiry(sequence, sequence.expiresAtMs);
     } else {
       sequence = existing!;
     }
