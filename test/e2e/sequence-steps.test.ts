@@ -56,7 +56,7 @@ describe("sequence_step: retried steps are answered, not applied again", () => {
     assertError(
       await add(1, 11, 2),
       400,
-      "step 2 of sequence 11 of model 'acc' was already applied and its answer is no longer kept (the sequence has applied 7 steps; the answers of the last 4 are kept)",
+      "step 2 of sequence 11 of model 'acc' was already applied and its answer is no longer kept (the sequence has applied 7 steps; only the answers of the last 4 steps sent with a step number are kept)",
     );
     assertError(
       await add(1, 11, 9),

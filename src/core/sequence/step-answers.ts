@@ -97,7 +97,7 @@ export function checkStep(
       kind: "refused",
       error: new ServerError(
         "FAILED_PRECONDITION",
-        `step ${step} of ${sequence} was already applied and its answer is no longer kept (the sequence has applied ${applied} steps; the answers of the last ${STEP_ANSWERS_KEPT} are kept)`,
+        `step ${step} of ${sequence} was already applied and its answer is no longer kept (the sequence has applied ${applied} steps; only the answers of the last ${STEP_ANSWERS_KEPT} steps sent with a step number are kept)`,
       ),
     };
   }
