@@ -142,3 +142,30 @@ describe("Silero VAD v5 over HTTP equals ONNX Runtime in-process, bit for bit", 
     assert.equal(bits(float32(answer.outputs.get("stateN")!)), bits(expected.stateN));
   });
 });
+
+describe("Silero VAD v5 given empty tensors", () => {
+  it("refuses a batch of 0 (ONNX Runtime aborts the process on it), and serves on", async () => {
+    const empty = await postJson(
+      `${server.url}/v2/models/silero_vad/infer`,
+      `{"inputs":[
+        {"name":"input","datatype":"FP32","shape":[0,${CHUNK}],"data":[]},
+        {"name":"state","datatype":"FP32","shape":[2,0,128],"data":[]},
+        {"name":"sr","datatype":"INT64","shape":[],"data":[${SAMPLE_RATE}]}]}`,
+    );
+    assert.equal(empty.status, 400, JSON.stringify(empty.body));
+    assert.equal(
+      empty.body.error,
+      "input 'input' has no elements (shape [0,512]): ONNX models are not run on empty tensors, which ONNX Runtime may not survive",
+    );
+    const chunk = audio(1, 3);
+    const answer = await postJson(
+      `${server.url}/v2/models/silero_vad/infer`,
+      `{"inputs":[
+        {"name":"input","datatype":"FP32","shape":[1,${CHUNK}],"data":${floatsJson(chunk)}},
+        {"name":"state","datatype":"FP32","shape":[2,1,128],"data":${floatsJson(new Float32Array(STATE))}},
+        {"name":"sr","datatype":"INT64","shape":[],"data":[${SAMPLE_RATE}]}]}`,
+    );
+    const expected = await direct(chunk.slice(), new Float32Array(STATE));
+    assert.equal(bits(Float32Array.from(outputData(answer, "output") as number[])), bits(expected.output));
+  });
+});

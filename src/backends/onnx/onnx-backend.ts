@@ -7,8 +7,8 @@ import { checkModelFile, startInstances } from "../worker/model-instances.ts";
 import type { HeapTrimmer } from "../worker/native-heap.ts";
 import { siblingModule } from "../worker/spawn-worker.ts";
 import { WorkerExecutor } from "../worker/worker-executor.ts";
+import { checkOnnxInputs } from "./input-checks.ts";
 import { type OnnxSessionOptions, onnxSessionOptions } from "./session-options.ts";
-import { checkStringInputs } from "./string-inputs.ts";
 
 // Loads an ONNX model as `instanceCount` instances, each an ONNX Runtime session in a
 // worker thread (onnxruntime-node's run() blocks its thread, and two sessions on one
@@ -81,5 +81,5 @@ export async function loadOnnxModel(
     },
     "onnx model loaded",
   );
-  return { io, executors, checkInputs: checkStringInputs };
+  return { io, executors, checkInputs: checkOnnxInputs };
 }
