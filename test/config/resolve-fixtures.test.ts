@@ -324,7 +324,14 @@ describe("resolving the fixture configs", () => {
         allowRaggedBatch: false,
         shared: false,
       },
-      { name: "MASK", datatype: "INT64", dims: [-1], optional: false, allowRaggedBatch: false, shared: false },
+      {
+        name: "MASK",
+        datatype: "INT64",
+        dims: [-1],
+        optional: false,
+        allowRaggedBatch: false,
+        shared: false,
+      },
       {
         name: "SCALE",
         datatype: "FP16",
