@@ -6,11 +6,15 @@ import { identityModel } from "../../tools/onnx/test-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { metricValue } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
+import { TfsClient } from "../tfs/support/tfs-client.ts";
 import { identityConfig } from "./support/identity-config.ts";
 
 // A gzip-compressed gRPC message may inflate only to --grpc-max-decompressed-bytes, however
 // large --grpc-max-message-bytes is: a message of a few kilobytes used to inflate to a GiB
-// before any check. Uncompressed messages keep the full message limit.
+// before any check. Uncompressed messages keep the full message limit. The same limit
+// bounds what a message's typed values take once decoded (an object or a number each,
+// where the wire has a byte or two), checked before decoding: a few tens of MB of them
+// took gigabytes and stalled every other client for seconds.
 
 const MiB = 1024 * 1024;
 const CONFIG = identityConfig("bytes", "TYPE_UINT8");
@@ -62,4 +66,74 @@ test("a gzip message within the limit, and an uncompressed one beyond it, are se
   assert.equal(small.raw_output_contents?.[0]?.length, MiB);
   const large = await plain.unary<ModelInferResponseMessage>("ModelInfer", request(8 * MiB));
   assert.equal(large.raw_output_contents?.[0]?.length, 8 * MiB);
+});
+
+/** `count` UINT8 values as typed contents (uint_contents: a varint, one byte on the wire, each). */
+const typedRequest = (count: number) => ({
+  model_name: "bytes",
+  inputs: [
+    {
+      name: "INPUT0",
+      datatype: "UINT8",
+      shape: [count],
+      contents: { uint_contents: new Array(count).fill(0) },
+    },
+  ],
+});
+
+const refusedOnceDecoded = (error: Error & { code: number }) => {
+  assert.equal(error.code, 8, error.message);
+  assert.match(
+    error.message,
+    /would take more than 4194304 bytes once decoded.*raw contents.*--grpc-max-decompressed-bytes/,
+  );
+  return true;
+};
+
+test("typed values that would take more than the limit once decoded are refused before decoding, RESOURCE_EXHAUSTED; within it they are served", {
+  timeout: 30_000,
+}, async () => {
+  const before = await metricValue(server.metricsUrl, "seqserve_limit_refusals_total", {
+    limit: "grpc_decompressed_bytes",
+  });
+  // 600,000 bytes on the wire, about 4.8 MB as numbers.
+  await assert.rejects(plain.unary("ModelInfer", typedRequest(600_000)), refusedOnceDecoded);
+  const served = await plain.unary<ModelInferResponseMessage>("ModelInfer", typedRequest(100_000));
+  assert.equal(served.raw_output_contents?.[0]?.length, 100_000);
+  assert.equal(
+    await metricValue(server.metricsUrl, "seqserve_limit_refusals_total", {
+      limit: "grpc_decompressed_bytes",
+    }),
+    (before ?? 0) + 1,
+  );
+});
+
+test("on a ModelStreamInfer stream too, and over TF-Serving's Predict (int64_val, an object each once decoded)", {
+  timeout: 30_000,
+}, async () => {
+  const stream = plain.stream();
+  const ended = new Promise<Error>((resolve) => {
+    stream.on("data", () => {});
+    stream.on("error", resolve);
+  });
+  stream.write(typedRequest(600_000) as never);
+  refusedOnceDecoded((await ended) as Error & { code: number });
+  const tfs = new TfsClient(server.grpcPort);
+  try {
+    await assert.rejects(
+      tfs.predict({
+        model_spec: { name: "bytes" },
+        inputs: {
+          INPUT0: {
+            dtype: "DT_INT64",
+            tensor_shape: { dim: [{ size: 100_000 }] },
+            int64_val: new Array(100_000).fill("0"),
+          },
+        },
+      }),
+      refusedOnceDecoded,
+    );
+  } finally {
+    tfs.close();
+  }
 });

@@ -5,6 +5,7 @@ import {
   status,
 } from "@grpc/grpc-js";
 import type { Refusals } from "../../core/refusals.ts";
+import type { DecodeRefusal } from "./decoded-size.ts";
 
 // What one gzip or deflate message may inflate to. grpc-js checks an inflating message
 // against the call's receive limit only, which is --grpc-max-message-bytes (INT32_MAX, as
@@ -26,8 +27,16 @@ function isInflatingCall(call: unknown): call is InflatingCall {
   return typeof c.maxReceiveMessageSize === "number" && typeof c.sendStatus === "function";
 }
 
-/** Must come first among the server's interceptors: it needs grpc-js's own call. */
-export function decompressionLimit(maxBytes: number, refusals?: Refusals): ServerInterceptor {
+/**
+ * Must come first among the server's interceptors: it needs grpc-js's own call. A
+ * message refused by its deserializer for what it would decode to (decoded-size.ts) is
+ * answered with RESOURCE_EXHAUSTED and the reason `decoded` holds, as the same limit.
+ */
+export function decompressionLimit(
+  maxBytes: number,
+  refusals?: Refusals,
+  decoded?: DecodeRefusal,
+): ServerInterceptor {
   return (_method, call: ServerInterceptingCallInterface) => {
     if (!isInflatingCall(call)) {
       throw new Error(
@@ -35,21 +44,25 @@ export function decompressionLimit(maxBytes: number, refusals?: Refusals): Serve
       );
     }
     const current = call.maxReceiveMessageSize;
-    if (current === -1 || current > maxBytes) {
-      call.maxReceiveMessageSize = maxBytes;
-      const send = call.sendStatus.bind(call);
-      call.sendStatus = (sent) => {
-        if (sent.code === status.RESOURCE_EXHAUSTED && sent.details?.includes("decompresses") === true) {
-          refusals?.refused("grpc_decompressed_bytes");
-          send({
-            ...sent,
-            details: `the request message inflates to more than ${maxBytes} bytes, the most a compressed message may (--grpc-max-decompressed-bytes)`,
-          });
-          return;
-        }
-        send(sent);
-      };
-    }
+    if (current === -1 || current > maxBytes) call.maxReceiveMessageSize = maxBytes;
+    const send = call.sendStatus.bind(call);
+    call.sendStatus = (sent) => {
+      if (sent.code === status.RESOURCE_EXHAUSTED && sent.details?.includes("decompresses") === true) {
+        refusals?.refused("grpc_decompressed_bytes");
+        send({
+          ...sent,
+          details: `the request message inflates to more than ${maxBytes} bytes, the most a compressed message may (--grpc-max-decompressed-bytes)`,
+        });
+        return;
+      }
+      const why = sent.code === status.INTERNAL ? decoded?.take() : undefined;
+      if (why !== undefined) {
+        refusals?.refused("grpc_decompressed_bytes");
+        send({ ...sent, code: status.RESOURCE_EXHAUSTED, details: why });
+        return;
+      }
+      send(sent);
+    };
     return new ServerInterceptingCall(call);
   };
 }

@@ -8,11 +8,13 @@ import type { AccessPolicy } from "../common/access/access-policy.ts";
 import { ResponseBudgets } from "../common/response-budget.ts";
 import { tfsGrpcServices } from "../tfs/grpc-services.ts";
 import { type GrpcListener, listenForGrpc } from "./connection-listener.ts";
+import { DecodeRefusal } from "./decoded-size.ts";
 import { decompressionLimit } from "./decompression-limit.ts";
 import { widenFlowControlWindows } from "./flow-control-windows.ts";
 import { accessInterceptor } from "./grpc-access.ts";
 import { healthService } from "./health-service.ts";
 import { inferenceService } from "./inference-service.ts";
+import type { DecodeLimit } from "./proto-definitions.ts";
 import type { GrpcServiceRegistration } from "./service-registration.ts";
 import { unaryAnswerBudget } from "./unary-answer-budget.ts";
 
@@ -121,11 +123,15 @@ function serverOptions(options: GrpcFrontendOptions): ChannelOptions {
   return channelOptions;
 }
 
-function interceptors(options: GrpcFrontendOptions, budgets: ResponseBudgets): ServerInterceptor[] {
+function interceptors(
+  options: GrpcFrontendOptions,
+  budgets: ResponseBudgets,
+  decodeLimit: DecodeLimit | undefined,
+): ServerInterceptor[] {
   const chain: ServerInterceptor[] = [];
   // First: it needs grpc-js's own call.
   if (options.maxDecompressedBytes !== undefined) {
-    chain.push(decompressionLimit(options.maxDecompressedBytes, options.refusals));
+    chain.push(decompressionLimit(options.maxDecompressedBytes, options.refusals, decodeLimit?.refusal));
   }
   if (options.access !== undefined && !options.access.unrestricted)
     chain.push(accessInterceptor(options.access));
@@ -145,7 +151,15 @@ function credentials(tls: TlsOptions | undefined): ServerCredentials {
 export function createGrpcFrontend(options: GrpcFrontendOptions): GrpcFrontend {
   const { context, logger } = options;
   const budgets = options.budgets ?? new ResponseBudgets(Number.POSITIVE_INFINITY);
-  const server = new Server({ ...serverOptions(options), interceptors: interceptors(options, budgets) });
+  // Messages are bounded by what they decode to as by what they inflate to.
+  const decodeLimit: DecodeLimit | undefined =
+    options.maxDecompressedBytes === undefined
+      ? undefined
+      : { maxBytes: options.maxDecompressedBytes, refusal: new DecodeRefusal() };
+  const server = new Server({
+    ...serverOptions(options),
+    interceptors: interceptors(options, budgets, decodeLimit),
+  });
   widenFlowControlWindows(server);
   const services: GrpcServiceRegistration[] = [
     inferenceService({
@@ -157,6 +171,7 @@ export function createGrpcFrontend(options: GrpcFrontendOptions): GrpcFrontend {
       streamStallTimeoutMs: options.streamStallTimeoutMs,
       streamMaxHeldRequestBytes: options.streamMaxHeldRequestBytes,
       refusals: options.refusals,
+      decodeLimit,
     }),
     healthService({ context, logger }),
     ...tfsGrpcServices({
@@ -165,6 +180,7 @@ export function createGrpcFrontend(options: GrpcFrontendOptions): GrpcFrontend {
       ...(options.maxDecompressedBytes === undefined
         ? {}
         : { maxExpandedBytes: options.maxDecompressedBytes }),
+      ...(decodeLimit === undefined ? {} : { decodeLimit }),
     }),
   ];
   for (const service of services) server.addService(service.definition, service.implementation);

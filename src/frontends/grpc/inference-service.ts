@@ -39,7 +39,11 @@ import type {
   RepositoryModelRequestMessage,
   TensorMetadataMessage,
 } from "./messages.ts";
-import { encodeModelInferResponse, inferenceServiceDefinition } from "./proto-definitions.ts";
+import {
+  type DecodeLimit,
+  encodeModelInferResponse,
+  inferenceServiceDefinition,
+} from "./proto-definitions.ts";
 import type { GrpcServiceRegistration } from "./service-registration.ts";
 import { STREAM_ORDER_METADATA, type StreamInferCall, StreamInferSession } from "./stream-infer.ts";
 import { unary } from "./unary-handler.ts";
@@ -61,6 +65,8 @@ export interface InferenceServiceOptions {
   readonly streamMaxHeldRequestBytes?: number | undefined;
   /** Where a stream reset for want of reading is counted. */
   readonly refusals?: Refusals | undefined;
+  /** What a ModelInfer or ModelStreamInfer request may take once decoded (decoded-size.ts). */
+  readonly decodeLimit?: DecodeLimit | undefined;
 }
 
 /** "" means "not given" on the wire (proto3 has no absent strings). */
@@ -411,5 +417,5 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
       return { settings: answer };
     }),
   };
-  return { definition: inferenceServiceDefinition(), implementation };
+  return { definition: inferenceServiceDefinition(options.decodeLimit), implementation };
 }

@@ -3,6 +3,7 @@ import { fileURLToPath } from "node:url";
 import type { ServiceDefinition } from "@grpc/grpc-js";
 import { loadSync, type MethodDefinition, type Options, type PackageDefinition } from "@grpc/proto-loader";
 import protobuf from "protobufjs";
+import { boundedDecoder, type DecodeRefusal } from "./decoded-size.ts";
 
 // Loads seqserve's .proto files (the package's proto/ folder) into grpc-js service
 // definitions. The loader options decide how messages look in JavaScript (see
@@ -102,26 +103,36 @@ export function encodeModelInferResponse(message: object): Buffer {
   return asBuffer(hot().response.encode(message).finish());
 }
 
+/** What a request may take once decoded, and where a refusal's reason goes (decoded-size.ts). */
+export interface DecodeLimit {
+  readonly maxBytes: number;
+  readonly refusal: DecodeRefusal;
+}
+
 function withHotCodec(
   method: MethodDefinition<object, object>,
   response: protobuf.Type,
+  limit: DecodeLimit | undefined,
 ): MethodDefinition<object, object> {
-  const request = hot().request;
   return {
     ...method,
-    requestDeserialize: (bytes: Buffer) => request.decode(bytes),
+    requestDeserialize: boundedDecoder(
+      hot().request,
+      limit?.maxBytes ?? Number.POSITIVE_INFINITY,
+      limit?.refusal,
+    ),
     responseSerialize: encoder(response),
   };
 }
 
 /** inference.GRPCInferenceService, with the hot-path codec on ModelInfer and ModelStreamInfer. */
-export function inferenceServiceDefinition(): ServiceDefinition {
+export function inferenceServiceDefinition(limit?: DecodeLimit): ServiceDefinition {
   const base = service(INFERENCE_SERVICE_NAME) as Record<string, MethodDefinition<object, object>>;
   const { response, streamResponse } = hot();
   return {
     ...base,
-    ModelInfer: withHotCodec(base.ModelInfer!, response),
-    ModelStreamInfer: withHotCodec(base.ModelStreamInfer!, streamResponse),
+    ModelInfer: withHotCodec(base.ModelInfer!, response, limit),
+    ModelStreamInfer: withHotCodec(base.ModelStreamInfer!, streamResponse, limit),
   } as ServiceDefinition;
 }
 

@@ -7,6 +7,7 @@ import { callSites, type IdentifyModel, recordCall } from "../common/api-call-re
 import { routedSequenceId, SEQUENCE_ID_METADATA } from "../common/sequence-routing.ts";
 import { principalOf } from "../grpc/grpc-access.ts";
 import { int64ToBigInt, int64ToNumber } from "../grpc/int64.ts";
+import type { DecodeLimit } from "../grpc/proto-definitions.ts";
 import type { GrpcServiceRegistration } from "../grpc/service-registration.ts";
 import { unary } from "../grpc/unary-handler.ts";
 import { TFS_GRPC_STATUS, tfsError } from "./error-status.ts";
@@ -47,6 +48,8 @@ export interface TfsGrpcOptions {
   readonly logger: Logger;
   /** What a TensorProto whose one value fills its shape may expand to, in bytes. */
   readonly maxExpandedBytes?: number;
+  /** What a Predict request may take once decoded (decoded-size.ts). */
+  readonly decodeLimit?: DecodeLimit;
 }
 
 /** The model a ModelSpec names (OVMS: a request without model_spec is refused). */
@@ -221,7 +224,7 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
 
   return [
     {
-      definition: predictionServiceDefinition(),
+      definition: predictionServiceDefinition(options.decodeLimit),
       implementation: {
         Predict: unary(
           logger,

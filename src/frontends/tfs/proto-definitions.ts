@@ -2,7 +2,8 @@ import { join } from "node:path";
 import type { ServiceDefinition } from "@grpc/grpc-js";
 import { loadSync, type MethodDefinition, type PackageDefinition } from "@grpc/proto-loader";
 import protobuf from "protobufjs";
-import { LOADER_OPTIONS, PROTO_DIR } from "../grpc/proto-definitions.ts";
+import { boundedDecoder } from "../grpc/decoded-size.ts";
+import { type DecodeLimit, LOADER_OPTIONS, PROTO_DIR } from "../grpc/proto-definitions.ts";
 
 // TF-Serving's services from seqserve's proto files (proto/tensorflow_serving/…, with
 // TensorFlow's messages under proto/tensorflow/…). As for KServe's ModelInfer, Predict —
@@ -63,14 +64,18 @@ export function encodePredictResponse(message: object): Buffer {
 }
 
 /** tensorflow.serving.PredictionService, with the hot-path codec on Predict. */
-export function predictionServiceDefinition(): ServiceDefinition {
+export function predictionServiceDefinition(limit?: DecodeLimit): ServiceDefinition {
   const base = service(PREDICTION_SERVICE_NAME);
   const request = tfsTypes().lookupType("tensorflow.serving.PredictRequest");
   return {
     ...base,
     Predict: {
       ...base.Predict!,
-      requestDeserialize: (bytes: Buffer) => request.decode(bytes),
+      requestDeserialize: boundedDecoder(
+        request,
+        limit?.maxBytes ?? Number.POSITIVE_INFINITY,
+        limit?.refusal,
+      ),
       responseSerialize: (message: object) =>
         message instanceof Uint8Array ? asBuffer(message) : encodePredictResponse(message),
     },
