@@ -212,12 +212,16 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
   const index = indexOf(config);
   let outputNames = index.outputNames;
   if (request.outputs !== undefined) {
-    for (const name of request.outputs) {
+    const outputs = request.outputs;
+    for (let i = 0; i < outputs.length; i++) {
+      const name = outputs[i]!;
       if (!config.outputs.some((o) => o.name === name)) {
         throw invalidArg(`unexpected inference output '${name}' for model '${model}'`);
       }
+      // As Triton, which keeps requested outputs by name: each once.
+      if (outputs.indexOf(name) !== i) throw invalidArg(`output '${name}' is requested more than once`);
     }
-    outputNames = request.outputs;
+    outputNames = outputs;
   }
 
   const byName = index.inputsByName;

@@ -66,6 +66,22 @@ describe("request validation", () => {
     );
   });
 
+  it("an output requested twice is refused, over every protocol (the check is the core's)", () => {
+    const asked = (outputs: string[]): InferRequest => ({
+      ...request([
+        ["A", tensor(1)],
+        ["B", tensor(1)],
+      ]),
+      outputs,
+    });
+    const output = config.outputs[0]!.name;
+    assert.throws(
+      () => validateRequest(config, asked([output, output])),
+      (error: Error) => error.message === `output '${output}' is requested more than once`,
+    );
+    assert.deepEqual(validateRequest(config, asked([output])).outputNames, [output]);
+  });
+
   it("gives the model its inputs in the config's order, whatever the client's", () => {
     const validated = validateRequest(
       config,

@@ -317,11 +317,6 @@ describe("inference with JSON tensors", () => {
       "Unable to parse 'outputs': expected an array, got an object",
     );
     await refused(
-      { inputs: [], outputs: [{ name: "A" }, { name: "A" }] },
-      400,
-      "output 'A' is requested more than once",
-    );
-    await refused(
       { inputs: [], outputs: [{ name: "A", parameters: { binary_data: 1 } }] },
       400,
       "Unable to parse 'binary_data' for output 'A': expected a bool, got number 1",

@@ -307,7 +307,6 @@ function readOutputs(value: unknown, sharedMemory: SharedMemoryRequest | undefin
     if (typeof name !== "string") {
       throw invalidArg(`Unable to parse 'name' of output ${i}: expected a string, got ${kindOf(name)}`);
     }
-    if (names.includes(name)) throw invalidArg(`output '${name}' is requested more than once`);
     names.push(name);
     const parameters = output.parameters;
     if (parameters === undefined) continue;
