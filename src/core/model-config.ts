@@ -203,6 +203,29 @@ export interface SequenceLoggingConfig {
   readonly detailedMetrics: boolean;
 }
 
+/** Where a warm-up input's values come from (Triton's ModelWarmup.Input data types). */
+export type WarmupData =
+  | { readonly kind: "zero" }
+  | { readonly kind: "random" }
+  /** A file in the model's `warmup` folder: raw values, or Triton's length-prefixed strings. */
+  | { readonly kind: "file"; readonly path: string };
+
+export interface WarmupInput {
+  readonly name: string;
+  readonly datatype: DataType;
+  /** Without the batch dimension; every dimension fixed. */
+  readonly dims: readonly number[];
+  readonly data: WarmupData;
+}
+
+/** One `model_warmup` sample: `batchSize` requests run as one batch, `count` times, on each instance. */
+export interface WarmupSample {
+  readonly name: string;
+  readonly batchSize: number;
+  readonly count: number;
+  readonly inputs: readonly WarmupInput[];
+}
+
 export interface ModelConfig {
   readonly name: string;
   readonly platform: string;
@@ -223,6 +246,8 @@ export interface ModelConfig {
    * responses per request (model code only). Absent = false.
    */
   readonly decoupled?: boolean;
+  /** `model_warmup`, its samples of batch size 0 left out (Triton skips them). */
+  readonly warmup: readonly WarmupSample[];
 }
 
 /**

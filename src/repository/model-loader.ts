@@ -26,6 +26,7 @@ import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
 import type { Logger } from "../observability/logger.ts";
 import { modelRunnerLog } from "../observability/model-runner-log.ts";
 import type { ModelSource } from "./model-source.ts";
+import { runWarmup } from "./model-warmup-run.ts";
 import { versionPath } from "./version-folders.ts";
 
 // Turning a model folder into loaded versions: read its config (or the one a load request
@@ -186,6 +187,7 @@ export async function openVersion(
     const observer =
       sequencing === undefined ? undefined : modelRunnerLog(source.name, sequencing.logging, logger);
     const labels = readLabels(source.dir, resolved.config, logger);
+    await runWarmup(resolved.config, opened.executors, logger);
     const model = new LoadedModel({
       config: resolved.config,
       ...(labels.size === 0 ? {} : { labels }),

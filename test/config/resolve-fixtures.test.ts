@@ -44,6 +44,7 @@ describe("resolving the fixture configs", () => {
       instanceGroups: [{ name: "add_sub", count: 1, kind: "KIND_CPU" }],
       defaultModelFilename: "model.onnx",
       parameters: {},
+      warmup: [],
     });
     assert.deepEqual(notes, []);
     assertDeeplyFrozen(config);
@@ -404,7 +405,19 @@ describe("resolving the fixture configs", () => {
         count: 2,
       },
     ]);
-    assert.ok(notes.some((n) => n.includes("model_warmup")));
+    // An ONNX model without sequence batching runs its samples: nothing to note.
+    assert.ok(!notes.some((n) => n.includes("model_warmup")));
+    assert.deepEqual(config.warmup, [
+      {
+        name: "zeros",
+        batchSize: 1,
+        count: 2,
+        inputs: [
+          { name: "TOKENS", datatype: "INT64", dims: [8], data: { kind: "zero" } },
+          { name: "MASK", datatype: "INT64", dims: [8], data: { kind: "random" } },
+        ],
+      },
+    ]);
     assert.ok(notes.some((n) => n.includes("'openvino'")));
   });
 

@@ -26,6 +26,7 @@ import {
   TYPESCRIPT_BACKEND,
 } from "./model-identity.ts";
 import { ModelParameters } from "./model-parameters.ts";
+import { resolveModelWarmup } from "./model-warmup.ts";
 import { resolveSequenceBatching, sequenceTensorNames } from "./sequence-batching.ts";
 
 // From a parsed config (and what the model file declares) to the frozen core ModelConfig,
@@ -109,8 +110,12 @@ function refuseUnsupported(root: MessageNode): void {
     }
   }
 
-  if (root.list("model_warmup").length > 0)
-    ctx.note(`model_warmup samples of model '${modelName}' are not run`);
+  // Samples are run on ONNX models without sequence batching (model-warmup-run.ts): model
+  // code and sequence models (whose state inputs Triton fills in) load without them.
+  if (root.list("model_warmup").length > 0 && (modelCode || root.has("sequence_batching")))
+    ctx.note(
+      `model_warmup samples of model '${modelName}' are not run: seqserve runs them on ONNX models without sequence batching`,
+    );
   if ((root.child("model_repository_agents")?.list("agents").length ?? 0) > 0) {
     ctx.note(`repository agents of model '${modelName}' are not run`);
   }
@@ -268,6 +273,7 @@ export function resolveModelConfig(options: ResolveModelConfigOptions): Resolved
     ...(identity.backend === TYPESCRIPT_BACKEND
       ? { decoupled: root.child("model_transaction_policy")?.bool("decoupled") === true }
       : {}),
+    warmup: resolveModelWarmup(root, modelDir),
   };
   return deepFreeze({
     config,

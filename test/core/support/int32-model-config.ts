@@ -25,5 +25,6 @@ export function int32ModelConfig(name: string, maxBatchSize: number): ModelConfi
     instanceGroups: [{ name, count: 1, kind: "KIND_CPU" }],
     defaultModelFilename: "model.onnx",
     parameters: {},
+    warmup: [],
   };
 }

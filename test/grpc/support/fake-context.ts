@@ -41,6 +41,7 @@ function config(name: string): ModelConfig {
     instanceGroups: [{ name: `${name}_0`, count: 1, kind: "KIND_CPU" }],
     defaultModelFilename: "model.onnx",
     parameters: {},
+    warmup: [],
   };
 }
 

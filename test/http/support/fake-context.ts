@@ -51,6 +51,7 @@ export function modelConfig(name: string, partial: Partial<ModelConfig> = {}): M
     instanceGroups: [{ name: `${name}_0`, count: 1, kind: "KIND_CPU" }],
     defaultModelFilename: "model.onnx",
     parameters: {},
+    warmup: [],
     ...partial,
   };
 }

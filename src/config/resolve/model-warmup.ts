@@ -1,0 +1,73 @@
+import { join } from "node:path";
+import { fromConfigTypeName } from "../../core/datatype.ts";
+import type { WarmupData, WarmupInput, WarmupSample } from "../../core/model-config.ts";
+import { isParsedMessage } from "../parsed-config.ts";
+import { MessageNode } from "./config-node.ts";
+import { fileInFolder } from "./file-in-folder.ts";
+
+// Triton's `model_warmup`: samples run on every instance before the model is ready, so
+// the first requests do not pay for the runtime's first runs, and a model that cannot
+// run them fails to load. Checked here as Triton checks them when it prepares them; run
+// by the repository (src/repository/model-warmup-run.ts).
+
+/** Triton reads a sample's files from this folder of the model's. */
+const WARMUP_FOLDER = "warmup";
+
+function warmupData(input: MessageNode, name: string, modelDir: string): WarmupData {
+  if (input.bool("zero_data")) return { kind: "zero" };
+  if (input.bool("random_data")) return { kind: "random" };
+  const file = input.string("input_data_file");
+  if (file !== "") {
+    const path = fileInFolder(join(modelDir, WARMUP_FOLDER), file);
+    if (path === undefined)
+      input.fail(
+        "input_data_file",
+        `warmup input '${name}' must name a file in the model's '${WARMUP_FOLDER}' folder`,
+      );
+    return { kind: "file", path };
+  }
+  return input.fail(undefined, `warmup setting expects input '${name}' to have input_data_type set`);
+}
+
+function warmupInput(input: MessageNode, name: string, modelDir: string): WarmupInput {
+  const typeName = input.string("data_type", "TYPE_INVALID");
+  const datatype = fromConfigTypeName(typeName);
+  if (datatype === undefined)
+    input.fail(
+      "data_type",
+      `warmup input '${name}' has data type ${typeName}, which is not a tensor data type`,
+    );
+  const dims = input.safeNumbers("dims");
+  if (dims.some((dim) => dim < 0))
+    input.fail(
+      "dims",
+      `warmup setting expects all variable-size dimensions are specified for input '${name}'`,
+    );
+  return { name, datatype, dims, data: warmupData(input, name, modelDir) };
+}
+
+export function resolveModelWarmup(root: MessageNode, modelDir: string): WarmupSample[] {
+  const maxBatchSize = root.number("max_batch_size");
+  const samples: WarmupSample[] = [];
+  for (const sample of root.children("model_warmup")) {
+    const name = sample.string("name");
+    const batchSize = sample.number("batch_size");
+    // Triton skips a sample of batch size 0.
+    if (batchSize === 0) continue;
+    if (maxBatchSize > 0 && batchSize > maxBatchSize)
+      sample.fail(
+        "batch_size",
+        `warmup sample '${name}' has batch_size ${batchSize}, more than the max_batch_size of model '${root.ctx.modelName}', ${maxBatchSize}`,
+      );
+    const inputs = Object.entries(sample.map("inputs")).map(([inputName, value]) => {
+      const input = isParsedMessage(value) ? value : {};
+      return warmupInput(
+        new MessageNode(root.ctx, input, `${sample.path}.inputs[${inputName}]`),
+        inputName,
+        modelDir,
+      );
+    });
+    samples.push({ name, batchSize, count: Math.max(1, sample.number("count")), inputs });
+  }
+  return samples;
+}
