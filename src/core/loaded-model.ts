@@ -124,6 +124,7 @@ export class LoadedModel implements ServedModel {
   async infer(request: InferRequest): Promise<InferResponse> {
     const startNs = nowNs();
     let pending: PendingRequest | undefined;
+    let enqueued = false;
     let result: RequestResult;
     try {
       if (this.decoupled) {
@@ -135,20 +136,21 @@ export class LoadedModel implements ServedModel {
       }
       pending = new PendingRequest(request, this.#validate(request));
       this.#scheduler.enqueue(pending);
+      enqueued = true;
       result = await pending.promise;
     } catch (error) {
       const failure = asServerError(error);
       const totalNs = nowNs() - startNs;
-      // As Triton, a request refused before it reached the scheduler (a malformed one) is
-      // no failure of the model's.
-      if (pending !== undefined) this.#statistics.recordFailure(totalNs);
+      // As Triton, a request refused before the scheduler took it (a malformed one, a full
+      // queue, a step of a sequence that has not started) is no failure of the model's.
+      if (enqueued) this.#statistics.recordFailure(totalNs);
       this.#requestObserver?.requestDone({
         request,
         arrivalNs: startNs,
         totalNs,
         sequenceId: sequenceIdOf(request, pending),
         error: failure,
-        ...(pending === undefined ? { refused: true as const } : {}),
+        ...(enqueued ? {} : { refused: true as const }),
       });
       throw failure;
     }
@@ -203,7 +205,7 @@ export class LoadedModel implements ServedModel {
       channel.parameters = pending.responseParameters;
       this.#scheduler.enqueue(pending);
     } catch (error) {
-      if (pending !== undefined) this.#statistics.recordFailure(nowNs() - startNs);
+      // Refused before the scheduler took it: no failure of the model's (see infer).
       channel.fail(asServerError(error));
       return channel;
     }

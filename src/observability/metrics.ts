@@ -220,7 +220,8 @@ function modelMetrics(registry: Registry, models: ModelRegistry, settings: Metri
     registers: [registry],
     collect(this: Gauge<Labels>) {
       this.reset();
-      for (const m of models.served()) this.set({ model: m.name, version: m.version }, m.pending);
+      // As Triton's: requests waiting for an instance, not those handed to one.
+      for (const m of models.served()) this.set({ model: m.name, version: m.version }, m.pending - m.running);
     },
   });
 }

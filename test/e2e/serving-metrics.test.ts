@@ -171,16 +171,16 @@ describe("the metrics port", () => {
     assert.equal(ended.value("seqserve_sequences_ended_total", { ...ACC, reason: "end" }), 1);
     assert.equal(ended.value("nv_inference_request_success", ACC), 2);
 
-    // A request the model's scheduler refuses (no START, no live sequence) is a failure,
-    // counted as the statistics count it; its time is not request time, which only
-    // successes add to, as in Triton.
+    // A request the model's scheduler refuses as it comes (no START, no live sequence) is
+    // no failure, in the statistics and the metrics alike, as in Triton (whose Enqueue
+    // returns the error before the request is counted); nor is its time request time.
     assert.equal((await infer(server.url, "acc", value(1), { id: 6 })).status, 400);
     const failed = await scrape();
     const stats = (await (await fetch(`${server.url}/v2/models/acc/stats`)).json()) as {
       model_stats: { inference_stats: { fail: { count: number } } }[];
     };
-    assert.equal(stats.model_stats[0]!.inference_stats.fail.count, 1);
-    assert.equal(failed.value("nv_inference_request_failure", { ...ACC, reason: "OTHER" }), 1);
+    assert.equal(stats.model_stats[0]!.inference_stats.fail.count, 0);
+    assert.equal(failed.value("nv_inference_request_failure", { ...ACC, reason: "OTHER" }), 0);
     assert.equal(
       failed.value("nv_inference_request_duration_us", ACC),
       ended.value("nv_inference_request_duration_us", ACC),

@@ -339,7 +339,7 @@ export class HandlerExecutor implements RequestExecutor {
     const running = this.#untrack(message.rid);
     if (running === undefined) return;
     const state = stateFromWire(message.state);
-    const timings = { inputNs: 0, inferNs: message.inferNs, outputNs: 0 };
+    const timings = { inputNs: message.inputNs, inferNs: message.inferNs, outputNs: message.outputNs };
     let outcome: ExecutionOutcome;
     // A request that timed out but that the handler finished before it heard so is
     // answered: its step was applied (its state is the new one), so a timeout error would

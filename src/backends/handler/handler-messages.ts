@@ -158,7 +158,10 @@ export interface DoneMessage {
   readonly parameters: Parameters;
   /** The sequence's state after the request (as it was before, when the request failed). */
   readonly state: readonly WireStateEntry[] | undefined;
+  /** Its batch's building, its own run, and its answer's encoding (Triton's compute_input, _infer, _output). */
+  readonly inputNs: number;
   readonly inferNs: number;
+  readonly outputNs: number;
 }
 
 export interface ExecutedMessage {

@@ -170,7 +170,9 @@ class OpenRequest implements HandlerRequest {
   readonly #state: HandlerSequenceState | undefined;
   readonly #controller = new AbortController();
   readonly #decoupled: boolean;
-  readonly #startMs = performance.now();
+  /** When its batch began to run, and how long building the batch's requests took. */
+  #startMs = performance.now();
+  #inputNs = 0;
   #done = false;
   #markFinished!: () => void;
   /** Resolves when the request is done (answered, failed, cancelled). */
@@ -178,6 +180,12 @@ class OpenRequest implements HandlerRequest {
     this.#markFinished = resolve;
   });
   #unacked = 0;
+
+  /** Its batch is built (at `atMs`, after `inputNs`) and handed to execute(). */
+  began(atMs: number, inputNs: number): void {
+    this.#startMs = atMs;
+    this.#inputNs = inputNs;
+  }
   #unackedBytes = 0;
   #waiting: { resolve: () => void; reject: (error: Error) => void }[] = [];
 
@@ -353,6 +361,7 @@ class OpenRequest implements HandlerRequest {
     let outputs: WireTensor[] = [];
     let parameters: Parameters = {};
     let state = kept?.state;
+    const outputStartMs = performance.now();
     if (error === undefined) {
       try {
         if (kept === undefined) state = this.#keptState(transfer);
@@ -369,9 +378,10 @@ class OpenRequest implements HandlerRequest {
     }
     // A failed request leaves the state as it was.
     if (error !== undefined) state = this.#state?.original(transfer);
-    const inferNs = (performance.now() - this.#startMs) * 1e6;
+    const inferNs = (outputStartMs - this.#startMs) * 1e6;
+    const timings = { inputNs: this.#inputNs, inferNs, outputNs: (performance.now() - outputStartMs) * 1e6 };
     try {
-      post({ type: "done", rid: this.rid, error, outputs, parameters, state, inferNs }, transfer);
+      post({ type: "done", rid: this.rid, error, outputs, parameters, state, ...timings }, transfer);
     } catch (failure) {
       // postMessage clones before it transfers: nothing of the answer left, the state's
       // buffers are still here. The request fails with the reason, not the worker with it.
@@ -388,7 +398,7 @@ class OpenRequest implements HandlerRequest {
           outputs: [],
           parameters: {},
           state: this.#state?.original(original),
-          inferNs,
+          ...timings,
         },
         original,
       );
@@ -491,6 +501,7 @@ async function execute(message: ExecuteMessage): Promise<void> {
   const requests = message.requests.map((wire) => new OpenRequest(wire, message.decoupled));
   for (const request of requests) open.set(request.rid, request);
   const built = performance.now();
+  for (const request of requests) request.began(built, (built - start) * 1e6);
   let result: unknown;
   let failure: WireError | undefined;
   try {

@@ -36,12 +36,19 @@ export async function runRequestBatch(
   requests: readonly PendingRequest[],
 ): Promise<void> {
   for (const r of requests) r.markDispatched();
+  // As Triton counts a batch: by its rows (each request's batch dimension), and only when
+  // some request of it succeeded.
+  const rows = requests.reduce((sum, r) => sum + r.validated.rows, 0);
+  let succeeded = false;
   try {
     const timings = await executor.execute(
       requests.map((r) => ({ ...executionRequest(r), sequence: undefined })),
-      (index, outcome) => settleWith(requests[index]!, outcome, requests.length),
+      (index, outcome) => {
+        succeeded ||= outcome.ok;
+        settleWith(requests[index]!, outcome, rows);
+      },
     );
-    statistics.recordExecution(requests.length, timings.inputNs, timings.inferNs, timings.outputNs);
+    if (succeeded) statistics.recordExecution(rows, timings.inputNs, timings.inferNs, timings.outputNs);
   } catch (error) {
     for (const r of requests) r.reject(asServerError(error));
   }

@@ -22,8 +22,9 @@ export interface RequestRecord {
   /** Present when the request failed. */
   readonly error?: ServerError;
   /**
-   * A failed request refused before it reached the model's scheduler (a malformed one):
-   * as in Triton, no failure of the model's, in the statistics and the metrics alike.
+   * A failed request refused before the model's scheduler took it (a malformed one, a
+   * full queue, a sequence step without its START): as in Triton, no failure of the
+   * model's, in the statistics and the metrics alike.
    */
   readonly refused?: true;
 }

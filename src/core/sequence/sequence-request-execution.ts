@@ -33,10 +33,15 @@ export async function runSequenceRequests(
   const rows = batch.filter((r): r is SequenceRow => r !== undefined);
   const { store } = model;
   const startNs = performance.now() * 1e6;
+  // As Triton counts a batch: by its rows (each request's batch dimension), and only when
+  // some request of it succeeded.
+  const batchRows = rows.reduce((sum, row) => sum + row.request.validated.rows, 0);
+  let succeeded = false;
   const settled = new Set<SequenceRow>();
   const finish = (row: SequenceRow, outcome: ExecutionOutcome | undefined): void => {
     if (settled.has(row)) return;
     settled.add(row);
+    succeeded ||= outcome?.ok === true;
     keepState(model, row.sequence, outcome);
     if (outcome?.ok !== true) {
       rowDone(row, outcome);
@@ -47,7 +52,7 @@ export async function runSequenceRequests(
     const result: RequestResult = {
       outputs: outcome.outputs,
       parameters: outcome.parameters,
-      timings: row.request.timings(inputNs, inferNs, outputNs, rows.length),
+      timings: row.request.timings(inputNs, inferNs, outputNs, batchRows),
     };
     if (model.writeThrough !== undefined) {
       // The sequence steps again once its state is written and the request answered.
@@ -75,7 +80,8 @@ export async function runSequenceRequests(
       };
     });
     const timings = await executor.execute(requests, (index, outcome) => finish(rows[index]!, outcome));
-    model.statistics.recordExecution(rows.length, timings.inputNs, timings.inferNs, timings.outputNs);
+    if (succeeded)
+      model.statistics.recordExecution(batchRows, timings.inputNs, timings.inferNs, timings.outputNs);
     model.observer?.batchRan({
       instance: executor.name,
       rows: rows.length,
