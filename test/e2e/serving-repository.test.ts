@@ -12,6 +12,7 @@ import { DEFAULT_SERVER_OPTIONS } from "../../src/config/server-options.ts";
 import type { ModelBackend } from "../../src/core/backend.ts";
 import { unavailable } from "../../src/core/errors.ts";
 import { silentLogger } from "../../src/observability/logger.ts";
+import { accumulatorConfig, accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { addSubModel, identityModel } from "../../tools/onnx/test-models.ts";
 import { getJson, type HttpAnswer, infer, outputData, postJson } from "../support/http-client.ts";
 import { tempRepository } from "../support/model-repository.ts";
@@ -180,6 +181,43 @@ describe("a model that fails to load, with --exit-on-error=false", () => {
     for (const [i, answer] of answers.entries()) {
       assert.deepEqual(outputData(answer, "OUTPUT0"), sum(rowsOf(i), rowsOf(i + 1)));
     }
+  });
+});
+
+describe("unloading a sequence model", () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startTestServer(
+      {
+        acc: {
+          config: accumulatorConfig("acc", 4, "max_sequence_idle_microseconds: 60000000 direct { }"),
+          onnx: accumulatorModel(),
+        },
+      },
+      { modelControlMode: "explicit", loadModels: ["acc"] },
+    );
+  });
+  after(() => server.stop());
+
+  // Its sequences can no longer be reached once it unloads: waiting for them to end, as
+  // the unload did for 30 s, held the model in UNLOADING and every load behind it.
+  it("ends its idle sequences at once (they can no longer be reached) and is loaded again", {
+    timeout: 15_000,
+  }, async () => {
+    const step = (value: number, sequence: { id: number; start?: boolean }) =>
+      infer(
+        server.url,
+        "acc",
+        [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [value] }],
+        sequence,
+      );
+    assert.deepEqual(outputData(await step(5, { id: 5, start: true }), "OUTPUT"), [5]);
+    const unloaded = await postJson(`${server.url}/v2/repository/models/acc/unload`, {});
+    assert.equal(unloaded.status, 200, JSON.stringify(unloaded.body));
+    assert.equal((await postJson(`${server.url}/v2/repository/models/acc/load`, {})).status, 200);
+    const after = await step(1, { id: 5 });
+    assert.equal(after.status, 400, JSON.stringify(after.body));
+    assert.match(after.body.error as string, /must specify the START flag/);
   });
 });
 

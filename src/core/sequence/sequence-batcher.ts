@@ -956,7 +956,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
 
   /**
    * Lets live sequences run to their end until `deadlineMs`, then ends the rest with
-   * `reason` ("shutdown" when the server stops, "unloaded" when only the model goes).
+   * `reason` ("shutdown" when the server stops, "unloaded" when only the model goes). An
+   * unloaded model's sequences can no longer be reached: only the requests it holds are
+   * waited for, as Triton's unload waits for the requests in flight.
    */
   async drain(deadlineMs: number, reason: DrainReason = "shutdown"): Promise<void> {
     this.#shuttingDown = true;
@@ -964,12 +966,13 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       await this.#handOver(deadlineMs);
       return;
     }
-    if (this.#pending > 0 || this.#all.size > 0) {
+    const unloaded = reason === "unloaded";
+    if (this.#pending > 0 || (!unloaded && this.#all.size > 0)) {
       await new Promise<void>((resolve) => {
         // Referenced: whoever awaits the drain (a stopping server, an embedding program)
         // must still be running when it ends, even with nothing else left to wait for.
         const timer = setTimeout(resolve, timerDelay(deadlineMs - Date.now()));
-        this.#idleWaiters.push(() => {
+        (unloaded ? this.#settleWaiters : this.#idleWaiters).push(() => {
           clearTimeout(timer);
           resolve();
         });
