@@ -325,6 +325,7 @@ export class ModelRepository implements ModelRegistry {
   // ---- load / unload ----
 
   load(name: string, options: ModelLoadOptions = {}): Promise<void> {
+    if (this.#shuttingDown) return Promise.reject(notReady());
     // As Triton: the repository API loads and unloads only in explicit mode.
     if (this.#options.controlMode !== "explicit") {
       return Promise.reject(
@@ -537,6 +538,7 @@ export class ModelRepository implements ModelRegistry {
   }
 
   async unload(name: string): Promise<void> {
+    if (this.#shuttingDown) throw notReady();
     if (this.#options.controlMode !== "explicit") {
       throw new ServerError(
         "UNAVAILABLE",
@@ -799,6 +801,14 @@ function modelNameProblem(name: string): string | undefined {
     return `invalid model name '${name}', model name must not contain path traversal characters`;
   }
   return undefined;
+}
+
+/**
+ * As Triton once the server is exiting: no model is loaded or unloaded any more (its
+ * inference requests go on, so live sequences may finish).
+ */
+function notReady(): ServerError {
+  return new ServerError("UNAVAILABLE", "Server not ready");
 }
 
 /** Triton's answer to a load of a model no repository has. */

@@ -3,7 +3,7 @@ import { describe, it } from "node:test";
 import type { SequenceSummary } from "../../src/core/model.ts";
 import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
-import { infer, inferBody, type JsonInput } from "../support/http-client.ts";
+import { infer, inferBody, type JsonInput, postJson } from "../support/http-client.ts";
 import {
   ACCUMULATOR_CONTROLS,
   accumulate,
@@ -113,6 +113,21 @@ describe("ending well", { timeout: 60_000 }, () => {
         state_lost: 0,
       },
     });
+  });
+
+  it("on stop, the repository API loads and unloads nothing, as Triton answers ('Server not ready'), while live sequences finish", async () => {
+    const server = await startTestServer(
+      { acc: { config: accumulatorConfig("acc", 4, IDLE), onnx: accumulatorModel() } },
+      { exitTimeoutSecs: 30, modelControlMode: "explicit", loadModels: ["acc"] },
+    );
+    assert.equal(await accumulate(server.url, "acc", 5, { id: 1, start: true }), 5);
+    const stopping = server.stop();
+    for (const action of ["load", "unload"]) {
+      const answer = await postJson(`${server.url}/v2/repository/models/acc/${action}`, {});
+      assertError(answer, 503, /^Server not ready$/);
+    }
+    assert.equal(await accumulate(server.url, "acc", 2, { id: 1, end: true }), 7);
+    await stopping;
   });
 
   it("sequences still live when the exit timeout passes are ended, counted 'shutdown'", async () => {
