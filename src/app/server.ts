@@ -340,7 +340,9 @@ export async function startServer(
       };
       if (sequenceTier === undefined) {
         await repository.drain(deadline);
-        await closeEndpoints();
+        // A request still answered (a model load, a long run) holds its endpoint's close:
+        // past the exit timeout the server goes without it, as Triton exits then.
+        await untilDeadline(closeEndpoints(), deadline);
       } else {
         // A hand-over: the endpoints stop taking connections at once (a balancer sends
         // the next requests elsewhere) while the requests accepted finish and their
@@ -354,9 +356,9 @@ export async function startServer(
         await untilDeadline(drained, deadline);
         await sequenceTier.close(deadline);
         await drained;
-        await endpointsClosed;
+        await untilDeadline(endpointsClosed, deadline);
       }
-      await repository.shutdown(Date.now());
+      await repository.shutdown(Date.now(), deadline);
       await release(deadline);
       logger.info({ event: "stopped" }, "stopped");
     },

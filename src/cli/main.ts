@@ -55,6 +55,10 @@ async function main(): Promise<number> {
 main().then(
   (code) => {
     process.exitCode = code;
+    // Stopped: a model load the exit timeout cut short may still hold a worker thread
+    // (its initialize() running); the process goes without it, as Triton exits at the
+    // exit timeout. Otherwise the process has ended by then, and this never fires.
+    setTimeout(() => process.exit(), 1000).unref();
   },
   (error: unknown) => {
     process.stderr.write(

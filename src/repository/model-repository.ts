@@ -16,7 +16,7 @@ import type { Refusals } from "../core/refusals.ts";
 import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
 import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
 import type { ModelStatisticsSnapshot } from "../core/statistics.ts";
-import { timerDelay } from "../core/timer-delay.ts";
+import { timerDelay, untilDeadline } from "../core/timer-delay.ts";
 import type { Logger } from "../observability/logger.ts";
 import { checkInstanceCount, openVersion, prepareModel } from "./model-loader.ts";
 import { type ModelOverride, writeModelOverride } from "./model-override.ts";
@@ -732,10 +732,27 @@ export class ModelRepository implements ModelRegistry {
     this.#removals.add(tracked);
   }
 
-  async shutdown(deadlineMs: number): Promise<void> {
+  /**
+   * Ends every model: live sequences get until `deadlineMs`. A load or unload under way is
+   * waited for until `transitionsDeadlineMs` (the server's exit timeout, as Triton counts
+   * them against it); past it the server goes on without it, and what it opens is closed
+   * once it ends.
+   */
+  async shutdown(deadlineMs: number, transitionsDeadlineMs = Number.POSITIVE_INFINITY): Promise<void> {
     this.beginShutdown();
-    // A load still opening instances must finish first, or its workers would outlive the server.
-    await Promise.all([...this.#models.values()].map((e) => e.transition));
+    const transitions = Promise.all([...this.#models.values()].map((e) => e.transition));
+    let transitionsDone = false;
+    void transitions.then(() => {
+      transitionsDone = true;
+    });
+    await untilDeadline(transitions, transitionsDeadlineMs);
+    if (!transitionsDone) {
+      this.#logger.warn(
+        { event: "exit_timeout" },
+        "the exit timeout passed with a model load or unload under way: the server stops without it, and closes what it opens once it ends",
+      );
+      void transitions.then(() => Promise.all(this.#allLoaded().map((m) => m.close())));
+    }
     await this.drain(deadlineMs);
     await Promise.all(this.#allLoaded().map((m) => m.close()));
     await Promise.all(this.#removals);

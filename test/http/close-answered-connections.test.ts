@@ -8,9 +8,10 @@ import { startTestServer } from "../support/test-server.ts";
 
 // A request still being answered when the server closes its HTTP endpoints (past the exit
 // timeout, or at once in a hand-over to other replicas) is answered, and then its
-// kept-alive connection is closed: the exit does not wait out the keep-alive timeout
-// (--http-keepalive-timeout-secs), which users behind a load balancer set to minutes.
-// Here it is ten minutes: without the close the stop would outlast the test's timeout.
+// kept-alive connection is closed: a program that embeds the server is not held up to the
+// keep-alive timeout (--http-keepalive-timeout-secs), which users behind a load balancer
+// set to minutes. Here it is ten minutes: without the close the connections would outlast
+// the test's timeout.
 
 const SLEEPER = `${RECORDER}
 export default {
@@ -65,7 +66,7 @@ function postKeptAlive(url: string, headers: Record<string, string>, body: strin
 const MS_BODY = (ms: number) =>
   JSON.stringify({ inputs: [{ name: "MS", datatype: "INT32", shape: [1], data: [ms] }] });
 
-test("a request answered while the server stops has its kept-alive connection closed: the exit does not wait for the keep-alive timeout", {
+test("a request answered while the server stops has its kept-alive connection closed, not kept to the keep-alive timeout", {
   timeout: 60_000,
 }, async (t) => {
   const repository = handlerRepository((eventsFile) => ({
@@ -90,12 +91,8 @@ test("a request answered while the server stops has its kept-alive connection cl
   await eventOf(repository.eventsFile, "the SageMaker request to run", (event) => event.ms === 2600);
   const stopped = server.stop();
   const answers = await Promise.all([kserve, sagemaker]);
-  for (const answer of answers) assert.equal(answer.status, 200, answer.body);
-  assert.deepEqual(
-    (JSON.parse(answers[0]!.body) as { outputs: { data: number[] }[] }).outputs[0]?.data,
-    [2500],
-  );
-  assert.match(answers[1]!.body, /2600/);
+  // Past the exit timeout the server stops without them: each is told so.
+  for (const answer of answers) assert.equal(answer.status, 503, answer.body);
   await Promise.all(answers.map((answer) => answer.closed));
   await stopped;
 });

@@ -15,8 +15,8 @@ interface ClosingServer {
 /** Call when the server's close begins. */
 export function closeConnectionsOnceIdle(server: ClosingServer): void {
   server.closeIdleConnections();
+  // Referenced: a kept-alive connection may hold nothing else alive (node need not keep
+  // the process running for an idle one), and the close must still end.
   const timer = setInterval(() => server.closeIdleConnections(), IDLE_CHECK_MS);
-  // The open connections keep the process alive while they matter, not this timer.
-  timer.unref();
   server.once("close", () => clearInterval(timer));
 }

@@ -1,0 +1,67 @@
+import assert from "node:assert/strict";
+import { after, test } from "node:test";
+import { eventOf, handlerRepository, RECORDER } from "../handlers/support/handler-kit.ts";
+import { BIN, FREE_PORT_FLAGS, ServerProcess } from "../support/seqserve-process.ts";
+
+// --exit-timeout-secs bounds the exit whatever is under way, as Triton counts the models
+// loading and unloading against it: a load whose initialize() takes 40 s held a stopping
+// server for those 40 s. The test's timeout is below that.
+
+const SLOW_START = `${RECORDER}
+export default {
+  async initialize(context: any) {
+    eventsFile = context.model.parameters.events_file;
+    record({ hook: "initialize" });
+    await new Promise((resolve) => setTimeout(resolve, 40_000));
+  },
+  execute(requests: any[]) {
+    return requests.map(() => ({ outputs: {} }));
+  },
+};
+`;
+
+const repository = handlerRepository((eventsFile) => ({
+  slow_start: {
+    config: `
+backend: "typescript"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+parameters { key: "events_file" value: { string_value: "${eventsFile}" } }
+`,
+    files: { "1/model.ts": SLOW_START },
+  },
+}));
+after(() => repository.remove());
+
+test("a server stopped while a model loads exits at its exit timeout, not when the load ends", {
+  timeout: 30_000,
+}, async () => {
+  const server = new ServerProcess(process.execPath, [
+    BIN,
+    ...FREE_PORT_FLAGS,
+    "--model-repository",
+    repository.path,
+    "--model-control-mode",
+    "explicit",
+    "--exit-timeout-secs",
+    "2",
+  ]);
+  const url = `http://127.0.0.1:${(await server.listening).http_port}`;
+  const load = fetch(`${url}/v2/repository/models/slow_start/load`, { method: "POST", body: "{}" }).then(
+    (response) => response.status,
+    () => 0,
+  );
+  await eventOf(
+    repository.eventsFile,
+    "the load's initialize() to run",
+    (event) => event.hook === "initialize",
+  );
+  const exit = await server.stop();
+  assert.equal(exit.code, 0, exit.stderr);
+  assert.ok(
+    server.lines.some((line) => line.event === "exit_timeout"),
+    "the log says the exit timeout cut the load short",
+  );
+  await load;
+});
