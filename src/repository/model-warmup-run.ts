@@ -4,7 +4,7 @@ import { configTypeName, elementByteSize, type NumericDataType, viewArray } from
 import { asServerError, invalidArg } from "../core/errors.ts";
 import { isRequestExecutor, type ModelExecutor } from "../core/executor.ts";
 import type { ModelConfig, WarmupInput, WarmupSample } from "../core/model-config.ts";
-import { elementCount, formatShape, type Tensor, type TensorData } from "../core/tensor.ts";
+import { elementCount, sameShape, type Tensor, type TensorData } from "../core/tensor.ts";
 import type { Logger } from "../observability/logger.ts";
 
 // Triton's model warm-up, run on every instance before the model is served: each sample
@@ -17,7 +17,7 @@ import type { Logger } from "../observability/logger.ts";
 // load without their samples run (the config notes it).
 
 /** Whether seqserve runs `config`'s samples on these instances. */
-export function runsWarmup(config: ModelConfig, executors: readonly ModelExecutor[]): boolean {
+function runsWarmup(config: ModelConfig, executors: readonly ModelExecutor[]): boolean {
   return (
     config.warmup.length > 0 &&
     config.sequenceBatching === undefined &&
@@ -80,7 +80,7 @@ function prepare(config: ModelConfig, sample: WarmupSample): PreparedInput[] {
         `input '${input.name}' is ${configTypeName(input.datatype)}, but model '${config.name}' expects ${configTypeName(declared.datatype)}`,
       );
     }
-    const sameDims = declared !== undefined && formatShape(declared.dims) === formatShape(input.dims);
+    const sameDims = declared !== undefined && sameShape(declared.dims, input.dims);
     const dims = sameDims && declared.reshape !== undefined ? declared.reshape : input.dims;
     return { name: input.name, datatype: input.datatype, dims, row: rowOf(input) };
   });

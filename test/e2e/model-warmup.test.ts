@@ -87,6 +87,13 @@ before(async () => {
       config: lookupConfig("too_large_batch", sample("large", 5, "zero_data: true")),
       onnx: lookupModel(),
     },
+    too_large_sample: {
+      config: lookupConfig(
+        "too_large_sample",
+        sample("huge", 4, "zero_data: true").replace("dims: [ 1 ]", "dims: [ 1000000000 ]"),
+      ),
+      onnx: lookupModel(),
+    },
     no_data: {
       config: lookupConfig("no_data", sample("empty", 1, "")),
       onnx: lookupModel(),
@@ -153,6 +160,11 @@ describe("model_warmup", () => {
         /warmup sample 'large' has batch_size 5, more than the max_batch_size of model 'too_large_batch', 4/,
       ],
       ["no_data", /warmup setting expects input 'INDEX' to have input_data_type set/],
+      // Refused before anything is allocated: 4 rows of 10^9 int64 values.
+      [
+        "too_large_sample",
+        /warmup sample 'huge' would take 32000000000 bytes a run, more than the 67108864 a sample may/,
+      ],
     ];
     for (const [model, message] of cases) {
       const answer = await load(model);

@@ -1,5 +1,5 @@
 import { join } from "node:path";
-import { fromConfigTypeName } from "../../core/datatype.ts";
+import { elementByteSize, fromConfigTypeName } from "../../core/datatype.ts";
 import type { WarmupData, WarmupInput, WarmupSample } from "../../core/model-config.ts";
 import { isParsedMessage } from "../parsed-config.ts";
 import { MessageNode } from "./config-node.ts";
@@ -12,6 +12,13 @@ import { fileInFolder } from "./file-in-folder.ts";
 
 /** Triton reads a sample's files from this folder of the model's. */
 const WARMUP_FOLDER = "warmup";
+
+/**
+ * What one run of a sample may hold, all its rows and inputs (an element of a BYTES input
+ * counted as 4 bytes, its length): the default limit of a request body. Checked before
+ * anything is allocated, as a config may come from a load request.
+ */
+const MAX_SAMPLE_BYTES = 64 * 1024 * 1024;
 
 function warmupData(input: MessageNode, name: string, modelDir: string): WarmupData {
   if (input.bool("zero_data")) return { kind: "zero" };
@@ -67,6 +74,18 @@ export function resolveModelWarmup(root: MessageNode, modelDir: string): WarmupS
         modelDir,
       );
     });
+    // A model that does not batch runs the sample's requests one at a time.
+    const rows = maxBatchSize > 0 ? batchSize : 1;
+    const bytes = inputs.reduce(
+      (sum, input) =>
+        sum + rows * input.dims.reduce((n, dim) => n * dim, 1) * (elementByteSize(input.datatype) ?? 4),
+      0,
+    );
+    if (bytes > MAX_SAMPLE_BYTES)
+      sample.fail(
+        undefined,
+        `warmup sample '${name}' would take ${bytes} bytes a run, more than the ${MAX_SAMPLE_BYTES} a sample may`,
+      );
     samples.push({ name, batchSize, count: Math.max(1, sample.number("count")), inputs });
   }
   return samples;

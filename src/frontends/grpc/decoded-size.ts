@@ -45,7 +45,11 @@ const SCALARS: Readonly<Record<string, { wire: Wire; bytes: number }>> = {
 };
 
 function typePlan(type: string, resolved: protobuf.ReflectionObject | null): FieldPlan {
-  if (resolved instanceof protobuf.Type) return { kind: "message", plan: () => planOf(resolved) };
+  if (resolved instanceof protobuf.Type) {
+    // Made on first use (a message type may contain itself), then kept.
+    let plan: MessagePlan | undefined;
+    return { kind: "message", plan: () => (plan ??= planOf(resolved)) };
+  }
   if (resolved instanceof protobuf.Enum) return { kind: "scalar", wire: "varint", bytes: NUMBER_BYTES };
   if (type === "bytes") return { kind: "bytes" };
   if (type === "string") return { kind: "string" };
@@ -78,12 +82,12 @@ function planOf(type: protobuf.Type): MessagePlan {
 }
 
 /** A message the walk gives up on: what it was about to cost, or why. */
-export class DecodedSizeExceeded extends Error {}
+class DecodedSizeExceeded extends Error {}
 
 class Walk {
   readonly #bytes: Uint8Array;
   readonly #limit: number;
-  total = 0;
+  #total = 0;
 
   constructor(bytes: Uint8Array, limit: number) {
     this.#bytes = bytes;
@@ -91,8 +95,8 @@ class Walk {
   }
 
   #add(bytes: number): void {
-    this.total += bytes;
-    if (this.total > this.#limit) throw new DecodedSizeExceeded();
+    this.#total += bytes;
+    if (this.#total > this.#limit) throw new DecodedSizeExceeded();
   }
 
   /** Where #varint read up to. */
