@@ -4,26 +4,12 @@ import type { ServiceError } from "@grpc/grpc-js";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { postJson } from "../support/http-client.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
-import { type HandlerRepository, handlerRepository } from "./support/handler-kit.ts";
+import { type HandlerRepository, handlerRepository, SLEEPER } from "./support/handler-kit.ts";
 
 // Triton's queue policy on a model with dynamic batching: requests that wait in the queue
 // longer than default_timeout_microseconds are refused with UNAVAILABLE "Request timeout
 // expired" (HTTP 503, gRPC 14), while the request holding the instance runs on and is
 // answered. The model here takes as long as its request says.
-
-const SLEEPER = `
-export default {
-  async execute(requests: any[]) {
-    const out = [];
-    for (const r of requests) {
-      const ms = Number(r.inputs.MS.data[0]);
-      await new Promise((resolve) => setTimeout(resolve, ms));
-      out.push({ outputs: { MS: { datatype: "INT32", shape: [1], data: Int32Array.of(ms) } } });
-    }
-    return out;
-  },
-};
-`;
 
 let repository: HandlerRepository;
 let server: TestServer;

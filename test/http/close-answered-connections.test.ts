@@ -3,7 +3,7 @@ import { Agent, request as httpRequest } from "node:http";
 import type { Socket } from "node:net";
 import { test } from "node:test";
 import { DEFAULT_LIMITS, securityOptions } from "../../src/config/security-options.ts";
-import { eventOf, handlerRepository, RECORDER } from "../handlers/support/handler-kit.ts";
+import { eventOf, handlerRepository, SLEEPER } from "../handlers/support/handler-kit.ts";
 import { startTestServer } from "../support/test-server.ts";
 
 // A request still being answered when the server closes its HTTP endpoints (past the exit
@@ -12,24 +12,6 @@ import { startTestServer } from "../support/test-server.ts";
 // keep-alive timeout (--http-keepalive-timeout-secs), which users behind a load balancer
 // set to minutes. Here it is ten minutes: without the close the connections would outlast
 // the test's timeout.
-
-const SLEEPER = `${RECORDER}
-export default {
-  initialize(context: any) {
-    eventsFile = context.model.parameters.events_file;
-  },
-  async execute(requests: any[]) {
-    const out = [];
-    for (const r of requests) {
-      const ms = Number(r.inputs.MS.data[0]);
-      record({ hook: "execute", ms });
-      await new Promise((resolve) => setTimeout(resolve, ms));
-      out.push({ outputs: { MS: { datatype: "INT32", shape: [1], data: Int32Array.of(ms) } } });
-    }
-    return out;
-  },
-};
-`;
 
 const config = (eventsFile: string) => `
 backend: "typescript"

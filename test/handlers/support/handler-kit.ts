@@ -56,6 +56,29 @@ const record = (event: Record<string, unknown>) => {
 };
 `;
 
+/**
+ * Model code that takes as long as its request says: input MS (INT32), answered with MS
+ * after MS milliseconds; each request recorded as it starts ({ hook: "execute", ms }) when
+ * the model's parameter `events_file` names a file.
+ */
+export const SLEEPER = `${RECORDER}
+export default {
+  initialize(context: any) {
+    eventsFile = context.model.parameters.events_file ?? "";
+  },
+  async execute(requests: any[]) {
+    const out = [];
+    for (const r of requests) {
+      const ms = Number(r.inputs.MS.data[0]);
+      record({ hook: "execute", ms });
+      await new Promise((resolve) => setTimeout(resolve, ms));
+      out.push({ outputs: { MS: { datatype: "INT32", shape: [1], data: Int32Array.of(ms) } } });
+    }
+    return out;
+  },
+};
+`;
+
 export type HandlerEvent = Record<string, unknown> & { readonly hook: string };
 
 export function readEvents(file: string): HandlerEvent[] {
