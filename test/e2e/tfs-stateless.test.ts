@@ -272,7 +272,12 @@ describe("REST predict on stateless models", () => {
         /one signature, 'serving_default'/,
       ],
       ["/v1/models/add_sub:predict", "[1]", 400, /Request body should be JSON object/],
-      ["/v1/models/add_sub:predict", "{", 400, /JSON Parse error/],
+      [
+        "/v1/models/add_sub:predict",
+        "{",
+        400,
+        /^JSON Parse error: Missing a name for object member\. at offset: 1$/,
+      ],
       [
         "/v1/models/add_sub:predict",
         { inputs: { INPUT0: [[1, 2], [3]], INPUT1: [[1, 2]] } },

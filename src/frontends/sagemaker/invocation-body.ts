@@ -3,6 +3,7 @@ import type { InferRequest } from "../../core/infer.ts";
 import type { ServedModel } from "../../core/model.ts";
 import type { Tensor } from "../../core/tensor.ts";
 import { jsonPreview } from "../common/json-preview.ts";
+import { parseRequestJson } from "../common/json-syntax.ts";
 import {
   type DecodedInferRequest,
   decodeInferJson,
@@ -107,12 +108,7 @@ function objectBody(
 
 function jsonBody(bytes: Buffer): InvocationBody {
   if (firstByte(bytes) !== 0x5b) return objectBody("json", bytes, undefined);
-  let array: unknown;
-  try {
-    array = JSON.parse(bytes.toString("utf8"));
-  } catch (error) {
-    throw invalidArg(`failed to parse the request JSON buffer: ${(error as Error).message}`);
-  }
+  const array = parseRequestJson(bytes.toString("utf8"));
   return {
     form: "array",
     bytes,

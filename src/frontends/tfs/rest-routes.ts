@@ -13,6 +13,7 @@ import {
   longNumberTokens,
   memberSourceText,
 } from "../common/json-source-text.ts";
+import { jsonSyntaxFault } from "../common/json-syntax.ts";
 import type { SourceTokens } from "../common/kserve/json-tensor.ts";
 import { routedSequenceId, SEQUENCE_ID_HEADER } from "../common/sequence-routing.ts";
 import { ovmsInvalid, TFS_HTTP_STATUS, tfsError } from "./error-status.ts";
@@ -79,11 +80,16 @@ function parseModelPath(path: string): ModelPath {
 }
 
 function parseBody(body: Buffer | undefined): { json: JsonObject; text: string } {
+  const bodyText = body?.toString("utf8") ?? "";
   let parsed: { json: unknown; text: string };
   try {
-    parsed = parseRestJson(body?.toString("utf8") ?? "");
+    parsed = parseRestJson(bodyText);
   } catch (error) {
-    throw invalidArg(`JSON Parse error: ${(error as Error).message}`);
+    // TF-Serving's words for a body that does not parse.
+    const { description, byteOffset } = jsonSyntaxFault(bodyText, error);
+    throw invalidArg(
+      `JSON Parse error: ${description}${byteOffset === undefined ? "" : ` at offset: ${byteOffset}`}`,
+    );
   }
   const { json, text } = parsed;
   if (!isJsonObject(json)) throw ovmsInvalid("rest_body");

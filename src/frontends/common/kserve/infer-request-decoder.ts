@@ -8,6 +8,7 @@ import type { Tensor } from "../../../core/tensor.ts";
 import { isJsonObject, type JsonObject } from "../http/json-body.ts";
 import { jsonPreview } from "../json-preview.ts";
 import { elementSourceTexts, exactInteger, longNumberTokens, memberSourceText } from "../json-source-text.ts";
+import { parseRequestJson } from "../json-syntax.ts";
 import { decodeRawTensor } from "../raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
 import { type Classification, classificationCount, classificationFor } from "./classification.ts";
@@ -384,12 +385,7 @@ export function parseInferJson(body: Buffer, jsonLength: number): InferJson {
   if (jsonLength === 0)
     throw invalidArg("the request body is empty: expected an inference request JSON object");
   const text = body.toString("utf8", 0, jsonLength);
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch (error) {
-    throw invalidArg(`failed to parse the request JSON buffer: ${(error as Error).message}`);
-  }
+  const json = parseRequestJson(text);
   if (!isJsonObject(json)) {
     throw invalidArg(`failed to parse the request JSON buffer: expected an object, got ${kindOf(json)}`);
   }
