@@ -71,3 +71,20 @@ test("a server-assigned sequence id, and a client's uint64 id past 2^53, go on o
     3,
   );
 });
+
+test("a sequence id written as a fraction or with an exponent is refused, as over /infer", async () => {
+  for (const body of [
+    '{"INPUT": 1, "sequence_id": 1.0, "sequence_start": true}',
+    '{"INPUT": 1, "parameters": {"sequence_id": 1e3, "sequence_start": true}}',
+  ]) {
+    assert.deepEqual(await generate("acc", body), {
+      status: 400,
+      text: JSON.stringify({ error: "Unable to parse 'sequence_id'" }),
+    });
+  }
+  // The same id written as an integer starts a sequence.
+  assert.equal(
+    await accumulate('{"INPUT": 4, "sequence_id": 1000, "sequence_start": true, "sequence_end": true}'),
+    4,
+  );
+});

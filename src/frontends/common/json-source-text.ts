@@ -2,8 +2,9 @@
 // rounded: a uint64 sequence id, or an INT64/UINT64 tensor element. This scanner finds
 // the source text of one value of a request (a KServe request's
 // `parameters.sequence_id` or `inputs[i].data`, a TF-Serving request's
-// `inputs.sequence_id`), so the exact digits can be read again. It runs only on text that
-// JSON.parse has accepted, and only when a parsed value was not a safe integer.
+// `inputs.sequence_id`), so the exact digits can be read again, or a `sequence_id`'s form
+// checked. It runs only on text that JSON.parse has accepted, and only when a parsed value
+// was not a safe integer or a first look finds a `sequence_id` written as a fraction.
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;

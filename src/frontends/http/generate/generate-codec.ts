@@ -5,7 +5,7 @@ import { readSequenceControl } from "../../../core/sequence/sequence-parameters.
 import type { Tensor } from "../../../core/tensor.ts";
 import { isJsonObject, type JsonObject } from "../../common/http/json-body.ts";
 import { longNumberTokens, memberSourceText } from "../../common/json-source-text.ts";
-import { exactSequenceId } from "../../common/kserve/infer-request-decoder.ts";
+import { sequenceIdNumber } from "../../common/kserve/infer-request-decoder.ts";
 import { decodeJsonTensor, jsonTensorData } from "../../common/kserve/json-tensor.ts";
 
 // Triton's generate extension (POST /v2/models/{m}/generate and /generate_stream): a flat
@@ -69,9 +69,9 @@ function readMembers(
       inputs.set(key, decodeJsonTensor(key, input.datatype, shapeFor(input, data.length), data, tokens));
       continue;
     }
-    if (typeof value === "number" && key === "sequence_id" && !Number.isSafeInteger(value)) {
+    if (typeof value === "number" && key === "sequence_id") {
       // A server-assigned id (from 2^62) or a client's uint64 past 2^53, as KServe reads it.
-      parameters[key] = exactSequenceId(text(), value, memberPath(key, nested));
+      parameters[key] = sequenceIdNumber(text(), value, memberPath(key, nested));
       continue;
     }
     if (typeof value === "string" || typeof value === "number" || typeof value === "boolean") {
@@ -83,8 +83,9 @@ function readMembers(
 }
 
 /**
- * `text` gives the body's JSON text, asked for only when a number is not a safe integer
- * (a 64-bit input element or `sequence_id` past 2^53, read exactly from its digits).
+ * `text` gives the body's JSON text, asked for when a number is not a safe integer (a
+ * 64-bit input element or `sequence_id` past 2^53, read exactly from its digits) and for
+ * a number `sequence_id` (refused when written as `1.0` or `1e3`).
  */
 export function decodeGenerateRequest(
   body: JsonObject,
