@@ -642,10 +642,13 @@ export class ModelRepository implements ModelRegistry {
           entries.push({ name: entry.name, version, state: "READY", reason: "" });
         }
       } else if (!readyOnly) {
-        // As Triton: the versions a model once served stay listed, each with why it is not.
+        // As Triton: the versions a model once served stay listed, each with why it is not;
+        // a model never loaded, nor tried, is listed by its name alone.
         const versions = [...entry.everLoaded].sort((a, b) => Number(a) - Number(b));
         const reason = entry.notUnique ?? entry.reason;
-        if (versions.length === 0) entries.push({ name: entry.name, state: entry.state, reason });
+        if (versions.length === 0 && entry.state === "UNAVAILABLE" && reason === "unloaded")
+          entries.push({ name: entry.name });
+        else if (versions.length === 0) entries.push({ name: entry.name, state: entry.state, reason });
         for (const version of versions)
           entries.push({ name: entry.name, version, state: entry.state, reason });
       }

@@ -221,7 +221,15 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
   if (context.sharedMemory !== undefined) sharedMemoryRoutes(app, context.sharedMemory);
 
   app.post("/v2/repository/index", { schema: SERVER_SCHEMAS.repositoryIndex }, (request, reply) =>
-    sendJson(reply, registry.index(readyOnly(request.body as Buffer | undefined))),
+    sendJson(
+      reply,
+      // Triton writes a reason only when there is one.
+      registry
+        .index(readyOnly(request.body as Buffer | undefined))
+        .map(({ reason, ...entry }) =>
+          reason === undefined || reason === "" ? entry : { ...entry, reason },
+        ),
+    ),
   );
   const load = { schema: SERVER_SCHEMAS.repositoryLoad };
   app.post("/v2/repository/models/:model/load", load, async (request: ModelRequest, reply) => {
