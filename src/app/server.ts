@@ -331,7 +331,9 @@ export async function startServer(
       const deadline = Date.now() + options.exitTimeoutSecs * 1000;
       logger.info(
         { event: "stopping", exit_timeout_secs: options.exitTimeoutSecs },
-        "stopping: no new sequences; waiting for live ones to finish",
+        sequenceTier === undefined
+          ? "stopping: no new sequences; waiting for live ones to finish"
+          : "stopping: endpoints closing; live sequences go on on the other replicas once their requests in flight are done",
       );
       repository.beginShutdown();
       const closeEndpoints = async (): Promise<void> => {

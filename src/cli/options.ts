@@ -157,7 +157,7 @@ export const FLAGS: readonly FlagSpec[] = [
     value: "n",
     default: String(DEFAULT_SERVER_OPTIONS.onnxWorkerThreads),
     help:
-      "Worker threads that ONNX model instances run on (default: the number of CPUs): an instance has " +
+      "Worker threads that ONNX model instances run on, by default one per CPU: an instance has " +
       "a thread of its own up to n, then instances share them and take turns. 0: a thread per instance.",
   },
   ...TRITON_FLAGS,

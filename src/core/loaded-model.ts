@@ -131,7 +131,7 @@ export class LoadedModel implements ServedModel {
         throw new ServerError(
           "UNSUPPORTED",
           `model '${this.name}' is decoupled (it may send several responses per request): use a streaming endpoint ` +
-            "(gRPC ModelStreamInfer, a WebSocket stream, or /generate and /generate_stream)",
+            "(gRPC ModelStreamInfer, a WebSocket stream, or /generate_stream; /generate takes a single response)",
         );
       }
       pending = new PendingRequest(request, this.#validate(request));

@@ -262,7 +262,11 @@ test("Server-Sent Events on /generate_stream, in order; /generate refuses severa
   assert.match(several.body.error as string, /generate expects model to produce exactly 1 response/);
   const unary = await postJson(`${server.url}/v2/models/ticker/infer`, { inputs: [countInput(1)] });
   assert.equal(unary.status, 501);
-  assert.match(unary.body.error as string, /is decoupled/);
+  assert.equal(
+    unary.body.error,
+    "model 'ticker' is decoupled (it may send several responses per request): use a streaming endpoint " +
+      "(gRPC ModelStreamInfer, a WebSocket stream, or /generate_stream; /generate takes a single response)",
+  );
 });
 
 test("a slow SSE reader makes the handler wait; every event still arrives, in order", async () => {
