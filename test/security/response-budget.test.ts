@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { createHook } from "node:async_hooks";
 import { type AddressInfo, connect, createServer, type Socket } from "node:net";
 import { test } from "node:test";
 import { Metadata, type StatusObject } from "@grpc/grpc-js";
@@ -254,6 +255,42 @@ test("a ModelStreamInfer client that reads nothing: its stream is reset after th
   } finally {
     client.close();
     relay.close();
+    await server.stop();
+  }
+});
+
+test("a ModelStreamInfer stream that has ended leaves no stall watch behind to hold it", async () => {
+  // Each write arms the stall watch; a stream's end must disarm it, or its timer holds the
+  // call (and what it references) for the whole stall timeout after the stream is gone.
+  const stallMs = 987_000; // a delay no other timer here has
+  const armed = new Set<number>();
+  const hook = createHook({
+    init(id, type, _trigger, resource) {
+      if (type === "Timeout" && (resource as { _idleTimeout?: number })._idleTimeout === stallMs)
+        armed.add(id);
+    },
+    destroy(id) {
+      armed.delete(id);
+    },
+  }).enable();
+  const server = await start({ grpcStreamStallTimeoutSecs: stallMs / 1000 });
+  const client = new TestClient(server.grpcPort);
+  try {
+    for (let i = 0; i < 5; i++) {
+      const stream = client.stream();
+      const status = new Promise<StatusObject>((resolve) => stream.on("status", resolve));
+      const answered = new Promise<unknown>((resolve) => stream.once("data", resolve));
+      stream.write(bytesRequest(`s${i}`));
+      assert.ok(await answered);
+      assert.ok(armed.size > 0, "a write arms the stall watch");
+      stream.end();
+      assert.equal((await status).code, 0);
+    }
+    await waitFor("the ended streams' stall watches gone", async () => (armed.size === 0 ? true : undefined));
+    assert.equal(armed.size, 0);
+  } finally {
+    hook.disable();
+    client.close();
     await server.stop();
   }
 });

@@ -487,6 +487,7 @@ export class StreamInferSession {
   #writeDone(outgoing: Outgoing, delivered: boolean): boolean {
     if (this.#inWrite !== outgoing) return false;
     this.#inWrite = undefined;
+    if (this.#closed) this.#stopWatchingForStall();
     this.#budget.give(outgoing.bytes);
     // Its sequence moved on without its client: it ends, as for any answer dropped.
     if (!delivered) this.#dropped(outgoing);
@@ -512,6 +513,17 @@ export class StreamInferSession {
       this.#stalled();
     };
     this.#stallTimer = setTimeout(check, timerDelay(this.#stallTimeoutMs!)).unref();
+  }
+
+  /**
+   * An ended stream's watch goes with it: an armed timer holds the call and what it
+   * references until it fires, the stall timeout (10 minutes) after the last write, and
+   * a client that opened streams at a steady rate made the server hold hundreds of MB.
+   */
+  #stopWatchingForStall(): void {
+    if (this.#stallTimer === undefined) return;
+    clearTimeout(this.#stallTimer);
+    this.#stallTimer = undefined;
   }
 
   /**
@@ -581,6 +593,7 @@ export class StreamInferSession {
     this.#closed = true;
     // The stall watch stays while an answer is with grpc-js: a client that never reads
     // again holds it there until the stream is reset.
+    if (this.#inWrite === undefined) this.#stopWatchingForStall();
     this.#stopWatchingBudget();
     // Answers never written are given back; the one with grpc-js when it is done with.
     for (const outgoing of this.#outbox.drain()) {
