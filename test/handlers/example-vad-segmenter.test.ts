@@ -187,3 +187,29 @@ test("a stream whose client leaves during its first request ends the VAD sequenc
   assert.equal(listing.summary.state_bytes, 0);
   assert.deepEqual((await sequencesOf(server.url, "vad_segmenter")).sequences, []);
 });
+
+test("a stream its client closes without a last request ends the VAD sequence it opened", async () => {
+  // Closed with 1000 (reason "end", but no final request to end the VAD sequence in).
+  const socket = new WebSocket(`${server.url.replace("http", "ws")}/v2/models/vad_segmenter/stream`);
+  await new Promise((resolve, reject) => socket.once("open", resolve).once("error", reject));
+  const part = audio[0]!.subarray(0, PIECE);
+  socket.send(
+    JSON.stringify({ inputs: [{ name: "AUDIO", datatype: "FP32", shape: [1, PIECE], data: [...part] }] }),
+  );
+  await eventually(
+    "the VAD sequence to start",
+    async () => (await sequencesOf(server.url, "silero_vad_stateful")).summary.live > 0 || undefined,
+  );
+  const before = (await sequencesOf(server.url, "vad_segmenter")).summary.ended.end ?? 0;
+  socket.close(1000);
+  await eventually(
+    "the stream to end",
+    async () =>
+      ((await sequencesOf(server.url, "vad_segmenter")).summary.ended.end ?? 0) > before || undefined,
+  );
+  const listing = await eventually("the VAD sequence to end", async () => {
+    const seen = await sequencesOf(server.url, "silero_vad_stateful");
+    return seen.sequences.length === 0 ? seen : undefined;
+  });
+  assert.equal(listing.summary.state_bytes, 0);
+});

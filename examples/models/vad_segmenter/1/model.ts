@@ -84,9 +84,11 @@ export default {
       );
     }
   },
-  async sequenceEnded(sequence, reason, context) {
-    // A stream that ended any other way leaves its VAD sequence behind: end it too.
+  async sequenceEnded(sequence, _reason, context) {
+    // A final request ends the VAD sequence and clears the state. A stream that ended any
+    // other way (cancelled, timed out, or with reason "end" but no audio: a WebSocket
+    // closed with 1000, a SageMaker CLOSE) still holds it: end it too.
     const vad = sequence.state.get<bigint | string>("vad_sequence");
-    if (reason !== "end" && vad !== undefined) await context.closeSequence(VAD, vad);
+    if (vad !== undefined) await context.closeSequence(VAD, vad);
   },
 } satisfies Handler;
