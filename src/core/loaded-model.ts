@@ -77,7 +77,7 @@ export class LoadedModel implements ServedModel {
   readonly #executors: readonly ModelExecutor[];
   readonly #scheduler: Scheduler;
   readonly #statistics: ModelStatistics;
-  readonly #requestObserver: RequestObserver | undefined;
+  #requestObserver: RequestObserver | undefined;
   readonly #checkInputs: ((inputs: ReadonlyMap<string, Tensor>) => void) | undefined;
 
   constructor(options: LoadedModelOptions) {
@@ -258,6 +258,9 @@ export class LoadedModel implements ServedModel {
 
   /** Frees the instances (after drain). */
   async close(): Promise<void> {
+    const observer = this.#requestObserver;
+    this.#requestObserver = undefined;
+    observer?.close?.();
     await Promise.all(this.#executors.map((e) => e.close()));
   }
 

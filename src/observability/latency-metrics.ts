@@ -6,7 +6,10 @@ import type { RequestObserver, RequestRecord } from "../core/scheduler/request-o
 // The metrics kept per request as it is answered: latency histograms (for percentiles in
 // Prometheus and Grafana), Triton's latency summaries when asked for, and Triton's failure
 // counter by reason. Each model version gets its labelled children once, at load, so a
-// request costs a few bucket increments and no label lookups.
+// request costs a few bucket increments and no label lookups. They go when the version
+// does, as Triton removes an unloaded model's series (a reload's new version and the old
+// one share them while both are loaded); the repository API could otherwise load models
+// under any number of names, each leaving its series behind.
 
 type Labels = "model" | "version";
 
@@ -115,8 +118,18 @@ export function latencyMetrics(
       }
     : undefined;
 
+  /** The observers alive for each model version's labels. */
+  const holders = new Map<string, number>();
+  const removeSeries = (labels: Record<Labels, string>): void => {
+    for (const reason of FAILURE_REASONS) failures.remove({ ...labels, reason });
+    for (const family of [...Object.values(histograms ?? {}), ...Object.values(summaries ?? {})])
+      family.remove(labels);
+  };
+
   return (model, version) => {
     const labels = { model, version };
+    const key = JSON.stringify(labels);
+    holders.set(key, (holders.get(key) ?? 0) + 1);
     const failed = {} as Record<FailureReason, Counter.Internal>;
     for (const reason of FAILURE_REASONS) {
       failed[reason] = failures.labels({ ...labels, reason });
@@ -159,6 +172,15 @@ export function latencyMetrics(
           sum.infer.observe(timings.computeInferNs / 1e3);
           sum.output.observe(timings.computeOutputNs / 1e3);
         }
+      },
+      close(): void {
+        const left = (holders.get(key) ?? 1) - 1;
+        if (left > 0) {
+          holders.set(key, left);
+          return;
+        }
+        holders.delete(key);
+        removeSeries(labels);
       },
     };
   };

@@ -79,8 +79,12 @@ export function ovmsMetrics(registry: Registry, settings: OvmsMetricsSettings): 
     "Request waiting time in the scheduling queue.",
     ["name", "version"],
   );
-  /** Model versions whose histogram series exist (zero() would reset them). */
-  const created = new Set<string>();
+  /**
+   * The observers alive for each model version whose histogram series exist (zero() would
+   * reset them): a reload's new version shares them with the old, and the last to go
+   * removes them.
+   */
+  const holders = new Map<string, number>();
 
   const gauge = (name: string, help: string, read: (m: ServedModel) => number): void => {
     if (!on(name)) return;
@@ -125,13 +129,15 @@ export function ovmsMetrics(registry: Registry, settings: OvmsMetricsSettings): 
       // A version's histogram series exist from its load, at zero, as OVMS creates them.
       const labels = { name: model, version };
       const key = JSON.stringify(labels);
-      if (!created.has(key)) {
-        created.add(key);
+      if (requestTime === undefined && inferenceTime === undefined && waitTime === undefined)
+        return undefined;
+      const held = holders.get(key) ?? 0;
+      holders.set(key, held + 1);
+      if (held === 0) {
         for (const transport of TRANSPORTS) requestTime?.zero({ interface: transport, ...labels });
         inferenceTime?.zero(labels);
         waitTime?.zero(labels);
       }
-      if (inferenceTime === undefined && waitTime === undefined) return undefined;
       const inference = inferenceTime?.labels(labels);
       const wait = waitTime?.labels(labels);
       return {
@@ -141,6 +147,17 @@ export function ovmsMetrics(registry: Registry, settings: OvmsMetricsSettings): 
           if (timings === undefined || timings.batchSize === 0) return;
           inference?.observe(timings.computeInferNs / 1000);
           wait?.observe(timings.queueNs / 1000);
+        },
+        close() {
+          const left = (holders.get(key) ?? 1) - 1;
+          if (left > 0) {
+            holders.set(key, left);
+            return;
+          }
+          holders.delete(key);
+          for (const transport of TRANSPORTS) requestTime?.remove({ interface: transport, ...labels });
+          inferenceTime?.remove(labels);
+          waitTime?.remove(labels);
         },
       };
     },

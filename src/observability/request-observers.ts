@@ -29,6 +29,15 @@ export function combineObservers(
           }
         }
       },
+      close(): void {
+        for (const observer of observers) {
+          try {
+            observer.close?.();
+          } catch (error) {
+            onError(error);
+          }
+        }
+      },
     };
   };
 }

@@ -21,7 +21,7 @@ import { LoadedModel } from "../core/loaded-model.ts";
 import type { ModelConfig } from "../core/model-config.ts";
 import type { ModelIo } from "../core/model-io.ts";
 import type { Refusals } from "../core/refusals.ts";
-import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
+import type { RequestObserver, RequestObserverFactory } from "../core/scheduler/request-observer.ts";
 import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
 import type { Logger } from "../observability/logger.ts";
 import { modelRunnerLog } from "../observability/model-runner-log.ts";
@@ -171,6 +171,7 @@ export async function openVersion(
     parameters: settings.parameters,
     graphOptimizationLevel: settings.graphOptimizationLevel,
   });
+  let requestObserver: RequestObserver | undefined;
   try {
     const resolved = resolveModelConfig({
       parsed: withFoundStatePairs(prepared, opened.io),
@@ -188,6 +189,7 @@ export async function openVersion(
       sequencing === undefined ? undefined : modelRunnerLog(source.name, sequencing.logging, logger);
     const labels = readLabels(source.dir, resolved.config, logger);
     await runWarmup(resolved.config, opened.executors, logger);
+    requestObserver = options.observeRequests?.(source.name, String(version));
     const model = new LoadedModel({
       config: resolved.config,
       ...(labels.size === 0 ? {} : { labels }),
@@ -198,13 +200,14 @@ export async function openVersion(
       ...(options.maxSequenceIdBytes === undefined ? {} : { maxSequenceIdBytes: options.maxSequenceIdBytes }),
       ...(options.refusals === undefined ? {} : { refusals: options.refusals }),
       ...(observer === undefined ? {} : { observer }),
-      requestObserver: options.observeRequests?.(source.name, String(version)),
+      requestObserver,
       ...(sequencing === undefined || options.sequenceTier === undefined
         ? {}
         : { tier: options.sequenceTier.forModel(source.name, String(version)) }),
     });
     return { model, configJson: resolved.tritonJson as Record<string, unknown> };
   } catch (error) {
+    requestObserver?.close?.();
     await Promise.all(opened.executors.map((e) => e.close()));
     throw error;
   }

@@ -552,7 +552,9 @@ export class ModelRepository implements ModelRegistry {
     const entry = this.#models.get(name);
     // As Triton: unloading a model it does not know changes nothing, and succeeds.
     if (entry === undefined) return;
-    return this.#afterTransition(entry, async () => {
+    let fromSentFilesOnly = false;
+    const work = this.#afterTransition(entry, async () => {
+      fromSentFilesOnly = entry.source === undefined && entry.override !== undefined;
       const versions = entry.versions;
       entry.versions = new Map();
       entry.state = "UNLOADING";
@@ -564,6 +566,16 @@ export class ModelRepository implements ModelRegistry {
       this.#changes++;
       this.#logger.info({ event: "model_unloaded", model: name }, `unloaded model '${name}'`);
     });
+    const mine = entry.transition;
+    await work;
+    // A model that only a request's files made (no repository has its folder) is forgotten
+    // once unloaded, unless another load of it follows: Triton's index lists only what the
+    // repositories hold, and each name loaded this way would otherwise be kept for good.
+    // (A repository model whose folder went stays known, as in Triton: "has no available
+    // versions".)
+    const next = entry.transition;
+    if (fromSentFilesOnly && entry.versions.size === 0 && (next === mine || next === undefined))
+      if (this.#models.get(name) === entry) this.#models.delete(name);
   }
 
   // ---- lookups (Triton's messages) ----

@@ -6,6 +6,7 @@ import { after, before, describe, it } from "node:test";
 import { status } from "@grpc/grpc-js";
 import { callError, TestClient } from "../grpc/support/grpc-harness.ts";
 import { getJson, postJson } from "../support/http-client.ts";
+import { metricValue } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import { plusVersionModel, waitUntil } from "./support/serving.ts";
 
@@ -54,6 +55,9 @@ describe("Triton's model file override (load with file:<version>/<name>)", () =>
     return (answer.body.outputs as { data: number[] }[])[0]!.data[0]! - 100;
   };
   const base64 = (bytes: Uint8Array) => Buffer.from(bytes).toString("base64");
+  /** Triton's failure counter of a model version (reason OTHER), undefined when it has no series. */
+  const failures = (model: string, version: string) =>
+    metricValue(server.metricsUrl, "nv_inference_request_failure", { model, version, reason: "OTHER" });
   const httpLoad = (model: string, parameters: Record<string, string>) =>
     postJson(`${server.url}/v2/repository/models/${model}/load`, { parameters });
   const grpcLoad = (model: string, parameters: Record<string, object>) =>
@@ -87,14 +91,27 @@ describe("Triton's model file override (load with file:<version>/<name>)", () =>
     });
     assert.equal(replaced.status, 200, JSON.stringify(replaced.body));
     assert.deepEqual([await ready("m", "1"), await ready("m", "3"), await adds("m")], [true, false, 5]);
+    // A version's metric series go with it, as Triton removes an unloaded model's.
+    assert.deepEqual([await failures("m", "1"), await failures("m", "3")], [0, undefined]);
 
     // Unloaded and loaded without files: the repository's folder again.
     assert.equal((await postJson(`${server.url}/v2/repository/models/m/unload`, {})).status, 200);
+    assert.equal(await failures("m", "1"), undefined);
     assert.equal((await postJson(`${server.url}/v2/repository/models/m/load`, {})).status, 200);
     assert.deepEqual([await ready("m", "1"), await ready("m", "3"), await adds("m")], [false, true, 3]);
+    // Loaded again in place, the version keeps its series: the new load and the old share them.
+    assert.equal((await postJson(`${server.url}/v2/repository/models/m/load`, {})).status, 200);
+    assert.equal(await failures("m", "3"), 0);
 
-    // A name no repository has cannot be loaded again without its files.
+    // A name no repository has cannot be loaded again without its files; once unloaded it
+    // is forgotten (Triton's index lists what the repositories hold), series and all.
+    assert.equal(await failures("sent", "1"), 0);
     assert.equal((await postJson(`${server.url}/v2/repository/models/sent/unload`, {})).status, 200);
+    const names = (
+      (await postJson(`${server.url}/v2/repository/index`, {})).body as unknown as { name: string }[]
+    ).map((entry) => entry.name);
+    assert.deepEqual(names, ["m"]);
+    assert.equal(await failures("sent", "1"), undefined);
     const gone = await postJson(`${server.url}/v2/repository/models/sent/load`, {});
     assert.equal(gone.status, 500);
     assert.deepEqual(gone.body, { error: "failed to load 'sent', failed to poll from model repository" });

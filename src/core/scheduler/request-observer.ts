@@ -31,6 +31,11 @@ export interface RequestRecord {
 
 export interface RequestObserver {
   requestDone(record: RequestRecord): void;
+  /**
+   * The model version is gone (unloaded, replaced, or its load failed): what is kept for
+   * it may go, as Triton drops an unloaded model's metric series. Called once.
+   */
+  close?(): void;
 }
 
 /** Builds a model version's request observer; undefined when nothing watches its requests. */
