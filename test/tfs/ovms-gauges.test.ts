@@ -35,3 +35,22 @@ describe("OVMS's request gauges", () => {
     assert.equal(value("ovms_streams"), 3);
   });
 });
+
+describe("OVMS's time histograms of a model version", () => {
+  it("exist at zero from its load, are shared by a reload's versions, and go with the last", async () => {
+    const registry = new Registry();
+    const metrics = ovmsMetrics(registry, ovmsMetricsSettings(undefined));
+    const series = async () =>
+      (await registry.metrics())
+        .split("\n")
+        .filter((line) => /^ovms_(inference_time|wait_for_infer_req_time|request_time)_us_count\{/.test(line))
+        .filter((line) => line.includes('name="m"') && line.includes('version="1"')).length;
+    const old = metrics.observeRequests("m", "1");
+    assert.equal(await series(), 4, "inference, wait, and request time on each of 2 transports");
+    const reloaded = metrics.observeRequests("m", "1");
+    old?.close?.();
+    assert.equal(await series(), 4, "the reloaded version still has them");
+    reloaded?.close?.();
+    assert.equal(await series(), 0, "unloaded: gone");
+  });
+});
