@@ -36,6 +36,7 @@ function executor(
     calls?: ModelCalls;
     timeoutMs?: number;
     initializeTimeoutMs?: number;
+    maxHeapMb?: number;
     maxUnackedResponses?: number;
   } = {},
 ): HandlerExecutor {
@@ -49,6 +50,7 @@ function executor(
     timeoutMs: options.timeoutMs ?? 10_000,
     callTimeoutMs: 5_000,
     initializeTimeoutMs: options.initializeTimeoutMs ?? 10_000,
+    maxHeapMb: options.maxHeapMb ?? 256,
     load: {
       type: "load",
       instanceName: "faulty_0",
@@ -137,6 +139,33 @@ describe("a handler instance under faults", { timeout: 60_000 }, () => {
     await handler.start();
     // The new worker's first call has the id A's call had; A's answer (111) comes first.
     assert.equal(y(await run(handler, request("C", 222))), 222);
+    await handler.close();
+  });
+
+  it("a handler that runs out of memory ends its own worker, not the process; the instance is replaced", async () => {
+    const handler = executor(
+      `const kept = [];
+      export default {
+        execute([r]) {
+          if (r.inputs.X.data[0] === 0) for (;;) kept.push(new Array(1e5).fill(1.5));
+          return [{ outputs: { Y: r.inputs.X } }];
+        },
+      };`,
+      { maxHeapMb: 32 },
+    );
+    const replaced: string[] = [];
+    handler.onReplaced((why) => replaced.push(why));
+    await handler.start();
+    const outOfMemory = await run(handler, request("A", 0));
+    assert.equal(outOfMemory.ok, false);
+    assert.match(
+      !outOfMemory.ok ? outOfMemory.error.message : "",
+      /model instance 'faulty_0' stopped unexpectedly \(.*memory/,
+    );
+    assert.match(replaced[0] ?? "", /memory/);
+    // Replaced: the next request is answered.
+    await handler.start();
+    assert.equal(y(await run(handler, request("B", 7))), 7);
     await handler.close();
   });
 

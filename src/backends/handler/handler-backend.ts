@@ -61,6 +61,7 @@ export async function loadHandlerModel(options: LoadHandlerModelOptions): Promis
         calls: options.calls,
         timeoutMs: settings.timeoutMs,
         initializeTimeoutMs: settings.initializeTimeoutMs,
+        maxHeapMb: settings.maxHeapMb,
         callTimeoutMs: settings.callTimeoutMs,
         ...(file === undefined ? {} : { onClosed: file.release }),
       }),

@@ -62,6 +62,8 @@ export interface HandlerExecutorOptions {
   readonly callTimeoutMs: number;
   /** Loading the handler (its module and initialize()) not done within this long fails the load. */
   readonly initializeTimeoutMs: number;
+  /** The worker's JavaScript heap limit (its old generation), in MB. */
+  readonly maxHeapMb: number;
   /** Called once the instance has closed (its worker ended, or never started). */
   readonly onClosed?: () => void;
 }
@@ -121,7 +123,11 @@ export class HandlerExecutor implements RequestExecutor {
       this.#loading = { resolve, reject };
     });
     this.#lastError = undefined;
-    const worker = spawnWorker(this.#options.entry);
+    // A heap limit of its own: a worker past it ends alone (ERR_WORKER_OUT_OF_MEMORY) and
+    // is replaced; one without ends the process, every model's sequences with it.
+    const worker = spawnWorker(this.#options.entry, {
+      resourceLimits: { maxOldGenerationSizeMb: this.#options.maxHeapMb },
+    });
     this.#worker = worker;
     worker.on("message", (message: FromHandlerMessage) => this.#onMessage(worker, message));
     worker.on("error", (error) => {

@@ -11,6 +11,12 @@ export interface HandlerSettings {
   readonly callTimeoutMs: number;
   /** handler_initialize_timeout_ms: how long loading the handler (its initialize()) may take. */
   readonly initializeTimeoutMs: number;
+  /**
+   * handler_max_heap_mb: the JavaScript heap an instance's worker may grow to. Past it the
+   * worker ends and is replaced, as for any crash; without a limit, a worker out of
+   * memory ends the whole process.
+   */
+  readonly maxHeapMb: number;
   readonly limits: HandlerLimits;
 }
 
@@ -18,6 +24,7 @@ export const HANDLER_DEFAULTS = {
   handler_timeout_ms: 60_000,
   handler_call_timeout_ms: 60_000,
   handler_initialize_timeout_ms: 60_000,
+  handler_max_heap_mb: 2048,
   handler_max_concurrent_calls: 64,
   handler_max_unacked_responses: 16,
   handler_max_unacked_bytes: 4 * 1024 * 1024,
@@ -46,6 +53,7 @@ export function handlerSettings(
     timeoutMs: positive(model, parameters, "handler_timeout_ms"),
     callTimeoutMs: positive(model, parameters, "handler_call_timeout_ms"),
     initializeTimeoutMs: positive(model, parameters, "handler_initialize_timeout_ms"),
+    maxHeapMb: positive(model, parameters, "handler_max_heap_mb"),
     limits: {
       maxConcurrentCalls: positive(model, parameters, "handler_max_concurrent_calls"),
       maxUnackedResponses: positive(model, parameters, "handler_max_unacked_responses"),
