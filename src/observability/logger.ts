@@ -55,9 +55,9 @@ export async function createLogger(options: LoggerOptions): Promise<Logger> {
 
 async function styledLogger(options: LoggerOptions, style: TimestampStyle): Promise<Logger> {
   const { level, format, file } = options;
+  const fileDestination = file === undefined ? undefined : logFile(file);
   if (format === "json") {
-    const destination =
-      file === undefined ? pino.destination(1) : pino.destination({ dest: file, mkdir: true, sync: true });
+    const destination = fileDestination ?? pino.destination(1);
     return pino(
       {
         level,
@@ -74,7 +74,7 @@ async function styledLogger(options: LoggerOptions, style: TimestampStyle): Prom
       translateTime: isoTime ? "UTC:yyyy-mm-dd'T'HH:MM:ss.l'Z'" : "SYS:standard",
       ignore: "pid,hostname",
       sync: true,
-      ...(file === undefined ? {} : { destination: file, mkdir: true }),
+      ...(fileDestination === undefined ? {} : { destination: fileDestination }),
     });
   // One pretty stream per timestamp style, made when first used; lines go to the current one.
   const streams = new Map<boolean, DestinationStream>();
@@ -87,6 +87,31 @@ async function styledLogger(options: LoggerOptions, style: TimestampStyle): Prom
     return stream;
   };
   return pino({ level }, { write: (line: string) => current().write(line) });
+}
+
+/**
+ * The log file, written as each line comes. A write that fails (a full disk, a folder
+ * removed) must not end the server, as an unhandled stream error would, with every
+ * sequence on it: the lines are dropped while it fails, which is said once on stderr,
+ * and again when lines reach the file again.
+ */
+function logFile(file: string): DestinationStream {
+  const destination = pino.destination({ dest: file, mkdir: true, sync: true });
+  let dropped = 0;
+  destination.on("error", (error: Error) => {
+    if (dropped++ === 0)
+      process.stderr.write(
+        `seqserve: cannot write the log file '${file}' (${error.message}); its lines are dropped\n`,
+      );
+  });
+  destination.on("write", () => {
+    if (dropped === 0) return;
+    process.stderr.write(
+      `seqserve: the log file '${file}' is written again; ${dropped} lines were dropped\n`,
+    );
+    dropped = 0;
+  });
+  return destination;
 }
 
 /** A logger that writes nothing (tests, embedding). */

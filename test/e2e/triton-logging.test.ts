@@ -158,4 +158,37 @@ describe("Triton's log_format changed while serving", () => {
       await server.stop();
     }
   });
+
+  for (const format of ["json", "text"] as const) {
+    it(`${format}: a log file that cannot be written drops its lines; the server serves on`, async () => {
+      // /dev/full refuses every write (ENOSPC), as a full disk does.
+      const said: string[] = [];
+      const stderrWrite = process.stderr.write;
+      process.stderr.write = ((chunk: string) => said.push(String(chunk)) > 0) as typeof process.stderr.write;
+      let server: TestServer | undefined;
+      try {
+        server = await startTestServer(
+          { m: { onnx: identityModel("FP32", [-1, 4]) } },
+          { grpcPort: undefined, metricsPort: undefined, logFormat: format, logFile: "/dev/full" },
+          SERVER_OWN_LOGGER,
+        );
+        for (let i = 0; i < 3; i++) {
+          const answer = await fetch(`${server.url}/v2/models/m/infer`, {
+            method: "POST",
+            body: JSON.stringify({
+              inputs: [{ name: "INPUT0", datatype: "FP32", shape: [1, 4], data: [1, 2, 3, 4] }],
+            }),
+          });
+          assert.equal(answer.status, 200);
+        }
+      } finally {
+        await server?.stop();
+        process.stderr.write = stderrWrite;
+      }
+      // The start's lines (a model loaded, the ports) were dropped, which is said once.
+      const notices = said.filter((line) => line.includes("cannot write the log file '/dev/full'"));
+      assert.equal(notices.length, 1, said.join(""));
+      assert.match(notices[0]!, /\(ENOSPC: no space left on device, write\); its lines are dropped/);
+    });
+  }
 });
