@@ -249,10 +249,14 @@ test("a worker that dies is restarted; the sequences it held end ('instance_fail
   });
   assert.deepEqual(listing.sequences, []);
   assert.equal(listing.summary.state_bytes, 0);
-  // The other sequence's next request is told its sequence is gone, rather than hanging.
+  // The other sequence's next request is told its sequence is gone and why, rather than
+  // hang or read as its client's mistake.
   const gone = await call("faulty_seq", "b2", { id: 2 });
   assert.equal(gone.status, 400);
-  assert.match(gone.body.error as string, /must specify the START flag/);
+  assert.equal(
+    gone.body.error,
+    "inference request for sequence 2 to model 'faulty_seq' must specify the START flag on the first request of the sequence: it has ended (reason 'instance_failed')",
+  );
   // The instance was replaced: new sequences are served.
   const fresh = await eventually("the restarted instance", async () => {
     const answer = await call("faulty_seq", "c1", { id: 3, start: true, end: true });

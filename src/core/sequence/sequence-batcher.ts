@@ -306,10 +306,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     // is answered from the recorded answer) instead of starting it again.
     const starts = start && !(control?.step !== undefined && existing !== undefined && existing.applied > 0);
     if (!starts && existing === undefined) {
-      // Lost with the tier's data: say so rather than ask for a START as if it had ended.
-      if (this.#tier !== undefined && this.#recentEnds.get(key)?.reason === "state_lost")
-        throw this.#lostError(id);
-      throw this.#unknownId(id, exclusive);
+      // Lost with the tier's data, or with a model instance that failed: say so rather
+      // than ask for a START as if its client had ended it.
+      const ended = this.#recentEnds.get(key)?.reason;
+      if (this.#tier !== undefined && ended === "state_lost") throw this.#lostError(id);
+      throw this.#unknownId(id, exclusive, ended === "instance_failed" ? ended : undefined);
     }
     const principal = pending.request.principal;
     if (existing !== undefined) this.#checkOwner(existing, principal);
@@ -464,19 +465,23 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     }
   }
 
-  /** A request without START for an id no live sequence answers to. */
-  #unknownId(id: SequenceId, exclusive: boolean): ServerError {
+  /**
+   * A request without START for an id no live sequence answers to; `endedBy`: the reason
+   * it recently ended, when the server ended it (its model instance failed).
+   */
+  #unknownId(id: SequenceId, exclusive: boolean, endedBy?: SequenceEndReason): ServerError {
     const sequence = `sequence ${formatSequenceId(id)}`;
+    const why = endedBy === undefined ? undefined : `it has ended (reason '${endedBy}')`;
     if (exclusive) {
       return new ServerError(
         "NOT_FOUND",
-        `${sequence} of model '${this.#config.name}' does not exist: it never started, or it has ended`,
+        `${sequence} of model '${this.#config.name}' does not exist: ${why ?? "it never started, or it has ended"}`,
         { reason: "sequence_unknown" },
       );
     }
     return new ServerError(
       "INVALID_ARG",
-      `inference request for ${sequence} to model '${this.#config.name}' must specify the START flag on the first request of the sequence`,
+      `inference request for ${sequence} to model '${this.#config.name}' must specify the START flag on the first request of the sequence${why === undefined ? "" : `: ${why}`}`,
       { reason: "sequence_unknown" },
     );
   }
