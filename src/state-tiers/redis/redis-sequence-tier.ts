@@ -93,6 +93,25 @@ function toRecord(fields: Record<string, Buffer> | Buffer[] | null | undefined):
  */
 const DISCONNECT_TIMEOUT_MS = 250;
 
+/** How long a command may go unanswered before it fails. */
+const COMMAND_TIMEOUT_MS = 10_000;
+
+/**
+ * A failed command, in words a client of the server can act on (they reach clients in 503
+ * answers, "… failed (<this>); retry the request"): ioredis's own texts name options of a
+ * library the client cannot set. The original error is its cause, for the log.
+ */
+function throwStoreError(error: unknown): never {
+  const message = error instanceof Error ? error.message : String(error);
+  let said: string | undefined;
+  if (/max retries per request/i.test(message))
+    said = "it could not be reached: the connection was lost and reconnecting failed";
+  else if (/command timed out/i.test(message))
+    said = `it did not answer within ${COMMAND_TIMEOUT_MS / 1000} s`;
+  else if (/connection is closed/i.test(message)) said = "the connection to it is closed";
+  throw said === undefined ? error : new Error(said, { cause: error });
+}
+
 export class RedisSequenceTier implements SequenceTier {
   readonly location: string;
   readonly #location: RedisLocation;
@@ -127,7 +146,7 @@ export class RedisSequenceTier implements SequenceTier {
       autoResendUnfulfilledCommands: false,
       maxRetriesPerRequest: 3,
       connectTimeout: 5000,
-      commandTimeout: 10_000,
+      commandTimeout: COMMAND_TIMEOUT_MS,
       disconnectTimeout: DISCONNECT_TIMEOUT_MS,
       retryStrategy: (attempt) => Math.min(attempt * 100, 1000),
       ...(location.username === undefined ? {} : { username: location.username }),
@@ -188,7 +207,9 @@ export class RedisSequenceTier implements SequenceTier {
     const base = clockBase();
     const seed = base > this.#reservedUpTo ? base : this.#reservedUpTo;
     const client = this.#client as unknown as ScriptCommands;
-    const last = BigInt(await client.reserveIds(`${this.#location.prefix}:ids`, count, seed.toString()));
+    const last = BigInt(
+      await client.reserveIds(`${this.#location.prefix}:ids`, count, seed.toString()).catch(throwStoreError),
+    );
     if (last > this.#reservedUpTo) this.#reservedUpTo = last;
     return last - BigInt(count);
   }
@@ -197,10 +218,14 @@ export class RedisSequenceTier implements SequenceTier {
     return {
       tier: this,
       records: `${model}:${version}`,
-      read: (id) => this.#read(recordKey(this.#location.prefix, model, version, id)),
-      write: (writes) => this.#track(this.#write(model, version, writes)),
+      read: (id) => this.#read(recordKey(this.#location.prefix, model, version, id)).catch(throwStoreError),
+      write: (writes) => this.#track(this.#write(model, version, writes).catch(throwStoreError)),
       renew: (id, expect, expiry) =>
-        this.#track(this.#renew(recordKey(this.#location.prefix, model, version, id), expect, expiry)),
+        this.#track(
+          this.#renew(recordKey(this.#location.prefix, model, version, id), expect, expiry).catch(
+            throwStoreError,
+          ),
+        ),
     };
   }
 
