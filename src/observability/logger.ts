@@ -42,7 +42,7 @@ export function isoTimestamps(logger: Logger): boolean | undefined {
 
 /**
  * The server's logger. JSON lines are pino's own, written in this thread; text is
- * formatted by pino-pretty as a plain stream (no transport thread), loaded only then.
+ * formatted by pino-pretty in this thread too (no transport thread), loaded only then.
  * Its timestamps can switch to ISO 8601 in UTC and back while it runs: in JSON the `time`
  * field becomes a string, in text the time is printed so.
  */
@@ -67,26 +67,27 @@ async function styledLogger(options: LoggerOptions, style: TimestampStyle): Prom
       destination,
     );
   }
-  const { default: pretty } = await import("pino-pretty");
-  const prettyStream = (isoTime: boolean): DestinationStream =>
-    pretty({
+  const { prettyFactory } = await import("pino-pretty");
+  // pino-pretty formats each line (its stream form would pipe to the destination, and a
+  // failed write would end that pipe for good); the destination is written here.
+  const destination = fileDestination ?? pino.destination({ dest: 1, sync: true });
+  const formatter = (isoTime: boolean): ((line: string) => string) =>
+    prettyFactory({
       colorize: false,
       translateTime: isoTime ? "UTC:yyyy-mm-dd'T'HH:MM:ss.l'Z'" : "SYS:standard",
       ignore: "pid,hostname",
-      sync: true,
-      ...(fileDestination === undefined ? {} : { destination: fileDestination }),
     });
-  // One pretty stream per timestamp style, made when first used; lines go to the current one.
-  const streams = new Map<boolean, DestinationStream>();
-  const current = (): DestinationStream => {
-    let stream = streams.get(style.iso);
-    if (stream === undefined) {
-      stream = prettyStream(style.iso);
-      streams.set(style.iso, stream);
+  // One formatter per timestamp style, made when first used; lines go through the current one.
+  const formatters = new Map<boolean, (line: string) => string>();
+  const prettyLine = (line: string): string => {
+    let pretty = formatters.get(style.iso);
+    if (pretty === undefined) {
+      pretty = formatter(style.iso);
+      formatters.set(style.iso, pretty);
     }
-    return stream;
+    return pretty(line);
   };
-  return pino({ level }, { write: (line: string) => current().write(line) });
+  return pino({ level }, { write: (line: string) => destination.write(prettyLine(line)) });
 }
 
 /**
