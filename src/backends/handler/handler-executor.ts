@@ -90,6 +90,11 @@ interface Batch {
 
 const NO_TIMINGS: ExecutorTimings = { inputNs: 0, inferNs: 0, outputNs: 0 };
 
+/** A request in a message: by its id, or "a request" when its client gave none. */
+function requestNamed(id: string): string {
+  return id === "" ? "a request" : `request '${id}'`;
+}
+
 export class HandlerExecutor implements RequestExecutor {
   readonly name: string;
   readonly #options: HandlerExecutorOptions;
@@ -320,7 +325,7 @@ export class HandlerExecutor implements RequestExecutor {
       if (worker === undefined) return;
       if (this.#running.get(rid) === running) {
         this.#lastError = new Error(
-          `it did not give back request '${running.id}' within ${2 * this.#options.timeoutMs} ms`,
+          `it did not give back ${requestNamed(running.id)} within ${2 * this.#options.timeoutMs} ms`,
         );
         void worker.terminate();
         return;
@@ -373,8 +378,8 @@ export class HandlerExecutor implements RequestExecutor {
 
   #timeoutError(running: Running): ServerError {
     return unavailable(
-      `model '${this.#options.load.modelName}' (instance '${this.name}') did not answer request ` +
-        `'${running.id}' within ${this.#options.timeoutMs} ms (its handler_timeout_ms)`,
+      `model '${this.#options.load.modelName}' (instance '${this.name}') did not answer ` +
+        `${requestNamed(running.id)} within ${this.#options.timeoutMs} ms (its handler_timeout_ms)`,
     );
   }
 
