@@ -2,14 +2,14 @@ import { Counter, Histogram, type Registry, Summary } from "prom-client";
 import type { MetricsSettings } from "../config/metrics-config.ts";
 import type { ErrorCode } from "../core/errors.ts";
 import type { RequestObserver, RequestRecord } from "../core/scheduler/request-observer.ts";
+import { SeriesHolders } from "./series-holders.ts";
 
 // The metrics kept per request as it is answered: latency histograms (for percentiles in
 // Prometheus and Grafana), Triton's latency summaries when asked for, and Triton's failure
 // counter by reason. Each model version gets its labelled children once, at load, so a
 // request costs a few bucket increments and no label lookups. They go when the version
-// does, as Triton removes an unloaded model's series (a reload's new version and the old
-// one share them while both are loaded); the repository API could otherwise load models
-// under any number of names, each leaving its series behind.
+// does (series-holders.ts): the repository API could otherwise load models under any
+// number of names, each leaving its series behind.
 
 type Labels = "model" | "version";
 
@@ -118,8 +118,7 @@ export function latencyMetrics(
       }
     : undefined;
 
-  /** The observers alive for each model version's labels. */
-  const holders = new Map<string, number>();
+  const holders = new SeriesHolders();
   const removeSeries = (labels: Record<Labels, string>): void => {
     for (const reason of FAILURE_REASONS) failures.remove({ ...labels, reason });
     for (const family of [...Object.values(histograms ?? {}), ...Object.values(summaries ?? {})])
@@ -129,7 +128,7 @@ export function latencyMetrics(
   return (model, version) => {
     const labels = { model, version };
     const key = JSON.stringify(labels);
-    holders.set(key, (holders.get(key) ?? 0) + 1);
+    holders.hold(key);
     const failed = {} as Record<FailureReason, Counter.Internal>;
     for (const reason of FAILURE_REASONS) {
       failed[reason] = failures.labels({ ...labels, reason });
@@ -174,13 +173,7 @@ export function latencyMetrics(
         }
       },
       close(): void {
-        const left = (holders.get(key) ?? 1) - 1;
-        if (left > 0) {
-          holders.set(key, left);
-          return;
-        }
-        holders.delete(key);
-        removeSeries(labels);
+        if (holders.release(key)) removeSeries(labels);
       },
     };
   };

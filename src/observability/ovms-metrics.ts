@@ -4,6 +4,7 @@ import { type ApiCall, type ApiCallRecorder, COUNTED_CALLS, type CountedCall } f
 import type { ModelRegistry, ServedModel } from "../core/model.ts";
 import { instanceCount } from "../core/model-config.ts";
 import type { RequestObserver } from "../core/scheduler/request-observer.ts";
+import { SeriesHolders } from "./series-holders.ts";
 
 // OpenVINO Model Server's metric families (model_metric_reporter.cpp), for OVMS users'
 // dashboards and alerts: calls per API, method and transport, their processing time, the
@@ -79,12 +80,8 @@ export function ovmsMetrics(registry: Registry, settings: OvmsMetricsSettings): 
     "Request waiting time in the scheduling queue.",
     ["name", "version"],
   );
-  /**
-   * The observers alive for each model version whose histogram series exist (zero() would
-   * reset them): a reload's new version shares them with the old, and the last to go
-   * removes them.
-   */
-  const holders = new Map<string, number>();
+  /** A version's histogram series are made once (zero() would reset them) and shared. */
+  const holders = new SeriesHolders();
 
   const gauge = (name: string, help: string, read: (m: ServedModel) => number): void => {
     if (!on(name)) return;
@@ -131,9 +128,7 @@ export function ovmsMetrics(registry: Registry, settings: OvmsMetricsSettings): 
       const key = JSON.stringify(labels);
       if (requestTime === undefined && inferenceTime === undefined && waitTime === undefined)
         return undefined;
-      const held = holders.get(key) ?? 0;
-      holders.set(key, held + 1);
-      if (held === 0) {
+      if (holders.hold(key)) {
         for (const transport of TRANSPORTS) requestTime?.zero({ interface: transport, ...labels });
         inferenceTime?.zero(labels);
         waitTime?.zero(labels);
@@ -149,12 +144,7 @@ export function ovmsMetrics(registry: Registry, settings: OvmsMetricsSettings): 
           wait?.observe(timings.queueNs / 1000);
         },
         close() {
-          const left = (holders.get(key) ?? 1) - 1;
-          if (left > 0) {
-            holders.set(key, left);
-            return;
-          }
-          holders.delete(key);
+          if (!holders.release(key)) return;
           for (const transport of TRANSPORTS) requestTime?.remove({ interface: transport, ...labels });
           inferenceTime?.remove(labels);
           waitTime?.remove(labels);
