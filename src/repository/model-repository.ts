@@ -380,10 +380,7 @@ export class ModelRepository implements ModelRegistry {
     return work.catch((error: unknown): never => {
       // A name that only these files brought stays unknown when they do not load, as in
       // Triton (a failed first load adds no model), unless another load of it follows.
-      const unknown =
-        loading.source === undefined && loading.versions.size === 0 && loading.everLoaded.size === 0;
-      if (unknown && loading.transition === mine && this.#models.get(name) === loading)
-        this.#models.delete(name);
+      if (loading.source === undefined && loading.everLoaded.size === 0) this.#forget(loading, mine);
       return asLoadRefusal(error);
     });
   }
@@ -569,13 +566,20 @@ export class ModelRepository implements ModelRegistry {
     const mine = entry.transition;
     await work;
     // A model that only a request's files made (no repository has its folder) is forgotten
-    // once unloaded, unless another load of it follows: Triton's index lists only what the
-    // repositories hold, and each name loaded this way would otherwise be kept for good.
-    // (A repository model whose folder went stays known, as in Triton: "has no available
-    // versions".)
+    // once unloaded: Triton's index lists only what the repositories hold, and each name
+    // loaded this way would otherwise be kept for good. (A repository model whose folder
+    // went stays known, as in Triton: "has no available versions".)
+    if (fromSentFilesOnly) this.#forget(entry, mine);
+  }
+
+  /**
+   * Drops `entry`, which serves nothing, unless another load or unload of it followed
+   * `mine` (its transition that just ended) or its name now means another entry.
+   */
+  #forget(entry: ModelEntry, mine: Promise<void> | undefined): void {
     const next = entry.transition;
-    if (fromSentFilesOnly && entry.versions.size === 0 && (next === mine || next === undefined))
-      if (this.#models.get(name) === entry) this.#models.delete(name);
+    if (entry.versions.size > 0 || (next !== mine && next !== undefined)) return;
+    if (this.#models.get(entry.name) === entry) this.#models.delete(entry.name);
   }
 
   // ---- lookups (Triton's messages) ----
