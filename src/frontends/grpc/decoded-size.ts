@@ -149,9 +149,28 @@ class Walk {
         else if (field?.kind === "string") this.#add(STRING_BYTES + size);
         else if (field?.kind === "bytes") this.#add(VIEW_BYTES);
         continue;
+      } else if (wire === 3) {
+        // A group: the decoder skips it whole and decodes what follows, so the walk goes
+        // on after it too (stopping there let what follows be decoded uncounted).
+        pos = this.#afterGroup(pos, end, Math.floor(tag / 8));
+        if (pos < 0) return;
+        continue;
       } else return;
       if (field?.kind === "scalar") this.#add(field.bytes);
     }
+  }
+
+  /** Where the group of `field` starting at `pos` ends, skipped as the decoder skips it; -1 if malformed. */
+  #afterGroup(pos: number, end: number, field: number): number {
+    const reader = protobuf.Reader.create(this.#bytes);
+    reader.pos = pos;
+    reader.len = end;
+    try {
+      reader.skipType(3, 0, field);
+    } catch {
+      return -1;
+    }
+    return reader.pos;
   }
 
   #packedCount(wire: Wire, from: number, to: number): number {
