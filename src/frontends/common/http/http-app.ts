@@ -13,7 +13,7 @@ import type { AccessPolicy } from "../access/access-policy.ts";
 import { guardHttpApp } from "../access/http-access.ts";
 import { closeConnectionsOnceIdle } from "./close-connections.ts";
 import { HttpError } from "./http-error.ts";
-import { documentRoutes, type OpenApiInfo } from "./openapi.ts";
+import { DESCRIBING_SCHEMAS, documentRoutes, type OpenApiInfo } from "./openapi.ts";
 import { readRequestBody } from "./request-body.ts";
 import { compressResponses } from "./response-compression.ts";
 import { learnRouteMethods } from "./route-methods.ts";
@@ -98,6 +98,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     // One log line per request is too much at thousands of requests per second.
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: bodyLimitBytes,
+    schemaController: DESCRIBING_SCHEMAS,
     ...(keepAliveTimeoutMs === undefined ? {} : { keepAliveTimeout: keepAliveTimeoutMs }),
     ...(limits === undefined
       ? {}
