@@ -8,4 +8,8 @@ if (!existsSync(main)) {
   process.stderr.write("seqserve: dist/ is missing: run 'npm run build' in the seqserve folder first\n");
   process.exit(1);
 }
+// First of all, while few threads have allocated: cap the process's malloc arenas
+// (dist/backends/worker/native-heap.js says why).
+const { capMallocArenas } = await import("../dist/backends/worker/native-heap.js");
+await capMallocArenas();
 await import(main.href);

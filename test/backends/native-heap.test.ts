@@ -1,14 +1,20 @@
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { describe, test } from "node:test";
+import { promisify } from "node:util";
 import { loadOnnxModel, onnxHosts } from "../../src/backends/onnx/onnx-backend.ts";
-import { glibcMallocTrim, NativeHeapTrimmer } from "../../src/backends/worker/native-heap.ts";
+import {
+  capMallocArenas,
+  glibcMallocTrim,
+  NativeHeapTrimmer,
+} from "../../src/backends/worker/native-heap.ts";
 import { silentLogger } from "../../src/observability/logger.ts";
 import { addSubModel } from "../../tools/onnx/test-models.ts";
 import { modelFiles } from "./support/onnx-test-kit.ts";
 
 // Native memory freed by model loads and unloads is handed back to the system: once per
 // burst of loads, after a load, an unload and a worker's end, and through glibc's
-// malloc_trim where the C library is glibc.
+// malloc_trim where the C library is glibc; and the arenas it is kept in are capped.
 
 const models = modelFiles("seqserve-native-heap-");
 
@@ -22,6 +28,11 @@ function countingTrimmer(delayMs: number, possible = true) {
   }, delayMs);
   return { trimmer, counts };
 }
+
+const onGlibc =
+  process.platform === "linux" &&
+  (process.report.getReport() as { header?: { glibcVersionRuntime?: string } }).header
+    ?.glibcVersionRuntime !== undefined;
 
 describe("NativeHeapTrimmer", () => {
   test("a burst of frees makes one trim, after the last of them; the trim is bound at the first", (t) => {
@@ -51,11 +62,49 @@ describe("NativeHeapTrimmer", () => {
   });
 
   test("on Linux with glibc, malloc_trim is found and called", async () => {
-    const header = (process.report.getReport() as { header?: { glibcVersionRuntime?: string } }).header;
     const trimmed = await glibcMallocTrim();
-    if (process.platform === "linux" && header?.glibcVersionRuntime !== undefined)
-      assert.equal(trimmed, true);
+    if (onGlibc) assert.equal(trimmed, true);
     else if (process.platform !== "linux") assert.equal(trimmed, false);
+  });
+});
+
+/**
+ * How many malloc arenas a fresh process has after four threads allocated at once, with
+ * the arenas capped at `cap` first (or not, when undefined): glibc's malloc_stats lists
+ * each arena. The process loads the compiled module (`npm test` builds it), as the
+ * `seqserve` command does before anything else: under a TypeScript loader, its threads
+ * would have made their arenas before the cap.
+ */
+async function arenasAfterFourThreads(cap: number | undefined): Promise<number> {
+  const code = `
+    import { Worker } from "node:worker_threads";
+    import koffi from "koffi";
+    import { capMallocArenas } from ${JSON.stringify(new URL("../../dist/backends/worker/native-heap.js", import.meta.url).href)};
+    const cap = ${cap ?? "undefined"};
+    if (cap !== undefined && !(await capMallocArenas(cap, {}))) throw new Error("not capped");
+    const work = "const kept = []; for (let i = 0; i < 4000; i++) kept.push(Buffer.allocUnsafeSlow(512 + i));";
+    const threads = Array.from({ length: 4 }, () => new Worker(work, { eval: true }));
+    await Promise.all(threads.map((thread) => new Promise((resolve) => thread.on("exit", resolve))));
+    koffi.load("libc.so.6").func("void malloc_stats()")();
+  `;
+  const { stderr } = await promisify(execFile)(process.execPath, ["--input-type=module", "-e", code]);
+  return stderr.split("\n").filter((line) => /^Arena \d+:/.test(line)).length;
+}
+
+describe("malloc arenas", () => {
+  test("capped, the threads that start after share that many arenas; uncapped, each gets its own", {
+    skip: onGlibc ? false : "glibc only",
+  }, async () => {
+    assert.ok(
+      (await arenasAfterFourThreads(undefined)) > 2,
+      "without the cap, threads make arenas of their own",
+    );
+    const capped = await arenasAfterFourThreads(2);
+    assert.ok(capped <= 2, `capped at 2, the process has ${capped} arenas`);
+  });
+
+  test("an operator's MALLOC_ARENA_MAX is left as given", async () => {
+    assert.equal(await capMallocArenas(2, { MALLOC_ARENA_MAX: "4" }), false);
   });
 });
 
