@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import type { ModelConfig } from "../../src/core/model-config.ts";
+import type { Tensor } from "../../src/core/tensor.ts";
 import { oldestAccumulatorConfig } from "./support/accumulator-executor.ts";
 import { batcherHarness, turn } from "./support/batcher-harness.ts";
 
@@ -11,6 +13,50 @@ const oldest = (rows: number) => oldestAccumulatorConfig({ candidates: 8, maxBat
 // batch to end (and then grows), and a sequence is never in two batches at a time.
 
 describe("Oldest: a second batch in flight", () => {
+  it("passes over a sequence of another batch key and loses none of those behind it", {
+    timeout: 10_000,
+  }, async () => {
+    // BIAS is optional: a request that sends it cannot share a batch with those that do not.
+    const base = oldest(2);
+    const config: ModelConfig = {
+      ...base,
+      inputs: [
+        ...base.inputs,
+        {
+          name: "BIAS",
+          datatype: "INT32",
+          dims: [1],
+          optional: true,
+          allowRaggedBatch: false,
+          shared: false,
+        },
+      ],
+    };
+    const bias: Record<string, Tensor> = {
+      BIAS: { datatype: "INT32", shape: [1, 1], data: Int32Array.of(0) },
+    };
+    const { executor, send, output } = batcherHarness(config);
+    executor.hold();
+    const first = [send(1, { id: 1n, start: true }), send(2, { id: 2n, start: true })];
+    await turn();
+    // Ready behind the running batch, oldest first: 3, then 4 (passed over), then 5 and 6.
+    // The full batch [3, 5] goes; 4 is put back ahead of 6, and 6 must stay ready.
+    const later = [
+      send(3, { id: 3n, start: true }),
+      send(4, { id: 4n, start: true }, bias),
+      send(5, { id: 5n, start: true }),
+      send(6, { id: 6n, start: true }),
+    ];
+    await turn();
+    executor.release();
+    assert.deepEqual(await Promise.all([...first, ...later].map(output)), [1, 2, 3, 4, 5, 6]);
+    assert.deepEqual(
+      executor.batches.map((b) => b.rows),
+      [2, 2, 1, 1],
+      "[1, 2], [3, 5], then 4 and 6 apart (different batch keys)",
+    );
+  });
+
   it("sends a full second batch of other sequences while the first runs", async () => {
     const { batcher, executor, send, output } = batcherHarness(oldest(2));
     executor.hold();

@@ -105,16 +105,16 @@ export class OldestInstance extends SequenceInstance {
     // Behind a running batch, only a full one goes: a short one would only split the
     // requests that would otherwise join the next batch when the running one ends.
     const wait = short && (this.inFlight > 0 || (this.#delayNs > 0 && waitedNs < this.#delayNs));
-    // Put back what did not go, ahead of newer arrivals, keeping their order.
+    // Put back what did not go, ahead of newer arrivals, keeping their order. The newer
+    // ones never left the queue (they are still marked queued): they only move behind.
     const back = wait ? [...chosen.map((r) => r.sequence), ...skipped] : skipped;
     if (back.length > 0) {
       const rest = this.#ready.drain();
-      for (const s of [...back, ...rest]) {
-        if (!this.#queued.has(s)) {
-          this.#queued.add(s);
-          this.#ready.push(s);
-        }
+      for (const s of back) {
+        this.#queued.add(s);
+        this.#ready.push(s);
       }
+      for (const s of rest) this.#ready.push(s);
     }
     if (chosen.length === 0) return undefined;
     if (wait) {

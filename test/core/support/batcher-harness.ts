@@ -6,6 +6,7 @@ import { PendingRequest } from "../../../src/core/scheduler/pending-request.ts";
 import { SequenceBatcher } from "../../../src/core/sequence/sequence-batcher.ts";
 import { MemoryStateStore } from "../../../src/core/sequence/state-store.ts";
 import { ModelStatistics } from "../../../src/core/statistics.ts";
+import type { Tensor } from "../../../src/core/tensor.ts";
 import { AccumulatorExecutor, accumulatorConfig } from "./accumulator-executor.ts";
 
 // A sequence batcher over the in-process accumulator: core tests send requests straight
@@ -22,10 +23,17 @@ export function batcherHarness(
     statistics: new ModelStatistics(config.name, "1"),
     store,
   });
-  const send = (value: number, sequence: Partial<SequenceControl>): PendingRequest => {
+  const send = (
+    value: number,
+    sequence: Partial<SequenceControl>,
+    moreInputs: Readonly<Record<string, Tensor>> = {},
+  ): PendingRequest => {
     const request: InferRequest = {
       id: "",
-      inputs: new Map([["INPUT", { datatype: "INT32", shape: [1, 1], data: Int32Array.of(value) }]]),
+      inputs: new Map([
+        ["INPUT", { datatype: "INT32", shape: [1, 1], data: Int32Array.of(value) }],
+        ...Object.entries(moreInputs),
+      ]),
       outputs: undefined,
       parameters: {},
       sequence: { id: undefined, start: false, end: false, timeoutUs: undefined, ...sequence },
