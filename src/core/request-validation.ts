@@ -298,9 +298,10 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
       keyFrom = 0;
     }
     inputs?.set(input.name, modelTensor);
-    const keyPart = input.shared
-      ? `${input.name}=${valueKey(tensor)}`
-      : `${input.name}${shapeKey(keyShape, keyFrom, marked)}`;
+    // A shared input's value is its shape and its bytes: the same bytes as [1, 2] and as
+    // [2, 1] are two values, and requests that disagree must be batched apart.
+    const shapePart = `${input.name}${shapeKey(keyShape, keyFrom, marked)}`;
+    const keyPart = input.shared ? `${shapePart}=${valueKey(tensor)}` : shapePart;
     batchKey = batchKey === "" ? keyPart : `${batchKey}|${keyPart}`;
   }
 

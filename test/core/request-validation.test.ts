@@ -94,4 +94,22 @@ describe("request validation", () => {
     assert.equal(validated.rows, 2);
     assert.equal(validated.batchKey, "A[2]|B[2]");
   });
+
+  it("a shared input's value is its shape and its bytes: the same bytes in two shapes are batched apart", () => {
+    const shared: ModelConfig = {
+      ...int32ModelConfig("with_matrix", 4),
+      inputs: [input("A"), { ...input("M"), dims: [-1, -1], shared: true }],
+    };
+    const keyOf = (shape: number[], values: number[]) =>
+      validateRequest(
+        shared,
+        request([
+          ["A", tensor(1)],
+          ["M", { datatype: "INT32", shape, data: Int32Array.from(values) }],
+        ]),
+      ).batchKey;
+    assert.notEqual(keyOf([1, 2], [1, 2]), keyOf([2, 1], [1, 2]));
+    assert.notEqual(keyOf([1, 2], [1, 2]), keyOf([1, 2], [2, 1]));
+    assert.equal(keyOf([2, 1], [1, 2]), keyOf([2, 1], [1, 2]));
+  });
 });
