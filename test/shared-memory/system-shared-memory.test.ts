@@ -4,6 +4,7 @@ import {
   mkdtempSync,
   readdirSync,
   readFileSync,
+  readlinkSync,
   rmSync,
   symlinkSync,
   truncateSync,
@@ -30,7 +31,21 @@ const failsWith = (code: string, message: string) => (error: unknown) => {
 };
 
 /** Descriptors this process has open (Linux). */
-const openDescriptors = (): number => readdirSync("/proc/self/fd").length;
+/**
+ * The descriptors this process holds open on files in `folder`: the test process's other
+ * descriptors (sockets of files run beside it, a handle closed late) come and go meanwhile.
+ */
+function openDescriptors(folder: string): number {
+  let count = 0;
+  for (const fd of readdirSync("/proc/self/fd")) {
+    try {
+      if (readlinkSync(`/proc/self/fd/${fd}`).startsWith(`${folder}/`)) count++;
+    } catch {
+      // Closed between the listing and the look.
+    }
+  }
+  return count;
+}
 
 const BYTES = Buffer.from(Array.from({ length: 64 }, (_, i) => i));
 
@@ -85,7 +100,7 @@ describe("SystemSharedMemory", () => {
     const regions = registry();
     const first = object("first", new Uint8Array(8));
     const second = object("second", new Uint8Array(8));
-    const descriptors = openDescriptors();
+    const descriptors = openDescriptors(folder);
     regions.register("out", first, 0, 8);
     const use = regions.use();
     use.hold({ region: "out", offset: 0, byteSize: 8 });
@@ -99,7 +114,7 @@ describe("SystemSharedMemory", () => {
       () => regions.register("out", second, 0, 8),
       failsWith("ALREADY_EXISTS", "shared memory region 'out' already in manager"),
     );
-    assert.equal(openDescriptors(), descriptors + 1);
+    assert.equal(openDescriptors(folder), descriptors + 1);
     // A request that comes after does not find it: requests in turn cannot keep it alive.
     const later = regions.use();
     assert.throws(
@@ -111,24 +126,24 @@ describe("SystemSharedMemory", () => {
     assert.deepEqual([...readFileSync(join(folder, "first"))], new Array(8).fill(7));
     use.release();
     assert.deepEqual(regions.status(), []);
-    assert.equal(openDescriptors(), descriptors);
+    assert.equal(openDescriptors(folder), descriptors);
     // Registered again, the name is the new object's.
     regions.register("out", second, 0, 8);
     assert.equal(regions.status()[0]?.key, second);
     regions.unregister();
-    assert.equal(openDescriptors(), descriptors);
+    assert.equal(openDescriptors(folder), descriptors);
   });
 
   it("regions of one object share one descriptor", () => {
     const regions = registry();
     const key = object("shared");
-    const descriptors = openDescriptors();
+    const descriptors = openDescriptors(folder);
     for (let i = 0; i < 8; i++) regions.register(`r${i}`, key, i * 8, 8);
-    assert.equal(openDescriptors(), descriptors + 1);
+    assert.equal(openDescriptors(folder), descriptors + 1);
     for (let i = 0; i < 7; i++) regions.unregister(`r${i}`);
-    assert.equal(openDescriptors(), descriptors + 1);
+    assert.equal(openDescriptors(folder), descriptors + 1);
     regions.unregister("r7");
-    assert.equal(openDescriptors(), descriptors);
+    assert.equal(openDescriptors(folder), descriptors);
   });
 
   it("bounds the regions registered and the bytes read by requests in flight, and counts the refusals", () => {
