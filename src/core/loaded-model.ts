@@ -139,30 +139,9 @@ export class LoadedModel implements ServedModel {
       enqueued = true;
       result = await pending.promise;
     } catch (error) {
-      const failure = asServerError(error);
-      const totalNs = nowNs() - startNs;
-      // As Triton, a request refused before the scheduler took it (a malformed one, a full
-      // queue, a step of a sequence that has not started) is no failure of the model's.
-      if (enqueued) this.#statistics.recordFailure(totalNs);
-      this.#requestObserver?.requestDone({
-        request,
-        arrivalNs: startNs,
-        totalNs,
-        sequenceId: sequenceIdOf(request, pending),
-        error: failure,
-        ...(enqueued ? {} : { refused: true as const }),
-      });
-      throw failure;
+      throw this.#failed(request, startNs, pending, enqueued, error);
     }
-    this.#statistics.recordSuccess(result.timings, pending.validated.rows);
-    this.#requestObserver?.requestDone({
-      request,
-      arrivalNs: pending.arrivalNs,
-      totalNs: result.timings.totalNs,
-      sequenceId: sequenceIdOf(request, pending),
-      timings: result.timings,
-      outputs: result.outputs,
-    });
+    this.#succeeded(request, pending, result);
     const outputs: NamedTensor[] = [];
     for (const name of pending.validated.outputNames) {
       const tensor = result.outputs.get(name);
@@ -188,16 +167,20 @@ export class LoadedModel implements ServedModel {
     const signal =
       request.signal === undefined ? controller.signal : AbortSignal.any([request.signal, controller.signal]);
     let pending: PendingRequest | undefined;
+    let firstResponseAtNs: number | undefined;
     const channel = new ResponseChannel(
       () => controller.abort(cancelled("the client stopped reading the request's responses")),
-      (partial) => ({
-        modelName: this.name,
-        modelVersion: this.version,
-        id: request.id,
-        parameters: { ...partial.parameters, ...pending?.responseParameters },
-        outputs: [...partial.outputs].map(([name, tensor]) => ({ name, ...tensor })),
-        final: partial.final,
-      }),
+      (partial) => {
+        firstResponseAtNs ??= nowNs();
+        return {
+          modelName: this.name,
+          modelVersion: this.version,
+          id: request.id,
+          parameters: { ...partial.parameters, ...pending?.responseParameters },
+          outputs: [...partial.outputs].map(([name, tensor]) => ({ name, ...tensor })),
+          final: partial.final,
+        };
+      },
     );
     try {
       pending = new PendingRequest({ ...request, signal }, this.#validate(request));
@@ -205,22 +188,65 @@ export class LoadedModel implements ServedModel {
       channel.parameters = pending.responseParameters;
       this.#scheduler.enqueue(pending);
     } catch (error) {
-      // Refused before the scheduler took it: no failure of the model's (see infer).
-      channel.fail(asServerError(error));
+      // Refused before the scheduler took it: no failure of the model's (see #failed).
+      channel.fail(this.#failed(request, startNs, pending, false, error));
       return channel;
     }
     const accepted = pending;
     accepted.promise.then(
       (result) => {
-        this.#statistics.recordSuccess(result.timings, accepted.validated.rows);
+        const firstNs = firstResponseAtNs === undefined ? undefined : firstResponseAtNs - accepted.arrivalNs;
+        this.#succeeded(request, accepted, result, firstNs);
         channel.finish();
       },
-      (error: unknown) => {
-        this.#statistics.recordFailure(nowNs() - startNs);
-        channel.fail(asServerError(error));
-      },
+      (error: unknown) => channel.fail(this.#failed(request, startNs, accepted, true, error)),
     );
     return channel;
+  }
+
+  /** Tells the statistics and the request observer that an accepted request was answered. */
+  #succeeded(
+    request: InferRequest,
+    pending: PendingRequest,
+    result: RequestResult,
+    firstResponseNs?: number,
+  ): void {
+    this.#statistics.recordSuccess(result.timings, pending.validated.rows);
+    this.#requestObserver?.requestDone({
+      request,
+      arrivalNs: pending.arrivalNs,
+      totalNs: result.timings.totalNs,
+      sequenceId: sequenceIdOf(request, pending),
+      timings: result.timings,
+      outputs: result.outputs,
+      ...(firstResponseNs === undefined ? {} : { firstResponseNs }),
+    });
+  }
+
+  /**
+   * Tells the statistics and the request observer that a request failed, and returns its
+   * error. As Triton, a request refused before the scheduler took it (a malformed one, a
+   * full queue, a step of a sequence that has not started) is no failure of the model's.
+   */
+  #failed(
+    request: InferRequest,
+    startNs: number,
+    pending: PendingRequest | undefined,
+    enqueued: boolean,
+    error: unknown,
+  ): ServerError {
+    const failure = asServerError(error);
+    const totalNs = nowNs() - startNs;
+    if (enqueued) this.#statistics.recordFailure(totalNs);
+    this.#requestObserver?.requestDone({
+      request,
+      arrivalNs: startNs,
+      totalNs,
+      sequenceId: sequenceIdOf(request, pending),
+      error: failure,
+      ...(enqueued ? {} : { refused: true as const }),
+    });
+    return failure;
   }
 
   #validate(request: InferRequest): ReturnType<typeof validateRequest> {

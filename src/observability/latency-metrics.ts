@@ -157,7 +157,7 @@ export function latencyMetrics(
         }
         if (timings === undefined) return;
         if (hist !== undefined) {
-          hist.firstResponse.observe(timings.totalNs / 1e6);
+          hist.firstResponse.observe((record.firstResponseNs ?? timings.totalNs) / 1e6);
           hist.request.observe(timings.totalNs / 1e9);
           hist.queue.observe(timings.queueNs / 1e9);
           hist.compute.observe(

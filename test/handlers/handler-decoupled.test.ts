@@ -75,6 +75,24 @@ export default {
 };
 `;
 
+// Sends COUNT responses, a moment apart, then completes its request; fails it for a COUNT below 0.
+const COUNTED = `
+export default {
+  execute(requests: any[]) {
+    for (const r of requests) void run(r);
+  },
+};
+async function run(r: any) {
+  const count = Number(r.inputs.COUNT.data[0]);
+  if (count < 0) return r.complete(new Error("asked to fail"));
+  for (let i = 0; i < count; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await r.send({ outputs: { INDEX: { datatype: "INT32", shape: [1], data: Int32Array.of(i) } } });
+  }
+  r.complete();
+}
+`;
+
 let repository: HandlerRepository;
 let server: TestServer;
 
@@ -103,6 +121,16 @@ sequence_batching { oldest { max_candidate_sequences: 8 } }
 parameters { key: "sequence_state_max_bytes" value { string_value: "1000" } }
 `,
       files: { "1/model.ts": BOUNDED },
+    },
+    counted: {
+      config: `
+backend: "typescript"
+max_batch_size: 0
+input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] } ]
+model_transaction_policy { decoupled: true }
+`,
+      files: { "1/model.ts": COUNTED },
     },
   }));
   server = await startTestServer(repository.path);
@@ -158,6 +186,45 @@ test("gRPC ModelStreamInfer: each request's responses in order, flagged, with th
     assert.deepEqual(mine.at(-1)!.outputs, []);
   }
   assert.ok(received.every((m) => (m.error_message ?? "") === ""));
+});
+
+test("a decoupled model's requests are counted as any other's: executions, failures by reason, first responses", async () => {
+  // Two requests answered (3 and 2 responses), one failed by the model; none batched.
+  const received = await streamAll(
+    [3, 2, -1].map((count, i) => ({
+      model_name: "counted",
+      id: `c${i}`,
+      inputs: [{ name: "COUNT", datatype: "INT32", shape: [1] }],
+      raw_input_contents: [Buffer.from(Int32Array.of(count).buffer)],
+    })),
+  );
+  assert.equal(received.filter((m) => (m.error_message ?? "") !== "").length, 1);
+  const stats = (await (await fetch(`${server.url}/v2/models/counted/stats`)).json()) as {
+    model_stats: {
+      inference_count: number;
+      execution_count: number;
+      inference_stats: { success: { count: number }; fail: { count: number } };
+    }[];
+  };
+  const [model] = stats.model_stats;
+  assert.deepEqual(
+    [
+      model!.inference_count,
+      model!.execution_count,
+      model!.inference_stats.success.count,
+      model!.inference_stats.fail.count,
+    ],
+    [2, 2, 2, 1],
+    "inferences, executions, successes, failures",
+  );
+  const labels = { model: "counted", version: "1" };
+  const metric = (name: string, more: Record<string, string> = {}) =>
+    metricValue(server.metricsUrl, name, { ...labels, ...more });
+  assert.equal(await metric("nv_inference_exec_count"), 2);
+  assert.equal(await metric("nv_inference_request_success"), 2);
+  assert.equal(await metric("nv_inference_request_failure", { reason: "BACKEND" }), 1);
+  assert.equal(await metric("nv_inference_first_response_histogram_ms_count"), 2);
+  assert.equal(await metric("seqserve_inference_request_duration_seconds_count"), 2);
 });
 
 test("a final response whose state the model cannot keep is not sent: the request fails alone, its state as before", async () => {

@@ -1,6 +1,7 @@
 import { asServerError } from "../errors.ts";
 import type { ExecutionOutcome, ExecutionRequest, RequestExecutor } from "../executor.ts";
 import type { ModelStatistics } from "../statistics.ts";
+import { ExecutionCount } from "./execution-count.ts";
 import type { PendingRequest } from "./pending-request.ts";
 
 // Running one batch of stateless requests on model code that takes requests (a handler):
@@ -36,19 +37,18 @@ export async function runRequestBatch(
   requests: readonly PendingRequest[],
 ): Promise<void> {
   for (const r of requests) r.markDispatched();
-  // As Triton counts a batch: by its rows (each request's batch dimension), and only when
-  // some request of it succeeded.
+  // A batch's rows are its requests' batch dimensions.
   const rows = requests.reduce((sum, r) => sum + r.validated.rows, 0);
-  let succeeded = false;
+  const execution = new ExecutionCount(statistics, rows);
   try {
     const timings = await executor.execute(
       requests.map((r) => ({ ...executionRequest(r), sequence: undefined })),
       (index, outcome) => {
-        succeeded ||= outcome.ok;
         settleWith(requests[index]!, outcome, rows);
+        execution.settled(outcome.ok);
       },
     );
-    if (succeeded) statistics.recordExecution(rows, timings.inputNs, timings.inferNs, timings.outputNs);
+    execution.ran(timings);
   } catch (error) {
     for (const r of requests) r.reject(asServerError(error));
   }

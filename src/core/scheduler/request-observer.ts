@@ -18,6 +18,11 @@ export interface RequestRecord {
   readonly sequenceId: SequenceId | undefined;
   /** Present when the request was answered with outputs. */
   readonly timings?: RequestTimings;
+  /**
+   * From arrival to the first response, in ns, for a request of a decoupled model that
+   * sent any (`totalNs` runs to its last); otherwise the one answer is the first.
+   */
+  readonly firstResponseNs?: number;
   readonly outputs?: ReadonlyMap<string, Tensor>;
   /** Present when the request failed. */
   readonly error?: ServerError;

@@ -1,5 +1,6 @@
 import { asServerError } from "../errors.ts";
 import type { ExecutionOutcome, RequestExecutor } from "../executor.ts";
+import { ExecutionCount } from "../scheduler/execution-count.ts";
 import type { RequestResult } from "../scheduler/pending-request.ts";
 import { executionRequest } from "../scheduler/request-batch-execution.ts";
 import type { Sequence } from "./sequence.ts";
@@ -33,15 +34,14 @@ export async function runSequenceRequests(
   const rows = batch.filter((r): r is SequenceRow => r !== undefined);
   const { store } = model;
   const startNs = performance.now() * 1e6;
-  // As Triton counts a batch: by its rows (each request's batch dimension), and only when
-  // some request of it succeeded.
+  // A batch's rows are its requests' batch dimensions.
   const batchRows = rows.reduce((sum, row) => sum + row.request.validated.rows, 0);
-  let succeeded = false;
+  const execution = new ExecutionCount(model.statistics, batchRows);
   const settled = new Set<SequenceRow>();
   const finish = (row: SequenceRow, outcome: ExecutionOutcome | undefined): void => {
     if (settled.has(row)) return;
     settled.add(row);
-    succeeded ||= outcome?.ok === true;
+    execution.settled(outcome?.ok === true);
     keepState(model, row.sequence, outcome);
     if (outcome?.ok !== true) {
       rowDone(row, outcome);
@@ -80,8 +80,7 @@ export async function runSequenceRequests(
       };
     });
     const timings = await executor.execute(requests, (index, outcome) => finish(rows[index]!, outcome));
-    if (succeeded)
-      model.statistics.recordExecution(batchRows, timings.inputNs, timings.inferNs, timings.outputNs);
+    execution.ran(timings);
     model.observer?.batchRan({
       instance: executor.name,
       rows: rows.length,
