@@ -499,7 +499,9 @@ export class ModelRepository implements ModelRegistry {
 
   /**
    * The sequences of each replaced version go to the new version of the same number, or
-   * else to the highest new one: with their state when it fits, ended otherwise.
+   * else to the highest new one: with their state when it fits, ended otherwise. Versions
+   * that stay go first: where a retired version's sequence has the id of one that lives
+   * on in the version it goes to, the one already there keeps it and the newcomer ends.
    */
   #handOverSequences(
     name: string,
@@ -509,7 +511,9 @@ export class ModelRepository implements ModelRegistry {
     let highest: LoadedModel | undefined;
     for (const model of loaded.values())
       if (highest === undefined || Number(model.version) > Number(highest.version)) highest = model;
-    for (const [version, old] of previous) {
+    const staying = [...previous].filter(([version]) => loaded.has(version));
+    const retired = [...previous].filter(([version]) => !loaded.has(version));
+    for (const [version, old] of [...staying, ...retired]) {
       const successor = loaded.get(version) ?? highest;
       if (successor === undefined) continue;
       const result = old.moveSequencesTo(successor);
