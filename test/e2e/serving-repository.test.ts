@@ -221,6 +221,61 @@ describe("unloading a sequence model", () => {
   });
 });
 
+describe("a reload of a sequence model with several versions", () => {
+  const repository = tempRepository({
+    acc: {
+      config: accumulatorConfig(
+        "acc",
+        4,
+        "max_sequence_idle_microseconds: 1500000 direct { }",
+        "version_policy: { all { } }",
+      ),
+      onnx: { 1: accumulatorModel(), 3: accumulatorModel() },
+    },
+  });
+  let server: TestServer;
+  before(async () => {
+    server = await startTestServer(repository.path, { modelControlMode: "explicit", loadModels: ["acc"] });
+  });
+  after(async () => {
+    await server.stop();
+    repository.remove();
+  });
+  const step = (version: number, value: number, sequence: { id: number; start?: boolean }) =>
+    infer(
+      server.url,
+      `acc/versions/${version}`,
+      [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [value] }],
+      sequence,
+    );
+  const reload = async () => {
+    const answer = await postJson(`${server.url}/v2/repository/models/acc/load`, {});
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+  };
+
+  it("a retired version's sequence does not take the place of the one with its id on a version that stays", async () => {
+    assert.deepEqual(outputData(await step(1, 1000, { id: 55, start: true }), "OUTPUT"), [1000]);
+    assert.deepEqual(outputData(await step(3, 1, { id: 55, start: true }), "OUTPUT"), [1]);
+    assert.deepEqual(outputData(await step(3, 1, { id: 55 }), "OUTPUT"), [2]);
+    rmSync(join(repository.path, "acc", "1"), { recursive: true });
+    await reload();
+    assert.deepEqual(outputData(await step(3, 1, { id: 55 }), "OUTPUT"), [3]);
+  });
+
+  it("a sequence moved by a reload keeps its idle clock: it times out from its last request", {
+    timeout: 15_000,
+  }, async () => {
+    assert.deepEqual(outputData(await step(3, 7, { id: 77, start: true }), "OUTPUT"), [7]);
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    await reload();
+    // 2 s after its last request, past its 1.5 s idle time, however long the reload took.
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const late = await step(3, 1, { id: 77 });
+    assert.equal(late.status, 400, JSON.stringify(late.body));
+    assert.match(late.body.error as string, /must specify the START flag/);
+  });
+});
+
 describe("--strict-readiness=false", () => {
   let server: TestServer;
   before(async () => {

@@ -908,10 +908,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * a sequence had waited longer than the idle timeout, and a sequence that got its slot
    * after such a wait was timed out right after its first request.
    */
-  #startIdleClock(sequence: Sequence): void {
+  #startIdleClock(sequence: Sequence, sinceMs = Date.now()): void {
     // A sequence with an expiry lives until then, idle or not.
     if (sequence.endReason !== undefined || sequence.expiresAtMs !== undefined) return;
-    sequence.lastArrivalMs = Date.now();
+    sequence.lastArrivalMs = sinceMs;
     this.#byArrival.delete(sequence);
     this.#byArrival.set(sequence, true);
     this.#armIdleTimer();
@@ -1731,6 +1731,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       applied: s.applied,
       answers: s.answers,
       createdMs: s.createdMs,
+      lastArrivalMs: s.lastArrivalMs,
       expiresAtMs: s.expiresAtMs,
       owner: s.owner,
       backlogDeadlineMs: s.holder === undefined ? s.backlogDeadlineMs : undefined,
@@ -1778,6 +1779,13 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   adopt(transfer: SequenceTransfer): void {
     for (const reason of SEQUENCE_END_REASONS) this.#ended[reason] += transfer.ended[reason];
     for (const moving of transfer.sequences) this.#adoptOne(moving);
+    // The moved sequences keep their idle clocks: the reaper's list is in arrival order again.
+    const byArrival = [...this.#byArrival.keys()].sort((a, b) => a.lastArrivalMs - b.lastArrivalMs);
+    this.#byArrival.clear();
+    for (const sequence of byArrival) this.#byArrival.set(sequence, true);
+    clearTimeout(this.#idleTimer);
+    this.#idleTimer = undefined;
+    this.#armIdleTimer();
   }
 
   #adoptOne(moving: TransferredSequence): void {
@@ -1844,7 +1852,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     }
     if (moving.expiresAtMs !== undefined) this.#armExpiry(sequence, moving.expiresAtMs);
     if (sequence.holder !== undefined) {
-      this.#startIdleClock(sequence);
+      this.#startIdleClock(sequence, moving.lastArrivalMs);
       sequence.holder.wake(sequence);
     } else if (moving.backlogDeadlineMs !== undefined) {
       // Still waiting for a slot: its START's timeout goes on counting from where it was.

@@ -27,6 +27,8 @@ export interface TransferredSequence {
   readonly applied?: number;
   readonly answers?: StepAnswers | undefined;
   readonly createdMs: number;
+  /** When its idle clock started (its last arrival, or when it got its slot): the move does not restart it. */
+  readonly lastArrivalMs?: number;
   /** When the sequence expires (a session's TTL), if it does. */
   readonly expiresAtMs: number | undefined;
   /** For a sequence waiting in the backlog: when its START's timeout ends the wait, if it has one. */
