@@ -30,8 +30,25 @@ async function answer(response: Response): Promise<HttpAnswer> {
   };
 }
 
+/**
+ * A GET on a kept connection that the server closed at its keep-alive timeout just as the
+ * request went out fails with "fetch failed" (the socket reset or closed under it). A test
+ * busy in its own thread (an oracle run) lets its client's idle timer fire late and meets
+ * that race; the GET is sent again once, on a new connection, as browsers resend an
+ * idempotent request that met a closed kept connection.
+ */
+function staleConnection(error: unknown): boolean {
+  const code = (error as { cause?: { code?: unknown } }).cause?.code;
+  return code === "ECONNRESET" || code === "UND_ERR_SOCKET" || code === "EPIPE";
+}
+
 export async function getJson(url: string): Promise<HttpAnswer> {
-  return answer(await fetch(url, { headers: IDENTITY }));
+  try {
+    return answer(await fetch(url, { headers: IDENTITY }));
+  } catch (error) {
+    if (!staleConnection(error)) throw error;
+    return answer(await fetch(url, { headers: { ...IDENTITY, connection: "close" } }));
+  }
 }
 
 export async function postJson(url: string, body: unknown): Promise<HttpAnswer> {
