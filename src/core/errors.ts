@@ -43,6 +43,10 @@ export const ERROR_REASONS = [
   "model_unknown",
   /** The model has no such version. */
   "version_unknown",
+  /** The version was served, and is no longer (replaced or unloaded). */
+  "version_retired",
+  /** The version is being loaded and has not served yet. */
+  "version_loading",
 ] as const;
 
 export type ErrorReason = (typeof ERROR_REASONS)[number];

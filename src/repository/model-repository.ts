@@ -606,12 +606,13 @@ export class ModelRepository implements ModelRegistry {
       throw invalidArg(`Request for model '${name}': version '${version}' is not a version number`);
     const model = entry.versions.get(String(Number(version)));
     if (model === undefined) {
-      if (
-        entry.state === "LOADING" ||
-        entry.state === "UNLOADING" ||
-        entry.everLoaded.has(String(Number(version)))
-      ) {
-        throw unavailable(`Request for unknown model: '${name}' version ${version} is not at ready state`);
+      const served = entry.everLoaded.has(String(Number(version)));
+      if (served || entry.state === "LOADING" || entry.state === "UNLOADING") {
+        throw new ServerError(
+          "UNAVAILABLE",
+          `Request for unknown model: '${name}' version ${version} is not at ready state`,
+          { reason: served ? "version_retired" : "version_loading" },
+        );
       }
       throw new ServerError(
         "NOT_FOUND",

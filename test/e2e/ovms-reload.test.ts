@@ -3,7 +3,7 @@ import { Writable } from "node:stream";
 import { after, before, test } from "node:test";
 import { pino } from "pino";
 import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
-import { getJson } from "../support/http-client.ts";
+import { getJson, postJson } from "../support/http-client.ts";
 import {
   expectedBits,
   firstMismatch,
@@ -201,6 +201,17 @@ test("a new version whose state does not fit ends the 16 live sequences with rea
   assert.equal(version2.ended.reloaded, STREAMS);
   assert.equal(version2.live, 0);
   assert.ok(logLines.some((l) => l.event === "sequences_ended" && l.model === "vad" && l.count === STREAMS));
+  // Version 1, replaced, is retired: OVMS's 404 on its API, Triton's 503 on KServe's.
+  const retired = await postJson(`${ovms.url}/v1/models/vad/versions/1:predict`, { inputs: {} });
+  assert.deepEqual(
+    [retired.status, retired.body],
+    [404, { error: "Model with requested version is retired" }],
+  );
+  const kserve = await postJson(`${ovms.url}/v2/models/vad/versions/1/infer`, { inputs: [] });
+  assert.deepEqual(
+    [kserve.status, kserve.body],
+    [503, { error: "Request for unknown model: 'vad' version 1 is not at ready state" }],
+  );
   // The removed model's sequences ended too.
   for (const stream of gone) assert.ok(stream.refusal !== undefined && !stream.refusal.ok);
   // As OVMS, the retired version stays listed, in state END.

@@ -44,6 +44,8 @@ export const OVMS_MESSAGES = {
   sequence_limit: "Max sequence number has been reached. Could not create new sequence.",
   model_unknown: "Model with requested name is not found",
   version_unknown: "Model with requested version is not found",
+  version_retired: "Model with requested version is retired",
+  version_loading: "Model with requested version is not loaded yet",
   control_value: "Unexpected value of sequence control input",
   id_field: "Could not find sequence id in expected tensor proto field uint64_val",
   control_field: "Could not find sequence control input in expected tensor proto field uint32_val",
@@ -55,12 +57,21 @@ export const OVMS_MESSAGES = {
   rest_body: "Request body should be JSON object",
 } as const satisfies Readonly<Record<ErrorReason, string>> & Readonly<Record<string, string>>;
 
-/** `error` as this family answers it: a sequence refusal carries OVMS's text. */
+/**
+ * Where OVMS's code differs from seqserve's for the same refusal: a version not ready is
+ * NOT_FOUND to OVMS (404), where Triton answers UNAVAILABLE (503, worth retrying).
+ */
+const OVMS_CODES: Partial<Readonly<Record<ErrorReason, ErrorCode>>> = {
+  version_retired: "NOT_FOUND",
+  version_loading: "NOT_FOUND",
+};
+
+/** `error` as this family answers it: a refusal OVMS words its own way carries OVMS's text and code. */
 export function tfsError(error: unknown): ServerError {
   const serverError = asServerError(error);
   const reason = serverError.reason;
   if (reason === undefined) return serverError;
-  return new ServerError(serverError.code, OVMS_MESSAGES[reason], {
+  return new ServerError(OVMS_CODES[reason] ?? serverError.code, OVMS_MESSAGES[reason], {
     cause: serverError,
     ...(serverError.retryAfterSeconds === undefined
       ? {}
