@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { Writable } from "node:stream";
 import { after, before, describe, it } from "node:test";
 import { pino } from "pino";
+import WebSocket from "ws";
 import { onnxBackend } from "../../src/app/onnx-backend.ts";
 import { type RunningServer, startServer } from "../../src/app/server.ts";
 import { DEFAULT_BACKEND_SETTINGS } from "../../src/config/backend-config.ts";
@@ -232,10 +233,17 @@ describe("a reload of a sequence model with several versions", () => {
       ),
       onnx: { 1: accumulatorModel(), 3: accumulatorModel() },
     },
+    single: {
+      config: accumulatorConfig("single", 4, "max_sequence_idle_microseconds: 60000000 direct { }"),
+      onnx: { 1: accumulatorModel() },
+    },
   });
   let server: TestServer;
   before(async () => {
-    server = await startTestServer(repository.path, { modelControlMode: "explicit", loadModels: ["acc"] });
+    server = await startTestServer(repository.path, {
+      modelControlMode: "explicit",
+      loadModels: ["acc", "single"],
+    });
   });
   after(async () => {
     await server.stop();
@@ -260,6 +268,38 @@ describe("a reload of a sequence model with several versions", () => {
     rmSync(join(repository.path, "acc", "1"), { recursive: true });
     await reload();
     assert.deepEqual(outputData(await step(3, 1, { id: 55 }), "OUTPUT"), [3]);
+  });
+
+  it("a WebSocket stream opened on a version that a new one replaces follows its sequence there", async () => {
+    const socket = new WebSocket(`${server.url.replace("http", "ws")}/v2/models/single/versions/1/stream`);
+    const answers: { model_version?: string; outputs?: { data: number[] }[]; error?: string }[] = [];
+    let received: () => void = () => {};
+    socket.on("message", (data) => {
+      answers.push(JSON.parse(String(data)));
+      received();
+    });
+    await new Promise((resolve, reject) => socket.once("open", resolve).once("error", reject));
+    const send = async (value: number) => {
+      const next = new Promise<void>((resolve) => {
+        received = resolve;
+      });
+      socket.send(
+        JSON.stringify({ inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [value] }] }),
+      );
+      await next;
+      return answers.at(-1)!;
+    };
+    try {
+      assert.deepEqual((await send(5)).outputs?.[0]?.data, [5]);
+      mkdirSync(join(repository.path, "single", "2"));
+      writeFileSync(join(repository.path, "single", "2", "model.onnx"), accumulatorModel());
+      const answer = await postJson(`${server.url}/v2/repository/models/single/load`, {});
+      assert.equal(answer.status, 200, JSON.stringify(answer.body));
+      const moved = await send(1);
+      assert.deepEqual([moved.model_version, moved.outputs?.[0]?.data], ["2", [6]], JSON.stringify(moved));
+    } finally {
+      socket.close();
+    }
   });
 
   it("a sequence moved by a reload keeps its idle clock: it times out from its last request", {

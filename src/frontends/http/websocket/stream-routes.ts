@@ -53,13 +53,15 @@ function streamTarget(registry: ModelRegistry, request: StreamRequest): StreamTa
   // Routed by X-Sequence-Id, the stream's sequence may be named by the header alone.
   const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
   const sequenceId = routedRequestId(options.sequenceId, routed, model);
-  // The version the stream opened on, where a reload moves its sequence; the one served
-  // without a version when that one is gone (its sequence moved to the highest).
+  // The version the stream opened on, where a reload of that version moves its sequence;
+  // once that version is gone (replaced by a higher one, or retired), the one served
+  // without a version, the highest, where its sequence moved. A stream opened on a given
+  // version follows its sequence there too.
   const current = (): ServedModel => {
     try {
       return registry.model(name, modelVersion(version) ?? model.version);
     } catch {
-      return registry.model(name, modelVersion(version));
+      return registry.model(name);
     }
   };
   return {
