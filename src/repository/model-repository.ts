@@ -915,7 +915,17 @@ async function openModelVersions(
     existsSync(source.dir) && statSync(source.dir).isDirectory()
       ? versionFolders(source.dir, source.ovms !== undefined)
       : [];
-  const versions = selectVersions(available, prepared.settings.versionPolicy);
+  const policy = prepared.settings.versionPolicy;
+  // Triton's words for a version the policy names that has no folder; the others load.
+  if (policy.kind === "specific") {
+    for (const version of policy.versions.filter((v) => !available.includes(v))) {
+      options.logger.error(
+        { event: "version_missing", model: source.name, version },
+        `version ${version} is specified for model '${source.name}', but the version directory is not present`,
+      );
+    }
+  }
+  const versions = selectVersions(available, policy);
   if (versions.length === 0) return false;
   for (const version of versions) {
     const { model, configJson } = await openVersion(prepared, version, options);

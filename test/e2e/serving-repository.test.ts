@@ -141,6 +141,33 @@ const CORRUPT_AND_FINE = {
   fine: { config: simpleConfig("fine", { instances: 2 }), onnx: addSubModel("INT32", [-1, 16]) },
 };
 
+describe("a specific version policy naming a version without a folder", () => {
+  it("serves the versions it has, and logs the missing one in Triton's words", async () => {
+    const lines: { level?: number; event?: string; msg?: string }[] = [];
+    const logs = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        for (const line of chunk.toString().split("\n")) if (line !== "") lines.push(JSON.parse(line));
+        done();
+      },
+    });
+    const server = await startTestServer(
+      { spec: { config: "version_policy: { specific: { versions: [ 1, 9 ] } }", onnx: THREE_VERSIONS } },
+      {},
+      pino({ level: "info" }, logs),
+    );
+    try {
+      assert.equal(await status(`${server.url}/v2/models/spec/versions/1/ready`), 200);
+      const missing = lines.filter((l) => l.event === "version_missing");
+      assert.deepEqual(
+        missing.map((l) => [l.level, l.msg]),
+        [[50, "version 9 is specified for model 'spec', but the version directory is not present"]],
+      );
+    } finally {
+      await server.stop();
+    }
+  });
+});
+
 describe("a model that fails to load, with --exit-on-error (Triton's default)", () => {
   it("stops the start with a message naming the model and ONNX Runtime's error", async () => {
     await assert.rejects(
