@@ -30,4 +30,16 @@ describe("sequence batcher: failed steps", () => {
     assert.equal(batcher.summary().ended.end, 1);
     assert.equal(batcher.summary().ended.forced, 0);
   });
+
+  it("lists the steps a sequence applied: a failed one is not among them", async () => {
+    const { batcher, executor, send, output } = batcherHarness();
+    assert.equal(await output(send(5, { id: 8n, start: true })), 5);
+    executor.failNext();
+    await assert.rejects(send(100, { id: 8n }).promise, /failed on purpose/);
+    assert.equal(await output(send(2, { id: 8n })), 7);
+    assert.deepEqual(
+      batcher.list().map((s) => [s.id, s.steps]),
+      [[8n, 2]],
+    );
+  });
 });

@@ -1614,7 +1614,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       status: s.status,
       ageMs: now - s.createdMs,
       idleMs: now - s.lastArrivalMs,
-      steps: s.steps,
+      // The steps applied: a step that failed left the state as it was.
+      steps: s.applied,
       queued: s.queue.length,
       stateBytes: this.#model.store.bytesOf(s.key),
       instance: s.holder?.instanceName,
