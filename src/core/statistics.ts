@@ -83,16 +83,22 @@ export class ModelStatistics {
     this.version = version;
   }
 
-  /** A request of `rows` batch rows answered with outputs (Triton counts inferences by row). */
+  /**
+   * A request of `rows` batch rows answered with outputs (Triton counts inferences by row).
+   * One answered without a run (a numbered step retried, its kept answer sent again; an
+   * END the model is not run for) is a success with its queue time, and no inference, as
+   * Triton counts an answer from its response cache.
+   */
   recordSuccess(timings: RequestTimings, rows: number): void {
     const s = this.#inference;
     add(s.success, timings.totalNs);
     add(s.queue, timings.queueNs);
+    this.#lastInference = Date.now();
+    if (timings.batchSize === 0) return;
     add(s.compute_input, timings.computeInputNs);
     add(s.compute_infer, timings.computeInferNs);
     add(s.compute_output, timings.computeOutputNs);
     this.#inferenceCount += rows;
-    this.#lastInference = Date.now();
   }
 
   /** A request answered with an error after it reached the model's scheduler. */

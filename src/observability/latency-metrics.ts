@@ -156,20 +156,25 @@ export function latencyMetrics(
           return;
         }
         if (timings === undefined) return;
+        // Answered without a run (see ModelStatistics.recordSuccess): no compute to time.
+        const ran = timings.batchSize > 0;
         if (hist !== undefined) {
           hist.firstResponse.observe((record.firstResponseNs ?? timings.totalNs) / 1e6);
           hist.request.observe(timings.totalNs / 1e9);
           hist.queue.observe(timings.queueNs / 1e9);
-          hist.compute.observe(
-            (timings.computeInputNs + timings.computeInferNs + timings.computeOutputNs) / 1e9,
-          );
+          if (ran)
+            hist.compute.observe(
+              (timings.computeInputNs + timings.computeInferNs + timings.computeOutputNs) / 1e9,
+            );
         }
         if (sum !== undefined) {
           sum.request.observe(timings.totalNs / 1e3);
           sum.queue.observe(timings.queueNs / 1e3);
-          sum.input.observe(timings.computeInputNs / 1e3);
-          sum.infer.observe(timings.computeInferNs / 1e3);
-          sum.output.observe(timings.computeOutputNs / 1e3);
+          if (ran) {
+            sum.input.observe(timings.computeInputNs / 1e3);
+            sum.infer.observe(timings.computeInferNs / 1e3);
+            sum.output.observe(timings.computeOutputNs / 1e3);
+          }
         }
       },
       close(): void {

@@ -66,6 +66,35 @@ describe("sequence_step: retried steps are answered, not applied again", () => {
     assert.equal(await sumOf(add(100, 11, 8, { end: true })), 113);
   });
 
+  it("a retry answered from its recorded answer counts as a success, not as an inference", async () => {
+    const stats = async () => {
+      const body = (await (await fetch(`${server.url}/v2/models/${MODEL}/stats`)).json()) as {
+        model_stats: {
+          inference_count: number;
+          execution_count: number;
+          inference_stats: { success: { count: number }; compute_infer: { count: number } };
+        }[];
+      };
+      const [model] = body.model_stats;
+      return [
+        model!.inference_count,
+        model!.execution_count,
+        model!.inference_stats.success.count,
+        model!.inference_stats.compute_infer.count,
+      ];
+    };
+    const before = await stats();
+    assert.equal(await sumOf(add(2, 12, 1, { start: true })), 2);
+    assert.equal(await sumOf(add(3, 12, 2)), 5);
+    assert.equal(await sumOf(add(3, 12, 2)), 5);
+    const after = await stats();
+    assert.deepEqual(
+      after.map((n, i) => n - before[i]!),
+      [2, 2, 3, 2],
+      "inferences, executions, successes, compute_infer counts: the retry is a success alone",
+    );
+  });
+
   it("X-Sequence-Id names the sequence when the body does not, and must agree when it does", async () => {
     const post = (body: object, id: string) =>
       fetch(`${server.url}/v2/models/${MODEL}/infer`, {
