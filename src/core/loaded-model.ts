@@ -245,6 +245,7 @@ export class LoadedModel implements ServedModel {
       sequenceId: sequenceIdOf(request, pending),
       error: failure,
       ...(enqueued ? {} : { refused: true as const }),
+      ...(pending?.dispatched === true ? { dispatched: true as const } : {}),
     });
     return failure;
   }

@@ -17,8 +17,12 @@ type Labels = "model" | "version";
 export const FAILURE_REASONS = ["REJECTED", "CANCELED", "BACKEND", "OTHER"] as const;
 type FailureReason = (typeof FAILURE_REASONS)[number];
 
-/** Triton's reason for a failure: turned away by the scheduler, cancelled, failed in the model, or else. */
-export function failureReason(code: ErrorCode): FailureReason {
+/**
+ * Triton's reason for a failure: turned away by the scheduler, cancelled, failed in the
+ * model (any failure of a request that went to an instance, but its cancellation), or else.
+ */
+export function failureReason(code: ErrorCode, dispatched = false): FailureReason {
+  if (dispatched && code !== "CANCELLED") return "BACKEND";
   switch (code) {
     case "UNAVAILABLE":
     case "RESOURCE_EXHAUSTED":
@@ -152,7 +156,7 @@ export function latencyMetrics(
         const { timings, error } = record;
         if (error !== undefined) {
           // Counted as the statistics count failures (which Triton keeps in one place).
-          if (record.refused !== true) failed[failureReason(error.code)].inc();
+          if (record.refused !== true) failed[failureReason(error.code, record.dispatched)].inc();
           return;
         }
         if (timings === undefined) return;

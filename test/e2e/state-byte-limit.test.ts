@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { growingStateConfig, growingStateModel } from "../../tools/onnx/sequence-models.ts";
 import { infer, outputData } from "../support/http-client.ts";
+import { metricValue } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 // A state that grows with every step (a decoder's cache) is bounded in bytes per
@@ -40,6 +41,10 @@ describe("sequence_state_max_bytes", () => {
       error:
         "the state of sequence 5 of model 'growing' would hold 20 bytes, more than its sequence_state_max_bytes (16): the step is not applied, and the state stays as it was",
     });
+    // The step ran, and failed after: a failure in the model, for Triton's metrics.
+    const failures = (reason: string) =>
+      metricValue(server.metricsUrl, "nv_inference_request_failure", { model: "growing", reason });
+    assert.deepEqual([await failures("BACKEND"), await failures("REJECTED")], [1, 0]);
     // The END frees the state: nothing is kept, so nothing is counted.
     const end = await step(5, { end: true });
     assert.deepEqual(outputData(end, "OUTPUT"), [11]);

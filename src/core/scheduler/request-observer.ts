@@ -26,6 +26,8 @@ export interface RequestRecord {
   readonly outputs?: ReadonlyMap<string, Tensor>;
   /** Present when the request failed. */
   readonly error?: ServerError;
+  /** A failed request that had gone to a model instance: it failed there, or after (its state). */
+  readonly dispatched?: true;
   /**
    * A failed request refused before the model's scheduler took it (a malformed one, a
    * full queue, a sequence step without its START): as in Triton, no failure of the
