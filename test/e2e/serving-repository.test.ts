@@ -141,8 +141,8 @@ const CORRUPT_AND_FINE = {
   fine: { config: simpleConfig("fine", { instances: 2 }), onnx: addSubModel("INT32", [-1, 16]) },
 };
 
-describe("a specific version policy naming a version without a folder", () => {
-  it("serves the versions it has, and logs the missing one in Triton's words", async () => {
+describe("what a model's versions write in the log", () => {
+  it("a specific policy naming a version without a folder: the versions it has serve, the missing one is logged in Triton's words; a refusal of a version not ready is no error", async () => {
     const lines: { level?: number; event?: string; msg?: string }[] = [];
     const logs = new Writable({
       write(chunk: Buffer, _encoding, done) {
@@ -152,7 +152,7 @@ describe("a specific version policy naming a version without a folder", () => {
     });
     const server = await startTestServer(
       { spec: { config: "version_policy: { specific: { versions: [ 1, 9 ] } }", onnx: THREE_VERSIONS } },
-      {},
+      { modelControlMode: "explicit", loadModels: ["spec"] },
       pino({ level: "info" }, logs),
     );
     try {
@@ -162,6 +162,13 @@ describe("a specific version policy naming a version without a folder", () => {
         missing.map((l) => [l.level, l.msg]),
         [[50, "version 9 is specified for model 'spec', but the version directory is not present"]],
       );
+      assert.equal((await postJson(`${server.url}/v2/repository/models/spec/unload`, {})).status, 200);
+      const errorsBefore = lines.filter((l) => (l.level ?? 0) >= 50).length;
+      for (let i = 0; i < 3; i++) {
+        const refused = await infer(server.url, "spec/versions/1", input(1));
+        assert.equal(refused.status, 503, JSON.stringify(refused.body));
+      }
+      assert.equal(lines.filter((l) => (l.level ?? 0) >= 50).length, errorsBefore);
     } finally {
       await server.stop();
     }

@@ -87,7 +87,9 @@ export function createErrorHandler(
 ): (error: Error, request: FastifyRequest, reply: FastifyReply) => void {
   return (error, request, reply) => {
     const { status, message, headers } = describeError(error, table, request, bodyLimitBytes);
-    if (status >= 500) request.log.error({ err: error, url: request.url }, message);
+    // A fault of the server's is an error; a refusal (a 503 for a version not ready, a full
+    // queue) is the client's to handle, and at thousands a second would flood the log.
+    if (status === 500) request.log.error({ err: error, url: request.url }, message);
     else request.log.debug({ url: request.url, status }, message);
     send(reply, status, message, headers);
   };
