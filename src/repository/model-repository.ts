@@ -659,8 +659,15 @@ export class ModelRepository implements ModelRegistry {
     const entries: RepositoryIndexEntry[] = [];
     for (const entry of [...this.#models.values()].sort((a, b) => a.name.localeCompare(b.name))) {
       if (entry.versions.size > 0) {
-        for (const version of [...entry.versions.keys()].sort((a, b) => Number(a) - Number(b))) {
-          entries.push({ name: entry.name, version, state: "READY", reason: "" });
+        // As Triton: beside the versions served, those served before and since replaced or
+        // unloaded, UNAVAILABLE "unloaded".
+        const listed = new Set([...entry.versions.keys(), ...(readyOnly ? [] : entry.everLoaded)]);
+        for (const version of [...listed].sort((a, b) => Number(a) - Number(b))) {
+          entries.push(
+            entry.versions.has(version)
+              ? { name: entry.name, version, state: "READY", reason: "" }
+              : { name: entry.name, version, state: "UNAVAILABLE", reason: "unloaded" },
+          );
         }
       } else if (!readyOnly) {
         // As Triton: the versions a model once served stay listed, each with why it is not;

@@ -336,6 +336,20 @@ describe("a reload of a sequence model with several versions", () => {
     }
   });
 
+  it("the index lists the versions replaced or retired beside those served, as Triton", async () => {
+    // acc's version 1 was removed above, and single's version 1 replaced by its version 2.
+    assert.deepEqual(await index(server.url), [
+      { name: "acc", version: "1", state: "UNAVAILABLE", reason: "unloaded" },
+      { name: "acc", version: "3", state: "READY" },
+      { name: "single", version: "1", state: "UNAVAILABLE", reason: "unloaded" },
+      { name: "single", version: "2", state: "READY" },
+    ]);
+    assert.deepEqual(
+      (await index(server.url, { ready: true })).map((e) => `${e.name}/${e.version}`),
+      ["acc/3", "single/2"],
+    );
+  });
+
   it("a sequence moved by a reload keeps its idle clock: it times out from its last request", {
     timeout: 15_000,
   }, async () => {
