@@ -2,7 +2,11 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { type BenchReport, runBench } from "../../src/bench/bench-command.ts";
 import { type BenchOptions, BenchUsageError, parseBenchArgs } from "../../src/bench/bench-options.ts";
-import { type HandlerRepository, handlerRepository } from "../handlers/support/handler-kit.ts";
+import {
+  decoupledCountConfig,
+  type HandlerRepository,
+  handlerRepository,
+} from "../handlers/support/handler-kit.ts";
 import { getJson } from "../support/http-client.ts";
 import { run } from "../support/seqserve-process.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
@@ -37,14 +41,9 @@ let server: TestServer;
 before(async () => {
   repository = handlerRepository({
     uneven: {
-      config: `
-backend: "typescript"
-max_batch_size: 0
-input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] } ]
-model_transaction_policy { decoupled: true }
-sequence_batching { max_sequence_idle_microseconds: 60000000 oldest { max_candidate_sequences: 8 } }
-`,
+      config: decoupledCountConfig(
+        "sequence_batching { max_sequence_idle_microseconds: 60000000 oldest { max_candidate_sequences: 8 } }",
+      ),
       files: { "1/model.ts": UNEVEN },
     },
   });

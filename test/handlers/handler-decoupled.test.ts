@@ -10,6 +10,7 @@ import { postJson } from "../support/http-client.ts";
 import { metricValue } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import {
+  decoupledCountConfig,
   eventOf,
   eventually,
   type HandlerRepository,
@@ -111,25 +112,14 @@ parameters { key: "events_file" value { string_value: "${eventsFile}" } }
       files: { "1/model.ts": TICKER },
     },
     bounded: {
-      config: `
-backend: "typescript"
-max_batch_size: 0
-input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] } ]
-model_transaction_policy { decoupled: true }
+      config: decoupledCountConfig(`
 sequence_batching { oldest { max_candidate_sequences: 8 } }
 parameters { key: "sequence_state_max_bytes" value { string_value: "1000" } }
-`,
+`),
       files: { "1/model.ts": BOUNDED },
     },
     counted: {
-      config: `
-backend: "typescript"
-max_batch_size: 0
-input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] } ]
-model_transaction_policy { decoupled: true }
-`,
+      config: decoupledCountConfig(),
       files: { "1/model.ts": COUNTED },
     },
   }));

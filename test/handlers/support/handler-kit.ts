@@ -47,6 +47,20 @@ export function handlerRepository(
 }
 
 /** The handler-side code every test handler starts with: `record(event)` appends to the events file. */
+/**
+ * The config of a decoupled handler model that takes a COUNT and answers with INDEX
+ * tensors, with `more` config text after (sequence batching, parameters).
+ */
+export function decoupledCountConfig(more = ""): string {
+  return `
+backend: "typescript"
+max_batch_size: 0
+input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] } ]
+model_transaction_policy { decoupled: true }
+${more}`;
+}
+
 export const RECORDER = `
 import { appendFileSync } from "node:fs";
 let eventsFile = "";
