@@ -94,6 +94,25 @@ async function run(r: any) {
 }
 `;
 
+// A request with COUNT 1 gets one response at once, and completes when a request with
+// COUNT 0 comes (which completes with no response).
+const HELD = `
+let release: () => void = () => {};
+export default {
+  execute(requests: any[]) {
+    for (const r of requests) {
+      if (Number(r.inputs.COUNT.data[0]) === 0) {
+        release();
+        r.complete();
+        continue;
+      }
+      void r.send({ outputs: { INDEX: { datatype: "INT32", shape: [1], data: Int32Array.of(0) } } });
+      new Promise<void>((resolve) => { release = resolve; }).then(() => r.complete());
+    }
+  },
+};
+`;
+
 let repository: HandlerRepository;
 let server: TestServer;
 
@@ -122,6 +141,7 @@ parameters { key: "sequence_state_max_bytes" value { string_value: "1000" } }
       config: decoupledCountConfig(),
       files: { "1/model.ts": COUNTED },
     },
+    held: { config: decoupledCountConfig(), files: { "1/model.ts": HELD } },
   }));
   server = await startTestServer(repository.path);
 });
@@ -215,6 +235,41 @@ test("a decoupled model's requests are counted as any other's: executions, failu
   assert.equal(await metric("nv_inference_request_failure", { reason: "BACKEND" }), 1);
   assert.equal(await metric("nv_inference_first_response_histogram_ms_count"), 2);
   assert.equal(await metric("seqserve_inference_request_duration_seconds_count"), 2);
+});
+
+test("the first-response histogram times a decoupled request's first response, not its end", async () => {
+  const client = new TestClient(server.grpcPort);
+  const gapMs = 300;
+  try {
+    const stream = client.stream();
+    const step = (count: number) => ({
+      model_name: "held",
+      inputs: [{ name: "COUNT", datatype: "INT32", shape: [1] }],
+      raw_input_contents: [Buffer.from(Int32Array.of(count).buffer)],
+    });
+    const first = new Promise<void>((resolve) => stream.once("data", () => resolve()));
+    stream.write(step(1));
+    await first;
+    // The request goes on at least this long after its first response has reached us.
+    await new Promise((resolve) => setTimeout(resolve, gapMs));
+    const ended = new Promise<void>((resolve) => stream.on("end", resolve));
+    stream.write(step(0));
+    stream.end();
+    await ended;
+  } finally {
+    client.close();
+  }
+  const labels = { model: "held", version: "1" };
+  const firstMs = (await metricValue(
+    server.metricsUrl,
+    "nv_inference_first_response_histogram_ms_sum",
+    labels,
+  ))!;
+  const wholeMs =
+    (await metricValue(server.metricsUrl, "seqserve_inference_request_duration_seconds_sum", labels))! * 1000;
+  // Two requests: the held one and the one that released it (first = whole, no response).
+  const releaseMs = wholeMs - firstMs;
+  assert.ok(releaseMs >= gapMs, `first responses ${firstMs} ms in all, whole requests ${wholeMs} ms`);
 });
 
 test("a final response whose state the model cannot keep is not sent: the request fails alone, its state as before", async () => {
