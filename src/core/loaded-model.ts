@@ -5,6 +5,7 @@ import type { SequenceAdmin, ServedModel, TensorMetadata } from "./model.ts";
 import type { ModelConfig } from "./model-config.ts";
 import type { Refusals } from "./refusals.ts";
 import { validateRequest } from "./request-validation.ts";
+import { RequestResponses } from "./response-statistics.ts";
 import { type InferResponseStream, ResponseChannel, singleResponseStream } from "./response-stream.ts";
 import type { BatchObserver } from "./scheduler/batch-observer.ts";
 import { DynamicBatcher } from "./scheduler/dynamic-batcher.ts";
@@ -168,11 +169,14 @@ export class LoadedModel implements ServedModel {
       request.signal === undefined ? controller.signal : AbortSignal.any([request.signal, controller.signal]);
     let pending: PendingRequest | undefined;
     let firstResponseAtNs: number | undefined;
+    const responses = new RequestResponses(this.#statistics.responses);
+    signal.addEventListener("abort", () => responses.cancelled(nowNs()), { once: true });
     const channel = new ResponseChannel(
       () => controller.abort(cancelled("the client stopped reading the request's responses")),
       (partial) => {
-        firstResponseAtNs ??= nowNs();
-        return {
+        const receivedNs = nowNs();
+        firstResponseAtNs ??= receivedNs;
+        const response = {
           modelName: this.name,
           modelVersion: this.version,
           id: request.id,
@@ -180,6 +184,8 @@ export class LoadedModel implements ServedModel {
           outputs: [...partial.outputs].map(([name, tensor]) => ({ name, ...tensor })),
           final: partial.final,
         };
+        responses.sent(pending?.dispatchNs ?? 0, receivedNs, nowNs(), partial.final);
+        return response;
       },
     );
     try {
@@ -195,11 +201,15 @@ export class LoadedModel implements ServedModel {
     const accepted = pending;
     accepted.promise.then(
       (result) => {
+        responses.ended(accepted.dispatchNs, nowNs(), false);
         const firstNs = firstResponseAtNs === undefined ? undefined : firstResponseAtNs - accepted.arrivalNs;
         this.#succeeded(request, accepted, result, firstNs);
         channel.finish();
       },
-      (error: unknown) => channel.fail(this.#failed(request, startNs, accepted, true, error)),
+      (error: unknown) => {
+        responses.ended(accepted.dispatchNs, nowNs(), true);
+        channel.fail(this.#failed(request, startNs, accepted, true, error));
+      },
     );
     return channel;
   }

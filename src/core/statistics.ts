@@ -2,6 +2,8 @@
 // (the `/v2/models/{m}/stats` body and the gRPC ModelStatistics reply). They are the one
 // source of truth: the Prometheus metrics read them at scrape time.
 
+import { ResponseStatistics, type ResponseStats } from "./response-statistics.ts";
+
 export interface StatDuration {
   count: number;
   ns: number;
@@ -35,8 +37,8 @@ export interface ModelStatisticsSnapshot {
   /** Model executions (a batch counts once). */
   readonly execution_count: number;
   readonly inference_stats: InferenceStats;
-  /** Decoupled models' per-response statistics: none are kept, so always empty. */
-  readonly response_stats: Readonly<Record<string, never>>;
+  /** Decoupled models' responses by their index in their request (response-statistics.ts). */
+  readonly response_stats: Readonly<Record<string, ResponseStats>>;
   readonly batch_stats: readonly BatchStats[];
   /** Memory the model holds by device: not measured, so always empty. */
   readonly memory_usage: readonly never[];
@@ -77,6 +79,8 @@ export class ModelStatistics {
     cache_miss: duration(),
   };
   readonly #batches = new Map<number, BatchStats>();
+  /** Filled for decoupled models only, as Triton's backends report them. */
+  readonly responses = new ResponseStatistics();
 
   constructor(name: string, version: string) {
     this.name = name;
@@ -148,7 +152,7 @@ export class ModelStatistics {
         cache_hit: copy(s.cache_hit),
         cache_miss: copy(s.cache_miss),
       },
-      response_stats: {},
+      response_stats: this.responses.snapshot(),
       batch_stats: [...this.#batches.values()]
         .sort((a, b) => a.batch_size - b.batch_size)
         .map((b) => ({

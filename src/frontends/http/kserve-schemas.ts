@@ -262,7 +262,19 @@ const MODEL_STATISTICS: JsonSchema = {
               },
             },
           },
-          response_stats: { type: "object", description: "Per-response statistics: none are kept" },
+          response_stats: {
+            type: "object",
+            description:
+              'Decoupled models: their responses by index within the request ("0" each request\'s first); empty for other models',
+            additionalProperties: {
+              type: "object",
+              properties: Object.fromEntries(
+                ["compute_infer", "compute_output", "success", "fail", "empty_response", "cancel"].map(
+                  (k) => [k, DURATION],
+                ),
+              ),
+            },
+          },
           memory_usage: { type: "array", items: { type: "object" }, description: "Not measured: empty" },
         },
         required: ["name", "version", "inference_count", "execution_count", "inference_stats", "batch_stats"],
