@@ -79,6 +79,11 @@ interface ModelEntry {
    * UNAVAILABLE), so a request naming it is "not at ready state" (503), not "not found" (404).
    */
   everLoaded: Set<string>;
+  /**
+   * Versions the last load tried and could not serve while others went on serving, with
+   * why: listed UNAVAILABLE with the error, as Triton lists them, until a load or unload.
+   */
+  failedVersions: ReadonlyMap<string, string>;
   configJson: Record<string, unknown> | undefined;
   state: ModelState;
   reason: string;
@@ -185,6 +190,7 @@ export class ModelRepository implements ModelRegistry {
       source,
       versions: new Map(),
       everLoaded: new Set(),
+      failedVersions: new Map(),
       configJson: undefined,
       state: "UNAVAILABLE",
       reason: "unloaded",
@@ -425,11 +431,12 @@ export class ModelRepository implements ModelRegistry {
     const loaded = new Map<string, LoadedModel>();
     let configJson: Record<string, unknown> | undefined;
     const signature = sourceSignature(source);
+    const tried: string[] = [];
     try {
       const opened = await this.#loadSlots(() =>
         withRetries(this.#options.loadRetryCount ?? 0, async () => {
           try {
-            return await openModelVersions(this.#options, source, configOverride, (v, model, json) => {
+            return await openModelVersions(this.#options, source, configOverride, tried, (v, model, json) => {
               loaded.set(String(v), model);
               configJson = json;
             });
@@ -454,6 +461,7 @@ export class ModelRepository implements ModelRegistry {
       }
       this.#handOverSequences(name, previous, loaded);
       entry.versions = loaded;
+      entry.failedVersions = new Map();
       for (const version of loaded.keys()) entry.everLoaded.add(version);
       entry.configJson = configJson;
       entry.state = "READY";
@@ -470,6 +478,7 @@ export class ModelRepository implements ModelRegistry {
       const failure = asServerError(error);
       entry.reason = failure.message;
       entry.state = previous.size > 0 ? "READY" : "UNAVAILABLE";
+      entry.failedVersions = new Map(tried.filter((v) => !previous.has(v)).map((v) => [v, failure.message]));
       // Poll mode retries a failed model when its files change, as Triton does, not at
       // every poll (each retry started a worker and logged the same error again). That
       // holds for a reload that found the old version busy too: tried at every poll, each
@@ -558,6 +567,7 @@ export class ModelRepository implements ModelRegistry {
       fromSentFilesOnly = entry.source === undefined && entry.override !== undefined;
       const versions = entry.versions;
       entry.versions = new Map();
+      entry.failedVersions = new Map();
       entry.state = "UNLOADING";
       await Promise.all([...versions.values()].map((m) => m.unload(Date.now() + graceMs, "unloaded")));
       await entry.override?.remove();
@@ -660,13 +670,15 @@ export class ModelRepository implements ModelRegistry {
     for (const entry of [...this.#models.values()].sort((a, b) => a.name.localeCompare(b.name))) {
       if (entry.versions.size > 0) {
         // As Triton: beside the versions served, those served before and since replaced or
-        // unloaded, UNAVAILABLE "unloaded".
-        const listed = new Set([...entry.versions.keys(), ...(readyOnly ? [] : entry.everLoaded)]);
+        // unloaded, UNAVAILABLE "unloaded", and those the last load failed to add, with why.
+        const failed = readyOnly ? [] : entry.failedVersions.keys();
+        const listed = new Set([...entry.versions.keys(), ...(readyOnly ? [] : entry.everLoaded), ...failed]);
         for (const version of [...listed].sort((a, b) => Number(a) - Number(b))) {
+          const failure = entry.failedVersions.get(version);
           entries.push(
             entry.versions.has(version)
               ? { name: entry.name, version, state: "READY", reason: "" }
-              : { name: entry.name, version, state: "UNAVAILABLE", reason: "unloaded" },
+              : { name: entry.name, version, state: "UNAVAILABLE", reason: failure ?? "unloaded" },
           );
         }
       } else if (!readyOnly) {
@@ -903,11 +915,12 @@ async function withRetries<T>(retries: number, open: () => Promise<T>): Promise<
   }
 }
 
-/** Opens every version the policy serves; false when there is none. */
+/** Opens every version the policy serves (named in `tried` first); false when there is none. */
 async function openModelVersions(
   options: ModelRepositoryOptions,
   source: ModelSource,
   configOverride: string | undefined,
+  tried: string[],
   onVersion: (version: number, model: LoadedModel, configJson: Record<string, unknown>) => void,
 ): Promise<boolean> {
   const prepared = await prepareModel(
@@ -934,6 +947,7 @@ async function openModelVersions(
   }
   const versions = selectVersions(available, policy);
   if (versions.length === 0) return false;
+  tried.splice(0, tried.length, ...versions.map(String));
   for (const version of versions) {
     const { model, configJson } = await openVersion(prepared, version, options);
     onVersion(version, model, configJson);

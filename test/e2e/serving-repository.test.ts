@@ -517,6 +517,30 @@ describe("explicit model control", () => {
     assert.deepEqual(outputData(await infer(server.url, "simple", simpleInputs(a, b)), "OUTPUT0"), sum(a, b));
   });
 
+  it("a new version that fails to load is listed UNAVAILABLE with its error beside the one that goes on serving", async () => {
+    // The sent files hold only a version 2, and it is no model.
+    const broken = await load("simple", {
+      parameters: {
+        config: JSON.stringify({ backend: "onnxruntime" }),
+        "file:2/model.onnx": Buffer.from("not a model").toString("base64"),
+      },
+    });
+    assert.equal(broken.status, 400, JSON.stringify(broken.body));
+    const listed = (await index(server.url)).filter((e) => e.name === "simple");
+    assert.deepEqual(listed, [
+      { name: "simple", version: "1", state: "READY" },
+      { name: "simple", version: "2", state: "UNAVAILABLE", reason: errorOf(broken) },
+    ]);
+    const a = rowsOf(2);
+    assert.deepEqual(outputData(await infer(server.url, "simple", simpleInputs(a, a)), "OUTPUT0"), sum(a, a));
+    // A load that succeeds lists what it serves, and the failure no more.
+    assert.equal((await load("simple")).status, 200);
+    assert.deepEqual(
+      (await index(server.url)).filter((e) => e.name === "simple"),
+      [{ name: "simple", version: "1", state: "READY" }],
+    );
+  });
+
   // Each instance is a worker thread: the process's threads show whether any was left behind.
   const threads = () => readdirSync("/proc/self/task").length;
   it("concurrent loads of one model leave no instance behind: unloading it frees every worker", {
