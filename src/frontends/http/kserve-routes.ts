@@ -7,8 +7,11 @@ import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
 import { isJsonObject, readJsonBody } from "../common/http/json-body.ts";
 import { sendJson } from "../common/http/json-text.ts";
 import { HEADER_LENGTH, HEADER_LENGTH_NAME, readHeaderLength } from "../common/kserve/binary-tensor.ts";
-import { type DecodedInferRequest, decodeInferRequest } from "../common/kserve/infer-request-decoder.ts";
-import { encodeInferResponse } from "../common/kserve/infer-response-encoder.ts";
+import {
+  type DecodedInferRequest,
+  decodeInferRequestOffThread,
+} from "../common/kserve/infer-request-decoder.ts";
+import { encodeInferResponseOffThread } from "../common/kserve/infer-response-encoder.ts";
 import { readLoadParameters } from "../common/kserve/load-parameters.ts";
 import { logSettingsChange, logSettingsWire } from "../common/kserve/log-settings-wire.ts";
 import {
@@ -151,7 +154,7 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
     const disconnect = watchDisconnect(request, reply);
     let decoded: DecodedInferRequest | undefined;
     try {
-      decoded = decodeInferRequest(body, headerLength, model, {
+      decoded = await decodeInferRequestOffThread(body, headerLength, model, {
         signal: disconnect.signal,
         principal: request.principal,
         sharedMemory: context.sharedMemory,
@@ -161,7 +164,7 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
       const response = await model.infer(
         withTraceContext(withRoutedSequenceId(decoded.request, routed, model), traceparent, tracestate),
       );
-      const encoded = encodeInferResponse(response, decoded.encoding);
+      const encoded = await encodeInferResponseOffThread(response, decoded.encoding);
       if (encoded.headerLength !== undefined) reply.header(HEADER_LENGTH_NAME, encoded.headerLength);
       return reply.type(encoded.contentType).send(encoded.body);
     } finally {

@@ -7,12 +7,19 @@ import type { SharedMemoryRegions, SharedMemorySlice } from "../../../core/share
 import type { Tensor } from "../../../core/tensor.ts";
 import { isJsonObject, type JsonObject } from "../http/json-body.ts";
 import { jsonPreview } from "../json-preview.ts";
-import { elementSourceTexts, exactInteger, longNumberTokens, memberSourceText } from "../json-source-text.ts";
+import {
+  elementSourceTexts,
+  exactInteger,
+  longNumberTokens,
+  mayHaveSequenceIdNotInteger,
+  memberSourceText,
+} from "../json-source-text.ts";
 import { parseRequestJson } from "../json-syntax.ts";
 import { decodeRawTensor } from "../raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
 import { type Classification, classificationCount, classificationFor } from "./classification.ts";
 import { decodeJsonTensor } from "./json-tensor.ts";
+import { OFF_THREAD_JSON_BYTES, parseInferJsonOffThread } from "./json-thread.ts";
 import { checkReservedParameter } from "./reserved-parameters.ts";
 import { type SharedMemoryHold, SharedMemoryRequest } from "./shared-memory-tensors.ts";
 import { refuseUnsupportedExtensions } from "./unsupported-extensions.ts";
@@ -59,10 +66,20 @@ export interface DecodeOptions {
   readonly sharedMemory?: SharedMemoryRegions | undefined;
 }
 
-/** The JSON part of an inference request, parsed once; `text` is kept to read 64-bit integers exactly. */
-export interface InferJson {
-  readonly object: JsonObject;
+/**
+ * A request's JSON source, where what JSON.parse cannot say is read again: 64-bit
+ * integers exactly, and whether a `sequence_id` is written as a fraction. `text` may be
+ * decoded only when first read (a body parsed on another thread, json-thread.ts).
+ */
+export interface JsonSource {
   readonly text: string;
+  /** Set when a first look has already found every `sequence_id` written as an integer. */
+  readonly sequenceIdsAreIntegers?: boolean;
+}
+
+/** The JSON part of an inference request, parsed once, with its source. */
+export interface InferJson extends JsonSource {
+  readonly object: JsonObject;
 }
 
 const NO_CHOICES: ReadonlyMap<string, boolean> = new Map();
@@ -96,46 +113,30 @@ interface ReadParameters {
 
 const UINT64_MAX = (1n << 64n) - 1n;
 
-const SEQUENCE_ID_KEY = '"sequence_id"';
-const FRACTION_OR_EXPONENT_AFTER_KEY = /\s*:\s*-?\d+[.eE]/y;
-
 /**
- * Whether a `sequence_id` is written with a fraction or an exponent anywhere in a JSON
- * text: a first look that costs a string search (about 1.5 µs over a 10 kB Silero step;
- * a regular expression over the whole text took 4 µs).
- */
-function mayHaveSequenceIdNotInteger(text: string): boolean {
-  for (let i = text.indexOf(SEQUENCE_ID_KEY); i !== -1; i = text.indexOf(SEQUENCE_ID_KEY, i + 1)) {
-    FRACTION_OR_EXPONENT_AFTER_KEY.lastIndex = i + SEQUENCE_ID_KEY.length;
-    if (FRACTION_OR_EXPONENT_AFTER_KEY.test(text)) return true;
-  }
-  return false;
-}
-
-/**
- * A number `sequence_id` at `path` in the request's JSON `text`, read as Triton reads it:
+ * A number `sequence_id` at `path` in the request's JSON `source`, read as Triton reads it:
  * a uint64 above 2^53 again from its source digits (JSON.parse rounded it), and one
  * written as a fraction or with an exponent (`1.0`, `1e3`) refused, as rapidjson reads
  * those as doubles, which Triton does not take as an id. Anything else keeps its parsed
  * value, which the sequence fields' reader checks.
  */
 export function sequenceIdNumber(
-  text: string,
+  source: JsonSource,
   parsed: number,
   path: readonly string[] = ["parameters", "sequence_id"],
 ): ParameterValue {
   if (Number.isSafeInteger(parsed)) {
     // Most requests: one search of the text finds no such token.
-    if (!mayHaveSequenceIdNotInteger(text)) return parsed;
-    const source = memberSourceText(text, path);
-    if (source !== undefined && !/^-?\d+$/.test(source)) throw invalidArg("Unable to parse 'sequence_id'");
+    if (source.sequenceIdsAreIntegers ?? !mayHaveSequenceIdNotInteger(source.text)) return parsed;
+    const member = memberSourceText(source.text, path);
+    if (member !== undefined && !/^-?\d+$/.test(member)) throw invalidArg("Unable to parse 'sequence_id'");
     return parsed;
   }
-  const source = memberSourceText(text, path);
-  return (source === undefined ? undefined : exactInteger(source, 0n, UINT64_MAX)) ?? parsed;
+  const member = memberSourceText(source.text, path);
+  return (member === undefined ? undefined : exactInteger(member, 0n, UINT64_MAX)) ?? parsed;
 }
 
-function readParameters(value: unknown, text: string, reserved: readonly string[]): ReadParameters {
+function readParameters(value: unknown, source: JsonSource, reserved: readonly string[]): ReadParameters {
   const parameters: Record<string, ParameterValue> = {};
   let binaryOutput: boolean | undefined;
   if (value === undefined) return { parameters, binaryOutput };
@@ -157,7 +158,7 @@ function readParameters(value: unknown, text: string, reserved: readonly string[
         parameters[name] = parameter;
         break;
       case "number":
-        parameters[name] = name === "sequence_id" ? sequenceIdNumber(text, parameter) : parameter;
+        parameters[name] = name === "sequence_id" ? sequenceIdNumber(source, parameter) : parameter;
         break;
       default:
         throw invalidArg(
@@ -265,7 +266,12 @@ function readInput(
   return [name, decodeRawTensor(name, datatype, shape, binary.take(name, size))];
 }
 
-function readInputs(value: unknown, model: string, sources: InputSources, text: string): Map<string, Tensor> {
+function readInputs(
+  value: unknown,
+  model: string,
+  sources: InputSources,
+  source: JsonSource,
+): Map<string, Tensor> {
   if (!Array.isArray(value)) {
     throw invalidArg(
       value === undefined
@@ -277,7 +283,7 @@ function readInputs(value: unknown, model: string, sources: InputSources, text: 
   // read again: found per input, a body of many inputs was scanned once per input.
   let texts: string[] | undefined;
   const inputTexts = (): readonly string[] => {
-    texts ??= elementSourceTexts(memberSourceText(text, ["inputs"]) ?? "");
+    texts ??= elementSourceTexts(memberSourceText(source.text, ["inputs"]) ?? "");
     return texts;
   };
   const inputs = new Map<string, Tensor>();
@@ -407,11 +413,15 @@ export function parseInferJson(body: Buffer, jsonLength: number): InferJson {
   if (jsonLength === 0)
     throw invalidArg("the request body is empty: expected an inference request JSON object");
   const text = body.toString("utf8", 0, jsonLength);
-  const json = parseRequestJson(text);
+  return { object: inferJsonObject(parseRequestJson(text)), text };
+}
+
+/** The parsed JSON of an inference request, checked to be an object. */
+export function inferJsonObject(json: unknown): JsonObject {
   if (!isJsonObject(json)) {
     throw invalidArg(`failed to parse the request JSON buffer: expected an object, got ${kindOf(json)}`);
   }
-  return { object: json, text };
+  return json;
 }
 
 /**
@@ -425,13 +435,13 @@ export function decodeInferJson(
   model: ServedModel,
   options: DecodeOptions = {},
 ): DecodedInferRequest {
-  const { object: json, text } = parsed;
+  const json = parsed.object;
   if (json.id !== undefined && typeof json.id !== "string") {
     throw invalidArg(`Unable to parse 'id': expected a string, got ${kindOf(json.id)}`);
   }
   const { parameters, binaryOutput } = readParameters(
     json.parameters,
-    text,
+    parsed,
     options.reservedParameters ?? [],
   );
   const sequence = readSequenceControl(parameters);
@@ -439,7 +449,7 @@ export function decodeInferJson(
   const sharedMemory = access && new SharedMemoryRequest(access, model.config);
   try {
     const fields = { parameters, binaryOutput, sequence, sharedMemory };
-    return decodeTensors(json, body, headerLength, model, options, fields, text);
+    return decodeTensors(json, body, headerLength, model, options, fields, parsed);
   } catch (error) {
     sharedMemory?.release();
     throw error;
@@ -459,14 +469,14 @@ function decodeTensors(
   model: ServedModel,
   options: DecodeOptions,
   fields: RequestFields,
-  text: string,
+  source: JsonSource,
 ): DecodedInferRequest {
   const { parameters, binaryOutput, sequence, sharedMemory } = fields;
   const sources: InputSources = {
     binary: headerLength === undefined ? undefined : new BinaryInputs(body, headerLength, model.name),
     sharedMemory,
   };
-  const inputs = readInputs(json.inputs, model.name, sources, text);
+  const inputs = readInputs(json.inputs, model.name, sources, source);
   const outputs = readOutputs(json.outputs, sharedMemory);
   // As Triton's HTTP reads it: `binary_data_output` chooses for the outputs a request does
   // not list (it lists none: all come back); a listed output is binary only if it says so.
@@ -496,6 +506,33 @@ function decodeTensors(
     principal: options.principal,
   };
   return { request, encoding };
+}
+
+/**
+ * As decodeInferRequest, for a body that owns its memory (readRequestBody's): a JSON part
+ * of OFF_THREAD_JSON_BYTES or more is parsed on the JSON parsing thread, so that the event
+ * loop goes on serving other requests meanwhile. `body` is then emptied (its memory moved
+ * there and back); the request's binary inputs are views over the memory returned.
+ */
+export async function decodeInferRequestOffThread(
+  body: Buffer,
+  headerLength: number | undefined,
+  model: ServedModel,
+  options: DecodeOptions = {},
+): Promise<DecodedInferRequest> {
+  const jsonLength = headerLength ?? body.byteLength;
+  if (headerLength === 0 || jsonLength < OFF_THREAD_JSON_BYTES) {
+    return decodeInferRequest(body, headerLength, model, options);
+  }
+  const { value, source, body: returned } = await parseInferJsonOffThread(body, jsonLength);
+  const parsed: InferJson = {
+    object: inferJsonObject(value),
+    sequenceIdsAreIntegers: source.sequenceIdsAreIntegers,
+    get text() {
+      return source.text;
+    },
+  };
+  return decodeInferJson(parsed, returned, headerLength, model, options);
 }
 
 /**

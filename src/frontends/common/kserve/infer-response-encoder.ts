@@ -6,6 +6,7 @@ import { binaryBody } from "./binary-tensor.ts";
 import { classifyOutputs } from "./classification.ts";
 import { isBinaryOutput, type OutputEncoding } from "./infer-request-decoder.ts";
 import { jsonTensorData } from "./json-tensor.ts";
+import { OFF_THREAD_JSON_ELEMENTS, type WritePart, writeJsonOffThread } from "./json-thread.ts";
 import type { SharedMemoryHold } from "./shared-memory-tensors.ts";
 
 // InferResponse → the KServe v2 HTTP response body. The JSON is written by hand: it is
@@ -39,16 +40,17 @@ function parameterText(parameters: Parameters): string | undefined {
   return members.length === 0 ? undefined : `{${members.join(",")}}`;
 }
 
-/**
- * Encodes a response. A binary body starts with `reserve` free bytes (see binaryBody); a
- * JSON body, which is text, has none.
- */
-export function encodeInferResponse(
-  answer: InferResponse,
-  encoding: OutputEncoding,
-  reserve = 0,
-): EncodedInferResponse {
+/** A response's JSON in parts (tensors to write as JSON data in between), and its binary outputs. */
+interface ResponseParts {
+  readonly parts: WritePart[];
+  readonly binaryParts: Uint8Array[];
+  /** Elements of the outputs written as JSON. */
+  readonly jsonElements: number;
+}
+
+function responseParts(answer: InferResponse, encoding: OutputEncoding): ResponseParts {
   const response = classifyOutputs(answer, encoding.classification);
+  const parts: WritePart[] = [];
   let json = `{"model_name":${JSON.stringify(response.modelName)},"model_version":${JSON.stringify(response.modelVersion)}`;
   // As Triton, a request without an id gets an answer without one.
   if (response.id !== "") json += `,"id":${JSON.stringify(response.id)}`;
@@ -56,6 +58,7 @@ export function encodeInferResponse(
   if (parameters !== undefined) json += `,"parameters":${parameters}`;
   json += ',"outputs":[';
   const binaryParts: Uint8Array[] = [];
+  let jsonElements = 0;
   const outputs = response.outputs;
   for (let i = 0; i < outputs.length; i++) {
     const output = outputs[i]!;
@@ -76,12 +79,53 @@ export function encodeInferResponse(
         `sending ${output.datatype} data via JSON is not supported. Please use the binary data format for output '${output.name}'`,
       );
     } else {
-      json += `,"data":${jsonTensorData(output)}}`;
+      parts.push(`${json},"data":`, output);
+      jsonElements += output.data.length;
+      json = "}";
     }
   }
-  json += "]}";
+  parts.push(`${json}]}`);
+  return { parts, binaryParts, jsonElements };
+}
+
+function jsonText(parts: readonly WritePart[]): string {
+  let text = "";
+  for (const part of parts) text += typeof part === "string" ? part : jsonTensorData(part);
+  return text;
+}
+
+function encoded(json: string, binaryParts: Uint8Array[], reserve: number): EncodedInferResponse {
   if (binaryParts.length === 0)
     return { body: json, contentType: "application/json", headerLength: undefined };
   const { body, headerLength } = binaryBody(json, binaryParts, reserve);
   return { body, contentType: "application/octet-stream", headerLength };
+}
+
+/**
+ * Encodes a response. A binary body starts with `reserve` free bytes (see binaryBody); a
+ * JSON body, which is text, has none.
+ */
+export function encodeInferResponse(
+  answer: InferResponse,
+  encoding: OutputEncoding,
+  reserve = 0,
+): EncodedInferResponse {
+  const { parts, binaryParts } = responseParts(answer, encoding);
+  return encoded(jsonText(parts), binaryParts, reserve);
+}
+
+/**
+ * As encodeInferResponse; a JSON body of OFF_THREAD_JSON_ELEMENTS elements or more is
+ * written on the JSON thread (json-thread.ts), so that the event loop goes on serving
+ * other requests meanwhile.
+ */
+export async function encodeInferResponseOffThread(
+  answer: InferResponse,
+  encoding: OutputEncoding,
+): Promise<EncodedInferResponse> {
+  const { parts, binaryParts, jsonElements } = responseParts(answer, encoding);
+  if (jsonElements < OFF_THREAD_JSON_ELEMENTS || binaryParts.length > 0) {
+    return encoded(jsonText(parts), binaryParts, 0);
+  }
+  return { body: await writeJsonOffThread(parts), contentType: "application/json", headerLength: undefined };
 }

@@ -48,7 +48,7 @@ function elementError(input: string, datatype: DataType, index: number, value: u
 // returns the index of the first element that is itself an array (data nested after a
 // flat start, to be flattened and filled again), or -1 when done.
 
-type Fill = (source: readonly unknown[]) => number;
+type Fill = (source: ArrayLike<unknown>) => number;
 
 function fillIntegers(
   input: string,
@@ -245,6 +245,8 @@ function countError(input: string, shape: readonly number[], count: number, foun
 /**
  * Reads the JSON `data` of input `input` into a tensor of `datatype` and `shape`;
  * `tokens`, where the request's text is at hand, reads 64-bit integers past 2^53 exactly.
+ * `data` may also be a Float64Array: the leaves of an all-number array, each a double
+ * JSON.parse read exactly, as a body parsed on another thread gives them.
  */
 export function decodeJsonTensor(
   input: string,
@@ -253,20 +255,25 @@ export function decodeJsonTensor(
   data: unknown,
   tokens?: SourceTokens,
 ): Tensor {
+  const leaves = data instanceof Float64Array;
   if (datatype === "FP16" || datatype === "BF16") {
     // Triton's wording, which clients and their tests look for.
     throw invalidArg(
       `receiving ${datatype} data via JSON is not supported. Please use the binary data format for input ${input}`,
     );
   }
-  if (!Array.isArray(data)) {
+  if (!Array.isArray(data) && !leaves) {
     throw invalidArg(`unable to parse 'data' for input '${input}': expected an array, got ${describe(data)}`);
   }
   const count = checkedElementCount(input, datatype, shape);
   // Flat data (the common case) is read in place; nested data is flattened first. The
   // element count is checked against the data before the tensor is allocated.
-  let source: readonly unknown[] = Array.isArray(data[0]) ? flattenLeaves(data) : data;
-  if (source.length !== count && source === data) source = flattenLeaves(data);
+  let source: ArrayLike<unknown>;
+  if (leaves) source = data;
+  else {
+    source = Array.isArray(data[0]) ? flattenLeaves(data) : data;
+    if (source.length !== count && source === data) source = flattenLeaves(data);
+  }
   if (source.length !== count) throw countError(input, shape, count, source.length);
   let tensorData: NumericArray | BytesElements;
   let fill: Fill;
@@ -276,11 +283,16 @@ export function decodeJsonTensor(
     tensorData = elements;
   } else {
     const array = allocateArray(datatype, count);
+    if (leaves && (datatype === "FP32" || datatype === "FP64")) {
+      // Numbers all, and any double is a float: one native conversion.
+      (array as Float32Array | Float64Array).set(data);
+      return { datatype, shape, data: array };
+    }
     fill = numericFill(input, datatype, array, tokens);
     tensorData = array;
   }
   if (fill(source) !== -1) {
-    source = flattenLeaves(source);
+    source = flattenLeaves(source as readonly unknown[]);
     if (source.length !== count) throw countError(input, shape, count, source.length);
     fill(source);
   }

@@ -71,7 +71,7 @@ function readMembers(
     }
     if (typeof value === "number" && key === "sequence_id") {
       // A server-assigned id (from 2^62) or a client's uint64 past 2^53, as KServe reads it.
-      parameters[key] = sequenceIdNumber(text(), value, memberPath(key, nested));
+      parameters[key] = sequenceIdNumber({ text: text() }, value, memberPath(key, nested));
       continue;
     }
     if (typeof value === "string" || typeof value === "number" || typeof value === "boolean") {

@@ -1,0 +1,90 @@
+import { parentPort } from "node:worker_threads";
+import { ServerError } from "../../../core/errors.ts";
+import { mayHaveSequenceIdNotInteger } from "../json-source-text.ts";
+import { parseRequestJson } from "../json-syntax.ts";
+import { jsonTensorData } from "./json-tensor.ts";
+import type { ParseRequest, ThreadReply, WriteRequest } from "./json-thread.ts";
+
+// The JSON thread (json-thread.ts). Beside the parse, it does what would otherwise cost
+// the main thread as much again: each input's `data` whose leaves are all numbers goes
+// back as one Float64Array of them (moved, not copied), and the first look for a
+// `sequence_id` written as a fraction is made here. A response body is written here
+// whole, and goes back as UTF-8 bytes (moved).
+
+/** Smaller arrays are sent as they are: copying them costs less than the typed array. */
+const MIN_LEAVES = 256;
+
+/**
+ * The leaves of `data` (flat or nested, row-major), when each is a number JSON.parse read
+ * exactly: integers past 2^53 are left to be read again from the text, where they are.
+ */
+function numberLeaves(data: readonly unknown[]): Float64Array | undefined {
+  const leaves: number[] = [];
+  const arrays: (readonly unknown[])[] = [data];
+  const positions: number[] = [0];
+  outer: while (arrays.length > 0) {
+    const top = arrays.length - 1;
+    const array = arrays[top]!;
+    let i = positions[top]!;
+    while (i < array.length) {
+      const value = array[i++];
+      if (Array.isArray(value)) {
+        positions[top] = i;
+        arrays.push(value);
+        positions.push(0);
+        continue outer;
+      }
+      if (typeof value !== "number" || (Number.isInteger(value) && !Number.isSafeInteger(value)))
+        return undefined;
+      leaves.push(value);
+    }
+    arrays.pop();
+    positions.pop();
+  }
+  return leaves.length < MIN_LEAVES ? undefined : Float64Array.from(leaves);
+}
+
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === "object" && value !== null && !Array.isArray(value);
+
+function parse(request: ParseRequest, transfer: ArrayBuffer[]): ThreadReply {
+  const { id, buffer, byteOffset, length } = request;
+  const text = Buffer.from(buffer, byteOffset, length).toString("utf8");
+  const object = parseRequestJson(text);
+  if (isObject(object) && Array.isArray(object.inputs)) {
+    for (const input of object.inputs) {
+      if (!isObject(input) || !Array.isArray(input.data)) continue;
+      const leaves = numberLeaves(input.data);
+      if (leaves === undefined) continue;
+      input.data = leaves;
+      transfer.push(leaves.buffer as ArrayBuffer);
+    }
+  }
+  return { id, buffer, object, sequenceIdsAreIntegers: !mayHaveSequenceIdNotInteger(text) };
+}
+
+function write(request: WriteRequest, transfer: ArrayBuffer[]): ThreadReply {
+  let text = "";
+  for (const part of request.parts) text += typeof part === "string" ? part : jsonTensorData(part);
+  const bytes = new TextEncoder().encode(text);
+  transfer.push(bytes.buffer as ArrayBuffer);
+  return { id: request.id, buffer: bytes.buffer as ArrayBuffer, written: true };
+}
+
+parentPort!.on("message", (request: ParseRequest | WriteRequest) => {
+  // A parse request's body goes back whatever happens: the main thread's Buffer is empty.
+  const body = request.type === "parse" ? request.buffer : new ArrayBuffer(0);
+  const transfer: ArrayBuffer[] = [];
+  let reply: ThreadReply;
+  try {
+    reply = request.type === "parse" ? parse(request, transfer) : write(request, transfer);
+  } catch (error) {
+    transfer.length = 0;
+    reply =
+      error instanceof ServerError
+        ? { id: request.id, buffer: body, refusal: error.message }
+        : { id: request.id, buffer: body, failure: error instanceof Error ? error.message : String(error) };
+  }
+  if (request.type === "parse") transfer.push(body);
+  parentPort!.postMessage(reply, transfer);
+});

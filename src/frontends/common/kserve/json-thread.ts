@@ -1,0 +1,166 @@
+import type { Worker } from "node:worker_threads";
+import { siblingModule, spawnWorker } from "../../../backends/worker/spawn-worker.ts";
+import { internal, invalidArg } from "../../../core/errors.ts";
+import type { Tensor } from "../../../core/tensor.ts";
+import type { JsonSource } from "./infer-request-decoder.ts";
+
+// Large KServe JSON bodies are read and written on a thread of their own. JSON.parse of a
+// body of numbers runs at about 30 MB/s here (a double made per element), and writing
+// floats about as fast, so on the event loop a 50 MB body held every other request and
+// sequence for seconds. On this thread, the main thread only moves memory: a request body
+// goes over and back (no copy) and each input comes back as one Float64Array of its
+// elements; a response's tensors go over (copied: others may still read them) and its
+// body comes back as UTF-8 bytes. The thread starts with the first large body and ends
+// after a while without one, so a server that never gets one never pays for it.
+
+/** JSON parts this long or longer are parsed off the event loop (shorter: in place, ~30 ms at most). */
+export const OFF_THREAD_JSON_BYTES = 1 << 20;
+/** Responses with this many JSON elements or more are written off the event loop (~10 ms in place). */
+export const OFF_THREAD_JSON_ELEMENTS = 1 << 16;
+const IDLE_END_MS = 30_000;
+
+export interface ParseRequest {
+  readonly type: "parse";
+  readonly id: number;
+  readonly buffer: ArrayBuffer;
+  readonly byteOffset: number;
+  readonly length: number;
+}
+
+/** A response body: JSON text, and tensors to write as their JSON data in between. */
+export type WritePart = string | Tensor;
+
+export interface WriteRequest {
+  readonly type: "write";
+  readonly id: number;
+  readonly parts: readonly WritePart[];
+}
+
+interface Returned {
+  readonly id: number;
+  /** The request body's memory moved back, or the response body's bytes. */
+  readonly buffer: ArrayBuffer;
+}
+
+export type ThreadReply =
+  | (Returned & { readonly object: unknown; readonly sequenceIdsAreIntegers: boolean })
+  /** The client's JSON is malformed: Triton's words for it. */
+  | (Returned & { readonly refusal: string })
+  /** The thread could not do it for a reason of its own (memory). */
+  | (Returned & { readonly failure: string })
+  /** The response body written, `buffer` its UTF-8 bytes. */
+  | (Returned & { readonly written: true });
+
+interface Waiting {
+  readonly resolve: (reply: ThreadReply) => void;
+  readonly reject: (error: Error) => void;
+}
+
+const ENTRY = siblingModule(import.meta.url, "json-thread-worker");
+let thread: Worker | undefined;
+let idleTimer: NodeJS.Timeout | undefined;
+let nextId = 0;
+const waiting = new Map<number, Waiting>();
+/** Bodies parsed and written on the thread so far. */
+let handled = 0;
+
+/** How many bodies the JSON thread has parsed or written in this process. */
+export function jsonThreadBodies(): number {
+  return handled;
+}
+
+function startThread(): Worker {
+  const worker = spawnWorker(ENTRY);
+  // It never keeps the process alive: the requests waiting on it do.
+  worker.unref();
+  worker.on("message", (reply: ThreadReply) => {
+    const entry = waiting.get(reply.id);
+    waiting.delete(reply.id);
+    handled++;
+    entry?.resolve(reply);
+    if (waiting.size === 0) endWhenIdle(worker);
+  });
+  const stopped = (why: string) => {
+    if (thread === worker) thread = undefined;
+    for (const entry of waiting.values()) entry.reject(internal(`the JSON thread stopped: ${why}`));
+    waiting.clear();
+  };
+  worker.on("error", (error) => stopped(error.message));
+  worker.on("exit", (code) => stopped(`exit code ${code}`));
+  return worker;
+}
+
+function endWhenIdle(worker: Worker): void {
+  clearTimeout(idleTimer);
+  idleTimer = setTimeout(() => {
+    if (waiting.size > 0 || thread !== worker) return;
+    thread = undefined;
+    void worker.terminate();
+  }, IDLE_END_MS).unref();
+}
+
+function ask(message: ParseRequest | WriteRequest, transfer: ArrayBuffer[]): Promise<ThreadReply> {
+  clearTimeout(idleTimer);
+  thread ??= startThread();
+  const worker = thread;
+  return new Promise<ThreadReply>((resolve, reject) => {
+    waiting.set(message.id, { resolve, reject });
+    worker.postMessage(message, transfer);
+  });
+}
+
+export interface ParsedOffThread {
+  /** The parsed JSON, inputs' all-number `data` as Float64Arrays. */
+  readonly value: unknown;
+  readonly source: JsonSource;
+  /** The body, in place of the one given. */
+  readonly body: Buffer;
+}
+
+/**
+ * The first `jsonLength` bytes of `body` parsed as an inference request's JSON, on the
+ * JSON thread, and `body` again: its memory is moved there and back, so the Buffer given
+ * is emptied and the one returned takes its place. `body` must own its memory (a request
+ * body as readRequestBody gives it); binary inputs after the JSON stay in it.
+ */
+export async function parseInferJsonOffThread(body: Buffer, jsonLength: number): Promise<ParsedOffThread> {
+  const { buffer, byteOffset, byteLength } = body;
+  const message: ParseRequest = {
+    type: "parse",
+    id: nextId++,
+    buffer: buffer as ArrayBuffer,
+    byteOffset,
+    length: jsonLength,
+  };
+  const reply = await ask(message, [buffer as ArrayBuffer]);
+  const returned = Buffer.from(reply.buffer, byteOffset, byteLength);
+  if ("refusal" in reply) throw invalidArg(reply.refusal);
+  if ("failure" in reply) throw internal(`the request JSON could not be parsed: ${reply.failure}`);
+  if (!("object" in reply)) throw internal("the JSON thread answered a parse with a body");
+  let text: string | undefined;
+  const source: JsonSource = {
+    sequenceIdsAreIntegers: reply.sequenceIdsAreIntegers,
+    // Decoded only if a 64-bit integer past 2^53 is to be read again from its digits.
+    get text() {
+      text ??= returned.toString("utf8", 0, jsonLength);
+      return text;
+    },
+  };
+  return { value: reply.object, source, body: returned };
+}
+
+/** A response body of `parts`, written on the JSON thread, as UTF-8 bytes. */
+export async function writeJsonOffThread(parts: readonly WritePart[]): Promise<Buffer> {
+  const transfer: ArrayBuffer[] = [];
+  const copies = parts.map((part): WritePart => {
+    if (typeof part === "string" || !ArrayBuffer.isView(part.data)) return part;
+    // A copy of its own: the model's output may share its memory, and others read it.
+    const data = part.data.slice();
+    transfer.push(data.buffer as ArrayBuffer);
+    return { ...part, data } as Tensor;
+  });
+  const reply = await ask({ type: "write", id: nextId++, parts: copies }, transfer);
+  if ("failure" in reply) throw internal(`the response JSON could not be written: ${reply.failure}`);
+  if ("refusal" in reply) throw invalidArg(reply.refusal);
+  return Buffer.from(reply.buffer);
+}
