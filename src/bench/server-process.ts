@@ -26,12 +26,14 @@ export async function startServerProcess(
   repository: string,
   extraArgs: readonly string[] = [],
   nodeArgs: readonly string[] = [],
+  /** The `seqserve` command to run: this package's, or an earlier checkout's. */
+  bin: string = BIN,
 ): Promise<StartedServer> {
   const child: ChildProcess = spawn(
     process.execPath,
     [
       ...nodeArgs,
-      BIN,
+      bin,
       "--model-repository",
       repository,
       "--host",
