@@ -510,20 +510,32 @@ function decodeTensors(
 
 /**
  * As decodeInferRequest, for a body that owns its memory (readRequestBody's): a JSON part
- * of OFF_THREAD_JSON_BYTES or more is parsed on the JSON parsing thread, so that the event
- * loop goes on serving other requests meanwhile. `body` is then emptied (its memory moved
- * there and back); the request's binary inputs are views over the memory returned.
+ * of OFF_THREAD_JSON_BYTES or more is parsed on the JSON thread, so that the event loop
+ * goes on serving other requests meanwhile. `body` is then emptied (its memory moved there
+ * and back); the request's binary inputs are views over the memory returned. A promise
+ * only then: awaited on every request, one cost stateless binary requests at 64 clients
+ * about a fifth of their throughput (2935 against 2185/s, medians of 4 interleaved runs).
  */
-export async function decodeInferRequestOffThread(
+export function decodeInferRequestOffThread(
   body: Buffer,
   headerLength: number | undefined,
   model: ServedModel,
   options: DecodeOptions = {},
-): Promise<DecodedInferRequest> {
+): DecodedInferRequest | Promise<DecodedInferRequest> {
   const jsonLength = headerLength ?? body.byteLength;
   if (headerLength === 0 || jsonLength < OFF_THREAD_JSON_BYTES) {
     return decodeInferRequest(body, headerLength, model, options);
   }
+  return decodeOffThread(body, jsonLength, headerLength, model, options);
+}
+
+async function decodeOffThread(
+  body: Buffer,
+  jsonLength: number,
+  headerLength: number | undefined,
+  model: ServedModel,
+  options: DecodeOptions,
+): Promise<DecodedInferRequest> {
   const { value, source, body: returned } = await parseInferJsonOffThread(body, jsonLength);
   const parsed: InferJson = {
     object: inferJsonObject(value),

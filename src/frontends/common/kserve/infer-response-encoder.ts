@@ -117,15 +117,19 @@ export function encodeInferResponse(
 /**
  * As encodeInferResponse; a JSON body of OFF_THREAD_JSON_ELEMENTS elements or more is
  * written on the JSON thread (json-thread.ts), so that the event loop goes on serving
- * other requests meanwhile.
+ * other requests meanwhile. A promise only then (see decodeInferRequestOffThread).
  */
-export async function encodeInferResponseOffThread(
+export function encodeInferResponseOffThread(
   answer: InferResponse,
   encoding: OutputEncoding,
-): Promise<EncodedInferResponse> {
+): EncodedInferResponse | Promise<EncodedInferResponse> {
   const { parts, binaryParts, jsonElements } = responseParts(answer, encoding);
   if (jsonElements < OFF_THREAD_JSON_ELEMENTS || binaryParts.length > 0) {
     return encoded(jsonText(parts), binaryParts, 0);
   }
-  return { body: await writeJsonOffThread(parts), contentType: "application/json", headerLength: undefined };
+  return writeJsonOffThread(parts).then((body) => ({
+    body,
+    contentType: "application/json" as const,
+    headerLength: undefined,
+  }));
 }
