@@ -68,7 +68,7 @@ function write(request: WriteRequest, transfer: ArrayBuffer[]): ThreadReply {
   for (const part of request.parts) text += typeof part === "string" ? part : jsonTensorData(part);
   const bytes = new TextEncoder().encode(text);
   transfer.push(bytes.buffer as ArrayBuffer);
-  return { id: request.id, buffer: bytes.buffer as ArrayBuffer, written: true };
+  return { id: request.id, buffer: bytes.buffer as ArrayBuffer, written: bytes.byteLength };
 }
 
 parentPort!.on("message", (request: ParseRequest | WriteRequest) => {

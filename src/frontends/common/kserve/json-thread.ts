@@ -48,8 +48,8 @@ export type ThreadReply =
   | (Returned & { readonly refusal: string })
   /** The thread could not do it for a reason of its own (memory). */
   | (Returned & { readonly failure: string })
-  /** The response body written, `buffer` its UTF-8 bytes. */
-  | (Returned & { readonly written: true });
+  /** The response body written: its UTF-8 bytes, the first `written` of `buffer`. */
+  | (Returned & { readonly written: number });
 
 interface Waiting {
   readonly resolve: (reply: ThreadReply) => void;
@@ -162,5 +162,6 @@ export async function writeJsonOffThread(parts: readonly WritePart[]): Promise<B
   const reply = await ask({ type: "write", id: nextId++, parts: copies }, transfer);
   if ("failure" in reply) throw internal(`the response JSON could not be written: ${reply.failure}`);
   if ("refusal" in reply) throw invalidArg(reply.refusal);
-  return Buffer.from(reply.buffer);
+  if (!("written" in reply)) throw internal("the JSON thread answered a write with a parse");
+  return Buffer.from(reply.buffer, 0, reply.written);
 }
