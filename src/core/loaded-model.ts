@@ -170,7 +170,6 @@ export class LoadedModel implements ServedModel {
     let pending: PendingRequest | undefined;
     let firstResponseAtNs: number | undefined;
     const responses = new RequestResponses(this.#statistics.responses);
-    signal.addEventListener("abort", () => responses.cancelled(nowNs()), { once: true });
     const channel = new ResponseChannel(
       () => controller.abort(cancelled("the client stopped reading the request's responses")),
       (partial) => {
@@ -199,15 +198,23 @@ export class LoadedModel implements ServedModel {
       return channel;
     }
     const accepted = pending;
+    // Removed when the request ends: a listener kept would keep the combined signal, and
+    // all the request holds, for good (Node holds such signals while they are listened to).
+    const onCancel = () => responses.cancelled(nowNs());
+    signal.addEventListener("abort", onCancel, { once: true });
+    const ended = (failed: boolean) => {
+      signal.removeEventListener("abort", onCancel);
+      responses.ended(accepted.dispatchNs, nowNs(), failed);
+    };
     accepted.promise.then(
       (result) => {
-        responses.ended(accepted.dispatchNs, nowNs(), false);
+        ended(false);
         const firstNs = firstResponseAtNs === undefined ? undefined : firstResponseAtNs - accepted.arrivalNs;
         this.#succeeded(request, accepted, result, firstNs);
         channel.finish();
       },
       (error: unknown) => {
-        responses.ended(accepted.dispatchNs, nowNs(), true);
+        ended(true);
         channel.fail(this.#failed(request, startNs, accepted, true, error));
       },
     );

@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import type { ModelStreamInferResponseMessage } from "../../src/frontends/grpc/messages.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
@@ -158,6 +160,31 @@ test("response_stats aggregate a decoupled model's responses by index: success, 
         s.compute_infer!.ns - s.fail!.ns - s.empty_response!.ns + s.compute_output!.ns,
       );
     }
+  } finally {
+    client.close();
+  }
+});
+
+test("a decoupled request leaves nothing behind once it ends (the heap after 3000 is where it was)", async () => {
+  setFlagsFromString("--expose-gc");
+  const gc = runInNewContext("gc") as () => void;
+  const client = new TestClient(server.grpcPort);
+  const wave = async () => {
+    const received = await streamAll(
+      client,
+      Array.from({ length: 500 }, (_, i) => step(`w${i}`, 1)),
+    );
+    assert.equal(received.length, 500);
+  };
+  try {
+    await wave();
+    gc();
+    const before = process.memoryUsage().heapUsed;
+    for (let i = 0; i < 6; i++) await wave();
+    gc();
+    const grownMb = (process.memoryUsage().heapUsed - before) / 2 ** 20;
+    // Each request had kept about 7.6 KB: 22 MB for these 3000.
+    assert.ok(grownMb < 8, `the heap grew by ${grownMb.toFixed(1)} MB over 3000 requests`);
   } finally {
     client.close();
   }
