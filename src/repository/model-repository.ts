@@ -431,15 +431,21 @@ export class ModelRepository implements ModelRegistry {
     const loaded = new Map<string, LoadedModel>();
     let configJson: Record<string, unknown> | undefined;
     const signature = sourceSignature(source);
-    const tried: string[] = [];
+    const attempt: LoadAttempt = { versions: [], failed: undefined };
     try {
       const opened = await this.#loadSlots(() =>
         withRetries(this.#options.loadRetryCount ?? 0, async () => {
           try {
-            return await openModelVersions(this.#options, source, configOverride, tried, (v, model, json) => {
-              loaded.set(String(v), model);
-              configJson = json;
-            });
+            return await openModelVersions(
+              this.#options,
+              source,
+              configOverride,
+              attempt,
+              (v, model, json) => {
+                loaded.set(String(v), model);
+                configJson = json;
+              },
+            );
           } catch (error) {
             // Versions this try opened are closed before the next try opens them again.
             for (const model of loaded.values()) await model.close().catch(() => {});
@@ -478,7 +484,16 @@ export class ModelRepository implements ModelRegistry {
       const failure = asServerError(error);
       entry.reason = failure.message;
       entry.state = previous.size > 0 ? "READY" : "UNAVAILABLE";
-      entry.failedVersions = new Map(tried.filter((v) => !previous.has(v)).map((v) => [v, failure.message]));
+      // As Triton: the version that failed with its error; those that opened beside it,
+      // and were let go with it, "unloaded"; a failure not of one version's, on each.
+      entry.failedVersions = new Map(
+        attempt.versions
+          .filter((v) => !previous.has(v))
+          .map((v) => [
+            v,
+            attempt.failed === undefined || attempt.failed === v ? failure.message : "unloaded",
+          ]),
+      );
       // Poll mode retries a failed model when its files change, as Triton does, not at
       // every poll (each retry started a worker and logged the same error again). That
       // holds for a reload that found the old version busy too: tried at every poll, each
@@ -617,7 +632,9 @@ export class ModelRepository implements ModelRegistry {
     const model = entry.versions.get(String(Number(version)));
     if (model === undefined) {
       const served = entry.everLoaded.has(String(Number(version)));
-      if (served || entry.state === "LOADING" || entry.state === "UNLOADING") {
+      // A version whose load failed is known too, not ready (Triton keeps it in its table).
+      const failed = entry.failedVersions.has(String(Number(version)));
+      if (served || failed || entry.state === "LOADING" || entry.state === "UNLOADING") {
         throw new ServerError(
           "UNAVAILABLE",
           `Request for unknown model: '${name}' version ${version} is not at ready state`,
@@ -915,12 +932,18 @@ async function withRetries<T>(retries: number, open: () => Promise<T>): Promise<
   }
 }
 
-/** Opens every version the policy serves (named in `tried` first); false when there is none. */
+/** What a load tried: the versions the policy named, and the one whose opening failed. */
+interface LoadAttempt {
+  versions: string[];
+  failed: string | undefined;
+}
+
+/** Opens every version the policy serves (told in `attempt`); false when there is none. */
 async function openModelVersions(
   options: ModelRepositoryOptions,
   source: ModelSource,
   configOverride: string | undefined,
-  tried: string[],
+  attempt: LoadAttempt,
   onVersion: (version: number, model: LoadedModel, configJson: Record<string, unknown>) => void,
 ): Promise<boolean> {
   const prepared = await prepareModel(
@@ -947,9 +970,12 @@ async function openModelVersions(
   }
   const versions = selectVersions(available, policy);
   if (versions.length === 0) return false;
-  tried.splice(0, tried.length, ...versions.map(String));
+  attempt.versions = versions.map(String);
+  attempt.failed = undefined;
   for (const version of versions) {
+    attempt.failed = String(version);
     const { model, configJson } = await openVersion(prepared, version, options);
+    attempt.failed = undefined;
     onVersion(version, model, configJson);
   }
   return true;

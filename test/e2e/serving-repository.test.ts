@@ -518,21 +518,28 @@ describe("explicit model control", () => {
   });
 
   it("a new version that fails to load is listed UNAVAILABLE with its error beside the one that goes on serving", async () => {
-    // The sent files hold only a version 2, and it is no model.
+    // The sent files hold a version 2 that is a model and a version 3 that is not.
     const broken = await load("simple", {
       parameters: {
-        config: JSON.stringify({ backend: "onnxruntime" }),
-        "file:2/model.onnx": Buffer.from("not a model").toString("base64"),
+        config: JSON.stringify({ backend: "onnxruntime", version_policy: { all: {} } }),
+        "file:2/model.onnx": Buffer.from(addSubModel("INT32", [-1, 16])).toString("base64"),
+        "file:3/model.onnx": Buffer.from("not a model").toString("base64"),
       },
     });
     assert.equal(broken.status, 400, JSON.stringify(broken.body));
     const listed = (await index(server.url)).filter((e) => e.name === "simple");
+    // As Triton: the version that failed with its error, the one let go with it "unloaded".
     assert.deepEqual(listed, [
       { name: "simple", version: "1", state: "READY" },
-      { name: "simple", version: "2", state: "UNAVAILABLE", reason: errorOf(broken) },
+      { name: "simple", version: "2", state: "UNAVAILABLE", reason: "unloaded" },
+      { name: "simple", version: "3", state: "UNAVAILABLE", reason: errorOf(broken) },
     ]);
     const a = rowsOf(2);
     assert.deepEqual(outputData(await infer(server.url, "simple", simpleInputs(a, a)), "OUTPUT0"), sum(a, a));
+    // A version Triton knows and does not serve: not at ready state, not "not found".
+    const failed = await infer(server.url, "simple/versions/3", simpleInputs(a, a));
+    assert.equal(failed.status, 503);
+    assert.equal(errorOf(failed), "Request for unknown model: 'simple' version 3 is not at ready state");
     // A load that succeeds lists what it serves, and the failure no more.
     assert.equal((await load("simple")).status, 200);
     assert.deepEqual(
