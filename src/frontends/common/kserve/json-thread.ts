@@ -81,7 +81,9 @@ function startThread(): Worker {
     if (waiting.size === 0) endWhenIdle(worker);
   });
   const stopped = (why: string) => {
-    if (thread === worker) thread = undefined;
+    // A thread let go when idle had nothing waiting on it; what waits now is a later one's.
+    if (thread !== worker) return;
+    thread = undefined;
     for (const entry of waiting.values()) entry.reject(internal(`the JSON thread stopped: ${why}`));
     waiting.clear();
   };
