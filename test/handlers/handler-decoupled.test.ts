@@ -4,7 +4,6 @@ import { after, before, test } from "node:test";
 import { status as grpcStatus, type StatusObject } from "@grpc/grpc-js";
 import WebSocket from "ws";
 import { securityOptions } from "../../src/config/security-options.ts";
-import type { ModelStreamInferResponseMessage } from "../../src/frontends/grpc/messages.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { postJson } from "../support/http-client.ts";
 import { metricValue } from "../support/sequence-kit.ts";
@@ -17,6 +16,7 @@ import {
   handlerRepository,
   RECORDER,
   readEvents,
+  streamAll,
 } from "./support/handler-kit.ts";
 
 // A decoupled handler sends any number of responses per request, then completes it. They
@@ -153,29 +153,13 @@ after(async () => {
 
 const countInput = (count: number) => ({ name: "COUNT", datatype: "INT32", shape: [1], data: [count] });
 
-/** Sends `requests` on one ModelStreamInfer stream, ends it, and gives back every message it answered. */
-async function streamAll(requests: readonly object[]): Promise<ModelStreamInferResponseMessage[]> {
-  const client = new TestClient(server.grpcPort);
-  try {
-    const stream = client.stream();
-    const received: ModelStreamInferResponseMessage[] = [];
-    const ended = new Promise<void>((resolve) => stream.on("end", resolve));
-    stream.on("data", (message: ModelStreamInferResponseMessage) => received.push(message));
-    for (const request of requests) stream.write(request);
-    stream.end();
-    await ended;
-    return received;
-  } finally {
-    client.close();
-  }
-}
-
 test("gRPC ModelStreamInfer: each request's responses in order, flagged, with the empty final response", async () => {
   const counts = [
     ["a", 4],
     ["b", 3],
   ] as const;
   const received = await streamAll(
+    server.grpcPort,
     counts.map(([id, count]) => ({
       model_name: "ticker",
       id,
@@ -201,6 +185,7 @@ test("gRPC ModelStreamInfer: each request's responses in order, flagged, with th
 test("a decoupled model's requests are counted as any other's: executions, failures by reason, first responses", async () => {
   // Two requests answered (3 and 2 responses), one failed by the model; none batched.
   const received = await streamAll(
+    server.grpcPort,
     [3, 2, -1].map((count, i) => ({
       model_name: "counted",
       id: `c${i}`,
@@ -289,7 +274,7 @@ test("a final response whose state the model cannot keep is not sent: the reques
     inputs: [{ name: "COUNT", datatype: "INT32", shape: [1] }],
     raw_input_contents: [Buffer.from(Int32Array.of(bytes).buffer)],
   }));
-  const received = await streamAll(requests);
+  const received = await streamAll(server.grpcPort, requests);
   const seen = received.map((m) => ({
     id: m.infer_response?.id,
     error: m.error_message || undefined,

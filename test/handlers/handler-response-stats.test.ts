@@ -2,10 +2,14 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
-import type { ModelStreamInferResponseMessage } from "../../src/frontends/grpc/messages.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
-import { decoupledCountConfig, type HandlerRepository, handlerRepository } from "./support/handler-kit.ts";
+import {
+  decoupledCountConfig,
+  type HandlerRepository,
+  handlerRepository,
+  streamAll,
+} from "./support/handler-kit.ts";
 
 // Triton's response_stats for a decoupled model: its responses aggregated by their index
 // in their request, each a success, an empty final response, a failure or a cancellation,
@@ -66,21 +70,6 @@ const step = (id: string, count: number, parameters: Record<string, { bool_param
   raw_input_contents: [Buffer.from(Int32Array.of(count).buffer)],
 });
 
-/** Sends `requests` on one stream and waits for the server to end it. */
-async function streamAll(
-  client: TestClient,
-  requests: readonly object[],
-): Promise<ModelStreamInferResponseMessage[]> {
-  const stream = client.stream();
-  const received: ModelStreamInferResponseMessage[] = [];
-  const ended = new Promise<void>((resolve) => stream.on("end", resolve));
-  stream.on("data", (message: ModelStreamInferResponseMessage) => received.push(message));
-  for (const request of requests) stream.write(request);
-  stream.end();
-  await ended;
-  return received;
-}
-
 type Duration = { count: number; ns: number };
 type ResponseStats = Record<string, Record<string, Duration>>;
 
@@ -113,7 +102,7 @@ test("response_stats aggregate a decoupled model's responses by index: success, 
   const client = new TestClient(server.grpcPort);
   try {
     // Three responses and an empty final one; two, the last flagged final; one and a failure.
-    const received = await streamAll(client, [
+    const received = await streamAll(server.grpcPort, [
       step("three", 3),
       step("two", 2, { final_last: { bool_param: true } }),
       step("fails", -1),
@@ -168,24 +157,19 @@ test("response_stats aggregate a decoupled model's responses by index: success, 
 test("a decoupled request leaves nothing behind once it ends (the heap after 3000 is where it was)", async () => {
   setFlagsFromString("--expose-gc");
   const gc = runInNewContext("gc") as () => void;
-  const client = new TestClient(server.grpcPort);
   const wave = async () => {
     const received = await streamAll(
-      client,
+      server.grpcPort,
       Array.from({ length: 500 }, (_, i) => step(`w${i}`, 1)),
     );
     assert.equal(received.length, 500);
   };
-  try {
-    await wave();
-    gc();
-    const before = process.memoryUsage().heapUsed;
-    for (let i = 0; i < 6; i++) await wave();
-    gc();
-    const grownMb = (process.memoryUsage().heapUsed - before) / 2 ** 20;
-    // Each request had kept about 7.6 KB: 22 MB for these 3000.
-    assert.ok(grownMb < 8, `the heap grew by ${grownMb.toFixed(1)} MB over 3000 requests`);
-  } finally {
-    client.close();
-  }
+  await wave();
+  gc();
+  const before = process.memoryUsage().heapUsed;
+  for (let i = 0; i < 6; i++) await wave();
+  gc();
+  const grownMb = (process.memoryUsage().heapUsed - before) / 2 ** 20;
+  // Each request had kept about 7.6 KB: 22 MB for these 3000.
+  assert.ok(grownMb < 8, `the heap grew by ${grownMb.toFixed(1)} MB over 3000 requests`);
 });

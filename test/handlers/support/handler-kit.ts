@@ -1,6 +1,8 @@
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import type { ModelStreamInferResponseMessage } from "../../../src/frontends/grpc/messages.ts";
+import { TestClient } from "../../grpc/support/grpc-harness.ts";
 import { getJson } from "../../support/http-client.ts";
 
 // Model repositories of handlers for the handler tests, and the events the test handlers
@@ -137,4 +139,27 @@ export interface SequenceListing {
 export async function sequencesOf(url: string, model: string): Promise<SequenceListing> {
   const answer = await getJson(`${url}/v2/models/${model}/sequences`);
   return answer.body as unknown as SequenceListing;
+}
+
+/**
+ * Sends `requests` on one ModelStreamInfer stream to the server's gRPC `port`, ends it,
+ * and gives back every message it answered.
+ */
+export async function streamAll(
+  port: number,
+  requests: readonly object[],
+): Promise<ModelStreamInferResponseMessage[]> {
+  const client = new TestClient(port);
+  try {
+    const stream = client.stream();
+    const received: ModelStreamInferResponseMessage[] = [];
+    const ended = new Promise<void>((resolve) => stream.on("end", resolve));
+    stream.on("data", (message: ModelStreamInferResponseMessage) => received.push(message));
+    for (const request of requests) stream.write(request);
+    stream.end();
+    await ended;
+    return received;
+  } finally {
+    client.close();
+  }
 }

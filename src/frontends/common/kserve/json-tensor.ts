@@ -212,7 +212,7 @@ function numericFill(
 }
 
 /** The leaves of nested arrays in row-major order. Iterative: nesting depth costs no stack. */
-function flattenLeaves(data: readonly unknown[]): unknown[] {
+export function flattenLeaves(data: readonly unknown[]): unknown[] {
   const leaves: unknown[] = [];
   const arrays: (readonly unknown[])[] = [data];
   const positions: number[] = [0];

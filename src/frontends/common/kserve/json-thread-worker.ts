@@ -2,7 +2,7 @@ import { parentPort } from "node:worker_threads";
 import { ServerError } from "../../../core/errors.ts";
 import { mayHaveSequenceIdNotInteger } from "../json-source-text.ts";
 import { parseRequestJson } from "../json-syntax.ts";
-import { jsonTensorData } from "./json-tensor.ts";
+import { flattenLeaves, jsonTensorData } from "./json-tensor.ts";
 import type { ParseRequest, ThreadReply, WriteRequest } from "./json-thread.ts";
 
 // The JSON thread (json-thread.ts). Beside the parse, it does what would otherwise cost
@@ -19,29 +19,13 @@ const MIN_LEAVES = 256;
  * exactly: integers past 2^53 are left to be read again from the text, where they are.
  */
 function numberLeaves(data: readonly unknown[]): Float64Array | undefined {
-  const leaves: number[] = [];
-  const arrays: (readonly unknown[])[] = [data];
-  const positions: number[] = [0];
-  outer: while (arrays.length > 0) {
-    const top = arrays.length - 1;
-    const array = arrays[top]!;
-    let i = positions[top]!;
-    while (i < array.length) {
-      const value = array[i++];
-      if (Array.isArray(value)) {
-        positions[top] = i;
-        arrays.push(value);
-        positions.push(0);
-        continue outer;
-      }
-      if (typeof value !== "number" || (Number.isInteger(value) && !Number.isSafeInteger(value)))
-        return undefined;
-      leaves.push(value);
-    }
-    arrays.pop();
-    positions.pop();
+  const leaves = Array.isArray(data[0]) ? flattenLeaves(data) : data;
+  if (leaves.length < MIN_LEAVES) return undefined;
+  for (const value of leaves) {
+    if (typeof value !== "number" || (Number.isInteger(value) && !Number.isSafeInteger(value)))
+      return undefined;
   }
-  return leaves.length < MIN_LEAVES ? undefined : Float64Array.from(leaves);
+  return Float64Array.from(leaves as readonly number[]);
 }
 
 const isObject = (value: unknown): value is Record<string, unknown> =>
