@@ -20,6 +20,7 @@ before(async () => {
   server = await startTestServer({
     fp32: { config: "max_batch_size: 0", onnx: identityModel("FP32", [-1]) },
     int64: { config: "max_batch_size: 0", onnx: identityModel("INT64", [-1]) },
+    bytes: { config: "max_batch_size: 0", onnx: identityModel("BYTES", [-1]) },
   });
 });
 
@@ -70,6 +71,24 @@ test("INT64 elements past 2^53 in a large body are read from their digits, exact
   assert.match(answer.text, new RegExp(`"data":\\[${values.join(",")}\\]`));
 });
 
+test("a large body of strings is answered with each string exactly, a lone surrogate too", async () => {
+  const strings = Array.from(
+    { length: 2048 },
+    (_, i) => `${["é", "", '"quoted"', "tab\t", "plain"][i % 5]}${i}`,
+  );
+  for (const odd of [undefined, "\ud800"]) {
+    const data = odd === undefined ? strings : [...strings.slice(0, -1), odd];
+    const body = `{"parameters":{${padding(OFF_THREAD_JSON_BYTES)}},"inputs":[{"name":"INPUT0","datatype":"BYTES","shape":[${data.length}],"data":${JSON.stringify(data)}}]}`;
+    const before = jsonThreadBodies();
+    const answer = await post("bytes", body);
+    assert.equal(answer.status, 200, answer.text.slice(0, 200));
+    assert.ok(jsonThreadBodies() > before, "parsed on the JSON thread");
+    const out = (JSON.parse(answer.text) as { outputs: { data: string[] }[] }).outputs[0]!.data;
+    // A lone surrogate cannot travel as UTF-8: it arrives as U+FFFD, as it did before.
+    assert.deepEqual(out, odd === undefined ? data : [...strings.slice(0, -1), "\ufffd"]);
+  }
+});
+
 test("a large body refused is refused in the same words as a small one", async () => {
   const large = OFF_THREAD_JSON_BYTES;
   const cases = [
@@ -81,6 +100,8 @@ test("a large body refused is refused in the same words as a small one", async (
     `{"parameters":{${padding(large)},"sequence_id":1.0},"inputs":[]}`,
     // An element that is no number.
     `{"parameters":{${padding(large)}},"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[2],"data":[1,"two"]}]}`,
+    // Strings for a number input.
+    `{"parameters":{${padding(large)}},"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[300],"data":[${'"x",'.repeat(299)}"x"]}]}`,
     // Too many elements for the shape.
     `{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[2],"data":[${"0.5,".repeat(large / 4)}1]}]}`,
   ];
@@ -96,6 +117,7 @@ test("a large body refused is refused in the same words as a small one", async (
     "failed to parse the request JSON buffer: expected an object, got an array",
     "Unable to parse 'sequence_id'",
     `unable to parse 'data' for input 'INPUT0': element 1 is "two", but FP32 expects a number`,
+    `unable to parse 'data' for input 'INPUT0': element 0 is "x", but FP32 expects a number`,
     `unable to parse 'data' for input 'INPUT0': shape [2] has 2 elements, but 'data' holds ${large / 4 + 1}`,
   ];
   for (const [i, body] of cases.entries()) {

@@ -236,6 +236,67 @@ export function flattenLeaves(data: readonly unknown[]): unknown[] {
   return leaves;
 }
 
+/**
+ * The leaves of an all-string `data` as the JSON thread sends them: their UTF-8 bytes in
+ * one buffer, element i from `ends[i - 1]` (0 for the first) to `ends[i]`. No JSON value
+ * parses to typed arrays, so no client's data can take this form.
+ */
+export interface StringLeaves {
+  readonly utf8: Uint8Array;
+  readonly ends: Uint32Array;
+}
+
+function isStringLeaves(value: unknown): value is StringLeaves {
+  return (
+    typeof value === "object" &&
+    value !== null &&
+    (value as StringLeaves).utf8 instanceof Uint8Array &&
+    (value as StringLeaves).ends instanceof Uint32Array
+  );
+}
+
+/** ES2024's String#isWellFormed, which Node 20 has and the type library here does not. */
+type WellFormedCheck = string & { isWellFormed(): boolean };
+
+/** Strings as StringLeaves; undefined when one is not well-formed UTF-16 (it would not read back the same). */
+export function packStrings(strings: readonly string[]): StringLeaves | undefined {
+  const ends = new Uint32Array(strings.length);
+  let total = 0;
+  for (let i = 0; i < strings.length; i++) {
+    const text = strings[i]!;
+    if (!(text as WellFormedCheck).isWellFormed()) return undefined;
+    total += Buffer.byteLength(text, "utf8");
+    ends[i] = total;
+  }
+  const utf8 = Buffer.allocUnsafeSlow(total);
+  let offset = 0;
+  for (const text of strings) offset += utf8.write(text, offset, "utf8");
+  return { utf8: new Uint8Array(utf8.buffer, 0, total), ends };
+}
+
+/** A BYTES tensor of StringLeaves: views of the one buffer, no copy. */
+function bytesOfStringLeaves(shape: readonly number[], { utf8, ends }: StringLeaves): Tensor {
+  const elements: Uint8Array[] = new Array(ends.length);
+  let start = 0;
+  for (let i = 0; i < ends.length; i++) {
+    const end = ends[i]!;
+    elements[i] = utf8.subarray(start, end);
+    start = end;
+  }
+  return { datatype: "BYTES", shape, data: elements };
+}
+
+function unpackStrings({ utf8, ends }: StringLeaves): string[] {
+  const strings: string[] = new Array(ends.length);
+  let start = 0;
+  for (let i = 0; i < ends.length; i++) {
+    const end = ends[i]!;
+    strings[i] = decoder.decode(utf8.subarray(start, end));
+    start = end;
+  }
+  return strings;
+}
+
 function countError(input: string, shape: readonly number[], count: number, found: number) {
   return invalidArg(
     `unable to parse 'data' for input '${input}': shape ${shapeInMessage(shape)} has ${count} elements, but 'data' holds ${found}`,
@@ -245,8 +306,8 @@ function countError(input: string, shape: readonly number[], count: number, foun
 /**
  * Reads the JSON `data` of input `input` into a tensor of `datatype` and `shape`;
  * `tokens`, where the request's text is at hand, reads 64-bit integers past 2^53 exactly.
- * `data` may also be a Float64Array: the leaves of an all-number array, each a double
- * JSON.parse read exactly, as a body parsed on another thread gives them.
+ * `data` may also be a Float64Array (the leaves of an all-number array, each a double
+ * JSON.parse read exactly) or StringLeaves, as a body parsed on the JSON thread gives them.
  */
 export function decodeJsonTensor(
   input: string,
@@ -261,6 +322,12 @@ export function decodeJsonTensor(
     throw invalidArg(
       `receiving ${datatype} data via JSON is not supported. Please use the binary data format for input ${input}`,
     );
+  }
+  if (isStringLeaves(data)) {
+    const count = checkedElementCount(input, datatype, shape);
+    if (datatype === "BYTES" && data.ends.length === count) return bytesOfStringLeaves(shape, data);
+    // Any other case is refused, or rare: read as the strings the client sent.
+    return decodeJsonTensor(input, datatype, shape, unpackStrings(data), tokens);
   }
   if (!Array.isArray(data) && !leaves) {
     throw invalidArg(`unable to parse 'data' for input '${input}': expected an array, got ${describe(data)}`);

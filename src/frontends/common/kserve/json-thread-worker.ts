@@ -2,25 +2,29 @@ import { parentPort } from "node:worker_threads";
 import { ServerError } from "../../../core/errors.ts";
 import { mayHaveSequenceIdNotInteger } from "../json-source-text.ts";
 import { parseRequestJson } from "../json-syntax.ts";
-import { flattenLeaves, jsonTensorData } from "./json-tensor.ts";
+import { flattenLeaves, jsonTensorData, packStrings, type StringLeaves } from "./json-tensor.ts";
 import type { ParseRequest, ThreadReply, WriteRequest } from "./json-thread.ts";
 
 // The JSON thread (json-thread.ts). Beside the parse, it does what would otherwise cost
 // the main thread as much again: each input's `data` whose leaves are all numbers goes
-// back as one Float64Array of them (moved, not copied), and the first look for a
-// `sequence_id` written as a fraction is made here. A response body is written here
-// whole, and goes back as UTF-8 bytes (moved).
+// back as one Float64Array of them, or all strings as one buffer of their UTF-8 bytes
+// (moved, not copied), and the first look for a `sequence_id` written as a fraction is
+// made here. A response body is written here whole, and goes back as UTF-8 bytes (moved).
 
 /** Smaller arrays are sent as they are: copying them costs less than the typed array. */
 const MIN_LEAVES = 256;
 
 /**
- * The leaves of `data` (flat or nested, row-major), when each is a number JSON.parse read
- * exactly: integers past 2^53 are left to be read again from the text, where they are.
+ * The leaves of `data` (flat or nested, row-major) packed for the move back: all numbers
+ * that JSON.parse read exactly as one Float64Array (integers past 2^53 are left to be read
+ * again from the text), all strings as their UTF-8 bytes in one buffer; otherwise undefined.
  */
-function numberLeaves(data: readonly unknown[]): Float64Array | undefined {
+function packedLeaves(data: readonly unknown[]): Float64Array | StringLeaves | undefined {
   const leaves = Array.isArray(data[0]) ? flattenLeaves(data) : data;
   if (leaves.length < MIN_LEAVES) return undefined;
+  if (typeof leaves[0] === "string") {
+    return leaves.every((value) => typeof value === "string") ? packStrings(leaves as string[]) : undefined;
+  }
   for (const value of leaves) {
     if (typeof value !== "number" || (Number.isInteger(value) && !Number.isSafeInteger(value)))
       return undefined;
@@ -38,10 +42,11 @@ function parse(request: ParseRequest, transfer: ArrayBuffer[]): ThreadReply {
   if (isObject(object) && Array.isArray(object.inputs)) {
     for (const input of object.inputs) {
       if (!isObject(input) || !Array.isArray(input.data)) continue;
-      const leaves = numberLeaves(input.data);
-      if (leaves === undefined) continue;
-      input.data = leaves;
-      transfer.push(leaves.buffer as ArrayBuffer);
+      const packed = packedLeaves(input.data);
+      if (packed === undefined) continue;
+      input.data = packed;
+      if (packed instanceof Float64Array) transfer.push(packed.buffer as ArrayBuffer);
+      else transfer.push(packed.utf8.buffer as ArrayBuffer, packed.ends.buffer as ArrayBuffer);
     }
   }
   return { id, buffer, object, sequenceIdsAreIntegers: !mayHaveSequenceIdNotInteger(text) };
