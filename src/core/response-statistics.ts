@@ -15,26 +15,25 @@ export const MAX_RESPONSE_INDEX = 16_384;
 
 export type ResponseOutcome = "success" | "fail" | "empty_response" | "cancel";
 
-export interface ResponseStats {
-  readonly compute_infer: StatDuration;
-  readonly compute_output: StatDuration;
-  readonly success: StatDuration;
-  readonly fail: StatDuration;
-  readonly empty_response: StatDuration;
-  readonly cancel: StatDuration;
-}
+/** The statistics of each response index, in Triton's order. */
+export const RESPONSE_STAT_KINDS = [
+  "compute_infer",
+  "compute_output",
+  "success",
+  "fail",
+  "empty_response",
+  "cancel",
+] as const;
 
-const KINDS = ["compute_infer", "compute_output", "success", "fail", "empty_response", "cancel"] as const;
-/** A count and a duration sum per kind. */
-const FIELDS = KINDS.length * 2;
-const INFER = 0;
-const OUTPUT = 2;
-const OUTCOME_AT: Readonly<Record<ResponseOutcome, number>> = {
-  success: 4,
-  fail: 6,
-  empty_response: 8,
-  cancel: 10,
-};
+type Kind = (typeof RESPONSE_STAT_KINDS)[number];
+
+export type ResponseStats = Readonly<Record<Kind, StatDuration>>;
+
+/** A count and a duration sum per kind, at OFFSET[kind] and the place after it. */
+const FIELDS = RESPONSE_STAT_KINDS.length * 2;
+const OFFSET = Object.fromEntries(RESPONSE_STAT_KINDS.map((kind, i) => [kind, 2 * i])) as Readonly<
+  Record<Kind, number>
+>;
 
 export class ResponseStatistics {
   #counters = new Float64Array(0);
@@ -56,14 +55,14 @@ export class ResponseStatistics {
     const at = index * FIELDS;
     const c = this.#counters;
     if (outcome !== "cancel") {
-      c[at + INFER]! += 1;
-      c[at + INFER + 1]! += infer;
+      c[at + OFFSET.compute_infer]! += 1;
+      c[at + OFFSET.compute_infer + 1]! += infer;
       if (outcome === "success") {
-        c[at + OUTPUT]! += 1;
-        c[at + OUTPUT + 1]! += output;
+        c[at + OFFSET.compute_output]! += 1;
+        c[at + OFFSET.compute_output + 1]! += output;
       }
     }
-    const o = at + OUTCOME_AT[outcome];
+    const o = at + OFFSET[outcome];
     c[o]! += 1;
     c[o + 1]! += infer + output;
   }
@@ -85,10 +84,11 @@ export class ResponseStatistics {
     const c = this.#counters;
     for (let index = 0; index < this.#size; index++) {
       const at = index * FIELDS;
-      const stats = {} as Record<(typeof KINDS)[number], StatDuration>;
-      KINDS.forEach((kind, k) => {
-        stats[kind] = { count: c[at + 2 * k]!, ns: c[at + 2 * k + 1]! };
-      });
+      const stats = {} as Record<Kind, StatDuration>;
+      for (const kind of RESPONSE_STAT_KINDS) {
+        const o = at + OFFSET[kind];
+        stats[kind] = { count: c[o]!, ns: c[o + 1]! };
+      }
       out[String(index)] = stats;
     }
     return out;

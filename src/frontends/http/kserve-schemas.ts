@@ -1,4 +1,5 @@
 import { DATATYPES } from "../../core/datatype.ts";
+import { RESPONSE_STAT_KINDS } from "../../core/response-statistics.ts";
 import { BINARY_SCHEMA, emptyResponse, jsonContent, pathParams } from "../common/http/openapi.ts";
 
 // The KServe v2 / Triton HTTP API and seqserve's sequence endpoints, as route schemas for
@@ -268,11 +269,7 @@ const MODEL_STATISTICS: JsonSchema = {
               'Decoupled models: their responses by index within the request ("0" each request\'s first); empty for other models',
             additionalProperties: {
               type: "object",
-              properties: Object.fromEntries(
-                ["compute_infer", "compute_output", "success", "fail", "empty_response", "cancel"].map(
-                  (k) => [k, DURATION],
-                ),
-              ),
+              properties: Object.fromEntries(RESPONSE_STAT_KINDS.map((k) => [k, DURATION])),
             },
           },
           memory_usage: { type: "array", items: { type: "object" }, description: "Not measured: empty" },
