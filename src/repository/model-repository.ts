@@ -629,11 +629,12 @@ export class ModelRepository implements ModelRegistry {
     }
     if (!/^\d+$/.test(version))
       throw invalidArg(`Request for model '${name}': version '${version}' is not a version number`);
-    const model = entry.versions.get(String(Number(version)));
+    const key = String(Number(version));
+    const model = entry.versions.get(key);
     if (model === undefined) {
-      const served = entry.everLoaded.has(String(Number(version)));
+      const served = entry.everLoaded.has(key);
       // A version whose load failed is known too, not ready (Triton keeps it in its table).
-      const failed = entry.failedVersions.has(String(Number(version)));
+      const failed = entry.failedVersions.has(key);
       if (served || failed || entry.state === "LOADING" || entry.state === "UNLOADING") {
         throw new ServerError(
           "UNAVAILABLE",
@@ -688,8 +689,8 @@ export class ModelRepository implements ModelRegistry {
       if (entry.versions.size > 0) {
         // As Triton: beside the versions served, those served before and since replaced or
         // unloaded, UNAVAILABLE "unloaded", and those the last load failed to add, with why.
-        const failed = readyOnly ? [] : entry.failedVersions.keys();
-        const listed = new Set([...entry.versions.keys(), ...(readyOnly ? [] : entry.everLoaded), ...failed]);
+        const listed = new Set(entry.versions.keys());
+        if (!readyOnly) for (const v of [...entry.everLoaded, ...entry.failedVersions.keys()]) listed.add(v);
         for (const version of [...listed].sort((a, b) => Number(a) - Number(b))) {
           const failure = entry.failedVersions.get(version);
           entries.push(
