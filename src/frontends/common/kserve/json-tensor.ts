@@ -316,27 +316,28 @@ export function decodeJsonTensor(
   data: unknown,
   tokens?: SourceTokens,
 ): Tensor {
-  const leaves = data instanceof Float64Array;
+  const doubles = data instanceof Float64Array;
   if (datatype === "FP16" || datatype === "BF16") {
     // Triton's wording, which clients and their tests look for.
     throw invalidArg(
       `receiving ${datatype} data via JSON is not supported. Please use the binary data format for input ${input}`,
     );
   }
-  if (isStringLeaves(data)) {
+  // Arrays first: the JSON thread's forms come only with large bodies.
+  if (!Array.isArray(data) && isStringLeaves(data)) {
     const count = checkedElementCount(input, datatype, shape);
     if (datatype === "BYTES" && data.ends.length === count) return bytesOfStringLeaves(shape, data);
     // Any other case is refused, or rare: read as the strings the client sent.
     return decodeJsonTensor(input, datatype, shape, unpackStrings(data), tokens);
   }
-  if (!Array.isArray(data) && !leaves) {
+  if (!Array.isArray(data) && !doubles) {
     throw invalidArg(`unable to parse 'data' for input '${input}': expected an array, got ${describe(data)}`);
   }
   const count = checkedElementCount(input, datatype, shape);
   // Flat data (the common case) is read in place; nested data is flattened first. The
   // element count is checked against the data before the tensor is allocated.
   let source: ArrayLike<unknown>;
-  if (leaves) source = data;
+  if (doubles) source = data;
   else {
     source = Array.isArray(data[0]) ? flattenLeaves(data) : data;
     if (source.length !== count && source === data) source = flattenLeaves(data);
@@ -350,7 +351,7 @@ export function decodeJsonTensor(
     tensorData = elements;
   } else {
     const array = allocateArray(datatype, count);
-    if (leaves && (datatype === "FP32" || datatype === "FP64")) {
+    if (doubles && (datatype === "FP32" || datatype === "FP64")) {
       // Numbers all, and any double is a float: one native conversion.
       (array as Float32Array | Float64Array).set(data);
       return { datatype, shape, data: array };
