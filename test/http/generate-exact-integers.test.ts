@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { accumulatorConfig, accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
+import { postText } from "../support/http-client.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 // Triton's generate extension reads its body with JSON.parse, whose doubles round integers
@@ -20,14 +21,7 @@ before(async () => {
 });
 after(() => server?.stop());
 
-async function generate(model: string, body: string): Promise<{ status: number; text: string }> {
-  const answer = await fetch(`${server.url}/v2/models/${model}/generate`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body,
-  });
-  return { status: answer.status, text: await answer.text() };
-}
+const generate = (model: string, body: string) => postText(`${server.url}/v2/models/${model}/generate`, body);
 
 /** The accumulator's running sum in a /generate answer (fails with the answer otherwise). */
 async function accumulate(body: string): Promise<number> {

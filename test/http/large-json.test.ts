@@ -7,6 +7,7 @@ import {
   OFF_THREAD_JSON_ELEMENTS,
 } from "../../src/frontends/common/kserve/json-thread.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
+import { postText } from "../support/http-client.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 // Request bodies of a MiB of JSON or more are parsed, and responses of 65,536 JSON
@@ -26,14 +27,7 @@ before(async () => {
 
 after(() => server.stop());
 
-async function post(model: string, body: string): Promise<{ status: number; text: string }> {
-  const response = await fetch(`${server.url}/v2/models/${model}/infer`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body,
-  });
-  return { status: response.status, text: await response.text() };
-}
+const post = (model: string, body: string) => postText(`${server.url}/v2/models/${model}/infer`, body);
 
 /** A parameter that makes a body `bytes` long at least, whatever else it holds. */
 const padding = (bytes: number) => `"padding":"${"x".repeat(bytes)}"`;

@@ -61,6 +61,19 @@ export async function postJson(url: string, body: unknown): Promise<HttpAnswer> 
   );
 }
 
+/**
+ * POSTs a JSON text and gives back the answer's text unparsed (where its exact digits
+ * matter: JSON.parse would round 64-bit integers).
+ */
+export async function postText(url: string, body: string): Promise<{ status: number; text: string }> {
+  const response = await fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body,
+  });
+  return { status: response.status, text: await response.text() };
+}
+
 export async function deleteJson(url: string): Promise<HttpAnswer> {
   return answer(await fetch(url, { method: "DELETE", headers: IDENTITY }));
 }
