@@ -5,7 +5,7 @@ import {
   jsonThreadBodies,
   OFF_THREAD_JSON_BYTES,
   OFF_THREAD_JSON_ELEMENTS,
-} from "../../src/frontends/common/kserve/json-thread.ts";
+} from "../../src/frontends/json-thread/json-thread.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
 import { postText } from "../support/http-client.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";

@@ -4,7 +4,10 @@ import { fromFloat16Array, toFloat16Array } from "../../core/float16.ts";
 import { type BytesElements, elementCount, type NumericTensor, type Tensor } from "../../core/tensor.ts";
 import { checkedElementCount } from "../../core/tensor-size.ts";
 import { jsonPreview } from "../common/json-preview.ts";
+import { jsonSyntaxFault } from "../common/json-syntax.ts";
 import { decodeJsonTensor, jsonTensorData, type SourceTokens } from "../common/kserve/json-tensor.ts";
+import { isPackedArray, type PackedLeaves, packNested, packRows } from "../json-thread/packed-json.ts";
+import { SPECIAL_INPUTS } from "./special-inputs.ts";
 
 // Tensors in TF-Serving's REST JSON: a value is a (nested) list whose nesting gives the
 // shape, or a bare scalar; bytes travel as strings or as {"b64": "…"}. A row-format
@@ -26,9 +29,14 @@ export const isB64 = (value: unknown): value is { b64: string } =>
 
 /**
  * The shape of a nested list and its leaves in row-major order; refuses ragged lists (a
- * list whose items differ in length or depth).
+ * list whose items differ in length or depth). A list the JSON thread packed is taken as
+ * it is (packed only when it was an ndarray).
  */
-export function shapeAndLeaves(input: string, value: unknown): { shape: number[]; leaves: unknown[] } {
+export function shapeAndLeaves(
+  input: string,
+  value: unknown,
+): { shape: number[]; leaves: unknown[] | PackedLeaves } {
+  if (isPackedArray(value)) return { shape: [...value.shape], leaves: value.leaves };
   const shape: number[] = [];
   for (let v = value; Array.isArray(v); v = v[0]) {
     shape.push(v.length);
@@ -71,6 +79,56 @@ const NON_FINITE_TOKENS: readonly (readonly [string, string])[] = [
   ["-Infinity", '"\\u0000-Infinity"'],
   ["Infinity", '"\\u0000Infinity"'],
 ];
+
+/**
+ * A REST body's JSON as parseRestJson reads it, or a 400 in TF-Serving's words for text
+ * that does not parse.
+ */
+export function parseRestJsonBody(text: string): { readonly json: unknown; readonly text: string } {
+  try {
+    return parseRestJson(text);
+  } catch (error) {
+    const { description, byteOffset } = jsonSyntaxFault(text, error);
+    throw invalidArg(
+      `JSON Parse error: ${description}${byteOffset === undefined ? "" : ` at offset: ${byteOffset}`}`,
+    );
+  }
+}
+
+const isNamedValues = (value: unknown): value is Record<string, unknown> =>
+  typeof value === "object" && value !== null && !Array.isArray(value) && !isB64(value);
+
+/**
+ * On the JSON thread: a predict request's tensor data packed in place (packed-json.ts),
+ * `packed` told of each. The column form's value, or each of its named values but the
+ * special inputs (read from the lists); the row form's instances, stacked by name when
+ * every instance is an object. Anything that does not pack stays as parsed.
+ */
+export function packRestTensors(json: unknown, packed: (leaves: PackedLeaves) => void): void {
+  if (typeof json !== "object" || json === null || Array.isArray(json)) return;
+  const body = json as Record<string, unknown>;
+  const pack = <T extends { leaves: PackedLeaves }>(found: T | undefined): T | undefined => {
+    if (found !== undefined) packed(found.leaves);
+    return found;
+  };
+  const { inputs, instances } = body;
+  if (Array.isArray(inputs)) body.inputs = pack(packNested(inputs, MAX_RANK)) ?? inputs;
+  else if (isNamedValues(inputs)) {
+    for (const name in inputs) {
+      if (SPECIAL_INPUTS.has(name) || !Array.isArray(inputs[name])) continue;
+      inputs[name] = pack(packNested(inputs[name], MAX_RANK)) ?? inputs[name];
+    }
+  }
+  if (!Array.isArray(instances) || instances.length === 0) return;
+  if (instances.every(isNamedValues)) {
+    const rows = packRows(instances, MAX_RANK);
+    if (rows === undefined) return;
+    for (const column of rows.named.values()) packed(column.leaves);
+    body.instances = rows;
+  } else if (!instances.some(isNamedValues)) {
+    body.instances = pack(packNested(instances, MAX_RANK)) ?? instances;
+  }
+}
 
 /**
  * A REST body's JSON, read as TF-Serving reads it: with `NaN`, `Infinity` and
@@ -131,7 +189,11 @@ export function decodeRestTensor(
   const { shape, leaves } = shapeAndLeaves(input, value);
   if (datatype === "BYTES") {
     checkedElementCount(input, datatype, shape);
-    return { datatype, shape, data: leaves.map((leaf, i) => bytesOf(input, leaf, i)) };
+    // Packed strings are their UTF-8 bytes already; packed numbers are refused as numbers are.
+    if (!Array.isArray(leaves) && !(leaves instanceof Float64Array)) {
+      return decodeJsonTensor(input, datatype, shape, leaves);
+    }
+    return { datatype, shape, data: Array.from(leaves, (leaf: unknown, i) => bytesOf(input, leaf, i)) };
   }
   if (datatype === "BF16") {
     throw invalidArg(

@@ -13,9 +13,16 @@ import {
   longNumberTokens,
   memberSourceText,
 } from "../common/json-source-text.ts";
-import { jsonSyntaxFault } from "../common/json-syntax.ts";
 import type { SourceTokens } from "../common/kserve/json-tensor.ts";
 import { routedSequenceId, SEQUENCE_ID_HEADER } from "../common/sequence-routing.ts";
+import {
+  type NestedTensor,
+  OFF_THREAD_JSON_BYTES,
+  parseJsonOffThread,
+  type WritePart,
+} from "../json-thread/json-thread.ts";
+import { isPackedArray, isPackedRows } from "../json-thread/packed-json.ts";
+import { jsonElements, writeParts } from "../json-thread/write-parts.ts";
 import { ovmsInvalid, TFS_HTTP_STATUS, tfsError } from "./error-status.ts";
 import { modelStatus, type Signature, signatureOf, type VersionStatus } from "./model-info.ts";
 import { scalarOutputsAsModel } from "./model-scalars.ts";
@@ -27,7 +34,7 @@ import {
   predict,
   sequenceOf,
 } from "./predict.ts";
-import { decodeRestTensor, isB64, parseRestJson, restTensorText, tensorRow } from "./rest-json.ts";
+import { decodeRestTensor, isB64, parseRestJsonBody } from "./rest-json.ts";
 import {
   SEQUENCE_CONTROL_INPUT,
   SEQUENCE_ID_INPUT,
@@ -79,32 +86,49 @@ function parseModelPath(path: string): ModelPath {
   };
 }
 
-function parseBody(body: Buffer | undefined): { json: JsonObject; text: string } {
-  const bodyText = body?.toString("utf8") ?? "";
-  let parsed: { json: unknown; text: string };
-  try {
-    parsed = parseRestJson(bodyText);
-  } catch (error) {
-    // TF-Serving's words for a body that does not parse.
-    const { description, byteOffset } = jsonSyntaxFault(bodyText, error);
-    throw invalidArg(
-      `JSON Parse error: ${description}${byteOffset === undefined ? "" : ` at offset: ${byteOffset}`}`,
-    );
-  }
-  const { json, text } = parsed;
+/** A predict body's JSON text, decoded when first read (only 64-bit integers past 2^53 need it). */
+interface RestSource {
+  readonly text: string;
+}
+
+interface RestBody {
+  readonly json: JsonObject;
+  readonly source: RestSource;
+}
+
+function restBody(json: unknown, source: RestSource): RestBody {
   if (!isJsonObject(json)) throw ovmsInvalid("rest_body");
-  return { json, text };
+  return { json, source };
+}
+
+/**
+ * The predict body's JSON; a body of OFF_THREAD_JSON_BYTES or more is parsed on the JSON
+ * thread, its tensors' data packed (a promise only then: see decodeInferRequestOffThread).
+ */
+function parseBody(body: Buffer | undefined): RestBody | Promise<RestBody> {
+  if (body === undefined || body.byteLength < OFF_THREAD_JSON_BYTES) {
+    const { json, text } = parseRestJsonBody(body?.toString("utf8") ?? "");
+    return restBody(json, { text });
+  }
+  // The text, decoded only if a 64-bit integer is to be read from it, is the body's own:
+  // the number tokens are found in it as well with NaN and Infinity unmarked.
+  return parseJsonOffThread(body, body.byteLength, "tfs").then((parsed) => restBody(parsed.value, parsed));
 }
 
 /** A special input from the JSON: a flat list of unsigned integers (exact beyond 2^53). */
-function specialInput(value: unknown, text: string, name: string, max: bigint): SpecialInput | undefined {
+function specialInput(
+  value: unknown,
+  source: RestSource,
+  name: string,
+  max: bigint,
+): SpecialInput | undefined {
   if (value === undefined) return undefined;
   if (!Array.isArray(value)) throw ovmsInvalid("rest_input");
   let tokens: ReadonlyMap<number, string> | undefined;
   const values = value.map((item, i) => {
     if (typeof item !== "number" || !Number.isInteger(item) || item < 0) throw ovmsInvalid("rest_input");
     if (Number.isSafeInteger(item)) return BigInt(item);
-    tokens ??= tokensAt(text, ["inputs", name])();
+    tokens ??= tokensAt(source, ["inputs", name])();
     const exact = exactInteger(tokens.get(i) ?? "", 0n, max);
     if (exact == null) throw ovmsInvalid("rest_input");
     return exact;
@@ -129,14 +153,21 @@ function decodeNamed(
   return [name, decodeRestTensor(name, input.datatype, value, tokens)];
 }
 
+/** No 64-bit integer past 2^53 to read: for data the JSON thread packed. */
+const NO_TOKENS: SourceTokens = () => new Map();
+
 /** The number tokens of the value at `path` in the request's text (64-bit integers are read from them). */
 const tokensAt =
-  (text: string, path: readonly (string | number)[]): SourceTokens =>
+  (source: RestSource, path: readonly (string | number)[]): SourceTokens =>
   () =>
-    longNumberTokens(memberSourceText(text, path) ?? "");
+    longNumberTokens(memberSourceText(source.text, path) ?? "");
 
-/** A value that is not a map of input names: `{"b64": …}` is one element of a bytes input. */
-const isNamedMap = (value: unknown): value is JsonObject => isJsonObject(value) && !isB64(value);
+/**
+ * A value that is not a map of input names: `{"b64": …}` is one element of a bytes input,
+ * and a packed list (packed-json.ts) a list.
+ */
+const isNamedMap = (value: unknown): value is JsonObject =>
+  isJsonObject(value) && !isB64(value) && !isPackedArray(value);
 
 /** The model's only data input, for a request that does not name it. */
 function onlyInput(model: ServedModel): string {
@@ -158,48 +189,68 @@ interface DecodedPredict {
 function columnSpecials(
   model: ServedModel,
   value: unknown,
-  text: string,
+  source: RestSource,
 ): [SpecialInput | undefined, SpecialInput | undefined, SpecialInput | undefined] {
   if (!isStateful(model) || !isNamedMap(value)) return [undefined, undefined, undefined];
   return [
-    specialInput(value[SEQUENCE_ID_INPUT], text, SEQUENCE_ID_INPUT, UINT64_MAX),
-    specialInput(value[SEQUENCE_CONTROL_INPUT], text, SEQUENCE_CONTROL_INPUT, UINT32_MAX),
-    specialInput(value[SEQUENCE_STEP_INPUT], text, SEQUENCE_STEP_INPUT, UINT64_MAX),
+    specialInput(value[SEQUENCE_ID_INPUT], source, SEQUENCE_ID_INPUT, UINT64_MAX),
+    specialInput(value[SEQUENCE_CONTROL_INPUT], source, SEQUENCE_CONTROL_INPUT, UINT32_MAX),
+    specialInput(value[SEQUENCE_STEP_INPUT], source, SEQUENCE_STEP_INPUT, UINT64_MAX),
   ];
 }
 
 /** Column form: `"inputs": {name: value, …}` or a bare value for a one-input model. */
-function decodeColumns(model: ServedModel, value: unknown, text: string): DecodedPredict {
+function decodeColumns(model: ServedModel, value: unknown, source: RestSource): DecodedPredict {
   const inputs = new Map<string, Tensor>();
   if (!isNamedMap(value)) {
-    inputs.set(...decodeNamed(model, onlyInput(model), value, tokensAt(text, ["inputs"])));
+    inputs.set(...decodeNamed(model, onlyInput(model), value, tokensAt(source, ["inputs"])));
     return { inputs, rows: undefined };
   }
   const stateful = isStateful(model);
   for (const name in value) {
     if (stateful && SPECIAL_INPUTS.has(name)) continue;
-    inputs.set(...decodeNamed(model, name, value[name], tokensAt(text, ["inputs", name])));
+    inputs.set(...decodeNamed(model, name, value[name], tokensAt(source, ["inputs", name])));
   }
   return { inputs, rows: undefined };
 }
 
 /** Row form: `"instances": [{name: value, …}, …]` or a list of bare values for a one-input model. */
-function decodeRows(model: ServedModel, instances: unknown, text: string): DecodedPredict {
-  if (!Array.isArray(instances))
+function decodeRows(model: ServedModel, instances: unknown, source: RestSource): DecodedPredict {
+  if (!Array.isArray(instances) && !isPackedArray(instances) && !isPackedRows(instances))
     throw invalidArg("Invalid JSON structure. Nonamed instance is not an array.");
   if (isStateful(model)) {
     throw invalidArg(
       `model '${model.name}' is stateful: send its inputs, with sequence_id and sequence_control_input, in the column format ("inputs")`,
     );
   }
-  if (instances.length === 0) throw invalidArg("Invalid JSON structure. Missing instances in row format");
   const inputs = new Map<string, Tensor>();
+  // Packed on the JSON thread (never empty, every instance alike): all numbers or strings,
+  // so no 64-bit integer is to be read from the text.
+  if (isPackedRows(instances)) {
+    for (const [name, column] of instances.named) inputs.set(...decodeNamed(model, name, column, NO_TOKENS));
+    return { inputs, rows: instances.rows };
+  }
+  if (isPackedArray(instances)) {
+    inputs.set(...decodeNamed(model, onlyInput(model), instances, NO_TOKENS));
+    return { inputs, rows: instances.shape[0] };
+  }
+  return decodeRowList(model, instances as unknown[], inputs, source);
+}
+
+/** Row form as parsed: instances that are objects naming inputs, or bare values. */
+function decodeRowList(
+  model: ServedModel,
+  instances: unknown[],
+  inputs: Map<string, Tensor>,
+  source: RestSource,
+): DecodedPredict {
+  if (instances.length === 0) throw invalidArg("Invalid JSON structure. Missing instances in row format");
   const named = instances.every(isNamedMap);
   if (!named) {
     if (instances.some(isNamedMap)) {
       throw invalidArg("Could not detect neither named or nonamed format: instances mix objects and values");
     }
-    inputs.set(...decodeNamed(model, onlyInput(model), instances, tokensAt(text, ["instances"])));
+    inputs.set(...decodeNamed(model, onlyInput(model), instances, tokensAt(source, ["instances"])));
     return { inputs, rows: instances.length };
   }
   const names = Object.keys(instances[0] as JsonObject);
@@ -215,7 +266,7 @@ function decodeRows(model: ServedModel, instances: unknown, text: string): Decod
   let instanceTexts: string[] | undefined;
   for (const name of names) {
     const tokens = () => {
-      instanceTexts ??= elementSourceTexts(memberSourceText(text, ["instances"]) ?? "");
+      instanceTexts ??= elementSourceTexts(memberSourceText(source.text, ["instances"]) ?? "");
       // Element indices run on across the instances, as their values are stacked.
       const tokens = new Map<number, string>();
       let offset = 0;
@@ -236,18 +287,30 @@ function decodeRows(model: ServedModel, instances: unknown, text: string): Decod
   return { inputs, rows: instances.length };
 }
 
+const restPart = (output: Tensor & { name: string }, row?: number): NestedTensor =>
+  row === undefined
+    ? { form: "rest", name: output.name, tensor: output }
+    : { form: "rest", name: output.name, tensor: output, row };
+
 /** `{"outputs": …}`: an object by name, or the bare value of a lone output. */
-function columnText(outputs: readonly (Tensor & { name: string })[], sequenceId: bigint | undefined): string {
-  if (outputs.length === 1 && sequenceId === undefined) {
-    return `{"outputs":${restTensorText(outputs[0]!.name, outputs[0]!)}}`;
+function columnParts(
+  outputs: readonly (Tensor & { name: string })[],
+  sequenceId: bigint | undefined,
+): WritePart[] {
+  if (outputs.length === 1 && sequenceId === undefined) return ['{"outputs":', restPart(outputs[0]!), "}"];
+  const parts: WritePart[] = ['{"outputs":{'];
+  for (const [i, output] of outputs.entries()) {
+    parts.push(`${i > 0 ? "," : ""}${JSON.stringify(output.name)}:`, restPart(output));
   }
-  const members = outputs.map((o) => `${JSON.stringify(o.name)}:${restTensorText(o.name, o)}`);
-  if (sequenceId !== undefined) members.push(`${JSON.stringify(SEQUENCE_ID_INPUT)}:[${sequenceId}]`);
-  return `{"outputs":{${members.join(",")}}}`;
+  if (sequenceId !== undefined) {
+    parts.push(`${outputs.length > 0 ? "," : ""}${JSON.stringify(SEQUENCE_ID_INPUT)}:[${sequenceId}]`);
+  }
+  parts.push("}}");
+  return parts;
 }
 
 /** `{"predictions": […]}`: one entry per instance (a bare value when the model has one output). */
-function rowText(outputs: readonly (Tensor & { name: string })[], rows: number): string {
+function rowParts(outputs: readonly (Tensor & { name: string })[], rows: number): WritePart[] {
   for (const output of outputs) {
     if (output.shape[0] !== rows) {
       throw new ServerError(
@@ -256,17 +319,19 @@ function rowText(outputs: readonly (Tensor & { name: string })[], rows: number):
       );
     }
   }
-  const predictions: string[] = [];
+  const parts: WritePart[] = ['{"predictions":['];
   for (let r = 0; r < rows; r++) {
-    if (outputs.length === 1) predictions.push(restTensorText(outputs[0]!.name, tensorRow(outputs[0]!, r)));
+    if (r > 0) parts.push(",");
+    if (outputs.length === 1) parts.push(restPart(outputs[0]!, r));
     else {
-      const members = outputs.map(
-        (o) => `${JSON.stringify(o.name)}:${restTensorText(o.name, tensorRow(o, r))}`,
-      );
-      predictions.push(`{${members.join(",")}}`);
+      for (const [i, output] of outputs.entries()) {
+        parts.push(`${i === 0 ? "{" : ","}${JSON.stringify(output.name)}:`, restPart(output, r));
+      }
+      parts.push("}");
     }
   }
-  return `{"predictions":[${predictions.join(",")}]}`;
+  parts.push("]}");
+  return parts;
 }
 
 function statusJson(statuses: readonly VersionStatus[]): object {
@@ -313,7 +378,7 @@ function metadataJson(name: string, version: string, signature: Signature): obje
   };
 }
 
-const sendText = (reply: FastifyReply, text: string): FastifyReply =>
+const sendText = (reply: FastifyReply, text: string | Buffer): FastifyReply =>
   reply.type("application/json").send(text);
 
 /** The model version the path names, when it is served. */
@@ -431,7 +496,8 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
       const named = servedOrUndefined(registry, path);
       if (named !== undefined) identify(named.name, named.version);
     }
-    const { json, text } = parseBody(request.body as Buffer | undefined);
+    const parsed = parseBody(request.body as Buffer | undefined);
+    const { json, source } = parsed instanceof Promise ? await parsed : parsed;
     const signature = json.signature_name;
     if (signature !== undefined && typeof signature !== "string") {
       throw invalidArg("'signature_name' must be a string");
@@ -442,13 +508,13 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
     const hasColumns = json.inputs !== undefined;
     if (hasRows === hasColumns) throw ovmsInvalid("rest_order");
     // Special inputs are read (and refused) before the data, as OVMS does.
-    const rows = hasRows ? decodeRows(model, json.instances, text) : undefined;
+    const rows = hasRows ? decodeRows(model, json.instances, source) : undefined;
     const [id, control, step] = hasColumns
-      ? columnSpecials(model, json.inputs, text)
+      ? columnSpecials(model, json.inputs, source)
       : [undefined, undefined, undefined];
     const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
     const sequence = sequenceOf(model, id, control, step, routed);
-    const decoded = rows ?? decodeColumns(model, json.inputs, text);
+    const decoded = rows ?? decodeColumns(model, json.inputs, source);
     const disconnect = watchDisconnect(request, reply);
     try {
       const { response, sequenceId } = await predict({
@@ -459,11 +525,12 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
         signal: disconnect.signal,
         principal: request.principal,
       });
-      const body =
+      const parts =
         decoded.rows === undefined
-          ? columnText(scalarOutputsAsModel(model.config, response.outputs), sequenceId)
-          : rowText(response.outputs, decoded.rows);
-      return sendText(reply, body);
+          ? columnParts(scalarOutputsAsModel(model.config, response.outputs), sequenceId)
+          : rowParts(response.outputs, decoded.rows);
+      const body = writeParts(parts, jsonElements(response.outputs));
+      return sendText(reply, body instanceof Promise ? await body : body);
     } finally {
       disconnect.dispose();
     }

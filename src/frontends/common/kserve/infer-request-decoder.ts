@@ -5,6 +5,7 @@ import type { ServedModel } from "../../../core/model.ts";
 import { readSequenceControl } from "../../../core/sequence/sequence-parameters.ts";
 import type { SharedMemoryRegions, SharedMemorySlice } from "../../../core/shared-memory.ts";
 import type { Tensor } from "../../../core/tensor.ts";
+import { OFF_THREAD_JSON_BYTES, parseJsonOffThread } from "../../json-thread/json-thread.ts";
 import { isJsonObject, type JsonObject } from "../http/json-body.ts";
 import { jsonPreview } from "../json-preview.ts";
 import {
@@ -19,7 +20,6 @@ import { decodeRawTensor } from "../raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
 import { type Classification, classificationCount, classificationFor } from "./classification.ts";
 import { decodeJsonTensor } from "./json-tensor.ts";
-import { OFF_THREAD_JSON_BYTES, parseInferJsonOffThread } from "./json-thread.ts";
 import { checkReservedParameter } from "./reserved-parameters.ts";
 import { type SharedMemoryHold, SharedMemoryRequest } from "./shared-memory-tensors.ts";
 import { refuseUnsupportedExtensions } from "./unsupported-extensions.ts";
@@ -69,7 +69,7 @@ export interface DecodeOptions {
 /**
  * A request's JSON source, where what JSON.parse cannot say is read again: 64-bit
  * integers exactly, and whether a `sequence_id` is written as a fraction. `text` may be
- * decoded only when first read (a body parsed on another thread, json-thread.ts).
+ * decoded only when first read (a body parsed on another thread, json-thread/).
  */
 export interface JsonSource {
   readonly text: string;
@@ -416,6 +416,25 @@ export function parseInferJson(body: Buffer, jsonLength: number): InferJson {
   return { object: inferJsonObject(parseRequestJson(text)), text };
 }
 
+/**
+ * As parseInferJson, on the JSON thread (json-thread/), with the body, whose memory went
+ * there and back, in place of `body` (emptied). `body` must own its memory.
+ */
+export async function parseInferJsonOffThread(
+  body: Buffer,
+  jsonLength: number,
+): Promise<InferJson & { readonly body: Buffer }> {
+  const parsed = await parseJsonOffThread(body, jsonLength, "kserve");
+  return {
+    object: inferJsonObject(parsed.value),
+    sequenceIdsAreIntegers: parsed.sequenceIdsAreIntegers,
+    get text() {
+      return parsed.text;
+    },
+    body: parsed.body,
+  };
+}
+
 /** The parsed JSON of an inference request, checked to be an object. */
 export function inferJsonObject(json: unknown): JsonObject {
   if (!isJsonObject(json)) {
@@ -536,15 +555,8 @@ async function decodeOffThread(
   model: ServedModel,
   options: DecodeOptions,
 ): Promise<DecodedInferRequest> {
-  const { value, source, body: returned } = await parseInferJsonOffThread(body, jsonLength);
-  const parsed: InferJson = {
-    object: inferJsonObject(value),
-    sequenceIdsAreIntegers: source.sequenceIdsAreIntegers,
-    get text() {
-      return source.text;
-    },
-  };
-  return decodeInferJson(parsed, returned, headerLength, model, options);
+  const parsed = await parseInferJsonOffThread(body, jsonLength);
+  return decodeInferJson(parsed, parsed.body, headerLength, model, options);
 }
 
 /**

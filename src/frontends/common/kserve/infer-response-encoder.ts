@@ -1,12 +1,16 @@
 import { invalidArg } from "../../../core/errors.ts";
 import type { InferResponse, Parameters } from "../../../core/infer.ts";
 import { formatShape } from "../../../core/tensor.ts";
+import {
+  OFF_THREAD_JSON_ELEMENTS,
+  type WritePart,
+  writeJsonOffThread,
+} from "../../json-thread/json-thread.ts";
+import { partsText } from "../../json-thread/write-parts.ts";
 import { encodeRawTensor } from "../raw-tensor.ts";
 import { binaryBody } from "./binary-tensor.ts";
 import { classifyOutputs } from "./classification.ts";
 import { isBinaryOutput, type OutputEncoding } from "./infer-request-decoder.ts";
-import { jsonTensorData } from "./json-tensor.ts";
-import { OFF_THREAD_JSON_ELEMENTS, type WritePart, writeJsonOffThread } from "./json-thread.ts";
 import type { SharedMemoryHold } from "./shared-memory-tensors.ts";
 
 // InferResponse → the KServe v2 HTTP response body. The JSON is written by hand: it is
@@ -88,12 +92,6 @@ function responseParts(answer: InferResponse, encoding: OutputEncoding): Respons
   return { parts, binaryParts, jsonElements };
 }
 
-function jsonText(parts: readonly WritePart[]): string {
-  let text = "";
-  for (const part of parts) text += typeof part === "string" ? part : jsonTensorData(part);
-  return text;
-}
-
 function encoded(json: string, binaryParts: Uint8Array[], reserve: number): EncodedInferResponse {
   if (binaryParts.length === 0)
     return { body: json, contentType: "application/json", headerLength: undefined };
@@ -111,12 +109,12 @@ export function encodeInferResponse(
   reserve = 0,
 ): EncodedInferResponse {
   const { parts, binaryParts } = responseParts(answer, encoding);
-  return encoded(jsonText(parts), binaryParts, reserve);
+  return encoded(partsText(parts), binaryParts, reserve);
 }
 
 /**
  * As encodeInferResponse; a JSON body of OFF_THREAD_JSON_ELEMENTS elements or more is
- * written on the JSON thread (json-thread.ts), so that the event loop goes on serving
+ * written on the JSON thread (json-thread/), so that the event loop goes on serving
  * other requests meanwhile. A promise only then (see decodeInferRequestOffThread).
  */
 export function encodeInferResponseOffThread(
@@ -125,7 +123,7 @@ export function encodeInferResponseOffThread(
 ): EncodedInferResponse | Promise<EncodedInferResponse> {
   const { parts, binaryParts, jsonElements } = responseParts(answer, encoding);
   if (jsonElements < OFF_THREAD_JSON_ELEMENTS || binaryParts.length > 0) {
-    return encoded(jsonText(parts), binaryParts, 0);
+    return encoded(partsText(parts), binaryParts, 0);
   }
   return writeJsonOffThread(parts).then((body) => ({
     body,

@@ -246,7 +246,7 @@ export interface StringLeaves {
   readonly ends: Uint32Array;
 }
 
-function isStringLeaves(value: unknown): value is StringLeaves {
+export function isStringLeaves(value: unknown): value is StringLeaves {
   return (
     typeof value === "object" &&
     value !== null &&

@@ -1,17 +1,18 @@
 import type { Worker } from "node:worker_threads";
-import { siblingModule, spawnWorker } from "../../../backends/worker/spawn-worker.ts";
-import { internal, invalidArg } from "../../../core/errors.ts";
-import type { Tensor } from "../../../core/tensor.ts";
-import type { JsonSource } from "./infer-request-decoder.ts";
+import { siblingModule, spawnWorker } from "../../backends/worker/spawn-worker.ts";
+import { internal, invalidArg } from "../../core/errors.ts";
+import type { Tensor } from "../../core/tensor.ts";
 
-// Large KServe JSON bodies are read and written on a thread of their own. JSON.parse of a
-// body of numbers runs at about 30 MB/s here (a double made per element), and writing
-// floats about as fast, so on the event loop a 50 MB body held every other request and
-// sequence for seconds. On this thread, the main thread only moves memory: a request body
-// goes over and back (no copy) and each input comes back as one Float64Array of its
-// elements; a response's tensors go over (copied: others may still read them) and its
-// body comes back as UTF-8 bytes. The thread starts with the first large body and ends
-// after a while without one, so a server that never gets one never pays for it.
+// Large JSON bodies, of every family that takes them (KServe over HTTP, TF-Serving's REST
+// API, SageMaker's invocations), are read and written on a thread of their own. JSON.parse
+// of a body of numbers runs at about 30 MB/s here (a double made per element), and
+// writing floats about as fast, so on the event loop a 50 MB body held every other
+// request and sequence for seconds. On this thread, the main thread only moves memory: a
+// request body goes over and back (no copy) and its tensors' data come back packed, one
+// typed array each (packed-json.ts); a response's tensors go over (copied: others may
+// still read them) and its body comes back as UTF-8 bytes. The thread starts with the
+// first large body and ends after a while without one, so a server that never gets one
+// never pays for it.
 
 /** JSON parts this long or longer are parsed off the event loop (shorter: in place, ~30 ms at most). */
 export const OFF_THREAD_JSON_BYTES = 1 << 20;
@@ -19,16 +20,37 @@ export const OFF_THREAD_JSON_BYTES = 1 << 20;
 export const OFF_THREAD_JSON_ELEMENTS = 1 << 16;
 const IDLE_END_MS = 30_000;
 
+/**
+ * Which family's JSON a body holds, which says where its tensors' data are and how a
+ * malformed body is refused: a KServe v2 inference request (data in `inputs[i].data`), a
+ * TF-Serving REST predict request (`inputs` or `instances`, NaN and Infinity allowed), or
+ * a bare array of one input's data (SageMaker).
+ */
+export type ParseForm = "kserve" | "tfs" | "array";
+
 export interface ParseRequest {
   readonly type: "parse";
+  readonly form: ParseForm;
   readonly id: number;
   readonly buffer: ArrayBuffer;
   readonly byteOffset: number;
   readonly length: number;
 }
 
-/** A response body: JSON text, and tensors to write as their JSON data in between. */
-export type WritePart = string | Tensor;
+/**
+ * A tensor written nested to its shape: as a bare JSON array (`nested`, SageMaker), or as
+ * TF-Serving's REST lists (`rest`: TF-Serving's tokens for non-finite floats, bytes as
+ * strings or `{"b64": …}` by `name`); `row`, when set, writes only that row of its first axis.
+ */
+export interface NestedTensor {
+  readonly form: "nested" | "rest";
+  readonly name: string;
+  readonly tensor: Tensor;
+  readonly row?: number;
+}
+
+/** A response body: JSON text, and tensors in between (a Tensor alone: its data flat, as KServe writes it). */
+export type WritePart = string | Tensor | NestedTensor;
 
 export interface WriteRequest {
   readonly type: "write";
@@ -42,9 +64,15 @@ interface Returned {
   readonly buffer: ArrayBuffer;
 }
 
+/** What the thread found in a body's JSON beside its value. */
+export interface ParseFindings {
+  /** KServe: no `sequence_id` is written as a fraction (json-source-text.ts). */
+  readonly sequenceIdsAreIntegers?: boolean;
+}
+
 export type ThreadReply =
-  | (Returned & { readonly object: unknown; readonly sequenceIdsAreIntegers: boolean })
-  /** The client's JSON is malformed: Triton's words for it. */
+  | (Returned & { readonly object: unknown; readonly findings: ParseFindings })
+  /** The client's JSON is malformed: the family's words for it. */
   | (Returned & { readonly refusal: string })
   /** The thread could not do it for a reason of its own (memory). */
   | (Returned & { readonly failure: string })
@@ -111,24 +139,30 @@ function ask(message: ParseRequest | WriteRequest, transfer: ArrayBuffer[]): Pro
   });
 }
 
-export interface ParsedOffThread {
-  /** The parsed JSON, inputs' all-number `data` as Float64Arrays. */
+export interface ParsedOffThread extends ParseFindings {
+  /** The parsed JSON, its tensors' data packed (packed-json.ts). */
   readonly value: unknown;
-  readonly source: JsonSource;
+  /** The JSON text, decoded when first read (only 64-bit integers past 2^53 need it). */
+  readonly text: string;
   /** The body, in place of the one given. */
   readonly body: Buffer;
 }
 
 /**
- * The first `jsonLength` bytes of `body` parsed as an inference request's JSON, on the
- * JSON thread, and `body` again: its memory is moved there and back, so the Buffer given
- * is emptied and the one returned takes its place. `body` must own its memory (a request
- * body as readRequestBody gives it); binary inputs after the JSON stay in it.
+ * The first `jsonLength` bytes of `body` parsed as JSON of `form`, on the JSON thread,
+ * and `body` again: its memory is moved there and back, so the Buffer given is emptied
+ * and the one returned takes its place. `body` must own its memory (a request body as
+ * readRequestBody gives it); binary inputs after the JSON stay in it.
  */
-export async function parseInferJsonOffThread(body: Buffer, jsonLength: number): Promise<ParsedOffThread> {
+export async function parseJsonOffThread(
+  body: Buffer,
+  jsonLength: number,
+  form: ParseForm,
+): Promise<ParsedOffThread> {
   const { buffer, byteOffset, byteLength } = body;
   const message: ParseRequest = {
     type: "parse",
+    form,
     id: nextId++,
     buffer: buffer as ArrayBuffer,
     byteOffset,
@@ -140,28 +174,41 @@ export async function parseInferJsonOffThread(body: Buffer, jsonLength: number):
   if ("failure" in reply) throw internal(`the request JSON could not be parsed: ${reply.failure}`);
   if (!("object" in reply)) throw internal("the JSON thread answered a parse with a body");
   let text: string | undefined;
-  const source: JsonSource = {
-    sequenceIdsAreIntegers: reply.sequenceIdsAreIntegers,
-    // Decoded only if a 64-bit integer past 2^53 is to be read again from its digits.
+  return {
+    value: reply.object,
+    ...reply.findings,
     get text() {
       text ??= returned.toString("utf8", 0, jsonLength);
       return text;
     },
+    body: returned,
   };
-  return { value: reply.object, source, body: returned };
 }
 
 /** A response body of `parts`, written on the JSON thread, as UTF-8 bytes. */
 export async function writeJsonOffThread(parts: readonly WritePart[]): Promise<Buffer> {
   const transfer: ArrayBuffer[] = [];
-  const copies = parts.map((part): WritePart => {
-    if (typeof part === "string" || !ArrayBuffer.isView(part.data)) return part;
-    // A copy of its own: the model's output may share its memory, and others read it.
-    const data = part.data.slice();
-    transfer.push(data.buffer as ArrayBuffer);
-    return { ...part, data } as Tensor;
+  // A copy of each tensor's data, once however many parts write it: the model's output
+  // may share its memory, and others read it.
+  const copies = new Map<Tensor, Tensor>();
+  const copy = (tensor: Tensor): Tensor => {
+    let copied = copies.get(tensor);
+    if (copied === undefined) {
+      if (!ArrayBuffer.isView(tensor.data)) copied = tensor;
+      else {
+        const data = tensor.data.slice();
+        transfer.push(data.buffer as ArrayBuffer);
+        copied = { ...tensor, data } as Tensor;
+      }
+      copies.set(tensor, copied);
+    }
+    return copied;
+  };
+  const sent = parts.map((part): WritePart => {
+    if (typeof part === "string") return part;
+    return "form" in part ? { ...part, tensor: copy(part.tensor) } : copy(part);
   });
-  const reply = await ask({ type: "write", id: nextId++, parts: copies }, transfer);
+  const reply = await ask({ type: "write", id: nextId++, parts: sent }, transfer);
   if ("failure" in reply) throw internal(`the response JSON could not be written: ${reply.failure}`);
   if ("refusal" in reply) throw invalidArg(reply.refusal);
   if (!("written" in reply)) throw internal("the JSON thread answered a write with a parse");
