@@ -10,8 +10,11 @@ import {
   decodeRawBody,
   type InferJson,
   parseInferJson,
+  parseInferJsonOffThread,
 } from "../common/kserve/infer-request-decoder.ts";
 import { decodeJsonTensor } from "../common/kserve/json-tensor.ts";
+import { OFF_THREAD_JSON_BYTES, parseJsonOffThread } from "../json-thread/json-thread.ts";
+import { isPackedArray, type PackedArray } from "../json-thread/packed-json.ts";
 
 // What a SageMaker invocation body is, by its Content-Type:
 //
@@ -41,8 +44,8 @@ export interface InvocationBody {
   readonly json: InferJson | undefined;
   /** Bytes of the JSON header in a binary body. */
   readonly headerLength: number | undefined;
-  /** The bare array of an array body. */
-  readonly array: readonly unknown[] | undefined;
+  /** The bare array of an array body (packed, when the JSON thread read it). */
+  readonly array: readonly unknown[] | PackedArray | undefined;
   readonly requestType: RequestType | undefined;
   /** False for a session request that carries no inputs: nothing to run. */
   readonly hasInputs: boolean;
@@ -86,12 +89,12 @@ function readRequestType(value: unknown): RequestType | undefined {
   );
 }
 
-function objectBody(
+function objectInvocation(
   form: "json" | "binary",
   bytes: Buffer,
+  json: InferJson,
   headerLength: number | undefined,
 ): InvocationBody {
-  const json = parseInferJson(bytes, headerLength ?? bytes.byteLength);
   const requestType = readRequestType(json.object.requestType);
   return {
     form,
@@ -106,19 +109,42 @@ function objectBody(
   };
 }
 
-function jsonBody(bytes: Buffer): InvocationBody {
-  if (firstByte(bytes) !== 0x5b) return objectBody("json", bytes, undefined);
-  const array = parseRequestJson(bytes.toString("utf8"));
+/** A JSON part of OFF_THREAD_JSON_BYTES or more is parsed on the JSON thread (a promise only then). */
+function objectBody(
+  form: "json" | "binary",
+  bytes: Buffer,
+  headerLength: number | undefined,
+): InvocationBody | Promise<InvocationBody> {
+  const jsonLength = headerLength ?? bytes.byteLength;
+  if (jsonLength < OFF_THREAD_JSON_BYTES) {
+    return objectInvocation(form, bytes, parseInferJson(bytes, jsonLength), headerLength);
+  }
+  return parseInferJsonOffThread(bytes, jsonLength).then((json) =>
+    objectInvocation(form, json.body, json, headerLength),
+  );
+}
+
+function arrayInvocation(bytes: Buffer, array: unknown): InvocationBody {
   return {
     form: "array",
     bytes,
     json: undefined,
     headerLength: undefined,
-    array: array as unknown[],
+    array: array as InvocationBody["array"],
     requestType: undefined,
     hasInputs: true,
     looksLikeJson: true,
   };
+}
+
+function jsonBody(bytes: Buffer): InvocationBody | Promise<InvocationBody> {
+  if (firstByte(bytes) !== 0x5b) return objectBody("json", bytes, undefined);
+  if (bytes.byteLength < OFF_THREAD_JSON_BYTES) {
+    return arrayInvocation(bytes, parseRequestJson(bytes.toString("utf8")));
+  }
+  return parseJsonOffThread(bytes, bytes.byteLength, "array").then((parsed) =>
+    arrayInvocation(parsed.body, parsed.value),
+  );
 }
 
 function rawBody(bytes: Buffer, looksLikeJson: boolean): InvocationBody {
@@ -134,8 +160,15 @@ function rawBody(bytes: Buffer, looksLikeJson: boolean): InvocationBody {
   };
 }
 
-/** The body's form and session fields; its tensors are read later by `decodeInvocation`. */
-export function readInvocationBody(bytes: Buffer, contentType: string | undefined): InvocationBody {
+/**
+ * The body's form and session fields; its tensors are read later by `decodeInvocation`.
+ * `bytes` must own its memory: a JSON body of OFF_THREAD_JSON_BYTES or more is parsed on
+ * the JSON thread, its memory moved there and back (a promise only then).
+ */
+export function readInvocationBody(
+  bytes: Buffer,
+  contentType: string | undefined,
+): InvocationBody | Promise<InvocationBody> {
   if (contentType === undefined || contentType.trim() === "") {
     return startsLikeJson(bytes) ? jsonBody(bytes) : rawBody(bytes, false);
   }
@@ -172,17 +205,18 @@ function onlyInput(model: ServedModel, form: string) {
 }
 
 function arrayRequest(
-  array: readonly unknown[],
+  array: readonly unknown[] | PackedArray,
   model: ServedModel,
   signal: AbortSignal | undefined,
   principal: string | undefined,
 ) {
   const input = onlyInput(model, "a bare JSON array");
-  let shape = nestedShape(array);
+  const packed = isPackedArray(array);
+  let shape = packed ? [...array.shape] : nestedShape(array);
   // The batch dimension may be left out: the array is then one row.
   if (model.config.maxBatchSize > 0 && !input.shared && shape.length === input.dims.length)
     shape = [1, ...shape];
-  const tensor: Tensor = decodeJsonTensor(input.name, input.datatype, shape, array);
+  const tensor: Tensor = decodeJsonTensor(input.name, input.datatype, shape, packed ? array.leaves : array);
   const request: InferRequest = {
     id: "",
     inputs: new Map([[input.name, tensor]]),

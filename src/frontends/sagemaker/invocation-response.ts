@@ -3,9 +3,12 @@ import type { InferResponse } from "../../core/infer.ts";
 import type { TensorMetadata } from "../../core/model.ts";
 import { HttpError } from "../common/http/http-error.ts";
 import type { OutputEncoding } from "../common/kserve/infer-request-decoder.ts";
-import { encodeInferResponse } from "../common/kserve/infer-response-encoder.ts";
-import { nestedJsonTensorData } from "../common/kserve/json-tensor.ts";
+import {
+  type EncodedInferResponse,
+  encodeInferResponseOffThread,
+} from "../common/kserve/infer-response-encoder.ts";
 import { encodeRawTensor } from "../common/raw-tensor.ts";
+import { writeParts } from "../json-thread/write-parts.ts";
 import { BINARY_JSON_TYPE, type BodyForm } from "./invocation-body.ts";
 
 // How an invocation is answered: in the form of its request, unless Accept asks for
@@ -88,16 +91,30 @@ interface EncodedAnswer {
   readonly body: string | Buffer;
 }
 
-function encodeAnswer(response: InferResponse, answer: AnswerForm, encoding: OutputEncoding): EncodedAnswer {
+/** A body of OFF_THREAD_JSON_ELEMENTS elements or more is written on the JSON thread (a promise only then). */
+function encodeAnswer(
+  response: InferResponse,
+  answer: AnswerForm,
+  encoding: OutputEncoding,
+): EncodedAnswer | Promise<EncodedAnswer> {
   const only = response.outputs.length === 1 ? response.outputs[0] : undefined;
   if (answer === "raw" && only !== undefined) {
     const bytes = encodeRawTensor(only);
     return { type: OCTET_STREAM, body: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength) };
   }
-  if (answer === "array" && only !== undefined) return { type: JSON_TYPE, body: nestedJsonTensorData(only) };
+  if (answer === "array" && only !== undefined) {
+    const body = writeParts([{ form: "nested", name: only.name, tensor: only }], only.data.length);
+    return body instanceof Promise
+      ? body.then((bytes) => ({ type: JSON_TYPE, body: bytes }))
+      : { type: JSON_TYPE, body };
+  }
   // The KServe form, also when a bare form gave way (outputs a raw answer would have
   // sent as bytes then go as binary data after the JSON).
-  const encoded = encodeInferResponse(response, encoding);
+  const encoded = encodeInferResponseOffThread(response, encoding);
+  return encoded instanceof Promise ? encoded.then(kserveAnswer) : kserveAnswer(encoded);
+}
+
+function kserveAnswer(encoded: EncodedInferResponse): EncodedAnswer {
   const type =
     encoded.headerLength === undefined
       ? JSON_TYPE
@@ -116,7 +133,8 @@ export function sendAnswer(
   answer: AnswerForm,
   encoding: OutputEncoding,
   headers: Readonly<Record<string, string>> = {},
-): FastifyReply {
-  const { type, body } = encodeAnswer(response, answer, encoding);
-  return reply.headers(headers).type(type).send(body);
+): FastifyReply | Promise<FastifyReply> {
+  const send = ({ type, body }: EncodedAnswer) => reply.headers(headers).type(type).send(body);
+  const encoded = encodeAnswer(response, answer, encoding);
+  return encoded instanceof Promise ? encoded.then(send) : send(encoded);
 }

@@ -179,10 +179,11 @@ export async function invocationRoutes(
   });
 
   const invoke = async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
-    const body = readInvocationBody(
+    const read = readInvocationBody(
       (request.body as Buffer | undefined) ?? EMPTY_BODY,
       request.headers["content-type"],
     );
+    const body = read instanceof Promise ? await read : read;
     const intent = sessionIntent(headerValue(request, SESSION_ID), body.requestType);
     const target = targetModel(registry, headerValue(request, TARGET_MODEL));
     const attributes = headerValue(request, CUSTOM_ATTRIBUTES);
