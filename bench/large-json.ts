@@ -4,16 +4,20 @@
 // rows as JSON (51 MB at 10,000 rows; its answer holds the state, 2.56 M floats, as JSON
 // too). The figure is the probe's slowest answer during the request: the longest the
 // server's event loop was held. Pass --baseline <dir> to run an earlier checkout too.
+// --api picks the request's family: KServe v2 (`/v2/models/{m}/infer`), TF-Serving REST
+// (`/v1/models/{m}:predict`, column form) or SageMaker (`/invocations`, a KServe body;
+// SageMaker allows 6 MB, so 1,000 rows at most).
 //
-//   node --import tsx bench/large-json.ts [--rows 10000] [--rounds 3] [--baseline dir]
+//   node --import tsx bench/large-json.ts [--api kserve|tfs|sagemaker] [--rows 10000] [--rounds 3] [--baseline dir]
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { startServerProcess } from "../src/bench/server-process.ts";
+import { type ServerPorts, startServerProcess } from "../src/bench/server-process.ts";
 
 const { values } = parseArgs({
   options: {
+    api: { type: "string", default: "kserve" },
     rows: { type: "string", default: "10000" },
     rounds: { type: "string", default: "3" },
     baseline: { type: "string" },
@@ -22,10 +26,41 @@ const { values } = parseArgs({
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const rows = Number(values.rows);
 
+const api = values.api;
+if (api !== "kserve" && api !== "tfs" && api !== "sagemaker")
+  throw new Error(`--api ${api}: kserve, tfs or sagemaker`);
+
 function requestBody(): string {
   const input = Array.from({ length: rows * 512 }, () => (Math.random() * 0.2 - 0.1).toFixed(6));
   const state = new Array(2 * rows * 128).fill(0);
+  if (api === "tfs") {
+    const nest = (flat: readonly unknown[], width: number) =>
+      Array.from(
+        { length: flat.length / width },
+        (_, r) => `[${flat.slice(r * width, (r + 1) * width).join(",")}]`,
+      );
+    const stateRows = nest(state, 128);
+    const layers = [stateRows.slice(0, rows), stateRows.slice(rows)].map((layer) => `[${layer.join(",")}]`);
+    return `{"inputs":{"input":[${nest(input, 512).join(",")}],"state":[${layers.join(",")}],"sr":16000}}`;
+  }
   return `{"inputs":[{"name":"input","datatype":"FP32","shape":[${rows},512],"data":[${input.join(",")}]},{"name":"state","datatype":"FP32","shape":[2,${rows},128],"data":[${state.join(",")}]},{"name":"sr","datatype":"INT64","shape":[],"data":[16000]}]}`;
+}
+
+/** Where the request goes, and its headers. */
+function endpoint(ports: ServerPorts): {
+  url: string;
+  headers: Record<string, string>;
+} {
+  const json = { "content-type": "application/json" };
+  if (api === "tfs")
+    return { url: `http://127.0.0.1:${ports.http}/v1/models/silero_vad:predict`, headers: json };
+  if (api === "sagemaker") {
+    return {
+      url: `http://127.0.0.1:${ports.sagemaker}/invocations`,
+      headers: { ...json, "x-amzn-sagemaker-target-model": "silero_vad" },
+    };
+  }
+  return { url: `http://127.0.0.1:${ports.http}/v2/models/silero_vad/infer`, headers: json };
 }
 
 // Asks `url` until its stdin closes, then prints its slowest answer in ms.
@@ -75,11 +110,8 @@ async function measure(label: string, root: string, body: string): Promise<void>
       let ms = 0;
       const slowest = await slowestProbe(`${base}/v2/health/live`, async () => {
         const start = performance.now();
-        const response = await fetch(`${base}/v2/models/silero_vad/infer`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body,
-        });
+        const { url, headers } = endpoint(server.ports);
+        const response = await fetch(url, { method: "POST", headers, body });
         await response.arrayBuffer();
         status = response.status;
         ms = performance.now() - start;
@@ -94,6 +126,6 @@ async function measure(label: string, root: string, body: string): Promise<void>
 }
 
 const body = requestBody();
-console.log(`request body ${(body.length / 2 ** 20).toFixed(1)} MiB (${rows} rows)`);
+console.log(`${api} request body ${(body.length / 2 ** 20).toFixed(1)} MiB (${rows} rows)`);
 if (values.baseline !== undefined) await measure("before", values.baseline, body);
 await measure("seqserve", ROOT, body);
