@@ -134,6 +134,15 @@ function withFoundStatePairs(
   });
 }
 
+/**
+ * max_batch_size autocomplete gives a model an OVMS config lists, when the model can
+ * batch. OVMS takes a request of any batch size a model's dynamic first dimension
+ * allows, where Triton's default (4) would refuse a fifth row; the largest Triton allows
+ * is as good as no limit. Requests are still batched together, and a stateful model's
+ * sequences as many at once as are ready.
+ */
+const OVMS_MAX_BATCH_SIZE = 2 ** 31 - 1;
+
 export interface VersionLoadOptions {
   readonly backend: ModelBackend;
   readonly logger: Logger;
@@ -179,7 +188,7 @@ export async function openVersion(
       modelDir: source.dir,
       modelIo: opened.io,
       strict: prepared.strict,
-      defaultMaxBatchSize: options.defaultMaxBatchSize,
+      defaultMaxBatchSize: source.ovms === undefined ? options.defaultMaxBatchSize : OVMS_MAX_BATCH_SIZE,
     });
     for (const note of resolved.notes)
       options.logger.info({ event: "config_note", model: source.name }, note);

@@ -81,6 +81,14 @@ describe("REST predict on stateless models", () => {
     });
   });
 
+  it("row form takes as many instances as the model's dynamic batch dimension allows, as OVMS does", async () => {
+    // Triton's autocomplete would give the model max_batch_size 4.
+    const instances = Array.from({ length: 300 }, (_, i) => [i, i + 0.5, -i - 1]);
+    const answer = await post("/v1/models/one_float:predict", { instances });
+    assert.equal(answer.status, 200, JSON.stringify(answer.json));
+    assert.deepEqual(answer.json, { predictions: instances });
+  });
+
   it("row form, bare instances for a one-input model: a bare prediction per instance", async () => {
     const answer = await post("/v1/models/one_float/versions/1:predict", {
       signature_name: "serving_default",

@@ -19,7 +19,6 @@ import { restBody } from "./support/vad-steps.ts";
 let ovms: OvmsServer;
 before(async () => {
   ovms = await startOvmsServer({
-    // The batch dimension is left to autocomplete, which allows 4 rows.
     floats: { onnx: identityModel("FP32", [-1, -1]) },
     add_sub: { onnx: addSubModel("FP32", [-1, -1]) },
     strings: { onnx: identityModel("BYTES", [-1, -1]) },
