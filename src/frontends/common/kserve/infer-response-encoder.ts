@@ -113,17 +113,18 @@ export function encodeInferResponse(
 }
 
 /**
- * As encodeInferResponse; a JSON body of OFF_THREAD_JSON_ELEMENTS elements or more is
+ * As encodeInferResponse (`reserve` as there); a JSON body of OFF_THREAD_JSON_ELEMENTS elements or more is
  * written on the JSON thread (json-thread/), so that the event loop goes on serving
  * other requests meanwhile. A promise only then (see decodeInferRequestOffThread).
  */
 export function encodeInferResponseOffThread(
   answer: InferResponse,
   encoding: OutputEncoding,
+  reserve = 0,
 ): EncodedInferResponse | Promise<EncodedInferResponse> {
   const { parts, binaryParts, jsonElements } = responseParts(answer, encoding);
   if (jsonElements < OFF_THREAD_JSON_ELEMENTS || binaryParts.length > 0) {
-    return encoded(partsText(parts), binaryParts, 0);
+    return encoded(partsText(parts), binaryParts, reserve);
   }
   return writeJsonOffThread(parts).then((body) => ({
     body,

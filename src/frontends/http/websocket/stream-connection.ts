@@ -14,12 +14,19 @@ import {
   type DecodeOptions,
   decodeInferJson,
   decodeInferRequest,
+  type InferJson,
   type OutputEncoding,
   parseInferJson,
+  parseInferJsonOffThread,
 } from "../../common/kserve/infer-request-decoder.ts";
-import { encodeInferResponse } from "../../common/kserve/infer-response-encoder.ts";
+import {
+  type EncodedInferResponse,
+  encodeInferResponse,
+  encodeInferResponseOffThread,
+} from "../../common/kserve/infer-response-encoder.ts";
 import { STREAM_RESERVED_PARAMETERS } from "../../common/kserve/reserved-parameters.ts";
 import type { ConnectionBudget } from "../../common/response-budget.ts";
+import { OFF_THREAD_JSON_BYTES } from "../../json-thread/json-thread.ts";
 import { CLOSE_CODES, isDeliberateClose } from "./close-codes.ts";
 import { SequenceOwners } from "./sequence-owners.ts";
 import {
@@ -68,10 +75,23 @@ export interface StreamLimits {
   readonly onIdleClose?: (() => void) | undefined;
 }
 
+/** A large message's JSON, parsed on the JSON thread, and the message's memory given back. */
+interface ParsedMessage {
+  readonly json: InferJson;
+  /** The message (a binary message: after its prefix), in place of `data`, which is emptied. */
+  readonly body: Buffer;
+  /** A binary message's JSON header length; undefined for a text message. */
+  readonly headerLength: number | undefined;
+}
+
 /** One message, from arrival to answer. */
 class StreamEntry {
   readonly data: Buffer;
   readonly binary: boolean;
+  /** Its size as received, held against --max-held-request-bytes until it is answered. */
+  readonly bytes: number;
+  /** A large message, once parsed on the JSON thread (or why that failed). */
+  parsed: ParsedMessage | { readonly failure: unknown } | undefined;
   requestId = "";
   encoding: OutputEncoding | undefined;
   /** Its request starts the sequence: its answer brings the id. */
@@ -93,6 +113,7 @@ class StreamEntry {
   constructor(data: Buffer, binary: boolean) {
     this.data = data;
     this.binary = binary;
+    this.bytes = data.byteLength;
   }
 }
 
@@ -104,7 +125,19 @@ const sizeOf = (data: string | Buffer): number =>
 interface HeldAnswer {
   readonly data: string | Buffer;
   readonly size: number;
+  /** A binary frame; otherwise text (a string, or JSON written as UTF-8 bytes on the JSON thread). */
+  readonly binary: boolean;
 }
+
+/** An encoded answer as a message: JSON text, or a binary frame with its header length first. */
+function framed(encoded: EncodedInferResponse): string | Buffer {
+  if (encoded.headerLength === undefined) return encoded.body;
+  return writeFramePrefix(encoded.body as Buffer, encoded.headerLength);
+}
+
+/** Whether `buffer` is the whole of its memory, which can then move to another thread. */
+const ownsMemory = (buffer: Buffer): boolean =>
+  buffer.byteOffset === 0 && buffer.byteLength === buffer.buffer.byteLength;
 
 function asBuffer(data: RawData): Buffer {
   if (Buffer.isBuffer(data)) return data;
@@ -153,6 +186,8 @@ export class StreamConnection {
   /** A start has succeeded (always true for a stateless model: nothing to start). */
   #established: boolean;
   #startRunning = false;
+  /** A large message is being parsed on the JSON thread: what follows it waits. */
+  #parsing = false;
   /** Nothing more starts: the sequence is ending or gone, or the connection is closing. */
   #stopped = false;
   /**
@@ -253,7 +288,7 @@ export class StreamConnection {
     // After the end, or once closing, messages are not answered.
     if (this.#stopped) return;
     const entry = new StreamEntry(asBuffer(data), isBinary);
-    this.#heldRequestBytes += entry.data.byteLength;
+    this.#heldRequestBytes += entry.bytes;
     this.#waiting.push(entry);
     this.#advance();
   }
@@ -268,7 +303,8 @@ export class StreamConnection {
     // A connection whose answers wait for its client starts nothing more until they drain.
     while (!this.#stopped && this.#running < this.#limits.maxInFlight && !this.#budget.saturated) {
       // The start runs alone: whether later messages can continue a sequence depends on it.
-      if (this.#startRunning) return;
+      // A message being parsed holds back those after it: they start in the stream's order.
+      if (this.#startRunning || this.#parsing) return;
       const entry = this.#waiting.shift();
       if (entry === undefined) return;
       this.#answering.push(entry);
@@ -277,6 +313,7 @@ export class StreamConnection {
   }
 
   #start(entry: StreamEntry): void {
+    if (entry.parsed === undefined && this.#parseOffThread(entry)) return;
     let request: InferRequest;
     try {
       const decoded = this.#decode(entry);
@@ -317,8 +354,56 @@ export class StreamConnection {
     );
   }
 
+  /**
+   * A message whose JSON is OFF_THREAD_JSON_BYTES or more is parsed on the JSON thread
+   * before it starts (true then), so the event loop goes on serving other streams.
+   */
+  #parseOffThread(entry: StreamEntry): boolean {
+    if (this.#raw) return false;
+    const data = entry.data;
+    let jsonLength = data.byteLength;
+    if (entry.binary) {
+      // A frame readFrame refuses, or the raw input, is decoded in place.
+      if (data.byteLength < FRAME_PREFIX_BYTES) return false;
+      jsonLength = data.readUInt32LE(0);
+      if (jsonLength === 0 || jsonLength > data.byteLength - FRAME_PREFIX_BYTES) return false;
+    }
+    if (jsonLength < OFF_THREAD_JSON_BYTES) return false;
+    // The message's memory moves there and back: a view of memory shared with others is
+    // copied first.
+    let own = data;
+    if (!ownsMemory(data)) {
+      own = Buffer.allocUnsafeSlow(data.byteLength);
+      data.copy(own);
+    }
+    const headerLength = entry.binary ? jsonLength : undefined;
+    this.#parsing = true;
+    parseInferJsonOffThread(entry.binary ? own.subarray(FRAME_PREFIX_BYTES) : own, jsonLength)
+      .then(
+        (json) => {
+          entry.parsed = { json, body: json.body, headerLength };
+        },
+        (failure: unknown) => {
+          entry.parsed = { failure };
+        },
+      )
+      .then(() => {
+        this.#parsing = false;
+        if (this.#closing) return;
+        this.#start(entry);
+        this.#advance();
+      });
+    return true;
+  }
+
   /** The message's request; undefined for the end message. */
   #decode(entry: StreamEntry): DecodedInferRequest | undefined {
+    const parsed = entry.parsed;
+    if (parsed !== undefined) {
+      if ("failure" in parsed) throw parsed.failure;
+      const options = entry.binary ? this.#binaryOptions : this.#textOptions;
+      return this.#decodeJson(entry, parsed.body, parsed.headerLength, options, parsed.json);
+    }
     const data = entry.data;
     if (!entry.binary) return this.#decodeJson(entry, data, undefined, this.#textOptions);
     if (this.#raw) return decodeInferRequest(data, 0, this.#model, this.#binaryOptions);
@@ -333,8 +418,8 @@ export class StreamConnection {
     body: Buffer,
     headerLength: number | undefined,
     options: DecodeOptions,
+    parsed: InferJson = parseInferJson(body, headerLength ?? body.byteLength),
   ): DecodedInferRequest | undefined {
-    const parsed = parseInferJson(body, headerLength ?? body.byteLength);
     const id = parsed.object.id;
     if (typeof id === "string") entry.requestId = id;
     if (isEndMessage(parsed.object)) return undefined;
@@ -440,14 +525,14 @@ export class StreamConnection {
    * answer the budget has no room for is dropped and the stream ends (its client is not
    * reading what it asked for).
    */
-  #hold(entry: StreamEntry, data: string | Buffer): void {
+  #hold(entry: StreamEntry, data: string | Buffer, binary = typeof data !== "string"): void {
     if (this.#closing) return;
     const size = sizeOf(data);
     if (!this.#budget.take(size)) {
       this.#overflow();
       return;
     }
-    entry.answers.push({ data, size });
+    entry.answers.push({ data, size, binary });
   }
 
   #overflow(): void {
@@ -491,8 +576,22 @@ export class StreamConnection {
       return;
     }
     if (entry.starts) this.#established = true;
-    if (response !== undefined) this.#push(entry, entry.starts ? this.#named(response) : response);
-    entry.complete = true;
+    const encoded = response === undefined ? undefined : this.#encodeAnswer(entry, response);
+    if (encoded instanceof Promise) {
+      // A large JSON answer, written on the JSON thread: sent in its turn once written.
+      encoded
+        .then(
+          (json) => this.#hold(entry, json.body, false),
+          (error: unknown) => this.#hold(entry, errorText(asServerError(error).message, entry.requestId)),
+        )
+        .then(() => {
+          entry.complete = true;
+          if (!this.#closing) this.#advance();
+        });
+    } else {
+      if (encoded !== undefined) this.#hold(entry, encoded);
+      entry.complete = true;
+    }
     if (entry.ends) {
       this.#over = true;
       entry.closeCode = CLOSE_CODES.sequenceEnded;
@@ -531,9 +630,25 @@ export class StreamConnection {
   }
 
   #encode(response: InferResponse, encoding: OutputEncoding): string | Buffer {
-    const encoded = encodeInferResponse(response, encoding, FRAME_PREFIX_BYTES);
-    if (encoded.headerLength === undefined) return encoded.body;
-    return writeFramePrefix(encoded.body as Buffer, encoded.headerLength);
+    return framed(encodeInferResponse(response, encoding, FRAME_PREFIX_BYTES));
+  }
+
+  /**
+   * A request's one answer as a message (a start's names the sequence); one that cannot be
+   * encoded, the error. A JSON answer of OFF_THREAD_JSON_ELEMENTS elements or more is
+   * written on the JSON thread, as UTF-8 bytes for a text frame (a promise only then).
+   */
+  #encodeAnswer(
+    entry: StreamEntry,
+    response: InferResponse,
+  ): string | Buffer | Promise<EncodedInferResponse> {
+    const answer = entry.starts ? this.#named(response) : response;
+    try {
+      const encoded = encodeInferResponseOffThread(answer, entry.encoding!, FRAME_PREFIX_BYTES);
+      return encoded instanceof Promise ? encoded : framed(encoded);
+    } catch (error) {
+      return errorText(asServerError(error).message, entry.requestId);
+    }
   }
 
   /** Sends the answers that are ready, in arrival order. */
@@ -546,7 +661,7 @@ export class StreamConnection {
       this.#release(entry);
       if (!entry.complete) return;
       this.#answering.shift();
-      this.#heldRequestBytes -= entry.data.byteLength;
+      this.#heldRequestBytes -= entry.bytes;
       if (entry.closeCode !== undefined) this.#close(entry.closeCode, entry.closeText);
     }
   }
@@ -611,7 +726,7 @@ export class StreamConnection {
 
   #send(answer: HeldAnswer): void {
     this.#sentSizes.push(answer.size);
-    this.#socket.send(answer.data, this.#onSent);
+    this.#socket.send(answer.data, { binary: answer.binary }, this.#onSent);
     if (this.#socket.bufferedAmount > this.#limits.writeHighWaterBytes) this.#writeBlocked = true;
   }
 
