@@ -5,14 +5,16 @@
 // too). The figure is the probe's slowest answer during the request: the longest the
 // server's event loop was held. Pass --baseline <dir> to run an earlier checkout too.
 // --api picks the request's family: KServe v2 (`/v2/models/{m}/infer`), TF-Serving REST
-// (`/v1/models/{m}:predict`, column form) or SageMaker (`/invocations`, a KServe body;
-// SageMaker allows 6 MB, so 1,000 rows at most).
+// (`/v1/models/{m}:predict`, column form), SageMaker (`/invocations`, a KServe body;
+// SageMaker allows 6 MB, so 1,000 rows at most) or a WebSocket stream's text message
+// (`/v2/models/{m}/stream`, a KServe body; the answer "status" is 101 there).
 //
-//   node --import tsx bench/large-json.ts [--api kserve|tfs|sagemaker] [--rows 10000] [--rounds 3] [--baseline dir]
+//   node --import tsx bench/large-json.ts [--api kserve|tfs|sagemaker|ws] [--rows 10000] [--rounds 3] [--baseline dir]
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import WebSocket from "ws";
 import { type ServerPorts, startServerProcess } from "../src/bench/server-process.ts";
 
 const { values } = parseArgs({
@@ -27,8 +29,8 @@ const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const rows = Number(values.rows);
 
 const api = values.api;
-if (api !== "kserve" && api !== "tfs" && api !== "sagemaker")
-  throw new Error(`--api ${api}: kserve, tfs or sagemaker`);
+if (api !== "kserve" && api !== "tfs" && api !== "sagemaker" && api !== "ws")
+  throw new Error(`--api ${api}: kserve, tfs, sagemaker or ws`);
 
 function requestBody(): string {
   const input = Array.from({ length: rows * 512 }, () => (Math.random() * 0.2 - 0.1).toFixed(6));
@@ -96,6 +98,19 @@ async function slowestProbe(url: string, work: () => Promise<void>): Promise<num
   return Number(output);
 }
 
+/** Sends `body` as one text message on a new stream and waits for its answer; 101 when it comes. */
+function streamMessage(url: string, body: string): Promise<number> {
+  const socket = new WebSocket(url);
+  return new Promise((resolve, reject) => {
+    socket.once("open", () => socket.send(body));
+    socket.once("message", () => {
+      socket.close();
+      resolve(101);
+    });
+    socket.once("error", reject);
+  });
+}
+
 async function measure(label: string, root: string, body: string): Promise<void> {
   const server = await startServerProcess(
     join(root, "examples/models"),
@@ -110,10 +125,17 @@ async function measure(label: string, root: string, body: string): Promise<void>
       let ms = 0;
       const slowest = await slowestProbe(`${base}/v2/health/live`, async () => {
         const start = performance.now();
-        const { url, headers } = endpoint(server.ports);
-        const response = await fetch(url, { method: "POST", headers, body });
-        await response.arrayBuffer();
-        status = response.status;
+        if (api === "ws") {
+          status = await streamMessage(
+            `ws://127.0.0.1:${server.ports.http}/v2/models/silero_vad/stream`,
+            body,
+          );
+        } else {
+          const { url, headers } = endpoint(server.ports);
+          const response = await fetch(url, { method: "POST", headers, body });
+          await response.arrayBuffer();
+          status = response.status;
+        }
         ms = performance.now() - start;
       });
       console.log(

@@ -42,7 +42,9 @@ const values = (count: number, seed: number) =>
 const request = (data: readonly number[], extra = "") =>
   `{${extra}"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[${data.length}],"data":[${data.join(",")}]}]}`;
 
-function assertExact(answer: Record<string, unknown>, sent: readonly number[], what: string) {
+type Answer = Record<string, unknown>;
+
+function assertExact(answer: Answer, sent: readonly number[], what: string) {
   const data = (answer.outputs as { data: number[] }[])[0]!.data;
   assert.equal(data.length, sent.length, what);
   const wrong = data.findIndex((v, i) => !Object.is(v, Math.fround(sent[i]!)));
@@ -78,10 +80,11 @@ test("large and small messages on one stream are answered exactly, in the order 
     json.map((j) => j.id ?? "framed"),
     ["large", "small", "framed", "padded"],
   );
-  assertExact(json[0], large, "large");
-  assertExact(json[1], small, "small");
-  assert.deepEqual((json[2].outputs as { data: number[] }[])[0]!.data, [1.5, -2, 0.25]);
-  assertExact(json[3], small, "padded");
+  const [first, second, third, fourth] = json as [Answer, Answer, Answer, Answer];
+  assertExact(first, large, "large");
+  assertExact(second, small, "small");
+  assert.deepEqual((third.outputs as { data: number[] }[])[0]!.data, [1.5, -2, 0.25]);
+  assertExact(fourth, small, "padded");
   // Parsed: the large text, the framed header and the padded one; written: the large answer.
   assert.equal(jsonThreadBodies() - before, 4);
   await client.close();
