@@ -97,6 +97,11 @@ test("a large body refused is refused in the same words and status as a small on
     [`[[1,"two",3]]`, `[[${fillers},"two"]]`],
     // Lists that differ in length.
     ["[[1,2],[3]]", `[[${fillers}],[1]]`],
+    // Nested deeper than a message between threads may be.
+    [
+      `${"[".repeat(5000)}1${"]".repeat(5000)}`,
+      `${"[".repeat(5000)}1${"]".repeat(5000)}${" ".repeat(OFF_THREAD_JSON_BYTES)}`,
+    ],
     // Malformed JSON, the fault where V8 tells its position.
     ["[[1 2]]", `[[1 2]]${" ".repeat(OFF_THREAD_JSON_BYTES)}`],
     ['{"inputs":[{"name" 1}]}', `{"inputs":[{"name" 1}]}${" ".repeat(OFF_THREAD_JSON_BYTES)}`],

@@ -168,6 +168,27 @@ test("a large body refused is refused in the same words and status as a small on
   assert.equal(ok.status, 200);
 });
 
+test("bodies too deep or too many-valued to send back from the JSON thread answer as small ones do", async () => {
+  const nested = (depth: number) => `${"[".repeat(depth)}1${"]".repeat(depth)}`;
+  const cases: [string, string][] = [
+    // Deeper than a tensor may be, and deeper than a message between threads may be.
+    ["floats", `{"inputs":${nested(5000)}}`],
+    ["floats", `{"inputs":${nested(100_000)}}`],
+    // Deep where nothing reads it: answered.
+    ["floats", `{"unread":${nested(5000)},"inputs":[[1,2,3,4]]}`],
+    // Values that do not pack, more than are worth sending back.
+    ["floats", `{"instances":[${"[],".repeat(300_000)}[]]}`],
+    ["floats", `{"unread":[${"{},".repeat(300_000)}{}],"inputs":[[1,2,3,4]]}`],
+  ];
+  for (const [i, [model, body]] of cases.entries()) {
+    const small = await predict(model, body);
+    const before = jsonThreadBodies();
+    const large = await predict(model, pad(body, OFF_THREAD_JSON_BYTES));
+    assert.equal(jsonThreadBodies() - before >= 1, true, `case ${i}: sent to the JSON thread`);
+    assert.deepEqual([large.status, large.text], [small.status, small.text], `case ${i}`);
+  }
+});
+
 test("a Silero VAD sequence whose every step is a large body answers bit for bit", {
   timeout: 120_000,
 }, async () => {

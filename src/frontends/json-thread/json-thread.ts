@@ -2,6 +2,7 @@ import type { Worker } from "node:worker_threads";
 import { siblingModule, spawnWorker } from "../../backends/worker/spawn-worker.ts";
 import { internal, invalidArg } from "../../core/errors.ts";
 import type { Tensor } from "../../core/tensor.ts";
+import { parseBody } from "./body-parsers.ts";
 
 // Large JSON bodies, of every family that takes them (KServe over HTTP, TF-Serving's REST
 // API, SageMaker's invocations), are read and written on a thread of their own. JSON.parse
@@ -19,6 +20,12 @@ export const OFF_THREAD_JSON_BYTES = 1 << 20;
 /** Responses with this many JSON elements or more are written off the event loop (~10 ms in place). */
 export const OFF_THREAD_JSON_ELEMENTS = 1 << 16;
 const IDLE_END_MS = 30_000;
+/**
+ * A thread whose heap has grown past this (a body of millions of values) ends as soon as
+ * nothing waits on it, rather than keeping that memory for the idle time: the next large
+ * body starts a new one.
+ */
+const LARGE_HEAP_BYTES = 256 * 2 ** 20;
 
 /**
  * Which family's JSON a body holds, which says where its tensors' data are and how a
@@ -70,14 +77,20 @@ export interface ParseFindings {
   readonly sequenceIdsAreIntegers?: boolean;
 }
 
-export type ThreadReply =
+/** What the thread answers a request with. */
+export type ThreadAnswer =
   | (Returned & { readonly object: unknown; readonly findings: ParseFindings })
+  /** The value would cost more to send back than to parse here (too deep, or too many values unpacked). */
+  | (Returned & { readonly parseInPlace: true })
   /** The client's JSON is malformed: the family's words for it. */
   | (Returned & { readonly refusal: string })
   /** The thread could not do it for a reason of its own (memory). */
   | (Returned & { readonly failure: string })
   /** The response body written: its UTF-8 bytes, the first `written` of `buffer`. */
   | (Returned & { readonly written: number });
+
+/** An answer, with the thread's heap as it answered (V8's total heap size), in bytes. */
+export type ThreadReply = ThreadAnswer & { readonly heapBytes: number };
 
 interface Waiting {
   readonly resolve: (reply: ThreadReply) => void;
@@ -105,8 +118,10 @@ function startThread(): Worker {
     const entry = waiting.get(reply.id);
     waiting.delete(reply.id);
     handled++;
+    // A heap grown large goes before its request goes on (which may parse its body again).
+    if (waiting.size === 0 && reply.heapBytes > LARGE_HEAP_BYTES) endNow(worker);
     entry?.resolve(reply);
-    if (waiting.size === 0) endWhenIdle(worker);
+    if (waiting.size === 0) endWhenIdle(worker, IDLE_END_MS);
   });
   const stopped = (why: string) => {
     // A thread let go when idle had nothing waiting on it; what waits now is a later one's.
@@ -115,18 +130,35 @@ function startThread(): Worker {
     for (const entry of waiting.values()) entry.reject(internal(`the JSON thread stopped: ${why}`));
     waiting.clear();
   };
+  // A reply this thread cannot read (the worker answers in order: the oldest waiting's)
+  // fails that request alone. Replies too deep to read are not sent (json-thread-worker.ts);
+  // this is the backstop.
+  worker.on("messageerror", (error) => {
+    const [id, entry] = waiting.entries().next().value ?? [];
+    if (id === undefined) return;
+    waiting.delete(id);
+    entry?.reject(internal(`the JSON thread's answer could not be read: ${error.message}`));
+    if (waiting.size === 0) endWhenIdle(worker, IDLE_END_MS);
+  });
   worker.on("error", (error) => stopped(error.message));
   worker.on("exit", (code) => stopped(`exit code ${code}`));
   return worker;
 }
 
-function endWhenIdle(worker: Worker): void {
+/** The end of the last thread let go, while its memory is being given back. */
+let ending: Promise<unknown> = Promise.resolve();
+
+function endNow(worker: Worker): void {
+  if (thread !== worker) return;
+  thread = undefined;
+  ending = worker.terminate();
+}
+
+function endWhenIdle(worker: Worker, afterMs: number): void {
   clearTimeout(idleTimer);
   idleTimer = setTimeout(() => {
-    if (waiting.size > 0 || thread !== worker) return;
-    thread = undefined;
-    void worker.terminate();
-  }, IDLE_END_MS).unref();
+    if (waiting.size === 0) endNow(worker);
+  }, afterMs).unref();
 }
 
 function ask(message: ParseRequest | WriteRequest, transfer: ArrayBuffer[]): Promise<ThreadReply> {
@@ -172,8 +204,15 @@ export async function parseJsonOffThread(
   const returned = Buffer.from(reply.buffer, byteOffset, byteLength);
   if ("refusal" in reply) throw invalidArg(reply.refusal);
   if ("failure" in reply) throw internal(`the request JSON could not be parsed: ${reply.failure}`);
-  if (!("object" in reply)) throw internal("the JSON thread answered a parse with a body");
   let text: string | undefined;
+  if ("parseInPlace" in reply) {
+    // The thread's copy of this value is let go first (its heap, if it grew large).
+    await ending;
+    text = returned.toString("utf8", 0, jsonLength);
+    const { object, findings } = parseBody(form, text);
+    return { value: object, ...findings, text, body: returned };
+  }
+  if (!("object" in reply)) throw internal("the JSON thread answered a parse with a body");
   return {
     value: reply.object,
     ...reply.findings,
