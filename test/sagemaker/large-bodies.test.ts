@@ -39,6 +39,7 @@ before(async () => {
   server = await startTestServer(
     {
       fp32: { config: "max_batch_size: 0", onnx: identityModel("FP32", [-1, -1]) },
+      int64: { config: "max_batch_size: 0", onnx: identityModel("INT64", [-1]) },
       [SILERO_STATEFUL_MODEL]: { config: SILERO_STATEFUL_CONFIG, onnx: readFileSync(SILERO_PATH) },
     },
     { sagemakerPort: 0, httpPort: 0 },
@@ -114,6 +115,16 @@ test("a large body refused is refused in the same words and status as a small on
     // Indices and counts are the body's own.
     const words = (message: string) => message.replace(/\d+/g, "N");
     assert.deepEqual([b.status, words(b.message)], [a.status, words(a.message)], `case ${i}`);
+  }
+});
+
+test("INT64 past 2^53 in a bare array, small or large, is read from its digits", async () => {
+  const values = ["9007199254740993", "-9223372036854775808", "9223372036854775807", "5"];
+  const small = `[${values.join(",")}]`;
+  const large = `${small}${" ".repeat(OFF_THREAD_JSON_BYTES)}`;
+  for (const body of [small, large]) {
+    const answer = await invoke(client, { body, targetModel: "int64" });
+    assert.equal(Buffer.from(answer.Body!).toString(), small);
   }
 });
 

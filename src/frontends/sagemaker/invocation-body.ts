@@ -3,6 +3,7 @@ import type { InferRequest } from "../../core/infer.ts";
 import type { ServedModel } from "../../core/model.ts";
 import type { Tensor } from "../../core/tensor.ts";
 import { jsonPreview } from "../common/json-preview.ts";
+import { longNumberTokens } from "../common/json-source-text.ts";
 import { parseRequestJson } from "../common/json-syntax.ts";
 import {
   type DecodedInferRequest,
@@ -46,6 +47,8 @@ export interface InvocationBody {
   readonly headerLength: number | undefined;
   /** The bare array of an array body (packed, when the JSON thread read it). */
   readonly array: readonly unknown[] | PackedArray | undefined;
+  /** An array body's text, where 64-bit integers past 2^53 are read exactly (decoded when first read). */
+  readonly arraySource: { readonly text: string } | undefined;
   readonly requestType: RequestType | undefined;
   /** False for a session request that carries no inputs: nothing to run. */
   readonly hasInputs: boolean;
@@ -102,6 +105,7 @@ function objectInvocation(
     json,
     headerLength,
     array: undefined,
+    arraySource: undefined,
     requestType,
     // A session request may be only that; any other body is an inference and needs inputs.
     hasInputs: requestType === undefined || json.object.inputs !== undefined,
@@ -124,13 +128,14 @@ function objectBody(
   );
 }
 
-function arrayInvocation(bytes: Buffer, array: unknown): InvocationBody {
+function arrayInvocation(bytes: Buffer, array: unknown, source: { readonly text: string }): InvocationBody {
   return {
     form: "array",
     bytes,
     json: undefined,
     headerLength: undefined,
     array: array as InvocationBody["array"],
+    arraySource: source,
     requestType: undefined,
     hasInputs: true,
     looksLikeJson: true,
@@ -140,10 +145,11 @@ function arrayInvocation(bytes: Buffer, array: unknown): InvocationBody {
 function jsonBody(bytes: Buffer): InvocationBody | Promise<InvocationBody> {
   if (firstByte(bytes) !== 0x5b) return objectBody("json", bytes, undefined);
   if (bytes.byteLength < OFF_THREAD_JSON_BYTES) {
-    return arrayInvocation(bytes, parseRequestJson(bytes.toString("utf8")));
+    const text = bytes.toString("utf8");
+    return arrayInvocation(bytes, parseRequestJson(text), { text });
   }
   return parseJsonOffThread(bytes, bytes.byteLength, "array").then((parsed) =>
-    arrayInvocation(parsed.body, parsed.value),
+    arrayInvocation(parsed.body, parsed.value, parsed),
   );
 }
 
@@ -154,6 +160,7 @@ function rawBody(bytes: Buffer, looksLikeJson: boolean): InvocationBody {
     json: undefined,
     headerLength: undefined,
     array: undefined,
+    arraySource: undefined,
     requestType: undefined,
     hasInputs: true,
     looksLikeJson,
@@ -206,6 +213,7 @@ function onlyInput(model: ServedModel, form: string) {
 
 function arrayRequest(
   array: readonly unknown[] | PackedArray,
+  source: { readonly text: string },
   model: ServedModel,
   signal: AbortSignal | undefined,
   principal: string | undefined,
@@ -216,7 +224,15 @@ function arrayRequest(
   // The batch dimension may be left out: the array is then one row.
   if (model.config.maxBatchSize > 0 && !input.shared && shape.length === input.dims.length)
     shape = [1, ...shape];
-  const tensor: Tensor = decodeJsonTensor(input.name, input.datatype, shape, packed ? array.leaves : array);
+  // 64-bit integers past 2^53 are read from their digits (a packed array holds none).
+  const tokens = () => longNumberTokens(source.text);
+  const tensor: Tensor = decodeJsonTensor(
+    input.name,
+    input.datatype,
+    shape,
+    packed ? array.leaves : array,
+    tokens,
+  );
   const request: InferRequest = {
     id: "",
     inputs: new Map([[input.name, tensor]]),
@@ -254,7 +270,7 @@ export function decodeInvocation(
       return decodeInferJson(body.json!, body.bytes, body.headerLength, model, decodeOptions);
     case "array":
       return {
-        request: arrayRequest(body.array!, model, options.signal, options.principal),
+        request: arrayRequest(body.array!, body.arraySource!, model, options.signal, options.principal),
         encoding: { binaryByDefault: options.binaryOutput, binary: new Map() },
       };
     case "raw":
