@@ -23,6 +23,8 @@ before(async () => {
     strings: { onnx: identityModel("BYTES", [-1, 2]) },
     string_scalar: { onnx: identityModel("BYTES", []) },
     float_scalar: { onnx: identityModel("FP32", []) },
+    // One scalar per row: the model's shape is its batch dimension alone.
+    row_scalars: { onnx: identityModel("FP32", [-1]) },
     ids: { onnx: identityModel("INT64", [-1, 2]) },
     unsigned_ids: { onnx: identityModel("UINT64", [-1, 2]) },
     // TF-Serving writes an output whose name ends in _bytes as {"b64": …}.
@@ -265,6 +267,30 @@ describe("REST predict on stateless models", () => {
     }
   });
 
+  it("a model of one scalar per row takes and answers [N], as OVMS does (Triton's form is [N, 1])", async () => {
+    const rows = await post("/v1/models/row_scalars:predict", { instances: [1.5, 2, -3] });
+    assert.deepEqual(rows, { status: 200, json: { predictions: [1.5, 2, -3] } });
+    const column = await post("/v1/models/row_scalars:predict", { inputs: [1.5, 2] });
+    assert.deepEqual(column, { status: 200, json: { outputs: [1.5, 2] } });
+    const grpc = await client.predict({
+      model_spec: { name: "row_scalars" },
+      inputs: { INPUT0: floatTensor(Float32Array.of(4, 5, 6), [3]) },
+    });
+    assert.deepEqual(grpc.outputs.OUTPUT0?.tensor_shape, { dim: [{ size: "3" }] });
+    const metadata = await get("/v1/models/row_scalars/metadata");
+    const signature = (
+      metadata.json as {
+        metadata: {
+          signature_def: { signatureDef: Record<string, Record<string, Record<string, unknown>>> };
+        };
+      }
+    ).metadata.signature_def.signatureDef.serving_default!;
+    for (const side of ["inputs", "outputs"]) {
+      const [tensor] = Object.values(signature[side]!) as { tensorShape: unknown }[];
+      assert.deepEqual(tensor!.tensorShape, { dim: [{ size: "-1", name: "" }], unknownRank: false }, side);
+    }
+  });
+
   it('refuses what TF-Serving refuses, as {"error": …}', async () => {
     const cases: [string, unknown, number, RegExp][] = [
       [
@@ -456,6 +482,7 @@ describe("model status and metadata", () => {
       "one_float",
       "one_half",
       "raw_bytes",
+      "row_scalars",
       "string_scalar",
       "strings",
       "unsigned_ids",

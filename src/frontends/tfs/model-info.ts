@@ -2,7 +2,7 @@ import { notFound } from "../../core/errors.ts";
 import type { ModelMetadata, ModelRegistry, TensorMetadata } from "../../core/model.ts";
 import type { InputConfig, ModelConfig, OutputConfig } from "../../core/model-config.ts";
 import { OVMS_MESSAGES } from "./error-status.ts";
-import { isModelScalar } from "./model-scalars.ts";
+import { isModelScalar, isRowScalar } from "./model-scalars.ts";
 import { DEFAULT_SIGNATURE } from "./predict.ts";
 import { tfDtypeOf } from "./tf-dtype.ts";
 
@@ -68,13 +68,18 @@ function tensorInfos(
   return new Map(
     tensors.map((t) => {
       const tensor = configured.find((c) => c.name === t.name);
-      const scalar = tensor !== undefined && isModelScalar(config, tensor);
-      return [t.name, { name: t.name, dtype: tfDtypeOf(t.datatype), dims: scalar ? [] : t.shape }];
+      let dims = t.shape;
+      if (tensor !== undefined && isModelScalar(config, tensor)) dims = [];
+      else if (tensor !== undefined && isRowScalar(config, tensor)) dims = t.shape.slice(0, 1);
+      return [t.name, { name: t.name, dtype: tfDtypeOf(t.datatype), dims }];
     }),
   );
 }
 
-/** The model's signature; a tensor the model declares as a scalar has no dimensions, as in OVMS. */
+/**
+ * The model's signature; a tensor the model declares as a scalar has no dimensions, and
+ * one it declares with its batch dimension alone has that one, as in OVMS.
+ */
 export function signatureOf(metadata: ModelMetadata, config: ModelConfig): Signature {
   return {
     inputs: tensorInfos(metadata.inputs, config.inputs, config),

@@ -528,7 +528,7 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
       const parts =
         decoded.rows === undefined
           ? columnParts(scalarOutputsAsModel(model.config, response.outputs), sequenceId)
-          : rowParts(response.outputs, decoded.rows);
+          : rowParts(scalarOutputsAsModel(model.config, response.outputs, true), decoded.rows);
       const body = writeParts(parts, jsonElements(response.outputs));
       return sendText(reply, body instanceof Promise ? await body : body);
     } finally {
