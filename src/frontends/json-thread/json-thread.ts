@@ -4,16 +4,17 @@ import { internal, invalidArg } from "../../core/errors.ts";
 import type { Tensor } from "../../core/tensor.ts";
 import { parseBody } from "./body-parsers.ts";
 
-// Large JSON bodies, of every family that takes them (KServe over HTTP, TF-Serving's REST
-// API, SageMaker's invocations), are read and written on a thread of their own. JSON.parse
-// of a body of numbers runs at about 30 MB/s here (a double made per element), and
-// writing floats about as fast, so on the event loop a 50 MB body held every other
-// request and sequence for seconds. On this thread, the main thread only moves memory: a
-// request body goes over and back (no copy) and its tensors' data come back packed, one
-// typed array each (packed-json.ts); a response's tensors go over (copied: others may
-// still read them) and its body comes back as UTF-8 bytes. The thread starts with the
-// first large body and ends after a while without one, so a server that never gets one
-// never pays for it.
+// Large JSON bodies, of every family that takes them (KServe over HTTP and WebSocket,
+// TF-Serving's REST API, SageMaker's invocations), are read and written on a thread of
+// their own. JSON.parse of a body of numbers runs at about 30 MB/s here (a double made per
+// element), and writing floats about as fast, so on the event loop a 50 MB body held every
+// other request and sequence for seconds. On this thread, the main thread only moves
+// memory: a request body goes over and back (no copy) and its tensors' data come back
+// packed, one typed array each (packed-json.ts); a response's tensors go over (copied:
+// others may still read them) and its body comes back as UTF-8 bytes. A value that would
+// cost more to send back than to parse (json-thread-worker.ts) is parsed here after all.
+// The thread starts with the first large body and ends after a while without one, so a
+// server that never gets one never pays for it.
 
 /** JSON parts this long or longer are parsed off the event loop (shorter: in place, ~30 ms at most). */
 export const OFF_THREAD_JSON_BYTES = 1 << 20;
