@@ -90,6 +90,20 @@ test("large and small messages on one stream are answered exactly, in the order 
   await client.close();
 });
 
+test("a raw stream's large text message is JSON, parsed on the JSON thread too", async () => {
+  const large = values(OFF_THREAD_JSON_ELEMENTS * 2, 3);
+  const client = await StreamClient.open(port, "/v2/models/fp32/stream?format=raw");
+  const before = jsonThreadBodies();
+  client.send(request(large));
+  client.send(Buffer.from(Float32Array.of(0.5, -1).buffer));
+  assertExact(await client.nextText(), large, "large");
+  // The raw input's answer: its outputs framed, raw.
+  const { binary } = await client.nextFramed();
+  assert.deepEqual([binary.readFloatLE(0), binary.readFloatLE(4)], [0.5, -1]);
+  assert.equal(jsonThreadBodies() - before, 2, "parsed and written on the JSON thread");
+  await client.close();
+});
+
 test("a large message refused is answered in the same words as a small one, and the stream goes on", async () => {
   const padding = `"parameters":{"padding":"${"x".repeat(OFF_THREAD_JSON_BYTES)}"},`;
   const client = await StreamClient.open(port, "/v2/models/fp32/stream");

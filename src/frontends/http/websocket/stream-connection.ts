@@ -359,7 +359,8 @@ export class StreamConnection {
    * before it starts (true then), so the event loop goes on serving other streams.
    */
   #parseOffThread(entry: StreamEntry): boolean {
-    if (this.#raw) return false;
+    // A raw stream's binary messages are an input's bytes; its text messages are JSON.
+    if (this.#raw && entry.binary) return false;
     const data = entry.data;
     let jsonLength = data.byteLength;
     if (entry.binary) {
