@@ -1,3 +1,4 @@
+import { isJsonObject } from "../common/http/json-body.ts";
 import { mayHaveSequenceIdNotInteger } from "../common/json-source-text.ts";
 import { parseRequestJson } from "../common/json-syntax.ts";
 import { flattenLeaves } from "../common/kserve/json-tensor.ts";
@@ -17,9 +18,6 @@ export interface ParsedBody {
 /** How deep a bare array is packed (deeper ones are read on the main thread, unpacked). */
 const MAX_ARRAY_RANK = 64;
 
-const isObject = (value: unknown): value is Record<string, unknown> =>
-  typeof value === "object" && value !== null && !Array.isArray(value);
-
 /** The JSON of a body of `form`. */
 export function parseBody(form: ParseForm, text: string): ParsedBody {
   switch (form) {
@@ -37,9 +35,9 @@ export function parseBody(form: ParseForm, text: string): ParsedBody {
 
 /** KServe: each input's `data`, flat or nested, as its packed leaves. */
 function packInferInputs(object: unknown, packed: (leaves: PackedLeaves) => void): void {
-  if (!isObject(object) || !Array.isArray(object.inputs)) return;
+  if (!isJsonObject(object) || !Array.isArray(object.inputs)) return;
   for (const input of object.inputs) {
-    if (!isObject(input) || !Array.isArray(input.data)) continue;
+    if (!isJsonObject(input) || !Array.isArray(input.data)) continue;
     const leaves = packLeaves(Array.isArray(input.data[0]) ? flattenLeaves(input.data) : input.data);
     if (leaves === undefined) continue;
     input.data = leaves;

@@ -1,3 +1,4 @@
+import { isJsonObject } from "../common/http/json-body.ts";
 import { isStringLeaves, packStrings, type StringLeaves } from "../common/kserve/json-tensor.ts";
 
 // The forms in which the JSON thread sends a request's tensor data back to the main
@@ -93,9 +94,6 @@ export function packNested(value: unknown, maxRank: number): PackedArray | undef
   return leaves === undefined ? undefined : { shape: found!.shape, leaves };
 }
 
-const isPlainObject = (value: unknown): value is Record<string, unknown> =>
-  typeof value === "object" && value !== null && !Array.isArray(value);
-
 /**
  * `rows` (objects) as PackedRows, when every row names the same members, in any order,
  * and each member's values are ndarrays (or bare values) of one shape whose leaves pack
@@ -103,11 +101,11 @@ const isPlainObject = (value: unknown): value is Record<string, unknown> =>
  */
 export function packRows(rows: readonly unknown[], maxRank: number): PackedRows | undefined {
   const first = rows[0];
-  if (!isPlainObject(first)) return undefined;
+  if (!isJsonObject(first)) return undefined;
   const names = Object.keys(first);
   if (names.length === 0) return undefined;
   for (const row of rows) {
-    if (!isPlainObject(row)) return undefined;
+    if (!isJsonObject(row)) return undefined;
     const keys = Object.keys(row);
     if (keys.length !== names.length || keys.some((key) => !Object.hasOwn(first, key))) return undefined;
   }

@@ -3,6 +3,7 @@ import { invalidArg } from "../../core/errors.ts";
 import { fromFloat16Array, toFloat16Array } from "../../core/float16.ts";
 import { type BytesElements, elementCount, type NumericTensor, type Tensor } from "../../core/tensor.ts";
 import { checkedElementCount } from "../../core/tensor-size.ts";
+import { isJsonObject, type JsonObject } from "../common/http/json-body.ts";
 import { jsonPreview } from "../common/json-preview.ts";
 import { jsonSyntaxFault } from "../common/json-syntax.ts";
 import { decodeJsonTensor, jsonTensorData, type SourceTokens } from "../common/kserve/json-tensor.ts";
@@ -95,8 +96,12 @@ export function parseRestJsonBody(text: string): { readonly json: unknown; reado
   }
 }
 
-const isNamedValues = (value: unknown): value is Record<string, unknown> =>
-  typeof value === "object" && value !== null && !Array.isArray(value) && !isB64(value);
+/**
+ * A map of input names: not a list, and not a value that is not one: `{"b64": …}` is one
+ * element of a bytes input, and a packed list (packed-json.ts) a list.
+ */
+export const isNamedMap = (value: unknown): value is JsonObject =>
+  isJsonObject(value) && !isB64(value) && !isPackedArray(value);
 
 /**
  * On the JSON thread: a predict request's tensor data packed in place (packed-json.ts),
@@ -105,27 +110,27 @@ const isNamedValues = (value: unknown): value is Record<string, unknown> =>
  * every instance is an object. Anything that does not pack stays as parsed.
  */
 export function packRestTensors(json: unknown, packed: (leaves: PackedLeaves) => void): void {
-  if (typeof json !== "object" || json === null || Array.isArray(json)) return;
-  const body = json as Record<string, unknown>;
+  if (!isJsonObject(json)) return;
+  const body = json;
   const pack = <T extends { leaves: PackedLeaves }>(found: T | undefined): T | undefined => {
     if (found !== undefined) packed(found.leaves);
     return found;
   };
   const { inputs, instances } = body;
   if (Array.isArray(inputs)) body.inputs = pack(packNested(inputs, MAX_RANK)) ?? inputs;
-  else if (isNamedValues(inputs)) {
+  else if (isNamedMap(inputs)) {
     for (const name in inputs) {
       if (SPECIAL_INPUTS.has(name) || !Array.isArray(inputs[name])) continue;
       inputs[name] = pack(packNested(inputs[name], MAX_RANK)) ?? inputs[name];
     }
   }
   if (!Array.isArray(instances) || instances.length === 0) return;
-  if (instances.every(isNamedValues)) {
+  if (instances.every(isNamedMap)) {
     const rows = packRows(instances, MAX_RANK);
     if (rows === undefined) return;
     for (const column of rows.named.values()) packed(column.leaves);
     body.instances = rows;
-  } else if (!instances.some(isNamedValues)) {
+  } else if (!instances.some(isNamedMap)) {
     body.instances = pack(packNested(instances, MAX_RANK)) ?? instances;
   }
 }

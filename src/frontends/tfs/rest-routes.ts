@@ -34,7 +34,7 @@ import {
   predict,
   sequenceOf,
 } from "./predict.ts";
-import { decodeRestTensor, isB64, parseRestJsonBody } from "./rest-json.ts";
+import { decodeRestTensor, isNamedMap, parseRestJsonBody } from "./rest-json.ts";
 import {
   SEQUENCE_CONTROL_INPUT,
   SEQUENCE_ID_INPUT,
@@ -161,13 +161,6 @@ const tokensAt =
   (source: RestSource, path: readonly (string | number)[]): SourceTokens =>
   () =>
     longNumberTokens(memberSourceText(source.text, path) ?? "");
-
-/**
- * A value that is not a map of input names: `{"b64": …}` is one element of a bytes input,
- * and a packed list (packed-json.ts) a list.
- */
-const isNamedMap = (value: unknown): value is JsonObject =>
-  isJsonObject(value) && !isB64(value) && !isPackedArray(value);
 
 /** The model's only data input, for a request that does not name it. */
 function onlyInput(model: ServedModel): string {
