@@ -61,18 +61,27 @@ export function packLeaves(leaves: readonly unknown[]): PackedLeaves | undefined
   return Float64Array.from(leaves as readonly number[]);
 }
 
+/** A nested list as a tensor: its shape (read along the first items) and row-major leaves. */
+export interface Ndarray {
+  readonly shape: number[];
+  readonly leaves: unknown[];
+}
+
+/** Why a nested list is no tensor: deeper than allowed, or lists that differ in length or depth. */
+export type NdarrayFault = { readonly fault: "deep" } | { readonly fault: "ragged" };
+
 /**
- * The shape and leaves of `value` when it is a list of equal-length lists, `maxRank`
- * deep at most; undefined for anything else (a bare value, ragged or too deep lists),
- * which is then left to be refused, or read, where it is decoded.
+ * `value` as a tensor of nested lists (TF-Serving's form; a bare value is a scalar), its
+ * shape read along the first items, or why it is none: `shape` is then as far as read.
+ * Lists `maxRank` deep at most are walked (recursion bounded by it).
  */
-function ndarray(value: unknown, maxRank: number): { shape: number[]; leaves: unknown[] } | undefined {
-  if (!Array.isArray(value)) return undefined;
+export function ndarray(value: unknown, maxRank: number): Ndarray | (NdarrayFault & { shape: number[] }) {
   const shape: number[] = [];
   for (let v: unknown = value; Array.isArray(v); v = v[0]) {
     shape.push(v.length);
-    if (shape.length > maxRank || v.length === 0) return undefined;
+    if (v.length === 0) break;
   }
+  if (shape.length > maxRank) return { fault: "deep", shape };
   const leaves: unknown[] = [];
   const walk = (v: unknown, depth: number): boolean => {
     if (depth === shape.length) {
@@ -84,14 +93,15 @@ function ndarray(value: unknown, maxRank: number): { shape: number[]; leaves: un
     for (const item of v) if (!walk(item, depth + 1)) return false;
     return true;
   };
-  return walk(value, 0) ? { shape, leaves } : undefined;
+  return walk(value, 0) ? { shape, leaves } : { fault: "ragged", shape };
 }
 
 /** `value` as a PackedArray, when it is an ndarray (see ndarray) whose leaves pack. */
 export function packNested(value: unknown, maxRank: number): PackedArray | undefined {
+  if (!Array.isArray(value)) return undefined;
   const found = ndarray(value, maxRank);
-  const leaves = found && packLeaves(found.leaves);
-  return leaves === undefined ? undefined : { shape: found!.shape, leaves };
+  const leaves = "fault" in found ? undefined : packLeaves(found.leaves);
+  return leaves === undefined ? undefined : { shape: found.shape, leaves };
 }
 
 /**
@@ -114,10 +124,9 @@ export function packRows(rows: readonly unknown[], maxRank: number): PackedRows 
     let shape: number[] | undefined;
     const leaves: unknown[] = [];
     for (const row of rows as Record<string, unknown>[]) {
-      const value = row[name];
       // A bare value is a row's scalar: stacked, a vector.
-      const found = Array.isArray(value) ? ndarray(value, maxRank - 1) : { shape: [], leaves: [value] };
-      if (found === undefined) return undefined;
+      const found = ndarray(row[name], maxRank - 1);
+      if ("fault" in found) return undefined;
       if (shape === undefined) shape = found.shape;
       else if (found.shape.length !== shape.length || found.shape.some((n, d) => n !== shape![d]))
         return undefined;

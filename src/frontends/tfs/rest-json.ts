@@ -7,7 +7,13 @@ import { isJsonObject, type JsonObject } from "../common/http/json-body.ts";
 import { jsonPreview } from "../common/json-preview.ts";
 import { jsonSyntaxFault } from "../common/json-syntax.ts";
 import { decodeJsonTensor, jsonTensorData, type SourceTokens } from "../common/kserve/json-tensor.ts";
-import { isPackedArray, type PackedLeaves, packNested, packRows } from "../json-thread/packed-json.ts";
+import {
+  isPackedArray,
+  ndarray,
+  type PackedLeaves,
+  packNested,
+  packRows,
+} from "../json-thread/packed-json.ts";
 import { SPECIAL_INPUTS } from "./special-inputs.ts";
 
 // Tensors in TF-Serving's REST JSON: a value is a (nested) list whose nesting gives the
@@ -38,32 +44,14 @@ export function shapeAndLeaves(
   value: unknown,
 ): { shape: number[]; leaves: unknown[] | PackedLeaves } {
   if (isPackedArray(value)) return { shape: [...value.shape], leaves: value.leaves };
-  const shape: number[] = [];
-  for (let v = value; Array.isArray(v); v = v[0]) {
-    shape.push(v.length);
-    if (v.length === 0) break;
-  }
-  if (shape.length > MAX_RANK) {
-    throw invalidArg(
-      `input '${input}' nests its lists ${shape.length} deep: a tensor has at most ${MAX_RANK} dimensions`,
-    );
-  }
-  const leaves: unknown[] = [];
-  const ragged = () =>
-    invalidArg(
-      `input '${input}' is not a valid ndarray: its lists differ in length or depth (shape from the first items: [${shape.join(",")}])`,
-    );
-  const walk = (v: unknown, depth: number): void => {
-    if (depth === shape.length) {
-      if (Array.isArray(v)) throw ragged();
-      leaves.push(v);
-      return;
-    }
-    if (!Array.isArray(v) || v.length !== shape[depth]) throw ragged();
-    for (const item of v) walk(item, depth + 1);
-  };
-  walk(value, 0);
-  return { shape, leaves };
+  const found = ndarray(value, MAX_RANK);
+  if (!("fault" in found)) return found;
+  const { shape } = found;
+  throw invalidArg(
+    found.fault === "deep"
+      ? `input '${input}' nests its lists ${shape.length} deep: a tensor has at most ${MAX_RANK} dimensions`
+      : `input '${input}' is not a valid ndarray: its lists differ in length or depth (shape from the first items: [${shape.join(",")}])`,
+  );
 }
 
 function bytesOf(input: string, leaf: unknown, index: number): Uint8Array {
