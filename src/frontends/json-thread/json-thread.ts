@@ -205,14 +205,12 @@ export async function parseJsonOffThread(
   const returned = Buffer.from(reply.buffer, byteOffset, byteLength);
   if ("refusal" in reply) throw invalidArg(reply.refusal);
   if ("failure" in reply) throw internal(`the request JSON could not be parsed: ${reply.failure}`);
-  let text: string | undefined;
   if ("parseInPlace" in reply) {
     // The thread's copy of this value is let go first (its heap, if it grew large).
     await ending;
-    text = returned.toString("utf8", 0, jsonLength);
-    const { object, findings } = parseBody(form, text);
-    return { value: object, ...findings, text, body: returned };
+    return parsedInPlace(returned, jsonLength, form);
   }
+  let text: string | undefined;
   if (!("object" in reply)) throw internal("the JSON thread answered a parse with a body");
   return {
     value: reply.object,
@@ -223,6 +221,28 @@ export async function parseJsonOffThread(
     },
     body: returned,
   };
+}
+
+/** The first `jsonLength` bytes of `body` parsed as JSON of `form` here, on the calling thread. */
+function parsedInPlace(body: Buffer, jsonLength: number, form: ParseForm): ParsedOffThread {
+  const text = body.toString("utf8", 0, jsonLength);
+  const { object, findings } = parseBody(form, text);
+  return { value: object, ...findings, text, body };
+}
+
+/**
+ * The first `jsonLength` bytes of `body` parsed as JSON of `form`: in place below
+ * OFF_THREAD_JSON_BYTES, on the JSON thread from there (a promise only then: an await on
+ * every request costs throughput, see decodeInferRequestOffThread). `body` as for
+ * parseJsonOffThread.
+ */
+export function parseJson(
+  body: Buffer,
+  jsonLength: number,
+  form: ParseForm,
+): ParsedOffThread | Promise<ParsedOffThread> {
+  if (jsonLength < OFF_THREAD_JSON_BYTES) return parsedInPlace(body, jsonLength, form);
+  return parseJsonOffThread(body, jsonLength, form);
 }
 
 /** A response body of `parts`, written on the JSON thread, as UTF-8 bytes. */

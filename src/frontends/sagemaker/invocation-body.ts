@@ -4,7 +4,6 @@ import type { ServedModel } from "../../core/model.ts";
 import type { Tensor } from "../../core/tensor.ts";
 import { jsonPreview } from "../common/json-preview.ts";
 import { longNumberTokens } from "../common/json-source-text.ts";
-import { parseRequestJson } from "../common/json-syntax.ts";
 import {
   type DecodedInferRequest,
   decodeInferJson,
@@ -14,7 +13,7 @@ import {
   parseInferJsonOffThread,
 } from "../common/kserve/infer-request-decoder.ts";
 import { decodeJsonTensor } from "../common/kserve/json-tensor.ts";
-import { OFF_THREAD_JSON_BYTES, parseJsonOffThread } from "../json-thread/json-thread.ts";
+import { OFF_THREAD_JSON_BYTES, parseJson } from "../json-thread/json-thread.ts";
 import { isPackedArray, type PackedArray } from "../json-thread/packed-json.ts";
 
 // What a SageMaker invocation body is, by its Content-Type:
@@ -144,13 +143,10 @@ function arrayInvocation(bytes: Buffer, array: unknown, source: { readonly text:
 
 function jsonBody(bytes: Buffer): InvocationBody | Promise<InvocationBody> {
   if (firstByte(bytes) !== 0x5b) return objectBody("json", bytes, undefined);
-  if (bytes.byteLength < OFF_THREAD_JSON_BYTES) {
-    const text = bytes.toString("utf8");
-    return arrayInvocation(bytes, parseRequestJson(text), { text });
-  }
-  return parseJsonOffThread(bytes, bytes.byteLength, "array").then((parsed) =>
-    arrayInvocation(parsed.body, parsed.value, parsed),
-  );
+  const parsed = parseJson(bytes, bytes.byteLength, "array");
+  return parsed instanceof Promise
+    ? parsed.then((p) => arrayInvocation(p.body, p.value, p))
+    : arrayInvocation(parsed.body, parsed.value, parsed);
 }
 
 function rawBody(bytes: Buffer, looksLikeJson: boolean): InvocationBody {

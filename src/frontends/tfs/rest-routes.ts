@@ -15,12 +15,7 @@ import {
 } from "../common/json-source-text.ts";
 import type { SourceTokens } from "../common/kserve/json-tensor.ts";
 import { routedSequenceId, SEQUENCE_ID_HEADER } from "../common/sequence-routing.ts";
-import {
-  type NestedTensor,
-  OFF_THREAD_JSON_BYTES,
-  parseJsonOffThread,
-  type WritePart,
-} from "../json-thread/json-thread.ts";
+import { type NestedTensor, parseJson, type WritePart } from "../json-thread/json-thread.ts";
 import { isPackedArray, isPackedRows } from "../json-thread/packed-json.ts";
 import { jsonElements, writeParts } from "../json-thread/write-parts.ts";
 import { ovmsInvalid, TFS_HTTP_STATUS, tfsError } from "./error-status.ts";
@@ -34,7 +29,7 @@ import {
   predict,
   sequenceOf,
 } from "./predict.ts";
-import { decodeRestTensor, isNamedMap, parseRestJsonBody } from "./rest-json.ts";
+import { decodeRestTensor, isNamedMap } from "./rest-json.ts";
 import {
   SEQUENCE_CONTROL_INPUT,
   SEQUENCE_ID_INPUT,
@@ -105,14 +100,15 @@ function restBody(json: unknown, source: RestSource): RestBody {
  * The predict body's JSON; a body of OFF_THREAD_JSON_BYTES or more is parsed on the JSON
  * thread, its tensors' data packed (a promise only then: see decodeInferRequestOffThread).
  */
-function parseBody(body: Buffer | undefined): RestBody | Promise<RestBody> {
-  if (body === undefined || body.byteLength < OFF_THREAD_JSON_BYTES) {
-    const { json, text } = parseRestJsonBody(body?.toString("utf8") ?? "");
-    return restBody(json, { text });
-  }
-  // The text, decoded only if a 64-bit integer is to be read from it, is the body's own:
-  // the number tokens are found in it as well with NaN and Infinity unmarked.
-  return parseJsonOffThread(body, body.byteLength, "tfs").then((parsed) => restBody(parsed.value, parsed));
+const EMPTY_BODY = Buffer.alloc(0);
+
+function parseBody(body: Buffer = EMPTY_BODY): RestBody | Promise<RestBody> {
+  // The text 64-bit integers are read from is the body's own: their tokens are found in
+  // it as well with NaN and Infinity unmarked.
+  const parsed = parseJson(body, body.byteLength, "tfs");
+  return parsed instanceof Promise
+    ? parsed.then((p) => restBody(p.value, p))
+    : restBody(parsed.value, parsed);
 }
 
 /** A special input from the JSON: a flat list of unsigned integers (exact beyond 2^53). */
