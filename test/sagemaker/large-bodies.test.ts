@@ -8,6 +8,7 @@ import {
   OFF_THREAD_JSON_ELEMENTS,
 } from "../../src/frontends/json-thread/json-thread.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
+import { asFp32, assertRowsExact, floatRows, rowsText } from "../support/float-rows.ts";
 import {
   expectedBits,
   firstMismatch,
@@ -51,29 +52,9 @@ after(async () => {
   await server?.stop();
 });
 
-/** Floats each read back exactly as its FP32 value, -0 among them, in `rows` rows. */
-function floatRows(rows: number, width: number): number[][] {
-  const values = Array.from({ length: rows }, (_, r) =>
-    Array.from({ length: width }, (_, c) => (((r * width + c) * 7919) % 10007) / 997 - 5),
-  );
-  values[0]![1] = -0;
-  return values;
-}
-
-const text = (rows: readonly (readonly number[])[]) =>
-  `[${rows.map((row) => `[${row.map((v) => (Object.is(v, -0) ? "-0" : String(v))).join(",")}]`).join(",")}]`;
-
-function assertExact(served: number[][], sent: readonly (readonly number[])[]) {
-  assert.equal(served.length, sent.length);
-  for (let r = 0; r < sent.length; r++) {
-    const c = sent[r]!.findIndex((v, i) => !Object.is(served[r]![i], Math.fround(v)));
-    assert.equal(c, -1, `row ${r}, element ${c}: ${served[r]?.[c]} for ${sent[r]![c]}`);
-  }
-}
-
 test("a large bare array and a large KServe object answer every float exactly, off the event loop", async () => {
   const rows = floatRows(2, OFF_THREAD_JSON_ELEMENTS / 2);
-  const array = text(rows);
+  const array = rowsText(rows);
   const object = `{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[2,${rows[0]!.length}],"data":${array}}]}`;
   for (const body of [array, object]) {
     assert.ok(body.length >= OFF_THREAD_JSON_BYTES, `${body.length} bytes`);
@@ -81,11 +62,12 @@ test("a large bare array and a large KServe object answer every float exactly, o
     const answer = jsonAnswer(await invoke(client, { body, targetModel: "fp32" }));
     const served = body === array ? answer : (answer as { outputs: { data: number[] }[] }).outputs[0]!.data;
     // The KServe answer's data is flat.
-    assertExact(
+    assertRowsExact(
       body === array
-        ? (served as number[][])
+        ? served
         : [(served as number[]).slice(0, rows[0]!.length), (served as number[]).slice(rows[0]!.length)],
-      rows,
+      asFp32(rows),
+      body === array ? "bare array" : "KServe object",
     );
     assert.equal(jsonThreadBodies() - before, 2, "parsed and written on the JSON thread");
   }

@@ -6,6 +6,7 @@ import {
   OFF_THREAD_JSON_ELEMENTS,
 } from "../../src/frontends/json-thread/json-thread.ts";
 import { addSubModel, identityModel } from "../../tools/onnx/test-models.ts";
+import { asFp32, assertRowsExact, floatRows, rowsText } from "../support/float-rows.ts";
 import { postText } from "../support/http-client.ts";
 import { expectedBits, firstMismatch, fp32Bits, sequenceAudio } from "../support/silero-oracle.ts";
 import { type OvmsServer, SILERO_OVMS, startOvmsServer } from "./support/ovms-server.ts";
@@ -33,29 +34,6 @@ const predict = (model: string, body: string) => postText(`${ovms.url}/v1/models
 /** A top-level member that makes a body `bytes` longer; TF-Serving reads only what it knows. */
 const pad = (body: string, bytes: number) => `{"padding":"${"x".repeat(bytes)}",${body.slice(1)}`;
 
-/** `rows` rows of `width` floats, each read back exactly as its FP32 value, -0 among them. */
-function floatRows(rows: number, width: number): number[][] {
-  const values = Array.from({ length: rows }, (_, r) =>
-    Array.from({ length: width }, (_, c) => (((r * width + c) * 7919) % 10007) / 997 - 5),
-  );
-  values[0]![2] = -0;
-  return values;
-}
-
-const asFp32 = (rows: readonly (readonly number[])[]) => rows.map((row) => row.map(Math.fround));
-
-const rowsText = (rows: readonly (readonly number[])[]) =>
-  `[${rows.map((row) => `[${row.map((v) => (Object.is(v, -0) ? "-0" : String(v))).join(",")}]`).join(",")}]`;
-
-function assertExact(served: unknown, expected: readonly (readonly number[])[], what: string) {
-  const rows = served as number[][];
-  assert.equal(rows.length, expected.length, what);
-  for (let r = 0; r < expected.length; r++) {
-    const c = expected[r]!.findIndex((v, i) => !Object.is(rows[r]![i], v));
-    assert.equal(c, -1, `${what}: row ${r}, element ${c}: ${rows[r]?.[c]} for ${expected[r]![c]}`);
-  }
-}
-
 test("column and bare row forms of a large body answer every float exactly, both ways off the event loop", async () => {
   const rows = floatRows(4, OFF_THREAD_JSON_ELEMENTS / 4);
   for (const form of ["inputs", "instances"] as const) {
@@ -65,7 +43,7 @@ test("column and bare row forms of a large body answer every float exactly, both
     const answer = await predict("floats", body);
     assert.equal(answer.status, 200, answer.text.slice(0, 200));
     const json = JSON.parse(answer.text) as { outputs?: unknown; predictions?: unknown };
-    assertExact(form === "inputs" ? json.outputs : json.predictions, asFp32(rows), form);
+    assertRowsExact(form === "inputs" ? json.outputs : json.predictions, asFp32(rows), form);
     assert.equal(jsonThreadBodies() - before, 2, `${form}: parsed and written on the JSON thread`);
   }
 });
@@ -85,12 +63,12 @@ test("named instances of a large body are stacked by name, and each prediction n
     .predictions;
   assert.equal(predictions.length, a.length);
   const f = Math.fround;
-  assertExact(
+  assertRowsExact(
     predictions.map((p) => p.OUTPUT0),
     a.map((row, r) => row.map((v, i) => f(f(v) + f(b[r]![i]!)))),
     "sums",
   );
-  assertExact(
+  assertRowsExact(
     predictions.map((p) => p.OUTPUT1),
     a.map((row, r) => row.map((v, i) => f(f(v) - f(b[r]![i]!)))),
     "differences",
