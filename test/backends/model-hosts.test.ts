@@ -1,19 +1,22 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { writeFile } from "node:fs/promises";
+import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { promisify } from "node:util";
 import { loadOnnxModel, onnxHosts } from "../../src/backends/onnx/onnx-backend.ts";
+import { onnxSessionOptions } from "../../src/backends/onnx/session-options.ts";
 import { ModelHosts } from "../../src/backends/worker/model-hosts.ts";
+import { siblingModule } from "../../src/backends/worker/spawn-worker.ts";
+import { WorkerExecutor } from "../../src/backends/worker/worker-executor.ts";
 import type { ModelExecutor } from "../../src/core/executor.ts";
 import type { BytesElements, Tensor } from "../../src/core/tensor.ts";
 import { silentLogger } from "../../src/observability/logger.ts";
 import { addSubModel, identityModel } from "../../tools/onnx/test-models.ts";
 import { modelFiles, rejection } from "./support/onnx-test-kit.ts";
 
-// Model instances sharing worker threads (--onnx-worker-threads): placement, and that
-// instances on one thread answer their own runs, come and go without disturbing each
+// Model instances sharing worker threads (--onnx-worker-threads): placement, sessions
+// shared between models over the same bytes, and that instances on one thread answer their own runs, come and go without disturbing each
 // other (a model's old and new version too, whose instances have the same names), and
 // all come back after the thread dies.
 
@@ -21,6 +24,10 @@ const logger = silentLogger();
 const utf8 = new TextEncoder();
 const models = modelFiles("seqserve-hosts-");
 const modelFile = models.file;
+const ONNX_WORKER = siblingModule(
+  new URL("../../src/backends/onnx/onnx-backend.ts", import.meta.url).href,
+  "onnx-worker",
+);
 
 const ints = (...values: number[]): Tensor => ({
   datatype: "INT32",
@@ -72,9 +79,89 @@ describe("ModelHosts placement", () => {
     assert.equal(hosts.place("c", "c_0#4"), a);
     assert.deepEqual(hosts.sizes, [1, 1, 1]);
   });
+
+  test("another model's instance joins the thread holding its session key, not a thread of its own", () => {
+    const hosts = new ModelHosts(entry, 0);
+    const a0 = hosts.place("a", "a_0#1", "same-bytes");
+    hosts.place("c", "c_0#2", "other-bytes");
+    assert.equal(hosts.place("b", "b_0#3", "same-bytes"), a0, "joins the session");
+    const a1 = hosts.place("a", "a_1#4", "same-bytes");
+    assert.notEqual(a1, a0, "a model's own instances still spread to run in parallel");
+    assert.deepEqual(hosts.sizes, [2, 1, 1]);
+  });
 });
 
 describe("instances sharing a thread", () => {
+  test("two models over byte-identical files share one session on one thread; each serves while the other closes", async () => {
+    const hosts = onnxHosts(2);
+    const load = async (modelName: string, dir: string) => {
+      await mkdir(join(models.dir(), dir));
+      return loadOnnxModel({
+        modelName,
+        modelPath: await modelFile(`${dir}/model`, addSubModel("INT32", [1, 3])),
+        instanceCount: 1,
+        hosts,
+        logger,
+      });
+    };
+    const a = await load("a", "a_1");
+    const b = await load("b", "b_1");
+    const added = () => ({ INPUT0: ints(1, 2, 3), INPUT1: ints(10, 10, 10) });
+    try {
+      assert.deepEqual(hosts.sizes, [2], "b joined a's thread, not a second one");
+      assert.deepEqual(await first(a.executors[0]!, added(), "OUTPUT0"), [11, 12, 13]);
+      assert.deepEqual(await first(b.executors[0]!, added(), "OUTPUT1"), [-9, -8, -7]);
+      await a.executors[0]!.close();
+      assert.deepEqual(await first(b.executors[0]!, added(), "OUTPUT0"), [11, 12, 13]);
+    } finally {
+      await Promise.all([...a.executors, ...b.executors].map((e) => e.close()));
+    }
+  });
+
+  // The worker's side of it: a load under a key the thread holds takes that session (so
+  // it never reads its own file, here one that does not exist), and the session is freed
+  // once the last instance holding it leaves.
+  test("a load under a session key the thread holds uses that session, until its last holder leaves", async () => {
+    const hosts = onnxHosts(1);
+    // Keeps the thread alive throughout.
+    const echo = await loadOnnxModel({
+      modelName: "echo",
+      modelPath: await modelFile("echo_shared", identityModel("BYTES", [-1])),
+      instanceCount: 1,
+      hosts,
+      logger,
+    });
+    const sessionOptions = onnxSessionOptions({}, undefined);
+    const sessionKey = "the sums session";
+    const instance = (name: string, modelPath: string) =>
+      new WorkerExecutor({
+        name,
+        entry: ONNX_WORKER,
+        load: { type: "load", modelPath, sessionOptions, sessionKey },
+        host: (key) => hosts.place(name, key, sessionKey),
+        logger,
+      });
+    const absent = join(models.dir(), "absent.onnx");
+    const early = instance("early_0", absent);
+    const owner = instance("owner_0", await modelFile("sums_shared", addSubModel("INT32", [1, 3])));
+    const borrower = instance("borrower_0", absent);
+    const late = instance("late_0", absent);
+    const added = () => ({ INPUT0: ints(1, 2, 3), INPUT1: ints(10, 10, 10) });
+    try {
+      assert.match((await rejection(early.start())).message, /absent\.onnx/, "no session under the key yet");
+      await owner.start();
+      await borrower.start();
+      assert.deepEqual(await first(borrower, added(), "OUTPUT0"), [11, 12, 13]);
+      await owner.close();
+      assert.deepEqual(await first(borrower, added(), "OUTPUT1"), [-9, -8, -7], "still held by the borrower");
+      await borrower.close();
+      assert.match((await rejection(late.start())).message, /absent\.onnx/, "freed with its last holder");
+      assert.deepEqual(await first(echo.executors[0]!, { INPUT0: text("alive") }, "OUTPUT0"), ["alive"]);
+    } finally {
+      await Promise.all([early, owner, borrower, late, ...echo.executors].map((e) => e.close()));
+    }
+  });
+
   test("answer their own runs, interleaved; one model closing leaves the other serving", async () => {
     const hosts = onnxHosts(1);
     const sums = await loadOnnxModel({

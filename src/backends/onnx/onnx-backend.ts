@@ -8,22 +8,29 @@ import type { HeapTrimmer } from "../worker/native-heap.ts";
 import { siblingModule } from "../worker/spawn-worker.ts";
 import { WorkerExecutor } from "../worker/worker-executor.ts";
 import { checkOnnxInputs } from "./input-checks.ts";
+import { SessionKeys } from "./session-keys.ts";
 import { type OnnxSessionOptions, onnxSessionOptions } from "./session-options.ts";
 
 // Loads an ONNX model as `instanceCount` instances, each an ONNX Runtime session in a
 // worker thread (onnxruntime-node's run() blocks its thread, and two sessions on one
 // thread never overlap): a thread of its own, or one that `hosts` shares between
-// instances once there are more instances than CPUs (model-hosts.ts).
+// instances once there are more instances than CPUs (model-hosts.ts). Instances on one
+// thread load a model once where its sessions would be the same (session-keys.ts).
 
 const WORKER_ENTRY = siblingModule(import.meta.url, "onnx-worker");
+
+/** Threads shared by ONNX model instances, and which of those instances may share a session. */
+export class OnnxHosts extends ModelHosts {
+  readonly sessionKeys = new SessionKeys();
+}
 
 /** The worker threads that ONNX model instances share: at most `maxHosts` (0: one per instance). */
 export function onnxHosts(
   maxHosts: number,
   resourceLimits?: ResourceLimits,
   trimmer?: HeapTrimmer,
-): ModelHosts {
-  return new ModelHosts(WORKER_ENTRY, maxHosts, resourceLimits, trimmer);
+): OnnxHosts {
+  return new OnnxHosts(WORKER_ENTRY, maxHosts, resourceLimits, trimmer);
 }
 
 export interface LoadOnnxModelOptions {
@@ -39,7 +46,7 @@ export interface LoadOnnxModelOptions {
    */
   readonly workerResourceLimits?: ResourceLimits;
   /** The threads to place the instances on (onnxHosts); else each has a thread of its own, as with resource limits. */
-  readonly hosts?: ModelHosts;
+  readonly hosts?: OnnxHosts;
   readonly logger: Logger;
 }
 
@@ -57,6 +64,7 @@ export async function loadOnnxModel(
   const sessionOptions = options.sessionOptions ?? onnxSessionOptions({}, undefined);
   const { hosts } = options;
   const shared = hosts !== undefined && options.workerResourceLimits === undefined;
+  const sessionKey = shared ? await hosts.sessionKeys.keyFor(modelPath, sessionOptions) : undefined;
   const { instances: executors, loaded: io } = await startInstances(
     modelName,
     instanceCount,
@@ -64,8 +72,13 @@ export async function loadOnnxModel(
       new WorkerExecutor({
         name,
         entry: WORKER_ENTRY,
-        load: { type: "load", modelPath, sessionOptions },
-        ...(shared ? { host: (key: string) => hosts.place(modelName, key) } : {}),
+        load: {
+          type: "load",
+          modelPath,
+          sessionOptions,
+          ...(sessionKey === undefined ? {} : { sessionKey }),
+        },
+        ...(shared ? { host: (key: string) => hosts.place(modelName, key, sessionKey) } : {}),
         logger: logger.child({ model: modelName }),
         ...(options.workerResourceLimits === undefined
           ? {}

@@ -2,7 +2,7 @@ import { parentPort } from "node:worker_threads";
 import { Tensor } from "onnxruntime-node";
 import type { NumericArray } from "../../core/datatype.ts";
 import type { ErrorCode } from "../../core/errors.ts";
-import type { ModelTensorInfo } from "../../core/model-io.ts";
+import type { ModelIo, ModelTensorInfo } from "../../core/model-io.ts";
 import {
   type ErrorMessage,
   type FromWorkerMessage,
@@ -15,8 +15,9 @@ import { type PackedBytes, transferableArray, type WireTensor } from "../worker/
 import { datatypeOfOrtType, elementType, type OrtTensorType, ortTensorType } from "./onnx-types.ts";
 import { type Binding, binding, initOrt } from "./ort-binding.ts";
 
-// A worker thread hosting ONNX model instances: one ONNX Runtime session per instance,
-// answering runs in the order they arrive. session.run() blocks this thread, which is the
+// A worker thread hosting ONNX model instances: an ONNX Runtime session per instance, or
+// one for all the instances here that share a session key (session-keys.ts), answering
+// runs in the order they arrive. session.run() blocks this thread, which is the
 // point: the main thread's event loop never waits for a model. Instances that share a
 // worker take turns (model-hosts.ts decides which do).
 
@@ -34,13 +35,21 @@ class RunFailure extends Error {
 
 interface LoadedSession {
   readonly session: Binding.InferenceSession;
+  readonly io: ModelIo;
   readonly inputNames: ReadonlySet<string>;
   readonly outputNames: ReadonlySet<string>;
   /** Fetched when a run asks for no output: ONNX Runtime runs nothing without one. */
   readonly anyOutput: string;
+  /** Its key among the shared sessions, if it may be shared. */
+  readonly sharedAs: string | undefined;
+  /** How many instances hold it. */
+  holders: number;
 }
 
+/** Each instance's session, by instance key. */
 const sessions = new Map<string, LoadedSession>();
+/** Sessions that instances with the same session key share (session-keys.ts says which may). */
+const shared = new Map<string, LoadedSession>();
 const RUN_OPTIONS = {};
 // Fatal: ONNX Runtime's Node.js API takes string tensors as JavaScript strings, so bytes
 // that are not UTF-8 cannot reach the model unchanged; they are refused, never altered.
@@ -79,23 +88,44 @@ function tensorInfo(metadata: Binding.ValueMetadata): ModelTensorInfo {
 }
 
 function load(message: LoadMessage): void {
-  const { instanceKey } = message;
+  const { instanceKey, sessionKey } = message;
   try {
-    initOrt();
-    const session = new binding.InferenceSession();
-    session.loadModel(message.modelPath, { ...message.sessionOptions });
-    const inputs = session.inputMetadata.map(tensorInfo);
-    const outputs = session.outputMetadata.map(tensorInfo);
-    sessions.set(instanceKey, {
-      session,
-      inputNames: new Set(inputs.map((i) => i.name)),
-      outputNames: new Set(outputs.map((o) => o.name)),
-      anyOutput: outputs[0]?.name ?? "",
-    });
-    post({ type: "loaded", instanceKey, io: { inputs, outputs } });
+    let loaded = sessionKey === undefined ? undefined : shared.get(sessionKey);
+    if (loaded === undefined) {
+      initOrt();
+      const session = new binding.InferenceSession();
+      session.loadModel(message.modelPath, { ...message.sessionOptions });
+      const io = {
+        inputs: session.inputMetadata.map(tensorInfo),
+        outputs: session.outputMetadata.map(tensorInfo),
+      };
+      loaded = {
+        session,
+        io,
+        inputNames: new Set(io.inputs.map((i) => i.name)),
+        outputNames: new Set(io.outputs.map((o) => o.name)),
+        anyOutput: io.outputs[0]?.name ?? "",
+        sharedAs: sessionKey,
+        holders: 0,
+      };
+      if (sessionKey !== undefined) shared.set(sessionKey, loaded);
+    }
+    loaded.holders++;
+    sessions.set(instanceKey, loaded);
+    post({ type: "loaded", instanceKey, io: loaded.io });
   } catch (error) {
     post({ type: "error", instanceKey, id: "load", code: "INTERNAL", message: errorText(error) });
   }
+}
+
+/** Lets go of `instanceKey`'s session, freeing it once no instance holds it. */
+function release(instanceKey: string): void {
+  const loaded = sessions.get(instanceKey);
+  if (loaded === undefined) return;
+  sessions.delete(instanceKey);
+  if (--loaded.holders > 0) return;
+  if (loaded.sharedAs !== undefined) shared.delete(loaded.sharedAs);
+  loaded.session.dispose();
 }
 
 function decodeStrings(name: string, packed: PackedBytes): string[] {
@@ -249,14 +279,12 @@ function run(message: RunMessage): void {
 }
 
 function unload(instanceKey: string): void {
-  sessions.get(instanceKey)?.session.dispose();
-  sessions.delete(instanceKey);
+  release(instanceKey);
   post({ type: "unloaded", instanceKey });
 }
 
 function close(): void {
-  for (const { session } of sessions.values()) session.dispose();
-  sessions.clear();
+  for (const instanceKey of [...sessions.keys()]) release(instanceKey);
   port.close();
 }
 

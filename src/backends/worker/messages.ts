@@ -25,6 +25,8 @@ export interface LoadMessage {
   readonly instanceKey: string;
   readonly modelPath: string;
   readonly sessionOptions: OnnxSessionOptions;
+  /** Instances loaded under one key on a worker share one session (onnx/session-keys.ts); none: a session of its own. */
+  readonly sessionKey?: string;
 }
 
 export interface RunMessage {

@@ -19,6 +19,12 @@ export interface Tenant {
   onExit(code: number, error: Error | undefined): void;
 }
 
+/** An instance placed on a host: its model's name, and the key of the session it may share. */
+export interface Placement {
+  readonly model: string;
+  readonly session?: string;
+}
+
 /** A tenant's hold on the worker it attached to. */
 export interface HostLink {
   post(message: ToWorkerMessage, transfer?: ArrayBuffer[]): void;
@@ -69,8 +75,8 @@ export class ModelHost {
   #referenced = true;
   /** The tenants on the current worker, by instance key. */
   readonly #links = new Map<string, Link>();
-  /** Instances placed here (by model-hosts.ts), by key, with their model's name. */
-  readonly placed = new Map<string, string>();
+  /** Instances placed here (by model-hosts.ts), by key. */
+  readonly placed = new Map<string, Placement>();
 
   constructor(entry: URL, resourceLimits?: ResourceLimits, trimmer: HeapTrimmer = workerHeapTrimmer) {
     this.#entry = entry;

@@ -1,0 +1,102 @@
+import { createHash } from "node:crypto";
+import { createReadStream, type Stats } from "node:fs";
+import { readdir, stat } from "node:fs/promises";
+import { dirname } from "node:path";
+import type { OnnxSessionOptions } from "./session-options.ts";
+
+// Which model instances on one worker thread may share an ONNX Runtime session: those
+// whose sessions would be the same, from the same bytes with the same options. Instances
+// on one thread take turns anyway, and a session is most of a model's memory (about 10 MB
+// for Silero VAD's 2.3 MB file), so a thread loads such a model once however many
+// instances or models use it (onnx-worker.ts holds the sessions by this key).
+//
+// - A model's own instances, loaded together, always share.
+// - Two loads (two models over one file or copies of it, or an old and a new version)
+//   share only when their files are byte for byte the same AND each is alone in its
+//   folder: ONNX Runtime reads external data from files beside the model, which may differ
+//   where the model files do not. The bytes are compared (SHA-256) only between files of
+//   the same size and options; a file known unchanged since it was read (same inode, size
+//   and modification time) is not read again.
+
+interface KnownFile {
+  readonly path: string;
+  readonly stats: Stats;
+  readonly options: string;
+  readonly key: string;
+  /** The content's digest, once a file of the same size needed it. */
+  digest: Promise<string> | undefined;
+}
+
+const sameFile = (a: Stats, b: Stats): boolean =>
+  a.dev === b.dev && a.ino === b.ino && a.size === b.size && a.mtimeMs === b.mtimeMs;
+
+async function digestOf(path: string): Promise<string> {
+  const hash = createHash("sha256");
+  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
+  return hash.digest("hex");
+}
+
+export class SessionKeys {
+  /** Files alone in their folders, loaded so far: one entry per path and options (a changed file's is dropped). */
+  readonly #known: KnownFile[] = [];
+  #loads = 0;
+  /** One key at a time: each decision sees every earlier one. */
+  #queue: Promise<unknown> = Promise.resolve();
+
+  /** The key under which a load of `modelPath` with `options` finds a session to share. */
+  keyFor(modelPath: string, options: OnnxSessionOptions): Promise<string> {
+    // A file that cannot be read here fails its load in the worker, in ONNX Runtime's words.
+    const key = this.#queue.then(() =>
+      this.#keyFor(modelPath, JSON.stringify(options)).catch(() => `load:${++this.#loads}`),
+    );
+    this.#queue = key;
+    return key;
+  }
+
+  async #keyFor(path: string, options: string): Promise<string> {
+    const ownLoad = `load:${++this.#loads}`;
+    const [stats, entries] = await Promise.all([stat(path), readdir(dirname(path)).catch(() => [])]);
+    if (entries.length !== 1) return ownLoad;
+
+    // A file changed since it was loaded is forgotten: its sessions hold what it was.
+    for (const known of this.#known.filter((file) => file.path === path && !sameFile(file.stats, stats))) {
+      this.#forget(known);
+    }
+    const loaded = this.#known.find((file) => file.path === path && file.options === options);
+    if (loaded !== undefined) return loaded.key;
+
+    const file: KnownFile = { path, stats, options, key: `file:${ownLoad}`, digest: undefined };
+    for (const peer of [...this.#known]) {
+      if (peer.options !== options || peer.stats.size !== stats.size) continue;
+      if (!(await this.#unchanged(peer))) continue;
+      file.digest ??= digestOf(path);
+      peer.digest ??= digestOf(peer.path);
+      const [mine, theirs] = await Promise.all([file.digest, peer.digest]);
+      // Each digest stands for what was (or will be) loaded only if its file did not
+      // change while it was read.
+      if (mine !== theirs || !(await this.#unchanged(peer))) continue;
+      const now = await stat(path).catch(() => undefined);
+      if (now === undefined || !sameFile(stats, now)) return ownLoad;
+      return this.#remember({ ...file, key: peer.key });
+    }
+    return this.#remember(file);
+  }
+
+  #remember(file: KnownFile): string {
+    this.#known.push(file);
+    return file.key;
+  }
+
+  /** Whether `file` is as it was when it was loaded; it is forgotten if not. */
+  async #unchanged(file: KnownFile): Promise<boolean> {
+    const now = await stat(file.path).catch(() => undefined);
+    if (now !== undefined && sameFile(file.stats, now)) return true;
+    this.#forget(file);
+    return false;
+  }
+
+  #forget(file: KnownFile): void {
+    const index = this.#known.indexOf(file);
+    if (index >= 0) this.#known.splice(index, 1);
+  }
+}
