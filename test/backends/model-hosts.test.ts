@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdir, writeFile } from "node:fs/promises";
+import { mkdir, readFile, stat, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { promisify } from "node:util";
@@ -12,6 +12,7 @@ import { WorkerExecutor } from "../../src/backends/worker/worker-executor.ts";
 import type { ModelExecutor } from "../../src/core/executor.ts";
 import type { BytesElements, Tensor } from "../../src/core/tensor.ts";
 import { silentLogger } from "../../src/observability/logger.ts";
+import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
 import { addSubModel, identityModel } from "../../tools/onnx/test-models.ts";
 import { modelFiles, rejection } from "./support/onnx-test-kit.ts";
 
@@ -34,6 +35,21 @@ const ints = (...values: number[]): Tensor => ({
   shape: [1, values.length],
   data: Int32Array.from(values),
 });
+
+const floats = (...values: number[]): Tensor => ({
+  datatype: "FP32",
+  shape: [1, values.length],
+  data: Float32Array.from(values),
+});
+
+/** OUTPUT0 = INPUT0 × `weights` (FP32 [1, n]): models of one size whose answers tell their weights apart. */
+const scaleModel = (weights: number[]): Uint8Array =>
+  new OnnxModelBuilder({ opset: 17 })
+    .input("INPUT0", "FP32", [1, weights.length])
+    .output("OUTPUT0", "FP32", [1, weights.length])
+    .initializer("W", "FP32", [1, weights.length], Float32Array.from(weights))
+    .node("Mul", ["INPUT0", "W"], ["OUTPUT0"])
+    .toBytes();
 
 const text = (...strings: string[]): Tensor => ({
   datatype: "BYTES",
@@ -81,13 +97,20 @@ describe("ModelHosts placement", () => {
   });
 
   test("another model's instance joins the thread holding its session key, not a thread of its own", () => {
-    const hosts = new ModelHosts(entry, 0);
+    const hosts = new ModelHosts(entry, 4);
     const a0 = hosts.place("a", "a_0#1", "same-bytes");
     hosts.place("c", "c_0#2", "other-bytes");
     assert.equal(hosts.place("b", "b_0#3", "same-bytes"), a0, "joins the session");
     const a1 = hosts.place("a", "a_1#4", "same-bytes");
     assert.notEqual(a1, a0, "a model's own instances still spread to run in parallel");
     assert.deepEqual(hosts.sizes, [2, 1, 1]);
+  });
+
+  test("with no limit, an instance that could share a session still gets a thread of its own", () => {
+    const hosts = new ModelHosts(entry, 0);
+    const a = hosts.place("a", "a_0#1", "same-bytes");
+    assert.notEqual(hosts.place("b", "b_0#2", "same-bytes"), a);
+    assert.deepEqual(hosts.sizes, [1, 1]);
   });
 });
 
@@ -115,6 +138,67 @@ describe("instances sharing a thread", () => {
       assert.deepEqual(await first(b.executors[0]!, added(), "OUTPUT0"), [11, 12, 13]);
     } finally {
       await Promise.all([...a.executors, ...b.executors].map((e) => e.close()));
+    }
+  });
+
+  test("a file rewritten in place with the same size and dates is loaded anew: sessions are shared by the bytes loaded", async () => {
+    const hosts = onnxHosts(1);
+    await mkdir(join(models.dir(), "rewritten_1"));
+    const path = await modelFile("rewritten_1/model", scaleModel([1, 2, 3]));
+    // Whole seconds, as an archive's entries have: the same dates can be given again exactly.
+    const dates = new Date(1_700_000_000_000);
+    await utimes(path, dates, dates);
+    const load = () =>
+      loadOnnxModel({ modelName: "rewritten", modelPath: path, instanceCount: 1, hosts, logger });
+    const old = await load();
+    const { ino, mtimeMs } = await stat(path);
+    const next = scaleModel([10, 20, 30]);
+    assert.equal(next.length, (await readFile(path)).length, "the same size");
+    await writeFile(path, next);
+    await utimes(path, dates, dates);
+    const now = await stat(path);
+    assert.deepEqual(
+      [now.ino, now.mtimeMs, now.size],
+      [ino, mtimeMs, next.length],
+      "the same inode and dates",
+    );
+    const reloaded = await load();
+    try {
+      assert.deepEqual(
+        await first(reloaded.executors[0]!, { INPUT0: floats(1, 1, 1) }, "OUTPUT0"),
+        [10, 20, 30],
+      );
+      assert.deepEqual(await first(old.executors[0]!, { INPUT0: floats(1, 1, 1) }, "OUTPUT0"), [1, 2, 3]);
+    } finally {
+      await Promise.all([...old.executors, ...reloaded.executors].map((e) => e.close()));
+    }
+  });
+
+  test("after their thread dies, two models that shared a session each load their own file again", async () => {
+    const hosts = onnxHosts(1, { maxOldGenerationSizeMb: 32 });
+    const load = async (modelName: string, bytes: Uint8Array) => {
+      await mkdir(join(models.dir(), `${modelName}_1`));
+      const modelPath = await modelFile(`${modelName}_1/model`, bytes);
+      return loadOnnxModel({ modelName, modelPath, instanceCount: 1, hosts, logger });
+    };
+    const same = await load("same_a", scaleModel([1, 2, 3]));
+    const changing = await load("same_b", scaleModel([1, 2, 3]));
+    const echo = await load("same_echo", identityModel("BYTES", [-1]));
+    try {
+      assert.deepEqual(await first(same.executors[0]!, { INPUT0: floats(1, 1, 1) }, "OUTPUT0"), [1, 2, 3]);
+      // same_b's file changes without a reload; then the thread dies and both load again.
+      await writeFile(join(models.dir(), "same_b_1", "model.onnx"), scaleModel([10, 20, 30]));
+      const mebibyte = "a".repeat(1 << 20);
+      await rejection(
+        first(echo.executors[0]!, { INPUT0: text(...Array.from({ length: 96 }, () => mebibyte)) }, "OUTPUT0"),
+      );
+      assert.deepEqual(
+        await first(changing.executors[0]!, { INPUT0: floats(1, 1, 1) }, "OUTPUT0"),
+        [10, 20, 30],
+      );
+      assert.deepEqual(await first(same.executors[0]!, { INPUT0: floats(1, 1, 1) }, "OUTPUT0"), [1, 2, 3]);
+    } finally {
+      await Promise.all([...same.executors, ...changing.executors, ...echo.executors].map((e) => e.close()));
     }
   });
 

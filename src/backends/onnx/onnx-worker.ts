@@ -1,3 +1,6 @@
+import { createHash } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
+import { dirname } from "node:path";
 import { parentPort } from "node:worker_threads";
 import { Tensor } from "onnxruntime-node";
 import type { NumericArray } from "../../core/datatype.ts";
@@ -16,8 +19,8 @@ import { datatypeOfOrtType, elementType, type OrtTensorType, ortTensorType } fro
 import { type Binding, binding, initOrt } from "./ort-binding.ts";
 
 // A worker thread hosting ONNX model instances: an ONNX Runtime session per instance, or
-// one for all the instances here that share a session key (session-keys.ts), answering
-// runs in the order they arrive. session.run() blocks this thread, which is the
+// one for all the instances here whose sessions would be the same (see sharing()),
+// answering runs in the order they arrive. session.run() blocks this thread, which is the
 // point: the main thread's event loop never waits for a model. Instances that share a
 // worker take turns (model-hosts.ts decides which do).
 
@@ -87,14 +90,48 @@ function tensorInfo(metadata: Binding.ValueMetadata): ModelTensorInfo {
   };
 }
 
-function load(message: LoadMessage): void {
-  const { instanceKey, sessionKey } = message;
+/**
+ * The key under which `message`'s session may be shared on this thread, and the bytes to
+ * load when the key is the content's. A file alone in its folder is shared by what it
+ * holds: its bytes, hashed as they are loaded (never what its name or dates suggest), with
+ * the session options. Any other file (external data may sit beside it) only by the
+ * instances of one load (the main thread's key).
+ */
+function sharing(message: LoadMessage): { key: string | undefined; bytes: Buffer | undefined } {
+  const { modelPath, sessionKey } = message;
+  if (sessionKey === undefined) return { key: undefined, bytes: undefined };
+  let alone = false;
   try {
-    let loaded = sessionKey === undefined ? undefined : shared.get(sessionKey);
+    alone = readdirSync(dirname(modelPath)).length === 1;
+  } catch {}
+  if (!alone) return { key: sessionKey, bytes: undefined };
+  const bytes = readFileSync(modelPath);
+  const digest = createHash("sha256").update(bytes).digest("hex");
+  return { key: `sha256:${digest} ${JSON.stringify(message.sessionOptions)}`, bytes };
+}
+
+function load(message: LoadMessage): void {
+  const { instanceKey } = message;
+  try {
+    const sharable = sharing(message);
+    let { key } = sharable;
+    let loaded = key === undefined ? undefined : shared.get(key);
     if (loaded === undefined) {
       initOrt();
       const session = new binding.InferenceSession();
-      session.loadModel(message.modelPath, { ...message.sessionOptions });
+      const options = { ...message.sessionOptions };
+      const { bytes } = sharable;
+      try {
+        if (bytes === undefined) session.loadModel(message.modelPath, options);
+        else session.loadModel(bytes.buffer as ArrayBuffer, bytes.byteOffset, bytes.byteLength, options);
+      } catch (error) {
+        if (bytes === undefined) throw error;
+        // Loaded from the file's path, ONNX Runtime names the file in its error, as a
+        // Triton user reads it; what it loads then is not the bytes hashed, so it is not
+        // shared.
+        session.loadModel(message.modelPath, options);
+        key = undefined;
+      }
       const io = {
         inputs: session.inputMetadata.map(tensorInfo),
         outputs: session.outputMetadata.map(tensorInfo),
@@ -105,10 +142,10 @@ function load(message: LoadMessage): void {
         inputNames: new Set(io.inputs.map((i) => i.name)),
         outputNames: new Set(io.outputs.map((o) => o.name)),
         anyOutput: io.outputs[0]?.name ?? "",
-        sharedAs: sessionKey,
+        sharedAs: key,
         holders: 0,
       };
-      if (sessionKey !== undefined) shared.set(sessionKey, loaded);
+      if (key !== undefined) shared.set(key, loaded);
     }
     loaded.holders++;
     sessions.set(instanceKey, loaded);

@@ -4,19 +4,20 @@ import { readdir, stat } from "node:fs/promises";
 import { dirname } from "node:path";
 import type { OnnxSessionOptions } from "./session-options.ts";
 
-// Which model instances on one worker thread may share an ONNX Runtime session: those
-// whose sessions would be the same, from the same bytes with the same options. Instances
-// on one thread take turns anyway, and a session is most of a model's memory (about 10 MB
-// for Silero VAD's 2.3 MB file), so a thread loads such a model once however many
-// instances or models use it (onnx-worker.ts holds the sessions by this key).
+// Where an ONNX model's instances should go to share a session with others on a worker
+// thread: the main thread's guess, for placement (model-hosts.ts). Whether a session is
+// shared is decided by the worker from the bytes it loads (onnx-worker.ts), so a wrong
+// guess costs a thread's parallelism or a session's memory, never a model's answers.
+// Instances on one thread take turns anyway, and a session is most of a model's memory
+// (about 10 MB for Silero VAD's 2.3 MB file).
 //
-// - A model's own instances, loaded together, always share.
+// - A model's own instances, loaded together, get one key (its load's).
 // - Two loads (two models over one file or copies of it, or an old and a new version)
-//   share only when their files are byte for byte the same AND each is alone in its
-//   folder: ONNX Runtime reads external data from files beside the model, which may differ
-//   where the model files do not. The bytes are compared (SHA-256) only between files of
-//   the same size and options; a file known unchanged since it was read (same inode, size
-//   and modification time) is not read again.
+//   get one key when their files are likely the same bytes with the same options, each
+//   alone in its folder (ONNX Runtime reads external data from files beside the model,
+//   which may differ where the model files do not). The bytes are compared (SHA-256)
+//   only between files of the same size and options; a file whose inode, size and
+//   modification time are unchanged is taken as unchanged, which only a guess may.
 
 interface KnownFile {
   readonly path: string;
@@ -26,6 +27,9 @@ interface KnownFile {
   /** The content's digest, once a file of the same size needed it. */
   digest: Promise<string> | undefined;
 }
+
+/** Enough for any repository's models, and a bound for a server that loads files sent to it for ever. */
+const MAX_KNOWN = 1024;
 
 const sameFile = (a: Stats, b: Stats): boolean =>
   a.dev === b.dev && a.ino === b.ino && a.size === b.size && a.mtimeMs === b.mtimeMs;
@@ -37,7 +41,7 @@ async function digestOf(path: string): Promise<string> {
 }
 
 export class SessionKeys {
-  /** Files alone in their folders, loaded so far: one entry per path and options (a changed file's is dropped). */
+  /** Files alone in their folders, loaded lately (at most MAX_KNOWN): one entry per path and options. */
   readonly #known: KnownFile[] = [];
   #loads = 0;
   /** One key at a time: each decision sees every earlier one. */
@@ -84,6 +88,8 @@ export class SessionKeys {
 
   #remember(file: KnownFile): string {
     this.#known.push(file);
+    // Loads of files sent with the request each have a folder of their own.
+    if (this.#known.length > MAX_KNOWN) this.#known.shift();
     return file.key;
   }
 

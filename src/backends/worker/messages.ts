@@ -25,7 +25,12 @@ export interface LoadMessage {
   readonly instanceKey: string;
   readonly modelPath: string;
   readonly sessionOptions: OnnxSessionOptions;
-  /** Instances loaded under one key on a worker share one session (onnx/session-keys.ts); none: a session of its own. */
+  /**
+   * Set where the instance's thread is shared: instances loaded under one key there share
+   * one session (a model's own instances). A file alone in its folder is shared by the
+   * content the worker loads instead, and this key is the main thread's guess at it, for
+   * placement (onnx/session-keys.ts). None: a session of its own.
+   */
   readonly sessionKey?: string;
 }
 

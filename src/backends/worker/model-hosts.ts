@@ -33,9 +33,10 @@ export class ModelHosts {
 
   /**
    * The host for the instance `instanceKey` of `modelName`, which holds it until the
-   * instance closes. Instances with the same `session` key can share what they load on
-   * one thread (onnx/session-keys.ts): another model's instance joins a thread that holds
-   * its key rather than take a thread of its own, since it would add no model there.
+   * instance closes. Instances with the same `session` key can likely share what they
+   * load on one thread (onnx/session-keys.ts): another model's instance joins a thread
+   * that holds its key rather than take a thread of its own, since it would likely add no
+   * model there.
    */
   place(modelName: string, instanceKey: string, session?: string): ModelHost {
     let best: ModelHost | undefined;
@@ -54,7 +55,8 @@ export class ModelHosts {
       }
     }
     const roomForMore = this.#maxHosts === 0 || this.#hosts.length < this.#maxHosts;
-    const joinsSession = bestKey[0] === 0 && bestKey[1] === 0;
+    // With no limit (`maxHosts` 0) every instance keeps a thread of its own, as promised.
+    const joinsSession = this.#maxHosts !== 0 && bestKey[0] === 0 && bestKey[1] === 0;
     if (best === undefined || (best.placed.size > 0 && roomForMore && !joinsSession)) {
       best = new ModelHost(this.#entry, this.#resourceLimits, this.#trimmer);
       this.#hosts.push(best);
