@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
+import { closeSync, openSync, readdirSync, readSync, statSync } from "node:fs";
 import { dirname } from "node:path";
 import { parentPort } from "node:worker_threads";
 import { Tensor } from "onnxruntime-node";
@@ -90,24 +90,50 @@ function tensorInfo(metadata: Binding.ValueMetadata): ModelTensorInfo {
   };
 }
 
+/** One small read buffer for hashing model files, reused: no file is held whole for it. */
+const hashChunk = Buffer.allocUnsafe(64 << 10);
+
+function digestOf(path: string): string {
+  const hash = createHash("sha256");
+  const fd = openSync(path, "r");
+  try {
+    for (let read = readSync(fd, hashChunk); read > 0; read = readSync(fd, hashChunk)) {
+      hash.update(hashChunk.subarray(0, read));
+    }
+  } finally {
+    closeSync(fd);
+  }
+  return hash.digest("hex");
+}
+
+/** Stats that any write to the file changes (its ctime cannot be set back, unlike its mtime). */
+const fileVersion = (path: string): string => {
+  const { dev, ino, size, mtimeMs, ctimeMs } = statSync(path);
+  return `${dev}:${ino}:${size}:${mtimeMs}:${ctimeMs}`;
+};
+
 /**
- * The key under which `message`'s session may be shared on this thread, and the bytes to
- * load when the key is the content's. A file alone in its folder is shared by what it
- * holds: its bytes, hashed as they are loaded (never what its name or dates suggest), with
- * the session options. Any other file (external data may sit beside it) only by the
- * instances of one load (the main thread's key).
+ * The key under which `message`'s session may be shared on this thread. A file alone in
+ * its folder is shared by what it holds: its bytes, hashed here, with the session options
+ * (never by what its name or dates suggest). Any other file (external data may sit beside
+ * it) only by the instances of one load: the main thread's key.
  */
-function sharing(message: LoadMessage): { key: string | undefined; bytes: Buffer | undefined } {
+function sharing(message: LoadMessage): { key: string | undefined; version: string | undefined } {
   const { modelPath, sessionKey } = message;
-  if (sessionKey === undefined) return { key: undefined, bytes: undefined };
+  if (sessionKey === undefined) return { key: undefined, version: undefined };
   let alone = false;
   try {
     alone = readdirSync(dirname(modelPath)).length === 1;
   } catch {}
-  if (!alone) return { key: sessionKey, bytes: undefined };
-  const bytes = readFileSync(modelPath);
-  const digest = createHash("sha256").update(bytes).digest("hex");
-  return { key: `sha256:${digest} ${JSON.stringify(message.sessionOptions)}`, bytes };
+  if (!alone) return { key: sessionKey, version: undefined };
+  try {
+    const version = fileVersion(modelPath);
+    const key = `sha256:${digestOf(modelPath)} ${JSON.stringify(message.sessionOptions)}`;
+    return { key, version };
+  } catch {
+    // Not readable: ONNX Runtime's load says why, naming the file.
+    return { key: undefined, version: undefined };
+  }
 }
 
 function load(message: LoadMessage): void {
@@ -119,19 +145,11 @@ function load(message: LoadMessage): void {
     if (loaded === undefined) {
       initOrt();
       const session = new binding.InferenceSession();
-      const options = { ...message.sessionOptions };
-      const { bytes } = sharable;
-      try {
-        if (bytes === undefined) session.loadModel(message.modelPath, options);
-        else session.loadModel(bytes.buffer as ArrayBuffer, bytes.byteOffset, bytes.byteLength, options);
-      } catch (error) {
-        if (bytes === undefined) throw error;
-        // Loaded from the file's path, ONNX Runtime names the file in its error, as a
-        // Triton user reads it; what it loads then is not the bytes hashed, so it is not
-        // shared.
-        session.loadModel(message.modelPath, options);
+      session.loadModel(message.modelPath, { ...message.sessionOptions });
+      // A file written between its hashing and ONNX Runtime's read: the session holds
+      // bytes other than the ones hashed, so it is this instance's alone.
+      if (sharable.version !== undefined && fileVersion(message.modelPath) !== sharable.version)
         key = undefined;
-      }
       const io = {
         inputs: session.inputMetadata.map(tensorInfo),
         outputs: session.outputMetadata.map(tensorInfo),
