@@ -17,7 +17,7 @@ import type { OnnxSessionOptions } from "./session-options.ts";
 //   alone in its folder (ONNX Runtime reads external data from files beside the model,
 //   which may differ where the model files do not). The bytes are compared (SHA-256)
 //   only between files of the same size and options; a file whose inode, size and
-//   modification time are unchanged is taken as unchanged, which only a guess may.
+//   times are unchanged is taken as unchanged, which only a guess may.
 
 interface KnownFile {
   readonly path: string;
@@ -32,7 +32,11 @@ interface KnownFile {
 const MAX_KNOWN = 1024;
 
 const sameFile = (a: Stats, b: Stats): boolean =>
-  a.dev === b.dev && a.ino === b.ino && a.size === b.size && a.mtimeMs === b.mtimeMs;
+  a.dev === b.dev &&
+  a.ino === b.ino &&
+  a.size === b.size &&
+  a.mtimeMs === b.mtimeMs &&
+  a.ctimeMs === b.ctimeMs;
 
 async function digestOf(path: string): Promise<string> {
   const hash = createHash("sha256");
@@ -47,7 +51,7 @@ export class SessionKeys {
   /** One key at a time: each decision sees every earlier one. */
   #queue: Promise<unknown> = Promise.resolve();
 
-  /** The key under which a load of `modelPath` with `options` finds a session to share. */
+  /** The placement key of a load of `modelPath` with `options`: loads likely to share a session get the same. */
   keyFor(modelPath: string, options: OnnxSessionOptions): Promise<string> {
     // A file that cannot be read here fails its load in the worker, in ONNX Runtime's words.
     const key = this.#queue.then(() =>
