@@ -683,9 +683,18 @@ export class ModelRepository implements ModelRegistry {
     }
   }
 
+  /**
+   * The models in Triton's order, its index's: by name as a std::map orders them, byte
+   * for byte for ASCII names ("Zeta" before "alpha"), not by the locale's collation,
+   * whose first use also pages in about 2 MB of ICU's tables.
+   */
+  #byName(): ModelEntry[] {
+    return [...this.#models.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
   index(readyOnly = false): RepositoryIndexEntry[] {
     const entries: RepositoryIndexEntry[] = [];
-    for (const entry of [...this.#models.values()].sort((a, b) => a.name.localeCompare(b.name))) {
+    for (const entry of this.#byName()) {
       if (entry.versions.size > 0) {
         // As Triton: beside the versions served, those served before and since replaced or
         // unloaded, UNAVAILABLE "unloaded", and those the last load failed to add, with why.
@@ -743,7 +752,7 @@ export class ModelRepository implements ModelRegistry {
     const asked = (name: string) =>
       controlMode !== "explicit" || loadModels.includes("*") || loadModels.includes(name);
     const failures: string[] = [];
-    for (const entry of [...this.#models.values()].sort((a, b) => a.name.localeCompare(b.name))) {
+    for (const entry of this.#byName()) {
       if (entry.versions.size > 0) continue;
       if (entry.notUnique !== undefined) {
         if (asked(entry.name)) failures.push(entry.notUnique);

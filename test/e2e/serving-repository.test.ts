@@ -386,6 +386,7 @@ describe("explicit model control", () => {
         simple: { config: simpleConfig("simple"), onnx: addSubModel("INT32", [-1, 16]) },
         auto: { onnx: identityModel("FP32", [-1, 4]) },
         spare: { onnx: identityModel("INT8", [-1, 4]) },
+        Zeta: { onnx: identityModel("INT8", [-1, 4]) },
       },
       { modelControlMode: "explicit", loadModels: ["simple"] },
     );
@@ -402,9 +403,10 @@ describe("explicit model control", () => {
 
   it("loads only the models asked for; the index lists the others by name alone, as Triton", async () => {
     // Triton (RepositoryIndex): a model it never loaded is only a name; a reason is written
-    // only when there is one.
+    // only when there is one. Names come in a std::map's order, byte by byte.
     const entries = await index(server.url);
     assert.deepEqual(entries, [
+      { name: "Zeta" },
       { name: "auto" },
       { name: "simple", version: "1", state: "READY" },
       { name: "spare" },
