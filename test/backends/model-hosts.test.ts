@@ -51,6 +51,10 @@ const scaleModel = (weights: number[]): Uint8Array =>
     .node("Mul", ["INPUT0", "W"], ["OUTPUT0"])
     .toBytes();
 
+/** Whether a model's (first) instance runs on a session another instance on its thread loaded. */
+const sharesSession = (model: { executors: readonly ModelExecutor[] }): boolean =>
+  (model.executors[0] as WorkerExecutor).sharesSession;
+
 const text = (...strings: string[]): Tensor => ({
   datatype: "BYTES",
   shape: [strings.length],
@@ -132,6 +136,11 @@ describe("instances sharing a thread", () => {
     const added = () => ({ INPUT0: ints(1, 2, 3), INPUT1: ints(10, 10, 10) });
     try {
       assert.deepEqual(hosts.sizes, [2], "b joined a's thread, not a second one");
+      assert.deepEqual(
+        [sharesSession(a), sharesSession(b)],
+        [false, true],
+        "b runs on the session a loaded, found by its bytes",
+      );
       assert.deepEqual(await first(a.executors[0]!, added(), "OUTPUT0"), [11, 12, 13]);
       assert.deepEqual(await first(b.executors[0]!, added(), "OUTPUT1"), [-9, -8, -7]);
       await a.executors[0]!.close();
@@ -164,6 +173,7 @@ describe("instances sharing a thread", () => {
     );
     const reloaded = await load();
     try {
+      assert.equal(sharesSession(reloaded), false, "new bytes, a session of their own");
       assert.deepEqual(
         await first(reloaded.executors[0]!, { INPUT0: floats(1, 1, 1) }, "OUTPUT0"),
         [10, 20, 30],
@@ -185,6 +195,7 @@ describe("instances sharing a thread", () => {
     const changing = await load("same_b", scaleModel([1, 2, 3]));
     const echo = await load("same_echo", identityModel("BYTES", [-1]));
     try {
+      assert.equal(sharesSession(changing), true, "one session while their files are the same");
       assert.deepEqual(await first(same.executors[0]!, { INPUT0: floats(1, 1, 1) }, "OUTPUT0"), [1, 2, 3]);
       // same_b's file changes without a reload; then the thread dies and both load again.
       await writeFile(join(models.dir(), "same_b_1", "model.onnx"), scaleModel([10, 20, 30]));
@@ -197,6 +208,7 @@ describe("instances sharing a thread", () => {
         [10, 20, 30],
       );
       assert.deepEqual(await first(same.executors[0]!, { INPUT0: floats(1, 1, 1) }, "OUTPUT0"), [1, 2, 3]);
+      assert.deepEqual([sharesSession(same), sharesSession(changing)], [false, false], "each its own since");
     } finally {
       await Promise.all([...same.executors, ...changing.executors, ...echo.executors].map((e) => e.close()));
     }

@@ -90,7 +90,12 @@ export async function loadOnnxModel(
       model: modelName,
       instances: instanceCount,
       sessionOptions,
-      ...(shared ? { instancesPerThread: hosts.sizes } : {}),
+      ...(shared
+        ? {
+            instancesPerThread: hosts.sizes,
+            instancesOnASharedSession: executors.filter((e) => e.sharesSession).length,
+          }
+        : {}),
     },
     "onnx model loaded",
   );

@@ -142,6 +142,7 @@ function load(message: LoadMessage): void {
     const sharable = sharing(message);
     let { key } = sharable;
     let loaded = key === undefined ? undefined : shared.get(key);
+    const sharesSession = loaded !== undefined;
     if (loaded === undefined) {
       initOrt();
       const session = new binding.InferenceSession();
@@ -167,7 +168,7 @@ function load(message: LoadMessage): void {
     }
     loaded.holders++;
     sessions.set(instanceKey, loaded);
-    post({ type: "loaded", instanceKey, io: loaded.io });
+    post({ type: "loaded", instanceKey, io: loaded.io, sharesSession });
   } catch (error) {
     post({ type: "error", instanceKey, id: "load", code: "INTERNAL", message: errorText(error) });
   }

@@ -64,6 +64,8 @@ export interface LoadedMessage {
   readonly type: "loaded";
   readonly instanceKey: string;
   readonly io: ModelIo;
+  /** Whether the instance took a session already loaded on its thread (onnx-worker.ts). */
+  readonly sharesSession: boolean;
 }
 
 export interface UnloadedMessage {

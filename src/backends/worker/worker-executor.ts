@@ -66,6 +66,7 @@ export class WorkerExecutor implements ModelExecutor {
   #ready = false;
   /** What the model declares, once loaded. */
   #io: ModelIo | undefined;
+  #sharesSession = false;
   #closed = false;
   #nextId = 1;
   /** A model being unloaded after a failed load, for close() to wait for. */
@@ -77,6 +78,11 @@ export class WorkerExecutor implements ModelExecutor {
     this.#logger = options.logger.child({ instance: options.name });
     this.#key = instanceKeyOf(options.name, ++executorCount);
     this.#host = options.host?.(this.#key) ?? new ModelHost(options.entry, options.resourceLimits);
+  }
+
+  /** Whether the instance runs on a session another instance on its thread loaded (as last loaded). */
+  get sharesSession(): boolean {
+    return this.#sharesSession;
   }
 
   /** Starts the worker and loads the model; resolves with the inputs and outputs it declares. */
@@ -191,6 +197,7 @@ export class WorkerExecutor implements ModelExecutor {
         this.#loading = undefined;
         this.#ready = true;
         this.#io = message.io;
+        this.#sharesSession = message.sharesSession;
         this.#updateReference();
         loading?.resolve(message.io);
         return;
