@@ -7,6 +7,7 @@ import {
   OFF_THREAD_JSON_ELEMENTS,
 } from "../../src/frontends/json-thread/json-thread.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
+import { asFp32, assertRowsExact, floatRows, rowsText } from "../support/float-rows.ts";
 import {
   expectedBits,
   firstMismatch,
@@ -36,24 +37,21 @@ before(async () => {
 });
 after(() => server.stop());
 
-const values = (count: number, seed: number) =>
-  Array.from({ length: count }, (_, i) => (((i + seed) * 7919) % 10007) / 997 - 5);
+/** `count` floats, -0 among them (float-rows.ts). */
+const values = (count: number): number[] => floatRows(1, count)[0]!;
 
 const request = (data: readonly number[], extra = "") =>
-  `{${extra}"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[${data.length}],"data":[${data.join(",")}]}]}`;
+  `{${extra}"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[${data.length}],"data":${rowsText([data]).slice(1, -1)}}]}`;
 
 type Answer = Record<string, unknown>;
 
-function assertExact(answer: Answer, sent: readonly number[], what: string) {
-  const data = (answer.outputs as { data: number[] }[])[0]!.data;
-  assert.equal(data.length, sent.length, what);
-  const wrong = data.findIndex((v, i) => !Object.is(v, Math.fround(sent[i]!)));
-  assert.equal(wrong, -1, `${what}: element ${wrong}: ${data[wrong]} for ${sent[wrong]}`);
-}
+/** The answer's one output is `sent` as FP32, exactly. */
+const assertExact = (answer: Answer, sent: readonly number[], what: string) =>
+  assertRowsExact([(answer.outputs as { data: number[] }[])[0]!.data], asFp32([sent]), what);
 
 test("large and small messages on one stream are answered exactly, in the order they came", async () => {
-  const large = values(OFF_THREAD_JSON_ELEMENTS * 2, 1);
-  const small = values(3, 2);
+  const large = values(OFF_THREAD_JSON_ELEMENTS * 2);
+  const small = values(3);
   const padding = `"parameters":{"padding":"${"x".repeat(OFF_THREAD_JSON_BYTES)}"},`;
   const framedLarge = framed(
     {
@@ -91,7 +89,7 @@ test("large and small messages on one stream are answered exactly, in the order 
 });
 
 test("a raw stream's large text message is JSON, parsed on the JSON thread too", async () => {
-  const large = values(OFF_THREAD_JSON_ELEMENTS * 2, 3);
+  const large = values(OFF_THREAD_JSON_ELEMENTS * 2);
   const client = await StreamClient.open(port, "/v2/models/fp32/stream?format=raw");
   const before = jsonThreadBodies();
   client.send(request(large));
