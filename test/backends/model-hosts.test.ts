@@ -4,7 +4,7 @@ import { mkdir, readFile, stat, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { promisify } from "node:util";
-import { loadOnnxModel, onnxHosts } from "../../src/backends/onnx/onnx-backend.ts";
+import { loadOnnxModel, type OnnxHosts, onnxHosts } from "../../src/backends/onnx/onnx-backend.ts";
 import { onnxSessionOptions } from "../../src/backends/onnx/session-options.ts";
 import { ModelHosts } from "../../src/backends/worker/model-hosts.ts";
 import { siblingModule } from "../../src/backends/worker/spawn-worker.ts";
@@ -50,6 +50,16 @@ const scaleModel = (weights: number[]): Uint8Array =>
     .initializer("W", "FP32", [1, weights.length], Float32Array.from(weights))
     .node("Mul", ["INPUT0", "W"], ["OUTPUT0"])
     .toBytes();
+
+/** Writes `bytes` as `<folder>/model.onnx`, alone in its folder as a repository keeps a version's file; its path. */
+async function aloneFile(folder: string, bytes: Uint8Array): Promise<string> {
+  await mkdir(join(models.dir(), folder));
+  return modelFile(`${folder}/model`, bytes);
+}
+
+/** One instance of `modelName` from `modelPath`, placed on `hosts`. */
+const loadOne = (hosts: OnnxHosts, modelName: string, modelPath: string) =>
+  loadOnnxModel({ modelName, modelPath, instanceCount: 1, hosts, logger });
 
 /** Whether a model's (first) instance runs on a session another instance on its thread loaded. */
 const sharesSession = (model: { executors: readonly ModelExecutor[] }): boolean =>
@@ -121,18 +131,8 @@ describe("ModelHosts placement", () => {
 describe("instances sharing a thread", () => {
   test("two models over byte-identical files share one session on one thread; each serves while the other closes", async () => {
     const hosts = onnxHosts(2);
-    const load = async (modelName: string, dir: string) => {
-      await mkdir(join(models.dir(), dir));
-      return loadOnnxModel({
-        modelName,
-        modelPath: await modelFile(`${dir}/model`, addSubModel("INT32", [1, 3])),
-        instanceCount: 1,
-        hosts,
-        logger,
-      });
-    };
-    const a = await load("a", "a_1");
-    const b = await load("b", "b_1");
+    const a = await loadOne(hosts, "a", await aloneFile("a_1", addSubModel("INT32", [1, 3])));
+    const b = await loadOne(hosts, "b", await aloneFile("b_1", addSubModel("INT32", [1, 3])));
     const added = () => ({ INPUT0: ints(1, 2, 3), INPUT1: ints(10, 10, 10) });
     try {
       assert.deepEqual(hosts.sizes, [2], "b joined a's thread, not a second one");
@@ -152,13 +152,11 @@ describe("instances sharing a thread", () => {
 
   test("a file rewritten in place with the same size and dates is loaded anew: sessions are shared by the bytes loaded", async () => {
     const hosts = onnxHosts(1);
-    await mkdir(join(models.dir(), "rewritten_1"));
-    const path = await modelFile("rewritten_1/model", scaleModel([1, 2, 3]));
+    const path = await aloneFile("rewritten_1", scaleModel([1, 2, 3]));
     // Whole seconds, as an archive's entries have: the same dates can be given again exactly.
     const dates = new Date(1_700_000_000_000);
     await utimes(path, dates, dates);
-    const load = () =>
-      loadOnnxModel({ modelName: "rewritten", modelPath: path, instanceCount: 1, hosts, logger });
+    const load = () => loadOne(hosts, "rewritten", path);
     const old = await load();
     const { ino, mtimeMs } = await stat(path);
     const next = scaleModel([10, 20, 30]);
@@ -186,11 +184,8 @@ describe("instances sharing a thread", () => {
 
   test("after their thread dies, two models that shared a session each load their own file again", async () => {
     const hosts = onnxHosts(1, { maxOldGenerationSizeMb: 32 });
-    const load = async (modelName: string, bytes: Uint8Array) => {
-      await mkdir(join(models.dir(), `${modelName}_1`));
-      const modelPath = await modelFile(`${modelName}_1/model`, bytes);
-      return loadOnnxModel({ modelName, modelPath, instanceCount: 1, hosts, logger });
-    };
+    const load = async (modelName: string, bytes: Uint8Array) =>
+      loadOne(hosts, modelName, await aloneFile(`${modelName}_1`, bytes));
     const same = await load("same_a", scaleModel([1, 2, 3]));
     const changing = await load("same_b", scaleModel([1, 2, 3]));
     const echo = await load("same_echo", identityModel("BYTES", [-1]));
@@ -220,13 +215,7 @@ describe("instances sharing a thread", () => {
   test("a load under a session key the thread holds uses that session, until its last holder leaves", async () => {
     const hosts = onnxHosts(1);
     // Keeps the thread alive throughout.
-    const echo = await loadOnnxModel({
-      modelName: "echo",
-      modelPath: await modelFile("echo_shared", identityModel("BYTES", [-1])),
-      instanceCount: 1,
-      hosts,
-      logger,
-    });
+    const echo = await loadOne(hosts, "echo", await modelFile("echo_shared", identityModel("BYTES", [-1])));
     const sessionOptions = onnxSessionOptions({}, undefined);
     const sessionKey = "the sums session";
     const instance = (name: string, modelPath: string) =>
