@@ -729,16 +729,16 @@ export class ModelRepository implements ModelRegistry {
     const entry = this.#models.get(name);
     if (entry === undefined || entry.versions.size === 0)
       throw invalidArg(`requested model '${name}' is not available`);
-    if (version === undefined || version === "")
-      return [...entry.versions.values()].map((m) => m.statistics());
+    if (version === undefined || version === "") return byVersion(entry).map((m) => m.statistics());
     const model = /^\d+$/.test(version) ? entry.versions.get(String(Number(version))) : undefined;
     if (model === undefined) throw invalidArg(`requested model version is not available for model '${name}'`);
     return [model.statistics()];
   }
 
+  /** The loaded models in Triton's order: by name, then version. */
   served(): ServedModel[] {
     const models: ServedModel[] = [];
-    for (const entry of this.#models.values()) models.push(...entry.versions.values());
+    for (const entry of this.#byName()) models.push(...byVersion(entry));
     return models;
   }
 
@@ -841,6 +841,11 @@ export class ModelRepository implements ModelRegistry {
 }
 
 /** A file's text, or "" when it cannot be read (a reload then reports the reading error). */
+/** A model's loaded versions in Triton's order, ascending (a std::map of int64). */
+function byVersion(entry: ModelEntry): LoadedModel[] {
+  return [...entry.versions].sort(([a], [b]) => Number(a) - Number(b)).map(([, model]) => model);
+}
+
 function readText(file: string): string {
   try {
     return readFileSync(file, "utf8");

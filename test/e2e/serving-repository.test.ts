@@ -656,6 +656,12 @@ describe("poll mode", () => {
     await waitUntil("the added model to become ready", ready("added"));
     assert.deepEqual(outputData(await infer(url, "added", input(10)), "OUTPUT0"), [17]);
     assert.equal((await index(url)).find((e) => e.name === "added")?.state, "READY");
+    // Triton walks its models in a std::map: a model found last comes first if its name does.
+    const { body } = await getJson(`${url}/v2/models/stats`);
+    assert.deepEqual(
+      (body.model_stats as { name: string }[]).map((s) => s.name),
+      ["added", "first"],
+    );
   });
 
   it("a model that failed to load is not retried at every poll, only when its files change", async () => {
