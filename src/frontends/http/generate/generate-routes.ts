@@ -1,14 +1,12 @@
-import { once } from "node:events";
-import type { ServerResponse } from "node:http";
-import { setTimeout as delay } from "node:timers/promises";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { asServerError, internal } from "../../../core/errors.ts";
+import { internal } from "../../../core/errors.ts";
 import type { ServerContext } from "../../../core/model.ts";
 import { type InferResponseStream, inferStream } from "../../../core/response-stream.ts";
 import { watchDisconnect } from "../../common/http/client-disconnect.ts";
 import { createErrorHandler } from "../../common/http/error-reply.ts";
 import { readJsonBody } from "../../common/http/json-body.ts";
 import { OPTIONAL_BODY } from "../../common/http/openapi.ts";
+import { writeStreamedReply } from "../../common/http/streamed-reply.ts";
 import type { ResponseBudgets } from "../../common/response-budget.ts";
 import { routedSequenceId, SEQUENCE_ID_HEADER, withRoutedSequenceId } from "../../common/sequence-routing.ts";
 import { KSERVE_HTTP_STATUS } from "../error-status.ts";
@@ -113,22 +111,6 @@ function bodyText(request: FastifyRequest): () => string {
 
 const sse = (json: string): string => `data: ${json}\n\n`;
 
-/** Whether `raw` drains before `ms` pass (false also when it closes first). */
-async function drained(raw: ServerResponse, ms: number | undefined): Promise<boolean> {
-  const stop = new AbortController();
-  const { signal } = stop;
-  const waits: Promise<boolean>[] = [
-    once(raw, "drain", { signal }).then(() => true),
-    once(raw, "close", { signal }).then(() => false),
-  ];
-  if (ms !== undefined) waits.push(delay(ms, false, { signal, ref: false }));
-  try {
-    return await Promise.race(waits.map((wait) => wait.catch(() => false)));
-  } finally {
-    stop.abort();
-  }
-}
-
 async function generate(
   context: ServerContext,
   budgets: ResponseBudgets | undefined,
@@ -163,44 +145,15 @@ async function generate(
       }
       return reply.type("application/json").send(encodeGenerateResponse(first.value));
     }
-    // The headers hooks set on the reply (CORS's among them) are only written by Fastify's
-    // send: a hijacked reply writes them itself, or a browser page of an allowed origin
-    // cannot read the stream.
-    const headers = reply.getHeaders();
-    reply.hijack();
-    const raw = reply.raw;
-    for (const [name, value] of Object.entries(headers)) {
-      if (value !== undefined) raw.setHeader(name, value);
-    }
-    raw.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
-    let next = first;
-    // Events count against the connection's budget until the socket has taken them.
-    const budget = budgets?.acquire(raw.socket ?? raw);
-    try {
-      while (next.done !== true) {
-        const event = sse(encodeGenerateResponse(next.value));
-        const bytes = Buffer.byteLength(event);
-        if (budget !== undefined && !budget.take(bytes)) {
-          await responses.return?.();
-          raw.destroy();
-          return undefined;
-        }
-        if (!raw.write(event, () => budget?.give(bytes)) && !(await drained(raw, idleTimeoutMs))) {
-          // It has taken nothing for the whole idle time: the request and its sequence end.
-          raw.destroy();
-        }
-        if (raw.destroyed) {
-          await responses.return?.();
-          return undefined;
-        }
-        next = await responses.next();
-      }
-    } catch (error) {
-      raw.write(sse(JSON.stringify({ error: asServerError(error).message })));
-    } finally {
-      budget?.release();
-    }
-    raw.end();
+    await writeStreamedReply(reply, {
+      headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" },
+      first: first.done === true ? undefined : first.value,
+      rest: responses,
+      frame: (response) => sse(encodeGenerateResponse(response)),
+      failure: (error) => sse(JSON.stringify({ error: error.message })),
+      budgets,
+      idleTimeoutMs,
+    });
     return undefined;
   } finally {
     disconnect.dispose();
