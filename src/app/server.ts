@@ -277,6 +277,8 @@ export async function startServer(
         logger,
         sessionTtlSecs: options.sagemakerSessionTtlSecs ?? DEFAULT_SERVER_OPTIONS.sagemakerSessionTtlSecs!,
         defaultModel: options.sagemakerModel,
+        budgets,
+        streamIdleTimeoutMs: limits.httpStreamIdleTimeoutSecs * 1000,
         ...httpSecurity,
       });
       await sagemaker.listen({ host: options.host, port: options.sagemakerPort });

@@ -94,6 +94,7 @@ const SAGEMAKER_EXCHANGES: readonly Exchange[] = [
   { method: "GET", path: "/ping", status: 200 },
   invocation("/invocations", "simple", { inputs: simpleInputs(SIXTEEN) }, 200),
   invocation("/endpoints/any/invocations", "simple", { inputs: simpleInputs(SIXTEEN) }, 200),
+  invocation("/endpoints/any/invocations-response-stream", "simple", { inputs: simpleInputs(SIXTEEN) }, 200),
   invocation("/invocations", "accumulator", { requestType: "NEW_SESSION" }, 200),
   invocation("/invocations", "nothing", { inputs: simpleInputs(SIXTEEN) }, 404),
 ];
@@ -257,6 +258,7 @@ describe("the OpenAPI documents", () => {
     const document = await documentOf(sagemaker);
     assert.deepEqual(Object.keys(document.paths).sort(), [
       "/endpoints/{endpoint}/invocations",
+      "/endpoints/{endpoint}/invocations-response-stream",
       "/invocations",
       "/ping",
     ]);

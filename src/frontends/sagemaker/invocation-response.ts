@@ -86,13 +86,13 @@ export function chooseAnswer(
   );
 }
 
-interface EncodedAnswer {
+export interface EncodedAnswer {
   readonly type: string;
   readonly body: string | Buffer;
 }
 
 /** A body of OFF_THREAD_JSON_ELEMENTS elements or more is written on the JSON thread (a promise only then). */
-function encodeAnswer(
+export function encodeAnswer(
   response: InferResponse,
   answer: AnswerForm,
   encoding: OutputEncoding,

@@ -8,6 +8,7 @@ import { HttpError } from "../common/http/http-error.ts";
 import { isJsonObject } from "../common/http/json-body.ts";
 import { sendJson } from "../common/http/json-text.ts";
 import type { OutputEncoding } from "../common/kserve/infer-request-decoder.ts";
+import type { ResponseBudgets } from "../common/response-budget.ts";
 import { withTraceContext } from "../common/trace-context.ts";
 import {
   decodeInvocation,
@@ -19,6 +20,13 @@ import { type AnswerForm, chooseAnswer, sendAnswer } from "./invocation-response
 import { SAGEMAKER_SCHEMAS } from "./sagemaker-schemas.ts";
 import { checkSessionId, formatExpiry, NEW_SESSION, newSessionHeaderValue } from "./session-id.ts";
 import type { SageMakerSessions } from "./sessions.ts";
+import {
+  checkJsonLinesAnswer,
+  type Delivery,
+  deliverStreamed,
+  type Started,
+  start,
+} from "./streamed-answer.ts";
 import { invokedModel, targetModel } from "./target-model.ts";
 
 // The SageMaker inference-container contract (PROTOCOLS.md §4):
@@ -28,6 +36,10 @@ import { invokedModel, targetModel } from "./target-model.ts";
 //   POST /endpoints/{name}/invocations    the same, as the AWS SDKs' InvokeEndpoint sends
 //                                         it, so they can call seqserve directly (the
 //                                         endpoint name and the signature are not checked)
+//   POST /endpoints/{name}/invocations-response-stream
+//                                         the same as InvokeEndpointWithResponseStream
+//                                         sends it: the answer as an AWS event stream
+//                                         (streamed-answer.ts)
 //
 // Sessions: `X-Amzn-SageMaker-Session-Id: NEW_SESSION` or `"requestType": "NEW_SESSION"`
 // opens one (inputs in that body run as its first step) and answers its id in
@@ -42,9 +54,15 @@ export interface InvocationRoutesOptions {
   readonly sessions: SageMakerSessions;
   /** The model for requests that name none (--sagemaker-model). */
   readonly defaultModel: string | undefined;
+  /** Per-connection budgets of answers waiting for slow readers (streamed answers). */
+  readonly budgets?: ResponseBudgets | undefined;
+  /** A streamed answer's client that takes nothing for this long is let go; default: never. */
+  readonly idleTimeoutMs?: number | undefined;
 }
 
 const SESSION_ID = "x-amzn-sagemaker-session-id";
+/** InvokeEndpointWithResponseStream's Accept. */
+const STREAM_ACCEPT = "x-amzn-sagemaker-accept";
 const TARGET_MODEL = "x-amzn-sagemaker-target-model";
 const CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes";
 /** Response headers, spelled as SageMaker's documentation spells them. */
@@ -103,10 +121,14 @@ function prepareStep(
   body: InvocationBody,
   model: ServedModel,
   http: FastifyRequest,
+  accept: string | undefined,
   signal: AbortSignal,
   principal: string | undefined,
 ): Step {
-  const answer = chooseAnswer(headerValue(http, "accept"), body.form, returnedOutputs(body, model));
+  const outputs = returnedOutputs(body, model);
+  let answer: AnswerForm = "json";
+  if (model.decoupled === true) checkJsonLinesAnswer(accept, outputs);
+  else answer = chooseAnswer(accept, body.form, outputs);
   const decoded = decodeInvocation(body, model, {
     signal,
     binaryOutput: answer === "binary" || answer === "raw",
@@ -170,7 +192,7 @@ export async function invocationRoutes(
   app: FastifyInstance,
   options: InvocationRoutesOptions,
 ): Promise<void> {
-  const { context, sessions, defaultModel } = options;
+  const { context, sessions, defaultModel, budgets, idleTimeoutMs } = options;
   const registry = context.registry;
 
   app.get("/ping", { schema: SAGEMAKER_SCHEMAS.ping }, (_request, reply) => {
@@ -178,13 +200,23 @@ export async function invocationRoutes(
     throw new HttpError(503, describeReadiness(registry));
   });
 
-  const invoke = async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
+  const invoke = async (
+    delivery: Delivery,
+    request: FastifyRequest,
+    reply: FastifyReply,
+  ): Promise<FastifyReply | undefined> => {
     const read = readInvocationBody(
       (request.body as Buffer | undefined) ?? EMPTY_BODY,
       request.headers["content-type"],
     );
     const body = read instanceof Promise ? await read : read;
     const intent = sessionIntent(headerValue(request, SESSION_ID), body.requestType);
+    if (delivery === "response-stream" && intent.kind === "open") {
+      throw invalidArg(
+        `InvokeEndpointWithResponseStream cannot open a session, as in SageMaker: open it with InvokeEndpoint (SessionId ${NEW_SESSION}), then stream its steps with the id it answers`,
+      );
+    }
+    const accept = headerValue(request, delivery === "container" ? "accept" : STREAM_ACCEPT);
     const target = targetModel(registry, headerValue(request, TARGET_MODEL));
     const attributes = headerValue(request, CUSTOM_ATTRIBUTES);
     const disconnect = watchDisconnect(request, reply);
@@ -192,19 +224,19 @@ export async function invocationRoutes(
       switch (intent.kind) {
         case "none": {
           const model = invokedModel(registry, target, defaultModel);
-          const step = prepareStep(body, model, request, disconnect.signal, request.principal);
+          const step = prepareStep(body, model, request, accept, disconnect.signal, request.principal);
           if (model.sequences !== undefined && step.request.sequence === undefined) {
             throw invalidArg(
               `model '${model.name}' keeps state per session: open a session with X-Amzn-SageMaker-Session-Id: ${NEW_SESSION} (or send KServe sequence parameters)`,
             );
           }
-          return sendAnswer(reply, await model.infer(step.request), step.answer, step.encoding);
+          return await answer(reply, delivery, await start(model, step.request), step);
         }
         case "open": {
           const model = invokedModel(registry, target, defaultModel);
           // The body is read before the session exists: a bad one opens nothing.
           const step = body.hasInputs
-            ? prepareStep(body, model, request, disconnect.signal, request.principal)
+            ? prepareStep(body, model, request, accept, disconnect.signal, request.principal)
             : undefined;
           if (step !== undefined) refuseSequenceFields(step.request);
           const session = await sessions.open(model, request.principal);
@@ -226,10 +258,11 @@ export async function invocationRoutes(
             });
           }
           try {
-            const response = await model.infer(
+            const started = await start(
+              model,
               inSession(step.request, session.id, false, sessionStep(step.request, attributes)),
             );
-            return sendAnswer(reply, response, step.answer, step.encoding, {
+            return await answer(reply, delivery, started, step, {
               [NEW_SESSION_ID_HEADER]: value,
               [SESSION_ID_HEADER]: value,
             });
@@ -259,16 +292,15 @@ export async function invocationRoutes(
           let step: Step;
           let number: number | undefined;
           try {
-            step = prepareStep(body, model, request, disconnect.signal, request.principal);
+            step = prepareStep(body, model, request, accept, disconnect.signal, request.principal);
             refuseSequenceFields(step.request);
             number = sessionStep(step.request, attributes);
           } catch (error) {
             throw closed ?? error;
           }
           if (closed !== undefined && number === undefined) throw closed;
-          const response = await model
-            .infer(inSession(step.request, id, close, number))
-            .catch(async (error: unknown) => {
+          const started = await start(model, inSession(step.request, id, close, number)).catch(
+            async (error: unknown) => {
               if (error instanceof ServerError && error.reason === "sequence_unknown") {
                 // Closed, and the core had no answer of this step to give.
                 if (closed !== undefined) throw closed;
@@ -277,12 +309,13 @@ export async function invocationRoutes(
                 await sessions.find(id, target);
               }
               throw error;
-            });
-          return sendAnswer(
+            },
+          );
+          return await answer(
             reply,
-            response,
-            step.answer,
-            step.encoding,
+            delivery,
+            started,
+            step,
             close ? { [CLOSED_SESSION_ID_HEADER]: id } : {},
           );
         }
@@ -292,6 +325,40 @@ export async function invocationRoutes(
     }
   };
 
-  app.post("/invocations", { schema: SAGEMAKER_SCHEMAS.invocations }, invoke);
-  app.post("/endpoints/:endpoint/invocations", { schema: SAGEMAKER_SCHEMAS.endpointInvocations }, invoke);
+  /**
+   * Sends a started request's answer: one answer as the container sends it, else (a
+   * decoupled model's responses, or any answer on the response stream) as it streams.
+   */
+  const answer = (
+    reply: FastifyReply,
+    delivery: Delivery,
+    started: Started,
+    step: Step,
+    headers: Readonly<Record<string, string>> = {},
+  ): Promise<FastifyReply | undefined> | FastifyReply => {
+    if (delivery === "container" && started.kind === "one")
+      return sendAnswer(reply, started.response, step.answer, step.encoding, headers);
+    return deliverStreamed(reply, started, {
+      delivery,
+      answer: step.answer,
+      encoding: step.encoding,
+      headers,
+      budgets,
+      idleTimeoutMs,
+    });
+  };
+
+  app.post("/invocations", { schema: SAGEMAKER_SCHEMAS.invocations }, (request, reply) =>
+    invoke("container", request, reply),
+  );
+  app.post(
+    "/endpoints/:endpoint/invocations",
+    { schema: SAGEMAKER_SCHEMAS.endpointInvocations },
+    (request, reply) => invoke("container", request, reply),
+  );
+  app.post(
+    "/endpoints/:endpoint/invocations-response-stream",
+    { schema: SAGEMAKER_SCHEMAS.endpointInvocationsResponseStream },
+    (request, reply) => invoke("response-stream", request, reply),
+  );
 }

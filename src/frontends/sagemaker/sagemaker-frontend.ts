@@ -3,6 +3,7 @@ import type { Logger } from "../../observability/logger.ts";
 import { createErrorHandler } from "../common/http/error-reply.ts";
 import { createHttpApp, type HttpApp, type HttpAppOptions } from "../common/http/http-app.ts";
 import { unroutedAnswer } from "../common/http/route-methods.ts";
+import type { ResponseBudgets } from "../common/response-budget.ts";
 import { SAGEMAKER_HTTP_STATUS, sendSageMakerError } from "./error-status.ts";
 import { invocationRoutes } from "./invocation-routes.ts";
 import { SageMakerSessions } from "./sessions.ts";
@@ -21,6 +22,10 @@ export interface SageMakerFrontendOptions {
   readonly sessionTtlSecs: number;
   /** The model for invocations that name none; undefined: the only model served. */
   readonly defaultModel?: string | undefined;
+  /** Per-connection budgets of answers waiting for slow readers (streamed answers). */
+  readonly budgets?: ResponseBudgets | undefined;
+  /** A streamed answer's client that takes nothing for this long is let go; default: never. */
+  readonly streamIdleTimeoutMs?: number | undefined;
   /** Connection and time limits, TLS, access control (see createHttpApp). */
   readonly limits?: HttpAppOptions["limits"];
   readonly tls?: HttpAppOptions["tls"];
@@ -42,14 +47,14 @@ export function createSageMakerFrontend(options: SageMakerFrontendOptions): Sage
       version: options.context.metadata.version,
       description:
         "Amazon SageMaker's inference-container contract (GET /ping, POST /invocations) with stateful sessions, " +
-        "and the runtime API's POST /endpoints/{name}/invocations for the AWS SDKs.",
+        "and the runtime API's POST /endpoints/{name}/invocations and /invocations-response-stream for the AWS SDKs.",
     },
     limits: options.limits,
     tls: options.tls,
     answerUnrouted: (request, reply, allowed) => {
       const { status, message } = unroutedAnswer(request, reply, allowed);
       const served =
-        " (SageMaker serves GET /ping, POST /invocations and POST /endpoints/{name}/invocations)";
+        " (SageMaker serves GET /ping, POST /invocations, POST /endpoints/{name}/invocations and POST /endpoints/{name}/invocations-response-stream)";
       return sendSageMakerError(reply, status, status === 404 ? `${message}${served}` : message);
     },
     access: options.access,
@@ -60,6 +65,8 @@ export function createSageMakerFrontend(options: SageMakerFrontendOptions): Sage
     context: options.context,
     sessions: new SageMakerSessions(options.context.registry, options.sessionTtlSecs),
     defaultModel: options.defaultModel,
+    budgets: options.budgets,
+    idleTimeoutMs: options.streamIdleTimeoutMs,
   });
   return app;
 }

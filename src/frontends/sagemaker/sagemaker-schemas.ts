@@ -42,6 +42,18 @@ const INVOCATION_CONTENT = {
   "application/octet-stream": { schema: BINARY_SCHEMA },
 };
 
+/** The forms of an answer: an invocation's, and a decoupled model's JSON lines. */
+const ANSWER_CONTENT = {
+  ...INVOCATION_CONTENT,
+  "application/jsonlines": {
+    schema: {
+      type: "string",
+      description:
+        "The answer of a model with several responses per request: one KServe v2 JSON response per line",
+    },
+  },
+};
+
 const invocation = (operationId: string, withEndpoint: boolean) => ({
   operationId,
   tags: ["sagemaker"],
@@ -59,7 +71,7 @@ const invocation = (operationId: string, withEndpoint: boolean) => ({
         "x-amzn-sagemaker-new-session-id": { type: "string", description: "<id>; Expires=<UTC time>" },
         "x-amzn-sagemaker-closed-session-id": { type: "string" },
       },
-      content: INVOCATION_CONTENT,
+      content: ANSWER_CONTENT,
     },
     default: SAGEMAKER_ERROR,
   },
@@ -74,4 +86,32 @@ export const SAGEMAKER_SCHEMAS = {
   },
   invocations: invocation("invocations", false),
   endpointInvocations: invocation("endpointInvocations", true),
+  endpointInvocationsResponseStream: {
+    operationId: "endpointInvocationsResponseStream",
+    tags: ["sagemaker"],
+    summary:
+      "An inference as the AWS SDKs' InvokeEndpointWithResponseStream sends it (any endpoint name): the answer as an AWS event stream",
+    params: pathParams(["endpoint"], { endpoint: "Any endpoint name" }),
+    headers: {
+      type: "object",
+      properties: {
+        ...SESSION_HEADERS.properties,
+        "x-amzn-sagemaker-session-id": {
+          type: "string",
+          description: "The id of an open session (sessions open with InvokeEndpoint)",
+        },
+        "x-amzn-sagemaker-accept": { type: "string", description: "The answer's form, as Accept" },
+      },
+    },
+    body: { content: INVOCATION_CONTENT },
+    response: {
+      200: {
+        description:
+          "PayloadPart events: one per response of a model with several (a KServe v2 JSON line each), or one holding the answer; its type in X-Amzn-SageMaker-Content-Type",
+        headers: { "x-amzn-sagemaker-content-type": { type: "string" } },
+        content: { "application/vnd.amazon.eventstream": { schema: BINARY_SCHEMA } },
+      },
+      default: SAGEMAKER_ERROR,
+    },
+  },
 };

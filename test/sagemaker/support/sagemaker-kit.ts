@@ -1,6 +1,7 @@
 import {
   InvokeEndpointCommand,
   type InvokeEndpointCommandOutput,
+  InvokeEndpointWithResponseStreamCommand,
   SageMakerRuntimeClient,
 } from "@aws-sdk/client-sagemaker-runtime";
 import { SILERO_SAMPLES, SILERO_SR_BYTES } from "../../support/silero-oracle.ts";
@@ -49,6 +50,44 @@ export function invoke(
       ...(invocation.customAttributes === undefined ? {} : { CustomAttributes: invocation.customAttributes }),
     }),
   );
+}
+
+export interface StreamedInvocation {
+  /** The payload's type (X-Amzn-SageMaker-Content-Type). */
+  readonly contentType: string | undefined;
+  /** Each PayloadPart's bytes, in order. */
+  readonly parts: Buffer[];
+  /** What the iteration raised after the parts (a ModelStreamError), if anything. */
+  readonly error: Error | undefined;
+}
+
+/**
+ * InvokeEndpointWithResponseStream, its parts read to the end. A failure before the
+ * stream (the SDK's exception for an error answer) rejects; one during it is `error`.
+ */
+export async function invokeStream(
+  client: SageMakerRuntimeClient,
+  invocation: Omit<Invocation, "targetModel">,
+): Promise<StreamedInvocation> {
+  const output = await client.send(
+    new InvokeEndpointWithResponseStreamCommand({
+      EndpointName: "seqserve",
+      Body: typeof invocation.body === "string" ? Buffer.from(invocation.body) : invocation.body,
+      ContentType: invocation.contentType ?? "application/json",
+      ...(invocation.accept === undefined ? {} : { Accept: invocation.accept }),
+      ...(invocation.sessionId === undefined ? {} : { SessionId: invocation.sessionId }),
+      ...(invocation.customAttributes === undefined ? {} : { CustomAttributes: invocation.customAttributes }),
+    }),
+  );
+  const parts: Buffer[] = [];
+  try {
+    for await (const event of output.Body!) {
+      if (event.PayloadPart?.Bytes !== undefined) parts.push(Buffer.from(event.PayloadPart.Bytes));
+    }
+  } catch (error) {
+    return { contentType: output.ContentType, parts, error: error as Error };
+  }
+  return { contentType: output.ContentType, parts, error: undefined };
 }
 
 /** The session id in a NewSessionId, and its expiry (epoch ms). */

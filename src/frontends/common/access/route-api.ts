@@ -56,6 +56,7 @@ const EXACT: Readonly<Record<string, ApiGroup>> = {
   "/ping": "health",
   "/invocations": "inference",
   "/endpoints/:endpoint/invocations": "inference",
+  "/endpoints/:endpoint/invocations-response-stream": "inference",
 };
 
 /** TF-Serving's model status path: /v1/models/{m}[/versions/{v}|/labels/{l}], decoded. */

@@ -1,0 +1,285 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import type { SageMakerRuntimeClient } from "@aws-sdk/client-sagemaker-runtime";
+import {
+  finish,
+  newSegmenter,
+  pushChunk,
+  type SpeechEvent,
+} from "../../examples/models/vad_segmenter/1/segmenter.ts";
+import { decoupledCountConfig, handlerRepository } from "../handlers/support/handler-kit.ts";
+import { listSequences } from "../support/sequence-kit.ts";
+import { expectedBits, SILERO_SAMPLES, sequenceAudio } from "../support/silero-oracle.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+import { invoke, invokeStream, newSession, openSession, sdkClient } from "./support/sagemaker-kit.ts";
+
+// InvokeEndpointWithResponseStream, from the unmodified AWS SDK for JavaScript: a model
+// with several responses per request (vad_segmenter: speech events as they happen) sends
+// each as a PayloadPart, a KServe v2 JSON line, within a session opened by InvokeEndpoint,
+// as SageMaker has it; the container's own /invocations answers the same lines. The
+// events must be exactly those of the example's segmenter run in this process on ONNX
+// Runtime's probabilities for the same audio (the oracle).
+
+const EXAMPLES = fileURLToPath(new URL("../../examples/models", import.meta.url));
+const CHUNKS = 64;
+/** Not a multiple of 512: the handler carries the rest over to the next request. */
+const PIECE = 1500;
+const JSON_LINES = "application/jsonlines";
+
+interface Line {
+  readonly outputs?: { name: string; data: unknown[] }[];
+  readonly error?: string;
+}
+
+/** The lines of JSON-lines bytes, each parsed. */
+const lines = (bytes: Buffer): Line[] =>
+  bytes
+    .toString("utf8")
+    .split("\n")
+    .filter((line) => line !== "")
+    .map((line) => JSON.parse(line) as Line);
+
+function eventOf(line: Line): SpeechEvent {
+  if (line.error !== undefined) throw new Error(line.error);
+  const value = (name: string) => line.outputs!.find((o) => o.name === name)!.data[0];
+  return { event: value("EVENT") as SpeechEvent["event"], sample: Number(value("SAMPLE")) };
+}
+
+const audioBody = (part: Float32Array, extra: Record<string, unknown> = {}): string =>
+  JSON.stringify({
+    ...extra,
+    inputs: [{ name: "AUDIO", datatype: "FP32", shape: [1, part.length], data: [...part] }],
+  });
+
+describe("a decoupled model's session, streamed", () => {
+  let server: TestServer;
+  let client: SageMakerRuntimeClient;
+  let audio: Float32Array[];
+  let expected: SpeechEvent[][];
+
+  before(async () => {
+    server = await startTestServer(EXAMPLES, { sagemakerPort: 0 });
+    client = sdkClient(server.server.sagemakerPort!);
+    const streams = [0, 1].map((s) => sequenceAudio(60 + s, CHUNKS));
+    const bits = await expectedBits(streams);
+    audio = streams.map((chunks) => {
+      const all = new Float32Array(chunks.length * SILERO_SAMPLES);
+      for (const [i, chunk] of chunks.entries()) all.set(chunk, i * SILERO_SAMPLES);
+      return all;
+    });
+    expected = bits.map((stream) => {
+      const state = newSegmenter();
+      const events = [...new Float32Array(stream.buffer)].flatMap((p) => pushChunk(state, p, SILERO_SAMPLES));
+      return [...events, ...finish(state)];
+    });
+  });
+  after(async () => {
+    client?.destroy();
+    await server?.stop();
+  });
+
+  const pieces = (samples: Float32Array): Float32Array[] => {
+    const out: Float32Array[] = [];
+    for (let i = 0; i < samples.length; i += PIECE) out.push(samples.subarray(i, i + PIECE));
+    return out;
+  };
+
+  it("has speech starts and ends to find", () => {
+    for (const events of expected) {
+      assert.ok(events.some((e) => e.event === "speech_start"));
+      assert.ok(events.some((e) => e.event === "speech_end"));
+    }
+  });
+
+  /** One session's events: each step streamed, the last one closing the session. */
+  async function overResponseStreams(stream: number): Promise<SpeechEvent[]> {
+    const { id } = await openSession(client, "vad_segmenter");
+    const events: SpeechEvent[] = [];
+    const parts = pieces(audio[stream]!);
+    for (const [i, part] of parts.entries()) {
+      const last = i === parts.length - 1;
+      const answer = await invokeStream(client, {
+        body: audioBody(part, last ? { requestType: "CLOSE" } : {}),
+        sessionId: id,
+      });
+      assert.equal(answer.error, undefined);
+      assert.equal(answer.contentType, JSON_LINES);
+      // One part per response: each holds one whole line.
+      for (const bytes of answer.parts) {
+        assert.equal(lines(bytes).length, 1);
+        events.push(eventOf(lines(bytes)[0]!));
+      }
+    }
+    return events;
+  }
+
+  /** The same through InvokeEndpoint: the container's answer holds every line of its step. */
+  async function overInvocations(stream: number): Promise<SpeechEvent[]> {
+    const parts = pieces(audio[stream]!);
+    const events: SpeechEvent[] = [];
+    const opened = await invoke(client, {
+      body: audioBody(parts[0]!),
+      sessionId: "NEW_SESSION",
+      targetModel: "vad_segmenter",
+    });
+    const { id } = newSession(opened);
+    assert.equal(opened.ContentType, JSON_LINES);
+    // A step that brings no event has an empty body, which the SDK gives as no Body.
+    events.push(...lines(Buffer.from(opened.Body ?? [])).map(eventOf));
+    for (const [i, part] of parts.slice(1).entries()) {
+      const last = i === parts.length - 2;
+      const answer = await invoke(client, {
+        body: audioBody(part, last ? { requestType: "CLOSE" } : {}),
+        sessionId: id,
+        targetModel: "vad_segmenter",
+      });
+      if (last) assert.equal(answer.ClosedSessionId, id);
+      events.push(...lines(Buffer.from(answer.Body ?? [])).map(eventOf));
+    }
+    return events;
+  }
+
+  it("streams each speech event as it happens, as the in-process oracle finds them, and the session ends", async () => {
+    const [streamed, invoked] = await Promise.all([overResponseStreams(0), overInvocations(1)]);
+    assert.deepEqual(streamed, expected[0]);
+    assert.deepEqual(invoked, expected[1]);
+    for (const model of ["vad_segmenter", "silero_vad_stateful"]) {
+      const listing = await listSequences(server.url, model);
+      assert.deepEqual(listing.sequences, [], model);
+    }
+  });
+
+  it("a model with one answer per request streams it as one part, in the form InvokeEndpoint answers", async () => {
+    const { id } = await openSession(client, "accumulator");
+    const input = (value: number) =>
+      JSON.stringify({ inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [value] }] });
+    const first = await invokeStream(client, { body: input(5), sessionId: id });
+    assert.equal(first.contentType, "application/json");
+    assert.equal(first.parts.length, 1);
+    const sum = (bytes: Buffer) =>
+      (JSON.parse(bytes.toString()) as { outputs: { data: number[] }[] }).outputs[0]!.data[0];
+    assert.equal(sum(first.parts[0]!), 5);
+    const second = await invokeStream(client, { body: input(3), sessionId: id });
+    assert.equal(sum(second.parts[0]!), 8);
+    const closed = await invoke(client, {
+      body: JSON.stringify({ requestType: "CLOSE" }),
+      sessionId: id,
+      targetModel: "accumulator",
+    });
+    assert.equal(closed.ClosedSessionId, id);
+  });
+
+  it("a session is opened by InvokeEndpoint only, as in SageMaker: NEW_SESSION on the stream is refused, opening nothing", async () => {
+    await assert.rejects(
+      invokeStream(client, {
+        body: JSON.stringify({ requestType: "NEW_SESSION" }),
+        sessionId: "NEW_SESSION",
+      }),
+      (error: Error) => {
+        assert.equal(error.name, "ValidationError");
+        assert.match(error.message, /InvokeEndpointWithResponseStream cannot open a session/);
+        return true;
+      },
+    );
+    assert.deepEqual((await listSequences(server.url, "accumulator")).sequences, []);
+  });
+});
+
+// Sends COUNT responses, one by one, then completes its request; for a COUNT below 0,
+// sends -COUNT - 1 and fails it.
+const COUNTDOWN = `
+export default {
+  execute(requests: any[]) {
+    for (const r of requests) void run(r);
+  },
+};
+async function run(r: any) {
+  const count = Number(r.inputs.COUNT.data[0]);
+  for (let i = 0; i < (count < 0 ? -count - 1 : count); i++) {
+    await r.send({ outputs: { INDEX: { datatype: "INT32", shape: [1], data: Int32Array.of(i) } } });
+  }
+  if (count < 0) r.complete(new Error("failed after its responses"));
+  else r.complete();
+}
+`;
+
+describe("a decoupled model's stream, and its failures", () => {
+  let server: TestServer;
+  let client: SageMakerRuntimeClient;
+  before(async () => {
+    const repository = handlerRepository({
+      countdown: { config: decoupledCountConfig(), files: { "1/model.ts": COUNTDOWN } },
+    });
+    server = await startTestServer(repository.path, { sagemakerPort: 0 });
+    client = sdkClient(server.server.sagemakerPort!);
+  });
+  after(async () => {
+    client?.destroy();
+    await server?.stop();
+  });
+
+  const count = (value: number) =>
+    JSON.stringify({ inputs: [{ name: "COUNT", datatype: "INT32", shape: [1], data: [value] }] });
+  const indexes = (parts: readonly Buffer[]) =>
+    parts.flatMap((bytes) => lines(bytes).map((line) => line.outputs![0]!.data[0]));
+
+  it("each response is a part, in order", async () => {
+    const answer = await invokeStream(client, { body: count(4) });
+    assert.equal(answer.error, undefined);
+    assert.deepEqual(indexes(answer.parts), [0, 1, 2, 3]);
+  });
+
+  it("a request that completes without a response streams no part", async () => {
+    const answer = await invokeStream(client, { body: count(0) });
+    assert.deepEqual(answer, { contentType: JSON_LINES, parts: [], error: undefined });
+  });
+
+  it("a failure after the first response is a ModelStreamError the SDK raises, with the model's message", async () => {
+    const answer = await invokeStream(client, { body: count(-3) });
+    assert.deepEqual(indexes(answer.parts), [0, 1]);
+    assert.equal(answer.error?.name, "ModelStreamError");
+    assert.equal(answer.error?.message, "failed after its responses");
+    assert.equal((answer.error as Error & { ErrorCode?: string }).ErrorCode, "INTERNAL");
+  });
+
+  it("a failure before any response is the SDK's exception for the error answer", async () => {
+    await assert.rejects(invokeStream(client, { body: count(-1) }), (error: Error) => {
+      assert.equal(error.name, "InternalFailure");
+      assert.equal(error.message, "failed after its responses");
+      return true;
+    });
+  });
+
+  it("InvokeEndpoint gets the lines, a failure after them as a last line", async () => {
+    const answer = await invoke(client, { body: count(-3) });
+    assert.equal(answer.ContentType, JSON_LINES);
+    assert.deepEqual(lines(Buffer.from(answer.Body!)), [
+      {
+        model_name: "countdown",
+        model_version: "1",
+        outputs: [{ name: "INDEX", datatype: "INT32", shape: [1], data: [0] }],
+      },
+      {
+        model_name: "countdown",
+        model_version: "1",
+        outputs: [{ name: "INDEX", datatype: "INT32", shape: [1], data: [1] }],
+      },
+      { error: "failed after its responses" },
+    ]);
+  });
+
+  it("an Accept that JSON lines do not satisfy is refused before the model runs", async () => {
+    await assert.rejects(
+      invokeStream(client, { body: count(1), accept: "application/octet-stream" }),
+      (error: Error) => {
+        assert.equal(error.name, "ValidationError");
+        assert.match(
+          error.message,
+          /no answer fits Accept 'application\/octet-stream'.*application\/jsonlines/,
+        );
+        return true;
+      },
+    );
+  });
+});
