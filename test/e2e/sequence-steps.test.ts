@@ -66,6 +66,22 @@ describe("sequence_step: retried steps are answered, not applied again", () => {
     assert.equal(await sumOf(add(100, 11, 8, { end: true })), 113);
   });
 
+  it("an END refused for its step changes nothing: the sequence goes on, and its END with the right step ends it", async () => {
+    assert.equal(await sumOf(add(5, 12, 1, { start: true })), 5);
+    assertError(
+      await add(1, 12, 5, { end: true }),
+      400,
+      "step 5 of sequence 12 of model 'acc' cannot run yet: the sequence has applied 1 steps, so the next is step 2",
+    );
+    assert.equal(await sumOf(add(3, 12, 2)), 8);
+    assert.equal(await sumOf(add(1, 12, 3, { end: true })), 9);
+    assertError(
+      await add(1, 12, 4),
+      400,
+      "inference request for sequence 12 to model 'acc' must specify the START flag on the first request of the sequence",
+    );
+  });
+
   it("a retry answered from its recorded answer counts as a success, not as an inference", async () => {
     const stats = async () => {
       const body = (await (await fetch(`${server.url}/v2/models/${MODEL}/stats`)).json()) as {

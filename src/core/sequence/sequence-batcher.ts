@@ -603,7 +603,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         if (check.kind === "answered") {
           head.resolve(this.#recorded(head, check.answer));
           this.#renew(sequence);
-        } else if (check.kind === "refused") head.reject(check.error);
+        } else if (check.kind === "refused") {
+          head.reject(check.error);
+          // Refused, it changed nothing: an END among them did not end the sequence.
+          this.#undoEnd(sequence, head);
+        }
         settled = true;
         if (sequence.endReason !== undefined && sequence.idle) {
           this.#finish(sequence);
@@ -762,25 +766,36 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         );
         return;
       }
-    } else if (
-      control?.end === true &&
-      sequence.endReason === "end" &&
-      this.#ending.get(key) === sequence &&
-      !this.#live.has(key)
-    ) {
-      this.#ending.delete(key);
-      this.#recentEnds.forget(key);
-      sequence.endReason = undefined;
-      this.#live.set(key, sequence);
-      if (sequence.status === "ending") sequence.status = "active";
-      if (sequence.holder !== undefined && sequence.expiresAtMs === undefined) {
-        this.#byArrival.set(sequence, true);
-        this.#armIdleTimer();
-      }
+    } else if (this.#undoEnd(sequence, request)) {
       return;
     }
     // Any other END dropped this way had already released the id: the sequence ends as it asked.
     if (sequence.endReason !== undefined && sequence.idle) this.#finish(sequence);
+  }
+
+  /**
+   * Undoes the end `request` (an END that will not run) marked, giving the sequence its id
+   * back, unless the id has gone to another life meanwhile; whether it did.
+   */
+  #undoEnd(sequence: Sequence, request: PendingRequest): boolean {
+    const key = idKey(sequence.id);
+    if (
+      request.request.sequence?.end !== true ||
+      sequence.endReason !== "end" ||
+      this.#ending.get(key) !== sequence ||
+      this.#live.has(key)
+    )
+      return false;
+    this.#ending.delete(key);
+    this.#recentEnds.forget(key);
+    sequence.endReason = undefined;
+    this.#live.set(key, sequence);
+    if (sequence.status === "ending") sequence.status = "active";
+    if (sequence.holder !== undefined && sequence.expiresAtMs === undefined) {
+      this.#byArrival.set(sequence, true);
+      this.#armIdleTimer();
+    }
+    return true;
   }
 
   runningRequestCancelled(sequence: Sequence, request: PendingRequest): void {
