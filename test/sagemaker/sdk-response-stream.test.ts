@@ -204,14 +204,38 @@ async function run(r: any) {
 }
 `;
 
+// A running sum per session; a negative VALUE fails its step.
+const TALLY = `
+export default {
+  execute(requests: any[]) {
+    return requests.map((r) => {
+      const value = Number(r.inputs.VALUE.data[0]);
+      if (value < 0) return new Error("negative input " + value);
+      const sum = (r.sequence.state.get("sum") ?? 0) + value;
+      r.sequence.state.set("sum", sum);
+      return { outputs: { SUM: { datatype: "INT32", shape: [1], data: Int32Array.of(sum) } } };
+    });
+  },
+};
+`;
+
+const TALLY_CONFIG = `
+backend: "typescript"
+max_batch_size: 0
+input [ { name: "VALUE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching { oldest { max_candidate_sequences: 8 } }
+`;
+
 describe("a decoupled model's stream, and its failures", () => {
   let server: TestServer;
   let client: SageMakerRuntimeClient;
   before(async () => {
     const repository = handlerRepository({
       countdown: { config: decoupledCountConfig(), files: { "1/model.ts": COUNTDOWN } },
+      tally: { config: TALLY_CONFIG, files: { "1/model.ts": TALLY } },
     });
-    server = await startTestServer(repository.path, { sagemakerPort: 0 });
+    server = await startTestServer(repository.path, { sagemakerPort: 0, sagemakerModel: "countdown" });
     client = sdkClient(server.server.sagemakerPort!);
   });
   after(async () => {
@@ -281,5 +305,35 @@ describe("a decoupled model's stream, and its failures", () => {
         return true;
       },
     );
+  });
+
+  it("a CLOSE whose last step fails closes its session all the same, and says so", async () => {
+    const { id } = await openSession(client, "tally");
+    const post = (value: number, close: boolean) =>
+      fetch(`http://127.0.0.1:${server.server.sagemakerPort}/invocations`, {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          "x-amzn-sagemaker-session-id": id,
+          "x-amzn-sagemaker-target-model": "tally",
+        },
+        body: JSON.stringify({
+          ...(close ? { requestType: "CLOSE" } : {}),
+          inputs: [{ name: "VALUE", datatype: "INT32", shape: [1], data: [value] }],
+        }),
+      });
+    // A failed step that does not close leaves the session as it was.
+    assert.equal((await post(-1, false)).status, 500);
+    assert.equal((await post(3, false)).status, 200);
+    const failed = await post(-2, true);
+    assert.equal(failed.status, 500);
+    assert.equal(failed.headers.get("x-amzn-sagemaker-closed-session-id"), id);
+    assert.equal(
+      ((await failed.json()) as { message: string }).message,
+      "negative input -2 (the session is closed all the same: a CLOSE ends its session even when its last step fails)",
+    );
+    const after = await post(1, false);
+    assert.equal(after.status, 400);
+    assert.match(((await after.json()) as { message: string }).message, /is closed/);
   });
 });

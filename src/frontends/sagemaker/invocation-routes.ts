@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { invalidArg, ServerError } from "../../core/errors.ts";
+import { asServerError, invalidArg, ServerError } from "../../core/errors.ts";
 import type { InferRequest } from "../../core/infer.ts";
 import type { ModelRegistry, ServedModel, ServerContext, TensorMetadata } from "../../core/model.ts";
 import { parseSequenceStep } from "../../core/sequence/sequence-parameters.ts";
@@ -10,6 +10,7 @@ import { sendJson } from "../common/http/json-text.ts";
 import type { OutputEncoding } from "../common/kserve/infer-request-decoder.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
 import { withTraceContext } from "../common/trace-context.ts";
+import { SAGEMAKER_HTTP_STATUS } from "./error-status.ts";
 import {
   decodeInvocation,
   type InvocationBody,
@@ -177,6 +178,14 @@ function inSession(request: InferRequest, id: string, end: boolean, step: number
   };
 }
 
+/** Whether session `id` of `model` has ended (by this replica's knowledge). */
+async function sessionEnded(model: ServedModel, id: string): Promise<boolean> {
+  const sequences = model.sequences;
+  if (sequences === undefined) return false;
+  const found = await (sequences.locate?.(id) ?? sequences.lookup(id));
+  return found.kind === "ended";
+}
+
 function describeReadiness(registry: ModelRegistry): string {
   const waiting = registry
     .index()
@@ -307,6 +316,20 @@ export async function invocationRoutes(
                 // The session ended after it was found (closed on another replica while
                 // this one held it): the caller is told so as for any session no longer usable.
                 await sessions.find(id, target);
+              }
+              // A CLOSE whose last step fails still closes its session, as a failed END
+              // still ends its sequence: the caller is told, and where a retry would only
+              // hear that the session is closed.
+              if (close && closed === undefined && (await sessionEnded(model, id))) {
+                const failure = error instanceof HttpError ? error : asServerError(error);
+                throw new HttpError(
+                  failure instanceof HttpError ? failure.status : SAGEMAKER_HTTP_STATUS[failure.code],
+                  `${failure.message} (the session is closed all the same: a CLOSE ends its session even when its last step fails)`,
+                  {
+                    ...(failure instanceof HttpError ? failure.headers : {}),
+                    [CLOSED_SESSION_ID_HEADER]: id,
+                  },
+                );
               }
               throw error;
             },
