@@ -1,11 +1,16 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { after, before, describe, it } from "node:test";
-import type { SageMakerRuntimeClient } from "@aws-sdk/client-sagemaker-runtime";
+import {
+  InvokeEndpointCommand,
+  type InvokeEndpointCommandInput,
+  type SageMakerRuntimeClient,
+} from "@aws-sdk/client-sagemaker-runtime";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { addSubModel } from "../../tools/onnx/test-models.ts";
-import { simpleConfig } from "../e2e/support/serving.ts";
-import { accumulatorConfig, listSequences, waitFor } from "../support/sequence-kit.ts";
+import { simpleConfig, simpleInputs } from "../e2e/support/serving.ts";
+import { infer } from "../support/http-client.ts";
+import { accumulatorConfig, int32Input, listSequences, waitFor } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import {
   closeSession,
@@ -221,6 +226,25 @@ describe("which model", { timeout: 60_000 }, () => {
     await closeSession(client, id, "accumulator");
   });
 
+  it("InferenceComponentName names the model of a request without TargetModel; InvokedProductionVariant is answered", async () => {
+    const send = (input: Partial<InvokeEndpointCommandInput>) =>
+      client.send(
+        new InvokeEndpointCommand({
+          EndpointName: "seqserve",
+          ContentType: "application/json",
+          Body: Buffer.from(JSON.stringify({ inputs: simpleInputs(Array(16).fill(1), Array(16).fill(2)) })),
+          ...input,
+        }),
+      );
+    const component = await send({ InferenceComponentName: "simple" });
+    assert.equal(component.InvokedProductionVariant, "AllTraffic");
+    const sums = (JSON.parse(Buffer.from(component.Body!).toString()) as { outputs: { data: number[] }[] })
+      .outputs[0]!.data;
+    assert.deepEqual(sums, Array(16).fill(3));
+    const variant = await send({ InferenceComponentName: "simple", TargetVariant: "blue" });
+    assert.equal(variant.InvokedProductionVariant, "blue");
+  });
+
   it("a model with no per-session state cannot open a session; a stateful one needs a session", async () => {
     const stateless = await sdkError(
       invoke(client, {
@@ -280,8 +304,17 @@ describe("expiry", { timeout: 60_000 }, () => {
           config: accumulatorConfig("accumulator", 4, "direct { }"),
           onnx: accumulatorModel(),
         },
+        held: {
+          config: accumulatorConfig(
+            "held",
+            1,
+            "direct { }\n  max_sequence_idle_microseconds: 60000000",
+            'parameters { key: "sequence_backlog_limit" value { string_value: "1" } }',
+          ),
+          onnx: accumulatorModel(),
+        },
       },
-      { sagemakerPort: 0, sagemakerSessionTtlSecs: 1 },
+      { sagemakerPort: 0, sagemakerSessionTtlSecs: 1, sagemakerModel: "accumulator" },
     );
     shortClient = sdkClient(short.server.sagemakerPort!);
   });
@@ -309,5 +342,20 @@ describe("expiry", { timeout: 60_000 }, () => {
         `^session '${id}' expired at ${at}Z \\(sessions last 1 s from opening\\): open a new session with NEW_SESSION$`,
       ),
     );
+  });
+
+  it("a session that expires waiting for a slot is told so in the sessions' words, as any later request is", async () => {
+    // A KServe sequence holds the model's only slot: the session's first step waits.
+    const holder = await infer(short.url, "held", int32Input(1), { id: 77, start: true });
+    assert.equal(holder.status, 200);
+    const error = await sdkError(
+      invoke(shortClient, { body: value(2), sessionId: "NEW_SESSION", targetModel: "held" }),
+    );
+    assert.deepEqual([error.name, error.status], ["ValidationError", 400]);
+    assert.match(
+      error.message,
+      /^session '[0-9a-f-]{36}' expired at [0-9T:-]+Z \(sessions last 1 s from opening\): open a new session with NEW_SESSION$/,
+    );
+    assert.equal((await infer(short.url, "held", int32Input(1), { id: 77, end: true })).status, 200);
   });
 });

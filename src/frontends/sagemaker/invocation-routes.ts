@@ -20,7 +20,7 @@ import {
 import { type AnswerForm, chooseAnswer, sendAnswer } from "./invocation-response.ts";
 import { SAGEMAKER_SCHEMAS } from "./sagemaker-schemas.ts";
 import { checkSessionId, formatExpiry, NEW_SESSION, newSessionHeaderValue } from "./session-id.ts";
-import type { SageMakerSessions } from "./sessions.ts";
+import { type SageMakerSessions, SESSION_SLOT_WAIT_SECS } from "./sessions.ts";
 import {
   checkJsonLinesAnswer,
   type Delivery,
@@ -65,6 +65,13 @@ const SESSION_ID = "x-amzn-sagemaker-session-id";
 /** InvokeEndpointWithResponseStream's Accept. */
 const STREAM_ACCEPT = "x-amzn-sagemaker-accept";
 const TARGET_MODEL = "x-amzn-sagemaker-target-model";
+/** The SDKs' InferenceComponentName: the model, for a request without TargetModel (the response stream has none). */
+const INFERENCE_COMPONENT = "x-amzn-sagemaker-inference-component";
+const TARGET_VARIANT = "x-amzn-sagemaker-target-variant";
+/** The SDKs' InvokedProductionVariant, which SageMaker's runtime API always answers. */
+const INVOKED_VARIANT_HEADER = "x-Amzn-Invoked-Production-Variant";
+/** The variant name SageMaker's SDKs give a model deployed without naming one. */
+const DEFAULT_VARIANT = "AllTraffic";
 const CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes";
 /** Response headers, spelled as SageMaker's documentation spells them. */
 const NEW_SESSION_ID_HEADER = "X-Amzn-SageMaker-New-Session-Id";
@@ -174,8 +181,36 @@ function sessionStep(request: InferRequest, attributes: string | undefined): num
 function inSession(request: InferRequest, id: string, end: boolean, step: number | undefined): InferRequest {
   return {
     ...request,
-    sequence: { id, start: false, end, timeoutUs: undefined, ...(step === undefined ? {} : { step }) },
+    sequence: {
+      id,
+      start: false,
+      end,
+      timeoutUs: SESSION_SLOT_WAIT_SECS * 1_000_000,
+      ...(step === undefined ? {} : { step }),
+    },
   };
+}
+
+/**
+ * What a session's failed step answers: when the session ended while the step waited
+ * (it expired, or got no slot in time), the sessions' words for it, as any later
+ * request hears them; else the step's own error.
+ */
+async function sessionEndError(
+  sessions: SageMakerSessions,
+  model: ServedModel,
+  id: string,
+  error: unknown,
+): Promise<unknown> {
+  const sequences = model.sequences;
+  if (sequences === undefined) return error;
+  const found = await (sequences.locate?.(id) ?? sequences.lookup(id));
+  if (found.kind !== "ended" || (found.reason !== "expired" && found.reason !== "backlog_timeout"))
+    return error;
+  return sessions.find(id, model).then(
+    () => error,
+    (told: unknown) => told,
+  );
 }
 
 /** Whether session `id` of `model` has ended (by this replica's knowledge). */
@@ -209,11 +244,15 @@ export async function invocationRoutes(
     throw new HttpError(503, describeReadiness(registry));
   });
 
+  /** `runtime`: called on the runtime API's path, as the SDKs call SageMaker (not as SageMaker calls a container). */
   const invoke = async (
     delivery: Delivery,
+    runtime: boolean,
     request: FastifyRequest,
     reply: FastifyReply,
   ): Promise<FastifyReply | undefined> => {
+    if (runtime)
+      reply.header(INVOKED_VARIANT_HEADER, headerValue(request, TARGET_VARIANT) || DEFAULT_VARIANT);
     const read = readInvocationBody(
       (request.body as Buffer | undefined) ?? EMPTY_BODY,
       request.headers["content-type"],
@@ -226,7 +265,10 @@ export async function invocationRoutes(
       );
     }
     const accept = headerValue(request, delivery === "container" ? "accept" : STREAM_ACCEPT);
-    const target = targetModel(registry, headerValue(request, TARGET_MODEL));
+    const target = targetModel(
+      registry,
+      headerValue(request, TARGET_MODEL) || headerValue(request, INFERENCE_COMPONENT),
+    );
     const attributes = headerValue(request, CUSTOM_ATTRIBUTES);
     const disconnect = watchDisconnect(request, reply);
     try {
@@ -276,11 +318,12 @@ export async function invocationRoutes(
               [SESSION_ID_HEADER]: value,
             });
           } catch (error) {
+            const told = await sessionEndError(sessions, model, session.id, error);
             // Its id never reached the client (the headers go out only with an answer):
             // nobody could use or close the session. The open's own failure is what the
             // client hears, whatever becomes of this end.
             await Promise.resolve(model.sequences?.end(session.id, "forced")).catch(() => {});
-            throw error;
+            throw told;
           }
         }
         case "continue":
@@ -317,6 +360,8 @@ export async function invocationRoutes(
                 // this one held it): the caller is told so as for any session no longer usable.
                 await sessions.find(id, target);
               }
+              const told = await sessionEndError(sessions, model, id, error);
+              if (told !== error || !close) throw told;
               // A CLOSE whose last step fails still closes its session, as a failed END
               // still ends its sequence: the caller is told, and where a retry would only
               // hear that the session is closed.
@@ -372,16 +417,16 @@ export async function invocationRoutes(
   };
 
   app.post("/invocations", { schema: SAGEMAKER_SCHEMAS.invocations }, (request, reply) =>
-    invoke("container", request, reply),
+    invoke("container", false, request, reply),
   );
   app.post(
     "/endpoints/:endpoint/invocations",
     { schema: SAGEMAKER_SCHEMAS.endpointInvocations },
-    (request, reply) => invoke("container", request, reply),
+    (request, reply) => invoke("container", true, request, reply),
   );
   app.post(
     "/endpoints/:endpoint/invocations-response-stream",
     { schema: SAGEMAKER_SCHEMAS.endpointInvocationsResponseStream },
-    (request, reply) => invoke("response-stream", request, reply),
+    (request, reply) => invoke("response-stream", true, request, reply),
   );
 }

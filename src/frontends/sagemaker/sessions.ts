@@ -26,6 +26,13 @@ export interface FoundSession {
 
 const iso = (epochMs: number): string => formatExpiry(epochMs);
 
+/**
+ * How long a session's step waits for one of its model's sequence slots when other
+ * sessions hold them all: SageMaker gives a container 60 s to answer an invocation, so a
+ * step that got no slot by then is answered, and its session ends (`backlog_timeout`).
+ */
+export const SESSION_SLOT_WAIT_SECS = 60;
+
 function why(reason: SequenceEndReason): string {
   switch (reason) {
     case "cancelled":
@@ -34,6 +41,8 @@ function why(reason: SequenceEndReason): string {
       return "it was ended through the sequences API, or the request that opened it failed";
     case "shutdown":
       return "the server was shutting down";
+    case "backlog_timeout":
+      return `it waited ${SESSION_SLOT_WAIT_SECS} s for one of its model's sequence slots, all in use by other sequences (close the sessions no longer in use, or give the model more slots)`;
     default:
       return `reason '${reason}'`;
   }

@@ -2,7 +2,8 @@ import { invalidArg, ServerError, unavailable } from "../../core/errors.ts";
 import type { ModelRegistry, ServedModel } from "../../core/model.ts";
 
 // Which model an invocation is for: the SDK's TargetModel (X-Amzn-SageMaker-Target-Model)
-// when the request names one, else the model the server was told to use
+// when the request names one, else its InferenceComponentName
+// (X-Amzn-SageMaker-Inference-Component, a model per component), else the model the server was told to use
 // (--sagemaker-model), else the only model served. On a SageMaker multi-model endpoint a
 // TargetModel names an artifact such as "vad.tar.gz": when no model has that exact name,
 // the name without the archive extension is tried.
@@ -36,6 +37,6 @@ export function invokedModel(
   if (names.length === 1) return registry.model(names[0]!);
   if (names.length === 0) throw unavailable("no model is ready to serve invocations", 1);
   throw invalidArg(
-    `this server serves ${names.length} models (${names.map((n) => `'${n}'`).join(", ")}): name one with TargetModel (X-Amzn-SageMaker-Target-Model), or start seqserve with --sagemaker-model`,
+    `this server serves ${names.length} models (${names.map((n) => `'${n}'`).join(", ")}): name one with TargetModel (X-Amzn-SageMaker-Target-Model) or InferenceComponentName, or start seqserve with --sagemaker-model`,
   );
 }
