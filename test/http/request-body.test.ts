@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { request as httpRequest } from "node:http";
 import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
 import {
   brotliCompressSync,
   deflateRawSync,
@@ -10,6 +11,7 @@ import {
   inflateSync,
 } from "node:zlib";
 import { negotiateCoding } from "../../src/frontends/common/http/response-compression.ts";
+import { BIN, FREE_PORT_FLAGS, ServerProcess } from "../support/seqserve-process.ts";
 import { bodyJson, type RawResponse, send, startServer, type TestServer } from "./support/http-server.ts";
 
 const LIMIT = 64 * 1024;
@@ -225,5 +227,51 @@ describe("response compression", () => {
     assert.equal((bodyJson(plain) as { outputs: unknown[] }).outputs.length, 1);
     const small = await send(server, "GET", "/v2", undefined, { "accept-encoding": "gzip" });
     assert.equal(small.headers["content-encoding"], undefined);
+  });
+});
+
+describe("a body far over the limit, sent whole with its Content-Length", () => {
+  // A server of its own process, as a client meets it: a client writes its whole body
+  // before it reads, and a server that answered (and closed the connection) before
+  // reading the body gave it a reset (EPIPE) where the 413 should be.
+  let server: ServerProcess;
+  let port: number;
+  before(async () => {
+    server = new ServerProcess(process.execPath, [
+      BIN,
+      ...FREE_PORT_FLAGS,
+      "--model-repository",
+      fileURLToPath(new URL("../../examples/models", import.meta.url)),
+      "--http-max-body-bytes",
+      String(LIMIT),
+    ]);
+    port = (await server.listening).http_port!;
+  });
+  after(() => server.stop());
+
+  it("is read, and answered 413, not reset", async () => {
+    const big = Buffer.alloc(128 * LIMIT, 0x20);
+    const outcome = () =>
+      new Promise<string>((resolve) => {
+        const request = httpRequest(
+          {
+            host: "127.0.0.1",
+            port,
+            method: "POST",
+            path: "/v2/models/simple/infer",
+            agent: false,
+            headers: { "content-length": big.byteLength },
+          },
+          (response) => {
+            response.resume();
+            response.on("end", () => resolve(`status ${response.statusCode}`));
+          },
+        );
+        request.on("error", (error: NodeJS.ErrnoException) => resolve(`error ${error.code}`));
+        request.end(big);
+      });
+    const outcomes: string[] = [];
+    for (let i = 0; i < 5; i++) outcomes.push(await outcome());
+    assert.deepEqual(outcomes, Array(5).fill("status 413"));
   });
 });

@@ -39,6 +39,13 @@ function codingOf(header: string | undefined): Coding {
 const tooLarge = (limit: number): HttpError =>
   new HttpError(413, `request body is larger than the limit of ${limit} bytes`);
 
+/**
+ * How much of a body over the limit is read (and dropped) before its 413 is answered: a
+ * client still sending when the answer closes the connection gets a reset (EPIPE) instead
+ * of the answer. Past this much, the 413 goes out at once.
+ */
+const DISCARDED_MAX_BYTES = 32 * 1024 * 1024;
+
 /** `buffer` itself when it owns its whole ArrayBuffer, else a copy that does. */
 function owned(buffer: Buffer): Buffer {
   if (buffer.byteOffset === 0 && buffer.buffer.byteLength === buffer.byteLength) return buffer;
@@ -49,13 +56,15 @@ function owned(buffer: Buffer): Buffer {
 
 /** Reads the bytes as sent, at most `limit` of them. */
 function receive(stream: Readable, declared: number | undefined, limit: number): Promise<Buffer> {
-  if (declared !== undefined && declared > limit) return Promise.reject(tooLarge(limit));
   return new Promise((resolve, reject) => {
+    const over = declared !== undefined && declared > limit;
     // With a Content-Length the body lands straight in its final buffer (node's parser
     // delivers exactly that many bytes); chunked bodies are gathered and joined once.
-    const target = declared === undefined ? undefined : Buffer.allocUnsafeSlow(declared);
+    const target = declared === undefined || over ? undefined : Buffer.allocUnsafeSlow(declared);
     const chunks: Buffer[] = [];
     let received = 0;
+    /** Bytes dropped once the body went past the limit (undefined: it has not). */
+    let discarded: number | undefined = over ? 0 : undefined;
 
     const finish = (error: Error | undefined): void => {
       stream.off("data", onData);
@@ -64,6 +73,10 @@ function receive(stream: Readable, declared: number | undefined, limit: number):
       stream.off("close", onClose);
       if (error !== undefined) {
         reject(error);
+        return;
+      }
+      if (discarded !== undefined) {
+        reject(tooLarge(limit));
         return;
       }
       if (target !== undefined) {
@@ -79,10 +92,15 @@ function receive(stream: Readable, declared: number | undefined, limit: number):
       resolve(body);
     };
     const onData = (chunk: Buffer): void => {
-      if (received + chunk.byteLength > limit) {
-        // The stream keeps flowing with no listener, so the rest is read and dropped and
-        // the client gets to read the answer.
-        finish(tooLarge(limit));
+      if (discarded === undefined && received + chunk.byteLength > limit) {
+        discarded = 0;
+        chunks.length = 0;
+      }
+      if (discarded !== undefined) {
+        // Read to its end and dropped, so that the client gets to read the answer; past
+        // DISCARDED_MAX_BYTES, answered at once (the stream keeps flowing with no listener).
+        discarded += chunk.byteLength;
+        if (discarded > DISCARDED_MAX_BYTES) finish(tooLarge(limit));
         return;
       }
       if (target !== undefined) chunk.copy(target, received);
