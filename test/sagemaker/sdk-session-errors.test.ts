@@ -245,6 +245,14 @@ describe("which model", { timeout: 60_000 }, () => {
     assert.equal(variant.InvokedProductionVariant, "blue");
   });
 
+  it("a refusal written before the request reaches a route (a head too large) is an error the SDK reads", async () => {
+    const error = await sdkError(
+      invoke(client, { body: value(1), targetModel: "simple", customAttributes: "x".repeat(20_000) }),
+    );
+    assert.deepEqual([error.name, error.status], ["ValidationError", 431]);
+    assert.match(error.message, /^the request head is larger than the limit of \d+ bytes$/);
+  });
+
   it("a model with no per-session state cannot open a session; a stateful one needs a session", async () => {
     const stateless = await sdkError(
       invoke(client, {

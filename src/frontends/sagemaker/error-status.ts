@@ -24,18 +24,24 @@ export function awsErrorType(status: number): string {
   return "ValidationError";
 }
 
-/** `{"error": …, "message": …}`: seqserve's error body, with the member the AWS SDKs read. */
+/** `{"error": …, "message": …}`: seqserve's error body, with the member the AWS SDKs read, and the error type's header. */
+export function sageMakerError(
+  status: number,
+  message: string,
+): { readonly headers: Readonly<Record<string, string>>; readonly body: string } {
+  const text = JSON.stringify(message);
+  return {
+    headers: { "x-amzn-errortype": awsErrorType(status) },
+    body: `{"error":${text},"message":${text}}`,
+  };
+}
+
 export function sendSageMakerError(
   reply: FastifyReply,
   status: number,
   message: string,
   headers: Readonly<Record<string, string>> = {},
 ): FastifyReply {
-  const text = JSON.stringify(message);
-  return reply
-    .code(status)
-    .headers(headers)
-    .header("x-amzn-errortype", awsErrorType(status))
-    .type("application/json")
-    .send(`{"error":${text},"message":${text}}`);
+  const error = sageMakerError(status, message);
+  return reply.code(status).headers(headers).headers(error.headers).type("application/json").send(error.body);
 }

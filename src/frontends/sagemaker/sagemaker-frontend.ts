@@ -4,7 +4,7 @@ import { createErrorHandler } from "../common/http/error-reply.ts";
 import { createHttpApp, type HttpApp, type HttpAppOptions } from "../common/http/http-app.ts";
 import { unroutedAnswer } from "../common/http/route-methods.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
-import { SAGEMAKER_HTTP_STATUS, sendSageMakerError } from "./error-status.ts";
+import { SAGEMAKER_HTTP_STATUS, sageMakerError, sendSageMakerError } from "./error-status.ts";
 import { invocationRoutes } from "./invocation-routes.ts";
 import { SageMakerSessions } from "./sessions.ts";
 
@@ -59,6 +59,7 @@ export function createSageMakerFrontend(options: SageMakerFrontendOptions): Sage
     },
     access: options.access,
     refusals: options.refusals,
+    errorBody: sageMakerError,
   });
   app.setErrorHandler(createErrorHandler(SAGEMAKER_HTTP_STATUS, limit, sendSageMakerError));
   app.register(invocationRoutes, {

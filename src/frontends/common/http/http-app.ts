@@ -52,6 +52,8 @@ export interface HttpAppOptions {
     | { readonly policy: AccessPolicy; readonly corsAllowOrigins: readonly string[] }
     | undefined;
   readonly refusals?: Refusals | undefined;
+  /** The error body of refusals written before a request reaches the app (a head too large, a request too slow); default `{"error": …}`. */
+  readonly errorBody?: ErrorBody | undefined;
   /**
    * Answers a request no route serves, in the family's error form: `allowed` lists the
    * methods its path is served under (405), empty when no route has the path (404).
@@ -75,23 +77,47 @@ function httpsOptions(tls: TlsOptions): Record<string, unknown> {
 }
 
 /**
- * A refusal written straight to a socket whose request never reached a route; only on a
- * socket nothing was written to yet (on a kept-alive one the client could take it for the
- * answer to a request it sends next).
+ * A refusal written straight to a socket whose request never reached a route, or never
+ * arrived whole; only while no answer has begun on it, as node's own handler decides (the
+ * refusal would corrupt that answer). On a kept-alive connection whose answers have all
+ * gone out, it is the answer to the request that failed: the next in order.
  */
-function refuseOnSocket(socket: Socket, status: number, reason: string, message: string): void {
-  if (!socket.writable || socket.bytesWritten > 0) {
+function refuseOnSocket(
+  socket: Socket,
+  status: number,
+  reason: string,
+  message: string,
+  errorBody: ErrorBody,
+): void {
+  // Node keeps the answer being written on a socket as `_httpMessage`, its own handler's test.
+  const answering = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+  if (!socket.writable || answering?.headersSent === true) {
     socket.destroy();
     return;
   }
-  const body = JSON.stringify({ error: message });
+  const { headers, body } = errorBody(status, message);
+  const head = Object.entries(headers)
+    .map(([name, value]) => `${name}: ${value}\r\n`)
+    .join("");
   socket.end(
-    `HTTP/1.1 ${status} ${reason}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    `HTTP/1.1 ${status} ${reason}\r\nconnection: close\r\n${head}content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
   );
 }
 
+/** An error answer's JSON body and headers of its own, in the API family's form. */
+export type ErrorBody = (
+  status: number,
+  message: string,
+) => { readonly headers: Readonly<Record<string, string>>; readonly body: string };
+
+const KSERVE_ERROR_BODY: ErrorBody = (_status, message) => ({
+  headers: {},
+  body: JSON.stringify({ error: message }),
+});
+
 export function createHttpApp(options: HttpAppOptions): HttpApp {
   const { bodyLimitBytes, limits, refusals } = options;
+  const errorBody = options.errorBody ?? KSERVE_ERROR_BODY;
   const keepAliveTimeoutMs = limits?.keepAliveTimeoutMs;
   const app = Fastify({
     loggerInstance: options.logger,
@@ -127,12 +153,13 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
           431,
           "Request Header Fields Too Large",
           `the request head is larger than the limit of ${limits?.maxHeaderBytes ?? 16384} bytes`,
+          errorBody,
         );
       } else if (error.code === "ERR_HTTP_REQUEST_TIMEOUT") {
         refusals?.refused("http_request_timeout");
-        refuseOnSocket(socket, 408, "Request Timeout", "the request was not received in time");
+        refuseOnSocket(socket, 408, "Request Timeout", "the request was not received in time", errorBody);
       } else {
-        refuseOnSocket(socket, 400, "Bad Request", "the request is not valid HTTP");
+        refuseOnSocket(socket, 400, "Bad Request", "the request is not valid HTTP", errorBody);
       }
     },
   }) as unknown as HttpApp;
