@@ -3,13 +3,9 @@ import { request as httpRequest } from "node:http";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import WebSocket from "ws";
-import {
-  finish,
-  newSegmenter,
-  pushChunk,
-  type SpeechEvent,
-} from "../../examples/models/vad_segmenter/1/segmenter.ts";
-import { expectedBits, SILERO_SAMPLES, sequenceAudio } from "../support/silero-oracle.ts";
+import type { SpeechEvent } from "../../examples/models/vad_segmenter/1/segmenter.ts";
+import { pieces, segmenterStreams } from "../support/segmenter-oracle.ts";
+import { SILERO_SAMPLES } from "../support/silero-oracle.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import { eventually, sequencesOf } from "./support/handler-kit.ts";
 
@@ -29,28 +25,10 @@ let expected: SpeechEvent[][];
 
 before(async () => {
   server = await startTestServer(fileURLToPath(new URL("../../examples/models", import.meta.url)));
-  const streams = [0, 1, 2].map((s) => sequenceAudio(40 + s, CHUNKS));
-  const bits = await expectedBits(streams);
-  audio = streams.map((chunks) => {
-    const all = new Float32Array(chunks.length * SILERO_SAMPLES);
-    for (const [i, chunk] of chunks.entries()) all.set(chunk, i * SILERO_SAMPLES);
-    return all;
-  });
-  expected = bits.map((stream) => {
-    const state = newSegmenter();
-    const probabilities = new Float32Array(stream.buffer);
-    const events = [...probabilities].flatMap((p) => pushChunk(state, p, SILERO_SAMPLES));
-    return [...events, ...finish(state)];
-  });
+  ({ audio, expected } = await segmenterStreams([40, 41, 42], CHUNKS));
 });
 
 after(() => server.stop());
-
-function pieces(samples: Float32Array): Float32Array[] {
-  const out: Float32Array[] = [];
-  for (let i = 0; i < samples.length; i += PIECE) out.push(samples.subarray(i, i + PIECE));
-  return out;
-}
 
 interface EventJson {
   readonly outputs?: { name: string; data: unknown[] }[];
@@ -83,7 +61,7 @@ async function overWebSocket(stream: number): Promise<(SpeechEvent & { time: num
     if (message.error !== undefined) throw new Error(String(message.error));
     if ((message.outputs ?? []).length > 0) events.push(eventFrom(message.outputs!));
   });
-  const parts = pieces(audio[stream]!);
+  const parts = pieces(audio[stream]!, PIECE);
   parts.forEach((part, i) => {
     socket.send(
       JSON.stringify({
@@ -117,7 +95,7 @@ function postEvents(body: unknown): Promise<string> {
 
 async function overEventStreams(stream: number, id: number): Promise<(SpeechEvent & { time: number })[]> {
   const events: (SpeechEvent & { time: number })[] = [];
-  const parts = pieces(audio[stream]!);
+  const parts = pieces(audio[stream]!, PIECE);
   for (let i = 0; i < parts.length; i++) {
     const text = await postEvents({
       AUDIO: [...parts[i]!],

@@ -2,15 +2,10 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import type { SageMakerRuntimeClient } from "@aws-sdk/client-sagemaker-runtime";
-import {
-  finish,
-  newSegmenter,
-  pushChunk,
-  type SpeechEvent,
-} from "../../examples/models/vad_segmenter/1/segmenter.ts";
+import type { SpeechEvent } from "../../examples/models/vad_segmenter/1/segmenter.ts";
 import { decoupledCountConfig, handlerRepository } from "../handlers/support/handler-kit.ts";
+import { pieces, segmenterStreams } from "../support/segmenter-oracle.ts";
 import { listSequences } from "../support/sequence-kit.ts";
-import { expectedBits, SILERO_SAMPLES, sequenceAudio } from "../support/silero-oracle.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import { invoke, invokeStream, newSession, openSession, sdkClient } from "./support/sagemaker-kit.ts";
 
@@ -61,29 +56,12 @@ describe("a decoupled model's session, streamed", () => {
   before(async () => {
     server = await startTestServer(EXAMPLES, { sagemakerPort: 0 });
     client = sdkClient(server.server.sagemakerPort!);
-    const streams = [0, 1].map((s) => sequenceAudio(60 + s, CHUNKS));
-    const bits = await expectedBits(streams);
-    audio = streams.map((chunks) => {
-      const all = new Float32Array(chunks.length * SILERO_SAMPLES);
-      for (const [i, chunk] of chunks.entries()) all.set(chunk, i * SILERO_SAMPLES);
-      return all;
-    });
-    expected = bits.map((stream) => {
-      const state = newSegmenter();
-      const events = [...new Float32Array(stream.buffer)].flatMap((p) => pushChunk(state, p, SILERO_SAMPLES));
-      return [...events, ...finish(state)];
-    });
+    ({ audio, expected } = await segmenterStreams([60, 61], CHUNKS));
   });
   after(async () => {
     client?.destroy();
     await server?.stop();
   });
-
-  const pieces = (samples: Float32Array): Float32Array[] => {
-    const out: Float32Array[] = [];
-    for (let i = 0; i < samples.length; i += PIECE) out.push(samples.subarray(i, i + PIECE));
-    return out;
-  };
 
   it("has speech starts and ends to find", () => {
     for (const events of expected) {
@@ -96,7 +74,7 @@ describe("a decoupled model's session, streamed", () => {
   async function overResponseStreams(stream: number): Promise<SpeechEvent[]> {
     const { id } = await openSession(client, "vad_segmenter");
     const events: SpeechEvent[] = [];
-    const parts = pieces(audio[stream]!);
+    const parts = pieces(audio[stream]!, PIECE);
     for (const [i, part] of parts.entries()) {
       const last = i === parts.length - 1;
       const answer = await invokeStream(client, {
@@ -116,7 +94,7 @@ describe("a decoupled model's session, streamed", () => {
 
   /** The same through InvokeEndpoint: the container's answer holds every line of its step. */
   async function overInvocations(stream: number): Promise<SpeechEvent[]> {
-    const parts = pieces(audio[stream]!);
+    const parts = pieces(audio[stream]!, PIECE);
     const events: SpeechEvent[] = [];
     const opened = await invoke(client, {
       body: audioBody(parts[0]!),

@@ -35,19 +35,26 @@ export interface Invocation {
   readonly customAttributes?: string;
 }
 
+/** The fields InvokeEndpoint and InvokeEndpointWithResponseStream share. */
+function sharedFields(invocation: Omit<Invocation, "targetModel">) {
+  return {
+    EndpointName: "seqserve",
+    Body: typeof invocation.body === "string" ? Buffer.from(invocation.body) : invocation.body,
+    ContentType: invocation.contentType ?? "application/json",
+    ...(invocation.accept === undefined ? {} : { Accept: invocation.accept }),
+    ...(invocation.sessionId === undefined ? {} : { SessionId: invocation.sessionId }),
+    ...(invocation.customAttributes === undefined ? {} : { CustomAttributes: invocation.customAttributes }),
+  };
+}
+
 export function invoke(
   client: SageMakerRuntimeClient,
   invocation: Invocation,
 ): Promise<InvokeEndpointCommandOutput> {
   return client.send(
     new InvokeEndpointCommand({
-      EndpointName: "seqserve",
-      Body: typeof invocation.body === "string" ? Buffer.from(invocation.body) : invocation.body,
-      ContentType: invocation.contentType ?? "application/json",
-      ...(invocation.accept === undefined ? {} : { Accept: invocation.accept }),
-      ...(invocation.sessionId === undefined ? {} : { SessionId: invocation.sessionId }),
+      ...sharedFields(invocation),
       ...(invocation.targetModel === undefined ? {} : { TargetModel: invocation.targetModel }),
-      ...(invocation.customAttributes === undefined ? {} : { CustomAttributes: invocation.customAttributes }),
     }),
   );
 }
@@ -69,16 +76,7 @@ export async function invokeStream(
   client: SageMakerRuntimeClient,
   invocation: Omit<Invocation, "targetModel">,
 ): Promise<StreamedInvocation> {
-  const output = await client.send(
-    new InvokeEndpointWithResponseStreamCommand({
-      EndpointName: "seqserve",
-      Body: typeof invocation.body === "string" ? Buffer.from(invocation.body) : invocation.body,
-      ContentType: invocation.contentType ?? "application/json",
-      ...(invocation.accept === undefined ? {} : { Accept: invocation.accept }),
-      ...(invocation.sessionId === undefined ? {} : { SessionId: invocation.sessionId }),
-      ...(invocation.customAttributes === undefined ? {} : { CustomAttributes: invocation.customAttributes }),
-    }),
-  );
+  const output = await client.send(new InvokeEndpointWithResponseStreamCommand(sharedFields(invocation)));
   const parts: Buffer[] = [];
   try {
     for await (const event of output.Body!) {
