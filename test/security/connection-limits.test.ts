@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { once } from "node:events";
 import { connect, type Socket } from "node:net";
 import { after, before, test } from "node:test";
 import WebSocket from "ws";
@@ -83,6 +84,39 @@ test("a request head larger than --http-max-header-bytes gets 431", WAIT, async 
   assert.equal(response.status, 431);
   assert.ok(((await refused("http_header_bytes")) ?? 0) >= 1);
 });
+
+test(
+  "a head too large behind a request still being answered is not refused in that request's place",
+  WAIT,
+  async () => {
+    // Answers go out in the order of their requests: a 431 written now would be read as the
+    // first request's answer. The connection is closed instead.
+    const socket = await open(server.server.httpPort!);
+    const answer = untilClosed(socket);
+    const body = JSON.stringify({
+      inputs: [{ name: "INPUT0", datatype: "FP32", shape: [1, 4], data: [1, 2, 3, 4] }],
+    });
+    socket.write(
+      `POST /v2/models/floats/infer HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}` +
+        `GET /v2/health/ready HTTP/1.1\r\nhost: x\r\nx-padding: ${"p".repeat(8192)}\r\n\r\n`,
+    );
+    const received = await answer;
+    assert.doesNotMatch(received, /^HTTP\/1\.1 431/);
+    assert.doesNotMatch(received, /HTTP\/1\.1 431/);
+    // Alone on a kept-alive connection whose answers have gone out, the same head gets its 431.
+    const kept = await open(server.server.httpPort!);
+    let keptText = "";
+    kept.on("data", (chunk: Buffer) => {
+      keptText += chunk.toString();
+    });
+    const keptClosed = new Promise((resolve) => kept.once("close", resolve));
+    kept.write("GET /v2/health/live HTTP/1.1\r\nhost: x\r\n\r\n");
+    while (!keptText.includes("\r\n\r\n")) await once(kept, "data");
+    kept.write(`GET /v2/health/ready HTTP/1.1\r\nhost: x\r\nx-padding: ${"p".repeat(8192)}\r\n\r\n`);
+    await keptClosed;
+    assert.match(keptText, /^HTTP\/1\.1 200[\s\S]*HTTP\/1\.1 431/);
+  },
+);
 
 test(
   "a gRPC connection that never sends the HTTP/2 preface is closed after the handshake time",

@@ -78,9 +78,13 @@ function httpsOptions(tls: TlsOptions): Record<string, unknown> {
 
 /**
  * A refusal written straight to a socket whose request never reached a route, or never
- * arrived whole; only while no answer has begun on it, as node's own handler decides (the
- * refusal would corrupt that answer). On a kept-alive connection whose answers have all
- * gone out, it is the answer to the request that failed: the next in order.
+ * arrived whole. Answers go out in the order of their requests: a refusal is written only
+ * where the client will take it for the answer to the request that failed, else the
+ * connection is closed. A request that cannot be parsed (`current` false) is the next in
+ * order only when no earlier request's answer is outstanding; one that did not arrive in
+ * time (`current`) owns the outstanding answer, which must not have begun (node's own
+ * handler's test). On a kept-alive connection whose answers have all gone out, the
+ * refusal is the next answer.
  */
 function refuseOnSocket(
   socket: Socket,
@@ -88,10 +92,12 @@ function refuseOnSocket(
   reason: string,
   message: string,
   errorBody: ErrorBody,
+  current: boolean,
 ): void {
-  // Node keeps the answer being written on a socket as `_httpMessage`, its own handler's test.
-  const answering = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
-  if (!socket.writable || answering?.headersSent === true) {
+  // Node keeps the answer outstanding on a socket as `_httpMessage` (null once it went out).
+  const outstanding = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage ?? undefined;
+  const inTurn = current ? outstanding?.headersSent !== true : outstanding === undefined;
+  if (!socket.writable || !inTurn) {
     socket.destroy();
     return;
   }
@@ -154,12 +160,20 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
           "Request Header Fields Too Large",
           `the request head is larger than the limit of ${limits?.maxHeaderBytes ?? 16384} bytes`,
           errorBody,
+          false,
         );
       } else if (error.code === "ERR_HTTP_REQUEST_TIMEOUT") {
         refusals?.refused("http_request_timeout");
-        refuseOnSocket(socket, 408, "Request Timeout", "the request was not received in time", errorBody);
+        refuseOnSocket(
+          socket,
+          408,
+          "Request Timeout",
+          "the request was not received in time",
+          errorBody,
+          true,
+        );
       } else {
-        refuseOnSocket(socket, 400, "Bad Request", "the request is not valid HTTP", errorBody);
+        refuseOnSocket(socket, 400, "Bad Request", "the request is not valid HTTP", errorBody, false);
       }
     },
   }) as unknown as HttpApp;
