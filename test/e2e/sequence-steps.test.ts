@@ -6,7 +6,7 @@ import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { accumulatorRequest } from "../support/grpc-stream-call.ts";
 import { infer, outputData, postJson } from "../support/http-client.ts";
-import { accumulatorConfig, assertError, int32Input } from "../support/sequence-kit.ts";
+import { accumulatorConfig, assertError, int32Input, listSequences } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 // Exactly-once steps on one server (no shared tier): a request that says which step of
@@ -64,6 +64,25 @@ describe("sequence_step: retried steps are answered, not applied again", () => {
       "step 9 of sequence 11 of model 'acc' cannot run yet: the sequence has applied 7 steps, so the next is step 8",
     );
     assert.equal(await sumOf(add(100, 11, 8, { end: true })), 113);
+  });
+
+  it("a START refused for its step leaves no sequence behind, END or not", async () => {
+    for (const [id, end] of [
+      [13, true],
+      [14, false],
+    ] as const) {
+      assertError(
+        await add(5, id, 3, { start: true, end }),
+        400,
+        `step 3 of sequence ${id} of model 'acc' cannot run yet: the sequence has applied 0 steps, so the next is step 1`,
+      );
+      assert.ok(!(await listSequences(server.url, MODEL)).sequences.some((s) => String(s.id) === String(id)));
+      assertError(
+        await add(1, id, 1),
+        400,
+        `inference request for sequence ${id} to model 'acc' must specify the START flag on the first request of the sequence`,
+      );
+    }
   });
 
   it("an END refused for its step changes nothing: the sequence goes on, and its END with the right step ends it", async () => {

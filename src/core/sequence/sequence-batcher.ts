@@ -605,7 +605,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
           this.#renew(sequence);
         } else if (check.kind === "refused") {
           head.reject(check.error);
-          // Refused, it changed nothing: an END among them did not end the sequence.
+          // Refused, it changed nothing: a START among them leaves no sequence behind, an
+          // END did not end one.
+          if (this.#undoStart(sequence, head)) return true;
           this.#undoEnd(sequence, head);
         }
         settled = true;
@@ -756,21 +758,33 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    */
   #dropped(sequence: Sequence, request: PendingRequest): void {
     const control = request.request.sequence;
-    const key = idKey(sequence.id);
     if (control?.start === true && control.id !== undefined && sequence.applied === 0) {
-      if (this.#live.get(key) === sequence) {
-        this.#endNow(
-          sequence,
-          "cancelled",
-          cancelled(`sequence ${formatSequenceId(sequence.id)} ended: its START request was dropped`),
-        );
-        return;
-      }
+      if (this.#undoStart(sequence, request, "dropped")) return;
     } else if (this.#undoEnd(sequence, request)) {
       return;
     }
     // Any other END dropped this way had already released the id: the sequence ends as it asked.
     if (sequence.endReason !== undefined && sequence.idle) this.#finish(sequence);
+  }
+
+  /**
+   * Ends the life `request` (a START that will not run, naming its id) began, before it
+   * applied anything; whether it did. A server-assigned id ends with its failed START (#accept).
+   */
+  #undoStart(sequence: Sequence, request: PendingRequest, how = "refused"): boolean {
+    const control = request.request.sequence;
+    if (control?.start !== true || control.id === undefined || sequence.applied > 0) return false;
+    const key = idKey(sequence.id);
+    // Its id is the life's, live, or ending by this same request's END.
+    const ownEnd = control.end === true && this.#ending.get(key) === sequence && !this.#live.has(key);
+    if (this.#live.get(key) !== sequence && !ownEnd) return false;
+    if (ownEnd) sequence.endReason = "cancelled";
+    this.#endNow(
+      sequence,
+      "cancelled",
+      cancelled(`sequence ${formatSequenceId(sequence.id)} ended: its START request was ${how}`),
+    );
+    return true;
   }
 
   /**
