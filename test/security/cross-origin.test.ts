@@ -22,7 +22,10 @@ let open: TestServer;
 before(async () => {
   const models = { floats: { onnx: identityModel("FP32", [-1, 4]) } };
   server = await startTestServer(models, { modelControlMode: "explicit", loadModels: ["*"] });
-  open = await startTestServer(models, { security: securityOptions({ corsAllowOrigins: [APP] }) });
+  open = await startTestServer(models, {
+    security: securityOptions({ corsAllowOrigins: [APP] }),
+    sagemakerPort: 0,
+  });
 });
 after(async () => {
   await server.stop();
@@ -105,6 +108,36 @@ describe("with --cors-allow-origin", () => {
     assert.equal(call.headers.get("access-control-allow-origin"), APP);
     assert.match(call.headers.get("access-control-expose-headers") ?? "", /retry-after/);
     assert.match(await call.text(), /^data: \{/);
+  });
+
+  test("on the SageMaker port, a page may send the AWS SDK's headers and read SageMaker's", async () => {
+    const sagemaker = `http://127.0.0.1:${open.server.sagemakerPort}`;
+    const preflight = await fetch(`${sagemaker}/endpoints/any/invocations-response-stream`, {
+      method: "OPTIONS",
+      headers: {
+        origin: APP,
+        "access-control-request-method": "POST",
+        "access-control-request-headers":
+          "content-type,x-amzn-sagemaker-session-id,x-amz-date,amz-sdk-request",
+      },
+    });
+    assert.equal(preflight.status, 204);
+    const allowed = preflight.headers.get("access-control-allow-headers") ?? "";
+    for (const header of ["x-amzn-sagemaker-session-id", "x-amz-date", "amz-sdk-request"])
+      assert.match(allowed, new RegExp(header));
+    const call = await fetch(`${sagemaker}/invocations`, {
+      method: "POST",
+      headers: { origin: APP, "content-type": "application/json" },
+      body,
+    });
+    assert.equal(call.status, 200);
+    const exposed = call.headers.get("access-control-expose-headers") ?? "";
+    for (const header of [
+      "x-amzn-sagemaker-new-session-id",
+      "x-amzn-sagemaker-content-type",
+      "x-amzn-errortype",
+    ])
+      assert.match(exposed, new RegExp(header));
   });
 
   test("other origins are still refused", async () => {

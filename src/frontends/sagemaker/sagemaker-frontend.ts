@@ -12,6 +12,39 @@ import { SageMakerSessions } from "./sessions.ts";
 // SageMaker container), serving the inference-container contract and the runtime API's
 // invocation path, with its own error table and error body.
 
+/**
+ * What a browser page calling with the AWS SDK sends (SageMaker's headers, and the SDK's
+ * signing and retry headers) and must read (the answer's type, sessions, variant, errors).
+ */
+const SAGEMAKER_CORS_HEADERS = {
+  allowed: [
+    "x-amzn-sagemaker-session-id",
+    "x-amzn-sagemaker-target-model",
+    "x-amzn-sagemaker-target-variant",
+    "x-amzn-sagemaker-target-container-hostname",
+    "x-amzn-sagemaker-inference-id",
+    "x-amzn-sagemaker-inference-component",
+    "x-amzn-sagemaker-enable-explanations",
+    "x-amzn-sagemaker-custom-attributes",
+    "x-amzn-sagemaker-accept",
+    "x-amz-date",
+    "x-amz-security-token",
+    "x-amz-content-sha256",
+    "x-amz-user-agent",
+    "amz-sdk-invocation-id",
+    "amz-sdk-request",
+  ],
+  exposed: [
+    "x-amzn-sagemaker-new-session-id",
+    "x-amzn-sagemaker-session-id",
+    "x-amzn-sagemaker-closed-session-id",
+    "x-amzn-sagemaker-content-type",
+    "x-amzn-sagemaker-custom-attributes",
+    "x-amzn-invoked-production-variant",
+    "x-amzn-errortype",
+  ],
+};
+
 /** SageMaker refuses real-time invocation bodies over 6 MB (6,291,456 bytes); so does seqserve. */
 export const SAGEMAKER_MAX_BODY_BYTES = 6 * 1024 * 1024;
 
@@ -60,6 +93,7 @@ export function createSageMakerFrontend(options: SageMakerFrontendOptions): Sage
     access: options.access,
     refusals: options.refusals,
     errorBody: sageMakerError,
+    corsHeaders: SAGEMAKER_CORS_HEADERS,
   });
   app.setErrorHandler(createErrorHandler(SAGEMAKER_HTTP_STATUS, limit, sendSageMakerError));
   app.register(invocationRoutes, {

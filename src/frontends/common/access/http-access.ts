@@ -28,6 +28,13 @@ export interface HttpAccessOptions {
   /** Origins allowed to call from a browser; "*" = any; empty = only the server's own. */
   readonly corsAllowOrigins: readonly string[];
   readonly refusals?: Refusals | undefined;
+  /** Headers of the API family a browser page may send, and read, beyond KServe's. */
+  readonly corsHeaders?: CorsHeaders | undefined;
+}
+
+export interface CorsHeaders {
+  readonly allowed: readonly string[];
+  readonly exposed: readonly string[];
 }
 
 function single(value: string | string[] | undefined): string | undefined {
@@ -111,8 +118,13 @@ export function guardHttpApp(app: FastifyInstance, options: HttpAccessOptions): 
         "x-api-key",
         "inference-header-content-length",
         "content-encoding",
+        ...(options.corsHeaders?.allowed ?? []),
       ],
-      exposedHeaders: ["inference-header-content-length", "retry-after"],
+      exposedHeaders: [
+        "inference-header-content-length",
+        "retry-after",
+        ...(options.corsHeaders?.exposed ?? []),
+      ],
       maxAge: 600,
     });
   }

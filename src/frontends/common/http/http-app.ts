@@ -10,7 +10,7 @@ import type { TlsOptions } from "../../../config/security-options.ts";
 import type { Refusals } from "../../../core/refusals.ts";
 import type { Logger } from "../../../observability/logger.ts";
 import type { AccessPolicy } from "../access/access-policy.ts";
-import { guardHttpApp } from "../access/http-access.ts";
+import { type CorsHeaders, guardHttpApp } from "../access/http-access.ts";
 import { closeConnectionsOnceIdle } from "./close-connections.ts";
 import { HttpError } from "./http-error.ts";
 import { DESCRIBING_SCHEMAS, documentRoutes, type OpenApiInfo } from "./openapi.ts";
@@ -52,6 +52,8 @@ export interface HttpAppOptions {
     | { readonly policy: AccessPolicy; readonly corsAllowOrigins: readonly string[] }
     | undefined;
   readonly refusals?: Refusals | undefined;
+  /** Headers of the API family a browser page may send and read (CORS), beyond KServe's. */
+  readonly corsHeaders?: CorsHeaders | undefined;
   /** The error body of refusals written before a request reaches the app (a head too large, a request too slow); default `{"error": …}`. */
   readonly errorBody?: ErrorBody | undefined;
   /**
@@ -183,7 +185,11 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     app.server.on("drop", () => refusals?.refused("http_connections"));
   }
   if (options.access !== undefined)
-    guardHttpApp(app as unknown as FastifyInstance, { ...options.access, refusals });
+    guardHttpApp(app as unknown as FastifyInstance, {
+      ...options.access,
+      refusals,
+      corsHeaders: options.corsHeaders,
+    });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("*", (request: FastifyRequest, payload: IncomingMessage) =>
     readRequestBody(payload, request.headers, bodyLimitBytes),
