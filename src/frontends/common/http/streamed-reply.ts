@@ -88,6 +88,8 @@ export async function writeStreamedReply(reply: FastifyReply, options: StreamedR
     }
   } catch (error) {
     raw.write(options.failure(asServerError(error)));
+    // A response that could not be framed ends the request too: its model is told.
+    await Promise.resolve(rest.return?.()).catch(() => {});
   } finally {
     budget?.release();
   }
