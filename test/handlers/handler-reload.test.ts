@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
 import { after, before, test } from "node:test";
 import { infer, outputData, postJson, type SequenceParams } from "../support/http-client.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
@@ -10,6 +11,7 @@ import { eventOf, type HandlerRepository, handlerRepository, RECORDER } from "./
 // sequences with their state. A later reload, once the model is idle, moves them.
 
 const SLOW_ON_999 = `${RECORDER}
+import { existsSync } from "node:fs";
 export default {
   initialize(context: any) {
     eventsFile = context.model.parameters.events_file;
@@ -20,7 +22,8 @@ export default {
         const value = Number(request.inputs.VALUE.data[0]);
         if (value === 999) {
           record({ hook: "execute", value });
-          await new Promise((resolve) => setTimeout(resolve, 2500));
+          // Held until the test lets it go, however long the reload takes to get here.
+          while (!existsSync(eventsFile + ".release")) await new Promise((resolve) => setTimeout(resolve, 20));
         }
         const sum = (request.sequence.state.get("sum") ?? 0) + value;
         request.sequence.state.set("sum", sum);
@@ -82,6 +85,7 @@ test("a reload that finds a request still running past the exit timeout fails, a
     reload.body.error as string,
     /^model 'slow' was not reloaded: requests of its sequences were still running after 1 s/,
   );
+  writeFileSync(`${repository.eventsFile}.release`, "");
   assert.equal(await slow, 1000);
   assert.equal(await add(1, { id: 7 }), 1001);
   // Idle now: the reload goes through, and the sequence moves with its state.
