@@ -50,7 +50,7 @@ ONNX Runtime alone in this process at those batch sizes.
   --model-repository <dir>     start a seqserve on this repository (free ports) and stop it after
   --url <http://host:port>     or use a running server's HTTP endpoint (metadata, statistics)
   --grpc <host:port>           its gRPC endpoint (grpc, grpc-stream, tfs-grpc)
-  --sagemaker <host:port>      its SageMaker endpoint (sagemaker)
+  --sagemaker <host:port>      its SageMaker endpoint (sagemaker, sagemaker-stream)
   --server-args "<flags>"      more flags for the server started with --model-repository
   --server-node-args "<flags>" Node flags for that server (e.g. "--cpu-prof --cpu-prof-dir=prof")
   --protocol <p>               ${PROTOCOLS.join(", ")} (default http-binary);

@@ -95,8 +95,8 @@ describe("seqserve bench", { timeout: 120_000 }, () => {
     assert.equal(report!.oracle.mismatches, 0);
   });
 
-  it("the same over TF-Serving gRPC, SageMaker sessions and WebSocket streams", async () => {
-    for (const protocol of ["tfs-grpc", "sagemaker", "ws"]) {
+  it("the same over TF-Serving gRPC, SageMaker sessions (also with the response stream) and WebSocket streams", async () => {
+    for (const protocol of ["tfs-grpc", "sagemaker", "sagemaker-stream", "ws"]) {
       const [report] = await runBench(
         options([
           "--model",
@@ -312,7 +312,7 @@ describe("seqserve bench", { timeout: 120_000 }, () => {
     assert.equal(bad.code, 2);
     assert.match(
       bad.stderr,
-      /--protocol must be one of http-json, http-binary, grpc, grpc-stream, ws, tfs-grpc, tfs-rest, sagemaker/,
+      /--protocol must be one of http-json, http-binary, grpc, grpc-stream, ws, tfs-grpc, tfs-rest, sagemaker, sagemaker-stream/,
     );
     // A warm-up that is not a number would make the run never end.
     assert.throws(

@@ -14,6 +14,7 @@ export const PROTOCOLS = [
   "tfs-grpc",
   "tfs-rest",
   "sagemaker",
+  "sagemaker-stream",
 ] as const;
 export type Protocol = (typeof PROTOCOLS)[number];
 

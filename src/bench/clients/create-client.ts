@@ -21,5 +21,7 @@ export function createClient(protocol: Protocol, target: ClientTarget): BenchCli
       return new TfsRestClient(target);
     case "sagemaker":
       return new SageMakerClient(target);
+    case "sagemaker-stream":
+      return new SageMakerClient(target, { responseStream: true });
   }
 }

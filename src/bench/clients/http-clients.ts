@@ -7,6 +7,7 @@ import {
   nestedJsonTensorData,
 } from "../../frontends/common/kserve/json-tensor.ts";
 import { decodeRawTensor, encodeRawTensor } from "../../frontends/common/raw-tensor.ts";
+import { readEventStream } from "../../frontends/sagemaker/streamed-answer.ts";
 import {
   type BenchClient,
   type BenchSequence,
@@ -250,12 +251,18 @@ export class KserveBinaryClient implements BenchClient {
 const SAGEMAKER_BINARY = "application/vnd.sagemaker-triton.binary+json";
 const SESSION = "x-amzn-sagemaker-session-id";
 
-/** One SageMaker session per sequence: the first step opens it, the last one closes it. */
+/**
+ * One SageMaker session per sequence: the first step opens it, the last one closes it.
+ * With `responseStream`, steps go as InvokeEndpointWithResponseStream (each answer an AWS
+ * event stream of one part), except a session's opening, which only InvokeEndpoint may do.
+ */
 export class SageMakerClient implements BenchClient {
   readonly #http: HttpConnection;
   readonly #model: string;
+  readonly #responseStream: boolean;
 
-  constructor(target: ClientTarget) {
+  constructor(target: ClientTarget, options: { readonly responseStream?: boolean } = {}) {
+    this.#responseStream = options.responseStream === true;
     this.#http = new HttpConnection(
       required(target.sagemaker, "SageMaker"),
       target.concurrency,
@@ -284,6 +291,21 @@ export class SageMakerClient implements BenchClient {
       "x-amzn-sagemaker-target-model": this.#model,
     };
     if (stateful) headers[SESSION] = flags.start ? "NEW_SESSION" : String(sequence.session);
+    if (this.#responseStream && !(stateful && flags.start)) {
+      const answer = check(
+        await this.#http.post("/endpoints/bench/invocations-response-stream", headers, body),
+      );
+      const { parts, exception } = readEventStream(answer.body);
+      if (exception !== undefined) throw new StepError(exception.type, exception.message);
+      if (parts.length !== 1) throw new StepError("parts", `${parts.length} parts, where one answer was due`);
+      const size = /json-header-size=(\d+)/.exec(
+        String(answer.headers["x-amzn-sagemaker-content-type"]),
+      )?.[1];
+      return binaryOutputs(
+        Buffer.from(parts[0]!.buffer, parts[0]!.byteOffset, parts[0]!.byteLength),
+        Number(size),
+      );
+    }
     const answer = check(await this.#http.post("/invocations", headers, body));
     if (stateful && flags.start) {
       sequence.session = String(answer.headers["x-amzn-sagemaker-new-session-id"] ?? "").split(";")[0];

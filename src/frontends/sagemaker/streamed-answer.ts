@@ -120,6 +120,30 @@ function modelStreamError(error: ServerError): Uint8Array {
   });
 }
 
+/** What an event stream holds: its PayloadParts' bytes, and the exception that ended it, if one did. */
+export interface EventStreamContent {
+  readonly parts: Uint8Array[];
+  readonly exception: { readonly type: string; readonly message: string } | undefined;
+}
+
+/** Reads a whole AWS event stream (a client's view, for the benchmark). */
+export function readEventStream(bytes: Uint8Array): EventStreamContent {
+  const parts: Uint8Array[] = [];
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  for (let offset = 0; offset + 4 <= bytes.byteLength; ) {
+    const length = view.getUint32(offset, false);
+    const { headers, body } = codec.decode(bytes.subarray(offset, offset + length));
+    offset += length;
+    const kind = headers[":message-type"]?.value;
+    if (kind === "event" && headers[":event-type"]?.value === "PayloadPart") parts.push(body);
+    else if (kind === "exception") {
+      const text = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString("utf8");
+      return { parts, exception: { type: String(headers[":exception-type"]?.value), message: text } };
+    }
+  }
+  return { parts, exception: undefined };
+}
+
 export interface DeliverOptions {
   readonly delivery: Delivery;
   readonly answer: AnswerForm;
