@@ -154,7 +154,11 @@ export interface DeliverOptions {
   readonly idleTimeoutMs?: number | undefined;
 }
 
-/** Sends a started request's answer as the route delivers answers. Only for answers that stream (`streams`). */
+/**
+ * Sends a started request's answer as it streams: a decoupled model's responses (JSON lines
+ * on the container's path, parts on the response stream), or one answer as the response
+ * stream's only part. One answer on the container's path goes as `sendAnswer` sends it.
+ */
 export async function deliverStreamed(
   reply: FastifyReply,
   started: Started,
