@@ -30,6 +30,8 @@ export type AnswerForm = "json" | "binary" | "raw" | "array";
 
 const JSON_TYPE = "application/json";
 const OCTET_STREAM = "application/octet-stream";
+/** A decoupled model's answer: one KServe v2 JSON response per line, as they come (streamed-answer.ts). */
+export const JSON_LINES_TYPE = "application/jsonlines";
 
 interface MediaRange {
   readonly type: string;
@@ -83,6 +85,28 @@ export function chooseAnswer(
   throw new HttpError(
     406,
     `no answer fits Accept '${accept}': seqserve answers ${JSON_TYPE}${fp16 === undefined ? "" : ` (not for ${fp16.datatype} output '${fp16.name}')`}, ${BINARY_JSON_TYPE}, or ${OCTET_STREAM} when one output comes back (this request returns ${outputs.length})`,
+  );
+}
+
+/**
+ * Refuses (406), before anything runs, a decoupled model's request whose Accept JSON lines
+ * do not satisfy, or whose outputs JSON cannot carry.
+ */
+export function checkJsonLinesAnswer(accept: string | undefined, outputs: readonly TensorMetadata[]): void {
+  const binary = binaryOnly(outputs);
+  if (binary !== undefined) {
+    throw new HttpError(
+      406,
+      `a model with several responses per request is answered in ${JSON_LINES_TYPE}, and its ${binary.datatype} output '${binary.name}' travels only as binary data`,
+    );
+  }
+  if (accept === undefined || accept.trim() === "") return;
+  const fits = ({ type }: MediaRange) =>
+    type === "*/*" || type === "application/*" || type === JSON_LINES_TYPE;
+  if (mediaRanges(accept).some(fits)) return;
+  throw new HttpError(
+    406,
+    `no answer fits Accept '${accept}': a model with several responses per request is answered in ${JSON_LINES_TYPE}, one KServe v2 JSON response per line`,
   );
 }
 

@@ -17,17 +17,11 @@ import {
   type RequestType,
   readInvocationBody,
 } from "./invocation-body.ts";
-import { type AnswerForm, chooseAnswer, sendAnswer } from "./invocation-response.ts";
+import { type AnswerForm, checkJsonLinesAnswer, chooseAnswer, sendAnswer } from "./invocation-response.ts";
 import { SAGEMAKER_SCHEMAS } from "./sagemaker-schemas.ts";
 import { checkSessionId, formatExpiry, NEW_SESSION, newSessionHeaderValue } from "./session-id.ts";
 import { type SageMakerSessions, SESSION_SLOT_WAIT_SECS } from "./sessions.ts";
-import {
-  checkJsonLinesAnswer,
-  type Delivery,
-  deliverStreamed,
-  type Started,
-  start,
-} from "./streamed-answer.ts";
+import { type Delivery, deliverStreamed, type Started, start } from "./streamed-answer.ts";
 import { invokedModel, targetModel } from "./target-model.ts";
 
 // The SageMaker inference-container contract (PROTOCOLS.md §4):

@@ -2,14 +2,13 @@ import { EventStreamCodec } from "@smithy/eventstream-codec";
 import type { FastifyReply } from "fastify";
 import type { ServerError } from "../../core/errors.ts";
 import type { InferRequest, InferResponse } from "../../core/infer.ts";
-import type { ServedModel, TensorMetadata } from "../../core/model.ts";
+import type { ServedModel } from "../../core/model.ts";
 import { inferStream, type StreamedInferResponse } from "../../core/response-stream.ts";
-import { HttpError } from "../common/http/http-error.ts";
 import { writeStreamedReply } from "../common/http/streamed-reply.ts";
 import type { OutputEncoding } from "../common/kserve/infer-request-decoder.ts";
 import { encodeInferResponse } from "../common/kserve/infer-response-encoder.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
-import { type AnswerForm, encodeAnswer } from "./invocation-response.ts";
+import { type AnswerForm, encodeAnswer, JSON_LINES_TYPE } from "./invocation-response.ts";
 
 // Answers that go out as they are produced.
 //
@@ -28,7 +27,6 @@ import { type AnswerForm, encodeAnswer } from "./invocation-response.ts";
 // usual error answer, which the SDKs raise by its type; a failure after it is a last line
 // `{"error": …}`, or a ModelStreamError event (its ErrorCode is seqserve's error code).
 
-export const JSON_LINES_TYPE = "application/jsonlines";
 export const EVENT_STREAM_TYPE = "application/vnd.amazon.eventstream";
 
 /** How a route delivers answers: the container's contract, or the runtime's response stream. */
@@ -52,43 +50,14 @@ export async function start(model: ServedModel, request: InferRequest): Promise<
   return { kind: "streamed", first: first.done === true ? undefined : first.value, rest };
 }
 
-/**
- * Refuses (406), before anything runs, a decoupled model's request whose Accept JSON lines
- * do not satisfy, or whose outputs JSON cannot carry.
- */
-export function checkJsonLinesAnswer(accept: string | undefined, outputs: readonly TensorMetadata[]): void {
-  const binary = outputs.find((o) => o.datatype === "FP16" || o.datatype === "BF16");
-  if (binary !== undefined) {
-    throw new HttpError(
-      406,
-      `a model with several responses per request is answered in ${JSON_LINES_TYPE}, and its ${binary.datatype} output '${binary.name}' travels only as binary data`,
-    );
-  }
-  if (accept === undefined || accept.trim() === "") return;
-  const types = accept.split(",").map((entry) => {
-    const [type = "", ...parameters] = entry.split(";").map((part) => part.trim().toLowerCase());
-    const q = parameters.find((p) => p.startsWith("q="));
-    return { type, refused: q !== undefined && !(Number(q.slice(2)) > 0) };
-  });
-  const fits = types.some(
-    ({ type, refused }) =>
-      !refused && (type === "*/*" || type === "application/*" || type === JSON_LINES_TYPE),
-  );
-  if (!fits) {
-    throw new HttpError(
-      406,
-      `no answer fits Accept '${accept}': a model with several responses per request is answered in ${JSON_LINES_TYPE}, one KServe v2 JSON response per line`,
-    );
-  }
-}
-
 /** Every output as JSON, whatever the request asked: a line holds no binary data. */
 const jsonLine = (response: InferResponse, encoding: OutputEncoding): string =>
   `${encodeInferResponse(response, { ...encoding, binaryByDefault: false, binary: new Map() }).body}\n`;
 
 const failureLine = (error: ServerError): string => `${JSON.stringify({ error: error.message })}\n`;
 
-// The AWS SDKs' own event-stream codec (@smithy), encoding only; its UTF-8 helpers are Node's.
+// The AWS SDKs' own event-stream codec (@smithy): it encodes the answers, and reads them
+// back for the benchmark's client; its UTF-8 helpers are Node's.
 const codec = new EventStreamCodec(
   (bytes) => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("utf8"),
   (text) => Buffer.from(text, "utf8"),
