@@ -725,7 +725,10 @@ export class ModelRepository implements ModelRegistry {
 
   /** Triton's statistics lookups: a model or version that is not ready is an invalid request. */
   statistics(name?: string, version?: string): ModelStatisticsSnapshot[] {
-    if (name === undefined || name === "") return this.served().map((m) => m.statistics());
+    if (name === undefined || name === "") {
+      // In Triton's order, by name then version (served() is in no order: it serves every request's lookups).
+      return this.#byName().flatMap((entry) => byVersion(entry).map((m) => m.statistics()));
+    }
     const entry = this.#models.get(name);
     if (entry === undefined || entry.versions.size === 0)
       throw invalidArg(`requested model '${name}' is not available`);
@@ -735,10 +738,9 @@ export class ModelRepository implements ModelRegistry {
     return [model.statistics()];
   }
 
-  /** The loaded models in Triton's order: by name, then version. */
   served(): ServedModel[] {
     const models: ServedModel[] = [];
-    for (const entry of this.#byName()) models.push(...byVersion(entry));
+    for (const entry of this.#models.values()) models.push(...entry.versions.values());
     return models;
   }
 
@@ -840,12 +842,12 @@ export class ModelRepository implements ModelRegistry {
   }
 }
 
-/** A file's text, or "" when it cannot be read (a reload then reports the reading error). */
 /** A model's loaded versions in Triton's order, ascending (a std::map of int64). */
 function byVersion(entry: ModelEntry): LoadedModel[] {
   return [...entry.versions].sort(([a], [b]) => Number(a) - Number(b)).map(([, model]) => model);
 }
 
+/** A file's text, or "" when it cannot be read (a reload then reports the reading error). */
 function readText(file: string): string {
   try {
     return readFileSync(file, "utf8");
