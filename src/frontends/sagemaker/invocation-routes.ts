@@ -1,7 +1,13 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { asServerError, invalidArg, ServerError } from "../../core/errors.ts";
 import type { InferRequest } from "../../core/infer.ts";
-import type { ModelRegistry, ServedModel, ServerContext, TensorMetadata } from "../../core/model.ts";
+import type {
+  ModelRegistry,
+  SequenceEndReason,
+  ServedModel,
+  ServerContext,
+  TensorMetadata,
+} from "../../core/model.ts";
 import { parseSequenceStep } from "../../core/sequence/sequence-parameters.ts";
 import { watchDisconnect } from "../common/http/client-disconnect.ts";
 import { HttpError } from "../common/http/http-error.ts";
@@ -185,34 +191,31 @@ function inSession(request: InferRequest, id: string, end: boolean, step: number
   };
 }
 
+/** Why session `id` of `model` has ended (by this replica's knowledge, or its tier's); undefined while it lives. */
+async function endReason(model: ServedModel, id: string): Promise<SequenceEndReason | undefined> {
+  const sequences = model.sequences;
+  if (sequences === undefined) return undefined;
+  const found = await (sequences.locate?.(id) ?? sequences.lookup(id));
+  return found.kind === "ended" ? found.reason : undefined;
+}
+
 /**
- * What a session's failed step answers: when the session ended while the step waited
- * (it expired, or got no slot in time), the sessions' words for it, as any later
- * request hears them; else the step's own error.
+ * What a session's failed step answers, given why the session has ended (if it has): when
+ * it ended while the step waited (it expired, or got no slot in time), the sessions' words
+ * for it, as any later request hears them; else the step's own error.
  */
 async function sessionEndError(
   sessions: SageMakerSessions,
   model: ServedModel,
   id: string,
+  ended: SequenceEndReason | undefined,
   error: unknown,
 ): Promise<unknown> {
-  const sequences = model.sequences;
-  if (sequences === undefined) return error;
-  const found = await (sequences.locate?.(id) ?? sequences.lookup(id));
-  if (found.kind !== "ended" || (found.reason !== "expired" && found.reason !== "backlog_timeout"))
-    return error;
+  if (ended !== "expired" && ended !== "backlog_timeout") return error;
   return sessions.find(id, model).then(
     () => error,
     (told: unknown) => told,
   );
-}
-
-/** Whether session `id` of `model` has ended (by this replica's knowledge). */
-async function sessionEnded(model: ServedModel, id: string): Promise<boolean> {
-  const sequences = model.sequences;
-  if (sequences === undefined) return false;
-  const found = await (sequences.locate?.(id) ?? sequences.lookup(id));
-  return found.kind === "ended";
 }
 
 function describeReadiness(registry: ModelRegistry): string {
@@ -312,7 +315,13 @@ export async function invocationRoutes(
               [SESSION_ID_HEADER]: value,
             });
           } catch (error) {
-            const told = await sessionEndError(sessions, model, session.id, error);
+            const told = await sessionEndError(
+              sessions,
+              model,
+              session.id,
+              await endReason(model, session.id),
+              error,
+            );
             // Its id never reached the client (the headers go out only with an answer):
             // nobody could use or close the session. The open's own failure is what the
             // client hears, whatever becomes of this end.
@@ -354,12 +363,13 @@ export async function invocationRoutes(
                 // this one held it): the caller is told so as for any session no longer usable.
                 await sessions.find(id, target);
               }
-              const told = await sessionEndError(sessions, model, id, error);
+              const ended = await endReason(model, id);
+              const told = await sessionEndError(sessions, model, id, ended, error);
               if (told !== error || !close) throw told;
               // A CLOSE whose last step fails still closes its session, as a failed END
               // still ends its sequence: the caller is told, and where a retry would only
               // hear that the session is closed.
-              if (close && closed === undefined && (await sessionEnded(model, id))) {
+              if (close && closed === undefined && ended !== undefined) {
                 const failure = error instanceof HttpError ? error : asServerError(error);
                 throw new HttpError(
                   failure instanceof HttpError ? failure.status : SAGEMAKER_HTTP_STATUS[failure.code],
