@@ -137,11 +137,12 @@ export async function deliverStreamed(
   if (started.kind === "one") {
     // The response stream of a model with one answer: one part, in the form an invocation gets.
     const { type, body } = await encodeAnswer(started.response, options.answer, encoding);
+    const part = payloadPart(body);
     reply
       .headers(headers)
       .header("X-Amzn-SageMaker-Content-Type", type)
       .type(EVENT_STREAM_TYPE)
-      .send(Buffer.from(payloadPart(body)));
+      .send(Buffer.from(part.buffer, part.byteOffset, part.byteLength));
     return undefined;
   }
   const streamHeaders =
