@@ -757,12 +757,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * the last step be lost). A server-assigned id ends with its failed START (#accept).
    */
   #dropped(sequence: Sequence, request: PendingRequest): void {
-    const control = request.request.sequence;
-    if (control?.start === true && control.id !== undefined && sequence.applied === 0) {
-      if (this.#undoStart(sequence, request, "dropped")) return;
-    } else if (this.#undoEnd(sequence, request)) {
-      return;
-    }
+    if (this.#undoStart(sequence, request, "dropped") || this.#undoEnd(sequence, request)) return;
     // Any other END dropped this way had already released the id: the sequence ends as it asked.
     if (sequence.endReason !== undefined && sequence.idle) this.#finish(sequence);
   }
