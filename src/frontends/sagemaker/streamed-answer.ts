@@ -51,8 +51,15 @@ export async function start(model: ServedModel, request: InferRequest): Promise<
 }
 
 /** Every output as JSON, whatever the request asked: a line holds no binary data. */
+const asJson = (encoding: OutputEncoding): OutputEncoding => ({
+  ...encoding,
+  binaryByDefault: false,
+  binary: new Map(),
+});
+
+/** A response as a JSON line, in an encoding `asJson` made. */
 const jsonLine = (response: InferResponse, encoding: OutputEncoding): string =>
-  `${encodeInferResponse(response, { ...encoding, binaryByDefault: false, binary: new Map() }).body}\n`;
+  `${encodeInferResponse(response, encoding).body}\n`;
 
 const failureLine = (error: ServerError): string => `${JSON.stringify({ error: error.message })}\n`;
 
@@ -145,6 +152,7 @@ export async function deliverStreamed(
       .send(Buffer.from(part.buffer, part.byteOffset, part.byteLength));
     return undefined;
   }
+  const lines = asJson(encoding);
   const streamHeaders =
     delivery === "container"
       ? { ...headers, "content-type": JSON_LINES_TYPE }
@@ -155,8 +163,8 @@ export async function deliverStreamed(
     rest: started.rest,
     frame:
       delivery === "container"
-        ? (response) => jsonLine(response, encoding)
-        : (response) => payloadPart(jsonLine(response, encoding)),
+        ? (response) => jsonLine(response, lines)
+        : (response) => payloadPart(jsonLine(response, lines)),
     failure: delivery === "container" ? failureLine : modelStreamError,
     budgets: options.budgets,
     idleTimeoutMs: options.idleTimeoutMs,
