@@ -10,6 +10,7 @@ import { accumulatorConfig, int32Input, listSequences } from "../support/sequenc
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import {
   BINARY_JSON,
+  containerMessage,
   invoke,
   jsonAnswer,
   NEW_SESSION_ID,
@@ -193,6 +194,32 @@ describe("the container contract, as SageMaker calls it", { timeout: 60_000 }, (
     const unknownRoute = await send({ port }, "GET", "/elsewhere");
     assert.equal(unknownRoute.status, 404);
   });
+
+  it("on the runtime API's path, a container's error is the ModelError SageMaker makes of it; SageMaker's own refusals keep their type", async () => {
+    const headers = sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": "abc" });
+    const container = await send({ port }, "POST", "/invocations", "[1]", headers);
+    const runtime = await send({ port }, "POST", "/endpoints/any/invocations", "[1]", headers);
+    assert.equal(runtime.status, 424);
+    assert.equal(runtime.headers["x-amzn-errortype"], "ModelError");
+    const original = container.body.toString();
+    assert.deepEqual(JSON.parse(runtime.body.toString()), {
+      ErrorCode: "CLIENT_ERROR_FROM_MODEL",
+      Message: `Received client error (400) from primary with message "${original}".`,
+      OriginalMessage: original,
+      OriginalStatusCode: 400,
+    });
+    // A SessionId of the wrong form is refused by SageMaker before any container sees it.
+    const malformed = await send(
+      { port },
+      "POST",
+      "/endpoints/any/invocations",
+      "[1]",
+      sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": "not_an_id" }),
+    );
+    assert.equal(malformed.status, 400);
+    assert.equal(malformed.headers["x-amzn-errortype"], "ValidationError");
+    assert.match(JSON.parse(malformed.body.toString()).message, /^malformed session id "not_an_id"/);
+  });
 });
 
 describe("the 6 MB limit", { timeout: 60_000 }, () => {
@@ -252,8 +279,8 @@ describe("body forms and Accept", { timeout: 60_000 }, () => {
         sessionId: id,
       }),
     );
-    assert.equal(refused.status, 406);
-    assert.match(refused.message, /no answer fits Accept 'text\/csv'/);
+    assert.equal(refused.originalStatus, 406);
+    assert.match(containerMessage(refused), /no answer fits Accept 'text\/csv'/);
 
     const header = Buffer.from(
       JSON.stringify({
@@ -286,7 +313,10 @@ describe("body forms and Accept", { timeout: 60_000 }, () => {
         sessionId: id,
       }),
     );
-    assert.match(mislabelled.message, /it looks like JSON: send it with Content-Type: application\/json/);
+    assert.match(
+      containerMessage(mislabelled),
+      /it looks like JSON: send it with Content-Type: application\/json/,
+    );
     const listed = (await listSequences(server.url, "accumulator")).sequences.find((s) => s.id === id);
     assert.equal(listed?.steps, 4);
   });
@@ -301,8 +331,8 @@ describe("body forms and Accept", { timeout: 60_000 }, () => {
       });
     for (const accept of ["application/json;q=0", "application/json;Q=0", "application/json; Q=0"]) {
       const refused = await sdkError(echo(accept));
-      assert.equal(refused.status, 406, accept);
-      assert.match(refused.message, /^no answer fits Accept/, accept);
+      assert.equal(refused.originalStatus, 406, accept);
+      assert.match(containerMessage(refused), /^no answer fits Accept/, accept);
     }
     const raw = await echo("application/json;Q=0, application/octet-stream;q=0.5");
     assert.equal(raw.ContentType, "application/octet-stream");
@@ -452,7 +482,7 @@ describe("GET /ping while the server stops", { timeout: 60_000 }, () => {
       // The live session still works and closes; then the server stops.
       assert.deepEqual(jsonAnswer(await invoke(stoppingClient, { body: "[2]", sessionId: id })), [[3]]);
       const refused = await sdkError(invoke(stoppingClient, { body: "[1]", sessionId: "NEW_SESSION" }));
-      assert.equal(refused.status, 503);
+      assert.equal(refused.originalStatus, 503);
       await invoke(stoppingClient, { body: JSON.stringify({ requestType: "CLOSE" }), sessionId: id });
       await stopped;
     } finally {

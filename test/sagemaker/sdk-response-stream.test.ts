@@ -7,7 +7,16 @@ import { decoupledCountConfig, handlerRepository } from "../handlers/support/han
 import { pieces, segmenterStreams } from "../support/segmenter-oracle.ts";
 import { listSequences } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
-import { invoke, invokeStream, newSession, openSession, sdkClient } from "./support/sagemaker-kit.ts";
+import {
+  closeSession,
+  containerMessage,
+  invoke,
+  invokeStream,
+  newSession,
+  openSession,
+  sdkClient,
+  sdkError,
+} from "./support/sagemaker-kit.ts";
 
 // InvokeEndpointWithResponseStream, from the unmodified AWS SDK for JavaScript: a model
 // with several responses per request (vad_segmenter: speech events as they happen) sends
@@ -245,12 +254,10 @@ describe("a decoupled model's stream, and its failures", () => {
     assert.equal((answer.error as Error & { ErrorCode?: string }).ErrorCode, "INTERNAL");
   });
 
-  it("a failure before any response is the SDK's exception for the error answer", async () => {
-    await assert.rejects(invokeStream(client, { body: count(-1) }), (error: Error) => {
-      assert.equal(error.name, "InternalFailure");
-      assert.equal(error.message, "failed after its responses");
-      return true;
-    });
+  it("a failure before any response is a ModelError holding the container's 500", async () => {
+    const error = await sdkError(invokeStream(client, { body: count(-1) }));
+    assert.equal(error.originalStatus, 500);
+    assert.equal(containerMessage(error), "failed after its responses");
   });
 
   it("InvokeEndpoint gets the lines, a failure after them as a last line", async () => {
@@ -272,17 +279,41 @@ describe("a decoupled model's stream, and its failures", () => {
   });
 
   it("an Accept that JSON lines do not satisfy is refused before the model runs", async () => {
-    await assert.rejects(
+    const error = await sdkError(
       invokeStream(client, { body: count(1), accept: "application/octet-stream" }),
-      (error: Error) => {
-        assert.equal(error.name, "ValidationError");
-        assert.match(
-          error.message,
-          /no answer fits Accept 'application\/octet-stream'.*application\/jsonlines/,
-        );
-        return true;
-      },
     );
+    assert.equal(error.originalStatus, 406);
+    assert.match(
+      containerMessage(error),
+      /no answer fits Accept 'application\/octet-stream'.*application\/jsonlines/,
+    );
+  });
+
+  it("a session step the model fails is a ModelError sent once (the SDK retries 500s, not ModelErrors) and leaves the session as it was", async () => {
+    const retrying = sdkClient(server.server.sagemakerPort!, undefined);
+    try {
+      const { id } = await openSession(retrying, "tally");
+      const step = (value: number) =>
+        invoke(retrying, {
+          body: JSON.stringify({ inputs: [{ name: "VALUE", datatype: "INT32", shape: [1], data: [value] }] }),
+          sessionId: id,
+          targetModel: "tally",
+        });
+      const error = await sdkError(step(-1));
+      assert.equal(error.originalStatus, 500);
+      assert.equal(containerMessage(error), "negative input -1");
+      const stats = (await (await fetch(`${server.url}/v2/models/tally/stats`)).json()) as {
+        model_stats: { inference_stats: { fail: { count: number } } }[];
+      };
+      assert.equal(stats.model_stats[0]!.inference_stats.fail.count, 1);
+      const sum = JSON.parse(Buffer.from((await step(3)).Body!).toString()) as {
+        outputs: { data: number[] }[];
+      };
+      assert.deepEqual(sum.outputs[0]!.data, [3]);
+      await closeSession(retrying, id, "tally");
+    } finally {
+      retrying.destroy();
+    }
   });
 
   it("a CLOSE whose last step fails closes its session all the same, and says so", async () => {

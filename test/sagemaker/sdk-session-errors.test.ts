@@ -14,6 +14,7 @@ import { accumulatorConfig, int32Input, listSequences, waitFor } from "../suppor
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import {
   closeSession,
+  containerMessage,
   invoke,
   jsonAnswer,
   NEW_SESSION_ID,
@@ -24,7 +25,8 @@ import {
 } from "./support/sagemaker-kit.ts";
 
 // What the AWS SDK sees of session ids and models: NewSessionId's format and expiry; a
-// 400 ValidationError that says whether an id is closed, expired, unknown or malformed;
+// ModelError holding the container's 400 that says whether an id is closed, expired or
+// unknown (a malformed one is SageMaker's own ValidationError);
 // which model a request goes to (TargetModel, the only model); and the refusals that
 // keep sessions sound (a model with no per-session state, a full backlog, sequence fields
 // of a client's own).
@@ -110,7 +112,7 @@ describe("session ids", { timeout: 60_000 }, () => {
     assert.deepEqual(answer.outputs[0]!.data, [20]);
   });
 
-  it("a closed id: 400 ValidationError saying it is closed", async () => {
+  it("a closed id: a ModelError, the container's 400 saying it is closed", async () => {
     const opened = await invoke(client, {
       body: value(5),
       sessionId: "NEW_SESSION",
@@ -137,10 +139,9 @@ describe("session ids", { timeout: 60_000 }, () => {
           ...(customAttributes === undefined ? {} : { customAttributes }),
         }),
       );
-      assert.equal(error.name, "ValidationError");
-      assert.equal(error.status, 400);
+      assert.equal(error.originalStatus, 400);
       assert.match(
-        error.message,
+        containerMessage(error),
         new RegExp(`^session '${id}' is closed \\(closed at .*Z\\): open a new session with NEW_SESSION$`),
       );
     }
@@ -151,11 +152,14 @@ describe("session ids", { timeout: 60_000 }, () => {
     const error = await sdkError(
       invoke(client, { body: value(1), sessionId: id, targetModel: "accumulator" }),
     );
-    assert.deepEqual([error.name, error.status], ["ValidationError", 400]);
-    assert.match(error.message, new RegExp(`^unknown session id '${id}': no session with this id is open`));
+    assert.equal(error.originalStatus, 400);
+    assert.match(
+      containerMessage(error),
+      new RegExp(`^unknown session id '${id}': no session with this id is open`),
+    );
   });
 
-  it("malformed ids: 400 saying they are malformed", async () => {
+  it("malformed ids: SageMaker's own 400 ValidationError saying they are malformed", async () => {
     for (const id of ["bad_id", "-leading", "trailing-", "a".repeat(257), "white space"]) {
       const error = await sdkError(
         invoke(client, { body: value(1), sessionId: id, targetModel: "accumulator" }),
@@ -172,12 +176,12 @@ describe("session ids", { timeout: 60_000 }, () => {
     const noId = await sdkError(
       invoke(client, { body: JSON.stringify({ requestType: "CLOSE" }), targetModel: "accumulator" }),
     );
-    assert.match(noId.message, /"requestType": "CLOSE" needs the id of the session to close/);
+    assert.match(containerMessage(noId), /"requestType": "CLOSE" needs the id of the session to close/);
     const badType = await sdkError(
       invoke(client, { body: JSON.stringify({ requestType: "OPEN" }), targetModel: "accumulator" }),
     );
     assert.match(
-      badType.message,
+      containerMessage(badType),
       /Unable to parse 'requestType': expected "NEW_SESSION" or "CLOSE", got "OPEN"/,
     );
     const { id } = await openSession(client, "accumulator");
@@ -190,7 +194,7 @@ describe("session ids", { timeout: 60_000 }, () => {
         sessionId: id,
       }),
     );
-    assert.match(ownFields.message, /a session request must not carry sequence parameters/);
+    assert.match(containerMessage(ownFields), /a session request must not carry sequence parameters/);
     await closeSession(client, id);
   });
 });
@@ -208,19 +212,19 @@ describe("which model", { timeout: 60_000 }, () => {
     assert.ok(listed.sequences.some((s) => s.id === id));
 
     const none = await sdkError(invoke(client, { body: value(1), sessionId: "NEW_SESSION" }));
-    assert.equal(none.status, 400);
+    assert.equal(none.originalStatus, 400);
     assert.match(
-      none.message,
+      containerMessage(none),
       /this server serves 3 models \('accumulator', 'one_slot', 'simple'\): name one with TargetModel/,
     );
     const unknown = await sdkError(invoke(client, { body: value(1), targetModel: "nope" }));
-    assert.equal(unknown.status, 404);
-    assert.match(unknown.message, /nope/);
+    assert.equal(unknown.originalStatus, 404);
+    assert.match(containerMessage(unknown), /nope/);
     const elsewhere = await sdkError(
       invoke(client, { body: value(1), sessionId: id, targetModel: "one_slot" }),
     );
     assert.match(
-      elsewhere.message,
+      containerMessage(elsewhere),
       new RegExp(`^session '${id}' belongs to model 'accumulator', not to TargetModel 'one_slot'$`),
     );
     await closeSession(client, id, "accumulator");
@@ -261,13 +265,16 @@ describe("which model", { timeout: 60_000 }, () => {
         targetModel: "simple",
       }),
     );
-    assert.deepEqual([stateless.name, stateless.status], ["ValidationError", 400]);
+    assert.equal(stateless.originalStatus, 400);
     assert.match(
-      stateless.message,
+      containerMessage(stateless),
       /^model 'simple' keeps no per-session state \(it is not served with sequence batching\), so it cannot open a session$/,
     );
     const sessionless = await sdkError(invoke(client, { body: value(1), targetModel: "accumulator" }));
-    assert.match(sessionless.message, /^model 'accumulator' keeps state per session: open a session/);
+    assert.match(
+      containerMessage(sessionless),
+      /^model 'accumulator' keeps state per session: open a session/,
+    );
     // A stateless model serves plain invocations.
     const rows = Array.from({ length: 16 }, (_, i) => i);
     const sum = await invoke(client, {
@@ -286,13 +293,13 @@ describe("which model", { timeout: 60_000 }, () => {
     );
   });
 
-  it("when every slot and the backlog are taken, opening answers 503 ServiceUnavailable with Retry-After", async () => {
+  it("when every slot and the backlog are taken, opening is refused with the container's 503", async () => {
     const first = await openSession(client, "one_slot");
     const second = await openSession(client, "one_slot");
     const full = await sdkError(openSession(client, "one_slot"));
-    assert.deepEqual([full.name, full.status], ["ServiceUnavailable", 503]);
+    assert.equal(full.originalStatus, 503);
     assert.match(
-      full.message,
+      containerMessage(full),
       /model 'one_slot' has all 1 sequence slots in use and its backlog of 1 sequences is full/,
     );
     await closeSession(client, first.id);
@@ -342,10 +349,10 @@ describe("expiry", { timeout: 60_000 }, () => {
     assert.deepEqual(listing.sequences, []);
     assert.equal(listing.summary.state_bytes, 0);
     const error = await sdkError(invoke(shortClient, { body: value(1), sessionId: id }));
-    assert.deepEqual([error.name, error.status], ["ValidationError", 400]);
+    assert.equal(error.originalStatus, 400);
     const at = new Date(expiresAtMs).toISOString().slice(0, 19);
     assert.match(
-      error.message,
+      containerMessage(error),
       new RegExp(
         `^session '${id}' expired at ${at}Z \\(sessions last 1 s from opening\\): open a new session with NEW_SESSION$`,
       ),
@@ -359,9 +366,9 @@ describe("expiry", { timeout: 60_000 }, () => {
     const error = await sdkError(
       invoke(shortClient, { body: value(2), sessionId: "NEW_SESSION", targetModel: "held" }),
     );
-    assert.deepEqual([error.name, error.status], ["ValidationError", 400]);
+    assert.equal(error.originalStatus, 400);
     assert.match(
-      error.message,
+      containerMessage(error),
       /^session '[0-9a-f-]{36}' expired at [0-9T:-]+Z \(sessions last 1 s from opening\): open a new session with NEW_SESSION$/,
     );
     assert.equal((await infer(short.url, "held", int32Input(1), { id: 77, end: true })).status, 200);

@@ -75,13 +75,27 @@ class HttpConnection {
   }
 }
 
+interface ErrorBody {
+  readonly error?: string;
+  /** A ModelError's (SageMaker's runtime API): the container's status and body. */
+  readonly OriginalStatusCode?: unknown;
+  readonly OriginalMessage?: unknown;
+}
+
 function check(answer: Answer): Answer {
   if (answer.status === 200) return answer;
+  let status = answer.status;
   let message = answer.body.toString("utf8");
   try {
-    message = (JSON.parse(message) as { error?: string }).error ?? message;
+    let body = JSON.parse(message) as ErrorBody;
+    if (typeof body.OriginalStatusCode === "number" && typeof body.OriginalMessage === "string") {
+      status = body.OriginalStatusCode;
+      message = body.OriginalMessage;
+      body = JSON.parse(message) as ErrorBody;
+    }
+    message = body.error ?? message;
   } catch {}
-  throw new StepError(`http ${answer.status}`, message);
+  throw new StepError(`http ${status}`, message);
 }
 
 const quote = JSON.stringify;

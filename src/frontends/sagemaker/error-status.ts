@@ -1,13 +1,26 @@
 import type { FastifyReply } from "fastify";
 import type { HttpStatusTable } from "../common/http/error-reply.ts";
+import { HttpError } from "../common/http/http-error.ts";
 import { KSERVE_HTTP_STATUS } from "../http/error-status.ts";
 
 // The one place where seqserve's error codes become the statuses of the SageMaker
-// family, and where a status becomes the error type the AWS SDKs look for. Behind
-// SageMaker, the container's status and body reach the caller inside a ModelError; called
-// directly (the runtime API path), the SDKs read the type from `x-amzn-errortype` and the
-// message from the body's `message`, so a seqserve error arrives as, e.g., a
-// ValidationError whose message is seqserve's.
+// family, and where a status becomes the error type the AWS SDKs look for.
+//
+// On the container's path (/invocations) an error is the container's answer: its status,
+// and seqserve's body. SageMaker hands such an answer to the caller inside a ModelError
+// (424, the container's status in OriginalStatusCode, its body in OriginalMessage), and
+// so does the runtime API's path (/endpoints/{name}/…), where the AWS SDKs call seqserve
+// as they call SageMaker: a client's code that handles ModelError works unchanged, and
+// the SDKs do not retry a model's failure (they retry 500 and 503, which would run a
+// session's step again). What SageMaker refuses itself keeps its own type there: a body
+// over the limit, the access gate's refusals, and the refusals `runtimeRefusal` makes.
+
+declare module "fastify" {
+  interface FastifyContextConfig {
+    /** The route is the runtime API's, as the AWS SDKs call it (errors are ModelErrors). */
+    sageMakerRuntime?: boolean;
+  }
+}
 
 /**
  * SageMaker leaves a container's statuses to the container. Triton's SageMaker mode
@@ -15,6 +28,12 @@ import { KSERVE_HTTP_STATUS } from "../http/error-status.ts";
  * between the two sees the same status for the same failure.
  */
 export const SAGEMAKER_HTTP_STATUS: HttpStatusTable = KSERVE_HTTP_STATUS;
+
+const ERROR_TYPE = "x-amzn-errortype";
+/** SageMaker's status for an error answer of the model's container. */
+export const MODEL_ERROR_STATUS = 424;
+/** Statuses that are SageMaker's own on the runtime API's path, not the container's. */
+const RUNTIME_STATUSES: ReadonlySet<number> = new Set([401, 403, 413]);
 
 /** The SageMaker runtime error type (`x-amzn-errortype`) of an HTTP status. */
 export function awsErrorType(status: number): string {
@@ -24,6 +43,11 @@ export function awsErrorType(status: number): string {
   return "ValidationError";
 }
 
+/** A refusal that SageMaker's runtime makes itself (a ValidationError on either path). */
+export function runtimeRefusal(message: string): HttpError {
+  return new HttpError(400, message, { [ERROR_TYPE]: "ValidationError" });
+}
+
 /** `{"error": …, "message": …}`: seqserve's error body, with the member the AWS SDKs read, and the error type's header. */
 export function sageMakerError(
   status: number,
@@ -31,9 +55,24 @@ export function sageMakerError(
 ): { readonly headers: Readonly<Record<string, string>>; readonly body: string } {
   const text = JSON.stringify(message);
   return {
-    headers: { "x-amzn-errortype": awsErrorType(status) },
+    headers: { [ERROR_TYPE]: awsErrorType(status) },
     body: `{"error":${text},"message":${text}}`,
   };
+}
+
+/**
+ * The ModelError that SageMaker makes of a container's error answer (`status`, `body`),
+ * member for member: the SDKs give OriginalStatusCode and OriginalMessage as fields of
+ * the exception, and its Message as the exception's message.
+ */
+export function modelError(status: number, body: string): string {
+  const side = status >= 500 ? "server" : "client";
+  return JSON.stringify({
+    ErrorCode: status >= 500 ? "INTERNAL_FAILURE_FROM_MODEL" : "CLIENT_ERROR_FROM_MODEL",
+    Message: `Received ${side} error (${status}) from primary with message "${body}".`,
+    OriginalMessage: body,
+    OriginalStatusCode: status,
+  });
 }
 
 export function sendSageMakerError(
@@ -43,5 +82,8 @@ export function sendSageMakerError(
   headers: Readonly<Record<string, string>> = {},
 ): FastifyReply {
   const error = sageMakerError(status, message);
-  return reply.code(status).headers(headers).headers(error.headers).type("application/json").send(error.body);
+  reply.code(status).headers(error.headers).headers(headers).type("application/json");
+  const ownType = headers[ERROR_TYPE] !== undefined || RUNTIME_STATUSES.has(status);
+  if (reply.request.routeOptions.config.sageMakerRuntime !== true || ownType) return reply.send(error.body);
+  return reply.code(MODEL_ERROR_STATUS).header(ERROR_TYPE, "ModelError").send(modelError(status, error.body));
 }

@@ -16,7 +16,7 @@ import { sendJson } from "../common/http/json-text.ts";
 import type { OutputEncoding } from "../common/kserve/infer-request-decoder.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
 import { withTraceContext } from "../common/trace-context.ts";
-import { SAGEMAKER_HTTP_STATUS } from "./error-status.ts";
+import { runtimeRefusal, SAGEMAKER_HTTP_STATUS } from "./error-status.ts";
 import {
   decodeInvocation,
   type InvocationBody,
@@ -255,9 +255,18 @@ export async function invocationRoutes(
       request.headers["content-type"],
     );
     const body = read instanceof Promise ? await read : read;
-    const intent = sessionIntent(headerValue(request, SESSION_ID), body.requestType);
+    const sessionHeader = headerValue(request, SESSION_ID);
+    if (runtime && sessionHeader && sessionHeader !== NEW_SESSION) {
+      // SageMaker checks a SessionId's form itself, before any container sees it.
+      try {
+        checkSessionId(sessionHeader);
+      } catch (error) {
+        throw runtimeRefusal((error as Error).message);
+      }
+    }
+    const intent = sessionIntent(sessionHeader, body.requestType);
     if (delivery === "response-stream" && intent.kind === "open") {
-      throw invalidArg(
+      throw runtimeRefusal(
         `InvokeEndpointWithResponseStream cannot open a session, as in SageMaker: open it with InvokeEndpoint (SessionId ${NEW_SESSION}), then stream its steps with the id it answers`,
       );
     }
@@ -425,12 +434,12 @@ export async function invocationRoutes(
   );
   app.post(
     "/endpoints/:endpoint/invocations",
-    { schema: SAGEMAKER_SCHEMAS.endpointInvocations },
+    { schema: SAGEMAKER_SCHEMAS.endpointInvocations, config: { sageMakerRuntime: true } },
     (request, reply) => invoke("container", true, request, reply),
   );
   app.post(
     "/endpoints/:endpoint/invocations-response-stream",
-    { schema: SAGEMAKER_SCHEMAS.endpointInvocationsResponseStream },
+    { schema: SAGEMAKER_SCHEMAS.endpointInvocationsResponseStream, config: { sageMakerRuntime: true } },
     (request, reply) => invoke("response-stream", true, request, reply),
   );
 }

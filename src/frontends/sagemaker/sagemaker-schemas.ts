@@ -16,6 +16,23 @@ const SAGEMAKER_ERROR = {
   }),
 };
 
+/** The runtime API's form of a container's error, as SageMaker makes it (error-status.ts). */
+const MODEL_ERROR = {
+  description:
+    "ModelError (x-amzn-errortype): the container's error answer, its status in OriginalStatusCode and its body in OriginalMessage",
+  headers: { "x-amzn-errortype": { type: "string" } },
+  ...jsonContent({
+    type: "object",
+    properties: {
+      ErrorCode: { type: "string", enum: ["CLIENT_ERROR_FROM_MODEL", "INTERNAL_FAILURE_FROM_MODEL"] },
+      Message: { type: "string" },
+      OriginalMessage: { type: "string" },
+      OriginalStatusCode: { type: "integer" },
+    },
+    required: ["ErrorCode", "Message", "OriginalMessage", "OriginalStatusCode"],
+  }),
+};
+
 const SESSION_HEADERS = {
   type: "object",
   properties: {
@@ -73,6 +90,7 @@ const invocation = (operationId: string, withEndpoint: boolean) => ({
       },
       content: ANSWER_CONTENT,
     },
+    ...(withEndpoint ? { 424: MODEL_ERROR } : {}),
     default: SAGEMAKER_ERROR,
   },
 });
@@ -111,6 +129,7 @@ export const SAGEMAKER_SCHEMAS = {
         headers: { "x-amzn-sagemaker-content-type": { type: "string" } },
         content: { "application/vnd.amazon.eventstream": { schema: BINARY_SCHEMA } },
       },
+      424: MODEL_ERROR,
       default: SAGEMAKER_ERROR,
     },
   },

@@ -1,3 +1,4 @@
+import assert from "node:assert/strict";
 import {
   InvokeEndpointCommand,
   type InvokeEndpointCommandOutput,
@@ -15,13 +16,16 @@ export const BINARY_JSON = "application/vnd.sagemaker-triton.binary+json";
 export const NEW_SESSION_ID =
   /^([0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}); Expires=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)$/;
 
-export function sdkClient(port: number): SageMakerRuntimeClient {
+/**
+ * A client of the server's SageMaker port. `maxAttempts`: 1 unless given (a refused
+ * request is an answer to check, not something to retry); undefined: the SDK's default.
+ */
+export function sdkClient(port: number, maxAttempts: number | undefined = 1): SageMakerRuntimeClient {
   return new SageMakerRuntimeClient({
     endpoint: `http://127.0.0.1:${port}`,
     region: "us-east-1",
     credentials: { accessKeyId: "AKIDEXAMPLE", secretAccessKey: "not-checked" },
-    // A refused request is an answer to check, not something to retry.
-    maxAttempts: 1,
+    ...(maxAttempts === undefined ? {} : { maxAttempts }),
   });
 }
 
@@ -191,14 +195,50 @@ export function jsonAnswer(output: InvokeEndpointCommandOutput): unknown {
 }
 
 /** An error the SDK threw, with the fields tests look at. */
-export async function sdkError(
-  promise: Promise<unknown>,
-): Promise<{ name: string; message: string; status: number | undefined }> {
+export interface SdkError {
+  readonly name: string;
+  readonly message: string;
+  /** The answer's HTTP status (424 for a ModelError). */
+  readonly status: number | undefined;
+  /** A ModelError's: the container's status and body. */
+  readonly originalStatus?: number | undefined;
+  readonly originalMessage?: string | undefined;
+}
+
+export async function sdkError(promise: Promise<unknown>): Promise<SdkError> {
   try {
     await promise;
   } catch (error) {
-    const e = error as { name: string; message: string; $metadata?: { httpStatusCode?: number } };
-    return { name: e.name, message: e.message, status: e.$metadata?.httpStatusCode };
+    const e = error as {
+      name: string;
+      message: string;
+      $metadata?: { httpStatusCode?: number };
+      OriginalStatusCode?: number;
+      OriginalMessage?: string;
+    };
+    return {
+      name: e.name,
+      message: e.message,
+      status: e.$metadata?.httpStatusCode,
+      originalStatus: e.OriginalStatusCode,
+      originalMessage: e.OriginalMessage,
+    };
   }
   throw new Error("the invocation succeeded, an error was expected");
+}
+
+/**
+ * The message of a container's error inside a ModelError (what `/invocations` would
+ * have answered, `{"error": …, "message": …}`), checked to be the same text twice.
+ */
+export function containerMessage(error: SdkError): string {
+  assert.equal(error.name, "ModelError", error.message);
+  assert.equal(error.status, 424);
+  const body = JSON.parse(error.originalMessage ?? "") as { error: string; message: string };
+  assert.equal(body.message, body.error);
+  assert.equal(
+    error.message,
+    `Received ${error.originalStatus! >= 500 ? "server" : "client"} error (${error.originalStatus}) from primary with message "${error.originalMessage}".`,
+  );
+  return body.error;
 }
