@@ -150,6 +150,9 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
         }),
     ...(options.tls === undefined ? {} : { https: httpsOptions(options.tls) }),
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 2048 },
+    // Requests that arrive while the server closes are refused by the hook below, through
+    // the family's error handler (fastify's own 503 has none of the family's form).
+    return503OnClosing: false,
     // Requests refused before fastify sees them (a head too large, a request too slow)
     // are answered with the reason and counted.
     clientErrorHandler: (error: NodeJS.ErrnoException, socket: Socket) => {
@@ -184,6 +187,12 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     app.server.maxConnections = limits.maxConnections;
     app.server.on("drop", () => refusals?.refused("http_connections"));
   }
+  let closing = false;
+  app.addHook("onRequest", (_request, _reply, done) => {
+    if (!closing) done();
+    else
+      done(new HttpError(503, "the server is stopping: it takes no new requests", { connection: "close" }));
+  });
   if (options.access !== undefined)
     guardHttpApp(app as unknown as FastifyInstance, {
       ...options.access,
@@ -210,6 +219,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   // Connections still answering when the server closes are closed once answered
   // (close-connections.ts). preClose runs just before fastify closes the listener.
   app.addHook("preClose", (done) => {
+    closing = true;
     closeConnectionsOnceIdle(app.server);
     done();
   });
