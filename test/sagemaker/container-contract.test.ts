@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { gzipSync } from "node:zlib";
 import type { SageMakerRuntimeClient } from "@aws-sdk/client-sagemaker-runtime";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
@@ -219,6 +220,16 @@ describe("the container contract, as SageMaker calls it", { timeout: 60_000 }, (
     assert.equal(malformed.status, 400);
     assert.equal(malformed.headers["x-amzn-errortype"], "ValidationError");
     assert.match(JSON.parse(malformed.body.toString()).message, /^malformed session id "not_an_id"/);
+    // Whatever the body: SageMaker reads only the headers.
+    const withBadBody = await send(
+      { port },
+      "POST",
+      "/endpoints/any/invocations",
+      "{not json",
+      sageMakerHeaders({ "X-Amzn-SageMaker-Session-Id": "not_an_id" }),
+    );
+    assert.deepEqual([withBadBody.status, withBadBody.headers["x-amzn-errortype"]], [400, "ValidationError"]);
+    assert.match(JSON.parse(withBadBody.body.toString()).message, /^malformed session id "not_an_id"/);
   });
 });
 
@@ -241,8 +252,30 @@ describe("the 6 MB limit", { timeout: 60_000 }, () => {
         targetModel: "blob",
       }),
     );
-    assert.equal(tooLarge.status, 413);
+    // SageMaker's own limit on the bytes it receives: its refusal, not the container's.
+    assert.deepEqual([tooLarge.name, tooLarge.status], ["ValidationError", 413]);
     assert.match(tooLarge.message, /request body is larger than the limit of 6291456 bytes/);
+  });
+
+  it("a small gzip body that inflates past 6 MB is the container's 413, inside a ModelError", async () => {
+    const inflating = await send(
+      { port },
+      "POST",
+      "/endpoints/any/invocations",
+      gzipSync(new Uint8Array(SIX_MB + 1)),
+      sageMakerHeaders({
+        "Content-Type": "application/octet-stream",
+        "Content-Encoding": "gzip",
+        "X-Amzn-SageMaker-Target-Model": "blob",
+      }),
+    );
+    assert.equal(inflating.status, 424);
+    const error = JSON.parse(inflating.body.toString()) as {
+      OriginalStatusCode: number;
+      OriginalMessage: string;
+    };
+    assert.equal(error.OriginalStatusCode, 413);
+    assert.match(error.OriginalMessage, /request body inflates to more than the limit of 6291456 bytes/);
   });
 });
 

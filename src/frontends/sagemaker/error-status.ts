@@ -1,6 +1,6 @@
 import type { FastifyReply } from "fastify";
 import type { HttpStatusTable } from "../common/http/error-reply.ts";
-import { HttpError } from "../common/http/http-error.ts";
+import { BodyTooLargeError } from "../common/http/request-body.ts";
 import { KSERVE_HTTP_STATUS } from "../http/error-status.ts";
 
 // The one place where seqserve's error codes become the statuses of the SageMaker
@@ -12,13 +12,15 @@ import { KSERVE_HTTP_STATUS } from "../http/error-status.ts";
 // so does the runtime API's path (/endpoints/{name}/…), where the AWS SDKs call seqserve
 // as they call SageMaker: a client's code that handles ModelError works unchanged, and
 // the SDKs do not retry a model's failure (they retry 500 and 503, which would run a
-// session's step again). What SageMaker refuses itself keeps its own type there: a body
-// over the limit, the access gate's refusals, and the refusals `runtimeRefusal` makes.
+// session's step again). What SageMaker refuses itself, before a container sees the
+// request, keeps its own type there: the refusals of the access gate and of a stopping
+// server, the runtime's header checks (invocation-routes.ts), and a body whose bytes are
+// over the limit.
 
 declare module "fastify" {
-  interface FastifyContextConfig {
-    /** The route is the runtime API's, as the AWS SDKs call it (errors are ModelErrors). */
-    sageMakerRuntime?: boolean;
+  interface FastifyRequest {
+    /** On the runtime API's path: past SageMaker's own checks, so its errors are the container's. */
+    sageMakerForwarded: boolean;
   }
 }
 
@@ -32,8 +34,6 @@ export const SAGEMAKER_HTTP_STATUS: HttpStatusTable = KSERVE_HTTP_STATUS;
 const ERROR_TYPE = "x-amzn-errortype";
 /** SageMaker's status for an error answer of the model's container. */
 export const MODEL_ERROR_STATUS = 424;
-/** Statuses that are SageMaker's own on the runtime API's path, not the container's. */
-const RUNTIME_STATUSES: ReadonlySet<number> = new Set([401, 403, 413]);
 
 /** The SageMaker runtime error type (`x-amzn-errortype`) of an HTTP status. */
 export function awsErrorType(status: number): string {
@@ -41,11 +41,6 @@ export function awsErrorType(status: number): string {
   if (status === 503) return "ServiceUnavailable";
   if (status >= 500) return "InternalFailure";
   return "ValidationError";
-}
-
-/** A refusal that SageMaker's runtime makes itself (a ValidationError on either path). */
-export function runtimeRefusal(message: string): HttpError {
-  return new HttpError(400, message, { [ERROR_TYPE]: "ValidationError" });
 }
 
 /** `{"error": …, "message": …}`: seqserve's error body, with the member the AWS SDKs read, and the error type's header. */
@@ -80,10 +75,13 @@ export function sendSageMakerError(
   status: number,
   message: string,
   headers: Readonly<Record<string, string>> = {},
+  error?: unknown,
 ): FastifyReply {
-  const error = sageMakerError(status, message);
-  reply.code(status).headers(error.headers).headers(headers).type("application/json");
-  const ownType = headers[ERROR_TYPE] !== undefined || RUNTIME_STATUSES.has(status);
-  if (reply.request.routeOptions.config.sageMakerRuntime !== true || ownType) return reply.send(error.body);
-  return reply.code(MODEL_ERROR_STATUS).header(ERROR_TYPE, "ModelError").send(modelError(status, error.body));
+  const answer = sageMakerError(status, message);
+  reply.code(status).headers(headers).headers(answer.headers).type("application/json");
+  if (!reply.request.sageMakerForwarded || error instanceof BodyTooLargeError) return reply.send(answer.body);
+  return reply
+    .code(MODEL_ERROR_STATUS)
+    .header(ERROR_TYPE, "ModelError")
+    .send(modelError(status, answer.body));
 }

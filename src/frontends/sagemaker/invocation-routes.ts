@@ -16,7 +16,7 @@ import { sendJson } from "../common/http/json-text.ts";
 import type { OutputEncoding } from "../common/kserve/infer-request-decoder.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
 import { withTraceContext } from "../common/trace-context.ts";
-import { runtimeRefusal, SAGEMAKER_HTTP_STATUS } from "./error-status.ts";
+import { SAGEMAKER_HTTP_STATUS } from "./error-status.ts";
 import {
   decodeInvocation,
   type InvocationBody,
@@ -218,6 +218,11 @@ async function sessionEndError(
   );
 }
 
+const cannotOpenOnStream = (): Error =>
+  invalidArg(
+    `InvokeEndpointWithResponseStream cannot open a session, as in SageMaker: open it with InvokeEndpoint (SessionId ${NEW_SESSION}), then stream its steps with the id it answers`,
+  );
+
 function describeReadiness(registry: ModelRegistry): string {
   const waiting = registry
     .index()
@@ -255,21 +260,8 @@ export async function invocationRoutes(
       request.headers["content-type"],
     );
     const body = read instanceof Promise ? await read : read;
-    const sessionHeader = headerValue(request, SESSION_ID);
-    if (runtime && sessionHeader && sessionHeader !== NEW_SESSION) {
-      // SageMaker checks a SessionId's form itself, before any container sees it.
-      try {
-        checkSessionId(sessionHeader);
-      } catch (error) {
-        throw runtimeRefusal((error as Error).message);
-      }
-    }
-    const intent = sessionIntent(sessionHeader, body.requestType);
-    if (delivery === "response-stream" && intent.kind === "open") {
-      throw runtimeRefusal(
-        `InvokeEndpointWithResponseStream cannot open a session, as in SageMaker: open it with InvokeEndpoint (SessionId ${NEW_SESSION}), then stream its steps with the id it answers`,
-      );
-    }
+    const intent = sessionIntent(headerValue(request, SESSION_ID), body.requestType);
+    if (delivery === "response-stream" && intent.kind === "open") throw cannotOpenOnStream();
     const accept = headerValue(request, delivery === "container" ? "accept" : STREAM_ACCEPT);
     const target = targetModel(
       registry,
@@ -429,17 +421,41 @@ export async function invocationRoutes(
     });
   };
 
+  app.decorateRequest("sageMakerForwarded", false);
+  /**
+   * What SageMaker's runtime checks itself, from the headers alone, before a container
+   * sees the request (its refusals keep their own type): a SessionId's form, and that
+   * the response stream opens no session. Past them, the request is the container's.
+   */
+  const runtimeChecks =
+    (delivery: Delivery) =>
+    (request: FastifyRequest, _reply: FastifyReply, done: (error?: Error) => void): void => {
+      const session = headerValue(request, SESSION_ID);
+      try {
+        if (session === NEW_SESSION && delivery === "response-stream") throw cannotOpenOnStream();
+        if (session && session !== NEW_SESSION) checkSessionId(session);
+      } catch (error) {
+        done(error as Error);
+        return;
+      }
+      request.sageMakerForwarded = true;
+      done();
+    };
+
   app.post("/invocations", { schema: SAGEMAKER_SCHEMAS.invocations }, (request, reply) =>
     invoke("container", false, request, reply),
   );
   app.post(
     "/endpoints/:endpoint/invocations",
-    { schema: SAGEMAKER_SCHEMAS.endpointInvocations, config: { sageMakerRuntime: true } },
+    { schema: SAGEMAKER_SCHEMAS.endpointInvocations, onRequest: runtimeChecks("container") },
     (request, reply) => invoke("container", true, request, reply),
   );
   app.post(
     "/endpoints/:endpoint/invocations-response-stream",
-    { schema: SAGEMAKER_SCHEMAS.endpointInvocationsResponseStream, config: { sageMakerRuntime: true } },
+    {
+      schema: SAGEMAKER_SCHEMAS.endpointInvocationsResponseStream,
+      onRequest: runtimeChecks("response-stream"),
+    },
     (request, reply) => invoke("response-stream", true, request, reply),
   );
 }

@@ -68,6 +68,7 @@ export function sendError(
   status: number,
   message: string,
   headers: Readonly<Record<string, string>> = {},
+  _error?: unknown,
 ): FastifyReply {
   return reply
     .code(status)
@@ -76,7 +77,10 @@ export function sendError(
     .send(`{"error":${JSON.stringify(message)}}`);
 }
 
-/** How a protocol family writes an error (seqserve's `{"error": …}` unless it says otherwise). */
+/**
+ * How a protocol family writes an error (seqserve's `{"error": …}` unless it says
+ * otherwise); `error` is what was thrown, where there was something.
+ */
 export type SendError = typeof sendError;
 
 /** A fastify error handler answering with `table`'s statuses. */
@@ -91,6 +95,6 @@ export function createErrorHandler(
     // queue) is the client's to handle, and at thousands a second would flood the log.
     if (status === 500) request.log.error({ err: error, url: request.url }, message);
     else request.log.debug({ url: request.url, status }, message);
-    send(reply, status, message, headers);
+    send(reply, status, message, headers, error);
   };
 }

@@ -36,8 +36,14 @@ function codingOf(header: string | undefined): Coding {
   );
 }
 
-const tooLarge = (limit: number): HttpError =>
-  new HttpError(413, `request body is larger than the limit of ${limit} bytes`);
+/** A body whose bytes as sent are over the limit (not one that inflates past it). */
+export class BodyTooLargeError extends HttpError {
+  constructor(limit: number) {
+    super(413, `request body is larger than the limit of ${limit} bytes`);
+  }
+}
+
+const tooLarge = (limit: number): HttpError => new BodyTooLargeError(limit);
 
 /**
  * How much of a body over the limit is read (and dropped) before its 413 is answered: a
