@@ -82,7 +82,7 @@ test("a large body refused is refused in the same words and status as a small on
     [`[[1,"two",3]]`, `[[${fillers},"two"]]`],
     // Lists that differ in length.
     ["[[1,2],[3]]", `[[${fillers}],[1]]`],
-    // Nested deeper than a message between threads may be.
+    // Nested deeper than JSON may be: refused before it is parsed.
     [
       `${"[".repeat(5000)}1${"]".repeat(5000)}`,
       `${"[".repeat(5000)}1${"]".repeat(5000)}${" ".repeat(OFF_THREAD_JSON_BYTES)}`,

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
+import { gzipSync } from "node:zlib";
 import { securityOptions } from "../../src/config/security-options.ts";
 import { MAX_BYTES_ELEMENTS } from "../../src/core/tensor-size.ts";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
@@ -207,17 +208,26 @@ describe("a shape is checked before anything is allocated for it", () => {
     }
   });
 
-  test("TF-Serving REST, lists nested 100,000 deep, is refused with 400 naming the input", async () => {
-    const deep = `${"[".repeat(100_000)}1${"]".repeat(100_000)}`;
-    const response = await fetch(`${server.url}/v1/models/floats:predict`, {
-      method: "POST",
-      body: `{"inputs": {"INPUT0": ${deep}}}`,
-    });
+  test("TF-Serving REST, lists nested 300 deep, is refused with 400 naming the input; JSON nested a million deep, before it is parsed", async () => {
+    const deep = (depth: number) => `${"[".repeat(depth)}1${"]".repeat(depth)}`;
+    const predict = (body: string) =>
+      fetch(`${server.url}/v1/models/floats:predict`, { method: "POST", body });
+    const response = await predict(`{"inputs": {"INPUT0": ${deep(300)}}}`);
     assert.equal(response.status, 400);
     assert.match(
       ((await response.json()) as { error: string }).error,
-      /input 'INPUT0' nests its lists 100000 deep: a tensor has at most 254 dimensions/,
+      /input 'INPUT0' nests its lists 300 deep: a tensor has at most 254 dimensions/,
     );
+    // 2 MB of JSON, 4 KB gzipped: parsed, it held the server for seconds and GBs.
+    const bomb = await fetch(`${server.url}/v1/models/floats:predict`, {
+      method: "POST",
+      headers: { "content-encoding": "gzip" },
+      body: gzipSync(`{"inputs": {"INPUT0": ${deep(1_000_000)}}}`),
+    });
+    assert.equal(bomb.status, 400);
+    assert.deepEqual(await bomb.json(), {
+      error: "the request JSON nests arrays and objects more than 512 levels deep; no tensor needs that many",
+    });
   });
 
   test("the server still answers, and a shape that fits still works", async () => {

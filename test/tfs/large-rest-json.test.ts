@@ -149,10 +149,11 @@ test("a large body refused is refused in the same words and status as a small on
 test("bodies too deep or too many-valued to send back from the JSON thread answer as small ones do", async () => {
   const nested = (depth: number) => `${"[".repeat(depth)}1${"]".repeat(depth)}`;
   const cases: [string, string][] = [
-    // Deeper than a tensor may be, and deeper than a message between threads may be.
-    ["floats", `{"inputs":${nested(5000)}}`],
+    // Deeper than a tensor may be; deeper than JSON may be (refused before it is parsed).
+    ["floats", `{"inputs":${nested(300)}}`],
     ["floats", `{"inputs":${nested(100_000)}}`],
-    // Deep where nothing reads it: answered.
+    // Deep where nothing reads it: answered, within the limit of JSON; refused past it.
+    ["floats", `{"unread":${nested(500)},"inputs":[[1,2,3,4]]}`],
     ["floats", `{"unread":${nested(5000)},"inputs":[[1,2,3,4]]}`],
     // Values that do not pack, more than are worth sending back.
     ["floats", `{"instances":[${"[],".repeat(300_000)}[]]}`],

@@ -1,4 +1,5 @@
 // Why a client's JSON text did not parse, told as rapidjson tells it: Triton and TF-Serving
+import { checkJsonDepth } from "./json-depth.ts";
 // answer a malformed body with rapidjson's description and the byte offset of the fault
 // ("failed to parse the request JSON buffer: Invalid value. at 0"), and clients and their
 // tests know those words. V8's own messages change between Node versions and quote the
@@ -91,6 +92,7 @@ function byteOffset(text: string, position: number): number {
  * KServe forms over HTTP and WebSocket, and SageMaker's bodies, which take them).
  */
 export function parseRequestJson(text: string): unknown {
+  checkJsonDepth(text);
   try {
     return JSON.parse(text);
   } catch (error) {

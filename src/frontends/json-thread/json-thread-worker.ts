@@ -9,16 +9,13 @@ import { partsText } from "./write-parts.ts";
 // The JSON thread (json-thread.ts). Beside the parse, it does what would otherwise cost
 // the main thread as much again: the tensors' data are packed (packed-json.ts) and moved,
 // not copied, and what the main thread would read again from the text is looked for here
-// (a KServe `sequence_id` written as a fraction). A value too deep or too large to send
-// back cheaply is not sent: the main thread parses that body itself. A response body is
-// written here whole, and goes back as UTF-8 bytes (moved).
+// (a KServe `sequence_id` written as a fraction). A value too large to send back cheaply
+// is not sent: the main thread parses that body itself. No value is too deep to send (the
+// main thread reads a message with a smaller stack than this thread writes it with, and
+// about 3,000 levels failed there): bodies nested past MAX_JSON_DEPTH (json-depth.ts) are
+// refused before they are parsed. A response body is written here whole, and goes back as
+// UTF-8 bytes (moved).
 
-/**
- * Deepest a value sent back may nest: the main thread reads a message with a smaller stack
- * than this thread writes it with (about 3,000 levels failed there). A deeper body is
- * parsed on the main thread, where it reads as a small one does.
- */
-const MAX_SENT_DEPTH = 1000;
 /**
  * Most JSON values (objects, arrays, numbers, strings) sent back unpacked: rebuilding them
  * on the main thread costs it about what parsing them there does, and holds a second
@@ -26,22 +23,17 @@ const MAX_SENT_DEPTH = 1000;
  */
 const MAX_SENT_VALUES = 1 << 18;
 
-/** Whether `value` (packed where it could be) is cheap to send back, by MAX_SENT_DEPTH and MAX_SENT_VALUES. */
+/** Whether `value` (packed where it could be) is cheap to send back, by MAX_SENT_VALUES. */
 function cheapToSend(value: unknown): boolean {
   const stack: unknown[] = [value];
-  const depths: number[] = [0];
   let values = 0;
   while (stack.length > 0) {
     const item = stack.pop();
-    const depth = depths.pop()!;
-    if (++values > MAX_SENT_VALUES || depth > MAX_SENT_DEPTH) return false;
+    if (++values > MAX_SENT_VALUES) return false;
     if (typeof item !== "object" || item === null || isPackedArray(item) || ArrayBuffer.isView(item))
       continue;
     if (isPackedRows(item)) continue;
-    for (const member of Array.isArray(item) ? item : Object.values(item)) {
-      stack.push(member);
-      depths.push(depth + 1);
-    }
+    for (const member of Array.isArray(item) ? item : Object.values(item)) stack.push(member);
   }
   return true;
 }

@@ -4,6 +4,7 @@ import { fromFloat16Array, toFloat16Array } from "../../core/float16.ts";
 import { type BytesElements, elementCount, type NumericTensor, type Tensor } from "../../core/tensor.ts";
 import { checkedElementCount } from "../../core/tensor-size.ts";
 import { isJsonObject, type JsonObject } from "../common/http/json-body.ts";
+import { checkJsonDepth } from "../common/json-depth.ts";
 import { jsonPreview } from "../common/json-preview.ts";
 import { jsonSyntaxFault } from "../common/json-syntax.ts";
 import { decodeJsonTensor, jsonTensorData, type SourceTokens } from "../common/kserve/json-tensor.ts";
@@ -74,6 +75,7 @@ const NON_FINITE_TOKENS: readonly (readonly [string, string])[] = [
  * that does not parse.
  */
 export function parseRestJsonBody(text: string): { readonly json: unknown; readonly text: string } {
+  checkJsonDepth(text);
   try {
     return parseRestJson(text);
   } catch (error) {
