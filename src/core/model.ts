@@ -141,6 +141,12 @@ export interface SequenceAdmin {
   /** Whether `id` is live, ended recently (kept within a bounded memory), or unknown. */
   lookup(id: SequenceId): SequenceLookup;
   /**
+   * Throws as a request with `id` would for the id alone (too long, or of a type the
+   * model's CORRID control does not take): for a frontend that takes an id before any
+   * request carries it.
+   */
+  checkId(id: SequenceId): void;
+  /**
    * As lookup, also asking the shared tier (when the model has one) about ids this
    * replica does not hold. With a tier, end, open and close may also need it: their
    * promise settles once the tier has the change.

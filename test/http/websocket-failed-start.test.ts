@@ -4,7 +4,7 @@ import { type ApiKey, OPEN_ACCESS, securityOptions } from "../../src/config/secu
 import { accumulatorModel, growingStateConfig, growingStateModel } from "../../tools/onnx/sequence-models.ts";
 import { accumulatorConfig, waitFor } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
-import { StreamClient } from "./support/ws-client.ts";
+import { refusedUpgrade, StreamClient } from "./support/ws-client.ts";
 
 // A stream's start that fails, on the real core: one the core refuses before taking it
 // (an invalid request, another caller's id) starts nothing, so it neither takes the id
@@ -69,6 +69,18 @@ describe("WebSocket streams: a start that fails", { timeout: 60_000 }, () => {
     return { live: body.sequences.map((s) => s.id), ended: body.summary.ended };
   };
   const live = async (model: string) => (await sequences(model)).live;
+
+  it("an id the model cannot take is refused before the upgrade, with the HTTP error", async () => {
+    const port = Number(new URL(server.url).port);
+    const long = "x".repeat(257);
+    const refused = await refusedUpgrade({ port }, `/v2/models/acc/stream?sequence_id=${long}`, A);
+    assert.equal(refused.status, 400);
+    assert.equal(
+      refused.json.error,
+      "the sequence id of model 'acc' is 257 bytes long, more than the 256 bytes allowed (--max-sequence-id-bytes)",
+    );
+    assert.deepEqual(await live("acc"), []);
+  });
 
   it("an invalid start on another stream's id leaves that stream and its sequence alone", async () => {
     const owner = await open(61, A);

@@ -1895,10 +1895,14 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (this.#ending.get(key) === sequence) this.#ending.delete(key);
   }
 
-  open(id: SequenceId, options: SequenceOpenOptions = {}): void | Promise<void> {
-    const model = this.#config.name;
+  checkId(id: SequenceId): void {
     this.#checkIdLength(id);
     checkCorrelationIdType(this.#config, id);
+  }
+
+  open(id: SequenceId, options: SequenceOpenOptions = {}): void | Promise<void> {
+    const model = this.#config.name;
+    this.checkId(id);
     if (this.#shuttingDown) {
       throw unavailable(`the server is shutting down: model '${model}' accepts no new sequences`);
     }

@@ -208,6 +208,9 @@ export class FakeSequenceAdmin implements SequenceAdmin {
     return this.end(id);
   }
 
+  /** Every id is one this fake takes. */
+  checkId(_id: SequenceId): void {}
+
   lookup(id: SequenceId): SequenceLookup {
     if (this.#live.has(this.#key(id))) return { kind: "live", expiresAtMs: undefined };
     return this.ended.includes(id) ? { kind: "ended", reason: "forced", endedAtMs: 0 } : { kind: "unknown" };

@@ -118,7 +118,7 @@ export function unframe(data: Buffer): FramedMessage {
 
 /** An upgrade the server refuses: its HTTP status and JSON body. */
 export function refusedUpgrade(
-  server: TestServer,
+  server: { readonly port: number },
   path: string,
   headers: Record<string, string> = {},
 ): Promise<{ status: number; json: Record<string, unknown> }> {

@@ -45,6 +45,7 @@ function readSequenceId(
   const id = pathSequenceId(text, type);
   if (id === 0n)
     throw invalidArg("sequence id 0 means no id: omit 'sequence_id' to have the server assign one");
+  model.sequences.checkId(id);
   return id;
 }
 
