@@ -1,5 +1,5 @@
 import { concatAlongAxis, splitAlongAxis } from "../batch/tensor-batching.ts";
-import { asServerError } from "../errors.ts";
+import { asServerError, type ServerError } from "../errors.ts";
 import type { ModelExecutor } from "../executor.ts";
 import type { ModelConfig } from "../model-config.ts";
 import { reshaped } from "../request-validation.ts";
@@ -34,6 +34,16 @@ export function concatRequestInputs(
     );
   }
   return inputs;
+}
+
+/**
+ * Whether a batch's failed run may be one request's doing (a value the model cannot
+ * take, such as an index out of range): then each request is run again alone, so that
+ * only the one at fault fails, and the others are answered. Not when no run happened
+ * for any of them (the instance is gone, the server stops).
+ */
+export function mayBeOneRequests(failure: ServerError, requests: number): boolean {
+  return requests > 1 && (failure.code === "INVALID_ARG" || failure.code === "INTERNAL");
 }
 
 /** The axis of a batched model output along which its rows are split back into requests. */
@@ -111,6 +121,10 @@ export async function runStatelessBatch(
     result = await executor.run(inputs, outputNames);
   } catch (error) {
     const failure = asServerError(error);
+    if (mayBeOneRequests(failure, requests.length)) {
+      for (const r of requests) await runStatelessBatch(config, executor, statistics, [r]);
+      return;
+    }
     for (const r of requests) r.reject(failure);
     return;
   }

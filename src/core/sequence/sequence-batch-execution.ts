@@ -3,7 +3,12 @@ import { asServerError, internal, ServerError } from "../errors.ts";
 import type { ModelExecutor } from "../executor.ts";
 import { fromFloat16Array, toFloat16Array } from "../float16.ts";
 import type { ModelConfig, StateConfig } from "../model-config.ts";
-import { clientOutputShape, outputBatchAxis, requestedOutputNames } from "../scheduler/batch-execution.ts";
+import {
+  clientOutputShape,
+  mayBeOneRequests,
+  outputBatchAxis,
+  requestedOutputNames,
+} from "../scheduler/batch-execution.ts";
 import type { BatchObserver } from "../scheduler/batch-observer.ts";
 import { nowNs, type PendingRequest, type RequestResult } from "../scheduler/pending-request.ts";
 import type { ModelStatistics } from "../statistics.ts";
@@ -195,7 +200,9 @@ export async function runSequenceBatch(
   try {
     result = await executor.run(inputs, outputNames);
   } catch (error) {
-    return fail(model, real, asServerError(error));
+    const failure = asServerError(error);
+    if (mayBeOneRequests(failure, real.length)) return runEachAlone(model, executor, real);
+    return fail(model, real, failure);
   }
 
   const scatterStartNs = nowNs();
@@ -310,6 +317,25 @@ function stateTooLarge(
     "RESOURCE_EXHAUSTED",
     `the state of sequence ${formatSequenceId(row.sequence.id)} of model '${model}' would hold ${bytes} bytes, more than its sequence_state_max_bytes (${maxBytes}): the step is not applied, and the state stays as it was`,
   );
+}
+
+/**
+ * Runs each row as a batch of its own (after a batch's run failed, perhaps for one row's
+ * data): every sequence's state is still as it was before the failed run.
+ */
+async function runEachAlone(
+  model: SequenceModel,
+  executor: ModelExecutor,
+  rows: readonly SequenceRow[],
+): Promise<StepOutcome> {
+  const written: Promise<void>[] = [];
+  let ok = false;
+  for (const row of rows) {
+    const outcome = await runSequenceBatch(model, executor, [row]);
+    ok ||= outcome.ok;
+    if (outcome.written !== undefined) written.push(outcome.written);
+  }
+  return written.length === 0 ? { ok } : { ok, written: Promise.all(written).then(() => {}) };
 }
 
 /** A failed step keeps every sequence's previous state, except that an END still frees it. */

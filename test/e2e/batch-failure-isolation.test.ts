@@ -1,0 +1,109 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
+import { infer, outputData } from "../support/http-client.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+
+// One request's data can fail a whole batch's run (here an index out of the model's
+// table: ONNX Runtime's Gather refuses the run). Its batch's other requests, of other
+// clients and other sequences, are run again alone and answered as if it had not been
+// there; only the request at fault fails, and every sequence's state is as a plain run of
+// its own steps leaves it. The batches are made to form: 9 requests at once, a preferred
+// batch of 9, and a queue delay far longer than the test.
+
+const TABLE = Float32Array.from({ length: 10 }, (_, i) => i * 10);
+const BATCH = 9;
+const BAD_INDEX = 12;
+
+/** VALUE = TABLE[INDEX]: INDEX INT64 [batch, 1]. */
+function lookupModel(): Uint8Array {
+  return new OnnxModelBuilder({ opset: 17 })
+    .input("INDEX", "INT64", ["batch", 1])
+    .output("VALUE", "FP32", ["batch", 1])
+    .initializer("table", "FP32", [TABLE.length], TABLE)
+    .node("Gather", ["table", "INDEX"], ["VALUE"], { axis: 0 })
+    .toBytes();
+}
+
+/** A running sum of looked-up values: OUTPUT = STATE_OUT = STATE + TABLE[INDEX]. */
+function summingLookupModel(): Uint8Array {
+  return new OnnxModelBuilder({ opset: 17 })
+    .input("INDEX", "INT64", ["batch", 1])
+    .input("STATE", "FP32", ["batch", 1])
+    .output("OUTPUT", "FP32", ["batch", 1])
+    .output("STATE_OUT", "FP32", ["batch", 1])
+    .initializer("table", "FP32", [TABLE.length], TABLE)
+    .node("Gather", ["table", "INDEX"], ["picked"], { axis: 0 })
+    .node("Add", ["STATE", "picked"], ["OUTPUT"])
+    .node("Identity", ["OUTPUT"], ["STATE_OUT"])
+    .toBytes();
+}
+
+const LOOKUP_CONFIG = `
+name: "lookup"
+backend: "onnxruntime"
+max_batch_size: 16
+input [ { name: "INDEX" data_type: TYPE_INT64 dims: [ 1 ] } ]
+output [ { name: "VALUE" data_type: TYPE_FP32 dims: [ 1 ] } ]
+dynamic_batching { preferred_batch_size: [ ${BATCH} ] max_queue_delay_microseconds: 600000000 }
+instance_group [ { count: 1 kind: KIND_CPU } ]
+`;
+
+const SUMS_CONFIG = `
+name: "sums"
+backend: "onnxruntime"
+max_batch_size: 16
+input [ { name: "INDEX" data_type: TYPE_INT64 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+sequence_batching {
+  max_sequence_idle_microseconds: 600000000
+  oldest { max_candidate_sequences: 16 preferred_batch_size: [ ${BATCH} ] max_queue_delay_microseconds: 600000000 }
+  state [ { input_name: "STATE" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+}
+instance_group [ { count: 1 kind: KIND_CPU } ]
+`;
+
+const index = (i: number) => [{ name: "INDEX", datatype: "INT64", shape: [1, 1], data: [i] }];
+
+describe("a batch whose run one request fails", { timeout: 60_000 }, () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startTestServer({
+      lookup: { config: LOOKUP_CONFIG, onnx: lookupModel() },
+      sums: { config: SUMS_CONFIG, onnx: summingLookupModel() },
+    });
+  });
+  after(() => server?.stop());
+
+  it("stateless: the others are answered exactly, the one at fault is refused", async () => {
+    const indexes = [1, 2, 3, BAD_INDEX, 4, 5, 6, 7, 8];
+    const answers = await Promise.all(indexes.map((i) => infer(server.url, "lookup", index(i))));
+    for (const [n, i] of indexes.entries()) {
+      if (i === BAD_INDEX) {
+        assert.equal(answers[n]!.status, 500);
+        assert.match(String(answers[n]!.body.error), /out of (data )?bounds|idx=12/i);
+      } else assert.deepEqual(outputData(answers[n]!, "VALUE"), [TABLE[i]]);
+    }
+  });
+
+  it("stateful: the other sequences step on exactly; the one at fault keeps its state", async () => {
+    const ids = Array.from({ length: BATCH }, (_, i) => 500 + i);
+    const step = (id: number, i: number, start = false, end = false) =>
+      infer(server.url, "sums", index(i), { id, start, end });
+    // Step 1, all at once: every sequence starts.
+    const first = await Promise.all(ids.map((id, n) => step(id, n, true)));
+    for (const [n, answer] of first.entries()) assert.deepEqual(outputData(answer, "OUTPUT"), [TABLE[n]]);
+    // Step 2: the fourth sequence's index is out of the table.
+    const second = await Promise.all(ids.map((id, n) => step(id, n === 3 ? BAD_INDEX : 1)));
+    for (const [n, answer] of second.entries()) {
+      if (n === 3) assert.equal(answer.status, 500);
+      else assert.deepEqual(outputData(answer, "OUTPUT"), [TABLE[n]! + TABLE[1]!]);
+    }
+    // Step 3 ends them all: the fourth goes on from its first step's state.
+    const third = await Promise.all(ids.map((id) => step(id, 2, false, true)));
+    for (const [n, answer] of third.entries()) {
+      const expected = TABLE[n]! + (n === 3 ? 0 : TABLE[1]!) + TABLE[2]!;
+      assert.deepEqual(outputData(answer, "OUTPUT"), [expected], `sequence ${ids[n]}`);
+    }
+  });
+});
