@@ -28,10 +28,12 @@ const iso = (epochMs: number): string => formatExpiry(epochMs);
 
 /**
  * How long a session's step waits for one of its model's sequence slots when other
- * sessions hold them all: SageMaker gives a container 60 s to answer an invocation, so a
- * step that got no slot by then is answered, and its session ends (`backlog_timeout`).
+ * sessions hold them all; then it is answered, and its session ends (`backlog_timeout`).
+ * SageMaker gives a container 60 s to answer an invocation, and the SDKs' read timeout
+ * is 60 s too (boto3's, which then sends the step again): the answer must come before,
+ * with time left for the step to run once it gets a slot.
  */
-export const SESSION_SLOT_WAIT_SECS = 60;
+export const SESSION_SLOT_WAIT_SECS = 50;
 
 function why(reason: SequenceEndReason): string {
   switch (reason) {
