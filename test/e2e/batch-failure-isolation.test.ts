@@ -9,31 +9,37 @@ import { startTestServer, type TestServer } from "../support/test-server.ts";
 // clients and other sequences, are run again alone and answered as if it had not been
 // there; only the request at fault fails, and every sequence's state is as a plain run of
 // its own steps leaves it. The batches are made to form: 9 requests at once, a preferred
-// batch of 9, and a queue delay far longer than the test.
+// batch of 9, and a queue delay far longer than the test. Both models take a scalar all
+// of a batch shares (OFFSET, as Silero VAD's `sr`), which the failed run must not take
+// from the request that brought it.
 
 const TABLE = Float32Array.from({ length: 10 }, (_, i) => i * 10);
 const BATCH = 9;
 const BAD_INDEX = 12;
 
-/** VALUE = TABLE[INDEX]: INDEX INT64 [batch, 1]. */
+/** VALUE = TABLE[INDEX + OFFSET]: INDEX INT64 [batch, 1], OFFSET an INT64 scalar. */
 function lookupModel(): Uint8Array {
   return new OnnxModelBuilder({ opset: 17 })
     .input("INDEX", "INT64", ["batch", 1])
+    .input("OFFSET", "INT64", [])
     .output("VALUE", "FP32", ["batch", 1])
     .initializer("table", "FP32", [TABLE.length], TABLE)
-    .node("Gather", ["table", "INDEX"], ["VALUE"], { axis: 0 })
+    .node("Add", ["INDEX", "OFFSET"], ["at"])
+    .node("Gather", ["table", "at"], ["VALUE"], { axis: 0 })
     .toBytes();
 }
 
-/** A running sum of looked-up values: OUTPUT = STATE_OUT = STATE + TABLE[INDEX]. */
+/** A running sum of looked-up values: OUTPUT = STATE_OUT = STATE + TABLE[INDEX + OFFSET]. */
 function summingLookupModel(): Uint8Array {
   return new OnnxModelBuilder({ opset: 17 })
     .input("INDEX", "INT64", ["batch", 1])
+    .input("OFFSET", "INT64", [])
     .input("STATE", "FP32", ["batch", 1])
     .output("OUTPUT", "FP32", ["batch", 1])
     .output("STATE_OUT", "FP32", ["batch", 1])
     .initializer("table", "FP32", [TABLE.length], TABLE)
-    .node("Gather", ["table", "INDEX"], ["picked"], { axis: 0 })
+    .node("Add", ["INDEX", "OFFSET"], ["at"])
+    .node("Gather", ["table", "at"], ["picked"], { axis: 0 })
     .node("Add", ["STATE", "picked"], ["OUTPUT"])
     .node("Identity", ["OUTPUT"], ["STATE_OUT"])
     .toBytes();
@@ -43,17 +49,24 @@ const LOOKUP_CONFIG = `
 name: "lookup"
 backend: "onnxruntime"
 max_batch_size: 16
-input [ { name: "INDEX" data_type: TYPE_INT64 dims: [ 1 ] } ]
+input [
+  { name: "INDEX" data_type: TYPE_INT64 dims: [ 1 ] },
+  { name: "OFFSET" data_type: TYPE_INT64 dims: [ ] }
+]
 output [ { name: "VALUE" data_type: TYPE_FP32 dims: [ 1 ] } ]
 dynamic_batching { preferred_batch_size: [ ${BATCH} ] max_queue_delay_microseconds: 600000000 }
 instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "shared_inputs" value { string_value: "OFFSET" } }
 `;
 
 const SUMS_CONFIG = `
 name: "sums"
 backend: "onnxruntime"
 max_batch_size: 16
-input [ { name: "INDEX" data_type: TYPE_INT64 dims: [ 1 ] } ]
+input [
+  { name: "INDEX" data_type: TYPE_INT64 dims: [ 1 ] },
+  { name: "OFFSET" data_type: TYPE_INT64 dims: [ ] }
+]
 output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 sequence_batching {
   max_sequence_idle_microseconds: 600000000
@@ -61,9 +74,13 @@ sequence_batching {
   state [ { input_name: "STATE" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 }
 instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "shared_inputs" value { string_value: "OFFSET" } }
 `;
 
-const index = (i: number) => [{ name: "INDEX", datatype: "INT64", shape: [1, 1], data: [i] }];
+const index = (i: number) => [
+  { name: "INDEX", datatype: "INT64", shape: [1, 1], data: [i] },
+  { name: "OFFSET", datatype: "INT64", shape: [], data: [0] },
+];
 
 describe("a batch whose run one request fails", { timeout: 60_000 }, () => {
   let server: TestServer;

@@ -4,7 +4,7 @@ import type { ModelExecutor } from "../executor.ts";
 import type { ModelConfig } from "../model-config.ts";
 import { reshaped } from "../request-validation.ts";
 import type { ModelStatistics } from "../statistics.ts";
-import type { Tensor } from "../tensor.ts";
+import { cloneTensor, type Tensor } from "../tensor.ts";
 import { nowNs, type PendingRequest } from "./pending-request.ts";
 
 // Running one batch of stateless requests: concatenate their inputs along the batch
@@ -22,7 +22,9 @@ export function concatRequestInputs(
     const tensor = first.validated.inputs.get(input.name);
     if (tensor === undefined) continue;
     if (input.shared) {
-      inputs.set(input.name, tensor);
+      // A copy: the run may take the tensor's memory (to another thread), and should the
+      // batch fail, each request runs again alone with its own.
+      inputs.set(input.name, cloneTensor(tensor));
       continue;
     }
     inputs.set(
@@ -39,8 +41,11 @@ export function concatRequestInputs(
 /**
  * Whether a batch's failed run may be one request's doing (a value the model cannot
  * take, such as an index out of range): then each request is run again alone, so that
- * only the one at fault fails, and the others are answered. Not when no run happened
- * for any of them (the instance is gone, the server stops).
+ * only the one at fault fails, and the others are answered. Not when the run was refused
+ * before it began (UNAVAILABLE: the instance is not loaded, the server stops) or was
+ * cancelled. A worker that stopped during the run (INTERNAL) counts too: should one
+ * request have stopped it, running each alone finds which. The cost falls on failures
+ * only: a model that fails every run runs a batch of N again N times.
  */
 export function mayBeOneRequests(failure: ServerError, requests: number): boolean {
   return requests > 1 && (failure.code === "INVALID_ARG" || failure.code === "INTERNAL");

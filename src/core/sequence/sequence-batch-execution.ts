@@ -159,7 +159,10 @@ export async function runSequenceBatch(
     for (const input of config.inputs) {
       const tensor = first.get(input.name);
       if (tensor === undefined) continue;
-      if (input.shared || !batching) inputs.set(input.name, tensor);
+      // A shared input's copy: the run may take its memory, and should the batch fail,
+      // each row runs again alone with its own.
+      if (input.shared) inputs.set(input.name, real.length > 1 ? cloneTensor(tensor) : tensor);
+      else if (!batching) inputs.set(input.name, tensor);
       else
         inputs.set(
           input.name,
