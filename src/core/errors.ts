@@ -47,6 +47,8 @@ export const ERROR_REASONS = [
   "version_retired",
   /** The version is being loaded and has not served yet. */
   "version_loading",
+  /** The server is stopping: it takes no new work here (another replica, or a restart, may). */
+  "server_stopping",
 ] as const;
 
 export type ErrorReason = (typeof ERROR_REASONS)[number];
@@ -78,6 +80,9 @@ export const unavailable = (message: string, retryAfterSeconds?: number): Server
   new ServerError("UNAVAILABLE", message, retryAfterSeconds === undefined ? {} : { retryAfterSeconds });
 export const internal = (message: string, cause?: unknown): ServerError =>
   new ServerError("INTERNAL", message, { cause });
+/** A refusal because the server is stopping (reason "server_stopping"): UNAVAILABLE, to be retried elsewhere or later. */
+export const stopping = (message: string): ServerError =>
+  new ServerError("UNAVAILABLE", message, { reason: "server_stopping" });
 export const cancelled = (message = "request cancelled"): ServerError =>
   new ServerError("CANCELLED", message);
 

@@ -1,4 +1,4 @@
-import { unavailable } from "../errors.ts";
+import { stopping, unavailable } from "../errors.ts";
 import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
 import type { ModelConfig, QueueTimeoutConfig } from "../model-config.ts";
 import type { ModelStatistics } from "../statistics.ts";
@@ -155,7 +155,7 @@ export class DynamicBatcher implements Scheduler {
       const timer = setTimeout(
         () => {
           for (const p of [...this.#queue.drain(), ...this.#delayed.drain()]) {
-            p.reject(unavailable("the server is shutting down"));
+            p.reject(stopping("the server is shutting down"));
           }
           resolve();
         },

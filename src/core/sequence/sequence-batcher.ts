@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { asServerError, cancelled, invalidArg, ServerError, unavailable } from "../errors.ts";
+import { asServerError, cancelled, invalidArg, ServerError, stopping, unavailable } from "../errors.ts";
 import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
 import type { SequenceId } from "../infer.ts";
 import {
@@ -261,7 +261,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         );
       }
       if (this.#shuttingDown) {
-        throw unavailable(`the server is shutting down: model '${model}' accepts no new sequences`);
+        throw stopping(`the server is shutting down: model '${model}' accepts no new sequences`);
       }
       const assigned = this.#assignId();
       if (assigned === undefined) {
@@ -274,7 +274,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#checkIdLength(id);
     checkCorrelationIdType(this.#config, id);
     if (this.#shuttingDown && start) {
-      throw unavailable(`the server is shutting down: model '${model}' accepts no new sequences`);
+      throw stopping(`the server is shutting down: model '${model}' accepts no new sequences`);
     }
     const key = idKey(id);
     let existing = this.#live.get(key);
@@ -1007,9 +1007,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         });
       });
     }
-    const why =
-      reason === "shutdown" ? "the server is shutting down" : `model '${this.#config.name}' was unloaded`;
-    for (const sequence of [...this.#all]) this.#endNow(sequence, reason, unavailable(why));
+    const error =
+      reason === "shutdown"
+        ? stopping("the server is shutting down")
+        : unavailable(`model '${this.#config.name}' was unloaded`);
+    for (const sequence of [...this.#all]) this.#endNow(sequence, reason, error);
     if (this.#idleTimer !== undefined) clearTimeout(this.#idleTimer);
     if (this.#pending > 0) await new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
   }
@@ -1039,9 +1041,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   #leavingError(id: SequenceId): ServerError {
-    return unavailable(
+    return new ServerError(
+      "UNAVAILABLE",
       `${this.#describe(id)} is moving to another replica: this one is shutting down; retry the request`,
-      1,
+      { retryAfterSeconds: 1, reason: "server_stopping" },
     );
   }
 
@@ -1904,7 +1907,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     const model = this.#config.name;
     this.checkId(id);
     if (this.#shuttingDown) {
-      throw unavailable(`the server is shutting down: model '${model}' accepts no new sequences`);
+      throw stopping(`the server is shutting down: model '${model}' accepts no new sequences`);
     }
     const key = idKey(id);
     const existing = this.#live.get(key);

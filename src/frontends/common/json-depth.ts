@@ -13,8 +13,11 @@ const OPENING = ["[", "{"] as const;
 
 /**
  * Throws a 400 when `text` nests arrays and objects deeper than MAX_JSON_DEPTH, before
- * anything parses it. Most bodies have fewer brackets than that in all, which a search
- * for them tells in a microsecond; only others are read character by character.
+ * anything parses it. A body with no more brackets than that in all (a tensor's flat
+ * data, a few dozen rows) is told by a search for them, in about a microsecond for 10 KB;
+ * others (many rows, nested data, strings holding brackets) are read character by
+ * character, about 2–4 ns a character: a quarter to a half of what JSON.parse takes on
+ * such bodies (the JSON thread's, from 1 MiB).
  */
 export function checkJsonDepth(text: string): void {
   let opening = 0;

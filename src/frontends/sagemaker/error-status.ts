@@ -1,4 +1,5 @@
 import type { FastifyReply } from "fastify";
+import { ServerError } from "../../core/errors.ts";
 import type { HttpStatusTable } from "../common/http/error-reply.ts";
 import { BodyTooLargeError } from "../common/http/request-body.ts";
 import { KSERVE_HTTP_STATUS } from "../http/error-status.ts";
@@ -70,6 +71,17 @@ export function modelError(status: number, body: string): string {
   });
 }
 
+/**
+ * Refusals past SageMaker's own checks that are still SageMaker's, not the container's: a
+ * body whose bytes are over the limit, and a stopping server (which SageMaker's SDKs
+ * retry as ServiceUnavailable, elsewhere or later).
+ */
+function isSageMakersOwn(error: unknown): boolean {
+  return (
+    error instanceof BodyTooLargeError || (error instanceof ServerError && error.reason === "server_stopping")
+  );
+}
+
 export function sendSageMakerError(
   reply: FastifyReply,
   status: number,
@@ -79,7 +91,7 @@ export function sendSageMakerError(
 ): FastifyReply {
   const answer = sageMakerError(status, message);
   reply.code(status).headers(headers).headers(answer.headers).type("application/json");
-  if (!reply.request.sageMakerForwarded || error instanceof BodyTooLargeError) return reply.send(answer.body);
+  if (!reply.request.sageMakerForwarded || isSageMakersOwn(error)) return reply.send(answer.body);
   return reply
     .code(MODEL_ERROR_STATUS)
     .header(ERROR_TYPE, "ModelError")

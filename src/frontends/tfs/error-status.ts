@@ -35,7 +35,10 @@ const table = <T>(pick: (s: TfsStatus) => T): Readonly<Record<ErrorCode, T>> =>
 export const TFS_GRPC_STATUS: GrpcStatusTable = table((s) => s.grpc);
 export const TFS_HTTP_STATUS: HttpStatusTable = table((s) => s.http);
 
-/** OVMS's texts (status.cpp) for the refusals and lookups it words its own way. */
+/**
+ * OVMS's texts (status.cpp) for the refusals and lookups it words its own way. A stopping
+ * server's refusal keeps seqserve's words: OVMS has none of its own for it.
+ */
 export const OVMS_MESSAGES = {
   sequence_id_missing: "Sequence ID has not been provided in request inputs",
   sequence_unknown: "Sequence with provided ID does not exist",
@@ -55,7 +58,8 @@ export const OVMS_MESSAGES = {
   rest_input: "Could not parse input content. Not valid ndarray detected",
   rest_order: "Invalid JSON structure. Could not detect row or column format",
   rest_body: "Request body should be JSON object",
-} as const satisfies Readonly<Record<ErrorReason, string>> & Readonly<Record<string, string>>;
+} as const satisfies Readonly<Record<Exclude<ErrorReason, "server_stopping">, string>> &
+  Readonly<Record<string, string>>;
 
 /**
  * Where OVMS's code differs from seqserve's for the same refusal: a version not ready is
@@ -70,7 +74,7 @@ const OVMS_CODES: Partial<Readonly<Record<ErrorReason, ErrorCode>>> = {
 export function tfsError(error: unknown): ServerError {
   const serverError = asServerError(error);
   const reason = serverError.reason;
-  if (reason === undefined) return serverError;
+  if (reason === undefined || reason === "server_stopping") return serverError;
   return new ServerError(OVMS_CODES[reason] ?? serverError.code, OVMS_MESSAGES[reason], {
     cause: serverError,
     ...(serverError.retryAfterSeconds === undefined
