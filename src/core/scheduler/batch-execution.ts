@@ -47,7 +47,7 @@ export function concatRequestInputs(
  * request have stopped it, running each alone finds which. The cost falls on failures
  * only: a model that fails every run runs a batch of N again N times.
  */
-export function mayBeOneRequests(failure: ServerError, requests: number): boolean {
+export function retryEachAlone(failure: ServerError, requests: number): boolean {
   return requests > 1 && (failure.code === "INVALID_ARG" || failure.code === "INTERNAL");
 }
 
@@ -126,7 +126,7 @@ export async function runStatelessBatch(
     result = await executor.run(inputs, outputNames);
   } catch (error) {
     const failure = asServerError(error);
-    if (mayBeOneRequests(failure, requests.length)) {
+    if (retryEachAlone(failure, requests.length)) {
       for (const r of requests) await runStatelessBatch(config, executor, statistics, [r]);
       return;
     }

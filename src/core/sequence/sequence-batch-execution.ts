@@ -5,9 +5,9 @@ import { fromFloat16Array, toFloat16Array } from "../float16.ts";
 import type { ModelConfig, StateConfig } from "../model-config.ts";
 import {
   clientOutputShape,
-  mayBeOneRequests,
   outputBatchAxis,
   requestedOutputNames,
+  retryEachAlone,
 } from "../scheduler/batch-execution.ts";
 import type { BatchObserver } from "../scheduler/batch-observer.ts";
 import { nowNs, type PendingRequest, type RequestResult } from "../scheduler/pending-request.ts";
@@ -204,7 +204,7 @@ export async function runSequenceBatch(
     result = await executor.run(inputs, outputNames);
   } catch (error) {
     const failure = asServerError(error);
-    if (mayBeOneRequests(failure, real.length)) return runEachAlone(model, executor, real);
+    if (retryEachAlone(failure, real.length)) return runEachAlone(model, executor, real);
     return fail(model, real, failure);
   }
 

@@ -34,7 +34,7 @@ export const SAGEMAKER_HTTP_STATUS: HttpStatusTable = KSERVE_HTTP_STATUS;
 
 const ERROR_TYPE = "x-amzn-errortype";
 /** SageMaker's status for an error answer of the model's container. */
-export const MODEL_ERROR_STATUS = 424;
+const MODEL_ERROR_STATUS = 424;
 
 /** The SageMaker runtime error type (`x-amzn-errortype`) of an HTTP status. */
 export function awsErrorType(status: number): string {
@@ -61,7 +61,7 @@ export function sageMakerError(
  * member for member: the SDKs give OriginalStatusCode and OriginalMessage as fields of
  * the exception, and its Message as the exception's message.
  */
-export function modelError(status: number, body: string): string {
+function modelError(status: number, body: string): string {
   const side = status >= 500 ? "server" : "client";
   return JSON.stringify({
     ErrorCode: status >= 500 ? "INTERNAL_FAILURE_FROM_MODEL" : "CLIENT_ERROR_FROM_MODEL",
