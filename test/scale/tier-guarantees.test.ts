@@ -7,6 +7,7 @@ import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { StreamClient } from "../http/support/ws-client.ts";
 import {
   closeSession,
+  containerMessage,
   invoke,
   jsonAnswer,
   newSession,
@@ -632,8 +633,8 @@ describe("the shared state tier's guarantees", { skip }, () => {
       assert.equal(closed.ClosedSessionId, session.id);
       // A still holds the session as it was before the close: the tier's end is what counts.
       const error = await sdkError(invoke(onA, { body: JSON.stringify([1]), sessionId: session.id }));
-      assert.equal(error.status, 400);
-      assert.match(error.message, new RegExp(`^session '${session.id}' is closed`));
+      assert.equal(error.originalStatus, 400);
+      assert.match(containerMessage(error), new RegExp(`^session '${session.id}' is closed`));
     } finally {
       onA.destroy();
       onB.destroy();
@@ -685,8 +686,8 @@ describe("the shared state tier's guarantees", { skip }, () => {
         const error = await sdkError(
           invoke(onB, customAttributes === undefined ? unnumbered : { ...close, customAttributes }),
         );
-        assert.equal(error.status, 400, customAttributes);
-        assert.match(error.message, new RegExp(`^session '${id}' is closed`), customAttributes);
+        assert.equal(error.originalStatus, 400, customAttributes);
+        assert.match(containerMessage(error), new RegExp(`^session '${id}' is closed`), customAttributes);
       }
     } finally {
       onA.destroy();
