@@ -17,6 +17,7 @@ export function concatRequestInputs(
 ): Map<string, Tensor> {
   const inputs = new Map<string, Tensor>();
   const first = requests[0]!;
+  // A request alone runs once (nothing runs it again): the run may take its tensors.
   if (requests.length === 1) return new Map(first.validated.inputs);
   for (const input of config.inputs) {
     const tensor = first.validated.inputs.get(input.name);

@@ -159,10 +159,15 @@ export async function runSequenceBatch(
     for (const input of config.inputs) {
       const tensor = first.get(input.name);
       if (tensor === undefined) continue;
-      // A shared input's copy: the run may take its memory, and should the batch fail,
-      // each row runs again alone with its own.
-      if (input.shared) inputs.set(input.name, real.length > 1 ? cloneTensor(tensor) : tensor);
-      else if (!batching) inputs.set(input.name, tensor);
+      // The first request's own tensor, or a copy when the request may run again after
+      // this run, which may take the tensor's memory to another thread: each request of a
+      // failed batch runs again alone, and with a shared tier a step whose sequence
+      // another replica advanced meanwhile runs again on the tier's state.
+      if (input.shared || !batching)
+        inputs.set(
+          input.name,
+          real.length > 1 || model.writeThrough !== undefined ? cloneTensor(tensor) : tensor,
+        );
       else
         inputs.set(
           input.name,
