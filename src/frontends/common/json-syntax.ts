@@ -1,11 +1,11 @@
 // Why a client's JSON text did not parse, told as rapidjson tells it: Triton and TF-Serving
-import { checkJsonDepth } from "./json-depth.ts";
 // answer a malformed body with rapidjson's description and the byte offset of the fault
 // ("failed to parse the request JSON buffer: Invalid value. at 0"), and clients and their
 // tests know those words. V8's own messages change between Node versions and quote the
 // client's text back; only their kind and position are used here.
 
 import { invalidArg } from "../../core/errors.ts";
+import { checkJsonDepth } from "./json-depth.ts";
 
 export interface JsonSyntaxFault {
   /** rapidjson's description of the fault (GetParseError_En). */

@@ -63,6 +63,18 @@ export function describeError(
   return { status: table[internal.code], message: internal.message, headers: {} };
 }
 
+/** An error answer's JSON body and headers of its own, in an API family's form. */
+export type ErrorBody = (
+  status: number,
+  message: string,
+) => { readonly headers: Readonly<Record<string, string>>; readonly body: string };
+
+/** seqserve's (and Triton's) error body: `{"error": "<message>"}`. */
+export const KSERVE_ERROR_BODY: ErrorBody = (_status, message) => ({
+  headers: {},
+  body: `{"error":${JSON.stringify(message)}}`,
+});
+
 export function sendError(
   reply: FastifyReply,
   status: number,
@@ -74,7 +86,7 @@ export function sendError(
     .code(status)
     .headers(headers)
     .type("application/json")
-    .send(`{"error":${JSON.stringify(message)}}`);
+    .send(KSERVE_ERROR_BODY(status, message).body);
 }
 
 /**

@@ -12,6 +12,7 @@ import type { Logger } from "../../../observability/logger.ts";
 import type { AccessPolicy } from "../access/access-policy.ts";
 import { type CorsHeaders, guardHttpApp } from "../access/http-access.ts";
 import { closeConnectionsOnceIdle } from "./close-connections.ts";
+import { type ErrorBody, KSERVE_ERROR_BODY } from "./error-reply.ts";
 import { HttpError } from "./http-error.ts";
 import { DESCRIBING_SCHEMAS, documentRoutes, type OpenApiInfo } from "./openapi.ts";
 import { readRequestBody } from "./request-body.ts";
@@ -111,17 +112,6 @@ function refuseOnSocket(
     `HTTP/1.1 ${status} ${reason}\r\nconnection: close\r\n${head}content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
   );
 }
-
-/** An error answer's JSON body and headers of its own, in the API family's form. */
-export type ErrorBody = (
-  status: number,
-  message: string,
-) => { readonly headers: Readonly<Record<string, string>>; readonly body: string };
-
-const KSERVE_ERROR_BODY: ErrorBody = (_status, message) => ({
-  headers: {},
-  body: JSON.stringify({ error: message }),
-});
 
 export function createHttpApp(options: HttpAppOptions): HttpApp {
   const { bodyLimitBytes, limits, refusals } = options;
