@@ -1,10 +1,9 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
-import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
+import { accumulatorModel, scaledAccumulatorConfig } from "../../tools/onnx/sequence-models.ts";
 import { infer, inferBinary, type JsonInput, outputData } from "../support/http-client.ts";
 import {
-  ACCUMULATOR_CONTROLS,
   accumulate,
   accumulatorConfig,
   assertError,
@@ -126,22 +125,7 @@ sequence_batching {
   state [ { input_name: "STATE" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] initial_state: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" } } ]
 }`;
 
-const SHARED_CONFIG = `
-name: "shared"
-backend: "onnxruntime"
-max_batch_size: 4
-input [
-  { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] },
-  { name: "SCALE" data_type: TYPE_INT32 dims: [ ] }
-]
-output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-sequence_batching {
-  ${IDLE}
-  ${WAIT_FOR_ALL(0.5)}
-  ${ACCUMULATOR_CONTROLS}
-}
-parameters { key: "shared_inputs" value { string_value: "SCALE" } }
-`;
+const SHARED_CONFIG = scaledAccumulatorConfig("shared", 4, `${IDLE}\n  ${WAIT_FOR_ALL(0.5)}`);
 
 let server: TestServer;
 before(async () => {

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { ACCUMULATOR_CONTROLS, accumulatorModel } from "../../tools/onnx/sequence-models.ts";
+import { accumulatorModel, scaledAccumulatorConfig } from "../../tools/onnx/sequence-models.ts";
 import { StreamClient } from "../http/support/ws-client.ts";
 import {
   closeSession,
@@ -50,21 +50,7 @@ const SECOND = "acc_second";
 const ONE_SLOT = "acc_one_slot";
 /** The accumulator times a scalar every request of a batch shares (as Silero VAD's `sr`). */
 const SCALED = "acc_scaled";
-const SCALED_CONFIG = `
-name: "${SCALED}"
-backend: "onnxruntime"
-max_batch_size: 8
-input [
-  { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] },
-  { name: "SCALE" data_type: TYPE_INT32 dims: [ ] }
-]
-output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-sequence_batching {
-  ${BATCHING}
-  ${ACCUMULATOR_CONTROLS}
-}
-parameters { key: "shared_inputs" value { string_value: "SCALE" } }
-`;
+const SCALED_CONFIG = scaledAccumulatorConfig(SCALED, 8, BATCHING);
 
 const skip = missingTools(["redis-server", "redis-cli"]);
 

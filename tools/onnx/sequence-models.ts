@@ -18,11 +18,42 @@ export const ACCUMULATOR_CONTROLS = `
  * section besides the controls and state (a strategy, timeouts); `extra` follows the rest.
  */
 export function accumulatorConfig(name: string, maxBatchSize: number, batching: string, extra = ""): string {
+  return accumulatorConfigWith(ACCUMULATOR_INPUT, name, maxBatchSize, batching, extra);
+}
+
+/**
+ * A config.pbtxt for accumulatorModel({ scaled: true }), as accumulatorConfig: SCALE is a
+ * scalar every request of a batch shares (`shared_inputs`, as Silero VAD's `sr`).
+ */
+export function scaledAccumulatorConfig(
+  name: string,
+  maxBatchSize: number,
+  batching: string,
+  extra = "",
+): string {
+  return accumulatorConfigWith(
+    `${ACCUMULATOR_INPUT},\n  { name: "SCALE" data_type: TYPE_INT32 dims: [ ] }`,
+    name,
+    maxBatchSize,
+    batching,
+    `parameters { key: "shared_inputs" value { string_value: "SCALE" } }\n${extra}`,
+  );
+}
+
+const ACCUMULATOR_INPUT = '{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }';
+
+function accumulatorConfigWith(
+  inputs: string,
+  name: string,
+  maxBatchSize: number,
+  batching: string,
+  extra: string,
+): string {
   return `
 name: "${name}"
 backend: "onnxruntime"
 max_batch_size: ${maxBatchSize}
-input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+input [ ${inputs} ]
 output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 sequence_batching {
   ${batching}
