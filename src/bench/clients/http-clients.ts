@@ -22,7 +22,7 @@ import {
 // with OpenVINO Model Server's special inputs, and SageMaker sessions over /invocations in
 // Triton's SageMaker binary form. Keep-alive connections, as many as requests in flight.
 
-interface Answer {
+export interface Answer {
   readonly status: number;
   readonly headers: Record<string, string | string[] | undefined>;
   readonly body: Buffer;
@@ -82,7 +82,11 @@ interface ErrorBody {
   readonly OriginalMessage?: unknown;
 }
 
-function check(answer: Answer): Answer {
+/**
+ * `answer` when it succeeded, else a StepError of kind `http <status>` with the server's
+ * message; a ModelError (SageMaker's runtime path) counts as the container's status.
+ */
+export function check(answer: Answer): Answer {
   if (answer.status === 200) return answer;
   let status = answer.status;
   let message = answer.body.toString("utf8");
