@@ -12,9 +12,8 @@ import { identityConfig } from "./support/identity-config.ts";
 // A gzip-compressed gRPC message may inflate only to --grpc-max-decompressed-bytes, however
 // large --grpc-max-message-bytes is: a message of a few kilobytes used to inflate to a GiB
 // before any check. Uncompressed messages keep the full message limit. The same limit
-// bounds what a message's typed values take once decoded (an object or a number each,
-// where the wire has a byte or two), checked before decoding: a few tens of MB of them
-// took gigabytes and stalled every other client for seconds.
+// bounds what a message's typed values take once decoded (4 or 8 bytes each, where the
+// wire may have one), checked before decoding.
 
 const MiB = 1024 * 1024;
 const CONFIG = identityConfig("bytes", "TYPE_UINT8");
@@ -96,8 +95,8 @@ test("typed values that would take more than the limit once decoded are refused 
   const before = await metricValue(server.metricsUrl, "seqserve_limit_refusals_total", {
     limit: "grpc_decompressed_bytes",
   });
-  // 600,000 bytes on the wire, about 4.8 MB as numbers.
-  await assert.rejects(plain.unary("ModelInfer", typedRequest(600_000)), refusedOnceDecoded);
+  // 1.2 MB on the wire, 4.8 MB as uint32 values.
+  await assert.rejects(plain.unary("ModelInfer", typedRequest(1_200_000)), refusedOnceDecoded);
   const served = await plain.unary<ModelInferResponseMessage>("ModelInfer", typedRequest(100_000));
   assert.equal(served.raw_output_contents?.[0]?.length, 100_000);
   assert.equal(
@@ -108,7 +107,7 @@ test("typed values that would take more than the limit once decoded are refused 
   );
 });
 
-test("on a ModelStreamInfer stream too, and over TF-Serving's Predict (int64_val, an object each once decoded)", {
+test("on a ModelStreamInfer stream too, and over TF-Serving's Predict (int64_val, 8 bytes each once decoded)", {
   timeout: 30_000,
 }, async () => {
   const stream = plain.stream();
@@ -116,7 +115,7 @@ test("on a ModelStreamInfer stream too, and over TF-Serving's Predict (int64_val
     stream.on("data", () => {});
     stream.on("error", resolve);
   });
-  stream.write(typedRequest(600_000) as never);
+  stream.write(typedRequest(1_200_000) as never);
   refusedOnceDecoded((await ended) as Error & { code: number });
   const tfs = new TfsClient(server.grpcPort);
   try {
@@ -126,8 +125,8 @@ test("on a ModelStreamInfer stream too, and over TF-Serving's Predict (int64_val
         inputs: {
           INPUT0: {
             dtype: "DT_INT64",
-            tensor_shape: { dim: [{ size: 100_000 }] },
-            int64_val: new Array(100_000).fill("0"),
+            tensor_shape: { dim: [{ size: 600_000 }] },
+            int64_val: new Array(600_000).fill("0"),
           },
         },
       }),

@@ -13,7 +13,7 @@ import type { DataType } from "../../core/datatype.ts";
 import type { Tensor } from "../../core/tensor.ts";
 import { decodeRawTensor, encodeRawTensor } from "../../frontends/common/raw-tensor.ts";
 import { inferenceTypes } from "../../frontends/grpc/proto-definitions.ts";
-import type { TensorProtoMessage } from "../../frontends/tfs/messages.ts";
+import type { TensorProtoMessage, TensorProtoToEncode } from "../../frontends/tfs/messages.ts";
 import { tfsTypes } from "../../frontends/tfs/proto-definitions.ts";
 import { decodeTensorProto, encodeTensorProto } from "../../frontends/tfs/tensor-proto.ts";
 import {
@@ -297,7 +297,7 @@ export class TfsGrpcClient implements BenchClient {
     inputs: ReadonlyMap<string, Tensor>,
     flags: StepFlags,
   ): Promise<Map<string, Tensor>> {
-    const protos: Record<string, TensorProtoMessage> = {};
+    const protos: Record<string, TensorProtoToEncode> = {};
     for (const [name, tensor] of inputs) protos[name] = encodeTensorProto(tensor);
     if (sequence.id !== undefined) {
       protos.sequence_id = {

@@ -1,13 +1,13 @@
 import protobuf from "protobufjs";
+import { typedElementBytes } from "./typed-array-fields.ts";
 
 // What a request message takes once decoded, bounded before it is decoded. protobufjs
 // makes an object of each 64-bit integer (a Long, 40 bytes or more for one byte on the
 // wire), each bytes or string value and each message, and a JavaScript number of every
-// other value (8 bytes for a 1-byte varint): typed tensor contents of a few tens of MB
-// would take gigabytes and stall the event loop for seconds (Triton and TF-Serving decode
-// into C++ arrays, on threads of their own). Large tensors belong in raw contents, one
-// view each. The walk reads the wire format with the message's schema, counting values
-// without making them: a field of raw bytes is skipped by its length.
+// other value (8 bytes for a 1-byte varint). Tensor values are the exception: they decode
+// into typed arrays (typed-array-fields.ts) and count at their element size. The walk
+// reads the wire format with the message's schema, counting values without making them:
+// a field of raw bytes is skipped by its length.
 
 /** Rough V8 heap costs of a decoded value, in bytes. */
 const LONG_BYTES = 48;
@@ -73,7 +73,9 @@ function planOf(type: protobuf.Type): MessagePlan {
       ]);
       fields.set(field.id, { kind: "message", plan: () => entry });
     } else {
-      fields.set(field.id, typePlan(field.type, field.resolvedType));
+      const plan = typePlan(field.type, field.resolvedType);
+      const typed = typedElementBytes(type, field.id);
+      fields.set(field.id, typed !== undefined && plan.kind === "scalar" ? { ...plan, bytes: typed } : plan);
     }
   }
   plan = fields;
@@ -223,7 +225,7 @@ export function boundedDecoder(
       refusal.set(
         error.message !== ""
           ? `the request message has ${error.message}`
-          : `the request message would take more than ${maxBytes} bytes once decoded (its typed values: an int64 takes about ${LONG_BYTES} bytes, a bytes or string value about ${VIEW_BYTES}): send large tensors as raw contents, or raise --grpc-max-decompressed-bytes`,
+          : `the request message would take more than ${maxBytes} bytes once decoded (a tensor's typed values take their element's size each, a bytes or string value about ${VIEW_BYTES} bytes): send large tensors as raw contents, or raise --grpc-max-decompressed-bytes`,
       );
       throw error;
     }

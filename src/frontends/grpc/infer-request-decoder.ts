@@ -15,7 +15,8 @@ import type { InferInputTensorMessage, ModelInferRequestMessage, ParameterMap } 
 import { decodeTensorContents } from "./tensor-contents.ts";
 
 // ModelInferRequest → the protocol-free InferRequest. Raw inputs stay views over the
-// received message (no copies); typed contents are converted once into typed arrays.
+// received message (no copies); typed contents are decoded into the typed arrays that
+// become the tensors' data (typed-array-fields.ts).
 
 export interface DecodedInferRequest {
   readonly modelName: string;

@@ -28,14 +28,18 @@ export interface InferParameterMessage {
 
 export type ParameterMap = Readonly<Record<string, InferParameterMessage>>;
 
+/**
+ * Typed contents as decoded: numbers in typed arrays of their own (typed-array-fields.ts),
+ * booleans as 0 or 1; a field not sent is an empty array.
+ */
 export interface InferTensorContentsMessage {
-  readonly bool_contents?: readonly boolean[];
-  readonly int_contents?: readonly number[];
-  readonly int64_contents?: readonly Int64[];
-  readonly uint_contents?: readonly number[];
-  readonly uint64_contents?: readonly Int64[];
-  readonly fp32_contents?: readonly number[];
-  readonly fp64_contents?: readonly number[];
+  readonly bool_contents?: Uint8Array | readonly never[];
+  readonly int_contents?: Int32Array | readonly never[];
+  readonly int64_contents?: BigInt64Array | readonly never[];
+  readonly uint_contents?: Uint32Array | readonly never[];
+  readonly uint64_contents?: BigUint64Array | readonly never[];
+  readonly fp32_contents?: Float32Array | readonly never[];
+  readonly fp64_contents?: Float64Array | readonly never[];
   readonly bytes_contents?: readonly Uint8Array[];
 }
 

@@ -4,6 +4,7 @@ import type { ServiceDefinition } from "@grpc/grpc-js";
 import { loadSync, type MethodDefinition, type Options, type PackageDefinition } from "@grpc/proto-loader";
 import protobuf from "protobufjs";
 import { boundedDecoder, type DecodeRefusal } from "./decoded-size.ts";
+import { decodeNumbersIntoTypedArrays } from "./typed-array-fields.ts";
 
 // Loads seqserve's .proto files (the package's proto/ folder) into grpc-js service
 // definitions. The loader options decide how messages look in JavaScript (see
@@ -15,8 +16,8 @@ import { boundedDecoder, type DecodeRefusal } from "./decoded-size.ts";
 // The two inference methods, where the message rate is, skip proto-loader's conversions
 // (which copy every message into a second object graph): their requests are protobufjs
 // messages as decoded (64-bit integers as Long objects, see int64.ts; absent fields at
-// their defaults) and their responses are encoded straight from the plain objects the
-// frontend builds.
+// their defaults; typed contents in typed arrays, see typed-array-fields.ts) and their
+// responses are encoded straight from the plain objects the frontend builds.
 
 export const PROTO_DIR = fileURLToPath(new URL("../../../proto/", import.meta.url));
 
@@ -60,9 +61,15 @@ let hotTypes: HotTypes | undefined;
 
 let inferenceRoot: protobuf.Root | undefined;
 
-/** The protobufjs types of the KServe v2 protos (also for clients, such as the benchmark's). */
+/**
+ * The protobufjs types of the KServe v2 protos (also for clients, such as the
+ * benchmark's). InferTensorContents decodes its values into typed arrays.
+ */
 export function inferenceTypes(): protobuf.Root {
-  inferenceRoot ??= new protobuf.Root().loadSync(join(PROTO_DIR, "grpc_service.proto"), { keepCase: true });
+  if (inferenceRoot === undefined) {
+    inferenceRoot = new protobuf.Root().loadSync(join(PROTO_DIR, "grpc_service.proto"), { keepCase: true });
+    decodeNumbersIntoTypedArrays(inferenceRoot.lookupType("inference.InferTensorContents"));
+  }
   return inferenceRoot;
 }
 

@@ -102,7 +102,7 @@ export interface StreamInferOptions {
 
 /**
  * The tensor bytes a request holds: its raw contents, and its typed contents as the
- * decoder holds them (8 bytes a value; bytes elements at their length). What it reads
+ * decoder holds them (typed arrays; bytes elements at their length). What it reads
  * from shared memory is bounded server-wide instead (--max-shared-memory-bytes), by the
  * bytes actually read: the size a request names is not checked yet here, and a huge one
  * would round the stream's count off.
@@ -113,11 +113,11 @@ function heldBytes(message: ModelInferRequestMessage): number {
   for (const input of message.inputs ?? []) {
     const contents = input.contents;
     if (contents === undefined || contents === null) continue;
-    // Numbers count by how many there are: only bytes elements need a look each.
-    for (const [field, values] of Object.entries(contents) as [string, readonly unknown[]][]) {
-      if (!Array.isArray(values)) continue;
-      if (field !== "bytes_contents") bytes += values.length * 8;
-      else for (const value of values as readonly Uint8Array[]) bytes += value.byteLength;
+    // Numbers are one typed array a field: only bytes elements need a look each.
+    for (const values of Object.values(contents) as unknown[]) {
+      if (ArrayBuffer.isView(values)) bytes += values.byteLength;
+      else if (Array.isArray(values))
+        for (const value of values as readonly Uint8Array[]) bytes += value.byteLength;
     }
   }
   return bytes;

@@ -1,14 +1,20 @@
-import type { DataType, NumericArray } from "../../core/datatype.ts";
+import {
+  allocateArray,
+  arrayTypeOf,
+  type DataType,
+  type NumericArray,
+  type NumericDataType,
+} from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
 import { type BytesElements, shapeInMessage, type Tensor } from "../../core/tensor.ts";
 import { checkedElementCount } from "../../core/tensor-size.ts";
-import { type Int64, int64ToBigInt } from "./int64.ts";
 import type { InferTensorContentsMessage } from "./messages.ts";
 
 // Tensors sent as typed values (InferTensorContents) rather than raw bytes. Each datatype
 // has exactly one field; the narrow integer types travel widened (INT8/INT16 in
 // int_contents, UINT8/UINT16 in uint_contents), so their values are range-checked here
-// instead of being silently truncated. FP16 and BF16 have no typed field.
+// instead of being silently truncated. FP16 and BF16 have no typed field. The decoder
+// gives each field's values in a typed array of its own, which becomes the tensor's data.
 
 type ContentsField = keyof InferTensorContentsMessage;
 
@@ -53,12 +59,14 @@ interface Where {
   readonly model: string;
 }
 
-function checkRange(where: Where, datatype: DataType, values: readonly number[]): void {
+type Values = NonNullable<InferTensorContentsMessage[ContentsField]>;
+
+function checkRange(where: Where, datatype: DataType, values: Int32Array | Uint32Array): void {
   const range = RANGES[datatype];
   if (range === undefined) return;
   const [min, max] = range;
   for (let i = 0; i < values.length; i++) {
-    const value = values[i] as number;
+    const value = values[i]!;
     if (value < min || value > max) {
       throw invalidArg(
         `value ${value} at index ${i} of input '${where.input}' for model '${where.model}' is out of range for ${datatype} [${min}, ${max}]`,
@@ -67,48 +75,19 @@ function checkRange(where: Where, datatype: DataType, values: readonly number[])
   }
 }
 
-function bigints<T extends BigInt64Array | BigUint64Array>(
-  into: T,
-  values: readonly Int64[],
-  unsigned: boolean,
-): T {
-  for (let i = 0; i < values.length; i++) into[i] = int64ToBigInt(values[i] as Int64, unsigned);
-  return into;
-}
-
-function typedData(datatype: DataType, values: readonly unknown[]): NumericArray | BytesElements {
-  switch (datatype) {
-    case "BOOL": {
-      const bools = values as readonly boolean[];
-      const data = new Uint8Array(bools.length);
-      for (let i = 0; i < bools.length; i++) data[i] = bools[i] ? 1 : 0;
-      return data;
-    }
-    case "INT8":
-      return Int8Array.from(values as readonly number[]);
-    case "INT16":
-      return Int16Array.from(values as readonly number[]);
-    case "INT32":
-      return Int32Array.from(values as readonly number[]);
-    case "UINT8":
-      return Uint8Array.from(values as readonly number[]);
-    case "UINT16":
-      return Uint16Array.from(values as readonly number[]);
-    case "UINT32":
-      return Uint32Array.from(values as readonly number[]);
-    case "INT64":
-      return bigints(new BigInt64Array(values.length), values as readonly Int64[], false);
-    case "UINT64":
-      return bigints(new BigUint64Array(values.length), values as readonly Int64[], true);
-    case "FP32":
-      return Float32Array.from(values as readonly number[]);
-    case "FP64":
-      return Float64Array.from(values as readonly number[]);
-    case "BYTES":
-      return values as BytesElements;
-    default:
-      throw new Error(`${datatype} has no typed contents`);
-  }
+/**
+ * The tensor's data from its field's values: the decoded array itself where the field
+ * holds the datatype's own elements, else (narrow integers sent widened) a checked copy.
+ */
+function typedData(where: Where, datatype: DataType, values: Values): NumericArray | BytesElements {
+  if (datatype === "BYTES") return values as BytesElements;
+  const numeric = datatype as NumericDataType;
+  if (values.length === 0) return allocateArray(numeric, 0);
+  if (values instanceof arrayTypeOf(numeric)) return values as NumericArray;
+  checkRange(where, datatype, values as Int32Array | Uint32Array);
+  const data = allocateArray(numeric, values.length);
+  (data as Int32Array).set(values as Int32Array);
+  return data;
 }
 
 /**
@@ -151,6 +130,5 @@ export function decodeTensorContents(
       `input '${where.input}' for model '${where.model}' has ${values.length} values in ${expected}, but shape ${shapeInMessage(shape)} needs ${count}`,
     );
   }
-  checkRange(where, datatype, values as readonly number[]);
-  return { datatype, shape, data: typedData(datatype, values) };
+  return { datatype, shape, data: typedData(where, datatype, values) } as Tensor;
 }

@@ -6,7 +6,7 @@ import type { Logger } from "../../observability/logger.ts";
 import { callSites, type IdentifyModel, recordCall } from "../common/api-call-recording.ts";
 import { routedSequenceId, SEQUENCE_ID_METADATA } from "../common/sequence-routing.ts";
 import { principalOf } from "../grpc/grpc-access.ts";
-import { int64ToBigInt, int64ToNumber } from "../grpc/int64.ts";
+import { int64ToNumber } from "../grpc/int64.ts";
 import type { DecodeLimit } from "../grpc/proto-definitions.ts";
 import type { GrpcServiceRegistration } from "../grpc/service-registration.ts";
 import { unary } from "../grpc/unary-handler.ts";
@@ -18,6 +18,7 @@ import type {
   PredictRequestMessage,
   PredictResponseMessage,
   TensorProtoMessage,
+  TensorProtoToEncode,
 } from "./messages.ts";
 import { modelStatus, type Signature, signatureOf } from "./model-info.ts";
 import { scalarOutputsAsModel } from "./model-scalars.ts";
@@ -78,9 +79,7 @@ function specialInput(
     values:
       values === undefined || values.length === 0
         ? undefined
-        : field === "uint64_val"
-          ? (proto.uint64_val ?? []).map((v) => int64ToBigInt(v, true))
-          : (proto.uint32_val ?? []).map((v) => BigInt(v >>> 0)),
+        : Array.from(values as ArrayLike<number | bigint>, (v) => BigInt(v)),
   };
 }
 
@@ -172,7 +171,7 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
         signal: controller.signal,
         principal: principalOf(call.metadata),
       });
-      const outputs: Record<string, TensorProtoMessage> = {};
+      const outputs: Record<string, TensorProtoToEncode> = {};
       for (const output of scalarOutputsAsModel(model.config, response.outputs)) {
         outputs[output.name] = encodeTensorProto(output);
       }

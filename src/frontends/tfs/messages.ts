@@ -11,20 +11,34 @@ export interface TensorShapeMessage {
   readonly unknown_rank?: boolean;
 }
 
+/**
+ * A request's TensorProto as decoded: the *_val numbers in typed arrays of their own
+ * (typed-array-fields.ts), booleans as 0 or 1; a field not sent is an empty array.
+ */
 export interface TensorProtoMessage {
   readonly dtype?: number;
   readonly tensor_shape?: TensorShapeMessage | null;
   readonly version_number?: number;
   readonly tensor_content?: Uint8Array;
-  readonly half_val?: readonly number[];
-  readonly float_val?: readonly number[];
-  readonly double_val?: readonly number[];
-  readonly int_val?: readonly number[];
+  readonly half_val?: Int32Array | readonly never[];
+  readonly float_val?: Float32Array | readonly never[];
+  readonly double_val?: Float64Array | readonly never[];
+  readonly int_val?: Int32Array | readonly never[];
   readonly string_val?: readonly Uint8Array[];
-  readonly int64_val?: readonly Int64[];
-  readonly bool_val?: readonly boolean[];
+  readonly int64_val?: BigInt64Array | readonly never[];
+  readonly bool_val?: Uint8Array | readonly never[];
+  readonly uint32_val?: Uint32Array | readonly never[];
+  readonly uint64_val?: BigUint64Array | readonly never[];
+}
+
+/** A TensorProto to encode: the fields seqserve writes (64-bit integers as decimal strings). */
+export interface TensorProtoToEncode {
+  readonly dtype: number;
+  readonly tensor_shape: TensorShapeMessage;
+  readonly tensor_content?: Uint8Array;
+  readonly string_val?: readonly Uint8Array[];
   readonly uint32_val?: readonly number[];
-  readonly uint64_val?: readonly Int64[];
+  readonly uint64_val?: readonly string[];
 }
 
 export interface ModelSpecMessage {
@@ -42,7 +56,7 @@ export interface PredictRequestMessage {
 
 export interface PredictResponseMessage {
   readonly model_spec: ModelSpecMessage;
-  readonly outputs: Readonly<Record<string, TensorProtoMessage>>;
+  readonly outputs: Readonly<Record<string, TensorProtoToEncode>>;
 }
 
 export interface GetModelMetadataRequestMessage {

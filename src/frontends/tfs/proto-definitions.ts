@@ -4,12 +4,14 @@ import { loadSync, type MethodDefinition, type PackageDefinition } from "@grpc/p
 import protobuf from "protobufjs";
 import { boundedDecoder } from "../grpc/decoded-size.ts";
 import { type DecodeLimit, LOADER_OPTIONS, PROTO_DIR } from "../grpc/proto-definitions.ts";
+import { decodeNumbersIntoTypedArrays } from "../grpc/typed-array-fields.ts";
 
 // TF-Serving's services from seqserve's proto files (proto/tensorflow_serving/…, with
 // TensorFlow's messages under proto/tensorflow/…). As for KServe's ModelInfer, Predict —
 // where the message rate is — skips proto-loader's conversions: requests are protobufjs
 // messages as decoded (Long objects for 64-bit integers, bytes as views of the received
-// message) and responses are encoded straight from plain objects.
+// message, a TensorProto's *_val values in typed arrays) and responses are encoded
+// straight from plain objects.
 
 export const PREDICTION_SERVICE_NAME = "tensorflow.serving.PredictionService";
 export const MODEL_SERVICE_NAME = "tensorflow.serving.ModelService";
@@ -31,12 +33,16 @@ export function tfsPackageDefinition(): PackageDefinition {
 
 let root: protobuf.Root | undefined;
 
-/** The protobufjs types of the TF-Serving protos, for the hot path and for Any payloads. */
+/**
+ * The protobufjs types of the TF-Serving protos, for the hot path and for Any payloads.
+ * TensorProto decodes its *_val values into typed arrays.
+ */
 export function tfsTypes(): protobuf.Root {
   if (root === undefined) {
     root = new protobuf.Root();
     root.resolvePath = (_origin, target) => (target.startsWith("google/") ? target : join(PROTO_DIR, target));
     root.loadSync(PROTO_FILES, { keepCase: true });
+    decodeNumbersIntoTypedArrays(root.lookupType("tensorflow.TensorProto"));
   }
   return root;
 }

@@ -1,16 +1,23 @@
-import { allocateArray, type DataType, elementByteSize, type NumericArray } from "../../core/datatype.ts";
+import {
+  allocateArray,
+  arrayTypeOf,
+  type DataType,
+  elementByteSize,
+  type NumericArray,
+  type NumericDataType,
+} from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
 import { type NumericTensor, shapeInMessage, type Tensor } from "../../core/tensor.ts";
 import { checkedElementCount } from "../../core/tensor-size.ts";
 import { decodeRawTensor, encodeRawTensor } from "../common/raw-tensor.ts";
-import { type Int64, int64ToBigInt, int64ToNumber } from "../grpc/int64.ts";
-import type { TensorProtoMessage, TensorShapeMessage } from "./messages.ts";
+import { int64ToNumber } from "../grpc/int64.ts";
+import type { TensorProtoMessage, TensorProtoToEncode, TensorShapeMessage } from "./messages.ts";
 import { datatypeOfTf, tfDtypeName, tfDtypeOf, VAL_FIELD_OF, VAL_FIELDS, type ValField } from "./tf-dtype.ts";
 
 // TensorFlow's TensorProto ↔ seqserve's Tensor. A request's values come in every form a
 // client sends: `tensor_content` (raw little-endian bytes, kept as a view, no copy), or
-// the typed `*_val` field of the dtype (a single value fills the shape, as TensorFlow's
-// version 0 encoding allows). Outputs go back in `tensor_content` (strings in
+// the typed `*_val` field of the dtype (decoded into a typed array that becomes the
+// tensor's data; a single value fills the shape, as TensorFlow's version 0 encoding allows). Outputs go back in `tensor_content` (strings in
 // `string_val`), which is what TensorFlow's make_ndarray and TF-Serving clients read.
 
 /** Inclusive ranges of the types that travel widened in int_val. */
@@ -40,11 +47,31 @@ function checkShape(input: string, shape: TensorShapeMessage | null | undefined)
   return dims;
 }
 
+type Values = NonNullable<TensorProtoMessage[ValField]>;
+
+function checkRange(input: string, datatype: DataType, values: Int32Array, count: number): void {
+  const range = INT_VAL_RANGES[datatype];
+  if (range === undefined) return;
+  for (let i = 0; i < count; i++) {
+    const n = values[i]!;
+    if (n < range[0] || n > range[1]) {
+      throw invalidArg(
+        `value ${n} at index ${i} of input '${input}' is out of range for ${datatype} [${range[0]}, ${range[1]}]`,
+      );
+    }
+  }
+}
+
+/**
+ * The tensor's data from its field's values: the decoded array itself where the field
+ * holds the datatype's own elements, else (narrow integers and halves sent in int_val or
+ * half_val) a checked copy.
+ */
 function valuesOf(
   input: string,
   datatype: DataType,
   field: ValField,
-  values: readonly unknown[],
+  values: Values,
   count: number,
 ): NumericArray | Uint8Array[] {
   // Version 0 encoding: one value stands for every element.
@@ -54,33 +81,16 @@ function valuesOf(
       `input '${input}' has ${values.length} values in ${field}, but its shape needs ${count} (or 1 to fill it)`,
     );
   }
-  const at = (i: number): unknown => values[fill ? 0 : i];
-  if (datatype === "BYTES") return Array.from({ length: count }, (_, i) => at(i) as Uint8Array);
-  const data = allocateArray(datatype, count);
-  const range = INT_VAL_RANGES[datatype];
-  for (let i = 0; i < count; i++) {
-    const value = at(i);
-    switch (field) {
-      case "int64_val":
-        (data as BigInt64Array)[i] = int64ToBigInt(value as Int64, false);
-        break;
-      case "uint64_val":
-        (data as BigUint64Array)[i] = int64ToBigInt(value as Int64, true);
-        break;
-      case "bool_val":
-        (data as Uint8Array)[i] = value ? 1 : 0;
-        break;
-      default: {
-        const n = value as number;
-        if (range !== undefined && (n < range[0] || n > range[1])) {
-          throw invalidArg(
-            `value ${n} at index ${i} of input '${input}' is out of range for ${datatype} [${range[0]}, ${range[1]}]`,
-          );
-        }
-        (data as Float32Array)[i] = n;
-      }
-    }
+  if (datatype === "BYTES") {
+    const strings = values as readonly Uint8Array[];
+    return fill ? new Array<Uint8Array>(count).fill(strings[0]!) : [...strings];
   }
+  const numeric = datatype as NumericDataType;
+  if (!fill && values instanceof arrayTypeOf(numeric)) return values as NumericArray;
+  if (field === "int_val") checkRange(input, datatype, values as Int32Array, fill ? 1 : count);
+  const data = allocateArray(numeric, count);
+  if (fill) (data as Int32Array).fill((values as Int32Array)[0]!);
+  else (data as Int32Array).set(values as Int32Array);
   return data;
 }
 
@@ -135,7 +145,7 @@ export function decodeTensorProto(
       `input '${input}' carries no values for its shape ${shapeInMessage(shape)}: set tensor_content or ${expected}`,
     );
   }
-  const values = proto[given] as readonly unknown[];
+  const values = proto[given]!;
   if (values.length === 1) {
     // One value repeated over the shape: a string is repeated whole, with its length.
     const element =
@@ -157,13 +167,13 @@ function shapeMessage(shape: readonly number[]): TensorShapeMessage {
 }
 
 /** An output as a TensorProto: raw bytes in tensor_content, BYTES elements in string_val. */
-export function encodeTensorProto(tensor: Tensor): TensorProtoMessage {
+export function encodeTensorProto(tensor: Tensor): TensorProtoToEncode {
   const base = { dtype: tfDtypeOf(tensor.datatype), tensor_shape: shapeMessage(tensor.shape) };
   if (tensor.datatype === "BYTES") return { ...base, string_val: tensor.data as Uint8Array[] };
   return { ...base, tensor_content: encodeRawTensor(tensor as NumericTensor) };
 }
 
 /** OVMS's `sequence_id` output: DT_UINT64, shape [1], the id in uint64_val. */
-export function sequenceIdProto(id: bigint): TensorProtoMessage {
+export function sequenceIdProto(id: bigint): TensorProtoToEncode {
   return { dtype: tfDtypeOf("UINT64"), tensor_shape: shapeMessage([1]), uint64_val: [id.toString()] };
 }
