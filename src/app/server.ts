@@ -7,6 +7,7 @@ import type { ModelBackend } from "../core/backend.ts";
 import type { ServerContext, ServerMetadata } from "../core/model.ts";
 import { Refusals } from "../core/refusals.ts";
 import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
+import { StateBudget } from "../core/sequence/state-budget.ts";
 import { untilDeadline } from "../core/timer-delay.ts";
 import { AccessPolicy } from "../frontends/common/access/access-policy.ts";
 import { ResponseBudgets } from "../frontends/common/response-budget.ts";
@@ -172,6 +173,7 @@ export async function startServer(
       maxInstancesPerModel: security.limits.maxInstancesPerModel,
       maxSequenceIdBytes: security.limits.maxSequenceIdBytes,
       refusals,
+      stateBudget: new StateBudget(security.limits.maxStateBytes, refusals),
       configName: options.modelConfigName,
       observeRequests: combineObservers(observers, (error) =>
         logger.warn({ err: error }, "a request observer failed"),

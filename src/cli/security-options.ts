@@ -199,6 +199,16 @@ const LIMIT_FLAGS: readonly [FlagSpec, keyof LimitOptions, number][] = [
     "maxSharedMemoryBytes",
     1,
   ],
+  [
+    limit(
+      "max-state-bytes",
+      "bytes",
+      "maxStateBytes",
+      "Bytes every model's sequences may keep as state together (default: half the machine's memory); a step whose state would pass it fails, and its state stays as it was.",
+    ),
+    "maxStateBytes",
+    1,
+  ],
 ];
 
 const tlsFlags = (prefix: "http" | "grpc", triton: boolean): FlagSpec[] => [

@@ -1,6 +1,7 @@
 // What makes the server safe to expose: limits on everything a client can make it hold
 // (in bytes and in time), who may call which API, TLS, and which web origins may call it
 // from a browser. Validated once by the CLI (or the embedding program) and frozen.
+import { totalmem } from "node:os";
 
 /**
  * The API groups access is granted by: Triton's restricted-API categories (the spelling
@@ -97,6 +98,8 @@ export interface LimitOptions {
   readonly maxSharedMemoryRegions: number;
   /** Bytes read from shared memory by requests not yet answered, server-wide. */
   readonly maxSharedMemoryBytes: number;
+  /** Bytes every model's sequences may keep as state together. */
+  readonly maxStateBytes: number;
 }
 
 export interface SecurityOptions {
@@ -111,6 +114,12 @@ export interface SecurityOptions {
 }
 
 const MiB = 1024 * 1024;
+
+/**
+ * Half the machine's memory: the rest is for the process itself, models, requests in
+ * flight and whatever else the machine runs.
+ */
+const DEFAULT_MAX_STATE_BYTES = Math.floor(totalmem() / 2);
 
 export const DEFAULT_LIMITS: LimitOptions = Object.freeze({
   maxInstancesPerModel: 64,
@@ -130,6 +139,7 @@ export const DEFAULT_LIMITS: LimitOptions = Object.freeze({
   maxHeldRequestBytes: 64 * MiB,
   maxSharedMemoryRegions: 1024,
   maxSharedMemoryBytes: 256 * MiB,
+  maxStateBytes: DEFAULT_MAX_STATE_BYTES,
 });
 
 export const OPEN_ACCESS: AccessOptions = Object.freeze<AccessOptions>({

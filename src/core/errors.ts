@@ -49,6 +49,8 @@ export const ERROR_REASONS = [
   "version_loading",
   /** The server is stopping: it takes no new work here (another replica, or a restart, may). */
   "server_stopping",
+  /** A step's state would take every sequence's state past --max-state-bytes. */
+  "state_budget",
 ] as const;
 
 export type ErrorReason = (typeof ERROR_REASONS)[number];

@@ -59,6 +59,12 @@ export interface ExecutionSequence {
    * step): its buffers may be transferred away; the outcome brings the state back.
    */
   readonly state: SequenceState | undefined;
+  /**
+   * The most bytes the state may hold after the step under the server's --max-state-bytes
+   * (what it holds now and what the budget has left); a step past it fails, with the
+   * reason "state_budget", and gives the state back as it was. Undefined: no budget.
+   */
+  readonly maxStateBytes?: number;
 }
 
 /** Where a decoupled model's responses go as they are produced (see response-stream.ts). */

@@ -15,6 +15,7 @@ import type { DrainReason, Scheduler } from "./scheduler/scheduler.ts";
 import { SequenceBatcher } from "./sequence/sequence-batcher.ts";
 import type { ModelTier } from "./sequence/sequence-tier.ts";
 import type { HandoverResult } from "./sequence/sequence-transfer.ts";
+import type { StateBudget } from "./sequence/state-budget.ts";
 import type { StateStore } from "./sequence/state-store.ts";
 import { ModelStatistics, type ModelStatisticsSnapshot } from "./statistics.ts";
 import type { Tensor } from "./tensor.ts";
@@ -38,6 +39,8 @@ export interface LoadedModelOptions {
   readonly maxSequenceIdBytes?: number;
   /** Where refusals by a limit are counted. */
   readonly refusals?: Refusals;
+  /** The server's budget of state bytes, shared by every model (--max-state-bytes). */
+  readonly stateBudget?: StateBudget;
   /** The backend's check of a request's inputs (see OpenedModel.checkInputs). */
   readonly checkInputs?: (inputs: ReadonlyMap<string, Tensor>) => void;
   /** Class labels by output (see ServedModel.labels). */
@@ -105,6 +108,7 @@ export class LoadedModel implements ServedModel {
         ...(options.tier === undefined ? {} : { tier: options.tier }),
         ...(options.maxSequenceIdBytes === undefined ? {} : { maxIdBytes: options.maxSequenceIdBytes }),
         ...(options.refusals === undefined ? {} : { refusals: options.refusals }),
+        ...(options.stateBudget === undefined ? {} : { stateBudget: options.stateBudget }),
       });
       this.#scheduler = batcher;
       this.sequences = batcher;
@@ -305,6 +309,7 @@ export class LoadedModel implements ServedModel {
     const observer = this.#requestObserver;
     this.#requestObserver = undefined;
     observer?.close?.();
+    if (this.#scheduler instanceof SequenceBatcher) this.#scheduler.leaveStateBudget();
     await Promise.all(this.#executors.map((e) => e.close()));
   }
 

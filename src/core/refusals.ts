@@ -34,6 +34,8 @@ export const LIMITS = [
   "shared_memory_regions",
   /** A request whose shared memory reads would take those in flight past --max-shared-memory-bytes. */
   "shared_memory_bytes",
+  /** A sequence step whose state would take every sequence's state past --max-state-bytes. */
+  "state_bytes",
 ] as const;
 
 export type LimitName = (typeof LIMITS)[number];

@@ -23,6 +23,7 @@ import type { ModelIo } from "../core/model-io.ts";
 import type { Refusals } from "../core/refusals.ts";
 import type { RequestObserver, RequestObserverFactory } from "../core/scheduler/request-observer.ts";
 import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
+import type { StateBudget } from "../core/sequence/state-budget.ts";
 import type { Logger } from "../observability/logger.ts";
 import { modelRunnerLog } from "../observability/model-runner-log.ts";
 import type { ModelSource } from "./model-source.ts";
@@ -154,6 +155,7 @@ export interface VersionLoadOptions {
   /** Longest string sequence id, in bytes; undefined = no limit. */
   readonly maxSequenceIdBytes?: number;
   readonly refusals?: Refusals;
+  readonly stateBudget?: StateBudget;
 }
 
 export async function openVersion(
@@ -208,6 +210,7 @@ export async function openVersion(
       warn: (message) => logger.warn({ event: "sequence", model: source.name }, message),
       ...(options.maxSequenceIdBytes === undefined ? {} : { maxSequenceIdBytes: options.maxSequenceIdBytes }),
       ...(options.refusals === undefined ? {} : { refusals: options.refusals }),
+      ...(options.stateBudget === undefined ? {} : { stateBudget: options.stateBudget }),
       ...(observer === undefined ? {} : { observer }),
       requestObserver,
       ...(sequencing === undefined || options.sequenceTier === undefined

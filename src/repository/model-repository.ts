@@ -15,6 +15,7 @@ import type {
 import type { Refusals } from "../core/refusals.ts";
 import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
 import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
+import type { StateBudget } from "../core/sequence/state-budget.ts";
 import type { ModelStatisticsSnapshot } from "../core/statistics.ts";
 import { timerDelay, untilDeadline } from "../core/timer-delay.ts";
 import type { Logger } from "../observability/logger.ts";
@@ -67,6 +68,8 @@ export interface ModelRepositoryOptions {
   readonly maxSequenceIdBytes?: number;
   /** Where refusals by a limit are counted. */
   readonly refusals?: Refusals;
+  /** The server's budget of state bytes, for every model's sequences (--max-state-bytes). */
+  readonly stateBudget?: StateBudget;
 }
 
 interface ModelEntry {

@@ -360,7 +360,11 @@ export class HandlerExecutor implements RequestExecutor {
     } else if (message.error !== undefined) {
       outcome = {
         ok: false,
-        error: new ServerError(message.error.code, message.error.message),
+        error: new ServerError(
+          message.error.code,
+          message.error.message,
+          message.error.reason === undefined ? {} : { reason: message.error.reason },
+        ),
         state,
         timings,
       };

@@ -1,4 +1,4 @@
-import type { ErrorCode } from "../../core/errors.ts";
+import type { ErrorCode, ErrorReason } from "../../core/errors.ts";
 import type { ParameterValue, SequenceId } from "../../core/infer.ts";
 import type { ModelIo } from "../../core/model-io.ts";
 import type { SequenceEndReason } from "../../handler-api.ts";
@@ -23,6 +23,7 @@ export type WireStateEntry =
 export interface WireError {
   readonly code: ErrorCode;
   readonly message: string;
+  readonly reason?: ErrorReason;
 }
 
 // ── main thread → worker ────────────────────────────────────────────────────────────
@@ -56,6 +57,8 @@ export interface WireSequence {
   readonly start: boolean;
   readonly end: boolean;
   readonly state: readonly WireStateEntry[];
+  /** The most bytes the state may hold after the step under --max-state-bytes (undefined: no budget). */
+  readonly maxStateBytes?: number;
 }
 
 export interface WireRequest {

@@ -75,6 +75,18 @@ function quietly<T>(promise: Promise<T>): Promise<T> {
 }
 
 /** The client's message (never the stack); the stack goes to the log. */
+/** A state the server's --max-state-bytes has no room for (the main thread counts it by its reason). */
+class StateBudgetRefusal extends Error {
+  readonly code = "RESOURCE_EXHAUSTED";
+  readonly reason = "state_budget" as const;
+
+  constructor(sequence: unknown, bytes: number) {
+    super(
+      `the state of sequence ${String(sequence)} would hold ${bytes} bytes, more than the server's sequence state memory has left (--max-state-bytes, for every model's sequences together): the step is not applied, and the state stays as it was`,
+    );
+  }
+}
+
 function handlerError(error: unknown, where: string): WireError {
   const stack = error instanceof Error ? error.stack : undefined;
   log("error", `handler ${where} failed: ${errorText(error)}`, stack === undefined ? undefined : { stack });
@@ -85,6 +97,8 @@ function handlerError(error: unknown, where: string): WireError {
         ? (code as ErrorCode)
         : "INTERNAL",
     message: errorText(error),
+    // Only the worker's own refusal carries a reason (a handler's error may have any fields).
+    ...(error instanceof StateBudgetRefusal ? { reason: error.reason } : {}),
   };
 }
 
@@ -168,6 +182,8 @@ class OpenRequest implements HandlerRequest {
   readonly outputs: readonly string[];
   readonly sequence: HandlerRequest["sequence"];
   readonly #state: HandlerSequenceState | undefined;
+  /** The most bytes the state may hold after the step under the server's --max-state-bytes. */
+  readonly #budgetBytes: number;
   readonly #controller = new AbortController();
   readonly #decoupled: boolean;
   /** When its batch began to run, and how long building the batch's requests took. */
@@ -198,6 +214,7 @@ class OpenRequest implements HandlerRequest {
     this.parameters = wire.parameters;
     this.outputs = wire.outputNames;
     this.#decoupled = decoupled;
+    this.#budgetBytes = wire.sequence?.maxStateBytes ?? Number.POSITIVE_INFINITY;
     if (wire.sequence !== undefined) {
       this.#state = new HandlerSequenceState(wire.sequence.state);
       this.sequence = {
@@ -346,6 +363,7 @@ class OpenRequest implements HandlerRequest {
         { code: "RESOURCE_EXHAUSTED" },
       );
     }
+    if (kept.bytes > this.#budgetBytes) throw new StateBudgetRefusal(this.sequence!.id, kept.bytes);
     return kept.entries;
   }
 

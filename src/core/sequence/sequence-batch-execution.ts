@@ -16,6 +16,7 @@ import { cloneTensor, formatShape, type NumericTensor, type Tensor, zeroTensor }
 import { controlTensors } from "./control-tensors.ts";
 import type { Sequence } from "./sequence.ts";
 import { formatSequenceId } from "./sequence-parameters.ts";
+import type { StateBudget } from "./state-budget.ts";
 import { type SequenceState, type StateStore, stateBytes } from "./state-store.ts";
 import { StepAnswers, stepAnswer } from "./step-answers.ts";
 
@@ -33,6 +34,8 @@ export interface SequenceModel {
   readonly config: ModelConfig;
   readonly statistics: ModelStatistics;
   readonly store: StateStore;
+  /** The server's budget of state bytes, for every model's sequences (--max-state-bytes). */
+  readonly budget?: StateBudget;
   /** Per state input name: the tensor a START begins from. */
   readonly initialStates: ReadonlyMap<string, NumericTensor>;
   /** Every sequence's state has the same shapes, so state never keeps sequences out of a batch. */
@@ -258,9 +261,17 @@ export async function runSequenceBatch(
     if (isEnd(row)) store.delete(row.sequence.key);
     else if (sequencing.states.length > 0) {
       const state = newStates[i] as SequenceState;
-      // A state the store cannot keep (too large, or not the shape its slab holds: model
-      // outputs that do not match the config) fails its step; the state stays as it was.
-      let refusal = stateTooLarge(config.name, row, state, sequencing.stateMaxBytes);
+      // A state the store cannot keep (too large for the model or for the server's budget,
+      // or not the shape its slab holds: model outputs that do not match the config) fails
+      // its step; the state stays as it was.
+      let refusal =
+        stateTooLarge(config.name, row, state, sequencing.stateMaxBytes) ??
+        model.budget?.refusal(
+          formatSequenceId(row.sequence.id),
+          config.name,
+          store.bytesOf(row.sequence.key),
+          stateBytes(state),
+        );
       if (refusal === undefined) {
         try {
           store.set(row.sequence.key, state);

@@ -36,6 +36,7 @@ import { formatSequenceId } from "./sequence-parameters.ts";
 import { decodeRecordBody, encodeRecordBody, type SequenceRecordBody } from "./sequence-record.ts";
 import type { ModelTier, TierExpiry, TierRecord, TierWrite, TierWriteResult } from "./sequence-tier.ts";
 import { type SequenceTransfer, stateSignature, type TransferredSequence } from "./sequence-transfer.ts";
+import type { StateBudget } from "./state-budget.ts";
 import { isSerializedValue, type SequenceState, type StateEntry, type StateStore } from "./state-store.ts";
 import { fixedStateLayouts, stateStoreForModel } from "./state-store-for-model.ts";
 import { checkStep, type StepAnswer, StepAnswers, stepAnswer } from "./step-answers.ts";
@@ -69,6 +70,8 @@ export interface SequenceBatcherOptions {
   readonly maxIdBytes?: number;
   /** Where refusals by a limit are counted. */
   readonly refusals?: Refusals;
+  /** The server's budget of state bytes, shared by every model (--max-state-bytes). */
+  readonly stateBudget?: StateBudget;
 }
 
 /** How often a step runs again after another replica advanced its sequence at the same time. */
@@ -145,6 +148,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   readonly #maxLive: number;
   readonly #maxIdBytes: number;
   readonly #refusals: Refusals | undefined;
+  /** Stops counting this model's state in the server's budget. */
+  readonly #leaveBudget: () => void;
   #nextAssignedId = FIRST_ASSIGNED_ID;
   #pending = 0;
   #shuttingDown = false;
@@ -188,11 +193,13 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       store: options.store ?? stateStoreForModel(layouts, config, slots),
       initialStates,
       fixedStateShapes: layouts !== undefined,
+      ...(options.stateBudget === undefined ? {} : { budget: options.stateBudget }),
       ...(options.observer === undefined ? {} : { observer: options.observer }),
       ...(options.tier === undefined
         ? {}
         : { writeThrough: (steps: readonly StepDone[]) => this.#writeThrough(steps) }),
     };
+    this.#leaveBudget = options.stateBudget?.count(this.#model.store) ?? (() => {});
     if (options.tier !== undefined) {
       const shared = options.tier.tier;
       this.#ids = new IdReservation((count) => shared.reserveIds(count));
@@ -981,6 +988,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
 
   beginShutdown(): void {
     this.#shuttingDown = true;
+  }
+
+  /** The model is gone (after drain): its store no longer counts in the server's state budget. */
+  leaveStateBudget(): void {
+    this.#leaveBudget();
   }
 
   /**

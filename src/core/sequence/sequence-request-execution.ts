@@ -42,6 +42,7 @@ export async function runSequenceRequests(
     if (settled.has(row)) return;
     settled.add(row);
     execution.settled(outcome?.ok === true);
+    if (outcome?.ok === false && outcome.error.reason === "state_budget") model.budget?.counted();
     keepState(model, row.sequence, outcome);
     if (outcome?.ok !== true) {
       rowDone(row, outcome);
@@ -76,6 +77,9 @@ export async function runSequenceRequests(
           start,
           end: row.request.request.sequence?.end === true,
           state: start ? undefined : store.get(row.sequence.key),
+          ...(model.budget === undefined
+            ? {}
+            : { maxStateBytes: model.budget.roomFor(start ? 0 : store.bytesOf(row.sequence.key)) }),
         },
       };
     });

@@ -35,10 +35,14 @@ const table = <T>(pick: (s: TfsStatus) => T): Readonly<Record<ErrorCode, T>> =>
 export const TFS_GRPC_STATUS: GrpcStatusTable = table((s) => s.grpc);
 export const TFS_HTTP_STATUS: HttpStatusTable = table((s) => s.http);
 
-/**
- * OVMS's texts (status.cpp) for the refusals and lookups it words its own way. A stopping
- * server's refusal keeps seqserve's words: OVMS has none of its own for it.
- */
+/** Refusals OVMS has no words of its own for, which keep seqserve's: a stopping server, the state budget. */
+type SeqserveWorded = "server_stopping" | "state_budget";
+const SEQSERVE_WORDED: ReadonlySet<ErrorReason> = new Set<SeqserveWorded>([
+  "server_stopping",
+  "state_budget",
+]);
+
+/** OVMS's texts (status.cpp) for the refusals and lookups it words its own way. */
 export const OVMS_MESSAGES = {
   sequence_id_missing: "Sequence ID has not been provided in request inputs",
   sequence_unknown: "Sequence with provided ID does not exist",
@@ -58,7 +62,7 @@ export const OVMS_MESSAGES = {
   rest_input: "Could not parse input content. Not valid ndarray detected",
   rest_order: "Invalid JSON structure. Could not detect row or column format",
   rest_body: "Request body should be JSON object",
-} as const satisfies Readonly<Record<Exclude<ErrorReason, "server_stopping">, string>> &
+} as const satisfies Readonly<Record<Exclude<ErrorReason, SeqserveWorded>, string>> &
   Readonly<Record<string, string>>;
 
 /**
@@ -74,13 +78,17 @@ const OVMS_CODES: Partial<Readonly<Record<ErrorReason, ErrorCode>>> = {
 export function tfsError(error: unknown): ServerError {
   const serverError = asServerError(error);
   const reason = serverError.reason;
-  if (reason === undefined || reason === "server_stopping") return serverError;
-  return new ServerError(OVMS_CODES[reason] ?? serverError.code, OVMS_MESSAGES[reason], {
-    cause: serverError,
-    ...(serverError.retryAfterSeconds === undefined
-      ? {}
-      : { retryAfterSeconds: serverError.retryAfterSeconds }),
-  });
+  if (reason === undefined || SEQSERVE_WORDED.has(reason)) return serverError;
+  return new ServerError(
+    OVMS_CODES[reason] ?? serverError.code,
+    OVMS_MESSAGES[reason as Exclude<ErrorReason, SeqserveWorded>],
+    {
+      cause: serverError,
+      ...(serverError.retryAfterSeconds === undefined
+        ? {}
+        : { retryAfterSeconds: serverError.retryAfterSeconds }),
+    },
+  );
 }
 
 /** OVMS's REST paths (TF-Serving's `/v1/...`). */

@@ -1,0 +1,74 @@
+import { ServerError } from "../errors.ts";
+import type { Refusals } from "../refusals.ts";
+import type { StateStore } from "./state-store.ts";
+
+// The server's budget of sequence state, in bytes (--max-state-bytes): every model's
+// sequences together. A model alone is bounded by its sequence count times its
+// sequence_state_max_bytes, which for growing state (a handler's chat history, a
+// decoder's cache) can be far more than the machine has: 1,024 sessions of 64 MiB.
+//
+// What is held is read from the stores themselves, so it cannot drift from them. A step
+// whose state would take the total past the budget fails, and its state stays as it was:
+// the core refuses it where it keeps state a batch gave back; a handler's worker refuses
+// it, told with each request how far the state may grow (the state was lent to it, so
+// only it still has the state as it was). Steps running at the same moment on handler
+// workers each see the room left when they were sent, so together they may pass the
+// budget by what they add, each at most its model's sequence_state_max_bytes.
+
+export class StateBudget {
+  readonly maxBytes: number;
+  readonly #stores = new Set<StateStore>();
+  readonly #refusals: Refusals | undefined;
+
+  constructor(maxBytes: number, refusals?: Refusals) {
+    this.maxBytes = maxBytes;
+    this.#refusals = refusals;
+  }
+
+  /** Counts `store`'s state in the budget until the returned function is called. */
+  count(store: StateStore): () => void {
+    this.#stores.add(store);
+    return () => this.#stores.delete(store);
+  }
+
+  /** Bytes every sequence's state holds. */
+  get heldBytes(): number {
+    let held = 0;
+    for (const store of this.#stores) held += store.totalBytes;
+    return held;
+  }
+
+  /** The most bytes a sequence whose state holds `bytesNow` may hold after its step. */
+  roomFor(bytesNow: number): number {
+    return bytesNow + Math.max(0, this.maxBytes - this.heldBytes);
+  }
+
+  /**
+   * The refusal for a step of `sequence` whose state would go from `bytesNow` to
+   * `bytesAfter`; undefined when it fits (or does not grow).
+   */
+  refusal(sequence: string, model: string, bytesNow: number, bytesAfter: number): ServerError | undefined {
+    if (bytesAfter <= bytesNow || bytesAfter <= this.roomFor(bytesNow)) return undefined;
+    this.counted();
+    return stateBudgetExceeded(sequence, model, bytesAfter, this.maxBytes);
+  }
+
+  /** Counts a refusal made elsewhere (by a handler's worker). */
+  counted(): void {
+    this.#refusals?.refused("state_bytes");
+  }
+}
+
+/** The error for a step whose state the server's budget cannot keep. */
+export function stateBudgetExceeded(
+  sequence: string,
+  model: string,
+  bytes: number,
+  maxBytes: number,
+): ServerError {
+  return new ServerError(
+    "RESOURCE_EXHAUSTED",
+    `the state of sequence ${sequence} of model '${model}' would hold ${bytes} bytes, more than the server's sequence state memory has left (--max-state-bytes ${maxBytes}, for every model's sequences together): the step is not applied, and the state stays as it was`,
+    { reason: "state_budget" },
+  );
+}

@@ -1,0 +1,139 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { securityOptions } from "../../src/config/security-options.ts";
+import { growingStateConfig, growingStateModel } from "../../tools/onnx/sequence-models.ts";
+import { type HandlerRepository, handlerRepository } from "../handlers/support/handler-kit.ts";
+import { infer, outputData } from "../support/http-client.ts";
+import { metricValue } from "../support/sequence-kit.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+
+// --max-state-bytes bounds the state every model's sequences keep together, where each
+// model alone is bounded only by its sequence count times sequence_state_max_bytes. A step
+// whose state would pass it fails with 429 naming the flag, its state stays as it was,
+// other sequences go on, and an end makes room again: for an ONNX model whose state grows
+// (refused where the core keeps state) and for a handler's state (refused by its worker,
+// which alone still has the state as it was).
+
+const BUDGET = 32;
+
+/** Keeps every byte it is sent, in order, as its sequence's state; answers how many it keeps. */
+const LOG = `
+export default {
+  execute(requests: any[]) {
+    return requests.map((request: any) => {
+      const state = request.sequence.state;
+      const before = state.get("log")?.data ?? new Uint8Array(0);
+      const added = request.inputs.IN.data;
+      const log = new Uint8Array(before.length + added.length);
+      log.set(before);
+      log.set(added, before.length);
+      state.set("log", { datatype: "UINT8", shape: [log.length], data: log });
+      return { outputs: { KEPT: { datatype: "INT32", shape: [1], data: Int32Array.of(log.length) } } };
+    });
+  },
+};
+`;
+
+let repository: HandlerRepository;
+let server: TestServer;
+before(async () => {
+  repository = handlerRepository({
+    growing: {
+      config: growingStateConfig("max_sequence_idle_microseconds: 60000000"),
+      files: { "1/model.onnx": growingStateModel() },
+    },
+    log: {
+      config: `
+backend: "typescript"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_UINT8 dims: [ -1 ] } ]
+output [ { name: "KEPT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching { max_sequence_idle_microseconds: 60000000 }
+`,
+      files: { "1/model.ts": LOG },
+    },
+  });
+  server = await startTestServer(repository.path, {
+    security: securityOptions({ limits: { ...securityOptions().limits, maxStateBytes: BUDGET } }),
+  });
+});
+after(async () => {
+  await server.stop();
+  repository.remove();
+});
+
+const grow = (id: number, value: number, sequence: { start?: boolean; end?: boolean } = {}) =>
+  infer(server.url, "growing", [{ name: "INPUT", datatype: "FP32", shape: [1, 1], data: [value] }], {
+    id,
+    ...sequence,
+  });
+
+const note = (id: number, bytes: number, sequence: { start?: boolean; end?: boolean } = {}) =>
+  infer(
+    server.url,
+    "log",
+    [{ name: "IN", datatype: "UINT8", shape: [bytes], data: new Array(bytes).fill(7) }],
+    {
+      id,
+      ...sequence,
+    },
+  );
+
+const refusals = async () =>
+  (await metricValue(server.metricsUrl, "seqserve_limit_refusals_total", { limit: "state_bytes" })) ?? 0;
+
+const heldBytes = async () => {
+  const [growing, log] = await Promise.all(
+    ["growing", "log"].map(async (model) => {
+      const answer = await fetch(`${server.url}/v2/models/${model}/sequences`);
+      return ((await answer.json()) as { summary: { state_bytes: number } }).summary.state_bytes;
+    }),
+  );
+  return growing! + log!;
+};
+
+test("an ONNX model's growing state: the step past the budget fails and changes nothing, an end makes room", async () => {
+  // The cache starts as one zero column and gains one per step: 8 bytes after the start,
+  // 4 more a step, 32 (the budget) after the seventh step.
+  let sum = 0;
+  for (let step = 1; step <= 7; step++) {
+    sum += step;
+    assert.deepEqual(outputData(await grow(1, step, { start: step === 1 }), "OUTPUT"), [sum]);
+  }
+  assert.equal(await heldBytes(), BUDGET);
+  const before = await refusals();
+  const refused = await grow(1, 100);
+  assert.equal(refused.status, 429);
+  assert.deepEqual(refused.body, {
+    error: `the state of sequence 1 of model 'growing' would hold 36 bytes, more than the server's sequence state memory has left (--max-state-bytes ${BUDGET}, for every model's sequences together): the step is not applied, and the state stays as it was`,
+  });
+  // Another sequence cannot start: its first state (8 bytes) has no room either.
+  assert.equal((await grow(2, 1, { start: true })).status, 429);
+  assert.equal(await refusals(), before + 2);
+  // The refused step left nothing behind: the END adds its value to the sum of the seven.
+  const end = await grow(1, 5, { end: true });
+  assert.deepEqual([outputData(end, "OUTPUT"), outputData(end, "LENGTH")], [[sum + 5], [9]]);
+  assert.equal(await heldBytes(), 0);
+  assert.deepEqual(outputData(await grow(2, 1, { start: true, end: true }), "OUTPUT"), [1]);
+});
+
+test("a handler's state: its worker refuses the step past the budget and gives the state back as it was", async () => {
+  assert.deepEqual(outputData(await note(10, 20, { start: true }), "KEPT"), [20]);
+  // An ONNX sequence beside it holds 8 bytes: 28 of 32.
+  assert.equal((await grow(3, 1, { start: true })).status, 200);
+  assert.equal(await heldBytes(), 28);
+  const before = await refusals();
+  const refused = await note(10, 5);
+  assert.equal(refused.status, 429);
+  assert.match(
+    String(refused.body.error),
+    /^the state of sequence 10 would hold 25 bytes, more than the server's sequence state memory has left \(--max-state-bytes, for every model's sequences together\): the step is not applied, and the state stays as it was$/,
+  );
+  assert.equal(await refusals(), before + 1);
+  // Within the room left, the state grows from what it was: 20 + 4 bytes.
+  assert.deepEqual(outputData(await note(10, 4), "KEPT"), [24]);
+  // Ending the ONNX sequence makes room for the handler's.
+  assert.equal((await grow(3, 1, { end: true })).status, 200);
+  assert.deepEqual(outputData(await note(10, 8, { end: true }), "KEPT"), [32]);
+  assert.equal(await heldBytes(), 0);
+});
