@@ -221,6 +221,16 @@ test("TensorProto: its *_val numbers as typed arrays, its other fields (dtype, s
   );
 });
 
+test("a field sent as 100,000 runs of one value each (as concatenated messages give it) reads whole", () => {
+  const type = inferenceTypes().lookupType("inference.InferTensorContents");
+  const values = Array.from({ length: 100_000 }, (_, i) => i - 50_000);
+  const w = protobuf.Writer.create();
+  for (const value of values) writeRuns(w, 2, "int32", [{ packed: true, values: [value] }]);
+  const decoded = type.decode(w.finish()) as unknown as { int_contents: Int32Array };
+  assert.deepStrictEqual(decoded.int_contents, Int32Array.from(values));
+  assert.equal(decoded.int_contents.buffer.byteLength, 400_000, "trimmed to its values");
+});
+
 test("a malformed run is refused as protobufjs refuses one: a varint cut off, floats not a whole number of 4 bytes", () => {
   const type = inferenceTypes().lookupType("inference.InferTensorContents");
   const reference = plain.lookupType("inference.InferTensorContents");

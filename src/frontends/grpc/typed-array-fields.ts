@@ -205,7 +205,7 @@ function varintBigInts(
   return i;
 }
 
-/** A field's values as they arrive, in one or more runs; sized exactly when a single packed run carries them all. */
+/** A field's values as they arrive, in one or more runs. */
 class NumbersBuilder {
   readonly #kind: NumberKind;
   #array: NumberArray | undefined;
@@ -217,12 +217,19 @@ class NumbersBuilder {
     this.#length = existing?.length ?? 0;
   }
 
-  /** Room for `more` values; a run gets exactly its room, single values double it. */
+  /**
+   * Room for `more` values. A field's first run gets exactly its room (the common case:
+   * one packed run, kept as is); after that the array doubles, so that a field sent as
+   * many runs, or one value at a time, costs time in proportion to its values (growing
+   * each run exactly copied the array once per run). finish() trims the slack, so a
+   * field may briefly take three times its size.
+   */
   #reserve(more: number, exact: boolean): NumberArray {
     const array = this.#array;
     const needed = this.#length + more;
     if (array !== undefined && needed <= array.length) return array;
-    const grown = new ARRAY_OF[this.#kind](exact ? needed : Math.max(needed, (array?.length ?? 0) * 2, 8));
+    const size = exact && array === undefined ? needed : Math.max(needed, (array?.length ?? 0) * 2, 8);
+    const grown = new ARRAY_OF[this.#kind](size);
     if (array !== undefined && this.#length > 0) (grown as Uint8Array).set(array as Uint8Array);
     this.#array = grown;
     return grown;
