@@ -204,7 +204,7 @@ const LIMIT_FLAGS: readonly [FlagSpec, keyof LimitOptions, number][] = [
       "max-state-bytes",
       "bytes",
       "maxStateBytes",
-      "Bytes every model's sequences may keep as state together (default: half the machine's memory); a step whose state would pass it fails, and its state stays as it was.",
+      "Bytes every model's sequences may keep as state together (default: half the memory the process may use, the machine's or its container's limit); a step whose state would pass it fails, and its state stays as it was.",
     ),
     "maxStateBytes",
     1,

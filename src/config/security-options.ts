@@ -116,10 +116,16 @@ export interface SecurityOptions {
 const MiB = 1024 * 1024;
 
 /**
- * Half the machine's memory: the rest is for the process itself, models, requests in
- * flight and whatever else the machine runs.
+ * Half the memory the process may use: the machine's, or its container's limit (cgroup)
+ * when that is lower. The rest is for the process itself, models, requests in flight and
+ * whatever else runs beside it.
  */
-const DEFAULT_MAX_STATE_BYTES = Math.floor(totalmem() / 2);
+function defaultMaxStateBytes(): number {
+  // Node 20 gives undefined, later versions 0, where no limit is set.
+  const limit = process.constrainedMemory?.() ?? 0;
+  const memory = limit > 0 && limit < totalmem() ? limit : totalmem();
+  return Math.floor(memory / 2);
+}
 
 export const DEFAULT_LIMITS: LimitOptions = Object.freeze({
   maxInstancesPerModel: 64,
@@ -139,7 +145,7 @@ export const DEFAULT_LIMITS: LimitOptions = Object.freeze({
   maxHeldRequestBytes: 64 * MiB,
   maxSharedMemoryRegions: 1024,
   maxSharedMemoryBytes: 256 * MiB,
-  maxStateBytes: DEFAULT_MAX_STATE_BYTES,
+  maxStateBytes: defaultMaxStateBytes(),
 });
 
 export const OPEN_ACCESS: AccessOptions = Object.freeze<AccessOptions>({

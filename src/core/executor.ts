@@ -60,11 +60,12 @@ export interface ExecutionSequence {
    */
   readonly state: SequenceState | undefined;
   /**
-   * The most bytes the state may hold after the step under the server's --max-state-bytes
-   * (what it holds now and what the budget has left); a step past it fails, with the
-   * reason "state_budget", and gives the state back as it was. Undefined: no budget.
+   * The server's --max-state-bytes, for a step that may grow the state (not an END):
+   * `roomBytes` is the most the state may hold after the step (what it holds now and
+   * what the budget has left). A step past it fails, with the reason "state_budget", and
+   * gives the state back as it was. Undefined: no bound but the model's own.
    */
-  readonly maxStateBytes?: number;
+  readonly stateBudget?: { readonly roomBytes: number; readonly maxBytes: number };
 }
 
 /** Where a decoupled model's responses go as they are produced (see response-stream.ts). */

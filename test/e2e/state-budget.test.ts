@@ -3,16 +3,17 @@ import { after, before, test } from "node:test";
 import { securityOptions } from "../../src/config/security-options.ts";
 import { growingStateConfig, growingStateModel } from "../../tools/onnx/sequence-models.ts";
 import { type HandlerRepository, handlerRepository } from "../handlers/support/handler-kit.ts";
-import { infer, outputData } from "../support/http-client.ts";
+import { infer, outputData, postJson } from "../support/http-client.ts";
 import { metricValue } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 // --max-state-bytes bounds the state every model's sequences keep together, where each
 // model alone is bounded only by its sequence count times sequence_state_max_bytes. A step
 // whose state would pass it fails with 429 naming the flag, its state stays as it was,
-// other sequences go on, and an end makes room again: for an ONNX model whose state grows
-// (refused where the core keeps state) and for a handler's state (refused by its worker,
-// which alone still has the state as it was).
+// other sequences go on, an END is never refused, and an end makes room again: for an
+// ONNX model whose state grows (refused where the core keeps state) and for a handler's
+// state (refused by its worker, which alone still has the state as it was). A model whose
+// fixed state per sequence is larger than the budget does not load.
 
 const BUDGET = 32;
 
@@ -48,12 +49,24 @@ backend: "typescript"
 max_batch_size: 0
 input [ { name: "IN" data_type: TYPE_UINT8 dims: [ -1 ] } ]
 output [ { name: "KEPT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-sequence_batching { max_sequence_idle_microseconds: 60000000 }
+sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  oldest { max_candidate_sequences: 4 }
+}
 `,
       files: { "1/model.ts": LOG },
     },
+    // The growing model with its cache fixed at 16 FP32 values: 64 bytes a sequence.
+    wide: {
+      config: growingStateConfig("max_sequence_idle_microseconds: 60000000")
+        .replace('name: "growing"', 'name: "wide"')
+        .replace("dims: [ -1 ] } ]", "dims: [ 16 ] } ]"),
+      files: { "1/model.onnx": growingStateModel() },
+    },
   });
   server = await startTestServer(repository.path, {
+    modelControlMode: "explicit",
+    loadModels: ["growing", "log"],
     security: securityOptions({ limits: { ...securityOptions().limits, maxStateBytes: BUDGET } }),
   });
 });
@@ -125,15 +138,27 @@ test("a handler's state: its worker refuses the step past the budget and gives t
   const before = await refusals();
   const refused = await note(10, 5);
   assert.equal(refused.status, 429);
-  assert.match(
-    String(refused.body.error),
-    /^the state of sequence 10 would hold 25 bytes, more than the server's sequence state memory has left \(--max-state-bytes, for every model's sequences together\): the step is not applied, and the state stays as it was$/,
-  );
+  assert.deepEqual(refused.body, {
+    error: `the state of sequence 10 of model 'log' would hold 25 bytes, more than the server's sequence state memory has left (--max-state-bytes ${BUDGET}, for every model's sequences together): the step is not applied, and the state stays as it was`,
+  });
   assert.equal(await refusals(), before + 1);
-  // Within the room left, the state grows from what it was: 20 + 4 bytes.
+  // Within the room left, the state grows from what it was: 20 + 4 bytes, 32 held.
   assert.deepEqual(outputData(await note(10, 4), "KEPT"), [24]);
-  // Ending the ONNX sequence makes room for the handler's.
-  assert.equal((await grow(3, 1, { end: true })).status, 200);
+  assert.equal(await heldBytes(), BUDGET);
+  // An END frees its state: it is not refused, however much it adds (nor is a sequence
+  // of one request).
+  assert.deepEqual(outputData(await note(11, 4, { start: true, end: true }), "KEPT"), [4]);
   assert.deepEqual(outputData(await note(10, 8, { end: true }), "KEPT"), [32]);
+  assert.equal(await heldBytes(), 8);
+  assert.equal((await grow(3, 1, { end: true })).status, 200);
   assert.equal(await heldBytes(), 0);
+});
+
+test("a model whose fixed state per sequence is larger than the budget does not load", async () => {
+  const load = await postJson(`${server.url}/v2/repository/models/wide/load`, "{}");
+  assert.equal(load.status, 400);
+  assert.match(
+    String(load.body.error),
+    /the state of model 'wide' takes 64 bytes per sequence, more than the server's --max-state-bytes \(32\) for every model's sequences together/,
+  );
 });

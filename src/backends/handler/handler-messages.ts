@@ -57,8 +57,8 @@ export interface WireSequence {
   readonly start: boolean;
   readonly end: boolean;
   readonly state: readonly WireStateEntry[];
-  /** The most bytes the state may hold after the step under --max-state-bytes (undefined: no budget). */
-  readonly maxStateBytes?: number;
+  /** The server's --max-state-bytes and the room it leaves this state (ExecutionSequence.stateBudget). */
+  readonly stateBudget?: { readonly roomBytes: number; readonly maxBytes: number };
 }
 
 export interface WireRequest {

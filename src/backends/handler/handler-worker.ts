@@ -1,6 +1,8 @@
 import { parentPort } from "node:worker_threads";
 import pLimit from "p-limit";
 import { ERROR_CODES, type ErrorCode } from "../../core/errors.ts";
+import { formatSequenceId } from "../../core/sequence/sequence-parameters.ts";
+import { stateBudgetExceeded } from "../../core/sequence/state-budget.ts";
 import { type Tensor, tensorByteLength } from "../../core/tensor.ts";
 import type {
   CallError,
@@ -26,6 +28,7 @@ import type {
   ToHandlerMessage,
   WireError,
   WireRequest,
+  WireSequence,
   WireStateEntry,
 } from "./handler-messages.ts";
 import { loadHandler } from "./handler-module.ts";
@@ -75,21 +78,20 @@ function quietly<T>(promise: Promise<T>): Promise<T> {
 }
 
 /** The client's message (never the stack); the stack goes to the log. */
-/** A state the server's --max-state-bytes has no room for (the main thread counts it by its reason). */
+/**
+ * A state the server's --max-state-bytes has no room for: the client's refusal, not the
+ * handler's failure (not logged as one); the main thread counts it by its reason.
+ */
 class StateBudgetRefusal extends Error {
   readonly code = "RESOURCE_EXHAUSTED";
   readonly reason = "state_budget" as const;
-
-  constructor(sequence: unknown, bytes: number) {
-    super(
-      `the state of sequence ${String(sequence)} would hold ${bytes} bytes, more than the server's sequence state memory has left (--max-state-bytes, for every model's sequences together): the step is not applied, and the state stays as it was`,
-    );
-  }
 }
 
 function handlerError(error: unknown, where: string): WireError {
   const stack = error instanceof Error ? error.stack : undefined;
-  log("error", `handler ${where} failed: ${errorText(error)}`, stack === undefined ? undefined : { stack });
+  if (!(error instanceof StateBudgetRefusal)) {
+    log("error", `handler ${where} failed: ${errorText(error)}`, stack === undefined ? undefined : { stack });
+  }
   const code = (error as { code?: unknown } | undefined)?.code;
   return {
     code:
@@ -182,8 +184,8 @@ class OpenRequest implements HandlerRequest {
   readonly outputs: readonly string[];
   readonly sequence: HandlerRequest["sequence"];
   readonly #state: HandlerSequenceState | undefined;
-  /** The most bytes the state may hold after the step under the server's --max-state-bytes. */
-  readonly #budgetBytes: number;
+  /** The server's --max-state-bytes and the room it leaves this state; undefined for an END. */
+  readonly #budget: WireSequence["stateBudget"];
   readonly #controller = new AbortController();
   readonly #decoupled: boolean;
   /** When its batch began to run, and how long building the batch's requests took. */
@@ -214,7 +216,7 @@ class OpenRequest implements HandlerRequest {
     this.parameters = wire.parameters;
     this.outputs = wire.outputNames;
     this.#decoupled = decoupled;
-    this.#budgetBytes = wire.sequence?.maxStateBytes ?? Number.POSITIVE_INFINITY;
+    this.#budget = wire.sequence?.stateBudget;
     if (wire.sequence !== undefined) {
       this.#state = new HandlerSequenceState(wire.sequence.state);
       this.sequence = {
@@ -363,7 +365,13 @@ class OpenRequest implements HandlerRequest {
         { code: "RESOURCE_EXHAUSTED" },
       );
     }
-    if (kept.bytes > this.#budgetBytes) throw new StateBudgetRefusal(this.sequence!.id, kept.bytes);
+    const budget = this.#budget;
+    if (budget !== undefined && kept.bytes > budget.roomBytes) {
+      const id = formatSequenceId(this.sequence!.id);
+      throw new StateBudgetRefusal(
+        stateBudgetExceeded(id, context.model.name, kept.bytes, budget.maxBytes).message,
+      );
+    }
     return kept.entries;
   }
 

@@ -36,8 +36,15 @@ import { formatSequenceId } from "./sequence-parameters.ts";
 import { decodeRecordBody, encodeRecordBody, type SequenceRecordBody } from "./sequence-record.ts";
 import type { ModelTier, TierExpiry, TierRecord, TierWrite, TierWriteResult } from "./sequence-tier.ts";
 import { type SequenceTransfer, stateSignature, type TransferredSequence } from "./sequence-transfer.ts";
+import { stateRowBytes } from "./slab-state-store.ts";
 import type { StateBudget } from "./state-budget.ts";
-import { isSerializedValue, type SequenceState, type StateEntry, type StateStore } from "./state-store.ts";
+import {
+  isSerializedValue,
+  type SequenceState,
+  type StateEntry,
+  type StateStore,
+  stateBytes,
+} from "./state-store.ts";
 import { fixedStateLayouts, stateStoreForModel } from "./state-store-for-model.ts";
 import { checkStep, type StepAnswer, StepAnswers, stepAnswer } from "./step-answers.ts";
 
@@ -182,6 +189,13 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     for (const state of this.#sequencing.states)
       initialStates.set(state.inputName, initialStateTensor(state));
     const layouts = fixedStateLayouts(config, initialStates);
+    const budget = options.stateBudget;
+    if (budget !== undefined && layouts !== undefined && stateRowBytes(layouts) > budget.maxBytes) {
+      // No sequence could ever start: a load failure, as for sequence_state_max_bytes.
+      throw invalidArg(
+        `the state of model '${config.name}' takes ${stateRowBytes(layouts)} bytes per sequence, more than the server's --max-state-bytes (${budget.maxBytes}) for every model's sequences together`,
+      );
+    }
     const strategy = this.#sequencing.strategy;
     const perInstance =
       strategy.kind === "direct" ? Math.max(1, config.maxBatchSize) : strategy.maxCandidateSequences;
@@ -1110,12 +1124,26 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     });
   }
 
-  /** Takes the tier's record into `sequence`: its state, steps, answers and version. */
+  /**
+   * Takes the tier's record into `sequence`: its state, steps, answers and version. Throws,
+   * changing nothing, when the state has no room in the server's budget (unless `toClose`:
+   * closing frees it): the record stays in the tier, for a replica with room or a retry.
+   */
   #install(
     sequence: Sequence,
     record: TierRecord,
     body = decodeRecordBody(record.body, this.#describe(sequence.id)),
+    toClose = false,
   ): void {
+    if (body.state !== undefined && !toClose) {
+      const refusal = this.#model.budget?.refusal(
+        formatSequenceId(sequence.id),
+        this.#config.name,
+        this.#model.store.bytesOf(sequence.key),
+        stateBytes(body.state),
+      );
+      if (refusal !== undefined) throw refusal;
+    }
     const place = sequence.tier ?? this.#newPlace()!;
     sequence.tier = place;
     place.life = record.life;
@@ -1220,12 +1248,12 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#notifyIdle();
   }
 
-  /** A sequence this replica did not hold, taken up from the tier's record. */
-  #adoptFromTier(key: string, id: SequenceId, record: TierRecord): Sequence {
+  /** A sequence this replica did not hold, taken up from the tier's record (`toClose`: only to close it). */
+  #adoptFromTier(key: string, id: SequenceId, record: TierRecord, toClose = false): Sequence {
     const body = decodeRecordBody(record.body, this.#describe(id));
     const sequence = new Sequence(id, body.createdMs, body.owner);
     sequence.expiresAtMs = body.expiresAtMs;
-    this.#install(sequence, record, body);
+    this.#install(sequence, record, body, toClose);
     try {
       this.#place(sequence);
     } catch (error) {
@@ -1975,7 +2003,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       return this.#tier.read(id).then(
         (record) => {
           if (record === undefined || record.ended !== undefined) return false;
-          if (!this.#live.has(key)) this.#adoptFromTier(key, id, record);
+          if (!this.#live.has(key)) this.#adoptFromTier(key, id, record, true);
           return this.close(id, caller);
         },
         (error: unknown) => {

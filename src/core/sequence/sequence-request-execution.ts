@@ -77,9 +77,15 @@ export async function runSequenceRequests(
           start,
           end: row.request.request.sequence?.end === true,
           state: start ? undefined : store.get(row.sequence.key),
-          ...(model.budget === undefined
+          // An END's state is freed once it is done: it needs no room.
+          ...(model.budget === undefined || row.request.request.sequence?.end === true
             ? {}
-            : { maxStateBytes: model.budget.roomFor(start ? 0 : store.bytesOf(row.sequence.key)) }),
+            : {
+                stateBudget: {
+                  roomBytes: model.budget.roomFor(start ? 0 : store.bytesOf(row.sequence.key)),
+                  maxBytes: model.budget.maxBytes,
+                },
+              }),
         },
       };
     });

@@ -11,6 +11,14 @@ import type { SequenceState, StateStore } from "./state-store.ts";
 // writing copies into it.
 
 /** One state tensor as a sequence keeps it. */
+/** Bytes one sequence's state takes in slabs of these layouts. */
+export function stateRowBytes(layouts: readonly StateLayout[]): number {
+  return layouts.reduce(
+    (sum, l) => sum + elementCount(l.shape) * allocateArray(l.datatype, 0).BYTES_PER_ELEMENT,
+    0,
+  );
+}
+
 export interface StateLayout {
   readonly inputName: string;
   /** As stored (FP16 for FP32 state kept as FP16). */
@@ -46,10 +54,7 @@ export class SlabStateStore implements StateStore {
   constructor(layouts: readonly StateLayout[], policy: StateBufferConfig, plannedRows: number) {
     this.#layouts = layouts;
     this.#elements = layouts.map((l) => elementCount(l.shape));
-    this.#rowBytes = layouts.reduce(
-      (sum, l, i) => sum + this.#elements[i]! * allocateArray(l.datatype, 0).BYTES_PER_ELEMENT,
-      0,
-    );
+    this.#rowBytes = stateRowBytes(layouts);
     this.#policy = policy;
     this.#plannedRows = Math.max(1, plannedRows);
     if (policy.initialRows > 0) this.#grow(Math.min(policy.initialRows, this.#plannedRows));
