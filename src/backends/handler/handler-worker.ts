@@ -77,7 +77,6 @@ function quietly<T>(promise: Promise<T>): Promise<T> {
   return promise;
 }
 
-/** The client's message (never the stack); the stack goes to the log. */
 /**
  * A state the server's --max-state-bytes has no room for: the client's refusal, not the
  * handler's failure (not logged as one); the main thread counts it by its reason.
@@ -87,6 +86,7 @@ class StateBudgetRefusal extends Error {
   readonly reason = "state_budget" as const;
 }
 
+/** The client's message (never the stack); the stack goes to the log. */
 function handlerError(error: unknown, where: string): WireError {
   const stack = error instanceof Error ? error.stack : undefined;
   if (!(error instanceof StateBudgetRefusal)) {

@@ -11,20 +11,20 @@ import type { SequenceState, StateStore } from "./state-store.ts";
 // writing copies into it.
 
 /** One state tensor as a sequence keeps it. */
-/** Bytes one sequence's state takes in slabs of these layouts. */
-export function stateRowBytes(layouts: readonly StateLayout[]): number {
-  return layouts.reduce(
-    (sum, l) => sum + elementCount(l.shape) * allocateArray(l.datatype, 0).BYTES_PER_ELEMENT,
-    0,
-  );
-}
-
 export interface StateLayout {
   readonly inputName: string;
   /** As stored (FP16 for FP32 state kept as FP16). */
   readonly datatype: NumericDataType;
   /** One sequence's share: 1 on the batch axis. */
   readonly shape: readonly number[];
+}
+
+/** Bytes one sequence's state takes in slabs of these layouts. */
+export function stateRowBytes(layouts: readonly StateLayout[]): number {
+  return layouts.reduce(
+    (sum, l) => sum + elementCount(l.shape) * allocateArray(l.datatype, 0).BYTES_PER_ELEMENT,
+    0,
+  );
 }
 
 interface Slab {
