@@ -121,7 +121,7 @@ const MiB = 1024 * 1024;
  * whatever else runs beside it.
  */
 function defaultMaxStateBytes(): number {
-  // Node 20 gives undefined, later versions 0, where no limit is set.
+  // Where no limit is set, Node gives undefined, 0 or 2^64 by version and cgroup setup.
   const limit = process.constrainedMemory?.() ?? 0;
   const memory = limit > 0 && limit < totalmem() ? limit : totalmem();
   return Math.floor(memory / 2);

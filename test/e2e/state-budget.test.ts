@@ -95,6 +95,11 @@ const note = (id: number, bytes: number, sequence: { start?: boolean; end?: bool
 const refusals = async () =>
   (await metricValue(server.metricsUrl, "seqserve_limit_refusals_total", { limit: "state_bytes" })) ?? 0;
 
+const liveIds = async (model: string) => {
+  const answer = await fetch(`${server.url}/v2/models/${model}/sequences`);
+  return ((await answer.json()) as { sequences: { id: number }[] }).sequences.map((s) => s.id);
+};
+
 const heldBytes = async () => {
   const [growing, log] = await Promise.all(
     ["growing", "log"].map(async (model) => {
@@ -120,9 +125,11 @@ test("an ONNX model's growing state: the step past the budget fails and changes 
   assert.deepEqual(refused.body, {
     error: `the state of sequence 1 of model 'growing' would hold 36 bytes, more than the server's sequence state memory has left (--max-state-bytes ${BUDGET}, for every model's sequences together): the step is not applied, and the state stays as it was`,
   });
-  // Another sequence cannot start: its first state (8 bytes) has no room either.
+  // Another sequence cannot start: its first state (8 bytes) has no room either, and the
+  // START, not applied, leaves no sequence behind (nor a slot taken).
   assert.equal((await grow(2, 1, { start: true })).status, 429);
   assert.equal(await refusals(), before + 2);
+  assert.deepEqual(await liveIds("growing"), [1]);
   // The refused step left nothing behind: the END adds its value to the sum of the seven.
   const end = await grow(1, 5, { end: true });
   assert.deepEqual([outputData(end, "OUTPUT"), outputData(end, "LENGTH")], [[sum + 5], [9]]);
@@ -136,12 +143,15 @@ test("a handler's state: its worker refuses the step past the budget and gives t
   assert.equal((await grow(3, 1, { start: true })).status, 200);
   assert.equal(await heldBytes(), 28);
   const before = await refusals();
+  const refusedStart = await note(12, 5, { start: true });
+  assert.equal(refusedStart.status, 429, JSON.stringify(refusedStart.body));
+  assert.deepEqual(await liveIds("log"), [10]);
   const refused = await note(10, 5);
   assert.equal(refused.status, 429);
   assert.deepEqual(refused.body, {
     error: `the state of sequence 10 of model 'log' would hold 25 bytes, more than the server's sequence state memory has left (--max-state-bytes ${BUDGET}, for every model's sequences together): the step is not applied, and the state stays as it was`,
   });
-  assert.equal(await refusals(), before + 1);
+  assert.equal(await refusals(), before + 2);
   // Within the room left, the state grows from what it was: 20 + 4 bytes, 32 held.
   assert.deepEqual(outputData(await note(10, 4), "KEPT"), [24]);
   assert.equal(await heldBytes(), BUDGET);

@@ -16,7 +16,7 @@ import { missingTools, RedisServer, Replica } from "./support/scale-kit.ts";
 // its record in Redis) only when its own --max-state-bytes has room for the state: a
 // replica that takes over a dead one's sequences is where the budget matters most. Without
 // room the step is refused (429, naming the flag), the record stays in the store, and the
-// sequence goes on where there is room. Closing a sequence needs no room.
+// sequence goes on where there is room. Ending or closing a sequence needs no room.
 
 const MODEL = "acc";
 const CONFIG = accumulatorConfig(MODEL, 8, "max_sequence_idle_microseconds: 60000000");
@@ -54,6 +54,7 @@ describe("a replica takes a sequence from the shared store only with room in its
   it("takes the first sequence, refuses the second and leaves it in the store, where it goes on", async () => {
     assert.equal(sum(await add(roomy, 1, { id: 1, start: true })), 1);
     assert.equal(sum(await add(roomy, 10, { id: 2, start: true })), 10);
+    assert.equal(sum(await add(roomy, 100, { id: 3, start: true })), 100);
     // The small replica takes sequence 1 up: its 4 bytes fit.
     assert.equal(sum(await add(small, 2, { id: 1 })), 3);
     // Sequence 2 does not: refused before anything changes.
@@ -66,8 +67,10 @@ describe("a replica takes a sequence from the shared store only with room in its
     assert.equal((await small.summary(MODEL)).state_bytes, SMALL_BUDGET);
     // The record was left as it was: sequence 2 goes on from 10 on the replica with room.
     assert.equal(sum(await add(roomy, 5, { id: 2 })), 15);
-    // Closing a sequence frees its state: the small replica closes sequence 2 all the same.
-    const closed = await deleteJson(`${small.url}/v2/models/${MODEL}/sequences/2`);
+    // An END frees the state it takes up: the small replica ends sequence 2 all the same,
+    // from the state the other replica left, and closes sequence 3.
+    assert.equal(sum(await add(small, 1, { id: 2, end: true })), 16);
+    const closed = await deleteJson(`${small.url}/v2/models/${MODEL}/sequences/3`);
     assert.equal(closed.status, 200, JSON.stringify(closed.body));
     // Its END makes room, and sequence 1 ends where it is.
     assert.equal(sum(await add(small, 4, { id: 1, end: true })), 7);

@@ -282,6 +282,10 @@ export async function runSequenceBatch(
       if (refusal !== undefined) {
         row.request.reject(refusal);
         refused.add(row);
+        // A START refused for want of room (worth retrying) leaves no sequence behind.
+        if (refusal.reason === "state_budget" && row.request.request.sequence?.start === true) {
+          row.sequence.startNotKept = row.request;
+        }
       }
     }
   }

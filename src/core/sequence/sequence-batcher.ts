@@ -92,6 +92,9 @@ const UNRECORDED_ENDS: ReadonlySet<SequenceEndReason> = new Set([
   "state_lost",
 ]);
 
+/** The request ends its sequence. */
+const isEndRequest = (pending: PendingRequest): boolean => pending.request.sequence?.end === true;
+
 const idKey = (id: SequenceId): string => (typeof id === "bigint" ? `u${id}` : `s${id}`);
 
 /** Server-assigned ids start high in the uint64 range, away from ids clients usually pick. */
@@ -190,10 +193,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       initialStates.set(state.inputName, initialStateTensor(state));
     const layouts = fixedStateLayouts(config, initialStates);
     const budget = options.stateBudget;
-    if (budget !== undefined && layouts !== undefined && stateRowBytes(layouts) > budget.maxBytes) {
+    const perSequence = layouts === undefined ? 0 : stateRowBytes(layouts);
+    if (budget !== undefined && perSequence > budget.maxBytes) {
       // No sequence could ever start: a load failure, as for sequence_state_max_bytes.
       throw invalidArg(
-        `the state of model '${config.name}' takes ${stateRowBytes(layouts)} bytes per sequence, more than the server's --max-state-bytes (${budget.maxBytes}) for every model's sequences together`,
+        `the state of model '${config.name}' takes ${perSequence} bytes per sequence, more than the server's --max-state-bytes (${budget.maxBytes}) for every model's sequences together`,
       );
     }
     const strategy = this.#sequencing.strategy;
@@ -590,6 +594,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   // ---- SequenceOwner: called by instances ----
 
   afterStep(sequence: Sequence): void {
+    const notKept = sequence.startNotKept;
+    sequence.startNotKept = undefined;
+    if (notKept !== undefined && this.#undoStart(sequence, notKept)) return;
     if (sequence.endReason !== undefined && sequence.idle) {
       this.#finish(sequence);
       return;
@@ -1126,16 +1133,17 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
 
   /**
    * Takes the tier's record into `sequence`: its state, steps, answers and version. Throws,
-   * changing nothing, when the state has no room in the server's budget (unless `toClose`:
-   * closing frees it): the record stays in the tier, for a replica with room or a retry.
+   * changing nothing, when the state has no room in the server's budget, unless the
+   * sequence is `ending` (closed, or an END waits for it: its state is freed); the record
+   * stays in the tier, for a replica with room or a retry.
    */
   #install(
     sequence: Sequence,
     record: TierRecord,
     body = decodeRecordBody(record.body, this.#describe(sequence.id)),
-    toClose = false,
+    ending = false,
   ): void {
-    if (body.state !== undefined && !toClose) {
+    if (body.state !== undefined && !ending) {
       const refusal = this.#model.budget?.refusal(
         formatSequenceId(sequence.id),
         this.#config.name,
@@ -1220,7 +1228,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         this.#endNow(local, reason, this.#endedElsewhere(id, reason));
       }
       if (record !== undefined && record.ended === undefined) {
-        if (!this.#live.has(key) && !this.#ending.has(key)) this.#adoptFromTier(key, id, record);
+        if (!this.#live.has(key) && !this.#ending.has(key)) {
+          this.#adoptFromTier(key, id, record, waiting.some(isEndRequest));
+        }
       } else if (record !== undefined) {
         this.#recentEnds.remember(key, {
           reason: record.ended as SequenceEndReason,
@@ -1248,12 +1258,12 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#notifyIdle();
   }
 
-  /** A sequence this replica did not hold, taken up from the tier's record (`toClose`: only to close it). */
-  #adoptFromTier(key: string, id: SequenceId, record: TierRecord, toClose = false): Sequence {
+  /** A sequence this replica did not hold, taken up from the tier's record (`ending`: see #install). */
+  #adoptFromTier(key: string, id: SequenceId, record: TierRecord, ending = false): Sequence {
     const body = decodeRecordBody(record.body, this.#describe(id));
     const sequence = new Sequence(id, body.createdMs, body.owner);
     sequence.expiresAtMs = body.expiresAtMs;
-    this.#install(sequence, record, body, toClose);
+    this.#install(sequence, record, body, ending);
     try {
       this.#place(sequence);
     } catch (error) {
@@ -1337,7 +1347,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         if (record !== undefined && record.ended === undefined) {
           if (this.#endIfAnotherCallers(sequence, record)) return;
           try {
-            this.#install(sequence, record);
+            this.#install(sequence, record, undefined, sequence.queue.peek()?.request.sequence?.end === true);
           } catch (error) {
             for (const p of sequence.queue.drain()) p.reject(asServerError(error));
           }
@@ -1486,7 +1496,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       // again on what the tier holds, never on top of a state that was not current.
       const tries = (this.#retries.get(row.request) ?? 0) + 1;
       try {
-        this.#install(sequence, current);
+        this.#install(sequence, current, undefined, isEndRequest(row.request));
       } catch (error) {
         row.request.reject(asServerError(error));
         return;

@@ -42,7 +42,10 @@ export async function runSequenceRequests(
     if (settled.has(row)) return;
     settled.add(row);
     execution.settled(outcome?.ok === true);
-    if (outcome?.ok === false && outcome.error.reason === "state_budget") model.budget?.counted();
+    if (outcome?.ok === false && outcome.error.reason === "state_budget") {
+      model.budget?.counted();
+      if (row.request.request.sequence?.start === true) row.sequence.startNotKept = row.request;
+    }
     keepState(model, row.sequence, outcome);
     if (outcome?.ok !== true) {
       rowDone(row, outcome);

@@ -79,6 +79,12 @@ export class Sequence {
   expiresAtMs: number | undefined;
   /** Steps applied in this life (those that succeeded): what a request's `sequence_step` counts. */
   applied = 0;
+  /**
+   * A START that ran but whose state the server's budget had no room for: not applied, so
+   * the batcher ends the life it began, as for a START refused before it ran (a retry
+   * would otherwise be refused as a START on a live id).
+   */
+  startNotKept: PendingRequest | undefined;
   /** The answers of its last steps that carried `sequence_step`. */
   answers: StepAnswers | undefined;
   /** Its place in the model's sequence tier, when it has one. */

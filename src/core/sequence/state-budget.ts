@@ -11,9 +11,11 @@ import type { StateStore } from "./state-store.ts";
 // whose state would take the total past the budget fails, and its state stays as it was:
 // the core refuses it where it keeps state a batch gave back; a handler's worker refuses
 // it, told with each request how far the state may grow (the state was lent to it, so
-// only it still has the state as it was). Steps running at the same moment on handler
-// workers each see the room left when they were sent, so together they may pass the
-// budget by what they add, each at most its model's sequence_state_max_bytes.
+// only it still has the state as it was). A handler's step is checked against the room
+// left when it was sent: steps running at the same moment may together pass the budget by
+// what they add (each at most its model's sequence_state_max_bytes), and a step may be
+// refused for want of room that others freed while it ran (a long decoupled one most).
+// An END is never refused: it frees its state.
 
 export class StateBudget {
   readonly maxBytes: number;

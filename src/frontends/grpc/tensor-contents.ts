@@ -1,20 +1,15 @@
-import {
-  allocateArray,
-  arrayTypeOf,
-  type DataType,
-  type NumericArray,
-  type NumericDataType,
-} from "../../core/datatype.ts";
+import type { DataType } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
 import { type BytesElements, shapeInMessage, type Tensor } from "../../core/tensor.ts";
 import { checkedElementCount } from "../../core/tensor-size.ts";
 import type { InferTensorContentsMessage } from "./messages.ts";
+import { type DecodedNumbers, typedTensorData } from "./typed-tensor-data.ts";
 
 // Tensors sent as typed values (InferTensorContents) rather than raw bytes. Each datatype
 // has exactly one field; the narrow integer types travel widened (INT8/INT16 in
-// int_contents, UINT8/UINT16 in uint_contents), so their values are range-checked here
-// instead of being silently truncated. FP16 and BF16 have no typed field. The decoder
-// gives each field's values in a typed array of its own, which becomes the tensor's data.
+// int_contents, UINT8/UINT16 in uint_contents). FP16 and BF16 have no typed field. The
+// decoder gives each field's values in a typed array of its own, which becomes the
+// tensor's data (typed-tensor-data.ts).
 
 type ContentsField = keyof InferTensorContentsMessage;
 
@@ -46,48 +41,9 @@ const FIELD_OF: Readonly<Record<DataType, ContentsField | undefined>> = {
   BF16: undefined,
 };
 
-/** Inclusive ranges of the integer types that travel widened. */
-const RANGES: Partial<Record<DataType, readonly [number, number]>> = {
-  INT8: [-128, 127],
-  INT16: [-32768, 32767],
-  UINT8: [0, 255],
-  UINT16: [0, 65535],
-};
-
 interface Where {
   readonly input: string;
   readonly model: string;
-}
-
-type Values = NonNullable<InferTensorContentsMessage[ContentsField]>;
-
-function checkRange(where: Where, datatype: DataType, values: Int32Array | Uint32Array): void {
-  const range = RANGES[datatype];
-  if (range === undefined) return;
-  const [min, max] = range;
-  for (let i = 0; i < values.length; i++) {
-    const value = values[i]!;
-    if (value < min || value > max) {
-      throw invalidArg(
-        `value ${value} at index ${i} of input '${where.input}' for model '${where.model}' is out of range for ${datatype} [${min}, ${max}]`,
-      );
-    }
-  }
-}
-
-/**
- * The tensor's data from its field's values: the decoded array itself where the field
- * holds the datatype's own elements, else (narrow integers sent widened) a checked copy.
- */
-function typedData(where: Where, datatype: DataType, values: Values): NumericArray | BytesElements {
-  if (datatype === "BYTES") return values as BytesElements;
-  const numeric = datatype as NumericDataType;
-  if (values.length === 0) return allocateArray(numeric, 0);
-  if (values instanceof arrayTypeOf(numeric)) return values as NumericArray;
-  checkRange(where, datatype, values as Int32Array | Uint32Array);
-  const data = allocateArray(numeric, values.length);
-  (data as Int32Array).set(values as Int32Array);
-  return data;
 }
 
 /**
@@ -130,5 +86,13 @@ export function decodeTensorContents(
       `input '${where.input}' for model '${where.model}' has ${values.length} values in ${expected}, but shape ${shapeInMessage(shape)} needs ${count}`,
     );
   }
-  return { datatype, shape, data: typedData(where, datatype, values) } as Tensor;
+  const data =
+    datatype === "BYTES"
+      ? (values as BytesElements)
+      : typedTensorData(
+          `input '${where.input}' for model '${where.model}'`,
+          datatype,
+          values as DecodedNumbers,
+        );
+  return { datatype, shape, data } as Tensor;
 }

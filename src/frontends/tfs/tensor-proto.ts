@@ -1,6 +1,5 @@
 import {
   allocateArray,
-  arrayTypeOf,
   type DataType,
   elementByteSize,
   type NumericArray,
@@ -11,6 +10,7 @@ import { type NumericTensor, shapeInMessage, type Tensor } from "../../core/tens
 import { checkedElementCount } from "../../core/tensor-size.ts";
 import { decodeRawTensor, encodeRawTensor } from "../common/raw-tensor.ts";
 import { int64ToNumber } from "../grpc/int64.ts";
+import { type DecodedNumbers, typedTensorData } from "../grpc/typed-tensor-data.ts";
 import type { TensorProtoMessage, TensorProtoToEncode, TensorShapeMessage } from "./messages.ts";
 import { datatypeOfTf, tfDtypeName, tfDtypeOf, VAL_FIELD_OF, VAL_FIELDS, type ValField } from "./tf-dtype.ts";
 
@@ -19,14 +19,6 @@ import { datatypeOfTf, tfDtypeName, tfDtypeOf, VAL_FIELD_OF, VAL_FIELDS, type Va
 // the typed `*_val` field of the dtype (decoded into a typed array that becomes the
 // tensor's data; a single value fills the shape, as TensorFlow's version 0 encoding allows). Outputs go back in `tensor_content` (strings in
 // `string_val`), which is what TensorFlow's make_ndarray and TF-Serving clients read.
-
-/** Inclusive ranges of the types that travel widened in int_val. */
-const INT_VAL_RANGES: Partial<Record<DataType, readonly [number, number]>> = {
-  INT8: [-128, 127],
-  UINT8: [0, 255],
-  INT16: [-32768, 32767],
-  UINT16: [0, 65535],
-};
 
 /** The dims of a TensorShapeProto; undefined when the proto has none (or no shape at all). */
 export function shapeOf(shape: TensorShapeMessage | null | undefined): number[] | undefined {
@@ -49,24 +41,7 @@ function checkShape(input: string, shape: TensorShapeMessage | null | undefined)
 
 type Values = NonNullable<TensorProtoMessage[ValField]>;
 
-function checkRange(input: string, datatype: DataType, values: Int32Array, count: number): void {
-  const range = INT_VAL_RANGES[datatype];
-  if (range === undefined) return;
-  for (let i = 0; i < count; i++) {
-    const n = values[i]!;
-    if (n < range[0] || n > range[1]) {
-      throw invalidArg(
-        `value ${n} at index ${i} of input '${input}' is out of range for ${datatype} [${range[0]}, ${range[1]}]`,
-      );
-    }
-  }
-}
-
-/**
- * The tensor's data from its field's values: the decoded array itself where the field
- * holds the datatype's own elements, else (narrow integers and halves sent in int_val or
- * half_val) a checked copy.
- */
+/** The tensor's data from its field's values (typed-tensor-data.ts); one value fills the shape. */
 function valuesOf(
   input: string,
   datatype: DataType,
@@ -85,13 +60,11 @@ function valuesOf(
     const strings = values as readonly Uint8Array[];
     return fill ? new Array<Uint8Array>(count).fill(strings[0]!) : [...strings];
   }
-  const numeric = datatype as NumericDataType;
-  if (!fill && values instanceof arrayTypeOf(numeric)) return values as NumericArray;
-  if (field === "int_val") checkRange(input, datatype, values as Int32Array, fill ? 1 : count);
-  const data = allocateArray(numeric, count);
-  if (fill) (data as Int32Array).fill((values as Int32Array)[0]!);
-  else (data as Int32Array).set(values as Int32Array);
-  return data;
+  const data = typedTensorData(`input '${input}'`, datatype as NumericDataType, values as DecodedNumbers);
+  if (!fill) return data;
+  const filled = allocateArray(datatype as NumericDataType, count);
+  (filled as Int32Array).fill((data as Int32Array)[0]!);
+  return filled;
 }
 
 /**
