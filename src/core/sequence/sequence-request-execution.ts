@@ -3,6 +3,7 @@ import type { ExecutionOutcome, RequestExecutor } from "../executor.ts";
 import { ExecutionCount } from "../scheduler/execution-count.ts";
 import type { RequestResult } from "../scheduler/pending-request.ts";
 import { executionRequest } from "../scheduler/request-batch-execution.ts";
+import { cloneTensor, type Tensor } from "../tensor.ts";
 import type { Sequence } from "./sequence.ts";
 import { answerStep, type SequenceModel, type SequenceRow } from "./sequence-batch-execution.ts";
 
@@ -72,8 +73,13 @@ export async function runSequenceRequests(
     const requests = rows.map((row) => {
       row.request.markDispatched();
       const start = startsLife(row);
+      const request = executionRequest(row.request);
       return {
-        ...executionRequest(row.request),
+        ...request,
+        // With a shared tier, a step whose sequence another replica advanced meanwhile runs
+        // again on the tier's state: it needs its inputs, which the executor may take to its
+        // worker's thread, so the executor gets copies.
+        ...(model.writeThrough === undefined ? {} : { inputs: copiesOf(request.inputs) }),
         sequence: {
           id: row.sequence.id,
           key: row.sequence.key,
@@ -109,6 +115,12 @@ export async function runSequenceRequests(
       finish(row, undefined);
     }
   }
+}
+
+function copiesOf(inputs: ReadonlyMap<string, Tensor>): Map<string, Tensor> {
+  const copies = new Map<string, Tensor>();
+  for (const [name, tensor] of inputs) copies.set(name, cloneTensor(tensor));
+  return copies;
 }
 
 /** The store keeps what the step left (nothing, when the state did not come back). */
