@@ -1,6 +1,7 @@
 import type { ServerError } from "./errors.ts";
 import type { InferRequest, Parameters, SequenceId } from "./infer.ts";
 import type { SequenceEndReason } from "./model.ts";
+import type { BudgetedStep } from "./sequence/state-budget.ts";
 import type { SequenceState } from "./sequence/state-store.ts";
 import type { Tensor } from "./tensor.ts";
 
@@ -65,7 +66,12 @@ export interface ExecutionSequence {
    * what the budget has left). A step past it fails, with the reason "state_budget", and
    * gives the state back as it was. Undefined: no bound but the model's own.
    */
-  readonly stateBudget?: { readonly roomBytes: number; readonly maxBytes: number };
+  readonly stateBudget?: {
+    readonly roomBytes: number;
+    readonly maxBytes: number;
+    /** The step as a refusal names it. */
+    readonly step: BudgetedStep;
+  };
 }
 
 /** Where a decoupled model's responses go as they are produced (see response-stream.ts). */

@@ -127,7 +127,11 @@ test("an ONNX model's growing state: the step past the budget fails and changes 
   });
   // Another sequence cannot start: its first state (8 bytes) has no room either, and the
   // START, not applied, leaves no sequence behind (nor a slot taken).
-  assert.equal((await grow(2, 1, { start: true })).status, 429);
+  const refusedStart = await grow(2, 1, { start: true });
+  assert.equal(refusedStart.status, 429);
+  assert.deepEqual(refusedStart.body, {
+    error: `the state of a new sequence 2 of model 'growing' would hold 8 bytes, more than the server's sequence state memory has left (--max-state-bytes ${BUDGET}, for every model's sequences together): the sequence is not started`,
+  });
   assert.equal(await refusals(), before + 2);
   assert.deepEqual(await liveIds("growing"), [1]);
   // The refused step left nothing behind: the END adds its value to the sum of the seven.
@@ -145,6 +149,10 @@ test("a handler's state: its worker refuses the step past the budget and gives t
   const before = await refusals();
   const refusedStart = await note(12, 5, { start: true });
   assert.equal(refusedStart.status, 429, JSON.stringify(refusedStart.body));
+  assert.match(
+    String(refusedStart.body.error),
+    /^the state of a new sequence 12 of model 'log' would hold 5 bytes.*: the sequence is not started$/,
+  );
   assert.deepEqual(await liveIds("log"), [10]);
   const refused = await note(10, 5);
   assert.equal(refused.status, 429);

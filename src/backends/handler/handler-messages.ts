@@ -1,4 +1,5 @@
 import type { ErrorCode, ErrorReason } from "../../core/errors.ts";
+import type { ExecutionSequence } from "../../core/executor.ts";
 import type { ParameterValue, SequenceId } from "../../core/infer.ts";
 import type { ModelIo } from "../../core/model-io.ts";
 import type { SequenceEndReason } from "../../handler-api.ts";
@@ -58,7 +59,7 @@ export interface WireSequence {
   readonly end: boolean;
   readonly state: readonly WireStateEntry[];
   /** The server's --max-state-bytes and the room it leaves this state (ExecutionSequence.stateBudget). */
-  readonly stateBudget?: { readonly roomBytes: number; readonly maxBytes: number };
+  readonly stateBudget?: ExecutionSequence["stateBudget"];
 }
 
 export interface WireRequest {

@@ -1,7 +1,6 @@
 import { parentPort } from "node:worker_threads";
 import pLimit from "p-limit";
 import { ERROR_CODES, type ErrorCode } from "../../core/errors.ts";
-import { formatSequenceId } from "../../core/sequence/sequence-parameters.ts";
 import { stateBudgetExceeded } from "../../core/sequence/state-budget.ts";
 import { type Tensor, tensorByteLength } from "../../core/tensor.ts";
 import type {
@@ -367,10 +366,7 @@ class OpenRequest implements HandlerRequest {
     }
     const budget = this.#budget;
     if (budget !== undefined && kept.bytes > budget.roomBytes) {
-      const id = formatSequenceId(this.sequence!.id);
-      throw new StateBudgetRefusal(
-        stateBudgetExceeded(id, context.model.name, kept.bytes, budget.maxBytes).message,
-      );
+      throw new StateBudgetRefusal(stateBudgetExceeded(budget.step, kept.bytes, budget.maxBytes).message);
     }
     return kept.entries;
   }

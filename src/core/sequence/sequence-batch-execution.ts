@@ -16,7 +16,7 @@ import { cloneTensor, formatShape, type NumericTensor, type Tensor, zeroTensor }
 import { controlTensors } from "./control-tensors.ts";
 import type { Sequence } from "./sequence.ts";
 import { formatSequenceId } from "./sequence-parameters.ts";
-import type { StateBudget } from "./state-budget.ts";
+import type { BudgetedStep, StateBudget } from "./state-budget.ts";
 import { type SequenceState, type StateStore, stateBytes } from "./state-store.ts";
 import { StepAnswers, stepAnswer } from "./step-answers.ts";
 
@@ -68,6 +68,17 @@ export function answerStep(row: SequenceRow, result: RequestResult): void {
     sequence.answers.record(stepAnswer(step, result));
   }
   row.request.resolve(result);
+}
+
+/** `row`'s step as a budget refusal names it. */
+export function budgetedStep(model: string, row: SequenceRow): BudgetedStep {
+  const control = row.request.request.sequence;
+  const starts = control?.start === true;
+  return {
+    model,
+    id: starts && control?.id === undefined ? undefined : formatSequenceId(row.sequence.id),
+    starts,
+  };
 }
 
 /** The first step of a sequence starts it: its START request, or the first one of a sequence opened without a request. */
@@ -267,8 +278,7 @@ export async function runSequenceBatch(
       let refusal =
         stateTooLarge(config.name, row, state, sequencing.stateMaxBytes) ??
         model.budget?.refusal(
-          formatSequenceId(row.sequence.id),
-          config.name,
+          budgetedStep(config.name, row),
           store.bytesOf(row.sequence.key),
           stateBytes(state),
         );

@@ -1145,8 +1145,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   ): void {
     if (body.state !== undefined && !ending) {
       const refusal = this.#model.budget?.refusal(
-        formatSequenceId(sequence.id),
-        this.#config.name,
+        { model: this.#config.name, id: formatSequenceId(sequence.id), starts: false },
         this.#model.store.bytesOf(sequence.key),
         stateBytes(body.state),
       );

@@ -5,7 +5,12 @@ import type { RequestResult } from "../scheduler/pending-request.ts";
 import { executionRequest } from "../scheduler/request-batch-execution.ts";
 import { cloneTensor, type Tensor } from "../tensor.ts";
 import type { Sequence } from "./sequence.ts";
-import { answerStep, type SequenceModel, type SequenceRow } from "./sequence-batch-execution.ts";
+import {
+  answerStep,
+  budgetedStep,
+  type SequenceModel,
+  type SequenceRow,
+} from "./sequence-batch-execution.ts";
 
 // One step of a batch of sequences on model code that takes requests (a handler). Each
 // request goes with its sequence's id, flags and state; the state is lent to the executor
@@ -93,6 +98,7 @@ export async function runSequenceRequests(
                 stateBudget: {
                   roomBytes: model.budget.roomFor(start ? 0 : store.bytesOf(row.sequence.key)),
                   maxBytes: model.budget.maxBytes,
+                  step: budgetedStep(model.config.name, row),
                 },
               }),
         },

@@ -46,13 +46,13 @@ export class StateBudget {
   }
 
   /**
-   * The refusal for a step of `sequence` whose state would go from `bytesNow` to
-   * `bytesAfter`; undefined when it fits (or does not grow).
+   * The refusal for `step`, whose state would go from `bytesNow` to `bytesAfter`;
+   * undefined when it fits (or does not grow).
    */
-  refusal(sequence: string, model: string, bytesNow: number, bytesAfter: number): ServerError | undefined {
+  refusal(step: BudgetedStep, bytesNow: number, bytesAfter: number): ServerError | undefined {
     if (bytesAfter <= bytesNow || bytesAfter <= this.roomFor(bytesNow)) return undefined;
     this.counted();
-    return stateBudgetExceeded(sequence, model, bytesAfter, this.maxBytes);
+    return stateBudgetExceeded(step, bytesAfter, this.maxBytes);
   }
 
   /** Counts a refusal made elsewhere (by a handler's worker). */
@@ -61,16 +61,26 @@ export class StateBudget {
   }
 }
 
+/** A step as a refusal names it. */
+export interface BudgetedStep {
+  readonly model: string;
+  /** The sequence's id as messages write it; undefined for one the server assigned to a START. */
+  readonly id: string | undefined;
+  /** A START: refused, the sequence is not started (and a restarted one's old life is over). */
+  readonly starts: boolean;
+}
+
 /** The error for a step whose state the server's budget cannot keep. */
-export function stateBudgetExceeded(
-  sequence: string,
-  model: string,
-  bytes: number,
-  maxBytes: number,
-): ServerError {
+export function stateBudgetExceeded(step: BudgetedStep, bytes: number, maxBytes: number): ServerError {
+  const sequence = step.starts
+    ? `a new sequence${step.id === undefined ? "" : ` ${step.id}`}`
+    : `sequence ${step.id}`;
+  const outcome = step.starts
+    ? "the sequence is not started"
+    : "the step is not applied, and the state stays as it was";
   return new ServerError(
     "RESOURCE_EXHAUSTED",
-    `the state of sequence ${sequence} of model '${model}' would hold ${bytes} bytes, more than the server's sequence state memory has left (--max-state-bytes ${maxBytes}, for every model's sequences together): the step is not applied, and the state stays as it was`,
+    `the state of ${sequence} of model '${step.model}' would hold ${bytes} bytes, more than the server's sequence state memory has left (--max-state-bytes ${maxBytes}, for every model's sequences together): ${outcome}`,
     { reason: "state_budget" },
   );
 }
