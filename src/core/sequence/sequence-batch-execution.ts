@@ -277,10 +277,8 @@ export async function runSequenceBatch(
       // its step; the state stays as it was.
       let refusal =
         stateTooLarge(config.name, row, state, sequencing.stateMaxBytes) ??
-        model.budget?.refusal(
+        model.budget?.refusal(store.bytesOf(row.sequence.key), stateBytes(state), () =>
           budgetedStep(config.name, row),
-          store.bytesOf(row.sequence.key),
-          stateBytes(state),
         );
       if (refusal === undefined) {
         try {

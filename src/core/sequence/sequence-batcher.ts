@@ -1145,9 +1145,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   ): void {
     if (body.state !== undefined && !ending) {
       const refusal = this.#model.budget?.refusal(
-        { model: this.#config.name, id: formatSequenceId(sequence.id), starts: false },
         this.#model.store.bytesOf(sequence.key),
         stateBytes(body.state),
+        () => ({ model: this.#config.name, id: formatSequenceId(sequence.id), starts: false }),
       );
       if (refusal !== undefined) throw refusal;
     }

@@ -46,13 +46,13 @@ export class StateBudget {
   }
 
   /**
-   * The refusal for `step`, whose state would go from `bytesNow` to `bytesAfter`;
-   * undefined when it fits (or does not grow).
+   * The refusal for the step `step()` names, whose state would go from `bytesNow` to
+   * `bytesAfter`; undefined when it fits (or does not grow).
    */
-  refusal(step: BudgetedStep, bytesNow: number, bytesAfter: number): ServerError | undefined {
+  refusal(bytesNow: number, bytesAfter: number, step: () => BudgetedStep): ServerError | undefined {
     if (bytesAfter <= bytesNow || bytesAfter <= this.roomFor(bytesNow)) return undefined;
     this.counted();
-    return stateBudgetExceeded(step, bytesAfter, this.maxBytes);
+    return stateBudgetExceeded(step(), bytesAfter, this.maxBytes);
   }
 
   /** Counts a refusal made elsewhere (by a handler's worker). */
