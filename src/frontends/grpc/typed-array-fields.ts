@@ -4,14 +4,14 @@ import protobuf from "protobufjs";
 // The repeated number fields of tensor messages (KServe's InferTensorContents, TensorFlow's
 // TensorProto), decoded straight into typed arrays. protobufjs decodes them into
 // JavaScript arrays, a Long object per 64-bit integer, which the frontend then copied into
-// the typed array a tensor is, on the event loop: 128 ms for a million 1-byte int32
-// varints, 465 ms for a million int64s (bench/grpc-typed-contents.ts). Here packed floats
-// and doubles are one copy, and varints are read in one loop into the array they end in
-// (6 and 12.5 ms). The field kinds covered are those of the two messages; another is
-// refused when the decoder is installed.
+// the typed array a tensor is, on the event loop: 132 ms for a million 1-byte int32
+// varints, 451 ms for a million int64s (bench/grpc-typed-contents.ts, medians). Here packed
+// floats and doubles are one copy, and varints are read in one loop into the array they
+// end in (4.8 and 21 ms). The field kinds covered are those of the two messages; another
+// is refused when the decoder is installed.
 //
-// Each array is exactly sized and owns its buffer (never a view of the received message),
-// so a tensor can take it as its data and move it to a worker. The message's other fields
+// Each array is sized to its values and owns its buffer (never a view of the received
+// message), so a tensor can take it as its data and move it to a worker. The message's other fields
 // decode as protobufjs decodes them, without keeping unknown fields.
 
 type NumberKind = "float" | "double" | "int32" | "uint32" | "int64" | "uint64" | "bool";

@@ -17,8 +17,9 @@ import { datatypeOfTf, tfDtypeName, tfDtypeOf, VAL_FIELD_OF, VAL_FIELDS, type Va
 // TensorFlow's TensorProto ↔ seqserve's Tensor. A request's values come in every form a
 // client sends: `tensor_content` (raw little-endian bytes, kept as a view, no copy), or
 // the typed `*_val` field of the dtype (decoded into a typed array that becomes the
-// tensor's data; a single value fills the shape, as TensorFlow's version 0 encoding allows). Outputs go back in `tensor_content` (strings in
-// `string_val`), which is what TensorFlow's make_ndarray and TF-Serving clients read.
+// tensor's data; a single value fills the shape, as TensorFlow's version 0 encoding
+// allows). Outputs go back in `tensor_content` (strings in `string_val`), which is what
+// TensorFlow's make_ndarray and TF-Serving clients read.
 
 /** The dims of a TensorShapeProto; undefined when the proto has none (or no shape at all). */
 export function shapeOf(shape: TensorShapeMessage | null | undefined): number[] | undefined {
