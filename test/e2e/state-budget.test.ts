@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { securityOptions } from "../../src/config/security-options.ts";
 import { growingStateConfig, growingStateModel } from "../../tools/onnx/sequence-models.ts";
-import { type HandlerRepository, handlerRepository } from "../handlers/support/handler-kit.ts";
+import { type HandlerRepository, handlerRepository, LOG_MODEL } from "../handlers/support/handler-kit.ts";
 import { infer, outputData, postJson } from "../support/http-client.ts";
 import { metricValue } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
@@ -17,24 +17,6 @@ import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 const BUDGET = 32;
 
-/** Keeps every byte it is sent, in order, as its sequence's state; answers how many it keeps. */
-const LOG = `
-export default {
-  execute(requests: any[]) {
-    return requests.map((request: any) => {
-      const state = request.sequence.state;
-      const before = state.get("log")?.data ?? new Uint8Array(0);
-      const added = request.inputs.IN.data;
-      const log = new Uint8Array(before.length + added.length);
-      log.set(before);
-      log.set(added, before.length);
-      state.set("log", { datatype: "UINT8", shape: [log.length], data: log });
-      return { outputs: { KEPT: { datatype: "INT32", shape: [1], data: Int32Array.of(log.length) } } };
-    });
-  },
-};
-`;
-
 let repository: HandlerRepository;
 let server: TestServer;
 before(async () => {
@@ -43,19 +25,7 @@ before(async () => {
       config: growingStateConfig("max_sequence_idle_microseconds: 60000000"),
       files: { "1/model.onnx": growingStateModel() },
     },
-    log: {
-      config: `
-backend: "typescript"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_UINT8 dims: [ -1 ] } ]
-output [ { name: "KEPT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-sequence_batching {
-  max_sequence_idle_microseconds: 60000000
-  oldest { max_candidate_sequences: 4 }
-}
-`,
-      files: { "1/model.ts": LOG },
-    },
+    log: LOG_MODEL,
     // The growing model with its cache fixed at 16 FP32 values: 64 bytes a sequence.
     wide: {
       config: growingStateConfig("max_sequence_idle_microseconds: 60000000")

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { type HandlerRepository, handlerRepository } from "../handlers/support/handler-kit.ts";
+import { type HandlerRepository, handlerRepository, LOG_MODEL } from "../handlers/support/handler-kit.ts";
 import { type HttpAnswer, infer, outputData, type SequenceParams } from "../support/http-client.ts";
 import { missingTools, RedisServer, Replica } from "./support/scale-kit.ts";
 
@@ -9,24 +9,6 @@ import { missingTools, RedisServer, Replica } from "./support/scale-kit.ts";
 // again on the store's state, with its own inputs, as an ONNX model's step does. It failed
 // with a 500 (its inputs had gone to the handler's thread with the first run) and the
 // sequence went on from an empty state.
-
-/** Keeps every byte it is sent, in order; answers how many it keeps and their sum. */
-const LOG = `
-export default {
-  execute(requests: any[]) {
-    return requests.map((request: any) => {
-      const state = request.sequence.state;
-      const before = state.get("log")?.data ?? new Uint8Array(0);
-      const added = request.inputs.IN.data;
-      const log = new Uint8Array(before.length + added.length);
-      log.set(before);
-      log.set(added, before.length);
-      state.set("log", { datatype: "UINT8", shape: [log.length], data: log });
-      return { outputs: { SUM: { datatype: "INT32", shape: [1], data: Int32Array.of(log.reduce((a, b) => a + b, 0)) } } };
-    });
-  },
-};
-`;
 
 const skip = missingTools(["redis-server", "redis-cli"]);
 
@@ -38,21 +20,7 @@ describe("a handler's step on a replica whose copy is out of date", { skip }, ()
 
   before(async () => {
     redis = await RedisServer.start();
-    repository = handlerRepository({
-      log: {
-        config: `
-backend: "typescript"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_UINT8 dims: [ -1 ] } ]
-output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
-sequence_batching {
-  max_sequence_idle_microseconds: 60000000
-  oldest { max_candidate_sequences: 4 }
-}
-`,
-        files: { "1/model.ts": LOG },
-      },
-    });
+    repository = handlerRepository({ log: LOG_MODEL });
     a = new Replica(repository.path, redis.url);
     b = new Replica(repository.path, redis.url);
     await Promise.all([a.ready(), b.ready()]);

@@ -48,7 +48,6 @@ export function handlerRepository(
   };
 }
 
-/** The handler-side code every test handler starts with: `record(event)` appends to the events file. */
 /**
  * The config of a decoupled handler model that takes a COUNT and answers with INDEX
  * tensors, with `more` config text after (sequence batching, parameters).
@@ -63,6 +62,7 @@ model_transaction_policy { decoupled: true }
 ${more}`;
 }
 
+/** The handler-side code every test handler starts with: `record(event)` appends to the events file. */
 export const RECORDER = `
 import { appendFileSync } from "node:fs";
 let eventsFile = "";
@@ -163,3 +163,48 @@ export async function streamAll(
     client.close();
   }
 }
+
+/**
+ * A handler model that keeps every byte it is sent (IN), in order, as its sequence's
+ * state, and answers how many it keeps (KEPT) and their sum (SUM): state that grows by
+ * what each step sends.
+ */
+export const LOG_MODEL: FolderModel = {
+  config: `
+backend: "typescript"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_UINT8 dims: [ -1 ] } ]
+output [
+  { name: "KEPT" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  oldest { max_candidate_sequences: 4 }
+}
+`,
+  files: {
+    "1/model.ts": `
+export default {
+  execute(requests: any[]) {
+    return requests.map((request: any) => {
+      const state = request.sequence.state;
+      const before = state.get("log")?.data ?? new Uint8Array(0);
+      const added = request.inputs.IN.data;
+      const log = new Uint8Array(before.length + added.length);
+      log.set(before);
+      log.set(added, before.length);
+      state.set("log", { datatype: "UINT8", shape: [log.length], data: log });
+      const sum = log.reduce((a: number, b: number) => a + b, 0);
+      return {
+        outputs: {
+          KEPT: { datatype: "INT32", shape: [1], data: Int32Array.of(log.length) },
+          SUM: { datatype: "INT32", shape: [1], data: Int32Array.of(sum) },
+        },
+      };
+    });
+  },
+};
+`,
+  },
+};
