@@ -272,14 +272,13 @@ export async function runSequenceBatch(
     if (isEnd(row)) store.delete(row.sequence.key);
     else if (sequencing.states.length > 0) {
       const state = newStates[i] as SequenceState;
+      const bytes = stateBytes(state);
       // A state the store cannot keep (too large for the model or for the server's budget,
       // or not the shape its slab holds: model outputs that do not match the config) fails
       // its step; the state stays as it was.
       let refusal =
-        stateTooLarge(config.name, row, state, sequencing.stateMaxBytes) ??
-        model.budget?.refusal(store.bytesOf(row.sequence.key), stateBytes(state), () =>
-          budgetedStep(config.name, row),
-        );
+        stateTooLarge(config.name, row, bytes, sequencing.stateMaxBytes) ??
+        model.budget?.refusal(store.bytesOf(row.sequence.key), bytes, () => budgetedStep(config.name, row));
       if (refusal === undefined) {
         try {
           store.set(row.sequence.key, state);
@@ -334,16 +333,14 @@ export async function runSequenceBatch(
   return { ok: true, written: model.writeThrough!(toWrite) };
 }
 
-/** The error for a step whose state would pass `maxBytes`; undefined when it fits. */
+/** The error for a step whose state of `bytes` would pass `maxBytes`; undefined when it fits. */
 function stateTooLarge(
   model: string,
   row: SequenceRow,
-  state: SequenceState,
+  bytes: number,
   maxBytes: number | undefined,
 ): ServerError | undefined {
-  if (maxBytes === undefined) return undefined;
-  const bytes = stateBytes(state);
-  if (bytes <= maxBytes) return undefined;
+  if (maxBytes === undefined || bytes <= maxBytes) return undefined;
   return new ServerError(
     "RESOURCE_EXHAUSTED",
     `the state of sequence ${formatSequenceId(row.sequence.id)} of model '${model}' would hold ${bytes} bytes, more than its sequence_state_max_bytes (${maxBytes}): the step is not applied, and the state stays as it was`,

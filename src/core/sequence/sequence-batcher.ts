@@ -645,7 +645,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         }
         continue;
       }
-      if (this.#sequencing.inferEndRequests || head.request.sequence?.end !== true) return settled;
+      if (this.#sequencing.inferEndRequests || !isEndRequest(head)) return settled;
       sequence.queue.shift();
       this.#leave(head);
       sequence.steps++;
@@ -1346,7 +1346,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         if (record !== undefined && record.ended === undefined) {
           if (this.#endIfAnotherCallers(sequence, record)) return;
           try {
-            this.#install(sequence, record, undefined, sequence.queue.peek()?.request.sequence?.end === true);
+            const head = sequence.queue.peek();
+            this.#install(sequence, record, undefined, head !== undefined && isEndRequest(head));
           } catch (error) {
             for (const p of sequence.queue.drain()) p.reject(asServerError(error));
           }

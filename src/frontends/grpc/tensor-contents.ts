@@ -3,7 +3,8 @@ import { invalidArg } from "../../core/errors.ts";
 import { type BytesElements, shapeInMessage, type Tensor } from "../../core/tensor.ts";
 import { checkedElementCount } from "../../core/tensor-size.ts";
 import type { InferTensorContentsMessage } from "./messages.ts";
-import { type DecodedNumbers, typedTensorData } from "./typed-tensor-data.ts";
+import type { DecodedNumbers } from "./typed-array-fields.ts";
+import { typedTensorData } from "./typed-tensor-data.ts";
 
 // Tensors sent as typed values (InferTensorContents) rather than raw bytes. Each datatype
 // has exactly one field; the narrow integer types travel widened (INT8/INT16 in

@@ -16,7 +16,8 @@ import protobuf from "protobufjs";
 
 type NumberKind = "float" | "double" | "int32" | "uint32" | "int64" | "uint64" | "bool";
 
-type NumberArray =
+/** The typed array a repeated number field decodes into. */
+export type DecodedNumbers =
   | Float32Array
   | Float64Array
   | Int32Array
@@ -26,7 +27,7 @@ type NumberArray =
   | Uint8Array;
 
 interface NumberArrayType {
-  new (length: number): NumberArray;
+  new (length: number): DecodedNumbers;
   readonly BYTES_PER_ELEMENT: number;
 }
 
@@ -208,10 +209,10 @@ function varintBigInts(
 /** A field's values as they arrive, in one or more runs. */
 class NumbersBuilder {
   readonly #kind: NumberKind;
-  #array: NumberArray | undefined;
+  #array: DecodedNumbers | undefined;
   #length = 0;
 
-  constructor(kind: NumberKind, existing: NumberArray | undefined) {
+  constructor(kind: NumberKind, existing: DecodedNumbers | undefined) {
     this.#kind = kind;
     this.#array = existing;
     this.#length = existing?.length ?? 0;
@@ -224,7 +225,7 @@ class NumbersBuilder {
    * each run exactly copied the array once per run). finish() trims the slack, so a
    * field may briefly take three times its size.
    */
-  #reserve(more: number, exact: boolean): NumberArray {
+  #reserve(more: number, exact: boolean): DecodedNumbers {
     const array = this.#array;
     const needed = this.#length + more;
     if (array !== undefined && needed <= array.length) return array;
@@ -279,7 +280,7 @@ class NumbersBuilder {
   }
 
   /** Appends the varints of `buf` [from, to), whose last byte ends one, to `array`. */
-  #addVarints(array: NumberArray, buf: Uint8Array, from: number, to: number): void {
+  #addVarints(array: DecodedNumbers, buf: Uint8Array, from: number, to: number): void {
     // One loop per element width, each writing one kind of array, so that each stays
     // monomorphic: 32-bit values are stored as their low 32 bits through an Int32Array
     // (a Uint32Array's bits are the same), 64-bit ones as two halves, low first.
@@ -315,7 +316,7 @@ class NumbersBuilder {
     }
   }
 
-  finish(): NumberArray {
+  finish(): DecodedNumbers {
     const array = this.#array ?? new ARRAY_OF[this.#kind](0);
     return this.#length === array.length ? array : array.slice(0, this.#length);
   }
@@ -380,7 +381,7 @@ function decoderOf(
             const existing = message[plan.name];
             builder = new NumbersBuilder(
               plan.number,
-              ArrayBuffer.isView(existing) ? (existing as NumberArray) : undefined,
+              ArrayBuffer.isView(existing) ? (existing as DecodedNumbers) : undefined,
             );
             builders.set(plan.name, builder);
           }

@@ -6,6 +6,7 @@ import {
   type NumericDataType,
 } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
+import type { DecodedNumbers } from "./typed-array-fields.ts";
 
 // A tensor's data from the typed array its protobuf field decoded into
 // (typed-array-fields.ts), for KServe's InferTensorContents and TensorFlow's TensorProto
@@ -21,16 +22,6 @@ const WIDENED_RANGES: Partial<Record<DataType, readonly [number, number]>> = {
   UINT8: [0, 255],
   UINT16: [0, 65535],
 };
-
-/** The decoded values of a number field. */
-export type DecodedNumbers =
-  | Float32Array
-  | Float64Array
-  | Int32Array
-  | Uint32Array
-  | BigInt64Array
-  | BigUint64Array
-  | Uint8Array;
 
 /**
  * `values` as `datatype`'s data. `where` names the values in a refusal (e.g. "input 'x'

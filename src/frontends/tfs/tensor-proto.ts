@@ -10,7 +10,8 @@ import { type NumericTensor, shapeInMessage, type Tensor } from "../../core/tens
 import { checkedElementCount } from "../../core/tensor-size.ts";
 import { decodeRawTensor, encodeRawTensor } from "../common/raw-tensor.ts";
 import { int64ToNumber } from "../grpc/int64.ts";
-import { type DecodedNumbers, typedTensorData } from "../grpc/typed-tensor-data.ts";
+import type { DecodedNumbers } from "../grpc/typed-array-fields.ts";
+import { typedTensorData } from "../grpc/typed-tensor-data.ts";
 import type { TensorProtoMessage, TensorProtoToEncode, TensorShapeMessage } from "./messages.ts";
 import { datatypeOfTf, tfDtypeName, tfDtypeOf, VAL_FIELD_OF, VAL_FIELDS, type ValField } from "./tf-dtype.ts";
 
