@@ -1,6 +1,8 @@
+import { readGraphDescription } from "../backends/onnx/graph-description.ts";
 import { loadOnnxModel, onnxHosts } from "../backends/onnx/onnx-backend.ts";
 import { onnxSessionOptions } from "../backends/onnx/session-options.ts";
 import type { BackendSettings } from "../config/backend-config.ts";
+import { STATEFUL_BACKEND } from "../config/index.ts";
 import type { ModelBackend } from "../core/backend.ts";
 import type { Logger } from "../observability/logger.ts";
 
@@ -12,10 +14,10 @@ import type { Logger } from "../observability/logger.ts";
 export function onnxBackend(logger: Logger, settings: BackendSettings, workerThreads: number): ModelBackend {
   const hosts = onnxHosts(workerThreads);
   return {
-    open: (request) => {
+    open: async (request) => {
       const sessionOptions = onnxSessionOptions(request.parameters, request.graphOptimizationLevel);
       const severity = settings.ortLogSeverity[request.backendName];
-      return loadOnnxModel({
+      const opened = await loadOnnxModel({
         modelName: request.modelName,
         modelPath: request.modelPath,
         instanceCount: request.instanceCount,
@@ -24,6 +26,16 @@ export function onnxBackend(logger: Logger, settings: BackendSettings, workerThr
           severity === undefined ? sessionOptions : { ...sessionOptions, logSeverityLevel: severity },
         logger,
       });
+      // The stateful backend finds the state pairs a config does not name in the graph's description.
+      if (request.backendName !== STATEFUL_BACKEND || Object.hasOwn(request.parameters, "state_pairs"))
+        return opened;
+      try {
+        const graphDescription = await readGraphDescription(request.modelPath);
+        return { ...opened, io: { ...opened.io, graphDescription } };
+      } catch (error) {
+        await Promise.all(opened.executors.map((executor) => executor.close()));
+        throw error;
+      }
     },
   };
 }

@@ -44,6 +44,7 @@ export {
   DEFAULT_MODEL_FILENAME,
   ONNX_BACKEND,
   ONNX_PLATFORM,
+  STATEFUL_BACKEND,
   TYPESCRIPT_BACKEND,
 } from "./resolve/model-identity.ts";
 export {

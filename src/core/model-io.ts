@@ -17,4 +17,9 @@ export interface ModelTensorInfo {
 export interface ModelIo {
   readonly inputs: readonly ModelTensorInfo[];
   readonly outputs: readonly ModelTensorInfo[];
+  /**
+   * The ONNX graph's description, read only where it may name the state pairs (backend
+   * "stateful" without `state_pairs`): config/resolve/graph-description-pairs.ts.
+   */
+  readonly graphDescription?: string;
 }

@@ -3,6 +3,7 @@ import { describe, it } from "node:test";
 import { parseCommandLine, UsageError } from "../../src/cli/options.ts";
 import { readBackendConfig } from "../../src/config/backend-config.ts";
 import { parseModelConfigText, readLoadSettings, resolveModelConfig } from "../../src/config/index.ts";
+import { statePairsOfGraphDescription } from "../../src/config/resolve/graph-description-pairs.ts";
 import type { ModelIo } from "../../src/core/model-io.ts";
 import { assertConfigError } from "./config-assertions.ts";
 import { tensor } from "./model-io-fixtures.ts";
@@ -32,8 +33,12 @@ const MIXED_IO: ModelIo = {
   ],
 };
 
-function mixedConfig(options: { pairs?: string; extra?: string; dims?: string } = {}): string {
+/** `pairs` null: no state_pairs parameter. */
+function mixedConfig(options: { pairs?: string | null; extra?: string; dims?: string } = {}): string {
   const dims = options.dims ?? "4, -1, 7";
+  const pairs =
+    options.pairs ??
+    "<<<Accumulate_In_int32, Accumulate_Out_int32>>>,<<<Accumulate_In_fp16, Accumulate_Out_fp16>>>";
   return `name: "acc"
 backend: "stateful"
 max_batch_size: 16
@@ -54,8 +59,9 @@ output [
   { name: "Output_fp16" data_type: TYPE_FP16 dims: [ ${dims} ] }
 ]
 parameters [
-  { key: "onnx_file_name" value: { string_value: "mixed.onnx" } },
-  { key: "state_pairs" value: { string_value: "${options.pairs ?? "<<<Accumulate_In_int32, Accumulate_Out_int32>>>,<<<Accumulate_In_fp16, Accumulate_Out_fp16>>>"}" } }
+  { key: "onnx_file_name" value: { string_value: "mixed.onnx" } }${
+    options.pairs === null ? "" : `,\n  { key: "state_pairs" value: { string_value: "${pairs}" } }`
+  }
 ]
 instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0 ] } ]
 ${options.extra ?? ""}`;
@@ -283,6 +289,102 @@ output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]`;
       file: FILE,
       includes: "sets both platform 'onnxruntime_onnx' and backend 'stateful'",
     });
+  });
+});
+
+describe("state pairs in the ONNX graph's description, where the config names none", () => {
+  // The backend's StateTensor::InitTensorNames: a line naming InputState and OutputState
+  // (then PastValueInput and PastValueOutput) lists "<<<first, second>>>" pairs after the
+  // first word, the input being on the side of the word that comes first.
+  it("reads the pairs as the backend reads them", () => {
+    const cases: [string, [string, string][]][] = [
+      [
+        "InputState OutputState <<<a, b>>> <<<c,d>>>",
+        [
+          ["a", "b"],
+          ["c", "d"],
+        ],
+      ],
+      ["OutputState / InputState: <<<b, a>>>", [["a", "b"]]],
+      ["states: InputState <<<a:-1x7, b:-1x7>>> OutputState", [["a", "b"]]],
+      ["<<<x, y>>> before the words: InputState OutputState <<<a, b>>>", [["a", "b"]]],
+      [
+        "PastValueInput PastValueOutput <<<p, q>>>\nInputState OutputState <<<a, b>>>",
+        [
+          ["a", "b"],
+          ["p", "q"],
+        ],
+      ],
+      ["InputState <<<a, b>>>\nOutputState", []],
+      ["a model with no state in its description", []],
+      ["", []],
+    ];
+    for (const [description, pairs] of cases) {
+      assert.deepEqual(
+        statePairsOfGraphDescription(description).map((p) => [p.input, p.output]),
+        pairs,
+        description,
+      );
+    }
+  });
+
+  it("takes them for a config without state_pairs, and says so", () => {
+    const graphDescription =
+      "Accumulators.\nOutputState InputState <<<Accumulate_Out_int32:-1x7, Accumulate_In_int32:-1x7>>>\n" +
+      "PastValueInput PastValueOutput <<<Accumulate_In_fp16, Accumulate_Out_fp16>>>";
+    const { config, notes } = resolve(mixedConfig({ pairs: null }), { ...MIXED_IO, graphDescription });
+    assert.deepEqual(
+      config.sequenceBatching?.states.map((s) => [s.inputName, s.outputName, s.datatype, s.batchAxis]),
+      [
+        ["Accumulate_In_int32", "Accumulate_Out_int32", "INT32", 0],
+        ["Accumulate_In_fp16", "Accumulate_Out_fp16", "FP16", 0],
+      ],
+    );
+    assert.ok(
+      notes.some((n) =>
+        n.includes(
+          "its state pairs <<<Accumulate_In_int32, Accumulate_Out_int32>>> <<<Accumulate_In_fp16, Accumulate_Out_fp16>>> are read from the ONNX graph's description",
+        ),
+      ),
+      notes.join("\n"),
+    );
+  });
+
+  it("lets state_pairs, when the config has it, take precedence, as the backend does", () => {
+    const graphDescription = "InputState OutputState <<<Accumulate_In_fp16, Accumulate_Out_fp16>>>";
+    // The fp16 state is then a model input like any other, which this config does not list.
+    assertConfigError(
+      () =>
+        resolve(mixedConfig({ pairs: "<<<Accumulate_In_int32, Accumulate_Out_int32>>>" }), {
+          ...MIXED_IO,
+          graphDescription,
+        }),
+      { file: FILE, includes: "input 'Accumulate_In_fp16' of model 'acc' is given no value" },
+    );
+  });
+
+  it("refuses a model with no state anywhere, and names a pair the model does not have, as from the description", () => {
+    assertConfigError(
+      () => resolve(mixedConfig({ pairs: null }), { ...MIXED_IO, graphDescription: "no state here" }),
+      {
+        file: FILE,
+        includes: [
+          "backend 'stateful' found no state tensors for model 'acc'",
+          "parameter 'state_pairs' (\"<<<state_input, state_output>>> ...\") or in the ONNX graph's description",
+        ],
+      },
+    );
+    assertConfigError(
+      () =>
+        resolve(mixedConfig({ pairs: null }), {
+          ...MIXED_IO,
+          graphDescription: "InputState OutputState <<<h_in, Accumulate_Out_int32>>>",
+        }),
+      {
+        file: FILE,
+        includes: "the ONNX graph's description names 'h_in', which is not an input of model 'acc'",
+      },
+    );
   });
 });
 

@@ -421,3 +421,73 @@ describe("a reset input spelled otherwise than the config's START control", { ti
     }
   });
 });
+
+describe("state pairs in the model's graph description, as the backend reads them without state_pairs", {
+  timeout: 60_000,
+}, () => {
+  it("keeps both states of the mixed int32 + fp16 example, every output as ONNX Runtime alone gives it", async () => {
+    const spec: StatefulModelSpec = {
+      ...STATEFUL_MODELS[2]!,
+      name: "described_states",
+      inferEndRequests: true,
+      instances: 1,
+      // One line in the order the words come (OutputState first: the pair is written output
+      // first), with dimensions after the names; one in the PastValue words.
+      graphDescription:
+        "Accumulators of int32 and fp16 rows.\n" +
+        "OutputState / InputState: <<<Accumulate_Out_int32:-1x7, Accumulate_In_int32:-1x7>>>\n" +
+        "PastValueInput PastValueOutput <<<Accumulate_In_fp16, Accumulate_Out_fp16>>>",
+    };
+    const config = statefulConfig(spec);
+    assert.ok(!config.includes("state_pairs"));
+    const model = statefulModelBytes(spec);
+    const small = await startTestServer({
+      [spec.name]: { config, onnx: model, fileName: onnxFileName(spec) },
+    });
+    const grpc = new TestClient(small.grpcPort);
+    const sequences = 3;
+    const segments = 3;
+    try {
+      const data = randomSegments(spec, sequences, segments, 31);
+      const call = new StreamCall(grpc);
+      const answers: Promise<ModelStreamInferResponseMessage>[][] = data.map(() => []);
+      for (let segment = 0; segment < segments; segment++) {
+        for (let sequence = 0; sequence < sequences; sequence++) {
+          const flags = { start: segment === 0, end: segment === segments - 1 };
+          answers[sequence]!.push(
+            call.send(segmentRequest(spec, sequence, segment, data[sequence]![segment]!, flags)),
+          );
+        }
+      }
+      const responses = await Promise.all(answers.map((list) => Promise.all(list)));
+      await call.end();
+      const session = await ort.InferenceSession.create(model);
+      try {
+        for (let sequence = 0; sequence < sequences; sequence++) {
+          const exact = await oracle(session, spec, data[sequence]!);
+          for (let segment = 0; segment < segments; segment++) {
+            const response = responses[sequence]![segment]!;
+            assert.equal(errorOf(response), "", `sequence ${sequence} segment ${segment}`);
+            for (const pair of spec.pairs) {
+              const name = tensorNames(pair).output;
+              assert.deepEqual(
+                new Uint8Array(rawOutput(response, name)),
+                exact[segment]!.get(name),
+                `sequence ${sequence} segment ${segment} ${name}`,
+              );
+            }
+          }
+        }
+      } finally {
+        await session.release();
+      }
+      // The states are the server's: the model's config lists neither as an input.
+      const { body } = await getJson(`${small.url}/v2/models/${spec.name}/config`);
+      const inputs = (body as { input: { name: string }[] }).input.map((input) => input.name);
+      assert.deepEqual(inputs.sort(), ["Input_fp16", "Input_int32"]);
+    } finally {
+      grpc.close();
+      await small.stop();
+    }
+  });
+});

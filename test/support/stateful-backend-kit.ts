@@ -40,6 +40,8 @@ export interface StatefulModelSpec {
   readonly instances?: number;
   /** The Direct strategy instead of the backend's Oldest. */
   readonly direct?: boolean;
+  /** The graph's description; when set, it lists the state pairs and the config has no state_pairs. */
+  readonly graphDescription?: string;
 }
 
 export const STATEFUL_MODELS: readonly StatefulModelSpec[] = [
@@ -90,7 +92,7 @@ export const STATEFUL_MODELS: readonly StatefulModelSpec[] = [
 export const onnxFileName = (spec: StatefulModelSpec): string => `${spec.name}.onnx`;
 
 export function statefulModelBytes(spec: StatefulModelSpec): Uint8Array {
-  return statefulBackendModel(spec.pairs, spec.width);
+  return statefulBackendModel(spec.pairs, spec.width, spec.graphDescription);
 }
 
 const parameter = (key: string, value: string): string =>
@@ -110,7 +112,7 @@ export function statefulConfig(spec: StatefulModelSpec): string {
     .join(spec.pairSeparator);
   const parameters = {
     onnx_file_name: onnxFileName(spec),
-    state_pairs: pairs,
+    ...(spec.graphDescription === undefined ? { state_pairs: pairs } : {}),
     initial_buffer_size: "512",
     subsequent_buffer_size: "100",
     buffer_alloc_threshold: "32",

@@ -198,6 +198,7 @@ export class OnnxGraphBuilder {
   readonly #outputs: ProtoObject[] = [];
   readonly #initializers: ProtoObject[] = [];
   readonly #nodes: ProtoObject[] = [];
+  #docString = "";
 
   constructor(name = "graph") {
     this.#name = name;
@@ -211,6 +212,12 @@ export class OnnxGraphBuilder {
 
   output(name: string, datatype: DataType, dims: readonly OnnxDim[] | undefined): this {
     this.#outputs.push(valueInfo(name, datatype, dims));
+    return this;
+  }
+
+  /** The graph's description (GraphProto.doc_string). */
+  description(text: string): this {
+    this.#docString = text;
     return this;
   }
 
@@ -245,6 +252,7 @@ export class OnnxGraphBuilder {
       output: this.#outputs,
       initializer: this.#initializers,
       node: this.#nodes,
+      ...(this.#docString === "" ? {} : { doc_string: this.#docString }),
     };
   }
 }

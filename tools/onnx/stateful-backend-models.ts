@@ -42,9 +42,16 @@ export function tensorNames(pair: StatefulPair): {
   };
 }
 
-/** A model with one or more accumulating pairs, each of width `width`. */
-export function statefulBackendModel(pairs: readonly StatefulPair[], width: number): Uint8Array {
-  const b = new OnnxModelBuilder({ opset: 17 });
+/**
+ * A model with one or more accumulating pairs, each of width `width`; `description` is
+ * its graph's (where the backend may read the state pairs).
+ */
+export function statefulBackendModel(
+  pairs: readonly StatefulPair[],
+  width: number,
+  description = "",
+): Uint8Array {
+  const b = new OnnxModelBuilder({ opset: 17 }).description(description);
   for (const pair of pairs) {
     const n = tensorNames(pair);
     b.input(n.input, pair.datatype, ["seq", "batch", width]).input(n.stateIn, pair.datatype, [

@@ -199,12 +199,12 @@ function pairedStates(ctx: StateContext): StateConfig[] {
     if (input === undefined)
       params.fail(
         key,
-        `parameter 'state_pairs' names '${inputName}', which is not an input of model '${modelName}'`,
+        `${params.statePairsOrigin} names '${inputName}', which is not an input of model '${modelName}'`,
       );
     if (output === undefined)
       params.fail(
         key,
-        `parameter 'state_pairs' names '${outputName}', which is not an output of model '${modelName}'`,
+        `${params.statePairsOrigin} names '${outputName}', which is not an output of model '${modelName}'`,
       );
     if (ctx.inputNames.has(inputName)) {
       params.fail(

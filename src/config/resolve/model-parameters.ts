@@ -13,10 +13,16 @@ const PAIR = /<<<\s*([^,<>]*?)\s*,\s*([^,<>]*?)\s*>>>/g;
 
 export class ModelParameters {
   readonly #root: MessageNode;
+  readonly #graphStatePairs: readonly StatePair[];
   readonly values: Readonly<Record<string, string>>;
 
-  constructor(root: MessageNode) {
+  /**
+   * `graphStatePairs`: the pairs the ONNX graph's description lists, which the stateful
+   * backend takes when the config has no `state_pairs` (graph-description-pairs.ts).
+   */
+  constructor(root: MessageNode, graphStatePairs: readonly StatePair[] = []) {
     this.#root = root;
+    this.#graphStatePairs = graphStatePairs;
     const values: Record<string, string> = {};
     const map = root.map("parameters");
     for (const [key, entry] of Object.entries(map)) {
@@ -73,6 +79,11 @@ export class ModelParameters {
     return value;
   }
 
+  /** Where statePairs() found the pairs, for messages about them. */
+  get statePairsOrigin(): string {
+    return this.has("state_pairs") ? "parameter 'state_pairs'" : "the ONNX graph's description";
+  }
+
   /** Names separated by commas and/or spaces. */
   names(key: string): string[] {
     const raw = this.get(key);
@@ -83,12 +94,12 @@ export class ModelParameters {
   /**
    * The ONNX stateful backend's `state_pairs`: "<<<In1, Out1>>> <<<In2, Out2>>>", the pairs
    * separated by spaces and/or commas (its README separates them by spaces, its example
-   * models by commas).
+   * models by commas). Without the parameter, the pairs of the graph's description.
    */
   statePairs(): StatePair[] {
     const key = "state_pairs";
     const raw = this.get(key);
-    if (raw === undefined) return [];
+    if (raw === undefined) return [...this.#graphStatePairs];
     const pairs: StatePair[] = [];
     for (const match of raw.matchAll(PAIR)) {
       const input = match[1] ?? "";

@@ -11,6 +11,7 @@ import {
 import { toTritonJson } from "../triton-json.ts";
 import { MessageNode, ResolveContext } from "./config-node.ts";
 import { resolveDynamicBatching } from "./dynamic-batching.ts";
+import { statePairsOfGraphDescription, statePairsText } from "./graph-description-pairs.ts";
 import { resolveInstanceGroups } from "./instance-groups.ts";
 import {
   completeIo,
@@ -200,8 +201,18 @@ export function resolveModelConfig(options: ResolveModelConfigOptions): Resolved
   const versionPolicy = resolveVersionPolicy(root);
   refuseUnsupported(root);
 
-  const params = new ModelParameters(root);
-  const sequenceNames = sequenceTensorNames(root, params, modelIo, identity.backend === STATEFUL_BACKEND);
+  const statefulBackend = identity.backend === STATEFUL_BACKEND;
+  const graphPairs =
+    statefulBackend && modelIo?.graphDescription !== undefined
+      ? statePairsOfGraphDescription(modelIo.graphDescription)
+      : [];
+  const params = new ModelParameters(root, graphPairs);
+  if (graphPairs.length > 0 && !params.has("state_pairs") && root.has("sequence_batching")) {
+    ctx.note(
+      `model '${modelName}' names no state_pairs: its state pairs ${statePairsText(graphPairs)} are read from the ONNX graph's description, as the stateful backend reads them`,
+    );
+  }
+  const sequenceNames = sequenceTensorNames(root, params, modelIo, statefulBackend);
   const declaredShared = new Set(params.names("shared_inputs"));
   const io: IoContext = {
     root,
@@ -211,7 +222,7 @@ export function resolveModelConfig(options: ResolveModelConfigOptions): Resolved
     stateOutputs: sequenceNames.stateOutputs,
     statePairTensors: sequenceNames.pairedTensors,
     declaredShared,
-    batchMarkedInDims: identity.backend === STATEFUL_BACKEND,
+    batchMarkedInDims: statefulBackend,
     defaultMaxBatchSize: options.defaultMaxBatchSize ?? DEFAULT_MAX_BATCH_SIZE,
   };
   completeIo(io);
@@ -241,10 +252,17 @@ export function resolveModelConfig(options: ResolveModelConfigOptions): Resolved
     instanceCount: instanceGroups.reduce((sum, group) => sum + group.count, 0),
   });
   if (identity.backend === TYPESCRIPT_BACKEND) checkModelCodeSequencing(root, sequenceBatching);
-  if (identity.backend === STATEFUL_BACKEND && sequenceBatching === undefined) {
+  if (statefulBackend && sequenceBatching === undefined) {
     root.fail(
       "backend",
       `backend 'stateful' keeps the state of sequences: model '${modelName}' needs a sequence_batching section`,
+    );
+  }
+  // The backend refuses such a model too ("Could not find any state tensors").
+  if (statefulBackend && modelIo !== undefined && sequenceBatching?.states.length === 0) {
+    root.fail(
+      "backend",
+      `backend 'stateful' found no state tensors for model '${modelName}': name them with parameter 'state_pairs' ("<<<state_input, state_output>>> ...") or in the ONNX graph's description`,
     );
   }
   if (modelIo !== undefined) {
