@@ -136,12 +136,6 @@ describe("invalid model configurations", () => {
       includes: "sequence batching minimum slot utilization must be in range (0.0, 1.0] for model 'm'",
     },
     {
-      name: "no candidate sequences for Oldest",
-      text: `${IO}sequence_batching {\n  oldest {\n    max_candidate_sequences: 0\n  }\n}`,
-      line: 5,
-      includes: "sequence batching oldest strategy must have max_candidate_sequences > 0",
-    },
-    {
       name: "a preferred batch size above max_batch_size for Oldest",
       text: `max_batch_size: 4\n${IO}sequence_batching {\n  oldest {\n    max_candidate_sequences: 4\n    preferred_batch_size: [ 8 ]\n  }\n}`,
       line: 7,

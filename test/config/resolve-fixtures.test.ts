@@ -421,6 +421,27 @@ describe("resolving the fixture configs", () => {
     assert.ok(notes.some((n) => n.includes("'openvino'")));
   });
 
+  it("gives Oldest without max_candidate_sequences a batch's rows of candidates, as Triton's scheduler", () => {
+    // Triton's own QA configs write `oldest { }` and `oldest { max_queue_delay_microseconds: 987 }`.
+    const resolve = (maxBatchSize: number, oldest: string) =>
+      resolveModelConfig({
+        parsed: parseModelConfigText(
+          `max_batch_size: ${maxBatchSize}
+           input { name: "x" data_type: TYPE_FP32 dims: [1] } output { name: "y" data_type: TYPE_FP32 dims: [1] }
+           sequence_batching { oldest { ${oldest} } }`,
+          { file: "m/config.pbtxt" },
+        ),
+        modelName: "m",
+        modelDir: "m",
+      }).config.sequenceBatching?.strategy;
+    const candidates = (strategy: ReturnType<typeof resolve>) =>
+      strategy?.kind === "oldest" ? strategy.maxCandidateSequences : undefined;
+    assert.equal(candidates(resolve(8, "")), 8);
+    assert.equal(candidates(resolve(8, "max_queue_delay_microseconds: 987")), 8);
+    assert.equal(candidates(resolve(0, "max_candidate_sequences: 0")), 1);
+    assert.equal(candidates(resolve(8, "max_candidate_sequences: 3")), 3);
+  });
+
   it("reports the effective idle timeout, including seqserve's 'never'", async () => {
     const { parseModelConfigText } = await import("../../src/config/index.ts");
     const resolve = (idle: string) =>

@@ -305,16 +305,12 @@ function resolveStrategy(sequence: MessageNode, maxBatchSize: number): SequenceS
   const modelName = sequence.ctx.modelName;
   const oldest = sequence.child("oldest");
   if (oldest !== undefined) {
+    // Triton's scheduler: without a positive max_candidate_sequences, as many candidates as
+    // a batch has rows (at least one).
     const candidates = oldest.number("max_candidate_sequences");
-    if (candidates <= 0) {
-      oldest.fail(
-        "max_candidate_sequences",
-        `sequence batching oldest strategy must have max_candidate_sequences > 0 for model '${modelName}'`,
-      );
-    }
     return {
       kind: "oldest",
-      maxCandidateSequences: candidates,
+      maxCandidateSequences: candidates > 0 ? candidates : Math.max(1, maxBatchSize),
       preferredBatchSizes: preferredBatchSizes(
         oldest,
         maxBatchSize,
