@@ -73,7 +73,9 @@ test("a sequence id written as a fraction or with an exponent is refused, as ove
   ]) {
     assert.deepEqual(await generate("acc", body), {
       status: 400,
-      text: JSON.stringify({ error: "Unable to parse 'sequence_id'" }),
+      text: JSON.stringify({
+        error: "Unable to parse 'sequence_id': attempt to access JSON non-string as string",
+      }),
     });
   }
   // The same id written as an integer starts a sequence.

@@ -493,7 +493,10 @@ describe("sequence ids over HTTP", () => {
   it("an id of a million digits is refused as any id past 2^64", async () => {
     const { status, text } = await sequenceRequest("9".repeat(1_000_000));
     assert.equal(status, 400);
-    assert.equal(text, `{"error":"Unable to parse 'sequence_id'"}`);
+    assert.equal(
+      text,
+      `{"error":"Unable to parse 'sequence_id': attempt to access JSON non-string as string"}`,
+    );
   });
 
   it("string ids work", async () => {
@@ -506,12 +509,26 @@ describe("sequence ids over HTTP", () => {
 
   it("ids that are not uint64 or string are refused with Triton's message", async () => {
     // 1.0 and 1e3 are whole numbers to JSON.parse but doubles to rapidjson, which Triton refuses.
-    for (const bad of ["-1", "1.5", "18446744073709551616", "1e19", "1.0", "1e3", "7E0", "true", "[1]"]) {
+    for (const bad of [
+      "-1",
+      "1.5",
+      "18446744073709551616",
+      "1e19",
+      "1.0",
+      "1e3",
+      "7E0",
+      "true",
+      "[1]",
+      "null",
+      "{}",
+    ]) {
       const { status, text } = await sequenceRequest(bad);
       assert.equal(status, 400, bad);
-      const message =
-        bad === "[1]" ? /expected a bool, number or string/ : /^\{"error":"Unable to parse 'sequence_id'"\}$/;
-      assert.match(text, message);
+      assert.equal(
+        text,
+        `{"error":"Unable to parse 'sequence_id': attempt to access JSON non-string as string"}`,
+        bad,
+      );
     }
   });
 
@@ -520,8 +537,27 @@ describe("sequence ids over HTTP", () => {
     const { status } = await sequenceRequest("7", ',"sequence_end":true,"timeout":1000');
     assert.equal(status, 200);
     assert.deepEqual(echo.requests.at(-1)?.sequence, { id: 7n, start: true, end: true, timeoutUs: 1000 });
-    const bad = await sequenceRequest("7", ',"sequence_end":"yes"');
-    assert.equal(bad.status, 400);
-    assert.equal(bad.text, `{"error":"Unable to parse 'sequence_end'"}`);
+    for (const [parameters, error] of [
+      [
+        ',"sequence_end":"yes"',
+        "Unable to parse 'sequence_end': attempt to access JSON non-boolean as boolean",
+      ],
+      [
+        ',"sequence_end":null',
+        "Unable to parse 'sequence_end': attempt to access JSON non-boolean as boolean",
+      ],
+      [
+        ',"timeout":-5',
+        "Unable to parse 'timeout': attempt to access JSON non-unsigned-integer as unsigned-integer",
+      ],
+      [
+        ',"timeout":[1]',
+        "Unable to parse 'timeout': attempt to access JSON non-unsigned-integer as unsigned-integer",
+      ],
+    ]) {
+      const bad = await sequenceRequest("7", parameters!);
+      assert.equal(bad.status, 400, parameters);
+      assert.equal(bad.text, JSON.stringify({ error }), parameters);
+    }
   });
 });

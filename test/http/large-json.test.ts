@@ -109,7 +109,7 @@ test("a large body refused is refused in the same words as a small one", async (
       return "parsed";
     })(),
     "failed to parse the request JSON buffer: expected an object, got an array",
-    "Unable to parse 'sequence_id'",
+    "Unable to parse 'sequence_id': attempt to access JSON non-string as string",
     `unable to parse 'data' for input 'INPUT0': element 1 is "two", but FP32 expects a number`,
     `unable to parse 'data' for input 'INPUT0': element 0 is "x", but FP32 expects a number`,
     `unable to parse 'data' for input 'INPUT0': shape [2] has 2 elements, but 'data' holds ${large / 4 + 1}`,

@@ -1,4 +1,4 @@
-import { invalidArg } from "../errors.ts";
+import { invalidArg, type ServerError } from "../errors.ts";
 import type { Parameters, ParameterValue, SequenceControl, SequenceId } from "../infer.ts";
 
 // The KServe v2 sequence extension's request parameters, read the way Triton reads them:
@@ -17,29 +17,52 @@ export const SEQUENCE_PARAMETERS = [
 
 const UINT64_MAX = (1n << 64n) - 1n;
 
+/** The sequence parameters Triton reads itself, each of one JSON type. */
+export type TritonSequenceParameter = "sequence_id" | "sequence_start" | "sequence_end" | "timeout";
+
+export function isTritonSequenceParameter(name: string): name is TritonSequenceParameter {
+  return name === "sequence_id" || name === "sequence_start" || name === "sequence_end" || name === "timeout";
+}
+
+/**
+ * A sequence parameter of a type it cannot have, in Triton's words: its HTTP frontend adds
+ * to "Unable to parse '<name>'" the reason its JSON reader gives for the type it expected
+ * (a sequence_id that is no uint64 is read as a string). Typed gRPC parameters are checked
+ * by their frontend before they come here, so only JSON bodies meet these words.
+ */
+export function unparsableSequenceParameter(name: TritonSequenceParameter): ServerError {
+  const expected =
+    name === "sequence_id"
+      ? "non-string as string"
+      : name === "timeout"
+        ? "non-unsigned-integer as unsigned-integer"
+        : "non-boolean as boolean";
+  return invalidArg(`Unable to parse '${name}': attempt to access JSON ${expected}`);
+}
+
 function parseSequenceId(value: ParameterValue): SequenceId | undefined {
   if (typeof value === "string") return value === "" ? undefined : value;
   if (typeof value === "bigint") {
-    if (value < 0n || value > UINT64_MAX) throw invalidArg("Unable to parse 'sequence_id'");
+    if (value < 0n || value > UINT64_MAX) throw unparsableSequenceParameter("sequence_id");
     return value === 0n ? undefined : value;
   }
   if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) {
     return value === 0 ? undefined : BigInt(value);
   }
-  throw invalidArg("Unable to parse 'sequence_id'");
+  throw unparsableSequenceParameter("sequence_id");
 }
 
-function parseFlag(parameters: Parameters, name: string): boolean {
+function parseFlag(parameters: Parameters, name: "sequence_start" | "sequence_end"): boolean {
   const value = parameters[name];
   if (value === undefined) return false;
-  if (typeof value !== "boolean") throw invalidArg(`Unable to parse '${name}'`);
+  if (typeof value !== "boolean") throw unparsableSequenceParameter(name);
   return value;
 }
 
 function parseTimeout(value: ParameterValue | undefined): number | undefined {
   if (value === undefined) return undefined;
   const n = typeof value === "bigint" ? Number(value) : value;
-  if (typeof n !== "number" || !Number.isInteger(n) || n < 0) throw invalidArg("Unable to parse 'timeout'");
+  if (typeof n !== "number" || !Number.isInteger(n) || n < 0) throw unparsableSequenceParameter("timeout");
   return n === 0 ? undefined : n;
 }
 

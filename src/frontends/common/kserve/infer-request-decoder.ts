@@ -2,7 +2,11 @@ import { isDataType } from "../../../core/datatype.ts";
 import { invalidArg } from "../../../core/errors.ts";
 import type { InferRequest, ParameterValue } from "../../../core/infer.ts";
 import type { ServedModel } from "../../../core/model.ts";
-import { readSequenceControl } from "../../../core/sequence/sequence-parameters.ts";
+import {
+  isTritonSequenceParameter,
+  readSequenceControl,
+  unparsableSequenceParameter,
+} from "../../../core/sequence/sequence-parameters.ts";
 import type { SharedMemoryRegions, SharedMemorySlice } from "../../../core/shared-memory.ts";
 import type { Tensor } from "../../../core/tensor.ts";
 import { OFF_THREAD_JSON_BYTES, parseJsonOffThread } from "../../json-thread/json-thread.ts";
@@ -129,7 +133,7 @@ export function sequenceIdNumber(
     // Most requests: one search of the text finds no such token.
     if (source.sequenceIdsAreIntegers ?? !mayHaveSequenceIdNotInteger(source.text)) return parsed;
     const member = memberSourceText(source.text, path);
-    if (member !== undefined && !/^-?\d+$/.test(member)) throw invalidArg("Unable to parse 'sequence_id'");
+    if (member !== undefined && !/^-?\d+$/.test(member)) throw unparsableSequenceParameter("sequence_id");
     return parsed;
   }
   const member = memberSourceText(source.text, path);
@@ -161,6 +165,7 @@ function readParameters(value: unknown, source: JsonSource, reserved: readonly s
         parameters[name] = name === "sequence_id" ? sequenceIdNumber(source, parameter) : parameter;
         break;
       default:
+        if (isTritonSequenceParameter(name)) throw unparsableSequenceParameter(name);
         throw invalidArg(
           `Unable to parse parameter '${name}': expected a bool, number or string, got ${kindOf(parameter)}`,
         );
