@@ -83,9 +83,17 @@ describe("ending well", { timeout: 60_000 }, () => {
     });
 
     const refused = await infer(server.url, "acc", int32Input(1), { id: 2, start: true });
-    assertError(refused, 503, /shutting down/);
+    assertError(
+      refused,
+      503,
+      /^Server is stopping, scheduler for model has stopped accepting new inference requests$/,
+    );
     // A start on the live id would begin a new sequence: refused too, and the old one goes on.
-    assertError(await infer(server.url, "acc", int32Input(1), { id: 1, start: true }), 503, /shutting down/);
+    assertError(
+      await infer(server.url, "acc", int32Input(1), { id: 1, start: true }),
+      503,
+      /^Server is stopping/,
+    );
     assert.equal(await accumulate(server.url, "acc", 3, { id: 1 }), 8);
     assert.equal(stopped, false, "the server stopped while a sequence was live");
     assert.equal(await accumulate(server.url, "acc", 2, { id: 1, end: true }), 10);

@@ -517,7 +517,10 @@ describe("GET /ping while the server stops", { timeout: 60_000 }, () => {
       const refused = await sdkError(invoke(stoppingClient, { body: "[1]", sessionId: "NEW_SESSION" }));
       // A stopping server's refusal is SageMaker's own kind (the SDKs retry it), not a ModelError.
       assert.deepEqual([refused.name, refused.status], ["ServiceUnavailable", 503]);
-      assert.match(refused.message, /the server is shutting down/);
+      assert.match(
+        refused.message,
+        /^Server is stopping, scheduler for model has stopped accepting new inference requests/,
+      );
       await invoke(stoppingClient, { body: JSON.stringify({ requestType: "CLOSE" }), sessionId: id });
       await stopped;
     } finally {

@@ -128,6 +128,10 @@ function clearTimer(timers: Map<Sequence, NodeJS.Timeout>, sequence: Sequence): 
 /** The most requests of one model that wait for the state store at once. */
 const MAX_WAITING_FOR_TIER = 4096;
 
+/** Triton's words for a new sequence asked of a stopping server (its sequence batch scheduler). */
+const STOPPED_ACCEPTING =
+  "Server is stopping, scheduler for model has stopped accepting new inference requests";
+
 export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner {
   readonly #config: ModelConfig;
   readonly #sequencing: SequenceBatchingConfig;
@@ -286,7 +290,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         );
       }
       if (this.#shuttingDown) {
-        throw stopping(`the server is shutting down: model '${model}' accepts no new sequences`);
+        throw stopping(STOPPED_ACCEPTING);
       }
       const assigned = this.#assignId();
       if (assigned === undefined) {
@@ -299,7 +303,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#checkIdLength(id);
     checkCorrelationIdType(this.#config, id);
     if (this.#shuttingDown && start) {
-      throw stopping(`the server is shutting down: model '${model}' accepts no new sequences`);
+      throw stopping(STOPPED_ACCEPTING);
     }
     const key = idKey(id);
     let existing = this.#live.get(key);
@@ -1957,7 +1961,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     const model = this.#config.name;
     this.checkId(id);
     if (this.#shuttingDown) {
-      throw stopping(`the server is shutting down: model '${model}' accepts no new sequences`);
+      throw stopping(STOPPED_ACCEPTING);
     }
     const key = idKey(id);
     const existing = this.#live.get(key);
