@@ -192,7 +192,8 @@ export async function openVersion(
       strict: prepared.strict,
       defaultMaxBatchSize: source.ovms === undefined ? options.defaultMaxBatchSize : OVMS_MAX_BATCH_SIZE,
     });
-    for (const note of resolved.notes)
+    // What an OVMS config.json entry asks that has no effect here, then what resolution noted.
+    for (const note of [...(source.ovms?.entry.notes ?? []), ...resolved.notes])
       options.logger.info({ event: "config_note", model: source.name }, note);
     const logger = options.logger;
     const sequencing = resolved.config.sequenceBatching;
