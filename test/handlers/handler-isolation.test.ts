@@ -23,6 +23,7 @@ const FAULTY = `${RECORDER}
 export default {
   initialize(context: any) {
     eventsFile = context.model.parameters.events_file;
+    log = context.log;
   },
   async execute(requests: any[]) {
     if (requests.some((r) => text(r) === "throw-all")) throw new Error("execute blew up");
@@ -34,6 +35,7 @@ export default {
         return new Promise(() => {});
       }
       if (mode === "loop") for (;;) {}
+      if (mode === "log") log.info("the handler logs", { model: "a field of its own", detail: 7 });
       if (mode === "exit") process.exit(3);
       if (mode.startsWith("count")) return count(r, mode);
       const outputs = { ECHO: { datatype: "BYTES", shape: [1, 1], data: [mode] } };
@@ -58,6 +60,7 @@ function count(r: any, mode: string) {
   const seen = String(count.data[0]) + new TextDecoder().decode(letter.data[0]);
   return { outputs: { ECHO: { datatype: "BYTES", shape: [1, 1], data: [seen] } } };
 }
+let log: any;
 function text(r: any): string {
   return new TextDecoder().decode(r.inputs.MODE.data[0]);
 }
@@ -143,6 +146,18 @@ test("an Error returned for one request fails only it, with its message and not 
   assert.equal(good.status, 200);
   assert.equal(echoed(good), "fine");
   assert.ok(logLines.some((line) => line.includes("the handler refused this one") && line.includes("stack")));
+});
+
+test("a handler's log lines name the model once, beside the handler's own fields", async () => {
+  assert.equal(echoed(await call("faulty", "log")), "log");
+  const line = logLines.find((l) => l.includes("the handler logs"));
+  assert.ok(line !== undefined);
+  // Log stores refuse a line with a key twice: the model is the logger's, the handler's own `model` dropped.
+  assert.equal(line.match(/"model":/g)?.length, 1, line);
+  const fields = JSON.parse(line);
+  assert.deepEqual([fields.model, fields.detail, fields.handler], ["faulty", 7, true]);
+  for (const handlerLine of logLines.filter((l) => l.includes('"handler":true')))
+    assert.equal(handlerLine.match(/"model":/g)?.length, 1, handlerLine);
 });
 
 test("an exception from execute() fails its batch only; the stack is in the log", async () => {

@@ -542,8 +542,10 @@ export class HandlerExecutor implements RequestExecutor {
         this.#closeSequence(worker, message);
         return;
       case "log": {
-        const fields = { ...message.fields, model: this.#options.load.modelName, handler: true };
-        this.#logger[message.level](fields, message.message);
+        // The logger names the model already: a `model` of the handler's own would be a
+        // second key of that name in the line, which log stores refuse.
+        const { model: _ownModel, ...fields } = message.fields ?? {};
+        this.#logger[message.level]({ ...fields, handler: true }, message.message);
         return;
       }
     }
