@@ -310,16 +310,24 @@ export async function startServer(
     throw error;
   }
 
+  // Each endpoint with the address it is bound to: they differ when --http-address,
+  // --grpc-address or --metrics-address is given (someone checking that an endpoint is
+  // loopback-only reads it here).
+  const endpoint = (address: string, port: number | undefined): string =>
+    port === undefined ? "off" : `${address.includes(":") ? `[${address}]` : address}:${port}`;
   logger.info(
     {
       event: "listening",
-      host: options.host,
+      http_address: httpPort === undefined ? null : httpAddress,
       http_port: httpPort ?? null,
+      grpc_address: grpcPort === undefined ? null : grpcAddress,
       grpc_port: grpcPort ?? null,
+      metrics_address: metricsPort === undefined ? null : metricsAddress,
       metrics_port: metricsPort ?? null,
+      sagemaker_address: sagemakerPort === undefined ? null : options.host,
       sagemaker_port: sagemakerPort ?? null,
     },
-    `seqserve ${SEQSERVE_VERSION} listening on ${options.host}: HTTP ${httpPort ?? "off"}, gRPC ${grpcPort ?? "off"}, metrics ${metricsPort ?? "off"}, SageMaker ${sagemakerPort ?? "off"}`,
+    `seqserve ${SEQSERVE_VERSION} listening: HTTP ${endpoint(httpAddress, httpPort)}, gRPC ${endpoint(grpcAddress, grpcPort)}, metrics ${endpoint(metricsAddress, metricsPort)}, SageMaker ${endpoint(options.host, sagemakerPort)}`,
   );
 
   return {

@@ -170,7 +170,13 @@ describe("a Triton launch script", { timeout: 180_000 }, () => {
 
   it("logs to its --log-file in ISO 8601, with one line for each flag that has no effect here", async () => {
     const text = readFileSync(join(logs, "server.log"), "utf8");
-    assert.match(text, /^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] INFO: seqserve [\d.]+ listening on /m);
+    // Each endpoint with the address it is bound to (the server's --host is 0.0.0.0).
+    const listening = `listening: HTTP 127.0.0.1:${ports.http}, gRPC 127.0.0.1:${ports.grpc}, metrics 127.0.0.1:${ports.metrics}, SageMaker off`;
+    assert.match(text, /^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] INFO: seqserve [\d.]+ listening: /m);
+    assert.ok(
+      text.includes(listening),
+      text.split("\n").find((l) => l.includes("listening")),
+    );
     for (const flag of [
       "--allow-gpu-metrics=true",
       "--pinned-memory-pool-byte-size",
