@@ -158,9 +158,13 @@ function answeredId(response: InferResponse): SequenceId | undefined {
  * shutdown, and once its id is forgotten (idle timeout, forced end) the core answers with
  * Triton's wording for a continuation without START.
  */
-function isSequenceGone(error: ServerError): boolean {
-  if (error.code === "CANCELLED" || error.code === "UNAVAILABLE") return true;
+/** The core's refusal of a step for a sequence it does not know (ended, or never started). */
+function isStartMissing(error: ServerError): boolean {
   return error.code === "INVALID_ARG" && error.message.includes("must specify the START flag");
+}
+
+function isSequenceGone(error: ServerError): boolean {
+  return error.code === "CANCELLED" || error.code === "UNAVAILABLE" || isStartMissing(error);
 }
 
 export class StreamConnection {
@@ -612,7 +616,13 @@ export class StreamConnection {
         failure.message,
       );
     }
-    this.#answer(entry, errorText(failure.message, entry.requestId));
+    // The core's words for a sequence it does not know ask for a START flag, which a
+    // stream's messages may not carry: what the client can do is open a new stream.
+    const message =
+      this.#established && isStartMissing(failure)
+        ? `sequence ${String(this.#id)} of model '${this.#model.name}' no longer exists (ended by its idle timeout, a DELETE, or an END sent elsewhere): open a new stream to start it again`
+        : failure.message;
+    this.#answer(entry, errorText(message, entry.requestId));
     if (entry.ends) {
       // The client asked for the end: the sequence ends whether or not its last request ran.
       if (this.#established) this.#endSequence("end");
@@ -623,7 +633,7 @@ export class StreamConnection {
       this.#stopped = true;
       this.#over = true;
       entry.closeCode = CLOSE_CODES.sequenceGone;
-      entry.closeText = failure.message;
+      entry.closeText = message;
     }
     // A failed start leaves no sequence (the core ends one it began): the next message
     // starts it again.
