@@ -1,6 +1,8 @@
 import { invalidArg } from "./errors.ts";
 import type { InferRequest } from "./infer.ts";
 import type { InputConfig, ModelConfig } from "./model-config.ts";
+import { requestLabel } from "./request-label.ts";
+import { checkCorrelationIdType } from "./sequence/control-tensors.ts";
 import {
   type BytesElements,
   elementCount,
@@ -11,9 +13,11 @@ import {
 
 // Checks a request against its model's config before it is queued, with Triton's
 // messages and in Triton's order (outputs, input count, batch size, then each input's
-// datatype and shape), and prepares what the schedulers need: the inputs as the model
-// sees them (reshaped), the rows the request contributes to a batch, and a key that only
-// requests which can share a batch have in common.
+// datatype and shape, the correlation id's type, then the sequence batcher's batch of
+// one), and prepares what the schedulers need: the inputs as the model sees them
+// (reshaped), the rows the request contributes to a batch, and a key that only requests
+// which can share a batch have in common. The messages Triton writes as it normalizes a
+// request begin with the request's id, as its own do ("[request id: <id_unknown>] ...").
 
 export interface ValidatedRequest {
   /** Rows this request adds to a batch (1 for a model that does not batch). */
@@ -40,7 +44,7 @@ function checkInputCount(config: ModelConfig, request: InferRequest): void {
       ? `expected ${config.inputs.length} inputs`
       : `expected number of inputs between ${required.length} and ${config.inputs.length}`;
   throw invalidArg(
-    `${expected} but got ${given} inputs for model '${config.name}'. Got inputs ${describeNames(request.inputs.keys())}, but missing required inputs ${describeNames(missing)}. Please provide all required inputs.`,
+    `${requestLabel(request.id)}${expected} but got ${given} inputs for model '${config.name}'. Got inputs ${describeNames(request.inputs.keys())}, but missing required inputs ${describeNames(missing)}. Please provide all required inputs.`,
   );
 }
 
@@ -145,22 +149,26 @@ function rowsOf(input: InputConfig, tensor: Pick<Tensor, "shape">, model: string
   return tensor.shape[marked + 1] ?? 1;
 }
 
-/** The input's datatype and shape against its config (`batched`: the model batches this input). */
+/**
+ * The input's datatype and shape against its config (`batched`: the model batches this
+ * input); `label` opens the messages (requestLabel).
+ */
 function checkTypeAndShape(
   model: string,
   input: InputConfig,
   tensor: Pick<Tensor, "datatype" | "shape">,
   batched: boolean,
+  label: string,
 ): void {
   if (tensor.datatype !== input.datatype) {
     throw invalidArg(
-      `inference input '${input.name}' data-type is '${tensor.datatype}', but model '${model}' expects '${input.datatype}'`,
+      `${label}inference input '${input.name}' data-type is '${tensor.datatype}', but model '${model}' expects '${input.datatype}'`,
     );
   }
   for (const dim of tensor.shape) {
     if (dim < 0) {
       throw invalidArg(
-        `All input dimensions should be specified for input '${input.name}' for model '${model}', got ${shapeInMessage(tensor.shape)}`,
+        `${label}All input dimensions should be specified for input '${input.name}' for model '${model}', got ${shapeInMessage(tensor.shape)}`,
       );
     }
   }
@@ -170,7 +178,7 @@ function checkTypeAndShape(
       ? " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size."
       : "";
     throw invalidArg(
-      `unexpected shape for input '${input.name}' for model '${model}'. Expected ${shapeInMessage(expected)}, got ${shapeInMessage(tensor.shape)}.${note}`,
+      `${label}unexpected shape for input '${input.name}' for model '${model}'. Expected ${shapeInMessage(expected)}, got ${shapeInMessage(tensor.shape)}.${note}`,
     );
   }
 }
@@ -183,32 +191,43 @@ function checkTypeAndShape(
  */
 export function checkInputDescription(
   config: ModelConfig,
+  requestId: string,
   name: string,
   tensor: Pick<Tensor, "datatype" | "shape">,
 ): void {
   const model = config.name;
+  const label = requestLabel(requestId);
   const input = config.inputs.find((i) => i.name === name);
   if (input === undefined) throw invalidArg(`unexpected inference input '${name}' for model '${model}'`);
   const batched = config.maxBatchSize > 0 && !input.shared;
   if (batched) {
     if (tensor.shape.length === 0) {
-      throw invalidArg(`input '${name}' has no shape but model requires batch dimension for '${model}'`);
+      throw invalidArg(
+        `${label}input '${name}' has no shape but model requires batch dimension for '${model}'`,
+      );
     }
     const rows = rowsOf(input, tensor, model);
     if (rows > config.maxBatchSize) {
-      throw invalidArg(`inference request batch-size must be <= ${config.maxBatchSize} for '${model}'`);
-    }
-    if (rows > 1 && config.sequenceBatching !== undefined) {
       throw invalidArg(
-        `inference request to model '${model}' must specify batch-size 1 due to requirements of sequence batcher`,
+        `${label}inference request batch-size must be <= ${config.maxBatchSize} for '${model}'`,
       );
     }
   }
-  checkTypeAndShape(model, input, tensor, batched);
+  checkTypeAndShape(model, input, tensor, batched, label);
+  if (batched && rowsOf(input, tensor, model) > 1) checkSequenceBatchOfOne(config);
+}
+
+/** The sequence batcher's own check, after the request's (Triton makes it as it enqueues). */
+function checkSequenceBatchOfOne(config: ModelConfig): void {
+  if (config.sequenceBatching === undefined) return;
+  throw invalidArg(
+    `inference request to model '${config.name}' must specify batch-size 1 due to requirements of sequence batcher`,
+  );
 }
 
 export function validateRequest(config: ModelConfig, request: InferRequest): ValidatedRequest {
   const model = config.name;
+  const label = requestLabel(request.id);
   const index = indexOf(config);
   let outputNames = index.outputNames;
   if (request.outputs !== undefined) {
@@ -240,23 +259,22 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
       const input = byName.get(name)!;
       if (input.shared) continue;
       if (tensor.shape.length === 0) {
-        throw invalidArg(`input '${name}' has no shape but model requires batch dimension for '${model}'`);
+        throw invalidArg(
+          `${label}input '${name}' has no shape but model requires batch dimension for '${model}'`,
+        );
       }
       const rows = rowsOf(input, tensor, model);
       if (first) batch = rows;
       else if (rows !== batch)
-        throw invalidArg(`input '${name}' batch size does not match other inputs for '${model}'`);
+        throw invalidArg(`${label}input '${name}' batch size does not match other inputs for '${model}'`);
       first = false;
     }
     if (batch === 0 && !first) {
       throw invalidArg(`inference request batch-size must be > 0 for '${model}'`);
     }
     if (batch > config.maxBatchSize) {
-      throw invalidArg(`inference request batch-size must be <= ${config.maxBatchSize} for '${model}'`);
-    }
-    if (batch > 1 && config.sequenceBatching !== undefined) {
       throw invalidArg(
-        `inference request to model '${model}' must specify batch-size 1 due to requirements of sequence batcher`,
+        `${label}inference request batch-size must be <= ${config.maxBatchSize} for '${model}'`,
       );
     }
   }
@@ -270,7 +288,7 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
     const tensor = request.inputs.get(input.name);
     if (tensor === undefined) continue;
     const batched = batching && !input.shared;
-    checkTypeAndShape(model, input, tensor, batched);
+    checkTypeAndShape(model, input, tensor, batched, label);
     const count = elementCount(tensor.shape);
     const length =
       tensor.datatype === "BYTES"
@@ -304,6 +322,11 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
     const keyPart = input.shared ? `${shapePart}=${valueKey(tensor)}` : shapePart;
     batchKey = batchKey === "" ? keyPart : `${batchKey}|${keyPart}`;
   }
+
+  const id = request.sequence?.id;
+  if (config.sequenceBatching !== undefined && id !== undefined)
+    checkCorrelationIdType(config, id, request.id);
+  if (batch > 1) checkSequenceBatchOfOne(config);
 
   return {
     rows: batching ? Math.max(batch, 1) : 1,

@@ -212,8 +212,9 @@ describe("control tensors", { timeout: 60_000 }, () => {
   });
 
   it("refuses an id whose type the CORRID cannot carry, with Triton's data-type message", async () => {
+    // Triton opens the message with the request's id ("<id_unknown>" for one without).
     const expects = (model: string, given: string, wanted: string) =>
-      `sequence batching control 'CORRID' data-type is '${given}', but model '${model}' expects '${wanted}'`;
+      `[request id: <id_unknown>] sequence batching control 'CORRID' data-type is '${given}', but model '${model}' expects '${wanted}'`;
     for (const [model, wanted] of [
       ["ctl_int32_u64", "UINT64"],
       ["ctl_fp32_i64", "INT64"],
@@ -230,6 +231,18 @@ describe("control tensors", { timeout: 60_000 }, () => {
       await infer(server.url, "ctl_bool_str", int32Input(1), { id: 7, start: true }),
       400,
       expects("ctl_bool_str", "UINT64", "BYTES"),
+    );
+    // Checked as Triton checks the request, before the sequence batcher's batch of one.
+    const twoRows = [{ name: "INPUT", datatype: "INT32", shape: [2, 1], data: [1, 2] }];
+    assertError(
+      await infer(server.url, "ctl_int32_u64", twoRows, { id: "x", start: true }),
+      400,
+      expects("ctl_int32_u64", "BYTES", "UINT64"),
+    );
+    assertError(
+      await infer(server.url, "ctl_int32_u64", twoRows, { id: 8, start: true }),
+      400,
+      "inference request to model 'ctl_int32_u64' must specify batch-size 1 due to requirements of sequence batcher",
     );
     for (const model of Object.keys(MODELS)) {
       assert.equal(

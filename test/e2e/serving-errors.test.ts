@@ -124,7 +124,7 @@ const CASES: readonly Case[] = [
     send: () => postInfer({ inputs: [good()[0]] }),
     status: 400,
     error:
-      "expected 2 inputs but got 1 inputs for model 'simple'. Got inputs ['INPUT0'], but missing required inputs ['INPUT1']. Please provide all required inputs.",
+      "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'simple'. Got inputs ['INPUT0'], but missing required inputs ['INPUT1']. Please provide all required inputs.",
   },
   {
     name: "an unknown output",
@@ -139,7 +139,8 @@ const CASES: readonly Case[] = [
         inputs: simpleInputs(a16, a16).map((i) => ({ ...i, shape: [1, 8, 2] })),
       }),
     status: 400,
-    error: /^unexpected shape for input 'INPUT0' for model 'simple'\. Expected \[-1,16\], got \[1,8,2\]\./,
+    error:
+      /^\[request id: <id_unknown>\] unexpected shape for input 'INPUT0' for model 'simple'\. Expected \[-1,16\], got \[1,8,2\]\./,
   },
   {
     name: "a shape of 100,000 dimensions, named in a short message",
@@ -161,13 +162,14 @@ const CASES: readonly Case[] = [
     name: "a batch above max_batch_size",
     send: () => postInfer({ inputs: simpleInputs(rowsOf(1, 9), rowsOf(2, 9)) }),
     status: 400,
-    error: "inference request batch-size must be <= 8 for 'simple'",
+    error: "[request id: <id_unknown>] inference request batch-size must be <= 8 for 'simple'",
   },
   {
     name: "a wrong datatype",
     send: () => postInfer({ inputs: [{ ...good()[0], datatype: "FP32" }, good()[1]] }),
     status: 400,
-    error: "inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'",
+    error:
+      "[request id: <id_unknown>] inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'",
   },
   {
     name: "a datatype that does not exist",

@@ -433,7 +433,10 @@ describe("explicit model control", () => {
     );
     const refused = await auto(3);
     assert.equal(refused.status, 400);
-    assert.equal(errorOf(refused), "inference request batch-size must be <= 2 for 'auto'");
+    assert.equal(
+      errorOf(refused),
+      "[request id: <id_unknown>] inference request batch-size must be <= 2 for 'auto'",
+    );
     assert.deepEqual(outputData(await auto(2), "OUTPUT0"), Array(8).fill(0.5));
   });
 

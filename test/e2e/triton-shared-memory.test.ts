@@ -504,7 +504,7 @@ describe("system shared memory", {
         ],
       },
       status.INVALID_ARGUMENT,
-      "inference request batch-size must be <= 8 for 'simple'",
+      "[request id: <id_unknown>] inference request batch-size must be <= 8 for 'simple'",
     );
     await grpcRefused(
       {
@@ -519,7 +519,7 @@ describe("system shared memory", {
         ],
       },
       status.INVALID_ARGUMENT,
-      "unexpected shape for input 'INPUT1' for model 'simple'. Expected [-1,16], got [1,16777216]. NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size.",
+      "[request id: <id_unknown>] unexpected shape for input 'INPUT1' for model 'simple'. Expected [-1,16], got [1,16777216]. NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size.",
     );
     await client.unary("SystemSharedMemoryUnregister", { name: "huge" });
 

@@ -89,7 +89,8 @@ describe("WebSocket streams: a start that fails", { timeout: 60_000 }, () => {
     const other = await open(61, A);
     other.send({ id: "fp32", inputs: [{ name: "INPUT", datatype: "FP32", shape: [1, 1], data: [1] }] });
     assert.deepEqual(await other.nextText(), {
-      error: "inference input 'INPUT' data-type is 'FP32', but model 'acc' expects 'INT32'",
+      error:
+        "[request id: fp32] inference input 'INPUT' data-type is 'FP32', but model 'acc' expects 'INT32'",
       id: "fp32",
     });
     owner.send(int32(1));

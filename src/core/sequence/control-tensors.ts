@@ -1,6 +1,7 @@
 import { invalidArg } from "../errors.ts";
 import type { SequenceId } from "../infer.ts";
 import type { ControlInputConfig, ModelConfig } from "../model-config.ts";
+import { requestLabel } from "../request-label.ts";
 import type { Tensor } from "../tensor.ts";
 
 // The control tensors the sequence batcher feeds the model (Triton `control_input`):
@@ -21,15 +22,18 @@ export function takesStringIds(config: ModelConfig): boolean {
   return config.sequenceBatching?.controlInputs.find((c) => c.kind === "CORRID")?.datatype === "BYTES";
 }
 
-/** Refuses an id whose type the model's CORRID control cannot carry (Triton's message). */
-export function checkCorrelationIdType(config: ModelConfig, id: SequenceId): void {
+/**
+ * Refuses an id whose type the model's CORRID control cannot carry, in Triton's words (they
+ * open with the request's id, as its other request checks: requestLabel).
+ */
+export function checkCorrelationIdType(config: ModelConfig, id: SequenceId, requestId = ""): void {
   const corrid = config.sequenceBatching?.controlInputs.find((c) => c.kind === "CORRID");
   if (corrid === undefined) return;
   const given = typeof id === "string" ? "BYTES" : "UINT64";
   const wantsString = corrid.datatype === "BYTES";
   if ((typeof id === "string") !== wantsString) {
     throw invalidArg(
-      `sequence batching control '${corrid.name}' data-type is '${given}', but model '${config.name}' expects '${corrid.datatype}'`,
+      `${requestLabel(requestId)}sequence batching control '${corrid.name}' data-type is '${given}', but model '${config.name}' expects '${corrid.datatype}'`,
     );
   }
 }

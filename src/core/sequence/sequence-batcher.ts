@@ -301,7 +301,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       pending.responseParameters.sequence_id = id;
     }
     this.#checkIdLength(id);
-    checkCorrelationIdType(this.#config, id);
+    checkCorrelationIdType(this.#config, id, pending.request.id);
     if (this.#shuttingDown && start) {
       throw stopping(STOPPED_ACCEPTING);
     }

@@ -168,7 +168,9 @@ export function decodeInferRequest(
   const modelName = message.model_name ?? "";
   const version = message.model_version;
   const modelVersion = version === undefined || version === "" ? undefined : version;
-  const held = sharedMemory && new SharedMemoryRequest(sharedMemory.regions, sharedMemory.model.config);
+  const held =
+    sharedMemory &&
+    new SharedMemoryRequest(sharedMemory.regions, sharedMemory.model.config, message.id ?? "");
   try {
     return decodeMessage(message, modelName, modelVersion, signal, principal, held);
   } catch (error) {

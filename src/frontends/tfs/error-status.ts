@@ -1,5 +1,6 @@
 import { status as grpcStatus } from "@grpc/grpc-js";
 import { asServerError, type ErrorCode, type ErrorReason, ServerError } from "../../core/errors.ts";
+import { withoutRequestLabel } from "../../core/request-label.ts";
 import type { HttpStatusTable } from "../common/http/error-reply.ts";
 import type { GrpcStatusTable } from "../grpc/error-status.ts";
 
@@ -78,7 +79,13 @@ const OVMS_CODES: Partial<Readonly<Record<ErrorReason, ErrorCode>>> = {
 export function tfsError(error: unknown): ServerError {
   const serverError = asServerError(error);
   const reason = serverError.reason;
-  if (reason === undefined || SEQSERVE_WORDED.has(reason)) return serverError;
+  if (reason === undefined || SEQSERVE_WORDED.has(reason)) {
+    // Triton opens its request checks' messages with the request's id; TF-Serving's
+    // requests have none.
+    const message = withoutRequestLabel(serverError.message);
+    if (message === serverError.message) return serverError;
+    return new ServerError(serverError.code, message, { cause: serverError });
+  }
   return new ServerError(
     OVMS_CODES[reason] ?? serverError.code,
     OVMS_MESSAGES[reason as Exclude<ErrorReason, SeqserveWorded>],

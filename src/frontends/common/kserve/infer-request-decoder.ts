@@ -470,7 +470,7 @@ export function decodeInferJson(
   );
   const sequence = readSequenceControl(parameters);
   const access = options.sharedMemory;
-  const sharedMemory = access && new SharedMemoryRequest(access, model.config);
+  const sharedMemory = access && new SharedMemoryRequest(access, model.config, json.id ?? "");
   try {
     const fields = { parameters, binaryOutput, sequence, sharedMemory };
     return decodeTensors(json, body, headerLength, model, options, fields, parsed);

@@ -23,18 +23,21 @@ const NO_OUTPUTS: ReadonlyMap<string, SharedMemorySlice> = new Map();
 export class SharedMemoryRequest {
   readonly #regions: SharedMemoryRegions;
   readonly #config: ModelConfig;
+  readonly #requestId: string;
   #use: SharedMemoryUse | undefined;
   #outputs: Map<string, SharedMemorySlice> | undefined;
 
   /**
-   * `config`: the request's model's, its inputs checked against it before they are read.
+   * `config`: the request's model's, its inputs checked against it before they are read
+   * (their messages name `requestId`, as Triton's).
    * The bytes a request reads are bounded by the regions' own limit on bytes read by
    * requests in flight (`--max-shared-memory-bytes`), not by the protocol's request size:
    * clients use shared memory for tensors larger than a request may be, as Triton allows.
    */
-  constructor(regions: SharedMemoryRegions, config: ModelConfig) {
+  constructor(regions: SharedMemoryRegions, config: ModelConfig, requestId: string) {
     this.#regions = regions;
     this.#config = config;
+    this.#requestId = requestId;
   }
 
   #used(): SharedMemoryUse {
@@ -47,7 +50,7 @@ export class SharedMemoryRequest {
     use.hold(slice);
     // Everything is checked before the bytes are copied: a request of a few bytes can name
     // a region far larger than any request could be.
-    checkInputDescription(this.#config, name, { datatype, shape });
+    checkInputDescription(this.#config, this.#requestId, name, { datatype, shape });
     checkRawByteLength(name, datatype, shape, slice.byteSize);
     return decodeRawTensor(name, datatype, shape, use.read(slice));
   }
