@@ -151,24 +151,24 @@ function rowsOf(input: InputConfig, tensor: Pick<Tensor, "shape">, model: string
 
 /**
  * The input's datatype and shape against its config (`batched`: the model batches this
- * input); `label` opens the messages (requestLabel).
+ * input); the messages open with the request's id (requestLabel).
  */
 function checkTypeAndShape(
   model: string,
   input: InputConfig,
   tensor: Pick<Tensor, "datatype" | "shape">,
   batched: boolean,
-  label: string,
+  requestId: string,
 ): void {
   if (tensor.datatype !== input.datatype) {
     throw invalidArg(
-      `${label}inference input '${input.name}' data-type is '${tensor.datatype}', but model '${model}' expects '${input.datatype}'`,
+      `${requestLabel(requestId)}inference input '${input.name}' data-type is '${tensor.datatype}', but model '${model}' expects '${input.datatype}'`,
     );
   }
   for (const dim of tensor.shape) {
     if (dim < 0) {
       throw invalidArg(
-        `${label}All input dimensions should be specified for input '${input.name}' for model '${model}', got ${shapeInMessage(tensor.shape)}`,
+        `${requestLabel(requestId)}All input dimensions should be specified for input '${input.name}' for model '${model}', got ${shapeInMessage(tensor.shape)}`,
       );
     }
   }
@@ -178,7 +178,7 @@ function checkTypeAndShape(
       ? " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size."
       : "";
     throw invalidArg(
-      `${label}unexpected shape for input '${input.name}' for model '${model}'. Expected ${shapeInMessage(expected)}, got ${shapeInMessage(tensor.shape)}.${note}`,
+      `${requestLabel(requestId)}unexpected shape for input '${input.name}' for model '${model}'. Expected ${shapeInMessage(expected)}, got ${shapeInMessage(tensor.shape)}.${note}`,
     );
   }
 }
@@ -196,24 +196,23 @@ export function checkInputDescription(
   tensor: Pick<Tensor, "datatype" | "shape">,
 ): void {
   const model = config.name;
-  const label = requestLabel(requestId);
   const input = config.inputs.find((i) => i.name === name);
   if (input === undefined) throw invalidArg(`unexpected inference input '${name}' for model '${model}'`);
   const batched = config.maxBatchSize > 0 && !input.shared;
   if (batched) {
     if (tensor.shape.length === 0) {
       throw invalidArg(
-        `${label}input '${name}' has no shape but model requires batch dimension for '${model}'`,
+        `${requestLabel(requestId)}input '${name}' has no shape but model requires batch dimension for '${model}'`,
       );
     }
     const rows = rowsOf(input, tensor, model);
     if (rows > config.maxBatchSize) {
       throw invalidArg(
-        `${label}inference request batch-size must be <= ${config.maxBatchSize} for '${model}'`,
+        `${requestLabel(requestId)}inference request batch-size must be <= ${config.maxBatchSize} for '${model}'`,
       );
     }
   }
-  checkTypeAndShape(model, input, tensor, batched, label);
+  checkTypeAndShape(model, input, tensor, batched, requestId);
   if (batched && rowsOf(input, tensor, model) > 1) checkSequenceBatchOfOne(config);
 }
 
@@ -227,7 +226,6 @@ function checkSequenceBatchOfOne(config: ModelConfig): void {
 
 export function validateRequest(config: ModelConfig, request: InferRequest): ValidatedRequest {
   const model = config.name;
-  const label = requestLabel(request.id);
   const index = indexOf(config);
   let outputNames = index.outputNames;
   if (request.outputs !== undefined) {
@@ -260,13 +258,15 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
       if (input.shared) continue;
       if (tensor.shape.length === 0) {
         throw invalidArg(
-          `${label}input '${name}' has no shape but model requires batch dimension for '${model}'`,
+          `${requestLabel(request.id)}input '${name}' has no shape but model requires batch dimension for '${model}'`,
         );
       }
       const rows = rowsOf(input, tensor, model);
       if (first) batch = rows;
       else if (rows !== batch)
-        throw invalidArg(`${label}input '${name}' batch size does not match other inputs for '${model}'`);
+        throw invalidArg(
+          `${requestLabel(request.id)}input '${name}' batch size does not match other inputs for '${model}'`,
+        );
       first = false;
     }
     if (batch === 0 && !first) {
@@ -274,7 +274,7 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
     }
     if (batch > config.maxBatchSize) {
       throw invalidArg(
-        `${label}inference request batch-size must be <= ${config.maxBatchSize} for '${model}'`,
+        `${requestLabel(request.id)}inference request batch-size must be <= ${config.maxBatchSize} for '${model}'`,
       );
     }
   }
@@ -288,7 +288,7 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
     const tensor = request.inputs.get(input.name);
     if (tensor === undefined) continue;
     const batched = batching && !input.shared;
-    checkTypeAndShape(model, input, tensor, batched, label);
+    checkTypeAndShape(model, input, tensor, batched, request.id);
     const count = elementCount(tensor.shape);
     const length =
       tensor.datatype === "BYTES"
