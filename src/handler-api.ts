@@ -136,6 +136,11 @@ export interface CallError extends Error {
   readonly code: string;
 }
 
+/**
+ * Lines in the server's log, naming the model and instance. `fields` join the line; one
+ * named as a key the line has already (`level`, `time`, `msg`, `name`, `model`, `instance`,
+ * `pid`, `hostname`, `handler`) is written as `handler_<key>`.
+ */
 export interface HandlerLog {
   debug(message: string, fields?: Record<string, unknown>): void;
   info(message: string, fields?: Record<string, unknown>): void;

@@ -35,7 +35,8 @@ export default {
         return new Promise(() => {});
       }
       if (mode === "loop") for (;;) {}
-      if (mode === "log") log.info("the handler logs", { model: "a field of its own", detail: 7 });
+      if (mode === "log")
+        log.info("the handler logs", { model: "its own", instance: "its own", level: "custom", time: 5, msg: "its own", detail: 7 });
       if (mode === "exit") process.exit(3);
       if (mode.startsWith("count")) return count(r, mode);
       const outputs = { ECHO: { datatype: "BYTES", shape: [1, 1], data: [mode] } };
@@ -148,14 +149,20 @@ test("an Error returned for one request fails only it, with its message and not 
   assert.ok(logLines.some((line) => line.includes("the handler refused this one") && line.includes("stack")));
 });
 
-test("a handler's log lines name the model once, beside the handler's own fields", async () => {
+test("a handler's log lines have each key once, the handler's fields of the line's own names renamed", async () => {
   assert.equal(echoed(await call("faulty", "log")), "log");
   const line = logLines.find((l) => l.includes("the handler logs"));
   assert.ok(line !== undefined);
-  // Log stores refuse a line with a key twice: the model is the logger's, the handler's own `model` dropped.
-  assert.equal(line.match(/"model":/g)?.length, 1, line);
+  // Log stores refuse a line with a key twice: the line's own keys are the server's, and
+  // the handler's fields of those names are kept as handler_<key>.
+  for (const key of ["model", "instance", "level", "time", "msg"])
+    assert.equal(line.match(new RegExp(`"${key}":`, "g"))?.length, 1, `${key} in ${line}`);
   const fields = JSON.parse(line);
-  assert.deepEqual([fields.model, fields.detail, fields.handler], ["faulty", 7, true]);
+  assert.deepEqual(
+    [fields.model, fields.level, fields.msg, fields.handler_model, fields.handler_level, fields.handler_time],
+    ["faulty", 30, "the handler logs", "its own", "custom", 5],
+  );
+  assert.deepEqual([fields.detail, fields.handler], [7, true]);
   for (const handlerLine of logLines.filter((l) => l.includes('"handler":true')))
     assert.equal(handlerLine.match(/"model":/g)?.length, 1, handlerLine);
 });

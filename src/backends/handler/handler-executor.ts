@@ -95,6 +95,33 @@ function requestNamed(id: string): string {
   return id === "" ? "a request" : `request '${id}'`;
 }
 
+/**
+ * Keys the server's log line has already (pino's own, and the logger's bindings): a
+ * handler's field of the same name would be a second key in the line, which log stores
+ * refuse, and a parser keeping the last would take the handler's `level` or `time`.
+ */
+const LINE_KEYS: ReadonlySet<string> = new Set([
+  "level",
+  "time",
+  "pid",
+  "hostname",
+  "name",
+  "msg",
+  "model",
+  "instance",
+  "handler",
+]);
+
+/** A handler's fields for its log line: one of the line's own keys is kept as `handler_<key>`. */
+function handlerLogFields(fields: Readonly<Record<string, unknown>> | undefined): Record<string, unknown> {
+  // No prototype: a field named "__proto__" is a field like any other.
+  const line: Record<string, unknown> = Object.create(null);
+  for (const [key, value] of Object.entries(fields ?? {}))
+    line[LINE_KEYS.has(key) ? `handler_${key}` : key] = value;
+  line.handler = true;
+  return line;
+}
+
 export class HandlerExecutor implements RequestExecutor {
   readonly name: string;
   readonly #options: HandlerExecutorOptions;
@@ -542,10 +569,7 @@ export class HandlerExecutor implements RequestExecutor {
         this.#closeSequence(worker, message);
         return;
       case "log": {
-        // The logger names the model already: a `model` of the handler's own would be a
-        // second key of that name in the line, which log stores refuse.
-        const { model: _ownModel, ...fields } = message.fields ?? {};
-        this.#logger[message.level]({ ...fields, handler: true }, message.message);
+        this.#logger[message.level](handlerLogFields(message.fields), message.message);
         return;
       }
     }
