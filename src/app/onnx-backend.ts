@@ -26,8 +26,9 @@ export function onnxBackend(logger: Logger, settings: BackendSettings, workerThr
           severity === undefined ? sessionOptions : { ...sessionOptions, logSeverityLevel: severity },
         logger,
       });
-      // The stateful backend finds the state pairs a config does not name in the graph's description.
-      if (request.backendName !== STATEFUL_BACKEND || Object.hasOwn(request.parameters, "state_pairs"))
+      // The stateful backend finds the state pairs a config does not name (or names as "")
+      // in the graph's description.
+      if (request.backendName !== STATEFUL_BACKEND || (request.parameters.state_pairs ?? "").trim() !== "")
         return opened;
       try {
         const graphDescription = await readGraphDescription(request.modelPath);

@@ -350,6 +350,17 @@ describe("state pairs in the ONNX graph's description, where the config names no
     );
   });
 
+  it("takes them for an empty state_pairs too, as the backend does", () => {
+    // In the description's order, not the default config's.
+    const graphDescription =
+      "InputState OutputState <<<Accumulate_In_fp16, Accumulate_Out_fp16>>> <<<Accumulate_In_int32, Accumulate_Out_int32>>>";
+    const { config } = resolve(mixedConfig({ pairs: "" }), { ...MIXED_IO, graphDescription });
+    assert.deepEqual(
+      config.sequenceBatching?.states.map((s) => s.inputName),
+      ["Accumulate_In_fp16", "Accumulate_In_int32"],
+    );
+  });
+
   it("lets state_pairs, when the config has it, take precedence, as the backend does", () => {
     const graphDescription = "InputState OutputState <<<Accumulate_In_fp16, Accumulate_Out_fp16>>>";
     // The fp16 state is then a model input like any other, which this config does not list.

@@ -18,8 +18,11 @@ const WIRE_FIXED64 = 1;
 const WIRE_LENGTH_DELIMITED = 2;
 const WIRE_FIXED32 = 5;
 
-/** A description is a few lines; one longer than this is not a list of state pairs. */
-export const MAX_GRAPH_DESCRIPTION_BYTES = 1 << 20;
+/**
+ * A description is a few lines; one longer than this is refused rather than made into a
+ * string (V8's strings stop at 2^29 characters; a 2 GB model file could hold more).
+ */
+export const MAX_GRAPH_DESCRIPTION_BYTES = 64 << 20;
 
 const WINDOW_BYTES = 64 << 10;
 

@@ -3,8 +3,8 @@ import type { StatePair } from "./model-parameters.ts";
 // Where Triton's ONNX stateful backend finds a model's state pairs when its config has no
 // `state_pairs`: in the ONNX graph's description, read as its StateTensor::InitTensorNames
 // reads it (onnx_model_runner.h). A line naming both "InputState" and "OutputState" (then,
-// separately, both "PastValueInput" and "PastValueOutput") lists pairs after the first
-// of the two words, each "<<<first, second>>>", split at its first comma; the names may
+// separately, both "PastValueInput" and "PastValueOutput") lists pairs after the input's
+// word, each "<<<first, second>>>", split at its first comma; the names may
 // carry ":" and the tensor's dimensions (without commas), which are dropped. The pair's
 // input is the name on the side of the word that comes first: "OutputState … InputState …
 // <<<out, in>>>" pairs in with out.

@@ -79,9 +79,17 @@ export class ModelParameters {
     return value;
   }
 
+  /**
+   * Whether the config names its state pairs: an empty `state_pairs` names none, and the
+   * stateful backend then reads them from the graph's description, as without it.
+   */
+  get namesStatePairs(): boolean {
+    return (this.get("state_pairs") ?? "").trim() !== "";
+  }
+
   /** Where statePairs() found the pairs, for messages about them. */
   get statePairsOrigin(): string {
-    return this.has("state_pairs") ? "parameter 'state_pairs'" : "the ONNX graph's description";
+    return this.namesStatePairs ? "parameter 'state_pairs'" : "the ONNX graph's description";
   }
 
   /** Names separated by commas and/or spaces. */
@@ -94,12 +102,13 @@ export class ModelParameters {
   /**
    * The ONNX stateful backend's `state_pairs`: "<<<In1, Out1>>> <<<In2, Out2>>>", the pairs
    * separated by spaces and/or commas (its README separates them by spaces, its example
-   * models by commas). Without the parameter, the pairs of the graph's description.
+   * models by commas). Without the parameter, or with it empty, the pairs of the graph's
+   * description.
    */
   statePairs(): StatePair[] {
     const key = "state_pairs";
-    const raw = this.get(key);
-    if (raw === undefined) return [...this.#graphStatePairs];
+    const raw = this.get(key) ?? "";
+    if (raw.trim() === "") return [...this.#graphStatePairs];
     const pairs: StatePair[] = [];
     for (const match of raw.matchAll(PAIR)) {
       const input = match[1] ?? "";

@@ -207,7 +207,7 @@ export function resolveModelConfig(options: ResolveModelConfigOptions): Resolved
       ? statePairsOfGraphDescription(modelIo.graphDescription)
       : [];
   const params = new ModelParameters(root, graphPairs);
-  if (graphPairs.length > 0 && !params.has("state_pairs") && root.has("sequence_batching")) {
+  if (graphPairs.length > 0 && !params.namesStatePairs && root.has("sequence_batching")) {
     ctx.note(
       `model '${modelName}' names no state_pairs: its state pairs ${statePairsText(graphPairs)} are read from the ONNX graph's description, as the stateful backend reads them`,
     );
