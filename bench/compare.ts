@@ -104,6 +104,15 @@ const SCENARIOS: readonly Scenario[] = [
   },
 ];
 
+const unknown = (only ?? []).filter((name) => !SCENARIOS.some((s) => s.name === name));
+if (unknown.length > 0) {
+  // A misspelt name would have been left out of the comparison without a word.
+  console.error(
+    `--only: no scenario ${unknown.join(", ")}; the scenarios: ${SCENARIOS.map((s) => s.name).join(", ")}`,
+  );
+  process.exit(2);
+}
+
 function freePort(): Promise<number> {
   return new Promise((resolve) => {
     const server = createServer();

@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
-import { writeFileSync } from "node:fs";
+import { existsSync, writeFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import type { TensorMetadata } from "../core/model.ts";
 import { BENCH_HELP, type BenchOptions, BenchUsageError, parseBenchArgs } from "./bench-options.ts";
 import { type ClientTarget, DECOUPLED_PROTOCOLS, type Endpoint } from "./clients/bench-client.ts";
@@ -9,7 +10,13 @@ import { runLoad } from "./load-loop.ts";
 import { type LocalModel, openLocalModel } from "./local-model.ts";
 import { checkAgainstOracle, type OracleReport } from "./oracle.ts";
 import { processCpuMs, type StartedServer, startServerProcess } from "./server-process.ts";
-import { errorText, readStatistics, type ServerSide, serverSide } from "./server-statistics.ts";
+import {
+  errorText,
+  readStatistics,
+  type ServerSide,
+  type StatisticsReading,
+  serverSide,
+} from "./server-statistics.ts";
 import { latencyThroughputSvg, type SweepPoint } from "./svg-chart.ts";
 import { Workload } from "./workload.ts";
 
@@ -102,6 +109,15 @@ async function endpoints(options: BenchOptions): Promise<Endpoints> {
   };
 }
 
+/** The protocols whose one request can both start and end a sequence (KServe's flags). */
+const ONE_REQUEST_SEQUENCES: ReadonlySet<string> = new Set([
+  "http-json",
+  "http-binary",
+  "grpc",
+  "grpc-stream",
+  "ws",
+]);
+
 interface ModelShape {
   readonly inputs: TensorMetadata[];
   readonly outputs: TensorMetadata[];
@@ -116,7 +132,10 @@ async function describeModel(
   headers: Readonly<Record<string, string>>,
 ): Promise<ModelShape> {
   const path = `${httpBase}/v2/models/${encodeURIComponent(model)}`;
-  const metadata = await fetch(path, { headers });
+  const metadata = await fetch(path, { headers }).catch((error: Error) => {
+    const cause = error.cause instanceof Error ? error.cause.message : error.message;
+    throw new Error(`cannot reach the server at ${httpBase}: ${cause}`);
+  });
   if (!metadata.ok) throw new Error(`model '${model}': ${await errorText(metadata)}`);
   const { inputs, outputs } = (await metadata.json()) as {
     inputs: TensorMetadata[];
@@ -157,24 +176,29 @@ async function runOnce(
     headers: options.headers,
     decoupled: shape.decoupled,
   });
-  const before = await readStatistics(ends.httpBase, options.model, options.headers);
+  const readStatisticsNow = () => readStatistics(ends.httpBase, options.model, options.headers);
+  // The server's figures (statistics, CPU) and the client's CPU are read as the window
+  // opens and closes, so that they cover what the client's figures cover: the window.
+  let before = readStatisticsNow();
   const sequenceLength = shape.sequences ? options.sequenceLength : undefined;
   let cpuStart: number | undefined;
   let clientStart = process.cpuUsage();
   const measureAt = setTimeout(() => {
     if (ends.server !== undefined) cpuStart = processCpuMs(ends.server.pid);
     clientStart = process.cpuUsage();
+    before = readStatisticsNow();
   }, options.warmupSeconds * 1000);
   let cpuEnd: number | undefined;
   let clientUs = 0;
-  const stopAt = setTimeout(
-    () => {
-      if (ends.server !== undefined) cpuEnd = processCpuMs(ends.server.pid);
-      const used = process.cpuUsage(clientStart);
-      clientUs = used.user + used.system;
-    },
-    (options.warmupSeconds + options.seconds) * 1000,
-  );
+  let after: Promise<StatisticsReading> | undefined;
+  const takeEndReadings = (): void => {
+    if (after !== undefined) return;
+    if (ends.server !== undefined) cpuEnd = processCpuMs(ends.server.pid);
+    const used = process.cpuUsage(clientStart);
+    clientUs = used.user + used.system;
+    after = readStatisticsNow();
+  };
+  const stopAt = setTimeout(takeEndReadings, (options.warmupSeconds + options.seconds) * 1000);
   const result = await runLoad(client, workload, {
     lanes: concurrency,
     sequenceLength,
@@ -196,10 +220,12 @@ async function runOnce(
   });
   clearTimeout(measureAt);
   clearTimeout(stopAt);
+  // A busy event loop may finish the run before the window's timer: read them now.
+  takeEndReadings();
   if (!options.quiet && !options.json && process.stderr.isTTY) process.stderr.write("\r\x1b[K");
   await client.close();
-  const after = await readStatistics(ends.httpBase, options.model, options.headers);
-  const server: ServerSide | undefined = serverSide(before.snapshot, after.snapshot);
+  const [start, end] = await Promise.all([before, after!]);
+  const server: ServerSide | undefined = serverSide(start.snapshot, end.snapshot);
   const { recorder } = result;
   const [p50, p90, p99, max] = recorder.percentiles([50, 90, 99, 100]);
   const requestsPerSecond = recorder.count / result.seconds;
@@ -238,7 +264,7 @@ async function runOnce(
             cpuMsPerRequest:
               cpuMs === undefined || recorder.count === 0 ? undefined : round(cpuMs / recorder.count, 4),
           },
-    ...(server === undefined && after.refused !== undefined ? { statisticsRefused: after.refused } : {}),
+    ...(server === undefined && end.refused !== undefined ? { statisticsRefused: end.refused } : {}),
     clientCpuMsPerRequest: recorder.count === 0 ? 0 : round(clientUs / 1000 / recorder.count, 4),
     inProcess:
       limit === undefined
@@ -286,12 +312,15 @@ export function formatReport(report: BenchReport): string {
     );
   }
   if (report.oracle !== undefined) {
+    const failedSteps = Object.values(report.errors).reduce((sum, n) => sum + n, 0);
+    const unchecked = failedSteps === 0 ? "" : `; ${failedSteps} failed steps not checked`;
     lines.push(
       report.oracle.mismatches === 0
-        ? `  oracle       ${report.oracle.checked} outputs checked, all equal to ONNX Runtime alone`
-        : `  oracle       ${report.oracle.mismatches} of ${report.oracle.checked} outputs differ: ${report.oracle.examples.join("; ")}`,
+        ? `  oracle       ${report.oracle.checked} outputs checked, all equal to ONNX Runtime alone${unchecked}`
+        : `  oracle       ${report.oracle.mismatches} of ${report.oracle.checked} outputs differ: ${report.oracle.examples.join("; ")}${unchecked}`,
     );
   }
+  if (report.requests === 0) lines.push("  nothing was answered: the run measured nothing");
   return lines.join("\n");
 }
 
@@ -313,24 +342,47 @@ export async function benchCommand(argv: readonly string[]): Promise<number> {
   try {
     reports = await runBench(options);
   } catch (error) {
-    // Options that do not fit the model (a protocol it cannot be served over).
-    if (!(error instanceof BenchUsageError)) throw error;
-    process.stderr.write(`seqserve bench: ${error.message}\n`);
-    return 2;
+    // Options that do not fit the model (a protocol it cannot be served over): 2. A server
+    // that cannot be reached, a model it does not serve, a file that cannot be read: 1.
+    // Either way the message, not a stack.
+    process.stderr.write(`seqserve bench: ${error instanceof Error ? error.message : String(error)}\n`);
+    return error instanceof BenchUsageError ? 2 : 1;
   }
   if (options.json)
-    process.stdout.write(`${JSON.stringify(reports.length === 1 ? reports[0] : reports, null, 2)}\n`);
+    process.stdout.write(`${JSON.stringify(options.sweep === undefined ? reports[0] : reports, null, 2)}\n`);
   else process.stdout.write(`${reports.map(formatReport).join("\n\n")}\n`);
-  const failed = reports.some((r) => (r.oracle?.mismatches ?? 0) > 0);
-  return failed ? 1 : 0;
+  return reports.some(failedRun) ? 1 : 0;
+}
+
+/**
+ * A run that proves nothing fails the command: nothing answered; or, with --verify, an
+ * answer unlike the model's alone, or a step that failed (its answer was not checked), or
+ * nothing checked at all.
+ */
+function failedRun(report: BenchReport): boolean {
+  if (report.requests === 0) return true;
+  const oracle = report.oracle;
+  if (oracle === undefined) return false;
+  return oracle.mismatches > 0 || oracle.checked === 0 || Object.keys(report.errors).length > 0;
 }
 
 /** The benchmark as a library call (tests and the comparison script use it). */
 export async function runBench(options: BenchOptions): Promise<BenchReport[]> {
+  if (options.chart !== undefined && !existsSync(dirname(resolve(options.chart)))) {
+    // Found out before the runs, not after them, with their reports lost.
+    throw new BenchUsageError(`--chart ${options.chart}: its folder does not exist`);
+  }
   const ends = await endpoints(options);
   let local: LocalModel | undefined;
   try {
     const shape = await describeModel(ends.httpBase, options.model, options.headers);
+    if (shape.sequences && options.sequenceLength === 1 && !ONE_REQUEST_SEQUENCES.has(options.protocol)) {
+      // START and END in one request: these protocols have no way to say both, and each
+      // sequence would be left open on the server until its idle timeout or expiry.
+      throw new BenchUsageError(
+        `--sequence-length 1: ${options.protocol} cannot start and end a sequence in one request; use 2 or more, or ${[...ONE_REQUEST_SEQUENCES].join(", ")}`,
+      );
+    }
     if (shape.decoupled && !DECOUPLED_PROTOCOLS.includes(options.protocol)) {
       // Every request would be refused (501 / UNIMPLEMENTED): said once, before the run.
       throw new BenchUsageError(

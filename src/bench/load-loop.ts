@@ -92,7 +92,12 @@ export interface Exchange {
 
 export interface LoadResult {
   readonly recorder: LatencyRecorder;
-  /** Length of the measured window, in seconds. */
+  /**
+   * Seconds from the window's start to the last outcome of a request due in it (at least
+   * the window): what the answers counted took to come. Behind an open loop the server
+   * still answers the window's requests after it closes; divided by the window alone, the
+   * throughput would count those seconds' work without their time.
+   */
   readonly seconds: number;
   readonly exchanges: Exchange[];
   /** Sequences started (for a sequence model). */
@@ -117,6 +122,7 @@ export async function runLoad(
   const end = measureFrom + options.seconds * 1000;
   let nextSequence = 0;
   let lastProgress = measureFrom;
+  let lastOutcome = end;
 
   const newSequence = (lane: number): BenchSequence => {
     const index = stateful ? nextSequence++ : lane;
@@ -155,7 +161,11 @@ export async function runLoad(
       const measured = due >= measureFrom && due < end;
       try {
         const outputs = await stepWithRetries(client, sequence, inputs, flags, stateful);
-        if (measured) recorder.record(performance.now() - due);
+        if (measured) {
+          const now = performance.now();
+          recorder.record(now - due);
+          lastOutcome = Math.max(lastOutcome, now);
+        }
         if (options.keepOutputs)
           exchanges.push({ sequence: sequence.index, id: sequence.id, step, end: last, outputs });
         step++;
@@ -165,6 +175,7 @@ export async function runLoad(
             error instanceof StepError ? error.kind : "client error",
             error instanceof Error ? error.message : String(error),
           );
+          lastOutcome = Math.max(lastOutcome, performance.now());
         }
         if (!(error instanceof StepError)) throw error;
         // A sequence whose step failed is given up: the lane ends it and starts a new one.
@@ -188,5 +199,5 @@ export async function runLoad(
   };
 
   await Promise.all(Array.from({ length: options.lanes }, (_, i) => lane(i)));
-  return { recorder, seconds: (end - measureFrom) / 1000, exchanges, sequences: nextSequence };
+  return { recorder, seconds: (lastOutcome - measureFrom) / 1000, exchanges, sequences: nextSequence };
 }

@@ -99,8 +99,14 @@ export async function checkAgainstOracle(
       }
       for (const [name, served] of exchange.outputs) {
         const expected = result[name];
-        if (expected === undefined) continue;
         checked++;
+        if (expected === undefined) {
+          // An output the model alone does not have: the server is not serving this model.
+          mismatches++;
+          if (examples.length < 5)
+            examples.push(`sequence ${sequence} step ${exchange.step}: output '${name}' is not the model's`);
+          continue;
+        }
         const got = values(served.data);
         const want = values(expected.data);
         const same =

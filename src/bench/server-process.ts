@@ -7,6 +7,9 @@ import { fileURLToPath } from "node:url";
 // generator never shares its event loop. Ports are picked by the server and read from its
 // "listening" log line; its CPU time is read from /proc while the load runs.
 
+/** How many of the server's error lines are shown. */
+const SHOWN_SERVER_ERRORS = 5;
+
 export interface ServerPorts {
   readonly http: number | undefined;
   readonly grpc: number | undefined;
@@ -55,6 +58,15 @@ export async function startServerProcess(
     { stdio: ["ignore", "pipe", "inherit"] },
   );
   const lines = createInterface({ input: child.stdout! });
+  // The server's errors are shown, the first few of them: a model that fails every step
+  // logs one per step, and the report gives their count and first message anyway.
+  let errorsShown = 0;
+  const showError = (message: unknown): void => {
+    if (errorsShown < SHOWN_SERVER_ERRORS) process.stderr.write(`seqserve: ${message}\n`);
+    else if (errorsShown === SHOWN_SERVER_ERRORS)
+      process.stderr.write("seqserve: (more errors in the server's log are not shown)\n");
+    errorsShown++;
+  };
   const ports = await new Promise<ServerPorts>((resolve, reject) => {
     child.once("exit", (code) => reject(new Error(`seqserve exited with code ${code} before listening`)));
     lines.on("line", (line) => {
@@ -64,8 +76,7 @@ export async function startServerProcess(
       } catch {
         return;
       }
-      if (typeof entry.level === "number" && entry.level >= 50)
-        process.stderr.write(`seqserve: ${entry.msg}\n`);
+      if (typeof entry.level === "number" && entry.level >= 50) showError(entry.msg);
       const port = (key: string) => (typeof entry[key] === "number" ? (entry[key] as number) : undefined);
       if (entry.event === "listening") {
         resolve({

@@ -1,7 +1,8 @@
 import type { ModelStatisticsSnapshot } from "../core/statistics.ts";
 
-// What the server says about a run: its statistics API read before and after, so the
-// difference covers the run alone (warm-up included: batches are not timestamped).
+// What the server says about a run: its statistics API read as the measured window opens
+// and as it closes, so the difference covers about the window the client's figures cover
+// (batches are not timestamped: one running across either edge counts where it ends).
 
 export interface ServerSide {
   /** Executions by batch size. */

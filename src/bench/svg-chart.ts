@@ -18,7 +18,9 @@ const BOTTOM = 50;
 const n = (v: number) => String(Math.round(v * 10) / 10);
 const escapeXml = (text: string) => text.replace(/&/g, "&amp;").replace(/</g, "&lt;");
 
-export function latencyThroughputSvg(title: string, points: readonly SweepPoint[]): string {
+export function latencyThroughputSvg(title: string, sweep: readonly SweepPoint[]): string {
+  // A concurrency at which nothing was answered has no latency to draw (NaN percentiles).
+  const points = sweep.filter((p) => Number.isFinite(p.p50Ms) && Number.isFinite(p.p99Ms));
   const maxX = Math.max(1, ...points.map((p) => p.requestsPerSecond)) * 1.1;
   const latencies = points.flatMap((p) => [p.p50Ms, p.p99Ms]).filter((v) => v > 0);
   const minY = Math.max(0.01, Math.min(...latencies, 1) / 2);

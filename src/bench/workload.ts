@@ -106,6 +106,8 @@ export class Workload {
       this.#audio = readWav(options.wavFile);
       this.#audioInput = options.audioInput ?? inputs.find((i) => i.datatype === "FP32")?.name;
       if (this.#audioInput === undefined) throw new Error("the model has no FP32 input for the audio");
+      if (!inputs.some((i) => i.name === this.#audioInput))
+        throw new Error(`the model has no input '${this.#audioInput}' for the audio (--audio-input)`);
     }
   }
 

@@ -296,6 +296,67 @@ describe("seqserve bench", { timeout: 120_000 }, () => {
     }
   });
 
+  it("a run that proves nothing fails: nothing answered, or --verify with steps it could not check", async () => {
+    // Every step fails (sr=1): nothing is answered, and --verify has nothing to vouch for.
+    const failing = await run([
+      "bench",
+      "--model-repository",
+      repository.path,
+      "--model",
+      SILERO_STATEFUL_MODEL,
+      "--input",
+      "sr=1",
+      "--concurrency",
+      "2",
+      "--duration",
+      "0.4",
+      "--warmup",
+      "0.1",
+      "--verify",
+      "--quiet",
+    ]);
+    assert.equal(failing.code, 1, failing.stdout + failing.stderr);
+    assert.match(failing.stdout, /oracle {7}0 outputs checked.*; \d+ failed steps not checked/);
+    assert.match(failing.stdout, /nothing was answered: the run measured nothing/);
+    // The server's errors are shown, the first few only.
+    assert.equal(failing.stderr.match(/^seqserve: onnx runtime error/gm)?.length, 5, failing.stderr);
+    // No server: said in a line, not a stack.
+    const unreachable = await run(["bench", "--url", "http://127.0.0.1:9", "--model", "acc", "--quiet"]);
+    assert.equal(unreachable.code, 1);
+    assert.match(unreachable.stderr, /^seqserve bench: cannot reach the server at http:\/\/127\.0\.0\.1:9: /);
+    assert.doesNotMatch(unreachable.stderr, /\n\s+at /);
+  });
+
+  it("refuses sequences of one step where a request cannot both start and end one", async () => {
+    const server = await startTestServer(repository.path, { sagemakerPort: 0 });
+    try {
+      for (const protocol of ["tfs-rest", "sagemaker"]) {
+        const parsed = parseBenchArgs([
+          "--url",
+          server.url,
+          "--sagemaker",
+          `127.0.0.1:${server.server.sagemakerPort}`,
+          "--model",
+          "acc",
+          "--protocol",
+          protocol,
+          "--sequence-length",
+          "1",
+          "--quiet",
+        ]);
+        await assert.rejects(
+          runBench(parsed as BenchOptions),
+          new RegExp(`--sequence-length 1: ${protocol} cannot start and end a sequence in one request`),
+        );
+      }
+      // Nothing was started on the server.
+      const live = await getJson(`${server.url}/v2/models/acc/sequences`);
+      assert.equal((live.body as { summary: { live: number } }).summary.live, 0);
+    } finally {
+      await server.stop();
+    }
+  });
+
   it("is a subcommand of seqserve: --help, and usage errors exit 2", async () => {
     const help = await run(["bench", "--help"]);
     assert.equal(help.code, 0);

@@ -47,6 +47,17 @@ describe("runLoad, open loop behind schedule", () => {
     assert.equal(recorder.failures, unsent);
   });
 
+  it("divides the answers by the time they took to come, not by the window alone", async () => {
+    const { recorder, seconds } = await runLoad(slowClient([]), workload, {
+      ...options,
+      sequenceLength: undefined,
+    });
+    // One lane, one request at a time, each at least 40 ms: at most 25 answers a second.
+    // Over the 0.2 s window alone, the answers sent after it closed doubled that.
+    assert.ok(seconds > options.seconds, `${seconds} s`);
+    assert.ok(recorder.count / seconds <= 25, `${recorder.count} answers in ${seconds} s`);
+  });
+
   it("a sequence model's open sequence is still ended when the lane gives up", async () => {
     const flags: StepFlags[] = [];
     const { recorder } = await runLoad(slowClient(flags), workload, { ...options, sequenceLength: 1000 });

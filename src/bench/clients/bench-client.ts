@@ -96,7 +96,7 @@ export interface ClientTarget {
    * ask for an empty final response and take a step as answered at its final response.
    */
   readonly decoupled?: boolean;
-  /** Stream clients: a step not answered in this long fails as a "timeout" (default STEP_TIMEOUT_MS). */
+  /** A step not answered in this long fails as a "timeout" (default STEP_TIMEOUT_MS). */
   readonly stepTimeoutMs?: number;
 }
 
@@ -104,9 +104,10 @@ export interface ClientTarget {
 export const DECOUPLED_PROTOCOLS: readonly Protocol[] = ["ws", "grpc-stream"];
 
 /**
- * How long a stream client waits for a step's answer. Nothing else would end the wait: a
- * lane whose answer never came stalled for the rest of the run, and the run never ended.
- * Generous, so that a slow model or a long queue is measured, not cut short.
+ * How long a client waits for a step's answer (HTTP: for the next bytes of it). Nothing
+ * else would end the wait: a lane whose answer never came stalled for the rest of the run,
+ * and the run never ended. Generous, so that a slow model or a long queue is measured, not
+ * cut short.
  */
 export const STEP_TIMEOUT_MS = 60_000;
 

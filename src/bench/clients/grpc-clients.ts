@@ -96,6 +96,16 @@ function routing(sequence: BenchSequence): Metadata {
 const failure = (error: ServiceError): StepError =>
   new StepError(`grpc ${status[error.code]}`, error.details);
 
+/** A unary call's deadline: a server that stops answering fails the step, as on the streams. */
+const unaryDeadline = (target: ClientTarget) => {
+  const timeoutMs = target.stepTimeoutMs ?? STEP_TIMEOUT_MS;
+  return {
+    options: () => ({ deadline: Date.now() + timeoutMs }),
+    failure: (error: ServiceError): StepError =>
+      error.code === status.DEADLINE_EXCEEDED ? timedOut(timeoutMs) : failure(error),
+  };
+};
+
 /** Adds `headers` to every call's metadata. */
 function withHeaders(headers: Readonly<Record<string, string>>): Interceptor {
   return (options, nextCall) =>
@@ -118,6 +128,7 @@ function channel(target: ClientTarget): Client {
 export class KserveGrpcClient implements BenchClient {
   readonly #client: Client;
   readonly #model: string;
+  readonly #deadline: ReturnType<typeof unaryDeadline>;
   readonly #request = inferenceTypes().lookupType("inference.ModelInferRequest");
   readonly #response = inferenceTypes().lookupType("inference.ModelInferResponse");
   #next = 0;
@@ -125,6 +136,7 @@ export class KserveGrpcClient implements BenchClient {
   constructor(target: ClientTarget) {
     this.#client = channel(target);
     this.#model = target.model;
+    this.#deadline = unaryDeadline(target);
   }
 
   step(
@@ -140,7 +152,8 @@ export class KserveGrpcClient implements BenchClient {
         (b: Buffer) => this.#response.decode(b) as unknown as DecodedInferResponse,
         encoded,
         routing(sequence),
-        (error, response) => (error ? reject(failure(error)) : resolve(outputsOf(response!))),
+        this.#deadline.options(),
+        (error, response) => (error ? reject(this.#deadline.failure(error)) : resolve(outputsOf(response!))),
       );
     });
   }
@@ -286,10 +299,12 @@ export class TfsGrpcClient implements BenchClient {
   readonly #model: string;
   readonly #request = tfsTypes().lookupType("tensorflow.serving.PredictRequest");
   readonly #response = tfsTypes().lookupType("tensorflow.serving.PredictResponse");
+  readonly #deadline: ReturnType<typeof unaryDeadline>;
 
   constructor(target: ClientTarget) {
     this.#client = channel(target);
     this.#model = target.model;
+    this.#deadline = unaryDeadline(target);
   }
 
   step(
@@ -329,8 +344,9 @@ export class TfsGrpcClient implements BenchClient {
         (b: Buffer) => this.#response.decode(b) as unknown as { outputs: Record<string, TensorProtoMessage> },
         encoded,
         routing(sequence),
+        this.#deadline.options(),
         (error, response) => {
-          if (error) return reject(failure(error));
+          if (error) return reject(this.#deadline.failure(error));
           const outputs = new Map<string, Tensor>();
           for (const [name, proto] of Object.entries(response!.outputs)) {
             if (name !== "sequence_id") outputs.set(name, decodeTensorProto(name, proto));

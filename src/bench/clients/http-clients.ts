@@ -14,8 +14,10 @@ import {
   type ClientTarget,
   type Endpoint,
   required,
+  STEP_TIMEOUT_MS,
   StepError,
   type StepFlags,
+  timedOut,
 } from "./bench-client.ts";
 
 // The HTTP protocols: KServe v2 JSON and binary tensors, the TF-Serving REST column form
@@ -33,12 +35,14 @@ class HttpConnection {
   readonly #host: string;
   readonly #port: number;
   readonly #headers: Readonly<Record<string, string>>;
+  readonly #timeoutMs: number;
 
-  constructor(endpoint: Endpoint, connections: number, headers: Readonly<Record<string, string>> = {}) {
+  constructor(target: ClientTarget, endpoint: Endpoint) {
     this.#host = endpoint.host;
     this.#port = endpoint.port;
-    this.#headers = headers;
-    this.#agent = new Agent({ keepAlive: true, maxSockets: connections });
+    this.#headers = target.headers ?? {};
+    this.#timeoutMs = target.stepTimeoutMs ?? STEP_TIMEOUT_MS;
+    this.#agent = new Agent({ keepAlive: true, maxSockets: target.concurrency });
   }
 
   post(path: string, headers: Record<string, string>, body: Buffer): Promise<Answer> {
@@ -65,7 +69,12 @@ class HttpConnection {
           res.on("error", reject);
         },
       );
-      req.on("error", (error) => reject(new StepError("connection", error.message)));
+      // A server that stops answering fails the step, as on the streams, instead of
+      // holding its lane (and the run) for ever.
+      req.setTimeout(this.#timeoutMs, () => req.destroy(timedOut(this.#timeoutMs)));
+      req.on("error", (error) =>
+        reject(error instanceof StepError ? error : new StepError("connection", error.message)),
+      );
       req.end(body);
     });
   }
@@ -199,7 +208,7 @@ export class KserveJsonClient implements BenchClient {
   readonly #path: string;
 
   constructor(target: ClientTarget) {
-    this.#http = new HttpConnection(required(target.http, "HTTP"), target.concurrency, target.headers);
+    this.#http = new HttpConnection(target, required(target.http, "HTTP"));
     this.#path = `/v2/models/${encodeURIComponent(target.model)}/infer`;
   }
 
@@ -238,7 +247,7 @@ export class KserveBinaryClient implements BenchClient {
   readonly #path: string;
 
   constructor(target: ClientTarget) {
-    this.#http = new HttpConnection(required(target.http, "HTTP"), target.concurrency, target.headers);
+    this.#http = new HttpConnection(target, required(target.http, "HTTP"));
     this.#path = `/v2/models/${encodeURIComponent(target.model)}/infer`;
   }
 
@@ -281,11 +290,7 @@ export class SageMakerClient implements BenchClient {
 
   constructor(target: ClientTarget, options: { readonly responseStream?: boolean } = {}) {
     this.#responseStream = options.responseStream === true;
-    this.#http = new HttpConnection(
-      required(target.sagemaker, "SageMaker"),
-      target.concurrency,
-      target.headers,
-    );
+    this.#http = new HttpConnection(target, required(target.sagemaker, "SageMaker"));
     this.#model = target.model;
   }
 
@@ -344,7 +349,7 @@ export class TfsRestClient implements BenchClient {
   readonly #outputs: readonly string[];
 
   constructor(target: ClientTarget) {
-    this.#http = new HttpConnection(required(target.http, "HTTP"), target.concurrency, target.headers);
+    this.#http = new HttpConnection(target, required(target.http, "HTTP"));
     this.#path = `/v1/models/${encodeURIComponent(target.model)}:predict`;
     this.#outputs = target.outputs;
   }
