@@ -212,8 +212,9 @@ export function checkInputDescription(
       );
     }
   }
+  // The sequence batcher's batch of one is left to validateRequest, after the correlation
+  // id's type, as Triton orders them.
   checkTypeAndShape(model, input, tensor, batched, requestId);
-  if (batched && rowsOf(input, tensor, model) > 1) checkSequenceBatchOfOne(config);
 }
 
 /** The sequence batcher's own check, after the request's (Triton makes it as it enqueues). */

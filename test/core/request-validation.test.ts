@@ -1,8 +1,9 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { parseModelConfigText, resolveModelConfig } from "../../src/config/index.ts";
 import type { InferRequest } from "../../src/core/infer.ts";
 import type { InputConfig, ModelConfig } from "../../src/core/model-config.ts";
-import { validateRequest } from "../../src/core/request-validation.ts";
+import { checkInputDescription, validateRequest } from "../../src/core/request-validation.ts";
 import type { Tensor } from "../../src/core/tensor.ts";
 import { int32ModelConfig } from "./support/int32-model-config.ts";
 
@@ -111,5 +112,39 @@ describe("request validation", () => {
     assert.notEqual(keyOf([1, 2], [1, 2]), keyOf([2, 1], [1, 2]));
     assert.notEqual(keyOf([1, 2], [1, 2]), keyOf([1, 2], [2, 1]));
     assert.equal(keyOf([2, 1], [1, 2]), keyOf([2, 1], [1, 2]));
+  });
+});
+
+describe("request validation of a sequence model, in Triton's order", () => {
+  // A model whose CORRID is a uint64, batching up to 4 rows of one INT32 value.
+  const sequenceConfig = resolveModelConfig({
+    parsed: parseModelConfigText(
+      `max_batch_size: 4
+       input { name: "INPUT" data_type: TYPE_INT32 dims: [1] }
+       output { name: "OUTPUT" data_type: TYPE_INT32 dims: [1] }
+       sequence_batching { control_input [ { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] } ] }`,
+      { file: "seq/config.pbtxt" },
+    ),
+    modelName: "seq",
+    modelDir: "seq",
+  }).config;
+  const twoRows: Tensor = { datatype: "INT32", shape: [2, 1], data: new Int32Array(2) };
+
+  it("the correlation id's type before the sequence batcher's batch of one, for inline and shared-memory inputs", () => {
+    // Shared memory's check before its bytes are read leaves the batch of one to the request's.
+    checkInputDescription(sequenceConfig, "r1", "INPUT", twoRows);
+    const withId = (id: string | bigint): InferRequest => ({
+      ...request([["INPUT", twoRows]]),
+      id: "r1",
+      sequence: { id, start: true, end: false, timeoutUs: undefined },
+    });
+    assert.throws(() => validateRequest(sequenceConfig, withId("call-7")), {
+      message:
+        "[request id: r1] sequence batching control 'CORRID' data-type is 'BYTES', but model 'seq' expects 'UINT64'",
+    });
+    assert.throws(() => validateRequest(sequenceConfig, withId(7n)), {
+      message:
+        "inference request to model 'seq' must specify batch-size 1 due to requirements of sequence batcher",
+    });
   });
 });

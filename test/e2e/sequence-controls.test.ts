@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { controlEchoModel } from "../../tools/onnx/sequence-models.ts";
+import { refusedUpgrade } from "../http/support/ws-client.ts";
 import { infer, inferBinary } from "../support/http-client.ts";
 import { assertError, int32Input, listSequences } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
@@ -231,6 +232,15 @@ describe("control tensors", { timeout: 60_000 }, () => {
       await infer(server.url, "ctl_bool_str", int32Input(1), { id: 7, start: true }),
       400,
       expects("ctl_bool_str", "UINT64", "BYTES"),
+    );
+    // A WebSocket stream's id is checked as the stream opens, before any request: the words
+    // are Triton's, without a request id to open them.
+    const port = Number(new URL(server.url).port);
+    const refused = await refusedUpgrade({ port }, "/v2/models/ctl_int32_u64/stream?sequence_id=call-7");
+    assert.equal(refused.status, 400);
+    assert.equal(
+      refused.json.error,
+      "sequence batching control 'CORRID' data-type is 'BYTES', but model 'ctl_int32_u64' expects 'UINT64'",
     );
     // Checked as Triton checks the request, before the sequence batcher's batch of one.
     const twoRows = [{ name: "INPUT", datatype: "INT32", shape: [2, 1], data: [1, 2] }];

@@ -23,17 +23,18 @@ export function takesStringIds(config: ModelConfig): boolean {
 }
 
 /**
- * Refuses an id whose type the model's CORRID control cannot carry, in Triton's words (they
- * open with the request's id, as its other request checks: requestLabel).
+ * Refuses an id whose type the model's CORRID control cannot carry, in Triton's words: for
+ * a request, they open with its id, as Triton's other request checks (requestLabel); an id
+ * checked before any request (a WebSocket stream's, as it opens) has no request to name.
  */
-export function checkCorrelationIdType(config: ModelConfig, id: SequenceId, requestId = ""): void {
+export function checkCorrelationIdType(config: ModelConfig, id: SequenceId, requestId?: string): void {
   const corrid = config.sequenceBatching?.controlInputs.find((c) => c.kind === "CORRID");
   if (corrid === undefined) return;
   const given = typeof id === "string" ? "BYTES" : "UINT64";
   const wantsString = corrid.datatype === "BYTES";
   if ((typeof id === "string") !== wantsString) {
     throw invalidArg(
-      `${requestLabel(requestId)}sequence batching control '${corrid.name}' data-type is '${given}', but model '${config.name}' expects '${corrid.datatype}'`,
+      `${requestId === undefined ? "" : requestLabel(requestId)}sequence batching control '${corrid.name}' data-type is '${given}', but model '${config.name}' expects '${corrid.datatype}'`,
     );
   }
 }
