@@ -315,6 +315,12 @@ export async function startServer(
   // loopback-only reads it here).
   const endpoint = (address: string, port: number | undefined): string =>
     port === undefined ? "off" : `${address.includes(":") ? `[${address}]` : address}:${port}`;
+  // OVMS's --metrics_enable serves them on the REST port, beside a metrics port or instead of it.
+  const metricsOnHttp = options.metricsOnHttpPort && metrics !== undefined && httpPort !== undefined;
+  const metricsEndpoints = [
+    ...(metricsPort === undefined ? [] : [endpoint(metricsAddress, metricsPort)]),
+    ...(metricsOnHttp ? [`on HTTP ${endpoint(httpAddress, httpPort)}`] : []),
+  ];
   logger.info(
     {
       event: "listening",
@@ -324,10 +330,11 @@ export async function startServer(
       grpc_port: grpcPort ?? null,
       metrics_address: metricsPort === undefined ? null : metricsAddress,
       metrics_port: metricsPort ?? null,
+      metrics_on_http_port: metricsOnHttp,
       sagemaker_address: sagemakerPort === undefined ? null : options.host,
       sagemaker_port: sagemakerPort ?? null,
     },
-    `seqserve ${SEQSERVE_VERSION} listening: HTTP ${endpoint(httpAddress, httpPort)}, gRPC ${endpoint(grpcAddress, grpcPort)}, metrics ${endpoint(metricsAddress, metricsPort)}, SageMaker ${endpoint(options.host, sagemakerPort)}`,
+    `seqserve ${SEQSERVE_VERSION} listening: HTTP ${endpoint(httpAddress, httpPort)}, gRPC ${endpoint(grpcAddress, grpcPort)}, metrics ${metricsEndpoints.length === 0 ? "off" : metricsEndpoints.join(" and ")}, SageMaker ${endpoint(options.host, sagemakerPort)}`,
   );
 
   return {

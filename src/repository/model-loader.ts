@@ -192,8 +192,7 @@ export async function openVersion(
       strict: prepared.strict,
       defaultMaxBatchSize: source.ovms === undefined ? options.defaultMaxBatchSize : OVMS_MAX_BATCH_SIZE,
     });
-    // What an OVMS config.json entry asks that has no effect here, then what resolution noted.
-    for (const note of [...(source.ovms?.entry.notes ?? []), ...resolved.notes])
+    for (const note of resolved.notes)
       options.logger.info({ event: "config_note", model: source.name }, note);
     const logger = options.logger;
     const sequencing = resolved.config.sequenceBatching;

@@ -974,6 +974,9 @@ async function openModelVersions(
     options.configName,
   );
   checkInstanceCount(prepared, options.maxInstancesPerModel, options.refusals);
+  // What an OVMS config.json entry asks that has no effect here: once per model, not per version.
+  for (const note of source.ovms?.entry.notes ?? [])
+    options.logger.info({ event: "config_note", model: source.name }, note);
   const available =
     existsSync(source.dir) && statSync(source.dir).isDirectory()
       ? versionFolders(source.dir, source.ovms !== undefined)

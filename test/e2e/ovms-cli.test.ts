@@ -89,6 +89,10 @@ describe("OVMS's command line", { timeout: 120_000 }, () => {
         [listening.grpc_port, listening.http_port, listening.metrics_port],
         [grpcPort, restPort, null],
       );
+      // --metrics_enable: no metrics port, the metrics on the REST port, and the line says so.
+      const line = server.lines.find((l) => l.event === "listening")!;
+      assert.equal(line.metrics_on_http_port, true);
+      assert.match(String(line.msg), new RegExp(`, metrics on HTTP 127\\.0\\.0\\.1:${restPort},`));
       const client = new TfsClient(grpcPort);
       try {
         const url = `http://127.0.0.1:${restPort}`;
