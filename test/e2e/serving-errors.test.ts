@@ -212,7 +212,8 @@ const CASES: readonly Case[] = [
         int32Bytes(rowsOf(1, 2)),
       ),
     status: 400,
-    error: "unexpected total byte size 60 for input 'INPUT0', expecting 64 for shape [1,16] of INT32",
+    error:
+      "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60",
   },
   {
     name: "an Inference-Header-Content-Length beyond the body",

@@ -375,7 +375,7 @@ describe("system shared memory", {
     await refused(
       inferHttp(shm({ shared_memory_region: "small", shared_memory_byte_size: 60 })),
       400,
-      "unexpected total byte size 60 for input 'INPUT1', expecting 64 for shape [1,16] of INT32",
+      "[request id: <id_unknown>] input byte size mismatch for input 'INPUT1' for model 'simple'. Expected 64, got 60",
     );
     await refused(
       inferHttp({ data: ROW_B, parameters: { shared_memory_region: "small", shared_memory_byte_size: 64 } }),

@@ -211,7 +211,7 @@ describe("inference with the binary tensor extension", () => {
     await refused(
       { inputs: [input("A", 8, "INT32", [3])] },
       [new Uint8Array(8)],
-      "unexpected total byte size 8 for input 'A', expecting 12 for shape [3] of INT32",
+      "[request id: <id_unknown>] input byte size mismatch for input 'A' for model 'echo'. Expected 12, got 8",
     );
     await refused(
       { inputs: [input("S", 6, "BYTES", [2])] },
@@ -297,22 +297,22 @@ describe("the raw-body form (Inference-Header-Content-Length: 0)", () => {
       [
         "raw_two",
         8,
-        "Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in 'raw_two' model configuration",
+        "[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in 'raw_two' model configuration",
       ],
       [
         "raw_two_var",
         8,
-        "The shape of the raw input 'A' can not be deduced because there are more than one variable-sized dimension",
+        "[request id: <id_unknown>] The shape of the raw input 'A' can not be deduced because there are more than one variable-sized dimension",
       ],
       [
         "raw_fixed",
         10,
-        "unexpected total byte size 10 for input 'INPUT0', expecting 12 for shape [2,3] of INT16",
+        "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' for model 'raw_fixed'. Expected 12, got 10",
       ],
       [
         "raw_fp32",
         10,
-        "unexpected total byte size 10 for raw input 'INPUT0': not a whole number of FP32 elements of shape [1,-1]",
+        "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' for model 'raw_fp32'. Expected 8, got 10",
       ],
     ];
     for (const [model, size, message] of cases) {

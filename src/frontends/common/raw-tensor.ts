@@ -1,11 +1,21 @@
 import { type DataType, elementByteSize, viewArray } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
+import { requestLabel } from "../../core/request-label.ts";
 import { type BytesElements, type NumericTensor, shapeInMessage, type Tensor } from "../../core/tensor.ts";
 import { checkedElementCount } from "../../core/tensor-size.ts";
 
 // The raw tensor layout shared by the HTTP binary extension and gRPC
 // `raw_input_contents` / `raw_output_contents`: little-endian, row-major; a BYTES tensor is
 // each element as a 4-byte little-endian length followed by its bytes.
+
+/**
+ * The request a raw tensor belongs to, where its size is checked as Triton checks it (the
+ * KServe APIs): a mismatch is told in Triton's words, naming the model and the request.
+ */
+export interface RawTensorRequest {
+  readonly model: string;
+  readonly requestId: string;
+}
 
 /**
  * Reads a raw tensor. Numeric data is a view over `bytes` (no copy unless misaligned), so
@@ -16,9 +26,10 @@ export function decodeRawTensor(
   datatype: DataType,
   shape: readonly number[],
   bytes: Uint8Array,
+  request?: RawTensorRequest,
 ): Tensor {
   // A shape the bytes cannot fill is refused before anything is allocated for it.
-  const count = checkRawByteLength(name, datatype, shape, bytes.byteLength);
+  const count = checkRawByteLength(name, datatype, shape, bytes.byteLength, request);
   if (datatype === "BYTES") {
     return { datatype, shape, data: decodeBytesElements(name, count, bytes) };
   }
@@ -35,13 +46,16 @@ export function checkRawByteLength(
   datatype: DataType,
   shape: readonly number[],
   byteLength: number,
+  request?: RawTensorRequest,
 ): number {
   const count = checkedElementCount(name, datatype, shape);
   if (datatype === "BYTES") return count;
   const expected = count * (elementByteSize(datatype) as number);
   if (byteLength !== expected) {
     throw invalidArg(
-      `unexpected total byte size ${byteLength} for input '${name}', expecting ${expected} for shape ${shapeInMessage(shape)} of ${datatype}`,
+      request === undefined
+        ? `unexpected total byte size ${byteLength} for input '${name}', expecting ${expected} for shape ${shapeInMessage(shape)} of ${datatype}`
+        : `${requestLabel(request.requestId)}input byte size mismatch for input '${name}' for model '${request.model}'. Expected ${expected}, got ${byteLength}`,
     );
   }
   return count;

@@ -94,6 +94,8 @@ function sharedMemorySlice(
 interface InputSources {
   readonly raw: readonly Uint8Array[];
   readonly sharedMemory: SharedMemoryRequest | undefined;
+  /** The request's id (Triton's messages of a byte size that does not fit name it). */
+  readonly requestId: string;
 }
 
 function decodeInput(
@@ -131,7 +133,7 @@ function decodeInput(
   if (bytes === undefined) {
     throw invalidArg(`unable to find data for input tensor '${name}' for model '${model}' in request.`);
   }
-  return decodeRawTensor(name, datatype, shape, bytes);
+  return decodeRawTensor(name, datatype, shape, bytes, { model, requestId: sources.requestId });
 }
 
 /** The tensor's shared-memory slice, or (where the server serves none) a refusal of any. */
@@ -206,7 +208,7 @@ function decodeMessage(
       `expected ${rawInputs} raw_input_contents for the ${rawInputs} inputs of the request to model '${modelName}' not in shared memory, got ${raw.length}`,
     );
   }
-  const sources: InputSources = { raw, sharedMemory };
+  const sources: InputSources = { raw, sharedMemory, requestId: message.id ?? "" };
   const inputs = new Map<string, Tensor>();
   let rawIndex = 0;
   for (let i = 0; i < inputMessages.length; i++) {

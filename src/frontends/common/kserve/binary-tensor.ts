@@ -1,6 +1,7 @@
 import { elementByteSize } from "../../../core/datatype.ts";
 import { invalidArg } from "../../../core/errors.ts";
 import type { ModelConfig } from "../../../core/model-config.ts";
+import { requestLabel } from "../../../core/request-label.ts";
 import { shapeInMessage, type Tensor } from "../../../core/tensor.ts";
 import { decodeRawTensor } from "../raw-tensor.ts";
 
@@ -73,13 +74,15 @@ export class BinaryInputs {
  * The tensor of a raw-body request (header length 0), following Triton's rule: the model
  * must have exactly one input; a batching model gets batch size 1; at most one variable
  * dimension, deduced from the byte size; a BYTES input must have shape [1] and the body
- * is that one element.
+ * is that one element. Refusals in Triton's words, which open with the request's id (a
+ * raw request has none).
  */
 export function rawInputTensor(config: ModelConfig, body: Uint8Array): { name: string; tensor: Tensor } {
+  const label = requestLabel("");
   const input = config.inputs[0];
   if (input === undefined || config.inputs.length !== 1) {
     throw invalidArg(
-      `Raw request must only have 1 input (found 1) to be deduced but got ${config.inputs.length} inputs in '${config.name}' model configuration`,
+      `${label}Raw request must only have 1 input (found 1) to be deduced but got ${config.inputs.length} inputs in '${config.name}' model configuration`,
     );
   }
   const shape: number[] = config.maxBatchSize > 0 && !input.shared ? [1] : [];
@@ -89,7 +92,7 @@ export function rawInputTensor(config: ModelConfig, body: Uint8Array): { name: s
     if (dim === -1) {
       if (variable !== -1) {
         throw invalidArg(
-          `The shape of the raw input '${input.name}' can not be deduced because there are more than one variable-sized dimension`,
+          `${label}The shape of the raw input '${input.name}' can not be deduced because there are more than one variable-sized dimension`,
         );
       }
       variable = shape.length;
@@ -100,20 +103,24 @@ export function rawInputTensor(config: ModelConfig, body: Uint8Array): { name: s
   }
   if (input.datatype === "BYTES") {
     if (variable !== -1 || fixed !== 1) {
-      throw invalidArg("For BYTE datatype raw input, the model must have input shape [1]");
+      throw invalidArg(
+        `${label}For BYTE datatype raw input '${input.name}', the model must have input shape [1]`,
+      );
     }
     return { name: input.name, tensor: { datatype: "BYTES", shape, data: [body] } };
   }
   if (variable !== -1) {
     const rowBytes = fixed * (elementByteSize(input.datatype) as number);
-    if (rowBytes === 0 || body.byteLength % rowBytes !== 0) {
+    if (rowBytes === 0) {
       throw invalidArg(
-        `unexpected total byte size ${body.byteLength} for raw input '${input.name}': not a whole number of ${input.datatype} elements of shape ${shapeInMessage(shape)}`,
+        `unexpected total byte size ${body.byteLength} for raw input '${input.name}': its shape ${shapeInMessage(shape)} holds no elements`,
       );
     }
-    shape[variable] = body.byteLength / rowBytes;
+    // As Triton deduces it: the whole rows the body holds; bytes past them fail the size check.
+    shape[variable] = Math.floor(body.byteLength / rowBytes);
   }
-  return { name: input.name, tensor: decodeRawTensor(input.name, input.datatype, shape, body) };
+  const request = { model: config.name, requestId: "" };
+  return { name: input.name, tensor: decodeRawTensor(input.name, input.datatype, shape, body, request) };
 }
 
 /**

@@ -204,6 +204,8 @@ function sharedMemorySlice(parameters: JsonObject | undefined): SharedMemorySlic
 interface InputSources {
   readonly binary: BinaryInputs | undefined;
   readonly sharedMemory: SharedMemoryRequest | undefined;
+  /** The request's id (Triton's messages of a byte size that does not fit name it). */
+  readonly requestId: string;
 }
 
 function readInput(
@@ -268,7 +270,10 @@ function readInput(
       `must specify a valid 'Inference-Header-Content-Length' header when passing inputs in binary data format (input '${name}' sets 'binary_data_size')`,
     );
   }
-  return [name, decodeRawTensor(name, datatype, shape, binary.take(name, size))];
+  return [
+    name,
+    decodeRawTensor(name, datatype, shape, binary.take(name, size), { model, requestId: sources.requestId }),
+  ];
 }
 
 function readInputs(
@@ -499,6 +504,7 @@ function decodeTensors(
   const sources: InputSources = {
     binary: headerLength === undefined ? undefined : new BinaryInputs(body, headerLength, model.name),
     sharedMemory,
+    requestId: typeof json.id === "string" ? json.id : "",
   };
   const inputs = readInputs(json.inputs, model.name, sources, source);
   const outputs = readOutputs(json.outputs, sharedMemory);

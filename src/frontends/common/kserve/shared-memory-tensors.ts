@@ -51,8 +51,9 @@ export class SharedMemoryRequest {
     // Everything is checked before the bytes are copied: a request of a few bytes can name
     // a region far larger than any request could be.
     checkInputDescription(this.#config, this.#requestId, name, { datatype, shape });
-    checkRawByteLength(name, datatype, shape, slice.byteSize);
-    return decodeRawTensor(name, datatype, shape, use.read(slice));
+    const request = { model: this.#config.name, requestId: this.#requestId };
+    checkRawByteLength(name, datatype, shape, slice.byteSize, request);
+    return decodeRawTensor(name, datatype, shape, use.read(slice), request);
   }
 
   /**
