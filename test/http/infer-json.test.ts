@@ -554,6 +554,11 @@ describe("sequence ids over HTTP", () => {
         ',"timeout":[1]',
         "Unable to parse 'timeout': attempt to access JSON non-unsigned-integer as unsigned-integer",
       ],
+      // Doubles to rapidjson, which Triton's reader of an unsigned integer refuses.
+      ...[',"timeout":5.0', ',"timeout":1e6', ',"timeout":18446744073709551616'].map((parameter) => [
+        parameter,
+        "Unable to parse 'timeout': attempt to access JSON non-unsigned-integer as unsigned-integer",
+      ]),
     ]) {
       const bad = await sequenceRequest("7", parameters!);
       assert.equal(bad.status, 400, parameters);

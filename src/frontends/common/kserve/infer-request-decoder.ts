@@ -118,6 +118,18 @@ interface ReadParameters {
 const UINT64_MAX = (1n << 64n) - 1n;
 
 /**
+ * `timeout` written as Triton's reader takes it, an unsigned integer of at most 64 bits:
+ * `5.0`, `1e6` or 2^64 are doubles to rapidjson, which Triton refuses. Read from the
+ * source text, which only a request with a timeout pays for.
+ */
+function checkTimeoutText(source: JsonSource): void {
+  const member = memberSourceText(source.text, ["parameters", "timeout"]);
+  if (member !== undefined && typeof exactInteger(member, 0n, UINT64_MAX) !== "bigint") {
+    throw unparsableSequenceParameter("timeout");
+  }
+}
+
+/**
  * A number `sequence_id` at `path` in the request's JSON `source`, read as Triton reads it:
  * a uint64 above 2^53 again from its source digits (JSON.parse rounded it), and one
  * written as a fraction or with an exponent (`1.0`, `1e3`) refused, as rapidjson reads
@@ -162,7 +174,11 @@ function readParameters(value: unknown, source: JsonSource, reserved: readonly s
         parameters[name] = parameter;
         break;
       case "number":
-        parameters[name] = name === "sequence_id" ? sequenceIdNumber(source, parameter) : parameter;
+        if (name === "sequence_id") parameters[name] = sequenceIdNumber(source, parameter);
+        else {
+          if (name === "timeout") checkTimeoutText(source);
+          parameters[name] = parameter;
+        }
         break;
       default:
         if (isTritonSequenceParameter(name)) throw unparsableSequenceParameter(name);
