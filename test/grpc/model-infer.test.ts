@@ -4,7 +4,7 @@ import { Metadata, status } from "@grpc/grpc-js";
 import { ERROR_CODES, type ErrorCode } from "../../src/core/errors.ts";
 import { KSERVE_GRPC_STATUS } from "../../src/frontends/grpc/error-status.ts";
 import type { InferParameterMessage, ModelInferResponseMessage } from "../../src/frontends/grpc/messages.ts";
-import { UINT64_MAX } from "./support/fake-context.ts";
+import { DeclaredModel, UINT64_MAX } from "./support/fake-context.ts";
 import { callError, type Harness, startServer } from "./support/grpc-harness.ts";
 
 // ModelInfer over a real socket: every datatype through raw and typed contents, the
@@ -14,6 +14,14 @@ import { callError, type Harness, startServer } from "./support/grpc-harness.ts"
 let h: Harness;
 before(async () => {
   h = await startServer();
+  // A model that declares its inputs: the fakes take any, where a model's checks name them.
+  h.context.registry.models.set(
+    "declared",
+    new DeclaredModel("declared", [
+      ["r", "FP32", [3]],
+      ["a", "INT32", [1]],
+    ]),
+  );
 });
 after(() => h.stop());
 
@@ -247,11 +255,21 @@ test("bad inputs are refused with INVALID_ARGUMENT naming the input", async () =
   );
   await invalid(
     {
-      model_name: "echo",
+      model_name: "declared",
+      id: "q1",
       inputs: [{ name: "r", datatype: "FP32", shape: [3] }],
       raw_input_contents: [bytesOf(Float32Array.of(1, 2))],
     },
-    /^\[request id: <id_unknown>\] input byte size mismatch for input 'r' for model 'echo'\. Expected 12, got 8$/,
+    /^\[request id: q1\] input byte size mismatch for input 'r' for model 'declared'\. Expected 12, got 8$/,
+  );
+  // Triton's order: the datatype before the byte size.
+  await invalid(
+    {
+      model_name: "declared",
+      inputs: [{ name: "r", datatype: "INT32", shape: [3] }],
+      raw_input_contents: [bytesOf(Float32Array.of(1, 2))],
+    },
+    /^\[request id: <id_unknown>\] inference input 'r' data-type is 'INT32', but model 'declared' expects 'FP32'$/,
   );
   await invalid(
     {
@@ -405,7 +423,7 @@ test(
     const shape = new Array(60_000).fill(1);
     const wrong = await callError(
       infer({
-        model_name: "echo",
+        model_name: "declared",
         inputs: [{ name: "a", datatype: "INT32", shape }],
         raw_input_contents: [Buffer.alloc(8)],
       }),
@@ -413,7 +431,7 @@ test(
     assert.equal(wrong.code, status.INVALID_ARGUMENT);
     assert.equal(
       wrong.details,
-      "[request id: <id_unknown>] input byte size mismatch for input 'a' for model 'echo'. Expected 4, got 8",
+      "[request id: <id_unknown>] unexpected shape for input 'a' for model 'declared'. Expected [1], got [1,1,1,1,1,1,1,1,...(60000 dimensions)...,1,1].",
     );
   },
 );

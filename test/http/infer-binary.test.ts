@@ -8,6 +8,7 @@ import {
   isBinaryOutput,
 } from "../../src/frontends/common/kserve/infer-request-decoder.ts";
 import { encodeRawTensor } from "../../src/frontends/common/raw-tensor.ts";
+import { FakeModel, inputConfig } from "./support/fake-context.ts";
 import {
   binaryRequest,
   bodyJson,
@@ -208,10 +209,34 @@ describe("inference with the binary tensor extension", () => {
       [new Uint8Array(8)],
       "unexpected additional input data for model 'echo': 4 bytes follow the last binary input",
     );
-    await refused(
-      { inputs: [input("A", 8, "INT32", [3])] },
-      [new Uint8Array(8)],
-      "[request id: <id_unknown>] input byte size mismatch for input 'A' for model 'echo'. Expected 12, got 8",
+    // Against a model that declares its input: Triton's checks, in Triton's order (the
+    // datatype and shape before the byte size), with the request's id.
+    server.fake.registry.add(
+      new FakeModel({
+        name: "declared",
+        config: { inputs: [inputConfig("A", "INT32", [3])] },
+        infer: () => Promise.reject(new Error("not run")),
+      }),
+    );
+    const declared = async (header: unknown, message: string) => {
+      const { body, headerLength } = binaryRequest(header, [new Uint8Array(8)]);
+      const response = await send(server, "POST", "/v2/models/declared/infer", body, {
+        "inference-header-content-length": headerLength,
+      });
+      assert.equal(response.status, 400, response.body.toString());
+      assert.deepEqual(bodyJson(response), { error: message });
+    };
+    await declared(
+      { id: "r7", inputs: [input("A", 8, "INT32", [3])] },
+      "[request id: r7] input byte size mismatch for input 'A' for model 'declared'. Expected 12, got 8",
+    );
+    await declared(
+      { inputs: [input("A", 8, "FP32", [3])] },
+      "[request id: <id_unknown>] inference input 'A' data-type is 'FP32', but model 'declared' expects 'INT32'",
+    );
+    await declared(
+      { inputs: [input("A", 8, "INT32", [4])] },
+      "[request id: <id_unknown>] unexpected shape for input 'A' for model 'declared'. Expected [3], got [4].",
     );
     await refused(
       { inputs: [input("S", 6, "BYTES", [2])] },

@@ -1,6 +1,8 @@
 import { type DataType, elementByteSize, viewArray } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
+import type { ModelConfig } from "../../core/model-config.ts";
 import { requestLabel } from "../../core/request-label.ts";
+import { checkInputDescription } from "../../core/request-validation.ts";
 import { type BytesElements, type NumericTensor, shapeInMessage, type Tensor } from "../../core/tensor.ts";
 import { checkedElementCount } from "../../core/tensor-size.ts";
 
@@ -10,10 +12,11 @@ import { checkedElementCount } from "../../core/tensor-size.ts";
 
 /**
  * The request a raw tensor belongs to, where its size is checked as Triton checks it (the
- * KServe APIs): a mismatch is told in Triton's words, naming the model and the request.
+ * KServe APIs): a mismatch is told in Triton's words, naming the model and the request,
+ * after the checks Triton makes first (the input's name, batch size, datatype and shape).
  */
 export interface RawTensorRequest {
-  readonly model: string;
+  readonly config: ModelConfig;
   readonly requestId: string;
 }
 
@@ -52,10 +55,15 @@ export function checkRawByteLength(
   if (datatype === "BYTES") return count;
   const expected = count * (elementByteSize(datatype) as number);
   if (byteLength !== expected) {
+    if (request === undefined) {
+      throw invalidArg(
+        `unexpected total byte size ${byteLength} for input '${name}', expecting ${expected} for shape ${shapeInMessage(shape)} of ${datatype}`,
+      );
+    }
+    // Only now, on the way to a refusal: what Triton refuses before the byte size is told first.
+    checkInputDescription(request.config, request.requestId, name, { datatype, shape });
     throw invalidArg(
-      request === undefined
-        ? `unexpected total byte size ${byteLength} for input '${name}', expecting ${expected} for shape ${shapeInMessage(shape)} of ${datatype}`
-        : `${requestLabel(request.requestId)}input byte size mismatch for input '${name}' for model '${request.model}'. Expected ${expected}, got ${byteLength}`,
+      `${requestLabel(request.requestId)}input byte size mismatch for input '${name}' for model '${request.config.name}'. Expected ${expected}, got ${byteLength}`,
     );
   }
   return count;

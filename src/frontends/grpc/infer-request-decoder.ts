@@ -2,13 +2,14 @@ import { isDataType } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest } from "../../core/infer.ts";
 import type { ServedModel } from "../../core/model.ts";
+import type { ModelConfig } from "../../core/model-config.ts";
 import { readSequenceControl } from "../../core/sequence/sequence-parameters.ts";
 import type { SharedMemoryRegions, SharedMemorySlice } from "../../core/shared-memory.ts";
 import { shapeInMessage, type Tensor } from "../../core/tensor.ts";
 import { classificationCount } from "../common/kserve/classification.ts";
 import { type SharedMemoryHold, SharedMemoryRequest } from "../common/kserve/shared-memory-tensors.ts";
 import { refuseUnsupportedExtensions } from "../common/kserve/unsupported-extensions.ts";
-import { decodeRawTensor } from "../common/raw-tensor.ts";
+import { decodeRawTensor, type RawTensorRequest } from "../common/raw-tensor.ts";
 import { readRequestParameters } from "./infer-parameters.ts";
 import { type Int64, int64ToNumber } from "./int64.ts";
 import type { InferInputTensorMessage, ModelInferRequestMessage, ParameterMap } from "./messages.ts";
@@ -94,8 +95,8 @@ function sharedMemorySlice(
 interface InputSources {
   readonly raw: readonly Uint8Array[];
   readonly sharedMemory: SharedMemoryRequest | undefined;
-  /** The request's id (Triton's messages of a byte size that does not fit name it). */
-  readonly requestId: string;
+  /** The request, for refusals of raw contents in Triton's terms. */
+  readonly request: RawTensorRequest;
 }
 
 function decodeInput(
@@ -133,7 +134,7 @@ function decodeInput(
   if (bytes === undefined) {
     throw invalidArg(`unable to find data for input tensor '${name}' for model '${model}' in request.`);
   }
-  return decodeRawTensor(name, datatype, shape, bytes, { model, requestId: sources.requestId });
+  return decodeRawTensor(name, datatype, shape, bytes, sources.request);
 }
 
 /** The tensor's shared-memory slice, or (where the server serves none) a refusal of any. */
@@ -150,31 +151,25 @@ function tensorSlice(
   return sharedMemorySlice(parameters, name);
 }
 
-/** Shared memory for a request, whose inputs there are checked against its model before they are read. */
-export interface GrpcSharedMemory {
-  readonly regions: SharedMemoryRegions;
-  readonly model: ServedModel;
-}
-
 /**
- * Decodes a request; `signal` aborts it while it has not run (call cancelled, stream gone);
- * `principal` is the caller (its API key's name); `sharedMemory`, where tensors may be read
- * from and written to shared memory (unset: such requests are refused).
+ * Decodes a request to `model` (found first, as Triton finds it before reading the inputs:
+ * the inputs' refusals are told in its terms); `signal` aborts it while it has not run
+ * (call cancelled, stream gone); `principal` is the caller (its API key's name);
+ * `sharedMemory`, where tensors may be read from and written to shared memory (unset: such
+ * requests are refused).
  */
 export function decodeInferRequest(
   message: ModelInferRequestMessage,
+  model: ServedModel,
   signal?: AbortSignal,
   principal?: string,
-  sharedMemory?: GrpcSharedMemory,
+  sharedMemory?: SharedMemoryRegions,
 ): DecodedInferRequest {
-  const modelName = message.model_name ?? "";
   const version = message.model_version;
   const modelVersion = version === undefined || version === "" ? undefined : version;
-  const held =
-    sharedMemory &&
-    new SharedMemoryRequest(sharedMemory.regions, sharedMemory.model.config, message.id ?? "");
+  const held = sharedMemory && new SharedMemoryRequest(sharedMemory, model.config, message.id ?? "");
   try {
-    return decodeMessage(message, modelName, modelVersion, signal, principal, held);
+    return decodeMessage(message, model.config, modelVersion, signal, principal, held);
   } catch (error) {
     held?.release();
     throw error;
@@ -183,12 +178,14 @@ export function decodeInferRequest(
 
 function decodeMessage(
   message: ModelInferRequestMessage,
-  modelName: string,
+  config: ModelConfig,
   modelVersion: string | undefined,
   signal: AbortSignal | undefined,
   principal: string | undefined,
   sharedMemory: SharedMemoryRequest | undefined,
 ): DecodedInferRequest {
+  // The name the request gave (the model's, as it was found by it).
+  const modelName = message.model_name ?? "";
   const inputMessages = message.inputs ?? [];
   const raw = message.raw_input_contents ?? [];
   // As in Triton, raw contents are the data of the inputs not in shared memory, in order.
@@ -208,7 +205,7 @@ function decodeMessage(
       `expected ${rawInputs} raw_input_contents for the ${rawInputs} inputs of the request to model '${modelName}' not in shared memory, got ${raw.length}`,
     );
   }
-  const sources: InputSources = { raw, sharedMemory, requestId: message.id ?? "" };
+  const sources: InputSources = { raw, sharedMemory, request: { config, requestId: message.id ?? "" } };
   const inputs = new Map<string, Tensor>();
   let rawIndex = 0;
   for (let i = 0; i < inputMessages.length; i++) {

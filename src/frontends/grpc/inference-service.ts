@@ -206,9 +206,10 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
       identify(model.name, model.version);
       const decoded = decodeInferRequest(
         message,
+        model,
         controller.signal,
         principalOf(call.metadata),
-        context.sharedMemory && { regions: context.sharedMemory, model },
+        context.sharedMemory,
       );
       sharedOutputs = decoded.sharedMemory;
       const [traceparent] = call.metadata.get("traceparent");

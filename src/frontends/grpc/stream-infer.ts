@@ -237,12 +237,12 @@ export class StreamInferSession {
       // inputs are checked against it before they are read).
       const version = message.model_version;
       model = this.#registry.model(message.model_name ?? "", version === "" ? undefined : version);
-      const regions = this.#sharedMemory;
       const decoded = decodeInferRequest(
         message,
+        model,
         this.#controller.signal,
         this.#principal,
-        regions && { regions, model },
+        this.#sharedMemory,
       );
       sharedOutputs = decoded.sharedMemory;
       const classification = classificationFor(model, decoded.classification);

@@ -9,7 +9,7 @@ import type {
   ServerContext,
   TensorMetadata,
 } from "../../../src/core/model.ts";
-import type { ModelConfig } from "../../../src/core/model-config.ts";
+import type { InputConfig, ModelConfig } from "../../../src/core/model-config.ts";
 import { ModelStatistics, type ModelStatisticsSnapshot } from "../../../src/core/statistics.ts";
 import type { Tensor } from "../../../src/core/tensor.ts";
 
@@ -29,14 +29,14 @@ export const UINT64_MAX = (1n << 64n) - 1n;
 const isErrorCode = (value: unknown): value is ErrorCode =>
   typeof value === "string" && (ERROR_CODES as readonly string[]).includes(value);
 
-function config(name: string): ModelConfig {
+function config(name: string, inputs: readonly InputConfig[] = []): ModelConfig {
   return {
     name,
     platform: "onnxruntime_onnx",
     backend: "onnxruntime",
     versionPolicy: { kind: "latest", numVersions: 1 },
     maxBatchSize: 0,
-    inputs: [],
+    inputs,
     outputs: [],
     instanceGroups: [{ name: `${name}_0`, count: 1, kind: "KIND_CPU" }],
     defaultModelFilename: "model.onnx",
@@ -54,9 +54,14 @@ abstract class FakeModel implements ServedModel {
   readonly sequences = undefined;
   readonly stats: ModelStatistics;
 
-  constructor(name: string, inputs: readonly TensorMetadata[] = [], outputs: readonly TensorMetadata[] = []) {
+  constructor(
+    name: string,
+    inputs: readonly TensorMetadata[] = [],
+    outputs: readonly TensorMetadata[] = [],
+    configInputs: readonly InputConfig[] = [],
+  ) {
     this.name = name;
-    this.config = config(name);
+    this.config = config(name, configInputs);
     this.inputs = inputs;
     this.outputs = outputs;
     this.stats = new ModelStatistics(name, this.version);
@@ -125,6 +130,32 @@ class EchoModel extends FakeModel {
     );
     this.stats.recordExecution(1, 2, 3, 4);
     return this.respond(request, outputs);
+  }
+}
+
+/**
+ * A model whose config declares its inputs (name, datatype, dims): requests to it meet
+ * a model's checks, where the other fakes take any input. It runs nothing.
+ */
+export class DeclaredModel extends FakeModel {
+  constructor(name: string, inputs: readonly [string, InputConfig["datatype"], number[]][]) {
+    super(
+      name,
+      [],
+      [],
+      inputs.map(([input, datatype, dims]) => ({
+        name: input,
+        datatype,
+        dims,
+        optional: false,
+        allowRaggedBatch: false,
+        shared: false,
+      })),
+    );
+  }
+
+  protected run(): Promise<InferResponse> {
+    return Promise.reject(new Error("a declared model runs nothing"));
   }
 }
 

@@ -119,7 +119,7 @@ export function rawInputTensor(config: ModelConfig, body: Uint8Array): { name: s
     // As Triton deduces it: the whole rows the body holds; bytes past them fail the size check.
     shape[variable] = Math.floor(body.byteLength / rowBytes);
   }
-  const request = { model: config.name, requestId: "" };
+  const request = { config, requestId: "" };
   return { name: input.name, tensor: decodeRawTensor(input.name, input.datatype, shape, body, request) };
 }
 

@@ -20,7 +20,7 @@ import {
   memberSourceText,
 } from "../json-source-text.ts";
 import { parseRequestJson } from "../json-syntax.ts";
-import { decodeRawTensor } from "../raw-tensor.ts";
+import { decodeRawTensor, type RawTensorRequest } from "../raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
 import { type Classification, classificationCount, classificationFor } from "./classification.ts";
 import { decodeJsonTensor } from "./json-tensor.ts";
@@ -220,8 +220,8 @@ function sharedMemorySlice(parameters: JsonObject | undefined): SharedMemorySlic
 interface InputSources {
   readonly binary: BinaryInputs | undefined;
   readonly sharedMemory: SharedMemoryRequest | undefined;
-  /** The request's id (Triton's messages of a byte size that does not fit name it). */
-  readonly requestId: string;
+  /** The request, for refusals of binary data in Triton's terms. */
+  readonly request: RawTensorRequest;
 }
 
 function readInput(
@@ -286,10 +286,7 @@ function readInput(
       `must specify a valid 'Inference-Header-Content-Length' header when passing inputs in binary data format (input '${name}' sets 'binary_data_size')`,
     );
   }
-  return [
-    name,
-    decodeRawTensor(name, datatype, shape, binary.take(name, size), { model, requestId: sources.requestId }),
-  ];
+  return [name, decodeRawTensor(name, datatype, shape, binary.take(name, size), sources.request)];
 }
 
 function readInputs(
@@ -520,7 +517,7 @@ function decodeTensors(
   const sources: InputSources = {
     binary: headerLength === undefined ? undefined : new BinaryInputs(body, headerLength, model.name),
     sharedMemory,
-    requestId: typeof json.id === "string" ? json.id : "",
+    request: { config: model.config, requestId: typeof json.id === "string" ? json.id : "" },
   };
   const inputs = readInputs(json.inputs, model.name, sources, source);
   const outputs = readOutputs(json.outputs, sharedMemory);

@@ -51,7 +51,7 @@ export class SharedMemoryRequest {
     // Everything is checked before the bytes are copied: a request of a few bytes can name
     // a region far larger than any request could be.
     checkInputDescription(this.#config, this.#requestId, name, { datatype, shape });
-    const request = { model: this.#config.name, requestId: this.#requestId };
+    const request = { config: this.#config, requestId: this.#requestId };
     checkRawByteLength(name, datatype, shape, slice.byteSize, request);
     return decodeRawTensor(name, datatype, shape, use.read(slice), request);
   }
