@@ -92,13 +92,16 @@ export interface Exchange {
 
 export interface LoadResult {
   readonly recorder: LatencyRecorder;
-  /**
-   * Seconds from the window's start to the last outcome of a request due in it (at least
-   * the window): what the answers counted took to come. Behind an open loop the server
-   * still answers the window's requests after it closes; divided by the window alone, the
-   * throughput would count those seconds' work without their time.
-   */
+  /** Length of the measured window, in seconds. */
   readonly seconds: number;
+  /**
+   * Answers that came inside the window, whenever their requests were due: the throughput.
+   * The latencies are those of the requests due in the window, however late answered
+   * (behind an open loop, up to another window later), which would overstate it: their
+   * answers took longer than the window to come. A request due in the warm-up and answered
+   * in the window counts here instead.
+   */
+  readonly answeredInWindow: number;
   readonly exchanges: Exchange[];
   /** Sequences started (for a sequence model). */
   readonly sequences: number;
@@ -122,7 +125,7 @@ export async function runLoad(
   const end = measureFrom + options.seconds * 1000;
   let nextSequence = 0;
   let lastProgress = measureFrom;
-  let lastOutcome = end;
+  let answeredInWindow = 0;
 
   const newSequence = (lane: number): BenchSequence => {
     const index = stateful ? nextSequence++ : lane;
@@ -161,11 +164,9 @@ export async function runLoad(
       const measured = due >= measureFrom && due < end;
       try {
         const outputs = await stepWithRetries(client, sequence, inputs, flags, stateful);
-        if (measured) {
-          const now = performance.now();
-          recorder.record(now - due);
-          lastOutcome = Math.max(lastOutcome, now);
-        }
+        const now = performance.now();
+        if (measured) recorder.record(now - due);
+        if (now >= measureFrom && now < end) answeredInWindow++;
         if (options.keepOutputs)
           exchanges.push({ sequence: sequence.index, id: sequence.id, step, end: last, outputs });
         step++;
@@ -175,7 +176,6 @@ export async function runLoad(
             error instanceof StepError ? error.kind : "client error",
             error instanceof Error ? error.message : String(error),
           );
-          lastOutcome = Math.max(lastOutcome, performance.now());
         }
         if (!(error instanceof StepError)) throw error;
         // A sequence whose step failed is given up: the lane ends it and starts a new one.
@@ -199,5 +199,11 @@ export async function runLoad(
   };
 
   await Promise.all(Array.from({ length: options.lanes }, (_, i) => lane(i)));
-  return { recorder, seconds: (lastOutcome - measureFrom) / 1000, exchanges, sequences: nextSequence };
+  return {
+    recorder,
+    seconds: (end - measureFrom) / 1000,
+    answeredInWindow,
+    exchanges,
+    sequences: nextSequence,
+  };
 }

@@ -3,8 +3,9 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { type BenchReport, formatReport, runBench } from "../../src/bench/bench-command.ts";
+import { type BenchReport, failedRun, formatReport, runBench } from "../../src/bench/bench-command.ts";
 import { type BenchOptions, parseBenchArgs } from "../../src/bench/bench-options.ts";
+import { NOT_SENT } from "../../src/bench/load-loop.ts";
 import { type ApiKey, OPEN_ACCESS, securityOptions } from "../../src/config/security-options.ts";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { getJson } from "../support/http-client.ts";
@@ -325,6 +326,31 @@ describe("seqserve bench", { timeout: 120_000 }, () => {
     assert.equal(unreachable.code, 1);
     assert.match(unreachable.stderr, /^seqserve bench: cannot reach the server at http:\/\/127\.0\.0\.1:9: /);
     assert.doesNotMatch(unreachable.stderr, /\n\s+at /);
+  });
+
+  it("an open loop's slots it never sent are not failed steps: a verified run behind schedule passes", () => {
+    const report: BenchReport = {
+      model: "simple",
+      protocol: "http-json",
+      concurrency: 4,
+      sequenceLength: undefined,
+      rate: 3000,
+      seconds: 1,
+      requests: 1200,
+      requestsPerSecond: 1200,
+      latencyMs: { p50: 1, p90: 2, p99: 3, max: 4 },
+      errors: { [NOT_SENT]: 1400 },
+      errorMessages: {},
+      server: undefined,
+      clientCpuMsPerRequest: 0.1,
+      inProcess: undefined,
+      oracle: { checked: 3400, mismatches: 0, examples: [] },
+    };
+    assert.equal(failedRun(report), false);
+    assert.match(formatReport(report), /oracle {7}3400 outputs checked, all equal to ONNX Runtime alone$/m);
+    const failed = { ...report, errors: { [NOT_SENT]: 1400, "http 500": 2 } };
+    assert.equal(failedRun(failed), true);
+    assert.match(formatReport(failed), /all equal to ONNX Runtime alone; 2 failed steps not checked$/m);
   });
 
   it("refuses sequences of one step where a request cannot both start and end one", async () => {
