@@ -214,12 +214,12 @@ describe("inference with the binary tensor extension", () => {
     server.fake.registry.add(
       new FakeModel({
         name: "declared",
-        config: { inputs: [inputConfig("A", "INT32", [3])] },
+        config: { inputs: [inputConfig("A", "INT32", [3]), inputConfig("S", "BYTES", [2])] },
         infer: () => Promise.reject(new Error("not run")),
       }),
     );
-    const declared = async (header: unknown, message: string) => {
-      const { body, headerLength } = binaryRequest(header, [new Uint8Array(8)]);
+    const declared = async (header: unknown, message: string, part = new Uint8Array(8)) => {
+      const { body, headerLength } = binaryRequest(header, [part]);
       const response = await send(server, "POST", "/v2/models/declared/infer", body, {
         "inference-header-content-length": headerLength,
       });
@@ -238,10 +238,21 @@ describe("inference with the binary tensor extension", () => {
       { inputs: [input("A", 8, "INT32", [4])] },
       "[request id: <id_unknown>] unexpected shape for input 'A' for model 'declared'. Expected [3], got [4].",
     );
-    await refused(
+    // BYTES elements that do not match the shape, in the words of Triton's ValidateBytesInputs.
+    await declared(
       { inputs: [input("S", 6, "BYTES", [2])] },
-      [new Uint8Array([2, 0, 0, 0, 104, 105])],
-      "unexpected end of BYTES data for input 'S': expected 2 elements, found 1",
+      "[request id: <id_unknown>] expected 2 string elements for inference input 'S' for model 'declared', got 1",
+      new Uint8Array([2, 0, 0, 0, 104, 105]),
+    );
+    await declared(
+      { inputs: [input("S", 15, "BYTES", [2])] },
+      "[request id: <id_unknown>] unexpected number of string elements 3 for inference input 'S' for model 'declared', expecting 2",
+      new Uint8Array([1, 0, 0, 0, 97, 1, 0, 0, 0, 98, 1, 0, 0, 0, 99]),
+    );
+    await declared(
+      { inputs: [input("S", 7, "BYTES", [2])] },
+      "[request id: <id_unknown>] incomplete string length indicator for inference input 'S' for model 'declared', expecting 4 bytes but only 2 bytes available. Please make sure the string length indicator is in one buffer.",
+      new Uint8Array([1, 0, 0, 0, 97, 1, 0]),
     );
     await refused(
       { inputs: [input("A", -4)] },

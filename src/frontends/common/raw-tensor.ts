@@ -34,7 +34,7 @@ export function decodeRawTensor(
   // A shape the bytes cannot fill is refused before anything is allocated for it.
   const count = checkRawByteLength(name, datatype, shape, bytes.byteLength, request);
   if (datatype === "BYTES") {
-    return { datatype, shape, data: decodeBytesElements(name, count, bytes) };
+    return { datatype, shape, data: decodeBytesElements(name, shape, count, bytes, request) };
   }
   return { datatype, shape, data: viewArray(datatype, bytes.buffer, bytes.byteOffset, bytes.byteLength) };
 }
@@ -69,13 +69,53 @@ export function checkRawByteLength(
   return count;
 }
 
-function decodeBytesElements(name: string, count: number, bytes: Uint8Array): BytesElements {
+const LENGTH_BYTES = 4;
+
+/**
+ * Triton's words (ValidateBytesInputs) for BYTES data that does not hold `count` elements:
+ * `remaining` bytes left where an element's length should start (fewer than 4: a cut
+ * length; none: too few elements), or elements past `count`.
+ */
+function bytesElementsRefusal(
+  request: RawTensorRequest,
+  name: string,
+  shape: readonly number[],
+  count: number,
+  found: number,
+  remaining: number,
+): never {
+  // What Triton refuses before it reads the elements is told first.
+  checkInputDescription(request.config, request.requestId, name, { datatype: "BYTES", shape });
+  const label = requestLabel(request.requestId);
+  const where = `inference input '${name}' for model '${request.config.name}'`;
+  if (remaining > 0 && remaining < LENGTH_BYTES) {
+    throw invalidArg(
+      `${label}incomplete string length indicator for ${where}, expecting ${LENGTH_BYTES} bytes but only ${remaining} bytes available. Please make sure the string length indicator is in one buffer.`,
+    );
+  }
+  if (found > count) {
+    throw invalidArg(
+      `${label}unexpected number of string elements ${found} for ${where}, expecting ${count}`,
+    );
+  }
+  throw invalidArg(`${label}expected ${count} string elements for ${where}, got ${found}`);
+}
+
+function decodeBytesElements(
+  name: string,
+  shape: readonly number[],
+  count: number,
+  bytes: Uint8Array,
+  request: RawTensorRequest | undefined,
+): BytesElements {
   // Grown as elements are found: the count is only a claim until the bytes bear it out.
   const elements: Uint8Array[] = [];
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let offset = 0;
   for (let i = 0; i < count; i++) {
-    if (offset + 4 > bytes.byteLength) {
+    if (offset + LENGTH_BYTES > bytes.byteLength) {
+      if (request !== undefined)
+        bytesElementsRefusal(request, name, shape, count, i, bytes.byteLength - offset);
       throw invalidArg(
         `unexpected end of BYTES data for input '${name}': expected ${count} elements, found ${i}`,
       );
@@ -91,6 +131,8 @@ function decodeBytesElements(name: string, count: number, bytes: Uint8Array): By
     offset += length;
   }
   if (offset !== bytes.byteLength) {
+    if (request !== undefined)
+      bytesElementsRefusal(request, name, shape, count, count + 1, bytes.byteLength - offset);
     throw invalidArg(
       `unexpected total byte size ${bytes.byteLength} for input '${name}', its ${count} BYTES elements use ${offset}`,
     );
