@@ -29,9 +29,14 @@ export interface ValidatedRequest {
   readonly batchKey: string;
 }
 
-function describeNames(names: Iterable<string>): string {
+/**
+ * Names as Triton's input-count message lists them, quirk included: it writes "[", each
+ * name and a comma, then drops the last character, so a list with no names is "]" (the
+ * given inputs' list, empty, is written "[]" by a case of its own).
+ */
+function listedNames(names: Iterable<string>, emptyAs: string): string {
   const list = [...names].map((n) => `'${n}'`);
-  return list.length === 0 ? "[]" : `[${list.join(",")}]`;
+  return list.length === 0 ? emptyAs : `[${list.join(",")}]`;
 }
 
 function checkInputCount(config: ModelConfig, request: InferRequest): void {
@@ -44,7 +49,7 @@ function checkInputCount(config: ModelConfig, request: InferRequest): void {
       ? `expected ${config.inputs.length} inputs`
       : `expected number of inputs between ${required.length} and ${config.inputs.length}`;
   throw invalidArg(
-    `${requestLabel(request.id)}${expected} but got ${given} inputs for model '${config.name}'. Got inputs ${describeNames(request.inputs.keys())}, but missing required inputs ${describeNames(missing)}. Please provide all required inputs.`,
+    `${requestLabel(request.id)}${expected} but got ${given} inputs for model '${config.name}'. Got input(s) ${listedNames(request.inputs.keys(), "[]")}, but missing required input(s) ${listedNames(missing, "]")}. Please provide all required input(s).`,
   );
 }
 
@@ -242,11 +247,12 @@ export function validateRequest(config: ModelConfig, request: InferRequest): Val
     outputNames = outputs;
   }
 
+  // Triton's order: the count of inputs, then each one's name.
+  checkInputCount(config, request);
   const byName = index.inputsByName;
   for (const name of request.inputs.keys()) {
     if (!byName.has(name)) throw invalidArg(`unexpected inference input '${name}' for model '${model}'`);
   }
-  checkInputCount(config, request);
 
   const batching = config.maxBatchSize > 0;
   let batch = 0;

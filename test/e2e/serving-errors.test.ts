@@ -124,7 +124,16 @@ const CASES: readonly Case[] = [
     send: () => postInfer({ inputs: [good()[0]] }),
     status: 400,
     error:
-      "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'simple'. Got inputs ['INPUT0'], but missing required inputs ['INPUT1']. Please provide all required inputs.",
+      "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s).",
+  },
+  {
+    // Triton counts the inputs before it looks at their names, and its list of the missing
+    // ones, when none is missing, is written "]".
+    name: "an input too many",
+    send: () => postInfer({ inputs: [...good(), { ...good()[1], name: "INPUT9" }] }),
+    status: 400,
+    error:
+      "[request id: <id_unknown>] expected 2 inputs but got 3 inputs for model 'simple'. Got input(s) ['INPUT0','INPUT1','INPUT9'], but missing required input(s) ]. Please provide all required input(s).",
   },
   {
     name: "an unknown output",

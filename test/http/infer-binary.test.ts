@@ -254,6 +254,18 @@ describe("inference with the binary tensor extension", () => {
       "[request id: <id_unknown>] incomplete string length indicator for inference input 'S' for model 'declared', expecting 4 bytes but only 2 bytes available. Please make sure the string length indicator is in one buffer.",
       new Uint8Array([1, 0, 0, 0, 97, 1, 0]),
     );
+    // An element whose length runs past the data: counted, as Triton counts it, then too few.
+    await declared(
+      { id: "b6", inputs: [input("S", 7, "BYTES", [2])] },
+      "[request id: b6] expected 2 string elements for inference input 'S' for model 'declared', got 1",
+      new Uint8Array([9, 0, 0, 0, 97, 98, 99]),
+    );
+    // The same for an input the model does not have: Triton's earlier check speaks first.
+    await declared(
+      { inputs: [input("T", 7, "BYTES", [2])] },
+      "unexpected inference input 'T' for model 'declared'",
+      new Uint8Array([9, 0, 0, 0, 97, 98, 99]),
+    );
     await refused(
       { inputs: [input("A", -4)] },
       [],

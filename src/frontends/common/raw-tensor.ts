@@ -123,8 +123,15 @@ function decodeBytesElements(
     const length = view.getUint32(offset, true);
     offset += 4;
     if (offset + length > bytes.byteLength) {
+      // Triton counts the element and takes what is left as its bytes: too few elements if
+      // more were due. Where it was the last one, Triton lets it through to the backend;
+      // here it is refused, in seqserve's words, after Triton's earlier checks.
+      if (request !== undefined) {
+        if (i + 1 < count) bytesElementsRefusal(request, name, shape, count, i + 1, 0);
+        checkInputDescription(request.config, request.requestId, name, { datatype: "BYTES", shape });
+      }
       throw invalidArg(
-        `BYTES element ${i} of input '${name}' claims ${length} bytes, past the end of its data`,
+        `${request === undefined ? "" : requestLabel(request.requestId)}BYTES element ${i} of input '${name}' claims ${length} bytes, past the end of its data`,
       );
     }
     elements.push(bytes.subarray(offset, offset + length));
