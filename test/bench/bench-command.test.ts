@@ -139,8 +139,10 @@ describe("seqserve bench", { timeout: 120_000 }, () => {
     assertSane(report!);
     assertVerified(report!, "open loop");
     assert.equal(report!.rate, 100);
-    // The window (0.6 s) at 100/s holds 60 slots: a closed loop of 8 would send far more.
-    assert.ok(report!.requests <= 60, `${report!.requests} requests`);
+    // The window (0.6 s) at 100/s holds 60 slots, and a lane 80 ms apart from its next has at
+    // most one earlier slot's answer still to come as the window opens: 68 answers at most
+    // come within it, where a closed loop of 8 would have far more.
+    assert.ok(report!.requests <= 60 + 8, `${report!.requests} requests`);
   });
 
   it("a sweep over gRPC streams reports each concurrency and draws the chart", async () => {
