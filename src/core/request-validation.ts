@@ -12,12 +12,13 @@ import {
 } from "./tensor.ts";
 
 // Checks a request against its model's config before it is queued, with Triton's
-// messages and in Triton's order (outputs, input count, batch size, then each input's
-// datatype and shape, the correlation id's type, then the sequence batcher's batch of
-// one), and prepares what the schedulers need: the inputs as the model sees them
-// (reshaped), the rows the request contributes to a batch, and a key that only requests
-// which can share a batch have in common. The messages Triton writes as it normalizes a
-// request begin with the request's id, as its own do ("[request id: <id_unknown>] ...").
+// messages and in Triton's order (outputs, input count, input names, batch size, then
+// each input's datatype and shape, the correlation id's type, then the sequence
+// batcher's batch of one), and prepares what the schedulers need: the inputs as the model
+// sees them (reshaped), the rows the request contributes to a batch, and a key that only
+// requests which can share a batch have in common. The messages of the checks Triton
+// makes as it normalizes a request open with the request's id, as Triton's do
+// ("[request id: <id_unknown>] ...").
 
 export interface ValidatedRequest {
   /** Rows this request adds to a batch (1 for a model that does not batch). */
