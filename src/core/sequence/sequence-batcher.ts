@@ -300,8 +300,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       id = assigned;
       pending.responseParameters.sequence_id = id;
     }
+    // The id's type was checked with the request (validateRequest, in Triton's order); an
+    // id the server assigned has the CORRID's type.
     this.#checkIdLength(id);
-    checkCorrelationIdType(this.#config, id, pending.request.id);
     if (this.#shuttingDown && start) {
       throw stopping(STOPPED_ACCEPTING);
     }

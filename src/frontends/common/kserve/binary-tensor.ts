@@ -78,11 +78,10 @@ export class BinaryInputs {
  * raw request has none).
  */
 export function rawInputTensor(config: ModelConfig, body: Uint8Array): { name: string; tensor: Tensor } {
-  const label = requestLabel("");
   const input = config.inputs[0];
   if (input === undefined || config.inputs.length !== 1) {
     throw invalidArg(
-      `${label}Raw request must only have 1 input (found 1) to be deduced but got ${config.inputs.length} inputs in '${config.name}' model configuration`,
+      `${requestLabel("")}Raw request must only have 1 input (found 1) to be deduced but got ${config.inputs.length} inputs in '${config.name}' model configuration`,
     );
   }
   const shape: number[] = config.maxBatchSize > 0 && !input.shared ? [1] : [];
@@ -92,7 +91,7 @@ export function rawInputTensor(config: ModelConfig, body: Uint8Array): { name: s
     if (dim === -1) {
       if (variable !== -1) {
         throw invalidArg(
-          `${label}The shape of the raw input '${input.name}' can not be deduced because there are more than one variable-sized dimension`,
+          `${requestLabel("")}The shape of the raw input '${input.name}' can not be deduced because there are more than one variable-sized dimension`,
         );
       }
       variable = shape.length;
@@ -104,7 +103,7 @@ export function rawInputTensor(config: ModelConfig, body: Uint8Array): { name: s
   if (input.datatype === "BYTES") {
     if (variable !== -1 || fixed !== 1) {
       throw invalidArg(
-        `${label}For BYTE datatype raw input '${input.name}', the model must have input shape [1]`,
+        `${requestLabel("")}For BYTE datatype raw input '${input.name}', the model must have input shape [1]`,
       );
     }
     return { name: input.name, tensor: { datatype: "BYTES", shape, data: [body] } };
