@@ -197,6 +197,7 @@ test("TensorProto: its *_val numbers as typed arrays, its other fields (dtype, s
         const got = ours.decode(bytes) as unknown as Record<string, unknown>;
         const want = reference.decode(bytes) as unknown as Record<string, unknown>;
         for (const [name, , kind] of TENSOR_PROTO_NUMBERS) {
+          if ((want[name] as unknown[] | undefined)?.length) assert.ok(ArrayBuffer.isView(got[name]), name);
           assert.deepStrictEqual(
             Array.from(got[name] as ArrayLike<unknown>),
             expected(kind, want[name] as unknown[]),

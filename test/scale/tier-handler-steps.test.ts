@@ -47,5 +47,7 @@ describe("a handler's step on a replica whose copy is out of date", { skip }, ()
     // A's copy holds [1]: the step runs again on the store's [1, 2].
     assert.equal(sum(await add(a, [3, 4], { id: 5 })), 10);
     assert.equal(sum(await add(b, [5], { id: 5, end: true })), 15);
+    // The version check caught A's stale copy: the step ran again, not A's first run.
+    assert.ok(((await a.summary("log")).tier as { conflicts: number }).conflicts >= 1);
   });
 });
