@@ -4,7 +4,7 @@ import { securityOptions } from "../../src/config/security-options.ts";
 import { growingStateConfig, growingStateModel } from "../../tools/onnx/sequence-models.ts";
 import { type HandlerRepository, handlerRepository, LOG_MODEL } from "../handlers/support/handler-kit.ts";
 import { infer, outputData, postJson } from "../support/http-client.ts";
-import { metricValue } from "../support/sequence-kit.ts";
+import { listSequences, metricValue } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 // --max-state-bytes bounds the state every model's sequences keep together, where each
@@ -65,19 +65,14 @@ const note = (id: number, bytes: number, sequence: { start?: boolean; end?: bool
 const refusals = async () =>
   (await metricValue(server.metricsUrl, "seqserve_limit_refusals_total", { limit: "state_bytes" })) ?? 0;
 
-const liveIds = async (model: string) => {
-  const answer = await fetch(`${server.url}/v2/models/${model}/sequences`);
-  return ((await answer.json()) as { sequences: { id: number }[] }).sequences.map((s) => s.id);
-};
+const liveIds = async (model: string) =>
+  (await listSequences(server.url, model)).sequences.map((s) => Number(s.id));
 
 const heldBytes = async () => {
   const [growing, log] = await Promise.all(
-    ["growing", "log"].map(async (model) => {
-      const answer = await fetch(`${server.url}/v2/models/${model}/sequences`);
-      return ((await answer.json()) as { summary: { state_bytes: number } }).summary.state_bytes;
-    }),
+    ["growing", "log"].map((model) => listSequences(server.url, model)),
   );
-  return growing! + log!;
+  return growing!.summary.state_bytes + log!.summary.state_bytes;
 };
 
 test("an ONNX model's growing state: the step past the budget fails and changes nothing, an end makes room", async () => {
