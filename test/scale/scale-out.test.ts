@@ -16,7 +16,7 @@ import {
   SILERO_STATEFUL_MODEL,
   sequenceAudio,
 } from "../support/silero-oracle.ts";
-import { missingTools, Nginx, RedisServer, Replica } from "./support/scale-kit.ts";
+import { missingTools, Nginx, type Replica, SharedStoreCluster } from "./support/scale-kit.ts";
 
 // Replicas behind nginx, sharing a Redis state store (deploy/nginx/nginx.conf as shipped):
 // 3 replicas, 64 Silero VAD sequences streaming at once, half over HTTP (KServe binary
@@ -167,26 +167,24 @@ class GrpcSequence {
 }
 
 describe("replicas behind nginx sharing a Redis state store", { skip }, () => {
-  let redis: RedisServer;
   let repository: TempRepository;
-  const replicas: Replica[] = [];
+  let cluster: SharedStoreCluster;
+  let replicas: readonly Replica[];
   let nginx: Nginx;
 
   before(async () => {
-    redis = await RedisServer.start();
     repository = tempRepository({
       [MODEL]: { config: SILERO_STATEFUL_CONFIG, onnx: readFileSync(SILERO_PATH) },
     });
     // The fourth is started now and joins nginx's upstreams later, as a new pod does once ready.
-    for (let i = 0; i < 4; i++) replicas.push(new Replica(repository.path, redis.url));
-    const ports = await Promise.all(replicas.map((r) => r.ready()));
-    nginx = await Nginx.start(ports.slice(0, 3));
+    cluster = await SharedStoreCluster.start(repository.path, [[], [], [], []]);
+    replicas = cluster.replicas;
+    nginx = await Nginx.start(replicas.slice(0, 3).map((replica) => replica.ports));
   });
 
   after(async () => {
     await nginx?.stop();
-    await Promise.all(replicas.map((r) => r.stop()));
-    await redis?.stop();
+    await cluster?.stop();
     repository?.remove();
   });
 

@@ -27,7 +27,14 @@ import {
 } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
 import { accumulatorConfig, int32Input } from "../support/sequence-kit.ts";
-import { missingTools, RedisServer, Replica } from "./support/scale-kit.ts";
+import {
+  missingTools,
+  RedisServer,
+  Replica,
+  SharedStoreCluster,
+  startReplicas,
+  stopReplicas,
+} from "./support/scale-kit.ts";
 
 // What the shared state tier promises, replica against replica (no balancer: each test
 // sends to the replica it means): two replicas racing on one sequence never both advance
@@ -105,13 +112,13 @@ async function startWithoutId(replica: Replica, value: number): Promise<{ id: bi
 }
 
 describe("the shared state tier's guarantees", { skip }, () => {
+  let cluster: SharedStoreCluster;
   let redis: RedisServer;
   let repository: TempRepository;
   let a: Replica;
   let b: Replica;
 
   before(async () => {
-    redis = await RedisServer.start();
     repository = tempRepository({
       [MODEL]: { config: CONFIG, onnx: accumulatorModel() },
       [SECOND]: { config: accumulatorConfig(SECOND, 8, BATCHING), onnx: accumulatorModel() },
@@ -125,14 +132,14 @@ describe("the shared state tier's guarantees", { skip }, () => {
         onnx: accumulatorModel(),
       },
     });
-    a = new Replica(repository.path, redis.url, ["--allow-sagemaker", "true", "--sagemaker-port", "0"]);
-    b = new Replica(repository.path, redis.url, ["--allow-sagemaker", "true", "--sagemaker-port", "0"]);
-    await Promise.all([a.ready(), b.ready()]);
+    const sagemaker = ["--allow-sagemaker", "true", "--sagemaker-port", "0"];
+    cluster = await SharedStoreCluster.start(repository.path, [sagemaker, sagemaker]);
+    redis = cluster.redis;
+    [a, b] = cluster.replicas as [Replica, Replica];
   });
 
   after(async () => {
-    await Promise.all([a?.stop(), b?.stop()]);
-    await redis?.stop();
+    await cluster?.stop();
     repository?.remove();
   });
 
@@ -495,10 +502,11 @@ describe("the shared state tier's guarantees", { skip }, () => {
 
   it("a model loaded again on one replica keeps its sequences' place in the tier: a step made elsewhere meanwhile is kept", async () => {
     const explicit = ["--model-control-mode", "explicit", "--load-model", MODEL];
-    const one = new Replica(repository.path, redis.url, explicit);
-    const two = new Replica(repository.path, redis.url, explicit);
+    const [one, two] = (await startReplicas(repository.path, redis.url, [explicit, explicit])) as [
+      Replica,
+      Replica,
+    ];
     try {
-      await Promise.all([one.ready(), two.ready()]);
       const id = 601;
       assert.equal(sum(await add(one, 5, { id, start: true })), 5);
       assert.equal(sum(await add(two, 1, { id })), 6);
@@ -510,7 +518,7 @@ describe("the shared state tier's guarantees", { skip }, () => {
       assert.equal(sum(await add(two, 100, { id })), 116);
       assert.equal(sum(await add(one, 0, { id, end: true })), 116);
     } finally {
-      await Promise.all([one.stop(), two.stop()]);
+      await stopReplicas([one, two]);
     }
   });
 
@@ -520,10 +528,12 @@ describe("the shared state tier's guarantees", { skip }, () => {
     const tenantA = "tenant-a-0123456789abcdef";
     const tenantB = "tenant-b-0123456789abcdef";
     writeFileSync(keys, `tenant-a inference ${tenantA}\ntenant-b inference ${tenantB}\n`);
-    const one = new Replica(repository.path, redis.url, ["--api-keys-file", keys]);
-    const two = new Replica(repository.path, redis.url, ["--api-keys-file", keys]);
+    const withKeys = ["--api-keys-file", keys];
+    const [one, two] = (await startReplicas(repository.path, redis.url, [withKeys, withKeys])) as [
+      Replica,
+      Replica,
+    ];
     try {
-      await Promise.all([one.ready(), two.ready()]);
       const step = async (replica: Replica, key: string, value: number, sequence: SequenceParams) => {
         const response = await fetch(`${replica.url}/v2/models/${MODEL}/infer`, {
           method: "POST",
@@ -584,7 +594,7 @@ describe("the shared state tier's guarantees", { skip }, () => {
       assert.equal(sum(await step(two, tenantA, 50, { id: numbered, start: true, step: 1 })), 50);
       assert.equal(sum(await step(two, tenantA, 1, { id: numbered, step: 2, end: true })), 51);
     } finally {
-      await Promise.all([one.stop(), two.stop()]);
+      await stopReplicas([one, two]);
       rmSync(dir, { recursive: true, force: true });
     }
   });

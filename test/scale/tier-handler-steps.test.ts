@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { type HandlerRepository, handlerRepository, LOG_MODEL } from "../handlers/support/handler-kit.ts";
 import { type HttpAnswer, infer, outputData, type SequenceParams } from "../support/http-client.ts";
-import { missingTools, RedisServer, Replica } from "./support/scale-kit.ts";
+import { missingTools, type Replica, SharedStoreCluster } from "./support/scale-kit.ts";
 
 // A handler model's sequence on two replicas sharing a Redis state store: a step sent to
 // the replica whose copy is out of date (the other replica advanced the sequence) runs
@@ -13,22 +13,19 @@ import { missingTools, RedisServer, Replica } from "./support/scale-kit.ts";
 const skip = missingTools(["redis-server", "redis-cli"]);
 
 describe("a handler's step on a replica whose copy is out of date", { skip }, () => {
-  let redis: RedisServer;
   let repository: HandlerRepository;
+  let cluster: SharedStoreCluster;
   let a: Replica;
   let b: Replica;
 
   before(async () => {
-    redis = await RedisServer.start();
     repository = handlerRepository({ log: LOG_MODEL });
-    a = new Replica(repository.path, redis.url);
-    b = new Replica(repository.path, redis.url);
-    await Promise.all([a.ready(), b.ready()]);
+    cluster = await SharedStoreCluster.start(repository.path, [[], []]);
+    [a, b] = cluster.replicas as [Replica, Replica];
   });
 
   after(async () => {
-    await Promise.all([a?.stop(), b?.stop()]);
-    await redis?.stop();
+    await cluster?.stop();
     repository?.remove();
   });
 

@@ -10,7 +10,7 @@ import {
 } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
 import { accumulatorConfig, int32Input } from "../support/sequence-kit.ts";
-import { missingTools, RedisServer, Replica } from "./support/scale-kit.ts";
+import { missingTools, type Replica, SharedStoreCluster } from "./support/scale-kit.ts";
 
 // With a shared state store, a replica takes up a sequence another replica started (from
 // its record in Redis) only when its own --max-state-bytes has room for the state: a
@@ -28,22 +28,22 @@ const skip = missingTools(["redis-server", "redis-cli"]);
 describe("a replica takes a sequence from the shared store only with room in its state budget", {
   skip,
 }, () => {
-  let redis: RedisServer;
   let repository: TempRepository;
+  let cluster: SharedStoreCluster;
   let roomy: Replica;
   let small: Replica;
 
   before(async () => {
-    redis = await RedisServer.start();
     repository = tempRepository({ [MODEL]: { config: CONFIG, onnx: accumulatorModel() } });
-    roomy = new Replica(repository.path, redis.url);
-    small = new Replica(repository.path, redis.url, ["--max-state-bytes", String(SMALL_BUDGET)]);
-    await Promise.all([roomy.ready(), small.ready()]);
+    cluster = await SharedStoreCluster.start(repository.path, [
+      [],
+      ["--max-state-bytes", String(SMALL_BUDGET)],
+    ]);
+    [roomy, small] = cluster.replicas as [Replica, Replica];
   });
 
   after(async () => {
-    await Promise.all([roomy?.stop(), small?.stop()]);
-    await redis?.stop();
+    await cluster?.stop();
     repository?.remove();
   });
 

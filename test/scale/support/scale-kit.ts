@@ -276,3 +276,47 @@ export class Replica {
     await this.process.stop();
   }
 }
+
+/** Replicas of `repository` writing through to `stateStore`, one per list of extra flags, all listening. */
+export async function startReplicas(
+  repository: string,
+  stateStore: string,
+  flags: readonly (readonly string[])[],
+): Promise<Replica[]> {
+  const replicas = flags.map((extra) => new Replica(repository, stateStore, extra));
+  try {
+    await Promise.all(replicas.map((replica) => replica.ready()));
+  } catch (error) {
+    await stopReplicas(replicas);
+    throw error;
+  }
+  return replicas;
+}
+
+export async function stopReplicas(replicas: readonly (Replica | undefined)[]): Promise<void> {
+  await Promise.all(replicas.map((replica) => replica?.stop()));
+}
+
+/** A test's cluster: its own Redis, and replicas sharing it as their state store. */
+export class SharedStoreCluster {
+  private constructor(
+    readonly redis: RedisServer,
+    readonly replicas: readonly Replica[],
+  ) {}
+
+  /** One replica per list of extra flags. */
+  static async start(repository: string, flags: readonly (readonly string[])[]): Promise<SharedStoreCluster> {
+    const redis = await RedisServer.start();
+    try {
+      return new SharedStoreCluster(redis, await startReplicas(repository, redis.url, flags));
+    } catch (error) {
+      await redis.stop();
+      throw error;
+    }
+  }
+
+  async stop(): Promise<void> {
+    await stopReplicas(this.replicas);
+    await this.redis.stop();
+  }
+}
