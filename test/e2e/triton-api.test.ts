@@ -103,6 +103,50 @@ describe("Triton API parity", () => {
     assert.equal(await failCount(), before);
   });
 
+  // Triton serves its repositories as one: a repository call that names one is refused,
+  // UNSUPPORTED "'repository_name' specification is not supported", before anything else
+  // (grpc_server.cc RepositoryIndex/ModelLoad/ModelUnload; http_server.cc
+  // HandleRepositoryControl, whose path may name it: /v2/repository/<name>/…), while its
+  // HTTP index ignores the name (HandleRepositoryIndex).
+  it("repository calls that name a repository are refused (501 / UNIMPLEMENTED) and change nothing; HTTP's index ignores the name", async () => {
+    const refused = "'repository_name' specification is not supported";
+    for (const action of ["unload", "load"]) {
+      const http = await post(`${server.url}/v2/repository/elsewhere/models/simple/${action}`, {});
+      assert.equal(http.status, 501, http.text);
+      assert.deepEqual(JSON.parse(http.text), { error: refused });
+    }
+    for (const rpc of ["RepositoryModelUnload", "RepositoryModelLoad"]) {
+      const error = await callError(grpc.unary(rpc, { repository_name: "elsewhere", model_name: "simple" }));
+      assert.deepEqual([error.code, error.details], [status.UNIMPLEMENTED, refused]);
+    }
+    const index = await callError(grpc.unary("RepositoryIndex", { repository_name: "elsewhere" }));
+    assert.deepEqual([index.code, index.details], [status.UNIMPLEMENTED, refused]);
+    const ready = await fetch(`${server.url}/v2/models/simple/ready`);
+    assert.equal(ready.status, 200, "the refused unload left the model loaded");
+    const named = await post(`${server.url}/v2/repository/elsewhere/index`, { ready: true });
+    assert.equal(named.status, 200, named.text);
+    assert.deepEqual(
+      JSON.parse(named.text),
+      JSON.parse((await post(`${server.url}/v2/repository/index`, { ready: true })).text),
+    );
+  });
+
+  // Triton (grpc_server.cc RepositoryModelUnload): unload_dependents must be a bool_param,
+  // checked before the model is unloaded.
+  it("a gRPC unload whose unload_dependents is not a bool is refused and unloads nothing", async () => {
+    const error = await callError(
+      grpc.unary("RepositoryModelUnload", {
+        model_name: "simple",
+        parameters: { unload_dependents: { string_param: "yes" } },
+      }),
+    );
+    assert.deepEqual(
+      [error.code, error.details],
+      [status.INVALID_ARGUMENT, "invalid value type for 'unload_dependents' parameter, expected bool_param."],
+    );
+    assert.equal((await fetch(`${server.url}/v2/models/simple/ready`)).status, 200);
+  });
+
   // Triton: LoadUnloadModel returns INTERNAL "failed to load '<m>', failed to poll from model
   // repository" (model_repository_manager.cc ~L846-849) → HTTP 500 (qa/L0_http/http_test.py:396
   // expects 500 for this message), gRPC INTERNAL.

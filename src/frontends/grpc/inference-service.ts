@@ -12,7 +12,7 @@ import {
   registerCudaSharedMemory,
   unregisterCudaSharedMemory,
 } from "../common/kserve/cuda-shared-memory.ts";
-import { readLoadParameters } from "../common/kserve/load-parameters.ts";
+import { readLoadParameters, repositoryNameRefusal } from "../common/kserve/load-parameters.ts";
 import { logSettingsChange, logSettingsWire } from "../common/kserve/log-settings-wire.ts";
 import type { SharedMemoryHold } from "../common/kserve/shared-memory-tensors.ts";
 import {
@@ -109,6 +109,19 @@ function loadOptions(
     },
     unknown: (name) => invalidArg(`unrecognized load parameter '${name}'.`),
   });
+}
+
+const named = (repository: string | undefined): boolean => repository !== undefined && repository !== "";
+
+/** RepositoryModelUnload's one parameter, `unload_dependents`, a bool_param (as Triton reads only it). */
+function checkUnloadParameters(
+  parameters: Readonly<Record<string, ModelRepositoryParameterMessage>> | undefined,
+): void {
+  const dependents = parameters?.unload_dependents;
+  // Accepted for Triton's clients; seqserve models have no dependents (no ensembles).
+  if (dependents !== undefined && dependents.parameter_choice !== "bool_param") {
+    throw invalidArg("invalid value type for 'unload_dependents' parameter, expected bool_param.");
+  }
 }
 
 function unsupported(what: string): () => never {
@@ -300,17 +313,21 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     ModelStatistics: unary(logger, "ModelStatistics", (m: ModelRequestMessage) => ({
       model_stats: registry.statistics(given(m.name), given(m.version)),
     })),
-    RepositoryIndex: unary(logger, "RepositoryIndex", (m: RepositoryIndexRequestMessage) => ({
-      models: registry.index(m.ready ?? false).map(
-        (entry): ModelIndexMessage => ({
-          name: entry.name,
-          version: entry.version ?? "",
-          state: entry.state ?? "",
-          reason: entry.reason ?? "",
-        }),
-      ),
-    })),
+    RepositoryIndex: unary(logger, "RepositoryIndex", (m: RepositoryIndexRequestMessage) => {
+      if (named(m.repository_name)) throw repositoryNameRefusal();
+      return {
+        models: registry.index(m.ready ?? false).map(
+          (entry): ModelIndexMessage => ({
+            name: entry.name,
+            version: entry.version ?? "",
+            state: entry.state ?? "",
+            reason: entry.reason ?? "",
+          }),
+        ),
+      };
+    }),
     RepositoryModelLoad: unary(logger, "RepositoryModelLoad", async (m: RepositoryModelRequestMessage) => {
+      if (named(m.repository_name)) throw repositoryNameRefusal();
       const name = m.model_name ?? "";
       await registry.load(name, loadOptions(name, m.parameters));
       return {};
@@ -319,6 +336,8 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
       logger,
       "RepositoryModelUnload",
       async (m: RepositoryModelRequestMessage) => {
+        if (named(m.repository_name)) throw repositoryNameRefusal();
+        checkUnloadParameters(m.parameters);
         await registry.unload(m.model_name ?? "");
         return {};
       },

@@ -12,7 +12,7 @@ import {
   decodeInferRequestOffThread,
 } from "../common/kserve/infer-request-decoder.ts";
 import { encodeInferResponseOffThread } from "../common/kserve/infer-response-encoder.ts";
-import { readLoadParameters } from "../common/kserve/load-parameters.ts";
+import { readLoadParameters, repositoryNameRefusal } from "../common/kserve/load-parameters.ts";
 import { logSettingsChange, logSettingsWire } from "../common/kserve/log-settings-wire.ts";
 import {
   traceSettingsChangeFromJson,
@@ -22,7 +22,12 @@ import {
 import { routedSequenceId, SEQUENCE_ID_HEADER, withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
-import { modelSchemas, SERVER_SCHEMAS, traceSettingsSchemas } from "./kserve-schemas.ts";
+import {
+  modelSchemas,
+  namedRepositoryControlSchema,
+  SERVER_SCHEMAS,
+  traceSettingsSchemas,
+} from "./kserve-schemas.ts";
 import { modelVersion } from "./model-version.ts";
 import { sharedMemoryRoutes } from "./shared-memory-routes.ts";
 
@@ -226,7 +231,7 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
 
   if (context.sharedMemory !== undefined) sharedMemoryRoutes(app, context.sharedMemory);
 
-  app.post("/v2/repository/index", { schema: SERVER_SCHEMAS.repositoryIndex }, (request, reply) =>
+  const index = (request: FastifyRequest, reply: FastifyReply) =>
     sendJson(
       reply,
       // Triton writes a reason only when there is one.
@@ -235,8 +240,20 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
         .map(({ reason, ...entry }) =>
           reason === undefined || reason === "" ? entry : { ...entry, reason },
         ),
-    ),
-  );
+    );
+  app.post("/v2/repository/index", { schema: SERVER_SCHEMAS.repositoryIndex }, index);
+  // Triton's paths may name a repository: its index ignores the name, and a load or
+  // unload that names one is refused (it serves its repositories as one).
+  app.post("/v2/repository/:repository/index", { schema: SERVER_SCHEMAS.namedRepositoryIndex }, index);
+  for (const action of ["load", "unload"] as const) {
+    app.post(
+      `/v2/repository/:repository/models/:model/${action}`,
+      { schema: namedRepositoryControlSchema(action) },
+      () => {
+        throw repositoryNameRefusal();
+      },
+    );
+  }
   const load = { schema: SERVER_SCHEMAS.repositoryLoad };
   app.post("/v2/repository/models/:model/load", load, async (request: ModelRequest, reply) => {
     const { model } = request.params;

@@ -325,6 +325,8 @@ const SEQUENCES: JsonSchema = {
 };
 
 const PATH_DESCRIPTIONS = {
+  repository:
+    "A repository's name, as Triton's paths may give one: the index ignores it, a load or unload is refused",
   model: "The model's name",
   version: "A version number; absent: the highest ready version",
   id: "A sequence id: decimal digits are a uint64, anything else a string",
@@ -339,6 +341,31 @@ function modelParams(path: string, extra: readonly string[] = []): JsonSchema {
 /** The operation id of a model route: `name`, or `nameVersion` on the path with a version. */
 export const operationId = (name: string, path: string): string =>
   path.includes(":version") ? `${name}Version` : name;
+
+const REPOSITORY_INDEX = {
+  type: "array",
+  items: {
+    type: "object",
+    properties: {
+      name: { type: "string" },
+      version: { type: "string" },
+      state: { type: "string", enum: ["READY", "UNAVAILABLE", "LOADING", "UNLOADING"] },
+      reason: { type: "string" },
+    },
+    required: ["name"],
+  },
+};
+
+/** A load or unload that names a repository: refused, as Triton refuses it. */
+export function namedRepositoryControlSchema(action: "load" | "unload") {
+  return {
+    operationId: action === "load" ? "namedRepositoryModelLoad" : "namedRepositoryModelUnload",
+    tags: ["repository"],
+    summary: `Refused (501): Triton ${action}s no model in a named repository`,
+    params: pathParams(["repository", "model"], PATH_DESCRIPTIONS),
+    response: { default: KSERVE_ERROR },
+  };
+}
 
 export const SERVER_SCHEMAS = {
   metadata: {
@@ -406,22 +433,18 @@ export const SERVER_SCHEMAS = {
     response: {
       200: {
         description: "The index",
-        ...jsonContent({
-          type: "array",
-          items: {
-            type: "object",
-            properties: {
-              name: { type: "string" },
-              version: { type: "string" },
-              state: { type: "string", enum: ["READY", "UNAVAILABLE", "LOADING", "UNLOADING"] },
-              reason: { type: "string" },
-            },
-            required: ["name"],
-          },
-        }),
+        ...jsonContent(REPOSITORY_INDEX),
       },
       default: KSERVE_ERROR,
     },
+  },
+  namedRepositoryIndex: {
+    operationId: "namedRepositoryIndex",
+    tags: ["repository"],
+    summary: "The index, as at /v2/repository/index: the repository's name is ignored, as in Triton",
+    params: pathParams(["repository"], PATH_DESCRIPTIONS),
+    body: jsonContent({ type: "object", properties: { ready: { type: "boolean" } } }),
+    response: { 200: { description: "The index", ...jsonContent(REPOSITORY_INDEX) }, default: KSERVE_ERROR },
   },
   repositoryLoad: {
     operationId: "repositoryModelLoad",

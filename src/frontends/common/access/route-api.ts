@@ -44,6 +44,10 @@ const EXACT: Readonly<Record<string, ApiGroup>> = {
   ...sharedMemoryPaths("cuda"),
   "/v2/repository/models/:model/load": "model-repository",
   "/v2/repository/models/:model/unload": "model-repository",
+  // Triton's paths naming a repository.
+  "/v2/repository/:repository/index": "model-repository",
+  "/v2/repository/:repository/models/:model/load": "model-repository",
+  "/v2/repository/:repository/models/:model/unload": "model-repository",
   // OpenVINO Model Server's metrics on its REST port (--metrics_enable).
   "/metrics": "metrics",
   // The OpenAPI document of the server's routes.

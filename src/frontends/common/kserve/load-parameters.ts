@@ -1,3 +1,4 @@
+import { ServerError } from "../../../core/errors.ts";
 import type { ModelLoadOptions } from "../../../core/model.ts";
 
 // Triton's repository load parameters, read alike over HTTP (JSON strings, files in
@@ -26,4 +27,12 @@ export function readLoadParameters<V>(
     else throw read.unknown(name);
   }
   return { ...(config === undefined ? {} : { config }), ...(files.size === 0 ? {} : { files }) };
+}
+
+/**
+ * Triton's refusal of a repository call that names a repository (its path's optional
+ * `/v2/repository/<name>/…`, gRPC's `repository_name`): it serves its repositories as one.
+ */
+export function repositoryNameRefusal(): ServerError {
+  return new ServerError("UNSUPPORTED", "'repository_name' specification is not supported");
 }
