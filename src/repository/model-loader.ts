@@ -53,19 +53,21 @@ export interface PreparedModel {
   readonly ovms: OvmsToParsedOptions;
 }
 
+/** A load request's `config` (Triton's JSON form), read before the load begins. */
+export function parseConfigOverride(model: string, text: string): ParsedModelConfig {
+  return parseModelConfigText(text, { file: `the load request's config for '${model}'`, format: "json" });
+}
+
 export async function prepareModel(
   source: ModelSource,
-  configOverride: string | undefined,
+  configOverride: ParsedModelConfig | undefined,
   strict: boolean,
   ovms: OvmsToParsedOptions = {},
   configName?: string,
 ): Promise<PreparedModel> {
   let parsed: ParsedModelConfig | undefined;
   if (configOverride !== undefined) {
-    parsed = parseModelConfigText(configOverride, {
-      file: `the load request's config for '${source.name}'`,
-      format: "json",
-    });
+    parsed = configOverride;
   } else if (source.ovms !== undefined) {
     parsed = source.ovms.entry.toParsedConfig(ovms);
   } else {

@@ -1,5 +1,6 @@
 import { existsSync, readFileSync, statSync } from "node:fs";
 import pLimit, { type LimitFunction } from "p-limit";
+import type { ParsedModelConfig } from "../config/index.ts";
 import type { ModelControlMode, SingleModelOptions } from "../config/server-options.ts";
 import type { ModelBackend } from "../core/backend.ts";
 import { asServerError, invalidArg, ServerError, unavailable } from "../core/errors.ts";
@@ -19,7 +20,7 @@ import type { StateBudget } from "../core/sequence/state-budget.ts";
 import type { ModelStatisticsSnapshot } from "../core/statistics.ts";
 import { timerDelay, untilDeadline } from "../core/timer-delay.ts";
 import type { Logger } from "../observability/logger.ts";
-import { checkInstanceCount, openVersion, prepareModel } from "./model-loader.ts";
+import { checkInstanceCount, openVersion, parseConfigOverride, prepareModel } from "./model-loader.ts";
 import { type ModelOverride, writeModelOverride } from "./model-override.ts";
 import { discoverModels, type ModelSource, readOvmsSources, sourceSignature } from "./model-source.ts";
 import { selectVersions, versionFolders } from "./version-folders.ts";
@@ -352,7 +353,31 @@ export class ModelRepository implements ModelRegistry {
     const files = options.files;
     if (files !== undefined && files.size > 0) return this.#loadOverride(name, options.config, files);
     if (this.#models.get(name)?.source === undefined) return Promise.reject(notInRepository(name));
-    return this.#load(name, options.config).catch(asLoadRefusal);
+    let config: ParsedModelConfig | undefined;
+    try {
+      config = options.config === undefined ? undefined : this.#configOverride(name, options.config);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.#load(name, config).catch(asLoadRefusal);
+  }
+
+  /**
+   * A load request's config, read before anything changes: one that does not read is, as
+   * in Triton, a repository poll that failed (INTERNAL), told in the log as "Invalid config
+   * override", and the model stays as it was.
+   */
+  #configOverride(name: string, text: string): ParsedModelConfig {
+    try {
+      return parseConfigOverride(name, text);
+    } catch (error) {
+      const why = `Invalid config override: ${asServerError(error).message}`;
+      this.#logger.error({ event: "model_load_failed", model: name, reason: why }, why);
+      throw new ServerError(
+        "INTERNAL",
+        `failed to load '${name}', failed to poll from model repository: ${why}`,
+      );
+    }
   }
 
   /**
@@ -370,6 +395,7 @@ export class ModelRepository implements ModelRegistry {
       new ServerError("INTERNAL", `failed to load '${name}', failed to poll from model repository: ${why}`);
     if (config === undefined)
       throw pollFailure("load parameter 'config' must be specified for model file override");
+    const parsed = this.#configOverride(name, config);
     let override: ModelOverride;
     try {
       override = await writeModelOverride(name, files);
@@ -383,7 +409,7 @@ export class ModelRepository implements ModelRegistry {
     }
     const loading = entry;
     const work = this.#afterTransition(loading, () =>
-      this.#loadEntry(loading, { name, dir: override.dir }, config, override),
+      this.#loadEntry(loading, { name, dir: override.dir }, parsed, override),
     );
     const mine = loading.transition;
     return work.catch((error: unknown): never => {
@@ -394,7 +420,7 @@ export class ModelRepository implements ModelRegistry {
     });
   }
 
-  async #load(name: string, configOverride?: string): Promise<void> {
+  async #load(name: string, configOverride?: ParsedModelConfig): Promise<void> {
     const entry = this.#models.get(name);
     if (entry?.source === undefined) throw notInRepository(name);
     return this.#afterTransition(entry, () => {
@@ -424,7 +450,7 @@ export class ModelRepository implements ModelRegistry {
   async #loadEntry(
     entry: ModelEntry,
     source: ModelSource,
-    configOverride: string | undefined,
+    configOverride: ParsedModelConfig | undefined,
     override: ModelOverride | undefined,
   ): Promise<void> {
     const name = entry.name;
@@ -962,7 +988,7 @@ interface LoadAttempt {
 async function openModelVersions(
   options: ModelRepositoryOptions,
   source: ModelSource,
-  configOverride: string | undefined,
+  configOverride: ParsedModelConfig | undefined,
   attempt: LoadAttempt,
   onVersion: (version: number, model: LoadedModel, configJson: Record<string, unknown>) => void,
 ): Promise<boolean> {

@@ -440,10 +440,19 @@ describe("explicit model control", () => {
     assert.deepEqual(outputData(await auto(2), "OUTPUT0"), Array(8).fill(0.5));
   });
 
-  it("a bad config override is refused naming it, and the model keeps its loaded config", async () => {
+  it("a config override that does not read is Triton's failed poll, naming it, and the model and its index entry stay as they were", async () => {
+    const before = (await index(server.url)).find((e) => e.name === "auto");
     const answer = await load("auto", { parameters: { config: '{"max_batch_size": "many"' } });
-    assert.equal(answer.status, 400);
-    assert.match(errorOf(answer), /the load request's config for 'auto'/);
+    // Triton: INTERNAL, "failed to poll", and "Invalid config override: …" in its log.
+    assert.equal(answer.status, 500);
+    assert.match(
+      errorOf(answer),
+      /^failed to load 'auto', failed to poll from model repository: Invalid config override: the load request's config for 'auto':1:/,
+    );
+    assert.deepEqual(
+      (await index(server.url)).find((e) => e.name === "auto"),
+      before,
+    );
     assert.equal((await getJson(`${server.url}/v2/models/auto/config`)).body.max_batch_size, 2);
     assert.deepEqual(outputData(await auto(2), "OUTPUT0"), Array(8).fill(0.5));
   });
@@ -462,23 +471,23 @@ describe("explicit model control", () => {
     });
     const twiceText = config('"__proto__": {"string_value": "x"}, "__proto__": {"string_value": "z"}');
     const twice = await load("auto", { parameters: { config: twiceText } });
-    assert.equal(twice.status, 400);
+    assert.equal(twice.status, 500);
     const column = twiceText.lastIndexOf('"__proto__"') + 1;
     assert.equal(
       errorOf(twice),
-      `the load request's config for 'auto':1:${column}: key '__proto__' given twice in map field 'parameters'`,
+      `failed to load 'auto', failed to poll from model repository: Invalid config override: the load request's config for 'auto':1:${column}: key '__proto__' given twice in map field 'parameters'`,
     );
   });
 
   it("a config override nested 20000 deep is refused where it goes past 100 levels; the model serves on", async () => {
     const config = `{"input": ${"[".repeat(20000)}${"]".repeat(20000)}}`;
     const answer = await load("auto", { parameters: { config } });
-    assert.equal(answer.status, 400);
+    assert.equal(answer.status, 500);
     // The object is the first level, so the 100th '[' opens the 101st.
     const column = config.indexOf("[") + 100;
     assert.equal(
       errorOf(answer),
-      `the load request's config for 'auto':1:${column}: nesting deeper than 100 levels`,
+      `failed to load 'auto', failed to poll from model repository: Invalid config override: the load request's config for 'auto':1:${column}: nesting deeper than 100 levels`,
     );
     assert.equal((await getJson(`${server.url}/v2/models/auto/config`)).body.max_batch_size, 2);
     assert.deepEqual(outputData(await auto(2), "OUTPUT0"), Array(8).fill(0.5));
