@@ -61,7 +61,9 @@ async function run(r: any) {
 
 // Each request keeps a tensor of COUNT bytes in its sequence's state, counts its steps
 // there and sends the count as its only, final, response.
+// Its responses tell what the previous request's change after its final response met.
 const BOUNDED = `
+let late = "";
 export default {
   execute(requests: any[]) {
     for (const r of requests) {
@@ -70,7 +72,14 @@ export default {
       const size = r.inputs.COUNT.data[0];
       state.set("steps", steps);
       state.set("history", { datatype: "UINT8", shape: [size], data: new Uint8Array(size) });
-      void r.send({ outputs: { INDEX: { datatype: "INT32", shape: [1], data: Int32Array.of(steps) } } }, { final: true });
+      const outputs = { INDEX: { datatype: "INT32", shape: [1], data: Int32Array.of(steps) } };
+      void r.send({ outputs, parameters: { late } }, { final: true });
+      try {
+        state.set("steps", 100);
+        late = "kept";
+      } catch (error) {
+        late = (error as Error).message;
+      }
     }
   },
 };
@@ -257,12 +266,14 @@ test("the first-response histogram times a decoupled request's first response, n
   assert.ok(releaseMs >= gapMs, `first responses ${firstMs} ms in all, whole requests ${wholeMs} ms`);
 });
 
-test("a final response whose state the model cannot keep is not sent: the request fails alone, its state as before", async () => {
+test("a final response whose state the model cannot keep is not sent: the request fails alone, its state as before; an END is not bounded; a change after the final response is refused", async () => {
   const requests = (
     [
       ["fits", 10],
       ["too-big", 2000],
       ["fits-again", 10],
+      // Its state is freed with it: sequence_state_max_bytes does not refuse it.
+      ["big-end", 2000],
     ] as const
   ).map(([id, bytes]) => ({
     model_name: "bounded",
@@ -270,6 +281,7 @@ test("a final response whose state the model cannot keep is not sent: the reques
     parameters: {
       sequence_id: { int64_param: "5" },
       ...(id === "fits" ? { sequence_start: { bool_param: true } } : {}),
+      ...(id === "big-end" ? { sequence_end: { bool_param: true } } : {}),
     },
     inputs: [{ name: "COUNT", datatype: "INT32", shape: [1] }],
     raw_input_contents: [Buffer.from(Int32Array.of(bytes).buffer)],
@@ -282,18 +294,33 @@ test("a final response whose state the model cannot keep is not sent: the reques
     steps: m.infer_response?.raw_output_contents?.[0]?.length
       ? Buffer.from(m.infer_response.raw_output_contents[0]).readInt32LE(0)
       : undefined,
+    late: m.infer_response?.parameters?.late?.string_param,
   }));
   assert.deepEqual(seen, [
-    { id: "fits", error: undefined, final: true, steps: 1 },
+    { id: "fits", error: undefined, final: true, steps: 1, late: "" },
     {
       id: "too-big",
       error:
         "the state of sequence 5 would hold 2004 bytes, more than the model's sequence_state_max_bytes (1000)",
       final: undefined,
       steps: undefined,
+      late: undefined,
     },
     // The failed request left the state as it was: one step.
-    { id: "fits-again", error: undefined, final: true, steps: 2 },
+    {
+      id: "fits-again",
+      error: undefined,
+      final: true,
+      steps: 2,
+      late: "request 'too-big' is complete: its sequence's state can no longer change",
+    },
+    {
+      id: "big-end",
+      error: undefined,
+      final: true,
+      steps: 3,
+      late: "request 'fits-again' is complete: its sequence's state can no longer change",
+    },
   ]);
 });
 

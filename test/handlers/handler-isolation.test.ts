@@ -37,6 +37,9 @@ export default {
       if (mode === "loop") for (;;) {}
       if (mode === "log")
         log.info("the handler logs", { model: "its own", instance: "its own", level: "custom", time: 5, msg: "its own", detail: 7 });
+      if (mode === "log-uncopyable")
+        log.info("a line with a client", { client: { name: "backend", call: function callBackend() { return "SOURCE_TEXT"; } } });
+      if (mode === "state-function") r.sequence.state.set("client", { call: function callBackend() { return "SOURCE_TEXT"; } });
       if (mode === "exit") process.exit(3);
       if (mode.startsWith("count")) return count(r, mode);
       const outputs = { ECHO: { datatype: "BYTES", shape: [1, 1], data: [mode] } };
@@ -207,6 +210,23 @@ test("a response parameter that cannot be sent fails only its request, naming th
     ["c2"],
   );
   assert.ok(!logLines.some((line) => line.includes("stopped unexpectedly")));
+});
+
+test("what cannot be copied to another thread is named, never quoted: a log line keeps it described, a state entry fails its request", async () => {
+  assert.equal(echoed(await call("faulty", "log-uncopyable")), "log-uncopyable");
+  const line = logLines.find((l) => l.includes("a line with a client"));
+  assert.ok(line !== undefined);
+  assert.deepEqual(JSON.parse(line).client, { name: "backend", call: "[a function (callBackend)]" });
+  assert.equal(echoed(await call("faulty_seq", "s1", { id: 31, start: true })), "s1");
+  const bad = await call("faulty_seq", "state-function", { id: 31 });
+  assert.equal(bad.status, 500);
+  assert.deepEqual(bad.body, {
+    error:
+      "state 'client' cannot be kept: it holds a function (callBackend) at call, which cannot be copied to another thread (functions, promises, symbols and weak references cannot)",
+  });
+  assert.equal(echoed(await call("faulty_seq", "s2", { id: 31, end: true })), "s2");
+  // V8's own words quote the function's source: nowhere.
+  assert.ok(!logLines.some((l) => l.includes("SOURCE_TEXT")));
 });
 
 test("a handler that returns null for a request is said to have given no response", async () => {

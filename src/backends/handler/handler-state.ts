@@ -9,6 +9,7 @@ import {
   transferableArray,
   type WireTensor,
 } from "../worker/wire-tensor.ts";
+import { uncopyableText } from "./clone-failure.ts";
 import type { WireStateEntry } from "./handler-messages.ts";
 import { checkTensor, looksLikeTensor } from "./handler-tensor.ts";
 
@@ -34,6 +35,7 @@ export class HandlerSequenceState implements SequenceState {
   readonly #original: readonly WireStateEntry[];
   /** Copies of the tensors read, as they arrived; undefined when nothing is given back. */
   readonly #untouched: Map<string, WireStateEntry> | undefined;
+  #sealed: string | undefined;
 
   /** `rollback`: whether original() may be asked for (not for a sequence that has ended). */
   constructor(entries: readonly WireStateEntry[], rollback = true) {
@@ -58,7 +60,17 @@ export class HandlerSequenceState implements SequenceState {
     return entry.value as T;
   }
 
+  /** After this, a change throws `why` (the request it belonged to is complete). */
+  seal(why: string): void {
+    this.#sealed = why;
+  }
+
+  #checkOpen(): void {
+    if (this.#sealed !== undefined) throw new Error(this.#sealed);
+  }
+
   set(key: string, value: unknown): void {
+    this.#checkOpen();
     if (value === undefined) {
       this.delete(key);
       return;
@@ -77,10 +89,12 @@ export class HandlerSequenceState implements SequenceState {
   }
 
   delete(key: string): boolean {
+    this.#checkOpen();
     return this.#entries.delete(key);
   }
 
   clear(): void {
+    this.#checkOpen();
     this.#entries.clear();
   }
 
@@ -115,7 +129,7 @@ export class HandlerSequenceState implements SequenceState {
         try {
           serialized = serialize(entry.value);
         } catch (error) {
-          throw new Error(`state '${key}' cannot be kept: ${(error as Error).message}`);
+          throw new Error(`state '${key}' cannot be kept: ${uncopyableText(entry.value, error)}`);
         }
         wire = {
           key,

@@ -14,6 +14,7 @@ import type {
   SendOptions,
 } from "../../handler-api.ts";
 import { fromWire, toWire, type WireTensor } from "../worker/wire-tensor.ts";
+import { copyableFields, uncopyableText } from "./clone-failure.ts";
 import type {
   CallResultMessage,
   CancelMessage,
@@ -63,7 +64,12 @@ function log(
   message: string,
   fields?: Record<string, unknown>,
 ): void {
-  post({ type: "log", level, message, fields });
+  try {
+    post({ type: "log", level, message, fields });
+  } catch {
+    // A log call never fails the request: what cannot be copied is described instead.
+    post({ type: "log", level, message, fields: copyableFields(fields) as Record<string, unknown> });
+  }
 }
 
 /**
@@ -159,8 +165,9 @@ function isResponse(value: unknown): value is HandlerResponse {
 }
 
 /** Why an answer could not be posted (postMessage's DataCloneError, say). */
-function notSent(what: string, error: unknown): Error {
-  return new Error(`${what} could not be sent: ${errorText(error)}`);
+/** `value`, part of what `what` carried, could not be posted (V8's text, which may quote it, left out). */
+function notSent(what: string, value: unknown, error: unknown): Error {
+  return new Error(`${what} could not be sent: ${uncopyableText(value, error)}`);
 }
 
 function callError(error: WireError): CallError {
@@ -291,7 +298,7 @@ class OpenRequest implements HandlerRequest {
         bytes: encoded.bytes,
       });
     } catch (error) {
-      return Promise.reject(notSent(`a response of request '${this.id}'`, error));
+      return Promise.reject(notSent(`a response of request '${this.id}'`, parameters, error));
     }
     this.#unacked++;
     this.#unackedBytes += encoded.bytes;
@@ -356,7 +363,8 @@ class OpenRequest implements HandlerRequest {
   #keptState(transfer: ArrayBuffer[]): WireStateEntry[] | undefined {
     if (this.#state === undefined) return undefined;
     const kept = this.#state.result(transfer);
-    if (kept.bytes > limits.maxStateBytes) {
+    // An END's state is freed with it: the bound protects nothing there (as the budget's).
+    if (kept.bytes > limits.maxStateBytes && this.sequence?.end !== true) {
       throw Object.assign(
         new Error(
           `the state of sequence ${String(this.sequence!.id)} would hold ${kept.bytes} bytes, more than the model's sequence_state_max_bytes (${limits.maxStateBytes})`,
@@ -375,6 +383,8 @@ class OpenRequest implements HandlerRequest {
   #finish(error: WireError | undefined, response: HandlerResponse | undefined, kept?: KeptState): void {
     if (this.#done) return;
     this.#done = true;
+    // What the handler changes after this is nowhere: it is told, not silently dropped.
+    this.#state?.seal(`request '${this.id}' is complete: its sequence's state can no longer change`);
     this.#markFinished();
     open.delete(this.rid);
     // What was sent stays sent: a send() still waiting for room is done, not failed.
@@ -408,7 +418,7 @@ class OpenRequest implements HandlerRequest {
       // postMessage clones before it transfers: nothing of the answer left, the state's
       // buffers are still here. The request fails with the reason, not the worker with it.
       const notPosted = handlerError(
-        notSent(`the answer to request '${this.id}'`, failure),
+        notSent(`the answer to request '${this.id}'`, { parameters }, failure),
         `request '${this.id}'`,
       );
       const original: ArrayBuffer[] = [];
@@ -471,7 +481,7 @@ function makeContext(message: HandlerLoadMessage, directory: string): HandlerCon
         } catch (error) {
           // Not sent (a field postMessage cannot copy): no answer will come for it.
           calls.delete(cid);
-          throw notSent(`the call to '${model}'`, error);
+          throw notSent(`the call to '${model}'`, { id: request.id, parameters }, error);
         }
         const answer = await result;
         if (!answer.ok) throw callError(answer.error);
