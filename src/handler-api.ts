@@ -121,6 +121,12 @@ export interface CallRequest {
   readonly id?: string;
   /** A version of the model; the latest ready one by default. */
   readonly version?: string;
+  /**
+   * Cancels the call when aborted (pass the calling request's `signal`, so that a client
+   * who leaves stops the work done for it): the call rejects with `code` "CANCELLED" at
+   * once, and the other model drops the request if it has not started it.
+   */
+  readonly signal?: AbortSignal;
 }
 
 export interface CallResponse {

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
+import { pino } from "pino";
 import { addSubModel } from "../../tools/onnx/test-models.ts";
 import { getJson, postJson } from "../support/http-client.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
@@ -18,16 +19,20 @@ export default {
     const results = [];
     for (const request of requests) {
       const target = new TextDecoder().decode(request.inputs.TARGET.data[0]);
-      // "addsub+function" calls addsub with a parameter postMessage cannot copy.
+      // "addsub+function" calls addsub with a parameter postMessage cannot copy;
+      // "addsub+signal" with the request's signal (its client may leave).
       const [model, odd] = target.split("+");
       try {
+        if (odd === "signal") context.log.info("calling", { model });
         const answer = await context.infer(model, {
           inputs: { INPUT0: request.inputs.X, INPUT1: request.inputs.X },
           outputs: ["OUTPUT0"],
           ...(odd === "function" ? { parameters: { f: () => 1 } } : {}),
+          ...(odd === "signal" ? { signal: request.signal } : {}),
         });
         results.push({ outputs: { Y: { ...answer.outputs.OUTPUT0, shape: [1, 4] } }, parameters: { called: answer.modelName } });
       } catch (error) {
+        if (odd === "signal") context.log.info("call failed", { code: error.code, reason: error.message });
         results.push(error);
       }
     }
@@ -46,6 +51,7 @@ export default {
 
 let repository: HandlerRepository;
 let server: TestServer;
+const logLines: string[] = [];
 
 before(async () => {
   repository = handlerRepository({
@@ -69,6 +75,16 @@ parameters { key: "handler_call_timeout_ms" value { string_value: "300" } }
 `,
       files: { "1/model.ts": RELAY },
     },
+    // The same, with the default call timeout: a call ends only when it is answered or cancelled.
+    patient_relay: {
+      config: `
+backend: "typescript"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "TARGET" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+`,
+      files: { "1/model.ts": RELAY },
+    },
     sleepy: {
       config: `
 backend: "typescript"
@@ -80,7 +96,8 @@ parameters { key: "handler_timeout_ms" value { string_value: "5000" } }
       files: { "1/model.ts": SLEEPY },
     },
   });
-  server = await startTestServer(repository.path);
+  const logger = pino({ level: "info" }, { write: (line: string) => logLines.push(line) });
+  server = await startTestServer(repository.path, {}, logger);
 });
 
 after(async () => {
@@ -152,5 +169,54 @@ test("a call that gets no answer fails after handler_call_timeout_ms", async () 
   assert.match(
     stuck.body.error as string,
     /the call from model 'relay' to model 'sleepy' got no answer within 300 ms \(handler_call_timeout_ms\)/,
+  );
+});
+
+test("a call given the request's signal is cancelled when the client leaves: the other model drops it unrun", async () => {
+  const stats = async () =>
+    (
+      (await getJson(`${server.url}/v2/models/addsub/stats`)).body.model_stats as {
+        inference_count: number;
+        execution_count: number;
+      }[]
+    )[0]!;
+  const before = await stats();
+  const logged = async (text: string) => {
+    for (let tries = 0; tries < 500; tries++) {
+      const line = logLines.find((l) => l.includes(text));
+      if (line !== undefined) return JSON.parse(line) as Record<string, unknown>;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    assert.fail(`no log line with ${text}`);
+  };
+  const client = new AbortController();
+  const leaving = fetch(`${server.url}/v2/models/patient_relay/infer`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ inputs: [x(1), target("addsub+signal")] }),
+    signal: client.signal,
+  }).catch(() => undefined);
+  // The call waits in addsub's queue for a second request to make its batch of two.
+  await logged('"msg":"calling"');
+  client.abort();
+  await leaving;
+  const failed = await logged('"msg":"call failed"');
+  assert.equal(failed.code, "CANCELLED");
+  assert.match(
+    String(failed.reason),
+    /^the call to 'addsub' was cancelled: request '' cancelled: the client went away$/,
+  );
+  // Had the call stayed queued, this request would have made a batch of two with it.
+  const alone = await postJson(`${server.url}/v2/models/addsub/infer`, {
+    inputs: [
+      { name: "INPUT0", datatype: "FP32", shape: [1, 4], data: [1, 2, 3, 4] },
+      { name: "INPUT1", datatype: "FP32", shape: [1, 4], data: [1, 2, 3, 4] },
+    ],
+  });
+  assert.equal(alone.status, 200, JSON.stringify(alone.body));
+  const after = await stats();
+  assert.deepEqual(
+    [after.inference_count - before.inference_count, after.execution_count - before.execution_count],
+    [1, 1],
   );
 });

@@ -130,7 +130,8 @@ export class HandlerExecutor implements RequestExecutor {
   readonly #batches = new Map<number, Batch>();
   readonly #replaced: ((why: string) => void)[] = [];
   /** The worker's calls to other models under way, cancelled when it stops. */
-  readonly #calls = new Set<AbortController>();
+  /** The calls in flight to other models, by the worker's call id. */
+  readonly #calls = new Map<number, AbortController>();
   #worker: Worker | undefined;
   #loading: { resolve: (io: ModelIo | undefined) => void; reject: (error: ServerError) => void } | undefined;
   #ready: Promise<ModelIo | undefined> | undefined;
@@ -468,7 +469,7 @@ export class HandlerExecutor implements RequestExecutor {
       answer({ ok: false, error: wireError(error) });
       return;
     }
-    this.#calls.add(cancel);
+    this.#calls.set(message.cid, cancel);
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
@@ -482,7 +483,7 @@ export class HandlerExecutor implements RequestExecutor {
     });
     const settled = (): void => {
       clearTimeout(timer);
-      this.#calls.delete(cancel);
+      if (this.#calls.get(message.cid) === cancel) this.#calls.delete(message.cid);
     };
     Promise.race([this.#options.calls.infer(message.model, message.version, request), deadline]).then(
       (response) => {
@@ -565,6 +566,10 @@ export class HandlerExecutor implements RequestExecutor {
       case "call":
         this.#call(worker, message);
         return;
+      case "call-cancel":
+        // The handler has given up on it (and answered itself): the request stops where it can.
+        if (worker === this.#worker) this.#calls.get(message.cid)?.abort();
+        return;
       case "close-sequence":
         this.#closeSequence(worker, message);
         return;
@@ -584,7 +589,7 @@ export class HandlerExecutor implements RequestExecutor {
     if (this.#stuckTimer !== undefined) clearTimeout(this.#stuckTimer);
     this.#stuckTimer = undefined;
     // Its calls to other models answer nobody now: they stop.
-    for (const call of this.#calls) call.abort();
+    for (const call of this.#calls.values()) call.abort();
     this.#calls.clear();
     if (this.#closed) {
       this.#loading?.reject(unavailable(`model instance '${this.name}' is closed`));

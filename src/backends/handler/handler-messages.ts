@@ -187,6 +187,12 @@ export interface CallMessage {
   readonly parameters: Parameters;
 }
 
+/** The handler gave up a call (its signal was aborted): the request stops where it can. */
+export interface CallCancelMessage {
+  readonly type: "call-cancel";
+  readonly cid: number;
+}
+
 export interface CloseSequenceMessage {
   readonly type: "close-sequence";
   readonly cid: number;
@@ -208,5 +214,6 @@ export type FromHandlerMessage =
   | DoneMessage
   | ExecutedMessage
   | CallMessage
+  | CallCancelMessage
   | CloseSequenceMessage
   | LogMessage;

@@ -170,6 +170,12 @@ function notSent(what: string, value: unknown, error: unknown): Error {
   return new Error(`${what} could not be sent: ${uncopyableText(value, error)}`);
 }
 
+/** A call given up by its signal: its reason's message when it has one. */
+function callCancelled(model: string, signal: AbortSignal): CallError {
+  const reason = signal.reason instanceof Error ? `: ${signal.reason.message}` : "";
+  return Object.assign(new Error(`the call to '${model}' was cancelled${reason}`), { code: "CANCELLED" });
+}
+
 function callError(error: WireError): CallError {
   return Object.assign(new Error(error.message), { code: error.code });
 }
@@ -459,6 +465,8 @@ function makeContext(message: HandlerLoadMessage, directory: string): HandlerCon
     },
     infer: (model: string, request: CallRequest): Promise<CallResponse> =>
       limitCalls(async () => {
+        const signal = request.signal;
+        if (signal?.aborted === true) throw callCancelled(model, signal);
         const cid = nextCall++;
         const inputs: WireTensor[] = [];
         for (const [name, tensor] of Object.entries(request.inputs ?? {})) {
@@ -483,7 +491,26 @@ function makeContext(message: HandlerLoadMessage, directory: string): HandlerCon
           calls.delete(cid);
           throw notSent(`the call to '${model}'`, { id: request.id, parameters }, error);
         }
-        const answer = await result;
+        let answer: CallResultMessage["result"];
+        if (signal === undefined) answer = await result;
+        else {
+          // Given up when the signal is aborted: the answer, if one comes, goes nowhere.
+          const onAbort = (): void => {
+            if (!calls.delete(cid)) return;
+            post({ type: "call-cancel", cid });
+            abandon(callCancelled(model, signal));
+          };
+          let abandon: (error: Error) => void = () => {};
+          const abandoned = new Promise<never>((_, reject) => {
+            abandon = reject;
+          });
+          signal.addEventListener("abort", onAbort, { once: true });
+          try {
+            answer = await Promise.race([result, abandoned]);
+          } finally {
+            signal.removeEventListener("abort", onAbort);
+          }
+        }
         if (!answer.ok) throw callError(answer.error);
         if (!("outputs" in answer)) throw new Error("unexpected answer to a call");
         const outputs: Record<string, Tensor> = {};
