@@ -204,7 +204,7 @@ test("a call given the request's signal is cancelled when the client leaves: the
   assert.equal(failed.code, "CANCELLED");
   assert.match(
     String(failed.reason),
-    /^the call to 'addsub' was cancelled: request '' cancelled: the client went away$/,
+    /^the call to 'addsub' was cancelled: a request cancelled: the client went away$/,
   );
   // Had the call stayed queued, this request would have made a batch of two with it.
   const alone = await postJson(`${server.url}/v2/models/addsub/infer`, {

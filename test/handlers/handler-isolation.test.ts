@@ -184,7 +184,7 @@ test("an exception from execute() fails its batch only; the stack is in the log"
 
 test("a response parameter that cannot be sent fails only its request, naming the parameter", async () => {
   const refused =
-    /^response parameter 'f' of request '' is a function: parameters are strings, numbers, bigints or booleans$/;
+    /^response parameter 'f' of a request is a function: parameters are strings, numbers, bigints or booleans$/;
   assert.equal(echoed(await call("faulty_seq", "a1", { id: 11, start: true })), "a1");
   assert.equal(echoed(await call("faulty_seq", "b1", { id: 12, start: true })), "b1");
   const bad = await call("faulty_seq", "function-parameter", { id: 11 });
@@ -232,10 +232,10 @@ test("what cannot be copied to another thread is named, never quoted: a log line
 test("a handler that returns null for a request is said to have given no response", async () => {
   const none = await call("faulty", "null");
   assert.equal(none.status, 500);
-  assert.deepEqual(none.body, { error: "the handler gave no response to request ''" });
+  assert.deepEqual(none.body, { error: "the handler gave no response to a request" });
   const streamed = await callStream("faulty_stream", "null", { id: 41, start: true });
   assert.equal(streamed.status, 500);
-  assert.deepEqual(streamed.events, [{ error: "the handler gave no response to request ''" }]);
+  assert.deepEqual(streamed.events, [{ error: "the handler gave no response to a request" }]);
 });
 
 test("a request that fails leaves the state as it was, tensors changed in place included", async () => {

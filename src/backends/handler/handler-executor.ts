@@ -29,6 +29,7 @@ import type {
   WireError,
   WireRequest,
 } from "./handler-messages.ts";
+import { requestNamed } from "./request-name.ts";
 import { stateFromWire, stateToWire } from "./state-wire.ts";
 
 // One handler instance: a worker thread running the user's module. It sends batches of
@@ -91,10 +92,6 @@ interface Batch {
 const NO_TIMINGS: ExecutorTimings = { inputNs: 0, inferNs: 0, outputNs: 0 };
 
 /** A request in a message: by its id, or "a request" when its client gave none. */
-function requestNamed(id: string): string {
-  return id === "" ? "a request" : `request '${id}'`;
-}
-
 /**
  * Keys the server's log line has already (pino's own, and the logger's bindings): a
  * handler's field of the same name would be a second key in the line, which log stores

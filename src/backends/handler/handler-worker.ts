@@ -34,6 +34,7 @@ import type {
 import { loadHandler } from "./handler-module.ts";
 import { HandlerSequenceState } from "./handler-state.ts";
 import { checkTensor } from "./handler-tensor.ts";
+import { requestNamed } from "./request-name.ts";
 
 // The worker thread of one handler instance: the user's module, loaded once, and the
 // requests the main thread sends it. A handler's failure fails only its requests: the
@@ -191,6 +192,8 @@ interface KeptState {
 class OpenRequest implements HandlerRequest {
   readonly rid: number;
   readonly id: string;
+  /** The request as messages name it. */
+  readonly named: string;
   readonly inputs: Readonly<Record<string, Tensor>>;
   readonly parameters: Parameters;
   readonly outputs: readonly string[];
@@ -222,6 +225,7 @@ class OpenRequest implements HandlerRequest {
   constructor(wire: WireRequest, decoupled: boolean) {
     this.rid = wire.rid;
     this.id = wire.id;
+    this.named = requestNamed(wire.id);
     const inputs: Record<string, Tensor> = {};
     for (const input of wire.inputs) inputs[input.name] = fromWire(input);
     this.inputs = inputs;
@@ -256,14 +260,14 @@ class OpenRequest implements HandlerRequest {
     if (!this.#decoupled) {
       return Promise.reject(new Error("send() is for decoupled models: return the responses from execute()"));
     }
-    if (this.#done) return Promise.reject(new Error(`request '${this.id}' is already complete`));
+    if (this.#done) return Promise.reject(new Error(`${this.named} is already complete`));
     if (this.signal.aborted) return Promise.reject(this.signal.reason as Error);
     if (this.#unacked >= limits.maxUnackedResponses || this.#unackedBytes >= limits.maxUnackedBytes) {
       // The previous send() has not resolved: the client has not taken enough yet. Sending
       // on regardless would queue without bound, so the request fails instead.
       const error = Object.assign(
         new Error(
-          `request '${this.id}' sent a response while ${this.#unacked} earlier ones (${this.#unackedBytes} bytes) were still unread: await send() before sending more`,
+          `${this.named} sent a response while ${this.#unacked} earlier ones (${this.#unackedBytes} bytes) were still unread: await send() before sending more`,
         ),
         { code: "RESOURCE_EXHAUSTED" },
       );
@@ -273,10 +277,10 @@ class OpenRequest implements HandlerRequest {
     let encoded: { wire: WireTensor[]; bytes: number };
     let parameters: Parameters;
     try {
-      if (!isResponse(response)) throw new Error(`send() of request '${this.id}' was given no response`);
+      if (!isResponse(response)) throw new Error(`send() of ${this.named} was given no response`);
       // Copied, not transferred: the handler may keep what it sent (in its state, say).
       encoded = outputsToWire("the response", response.outputs, this.outputs, undefined);
-      parameters = checkParameters(`request '${this.id}'`, response.parameters);
+      parameters = checkParameters(this.named, response.parameters);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -290,7 +294,7 @@ class OpenRequest implements HandlerRequest {
       try {
         kept = { state: this.#keptState(transfer), transfer };
       } catch (error) {
-        this.fail(handlerError(error, `request '${this.id}'`));
+        this.fail(handlerError(error, this.named));
         return Promise.reject(error);
       }
     }
@@ -304,7 +308,7 @@ class OpenRequest implements HandlerRequest {
         bytes: encoded.bytes,
       });
     } catch (error) {
-      return Promise.reject(notSent(`a response of request '${this.id}'`, parameters, error));
+      return Promise.reject(notSent(`a response of ${this.named}`, parameters, error));
     }
     this.#unacked++;
     this.#unackedBytes += encoded.bytes;
@@ -333,19 +337,19 @@ class OpenRequest implements HandlerRequest {
 
   complete(error?: Error): void {
     if (this.#done) return;
-    if (error !== undefined) this.fail(handlerError(error, `request '${this.id}'`));
+    if (error !== undefined) this.fail(handlerError(error, this.named));
     else this.#finish(undefined, undefined);
   }
 
   /** A response of a request that is not decoupled: the request is complete with it. */
   answer(response: unknown): void {
     if (response instanceof Error) {
-      this.fail(handlerError(response, `request '${this.id}'`));
+      this.fail(handlerError(response, this.named));
       return;
     }
     // null, a number…: no response, said as such (not a TypeError from reading it).
     if (!isResponse(response)) {
-      this.fail({ code: "INTERNAL", message: `the handler gave no response to request '${this.id}'` });
+      this.fail({ code: "INTERNAL", message: `the handler gave no response to ${this.named}` });
       return;
     }
     this.#finish(undefined, response);
@@ -359,7 +363,7 @@ class OpenRequest implements HandlerRequest {
     if (this.#done) return;
     const why =
       message.why === "client" ? "the client went away" : "it did not finish within handler_timeout_ms";
-    const reason = Object.assign(new Error(`request '${this.id}' cancelled: ${why}`), { code: "CANCELLED" });
+    const reason = Object.assign(new Error(`${this.named} cancelled: ${why}`), { code: "CANCELLED" });
     this.#controller.abort(reason);
     for (const waiter of this.#waiting.splice(0)) waiter.reject(reason);
     this.fail({ code: message.why === "client" ? "CANCELLED" : "UNAVAILABLE", message: reason.message });
@@ -390,7 +394,7 @@ class OpenRequest implements HandlerRequest {
     if (this.#done) return;
     this.#done = true;
     // What the handler changes after this is nowhere: it is told, not silently dropped.
-    this.#state?.seal(`request '${this.id}' is complete: its sequence's state can no longer change`);
+    this.#state?.seal(`${this.named} is complete: its sequence's state can no longer change`);
     this.#markFinished();
     open.delete(this.rid);
     // What was sent stays sent: a send() still waiting for room is done, not failed.
@@ -405,10 +409,10 @@ class OpenRequest implements HandlerRequest {
         if (kept === undefined) state = this.#keptState(transfer);
         if (response !== undefined) {
           outputs = outputsToWire("the response", response.outputs, this.outputs, transfer).wire;
-          parameters = checkParameters(`request '${this.id}'`, response.parameters);
+          parameters = checkParameters(this.named, response.parameters);
         }
       } catch (failure) {
-        error = handlerError(failure, `request '${this.id}'`);
+        error = handlerError(failure, this.named);
         outputs = [];
         parameters = {};
         transfer = [];
@@ -424,8 +428,8 @@ class OpenRequest implements HandlerRequest {
       // postMessage clones before it transfers: nothing of the answer left, the state's
       // buffers are still here. The request fails with the reason, not the worker with it.
       const notPosted = handlerError(
-        notSent(`the answer to request '${this.id}'`, { parameters }, failure),
-        `request '${this.id}'`,
+        notSent(`the answer to ${this.named}`, { parameters }, failure),
+        this.named,
       );
       const original: ArrayBuffer[] = [];
       post(
