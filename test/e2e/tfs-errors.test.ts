@@ -306,12 +306,17 @@ for (const transport of ["grpc", "rest"] as const) {
       });
     }
 
-    it("ids: assigned on a start without one (or with 0), returned in sequence_id, usable after", async () => {
+    it("ids: assigned on a start without one (or with 0), counting from 1 past live ids as OVMS does, returned in sequence_id, usable after", async () => {
       const assigned = ok(await send("vad", { control: START }));
-      assert.ok(assigned.id > 0n);
+      // OVMS's SequenceManager counts from 1 (exact for any client, JSON.parse's included).
+      assert.ok(assigned.id > 0n && assigned.id < 1000n, String(assigned.id));
+      // A client's own live id is skipped.
+      const taken = assigned.id + 2n;
+      ok(await send("vad", { id: taken, control: START }));
       const zero = ok(await send("vad", { id: 0n, control: START }));
-      assert.ok(zero.id > 0n && zero.id !== assigned.id);
-      for (const id of [assigned.id, zero.id]) {
+      const next = ok(await send("vad", { control: START }));
+      assert.deepEqual([zero.id, next.id], [assigned.id + 1n, assigned.id + 3n]);
+      for (const id of [assigned.id, zero.id, taken, next.id]) {
         assert.equal(ok(await send("vad", { id })).id, id);
         assert.equal(ok(await send("vad", { id, control: END })).id, id);
       }

@@ -97,8 +97,17 @@ const isEndRequest = (pending: PendingRequest): boolean => pending.request.seque
 
 const idKey = (id: SequenceId): string => (typeof id === "bigint" ? `u${id}` : `s${id}`);
 
-/** Server-assigned ids start high in the uint64 range, away from ids clients usually pick. */
-const FIRST_ASSIGNED_ID = 1n << 62n;
+/**
+ * Where a server-assigned id starts. OVMS counts from 1, skipping live ids, and its
+ * clients (the exclusive admission) get the same. Other clients get ids from 2^52: away
+ * from the ids clients usually pick, yet exact in a double, so that a client reading JSON
+ * with JSON.parse or jq, or gRPC's uint64 as a JavaScript number, can send it back. Ids
+ * reserved from a tier shared by replicas are 2^62 plus its counter (a clock-seeded
+ * count: see redis-sequence-tier.ts), and need a client that reads a uint64 exactly.
+ */
+const FIRST_EXCLUSIVE_ID = 1n;
+const FIRST_ASSIGNED_ID = 1n << 52n;
+const FIRST_TIER_ID = 1n << 62n;
 
 /**
  * Whether a cancelled request leaves its sequence going on. Triton ends the sequence of a
@@ -165,6 +174,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   /** Stops counting this model's state in the server's budget. */
   readonly #leaveBudget: () => void;
   #nextAssignedId = FIRST_ASSIGNED_ID;
+  #nextExclusiveId = FIRST_EXCLUSIVE_ID;
   #pending = 0;
   #shuttingDown = false;
   #idleWaiters: (() => void)[] = [];
@@ -292,7 +302,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       if (this.#shuttingDown) {
         throw stopping(STOPPED_ACCEPTING);
       }
-      const assigned = this.#assignId();
+      const assigned = this.#assignId(exclusive);
       if (assigned === undefined) {
         this.#waitForIds(pending);
         return;
@@ -480,15 +490,15 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * A server-assigned id, or undefined while the tier has not reserved more: a number, or
    * its decimal text for a model whose CORRID carries strings.
    */
-  #assignId(): SequenceId | undefined {
+  #assignId(exclusive: boolean): SequenceId | undefined {
     for (;;) {
       let number: bigint;
-      if (this.#ids === undefined) number = this.#nextAssignedId++;
-      else {
+      if (this.#ids !== undefined) {
         const taken = this.#ids.take();
         if (taken === undefined) return undefined;
-        number = FIRST_ASSIGNED_ID + taken;
-      }
+        number = FIRST_TIER_ID + taken;
+      } else if (exclusive) number = this.#nextExclusiveId++;
+      else number = this.#nextAssignedId++;
       const id = takesStringIds(this.#config) ? String(number) : number;
       const key = idKey(id);
       if (!this.#live.has(key) && !this.#ending.has(key)) return id;
