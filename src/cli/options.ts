@@ -379,12 +379,19 @@ export function parseCommandLine(
           metrics: str("metrics-port") !== undefined ? port("metrics-port", "allow-metrics") : undefined,
         };
 
+  if (ovms.ports !== undefined && ports.http === undefined && ports.grpc === undefined) {
+    // OVMS's words: a server listening on nothing is refused.
+    throw new UsageError("port and rest_port cannot both be unset");
+  }
   const ovmsMetrics = readOvmsMetrics(ovms, ovmsConfigs, ports.http);
   const serverOptions: ServerOptions = {
     ...DEFAULT_SERVER_OPTIONS,
     modelRepositories: repositories,
     ovmsConfigs,
     singleModel: ovms.singleModel,
+    // OVMS starts whatever models of its config.json fail to load, serves the others and
+    // loads the rest when their folders are ready (Triton's --exit-on-error still decides).
+    exitOnError: ovmsConfigs.length > 0 ? false : DEFAULT_SERVER_OPTIONS.exitOnError,
     configPollSecs: ovms.configPollSecs,
     sequenceCleanerPollWaitMinutes: ovms.sequenceCleanerPollWaitMinutes,
     host: get("host"),

@@ -239,6 +239,10 @@ export function readOvmsFlags(values: Values): OvmsSettings {
           http:
             restPort === undefined || restPort === "0" ? undefined : integer("rest_port", restPort, 65535),
         };
+  // OVMS's own checks (Config::validate), in its words.
+  if (ports?.grpc !== undefined && ports.grpc === ports.http) {
+    throw new UsageError("port and rest_port cannot have the same values");
+  }
   const level = text("log_level");
   let logLevel: LogLevel | undefined;
   if (level !== undefined) {

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -46,11 +46,67 @@ describe("OVMS's command line", { timeout: 120_000 }, () => {
         /--log_level must be one of TRACE, DEBUG, INFO, WARNING, ERROR/,
       ],
       [["--stateful"], /--stateful applies to a model given with --model_path/],
+      // OVMS's Config::validate.
+      [
+        ["--model_path", join(dir, "vad"), "--model_name", "vad", "--port", "0", "--rest_port", "0"],
+        /port and rest_port cannot both be unset/,
+      ],
+      [
+        ["--model_path", join(dir, "vad"), "--model_name", "vad", "--port", "18001", "--rest_port", "18001"],
+        /port and rest_port cannot have the same values/,
+      ],
     ];
     for (const [args, message] of cases) {
       const exit = await run(args);
       assert.equal(exit.code, 2, `${args.join(" ")}: ${exit.stderr}`);
       assert.match(exit.stderr, message);
+    }
+  });
+
+  it("with --config_path, a model that does not load leaves the others served, and loads once its folder is there", async () => {
+    const config = join(dir, "config.json");
+    const later = join(dir, "later");
+    writeFileSync(
+      config,
+      JSON.stringify({
+        model_config_list: [
+          { config: { name: "later", base_path: later } },
+          { config: { name: "vad", base_path: join(dir, "vad"), stateful: true } },
+        ],
+      }),
+    );
+    const restPort = await freePort();
+    const server = new ServerProcess(process.execPath, [
+      BIN,
+      "--config_path",
+      config,
+      "--rest_port",
+      String(restPort),
+      "--file_system_poll_wait_seconds",
+      "1",
+      "--host",
+      "127.0.0.1",
+    ]);
+    try {
+      await server.listening;
+      const url = `http://127.0.0.1:${restPort}`;
+      const state = async (model: string) => {
+        const response = await fetch(`${url}/v1/models/${model}`);
+        const body = (await response.json()) as { model_version_status?: { state: string }[] };
+        return `${response.status} ${body.model_version_status?.[0]?.state ?? ""}`;
+      };
+      assert.equal(await state("vad"), "200 AVAILABLE");
+      assert.notEqual(await state("later"), "200 AVAILABLE");
+      mkdirSync(join(later, "1"), { recursive: true });
+      copyFileSync(SILERO_PATH, join(later, "1", "model.onnx"));
+      let seen = await state("later");
+      for (let tries = 0; seen !== "200 AVAILABLE" && tries < 300; tries++) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        seen = await state("later");
+      }
+      assert.equal(seen, "200 AVAILABLE");
+    } finally {
+      await server.stop();
     }
   });
 
