@@ -652,8 +652,17 @@ export class ModelRepository implements ModelRegistry {
       let best: LoadedModel | undefined;
       for (const model of entry.versions.values())
         if (best === undefined || Number(model.version) > Number(best.version)) best = model;
-      if (best === undefined)
-        throw unavailable(`Request for unknown model: '${name}' has no available versions`);
+      if (best === undefined) {
+        // Triton's UNAVAILABLE; OVMS's families tell a model still loading from one whose
+        // versions are all gone (its default version is then none: "not found").
+        throw new ServerError(
+          "UNAVAILABLE",
+          `Request for unknown model: '${name}' has no available versions`,
+          {
+            reason: entry.state === "LOADING" ? "version_loading" : "version_unknown",
+          },
+        );
+      }
       return best;
     }
     if (!/^\d+$/.test(version))

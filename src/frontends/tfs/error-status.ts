@@ -67,12 +67,14 @@ export const OVMS_MESSAGES = {
   Readonly<Record<string, string>>;
 
 /**
- * Where OVMS's code differs from seqserve's for the same refusal: a version not ready is
- * NOT_FOUND to OVMS (404), where Triton answers UNAVAILABLE (503, worth retrying).
+ * Where OVMS's code differs from seqserve's for the same refusal: a version not ready, or
+ * a model with no version left, is NOT_FOUND to OVMS (404), where Triton answers
+ * UNAVAILABLE (503, worth retrying).
  */
 const OVMS_CODES: Partial<Readonly<Record<ErrorReason, ErrorCode>>> = {
   version_retired: "NOT_FOUND",
   version_loading: "NOT_FOUND",
+  version_unknown: "NOT_FOUND",
 };
 
 /** `error` as this family answers it: a refusal OVMS words its own way carries OVMS's text and code. */
