@@ -309,8 +309,8 @@ describe("REST predict on stateless models", () => {
       [
         "/v1/models/add_sub:predict",
         "{",
-        400,
-        /^JSON Parse error: Missing a name for object member\. at offset: 1$/,
+        412,
+        /^The file is not valid json - Error: Missing a name for object member\. Offset: 1$/,
       ],
       [
         "/v1/models/add_sub:predict",

@@ -72,7 +72,11 @@ parentPort!.on("message", (request: ParseRequest | WriteRequest) => {
     transfer.length = 0;
     answer =
       error instanceof ServerError
-        ? { id: request.id, buffer: body, refusal: error.message }
+        ? {
+            id: request.id,
+            buffer: body,
+            refusal: { code: error.code, message: error.message, reason: error.reason },
+          }
         : { id: request.id, buffer: body, failure: failureOf(error) };
   }
   if (request.type === "parse") transfer.push(body);

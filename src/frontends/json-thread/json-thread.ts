@@ -1,6 +1,6 @@
 import type { Worker } from "node:worker_threads";
 import { siblingModule, spawnWorker } from "../../backends/worker/spawn-worker.ts";
-import { internal, invalidArg } from "../../core/errors.ts";
+import { type ErrorCode, type ErrorReason, internal, ServerError } from "../../core/errors.ts";
 import type { Tensor } from "../../core/tensor.ts";
 import { parseBody } from "./body-parsers.ts";
 
@@ -78,13 +78,27 @@ export interface ParseFindings {
   readonly sequenceIdsAreIntegers?: boolean;
 }
 
+/** A ServerError as it crosses from the thread. */
+export interface Refusal {
+  readonly code: ErrorCode;
+  readonly message: string;
+  readonly reason: ErrorReason | undefined;
+}
+
+const refused = (refusal: Refusal): ServerError =>
+  new ServerError(
+    refusal.code,
+    refusal.message,
+    refusal.reason === undefined ? {} : { reason: refusal.reason },
+  );
+
 /** What the thread answers a request with. */
 export type ThreadAnswer =
   | (Returned & { readonly object: unknown; readonly findings: ParseFindings })
   /** The value would cost more to send back than to parse here (too deep, or too many values unpacked). */
   | (Returned & { readonly parseInPlace: true })
-  /** The client's JSON is malformed: the family's words for it. */
-  | (Returned & { readonly refusal: string })
+  /** The client's JSON is malformed: the family's code and words for it. */
+  | (Returned & { readonly refusal: Refusal })
   /** The thread could not do it for a reason of its own (memory). */
   | (Returned & { readonly failure: string })
   /** The response body written: its UTF-8 bytes, the first `written` of `buffer`. */
@@ -203,7 +217,7 @@ export async function parseJsonOffThread(
   };
   const reply = await ask(message, [buffer as ArrayBuffer]);
   const returned = Buffer.from(reply.buffer, byteOffset, byteLength);
-  if ("refusal" in reply) throw invalidArg(reply.refusal);
+  if ("refusal" in reply) throw refused(reply.refusal);
   if ("failure" in reply) throw internal(`the request JSON could not be parsed: ${reply.failure}`);
   if ("parseInPlace" in reply) {
     // The thread's copy of this value is let go first (its heap, if it grew large).
@@ -270,7 +284,7 @@ export async function writeJsonOffThread(parts: readonly WritePart[]): Promise<B
   });
   const reply = await ask({ type: "write", id: nextId++, parts: sent }, transfer);
   if ("failure" in reply) throw internal(`the response JSON could not be written: ${reply.failure}`);
-  if ("refusal" in reply) throw invalidArg(reply.refusal);
+  if ("refusal" in reply) throw refused(reply.refusal);
   if (!("written" in reply)) throw internal("the JSON thread answered a write with a parse");
   return Buffer.from(reply.buffer, 0, reply.written);
 }

@@ -1,5 +1,5 @@
 import type { DataType } from "../../core/datatype.ts";
-import { invalidArg } from "../../core/errors.ts";
+import { invalidArg, ServerError } from "../../core/errors.ts";
 import { fromFloat16Array, toFloat16Array } from "../../core/float16.ts";
 import { type BytesElements, elementCount, type NumericTensor, type Tensor } from "../../core/tensor.ts";
 import { checkedElementCount } from "../../core/tensor-size.ts";
@@ -71,8 +71,9 @@ const NON_FINITE_TOKENS: readonly (readonly [string, string])[] = [
 ];
 
 /**
- * A REST body's JSON as parseRestJson reads it, or a 400 in TF-Serving's words for text
- * that does not parse.
+ * A REST body's JSON as parseRestJson reads it, or, for text that does not parse, OVMS's
+ * JSON_INVALID (412, "The file is not valid json - Error: … Offset: N", its rapidjson's
+ * words).
  */
 export function parseRestJsonBody(text: string): { readonly json: unknown; readonly text: string } {
   checkJsonDepth(text);
@@ -80,8 +81,9 @@ export function parseRestJsonBody(text: string): { readonly json: unknown; reado
     return parseRestJson(text);
   } catch (error) {
     const { description, byteOffset } = jsonSyntaxFault(text, error);
-    throw invalidArg(
-      `JSON Parse error: ${description}${byteOffset === undefined ? "" : ` at offset: ${byteOffset}`}`,
+    throw new ServerError(
+      "FAILED_PRECONDITION",
+      `The file is not valid json - Error: ${description}${byteOffset === undefined ? "" : ` Offset: ${byteOffset}`}`,
     );
   }
 }
