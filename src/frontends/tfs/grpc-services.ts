@@ -62,7 +62,6 @@ function selectorOf(spec: ModelSpecMessage | null | undefined): ModelSelector {
     name: spec.name ?? "",
     version: number === 0 ? undefined : String(number),
     label: spec.version_label,
-    signature: spec.signature_name,
   };
 }
 
@@ -156,7 +155,6 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
       if (sequence !== undefined && SPECIAL_INPUTS.has(name)) continue;
       inputs.set(name, decodeTensorProto(name, protos[name]!, fill));
     }
-    const filter = message.output_filter ?? [];
     const controller = new AbortController();
     const onCancel = (): void =>
       controller.abort(cancelled("request cancelled: the client cancelled the call"));
@@ -167,7 +165,8 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
         model,
         inputs,
         sequence,
-        outputs: filter.length === 0 ? undefined : filter,
+        // output_filter is not read, as OVMS does not read it: every output comes back.
+        outputs: undefined,
         signal: controller.signal,
         principal: principalOf(call.metadata),
       });

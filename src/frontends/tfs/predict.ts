@@ -19,17 +19,11 @@ export interface ModelSelector {
   readonly version?: string | undefined;
   /** A version label: read and not used, as OVMS does (the default version answers). */
   readonly label?: string | undefined;
-  readonly signature?: string | undefined;
 }
 
+/** The model a request names; its `signature_name` is not read, as OVMS does not read it. */
 export function findModel(registry: ModelRegistry, selector: ModelSelector): ServedModel {
   if (selector.name === "") throw invalidArg("the request names no model (model_spec.name is empty)");
-  const signature = selector.signature;
-  if (signature !== undefined && signature !== "" && signature !== DEFAULT_SIGNATURE) {
-    throw invalidArg(
-      `model '${selector.name}' has one signature, '${DEFAULT_SIGNATURE}'; the request asks for '${signature}'`,
-    );
-  }
   return registry.model(selector.name, selector.version);
 }
 

@@ -487,11 +487,8 @@ export async function tfsRestRoutes(app: FastifyInstance, options: TfsRestOption
     }
     const parsed = parseBody(request.body as Buffer | undefined);
     const { json, source } = parsed instanceof Promise ? await parsed : parsed;
-    const signature = json.signature_name;
-    if (signature !== undefined && typeof signature !== "string") {
-      throw invalidArg("'signature_name' must be a string");
-    }
-    const model = findModel(registry, { ...path, signature });
+    // signature_name is not read, as OVMS does not read it.
+    const model = findModel(registry, path);
     identify(model.name, model.version);
     const hasRows = json.instances !== undefined;
     const hasColumns = json.inputs !== undefined;
