@@ -750,7 +750,10 @@ export class ModelRepository implements ModelRegistry {
         // As Triton: the versions a model once served stay listed, each with why it is not;
         // a model never loaded, nor tried, is listed by its name alone.
         const versions = [...entry.everLoaded].sort((a, b) => Number(a) - Number(b));
-        const reason = entry.notUnique ?? entry.reason;
+        // A name in two repositories: Triton's MODEL_READY_REASON_DUPLICATE (the log and
+        // the start's failure name the folders).
+        const reason =
+          entry.notUnique === undefined ? entry.reason : "model appears in two or more repositories";
         if (versions.length === 0 && entry.state === "UNAVAILABLE" && reason === "unloaded")
           entries.push({ name: entry.name });
         else if (versions.length === 0) entries.push({ name: entry.name, state: entry.state, reason });

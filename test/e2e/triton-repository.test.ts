@@ -62,6 +62,14 @@ describe("a model name in two --model-repository folders", () => {
     const server = await started(a.path, { modelRepositories: [a.path, b.path], exitOnError: false });
     assert.equal(await status(`${server.url}/v2/models/other/ready`), 200);
     assert.notEqual(await status(`${server.url}/v2/models/m/ready`), 200);
+    // Triton's RepositoryIndex: MODEL_READY_REASON_DUPLICATE (qa/L0_lifecycle checks it).
+    const index = (await (await fetch(`${server.url}/v2/repository/index`, { method: "POST" })).json()) as {
+      name: string;
+    }[];
+    assert.deepEqual(
+      index.find((entry) => entry.name === "m"),
+      { name: "m", state: "UNAVAILABLE", reason: "model appears in two or more repositories" },
+    );
   });
 });
 
