@@ -16,11 +16,14 @@ export function logSettingsControl(
   file: string | undefined,
   format: LogFormat,
 ): LogSettingsControl {
+  // The verbose level last asked for: Triton reads back the level set, and every level
+  // past 1 is the logger's trace.
+  let verboseAsked = 0;
   const current = (): LogSettings => {
     // Read from the logger itself; a logger the server did not make keeps its launch format.
     const iso = isoTimestamps(logger) ?? format === "ISO8601";
     const value = logger.levelVal;
-    const verbose = logger.level === "trace" ? 2 : logger.level === "debug" ? 1 : 0;
+    const verbose = logger.level === "trace" ? Math.max(2, verboseAsked) : logger.level === "debug" ? 1 : 0;
     return {
       logFile: file ?? "",
       logInfo: value <= logger.levels.values.info!,
@@ -34,7 +37,8 @@ export function logSettingsControl(
     current,
     update(change) {
       const now = current();
-      if (change.logFile !== undefined && change.logFile !== now.logFile) {
+      // As Triton: any file named is refused, the current one included.
+      if (change.logFile !== undefined) {
         throw new ServerError("UNSUPPORTED", "log file location can not be updated through network protocol");
       }
       if (change.logFormat !== undefined && change.logFormat !== now.logFormat) {
@@ -49,6 +53,7 @@ export function logSettingsControl(
         }
       }
       const wanted = { ...now, ...change };
+      verboseAsked = wanted.logVerboseLevel;
       const verbose = Math.min(wanted.logVerboseLevel, VERBOSE_LEVELS.length - 1);
       logger.level =
         verbose > 0

@@ -62,13 +62,20 @@ describe("Triton's logging extension", () => {
     assert.deepEqual([verbose.body.log_info, verbose.body.log_verbose_level], [true, 1]);
     logger.debug("now seen");
     assert.equal(lines.at(-1)?.msg, "now seen");
+    // Read back as set, as Triton does (every level past 1 logs alike).
+    assert.equal((await post({ log_verbose_level: 5 })).body.log_verbose_level, 5);
+    const read = (await (await fetch(`${server.url}/v2/logging`)).json()) as { log_verbose_level: number };
+    assert.equal(read.log_verbose_level, 5);
     await post({ log_verbose_level: 0, log_info: true, log_warning: true });
   });
 
   it("HTTP: the file and the format cannot change while serving; a bad value is named", async () => {
-    const file = await post({ log_file: "/tmp/elsewhere.log" });
-    assert.equal(file.status, 501);
-    assert.deepEqual(file.body, { error: "log file location can not be updated through network protocol" });
+    // Any file is refused, the current one ("") included, as Triton refuses it.
+    for (const log_file of ["/tmp/elsewhere.log", ""]) {
+      const file = await post({ log_file });
+      assert.equal(file.status, 501);
+      assert.deepEqual(file.body, { error: "log file location can not be updated through network protocol" });
+    }
     const format = await post({ log_format: "ISO8601" });
     assert.equal(format.status, 501);
     const bad = await post({ log_info: "yes" });
