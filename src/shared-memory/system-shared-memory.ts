@@ -1,4 +1,4 @@
-import { closeSync, constants, fstatSync, openSync, readSync, writeSync } from "node:fs";
+import { closeSync, constants, fstatSync, openSync, readFileSync, readSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { internal, invalidArg, notFound, ServerError } from "../core/errors.ts";
 import type { Refusals } from "../core/refusals.ts";
@@ -24,6 +24,25 @@ const SHM_DIRECTORY = "/dev/shm";
 const RESERVED_PREFIX = "triton_python_backend_shm_region_";
 /** The longest file name shm_open takes (NAME_MAX). */
 const NAME_MAX = 255;
+
+/**
+ * The memory page size, which Triton's mmap of a region needs its offset to be a multiple
+ * of: the kernel's AT_PAGESZ from /proc/self/auxv (64 KiB on some ARM kernels), else 4 KiB.
+ */
+function pageSize(): number {
+  const AT_PAGESZ = 6n;
+  try {
+    const auxv = readFileSync("/proc/self/auxv");
+    for (let at = 0; at + 16 <= auxv.length; at += 16) {
+      if (auxv.readBigUInt64LE(at) === AT_PAGESZ) return Number(auxv.readBigUInt64LE(at + 8));
+    }
+  } catch {
+    // Not Linux: the usual size.
+  }
+  return 4096;
+}
+
+export const PAGE_SIZE = pageSize();
 
 export interface SystemSharedMemoryOptions {
   /** Whether clients may register regions (Triton's `--allow-client-shm`). */
@@ -120,6 +139,13 @@ export class SystemSharedMemory implements SharedMemoryRegions {
       if (!stat.isFile()) throw internal(`Invalid shared memory region: '${key}'`);
       if (offset + byteSize > stat.size) {
         throw invalidArg(`failed to register shared memory region '${name}': invalid args`);
+      }
+      // What Triton's mmap of the region refuses (EINVAL), in its words: a client tested
+      // here must not fail on Triton.
+      if (byteSize === 0 || offset % PAGE_SIZE !== 0) {
+        throw invalidArg(
+          `failed to register shared memory region '${name}': unable to process address spaceInvalid argument`,
+        );
       }
       const id = `${stat.dev}:${stat.ino}`;
       const open = this.#objects.get(id);

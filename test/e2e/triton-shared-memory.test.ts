@@ -131,12 +131,12 @@ describe("system shared memory", {
     postJson(`${server.url}/v2/systemsharedmemory/region/${name}/register`, body);
 
   it("registers, lists and unregisters regions over HTTP and gRPC, and refuses what Triton refuses", async () => {
-    const shared = object(4096);
+    const shared = object(8192);
     assert.equal((await register("in", { key: shared.key, offset: 0, byte_size: 128 })).status, 200);
     await client.unary("SystemSharedMemoryRegister", {
       name: "out",
       key: shared.key,
-      offset: 1024,
+      offset: 4096,
       byte_size: 64,
     });
 
@@ -148,11 +148,11 @@ describe("system shared memory", {
       ),
       [
         { name: "in", key: shared.key, offset: 0, byte_size: 128 },
-        { name: "out", key: shared.key, offset: 1024, byte_size: 64 },
+        { name: "out", key: shared.key, offset: 4096, byte_size: 64 },
       ],
     );
     assert.deepEqual(await client.unary("SystemSharedMemoryStatus", { name: "out" }), {
-      regions: { out: { name: "out", key: shared.key, offset: "1024", byte_size: "64" } },
+      regions: { out: { name: "out", key: shared.key, offset: "4096", byte_size: "64" } },
     });
 
     // [region, body, status, error]
@@ -173,9 +173,22 @@ describe("system shared memory", {
       ],
       [
         "other",
-        { key: shared.key, offset: 4000, byte_size: 97 },
+        { key: shared.key, offset: 8100, byte_size: 97 },
         400,
         "failed to register shared memory region 'other': invalid args",
+      ],
+      // What Triton's mmap of the region refuses (EINVAL): nothing to map, an offset off a page.
+      [
+        "other",
+        { key: shared.key, offset: 0, byte_size: 0 },
+        400,
+        "failed to register shared memory region 'other': unable to process address spaceInvalid argument",
+      ],
+      [
+        "other",
+        { key: shared.key, offset: 100, byte_size: 8 },
+        400,
+        "failed to register shared memory region 'other': unable to process address spaceInvalid argument",
       ],
       [
         "other",
@@ -222,7 +235,7 @@ describe("system shared memory", {
       200,
     );
     assert.deepEqual(await client.unary("SystemSharedMemoryStatus", {}), {
-      regions: { out: { name: "out", key: shared.key, offset: "1024", byte_size: "64" } },
+      regions: { out: { name: "out", key: shared.key, offset: "4096", byte_size: "64" } },
     });
     await client.unary("SystemSharedMemoryUnregister", {});
     assert.deepEqual((await getJson(`${server.url}/v2/systemsharedmemory/status`)).body, []);
@@ -255,11 +268,11 @@ describe("system shared memory", {
   });
 
   it("reads inputs from and writes outputs to shared memory over HTTP, as Triton's simple shm example", async () => {
-    const shared = object(256);
+    const shared = object(8192);
     shared.write(0, int32Bytes(ROW_A));
     shared.write(64, int32Bytes(ROW_B));
     await register("simple_in", { key: shared.key, offset: 0, byte_size: 128 });
-    await register("simple_out", { key: shared.key, offset: 128, byte_size: 128 });
+    await register("simple_out", { key: shared.key, offset: 4096, byte_size: 128 });
     const answer = await postJson(`${server.url}/v2/models/simple/infer`, {
       inputs: [
         {
@@ -298,11 +311,11 @@ describe("system shared memory", {
       { name: "OUTPUT1", datatype: "INT32", shape: [1, 16] },
     ]);
     assert.deepEqual(
-      int32s(shared.read(128, 64)),
+      int32s(shared.read(4096, 64)),
       ROW_A.map((a, i) => a + ROW_B[i]!),
     );
     assert.deepEqual(
-      int32s(shared.read(192, 64)),
+      int32s(shared.read(4160, 64)),
       ROW_A.map((a, i) => a - ROW_B[i]!),
     );
 
@@ -330,7 +343,7 @@ describe("system shared memory", {
     );
     assert.equal(outputs[1]?.data, undefined);
     assert.deepEqual(
-      int32s(shared.read(128, 64)),
+      int32s(shared.read(4096, 64)),
       ROW_B.map((b, i) => b - ROW_A[i]!),
     );
   });

@@ -16,6 +16,7 @@ import { after, before, describe, it } from "node:test";
 import { ServerError } from "../../src/core/errors.ts";
 import { Refusals } from "../../src/core/refusals.ts";
 import {
+  PAGE_SIZE,
   SystemSharedMemory,
   type SystemSharedMemoryOptions,
 } from "../../src/shared-memory/system-shared-memory.ts";
@@ -70,13 +71,17 @@ describe("SystemSharedMemory", () => {
 
   it("reads and writes slices relative to the region, and refuses slices outside it", () => {
     const regions = registry();
-    const key = object("slices");
-    regions.register("r", key, 16, 32);
+    // The region starts on a page (Triton maps it), at the 16th of BYTES.
+    const key = object("slices", Buffer.concat([Buffer.alloc(PAGE_SIZE - 16, 0xff), BYTES]));
+    regions.register("r", key, PAGE_SIZE, 32);
     const use = regions.use();
     assert.deepEqual([...use.read({ region: "r", offset: 4, byteSize: 4 })], [20, 21, 22, 23]);
     use.hold({ region: "r", offset: 30, byteSize: 2 });
     use.write({ region: "r", offset: 30, byteSize: 2 }, "OUT", Uint8Array.of(200, 201));
-    assert.deepEqual([...readFileSync(join(folder, "slices")).subarray(46, 48)], [200, 201]);
+    assert.deepEqual(
+      [...readFileSync(join(folder, "slices")).subarray(PAGE_SIZE + 30, PAGE_SIZE + 32)],
+      [200, 201],
+    );
     assert.throws(
       () => use.read({ region: "r", offset: 32, byteSize: 0 }),
       failsWith("INVALID_ARG", "Invalid offset for shared memory region: 'r'"),
@@ -136,9 +141,9 @@ describe("SystemSharedMemory", () => {
 
   it("regions of one object share one descriptor", () => {
     const regions = registry();
-    const key = object("shared");
+    const key = object("shared", new Uint8Array(8 * PAGE_SIZE));
     const descriptors = openDescriptors(folder);
-    for (let i = 0; i < 8; i++) regions.register(`r${i}`, key, i * 8, 8);
+    for (let i = 0; i < 8; i++) regions.register(`r${i}`, key, i * PAGE_SIZE, 8);
     assert.equal(openDescriptors(folder), descriptors + 1);
     for (let i = 0; i < 7; i++) regions.unregister(`r${i}`);
     assert.equal(openDescriptors(folder), descriptors + 1);
@@ -149,9 +154,9 @@ describe("SystemSharedMemory", () => {
   it("bounds the regions registered and the bytes read by requests in flight, and counts the refusals", () => {
     const refusals = new Refusals();
     const regions = registry({ maxRegions: 2, maxBytes: 48, refusals });
-    const key = object("bounded");
+    const key = object("bounded", new Uint8Array(PAGE_SIZE + 32));
     regions.register("a", key, 0, 32);
-    regions.register("b", key, 32, 32);
+    regions.register("b", key, PAGE_SIZE, 32);
     assert.throws(
       () => regions.register("c", key, 0, 8),
       failsWith(
@@ -197,6 +202,19 @@ describe("SystemSharedMemory", () => {
     );
     assert.equal(readFileSync(join(folder, "truncated")).byteLength, 16);
     use.release();
+    regions.close();
+  });
+
+  it("refuses what Triton's mmap of a region refuses: no bytes, an offset off a page", () => {
+    const regions = registry();
+    const key = object("mapped", new Uint8Array(2 * PAGE_SIZE));
+    const refused =
+      "failed to register shared memory region 'r': unable to process address spaceInvalid argument";
+    assert.throws(() => regions.register("r", key, 0, 0), failsWith("INVALID_ARG", refused));
+    assert.throws(() => regions.register("r", key, 8, 8), failsWith("INVALID_ARG", refused));
+    assert.throws(() => regions.register("r", key, PAGE_SIZE / 2, 8), failsWith("INVALID_ARG", refused));
+    assert.deepEqual(regions.status(), []);
+    regions.register("r", key, PAGE_SIZE, PAGE_SIZE);
     regions.close();
   });
 
