@@ -749,7 +749,11 @@ export class ModelRepository implements ModelRegistry {
       } else if (!readyOnly) {
         // As Triton: the versions a model once served stay listed, each with why it is not;
         // a model never loaded, nor tried, is listed by its name alone.
-        const versions = [...entry.everLoaded].sort((a, b) => Number(a) - Number(b));
+        // A first load that failed lists the versions it tried, each with why (Triton keeps
+        // each version's state).
+        const versions = [...new Set([...entry.everLoaded, ...entry.failedVersions.keys()])].sort(
+          (a, b) => Number(a) - Number(b),
+        );
         // A name in two repositories: Triton's MODEL_READY_REASON_DUPLICATE (the log and
         // the start's failure name the folders).
         const reason =
@@ -757,8 +761,10 @@ export class ModelRepository implements ModelRegistry {
         if (versions.length === 0 && entry.state === "UNAVAILABLE" && reason === "unloaded")
           entries.push({ name: entry.name });
         else if (versions.length === 0) entries.push({ name: entry.name, state: entry.state, reason });
-        for (const version of versions)
-          entries.push({ name: entry.name, version, state: entry.state, reason });
+        for (const version of versions) {
+          const failure = entry.notUnique === undefined ? entry.failedVersions.get(version) : undefined;
+          entries.push({ name: entry.name, version, state: entry.state, reason: failure ?? reason });
+        }
       }
     }
     return entries;
