@@ -41,6 +41,26 @@ export default {
 };
 `;
 
+// Calls itself with N - 1 while N > 0: with one instance, the inner call waits for the
+// instance the outer request holds.
+const SELFISH = `
+export default {
+  async execute(requests: any[], context: any) {
+    const results = [];
+    for (const request of requests) {
+      const n = request.inputs.N.data[0];
+      try {
+        if (n > 0) await context.infer("selfish", { inputs: { N: { datatype: "INT32", shape: [1], data: Int32Array.of(n - 1) } } });
+        results.push({ outputs: { N: request.inputs.N } });
+      } catch (error) {
+        results.push(error);
+      }
+    }
+    return results;
+  },
+};
+`;
+
 const SLEEPY = `
 export default {
   execute() {
@@ -84,6 +104,17 @@ input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "TARGET" data_ty
 output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
 `,
       files: { "1/model.ts": RELAY },
+    },
+    selfish: {
+      config: `
+backend: "typescript"
+max_batch_size: 0
+input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "handler_call_timeout_ms" value { string_value: "300" } }
+`,
+      files: { "1/model.ts": SELFISH },
     },
     sleepy: {
       config: `
@@ -218,5 +249,16 @@ test("a call given the request's signal is cancelled when the client leaves: the
   assert.deepEqual(
     [after.inference_count - before.inference_count, after.execution_count - before.execution_count],
     [1, 1],
+  );
+});
+
+test("a call to the caller's own model that gets no answer says why it may wait", async () => {
+  const answer = await postJson(`${server.url}/v2/models/selfish/infer`, {
+    inputs: [{ name: "N", datatype: "INT32", shape: [1], data: [1] }],
+  });
+  assert.equal(answer.status, 503, JSON.stringify(answer.body));
+  assert.equal(
+    answer.body.error,
+    "the call from model 'selfish' to model 'selfish' got no answer within 300 ms (handler_call_timeout_ms); a call to the caller's own model needs an instance the calling request is not holding",
   );
 });

@@ -470,9 +470,16 @@ export class HandlerExecutor implements RequestExecutor {
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
+        const caller = this.#options.load.modelName;
+        // A call back into the caller's own model waits for an instance, maybe the one
+        // running this request: said, since nothing else would tell.
+        const own =
+          message.model === caller
+            ? `; a call to the caller's own model needs an instance the calling request is not holding`
+            : "";
         reject(
           unavailable(
-            `the call from model '${this.#options.load.modelName}' to model '${message.model}' got no answer within ${timeoutMs} ms (handler_call_timeout_ms)`,
+            `the call from model '${caller}' to model '${message.model}' got no answer within ${timeoutMs} ms (handler_call_timeout_ms)${own}`,
           ),
         );
         cancel.abort();
