@@ -55,6 +55,10 @@ async function run(r: any) {
     r.complete();
   } catch (error: any) {
     record({ hook: "stopped", id: r.id, message: error.message });
+    // A send after that is told why as well.
+    await r.send({ outputs: { INDEX: { datatype: "INT32", shape: [1], data: Int32Array.of(-1) } } }).catch((late: any) =>
+      record({ hook: "late-send", id: r.id, message: late.message }),
+    );
   }
 }
 `;
@@ -434,6 +438,12 @@ test("clients that leave cancel the request: the handler is told (SSE, gRPC, Web
     "SSE send rejected",
     (e) => e.hook === "stopped" && e.id === "leaver-sse",
   );
+  const late = await eventOf(
+    repository.eventsFile,
+    "a send after the cancel",
+    (e) => e.hook === "late-send" && e.id === "leaver-sse",
+  );
+  assert.equal(late.message, "request 'leaver-sse' cancelled: the client went away");
 
   const client = new TestClient(server.grpcPort);
   const stream = client.stream();

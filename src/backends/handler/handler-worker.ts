@@ -260,7 +260,11 @@ class OpenRequest implements HandlerRequest {
     if (!this.#decoupled) {
       return Promise.reject(new Error("send() is for decoupled models: return the responses from execute()"));
     }
-    if (this.#done) return Promise.reject(new Error(`${this.named} is already complete`));
+    if (this.#done) {
+      // Cancelled: the reason, as the signal and any waiting send() gave it.
+      const signal = this.#controller.signal;
+      return Promise.reject(signal.aborted ? signal.reason : new Error(`${this.named} is already complete`));
+    }
     if (this.signal.aborted) return Promise.reject(this.signal.reason as Error);
     if (this.#unacked >= limits.maxUnackedResponses || this.#unackedBytes >= limits.maxUnackedBytes) {
       // The previous send() has not resolved: the client has not taken enough yet. Sending
