@@ -69,6 +69,14 @@ export default {
 };
 `;
 
+const relayConfig = (extra = "") => `
+backend: "typescript"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "TARGET" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+${extra}
+`;
+
 let repository: HandlerRepository;
 let server: TestServer;
 const logLines: string[] = [];
@@ -86,25 +94,11 @@ dynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 200
       files: { "1/model.onnx": addSubModel("FP32", [-1, 4]) },
     },
     relay: {
-      config: `
-backend: "typescript"
-max_batch_size: 8
-input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "TARGET" data_type: TYPE_STRING dims: [ 1 ] } ]
-output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
-parameters { key: "handler_call_timeout_ms" value { string_value: "300" } }
-`,
+      config: relayConfig('parameters { key: "handler_call_timeout_ms" value { string_value: "300" } }'),
       files: { "1/model.ts": RELAY },
     },
     // The same, with the default call timeout: a call ends only when it is answered or cancelled.
-    patient_relay: {
-      config: `
-backend: "typescript"
-max_batch_size: 8
-input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "TARGET" data_type: TYPE_STRING dims: [ 1 ] } ]
-output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
-`,
-      files: { "1/model.ts": RELAY },
-    },
+    patient_relay: { config: relayConfig(), files: { "1/model.ts": RELAY } },
     selfish: {
       config: `
 backend: "typescript"
