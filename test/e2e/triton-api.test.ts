@@ -71,6 +71,17 @@ describe("Triton API parity", () => {
     assert.equal(error.code, status.INVALID_ARGUMENT);
   });
 
+  // Triton's gRPC ModelReady, ModelMetadata, ModelConfig and ModelStatistics read the
+  // version with GetModelVersionFromString (common.cc), as its HTTP routes do.
+  it("a version that is no number: Triton's words over gRPC too", async () => {
+    const message =
+      "failed to get model version from specified version string 'x', version should be an integral value > 0";
+    for (const rpc of ["ModelReady", "ModelMetadata", "ModelConfig", "ModelStatistics"]) {
+      const error = await callError(grpc.unary(rpc, { name: "simple", version: "x" }));
+      assert.deepEqual([rpc, error.code, error.details], [rpc, status.INVALID_ARGUMENT, message]);
+    }
+  });
+
   // Triton: tritonserver.cc ~L3104-3111 always adds "response_stats" (object) and
   // "memory_usage" (array) to each model_stats entry.
   it("HTTP model_stats entries carry response_stats and memory_usage", async () => {

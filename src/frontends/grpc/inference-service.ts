@@ -14,6 +14,7 @@ import {
 } from "../common/kserve/cuda-shared-memory.ts";
 import { readLoadParameters, repositoryNameRefusal } from "../common/kserve/load-parameters.ts";
 import { logSettingsChange, logSettingsWire } from "../common/kserve/log-settings-wire.ts";
+import { modelVersion } from "../common/kserve/model-version.ts";
 import type { SharedMemoryHold } from "../common/kserve/shared-memory-tensors.ts";
 import {
   traceSettingsChange,
@@ -259,15 +260,21 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     ServerReady: unary(logger, "ServerReady", () => ({ ready: context.isReady() })),
     ModelReady: unary(logger, "ModelReady", (m: ModelRequestMessage) => {
       const model = m.name ?? "";
-      const ready = registry.isReady(model, given(m.version));
-      recordReadiness(context.apiCalls, GRPC_CALLS.ModelReady, registry, model, given(m.version));
+      const ready = registry.isReady(model, modelVersion(given(m.version)));
+      recordReadiness(
+        context.apiCalls,
+        GRPC_CALLS.ModelReady,
+        registry,
+        model,
+        modelVersion(given(m.version)),
+      );
       return { ready };
     }),
     ServerMetadata: unary(logger, "ServerMetadata", () => context.metadata),
     ModelMetadata: unary(logger, "ModelMetadata", (m: ModelRequestMessage) =>
       recordCall(context.apiCalls, GRPC_CALLS.ModelMetadata, (identify) => {
         const name = m.name ?? "";
-        const metadata = registry.metadata(name, given(m.version));
+        const metadata = registry.metadata(name, modelVersion(given(m.version)));
         // The version that answered, as the registry names it (`01` is version 1).
         identify(name, metadata.versions.at(-1));
         return metadataMessage(metadata);
@@ -308,10 +315,10 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
       });
     },
     ModelConfig: unary(logger, "ModelConfig", (m: ModelRequestMessage) => ({
-      config: registry.configJson(m.name ?? "", given(m.version)),
+      config: registry.configJson(m.name ?? "", modelVersion(given(m.version))),
     })),
     ModelStatistics: unary(logger, "ModelStatistics", (m: ModelRequestMessage) => ({
-      model_stats: registry.statistics(given(m.name), given(m.version)),
+      model_stats: registry.statistics(given(m.name), modelVersion(given(m.version))),
     })),
     RepositoryIndex: unary(logger, "RepositoryIndex", (m: RepositoryIndexRequestMessage) => {
       if (named(m.repository_name)) throw repositoryNameRefusal();

@@ -14,6 +14,7 @@ import {
 import { encodeInferResponseOffThread } from "../common/kserve/infer-response-encoder.ts";
 import { readLoadParameters, repositoryNameRefusal } from "../common/kserve/load-parameters.ts";
 import { logSettingsChange, logSettingsWire } from "../common/kserve/log-settings-wire.ts";
+import { modelVersion } from "../common/kserve/model-version.ts";
 import {
   traceSettingsChangeFromJson,
   traceSettingsJson,
@@ -28,7 +29,6 @@ import {
   SERVER_SCHEMAS,
   traceSettingsSchemas,
 } from "./kserve-schemas.ts";
-import { modelVersion } from "./model-version.ts";
 import { sharedMemoryRoutes } from "./shared-memory-routes.ts";
 
 // The KServe v2 / Triton HTTP API: health, metadata, configuration, statistics,

@@ -11,10 +11,10 @@ import type {
 import { formatSequenceId } from "../../core/sequence/sequence-parameters.ts";
 import { createErrorHandler } from "../common/http/error-reply.ts";
 import { sendJson } from "../common/http/json-text.ts";
+import { modelVersion } from "../common/kserve/model-version.ts";
 import { KSERVE_HTTP_STATUS } from "./error-status.ts";
 import { MODEL_PATHS, type ModelParams } from "./kserve-routes.ts";
 import { modelSchemas } from "./kserve-schemas.ts";
-import { modelVersion } from "./model-version.ts";
 
 // seqserve's sequence endpoints beside the KServe v2 API, for models served with
 // sequence batching:

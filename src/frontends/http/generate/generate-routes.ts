@@ -7,12 +7,12 @@ import { createErrorHandler } from "../../common/http/error-reply.ts";
 import { readJsonBody } from "../../common/http/json-body.ts";
 import { OPTIONAL_BODY } from "../../common/http/openapi.ts";
 import { writeStreamedReply } from "../../common/http/streamed-reply.ts";
+import { modelVersion } from "../../common/kserve/model-version.ts";
 import type { ResponseBudgets } from "../../common/response-budget.ts";
 import { routedSequenceId, SEQUENCE_ID_HEADER, withRoutedSequenceId } from "../../common/sequence-routing.ts";
 import { KSERVE_HTTP_STATUS } from "../error-status.ts";
 import { MODEL_PATHS, type ModelParams } from "../kserve-routes.ts";
 import { operationId } from "../kserve-schemas.ts";
-import { modelVersion } from "../model-version.ts";
 import { decodeGenerateRequest, encodeGenerateResponse } from "./generate-codec.ts";
 
 // Triton's generate extension: `/generate` answers one JSON object; `/generate_stream`

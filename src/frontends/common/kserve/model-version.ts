@@ -1,4 +1,4 @@
-import { invalidArg } from "../../core/errors.ts";
+import { invalidArg } from "../../../core/errors.ts";
 
 /** The path's model version: undefined for "the highest ready one", else a positive integer string. */
 export function modelVersion(version: string | undefined): string | undefined {
