@@ -4,10 +4,12 @@ import type { OvmsMetricsSettings } from "../config/ovms-metrics-config.ts";
 import type { ApiCallRecorder } from "../core/api-calls.ts";
 import { type ModelRegistry, SEQUENCE_END_REASONS } from "../core/model.ts";
 import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
+import type { ModelStatisticsSnapshot } from "../core/statistics.ts";
 import { cpuMetrics } from "./cpu-metrics.ts";
 import { latencyMetrics } from "./latency-metrics.ts";
 import { ovmsMetrics } from "./ovms-metrics.ts";
 import { registerSecurityMetrics, type SecurityMetricsSource } from "./security-metrics.ts";
+import { StatisticsTotals } from "./statistics-totals.ts";
 
 // Prometheus metrics, named as Triton names them (nv_inference_*, nv_cpu_*) so existing
 // dashboards work, plus seqserve's sequence metrics and latency histograms, and Node's
@@ -78,9 +80,15 @@ export function createMetricsRegistry(
 
 /** The families read from the models' statistics and sequence summaries at scrape time. */
 function modelMetrics(registry: Registry, models: ModelRegistry, settings: MetricsSettings): void {
-  const fromStats = (pick: (s: ReturnType<ModelRegistry["statistics"]>[number]) => number) =>
+  // A reloaded version's counters go on from the loads it replaced (statistics-totals.ts).
+  const totals = new StatisticsTotals();
+  const fromStats = (pick: (s: ModelStatisticsSnapshot) => number) =>
     function* (m: ModelRegistry): Iterable<[Record<Labels, string>, number]> {
-      for (const s of m.statistics()) yield [{ model: s.name, version: s.version }, pick(s)];
+      for (const { labels, snapshots } of totals.read(m)) {
+        let value = 0;
+        for (const snapshot of snapshots) value += pick(snapshot);
+        yield [labels, value];
+      }
     };
   const us = (ns: number): number => Math.round(ns / 1000);
 
@@ -151,12 +159,11 @@ function modelMetrics(registry: Registry, models: ModelRegistry, settings: Metri
     registers: [registry],
     collect(this: Counter<Labels | "batch_size">) {
       this.reset();
-      for (const s of models.statistics()) {
-        for (const b of s.batch_stats) {
-          this.inc(
-            { model: s.name, version: s.version, batch_size: String(b.batch_size) },
-            b.compute_infer.count,
-          );
+      for (const { labels, snapshots } of totals.read(models)) {
+        for (const s of snapshots) {
+          for (const b of s.batch_stats) {
+            this.inc({ ...labels, batch_size: String(b.batch_size) }, b.compute_infer.count);
+          }
         }
       }
     },

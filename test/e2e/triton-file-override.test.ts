@@ -99,9 +99,22 @@ describe("Triton's model file override (load with file:<version>/<name>)", () =>
     assert.equal(await failures("m", "1"), undefined);
     assert.equal((await postJson(`${server.url}/v2/repository/models/m/load`, {})).status, 200);
     assert.deepEqual([await ready("m", "1"), await ready("m", "3"), await adds("m")], [false, true, 3]);
-    // Loaded again in place, the version keeps its series: the new load and the old share them.
+    // Loaded again in place, the version keeps its series: the new load and the old share
+    // them, and its counters go on from the old load's (Triton's reporter is found again),
+    // while its statistics start anew.
+    const successes = () =>
+      metricValue(server.metricsUrl, "nv_inference_request_success", { model: "m", version: "3" });
+    const served = await successes();
+    assert.ok(served !== undefined && served > 0, String(served));
     assert.equal((await postJson(`${server.url}/v2/repository/models/m/load`, {})).status, 200);
     assert.equal(await failures("m", "3"), 0);
+    assert.equal(await successes(), served);
+    assert.equal(await adds("m"), 3);
+    assert.equal(await successes(), served + 1);
+    const stats = (await getJson(`${server.url}/v2/models/m/versions/3/stats`)).body.model_stats as {
+      inference_stats: { success: { count: number } };
+    }[];
+    assert.equal(stats[0]!.inference_stats.success.count, 1);
 
     // A name no repository has cannot be loaded again without its files; once unloaded it
     // is forgotten (Triton's index lists what the repositories hold), series and all.
