@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { request as httpRequest } from "node:http";
 import { after, before, describe, test } from "node:test";
 import WebSocket from "ws";
 import { securityOptions } from "../../src/config/security-options.ts";
@@ -72,6 +73,64 @@ describe("without --cors-allow-origin", () => {
   test("clients without an Origin, and pages of the server's own origin, are served", async () => {
     assert.equal((await post(`${server.url}/v2/models/floats/infer`, {})).status, 200);
     assert.equal((await post(`${server.url}/v2/models/floats/infer`, { origin: server.url })).status, 200);
+  });
+
+  // DNS rebinding: a page of the attacker's name, made to resolve to this server, sends
+  // an Origin that matches its Host header. Only an IP address, localhost or this
+  // machine's name is the server's own without --cors-allow-origin.
+  test("a page of a name that resolves here (DNS rebinding) is not the server's own: its POST and WebSocket are refused", async () => {
+    const port = server.server.httpPort;
+    const rebound = `rebind.attacker.example:${port}`;
+    const status = await new Promise<number>((resolve, reject) => {
+      const request = httpRequest(
+        {
+          host: "127.0.0.1",
+          port,
+          method: "POST",
+          path: "/v2/repository/models/floats/unload",
+          headers: { host: rebound, origin: `http://${rebound}`, "content-type": "text/plain" },
+        },
+        (response) => {
+          response.resume();
+          resolve(response.statusCode ?? 0);
+        },
+      );
+      request.on("error", reject);
+      request.end("{}");
+    });
+    assert.equal(status, 403);
+    assert.equal((await fetch(`${server.url}/v2/models/floats/ready`)).status, 200);
+    const socket = new WebSocket(`ws://127.0.0.1:${port}/v2/models/floats/stream`, {
+      origin: `http://${rebound}`,
+      headers: { host: rebound },
+    });
+    socket.on("error", () => {});
+    const upgrade = await new Promise<number>((resolve) => {
+      socket.on("unexpected-response", (_request, response) => resolve(response.statusCode ?? 0));
+      socket.on("open", () => resolve(101));
+    });
+    socket.terminate();
+    assert.equal(upgrade, 403);
+    // localhost is the server's own.
+    const local = `localhost:${port}`;
+    const own = await new Promise<number>((resolve, reject) => {
+      const request = httpRequest(
+        {
+          host: "127.0.0.1",
+          port,
+          method: "POST",
+          path: "/v2/models/floats/infer",
+          headers: { host: local, origin: `http://${local}`, "content-type": "text/plain" },
+        },
+        (response) => {
+          response.resume();
+          resolve(response.statusCode ?? 0);
+        },
+      );
+      request.on("error", reject);
+      request.end(body);
+    });
+    assert.equal(own, 200);
   });
 });
 

@@ -1,3 +1,5 @@
+import { isIP } from "node:net";
+import { hostname as osHostname } from "node:os";
 import cors from "@fastify/cors";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { ApiGroup } from "../../../config/security-options.ts";
@@ -41,11 +43,26 @@ function single(value: string | string[] | undefined): string | undefined {
   return Array.isArray(value) ? value.join(",") : value;
 }
 
-/** Whether `origin` is the server's own (the Host the request was sent to). */
+/**
+ * Whether a page from `hostname` can be the server's own without the operator saying so:
+ * an IP address, localhost, or this machine's name. Any other name may be an attacker's
+ * that resolves to this server (DNS rebinding): its page and the server would then share
+ * an origin, Host header included, so the operator lists such origins
+ * (--cors-allow-origin).
+ */
+function trustedHostname(hostname: string): boolean {
+  const bare = hostname.startsWith("[") ? hostname.slice(1, -1) : hostname;
+  if (isIP(bare) !== 0) return true;
+  const name = bare.toLowerCase().replace(/\.$/, "");
+  return name === "localhost" || name.endsWith(".localhost") || name === osHostname().toLowerCase();
+}
+
+/** Whether `origin` is the server's own (the Host the request was sent to, a trusted name). */
 function sameOrigin(origin: string, host: string | undefined): boolean {
   if (host === undefined) return false;
   try {
-    return new URL(origin).host === host;
+    const url = new URL(origin);
+    return url.host === host && trustedHostname(url.hostname);
   } catch {
     return false;
   }
