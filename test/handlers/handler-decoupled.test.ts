@@ -154,6 +154,10 @@ parameters { key: "sequence_state_max_bytes" value { string_value: "1000" } }
       config: decoupledCountConfig(),
       files: { "1/model.ts": COUNTED },
     },
+    counted_seq: {
+      config: decoupledCountConfig("sequence_batching { oldest { max_candidate_sequences: 4 } }"),
+      files: { "1/model.ts": COUNTED },
+    },
     held: { config: decoupledCountConfig(), files: { "1/model.ts": HELD } },
   }));
   server = await startTestServer(repository.path);
@@ -326,6 +330,23 @@ test("a final response whose state the model cannot keep is not sent: the reques
       late: "request 'fits-again' is complete: its sequence's state can no longer change",
     },
   ]);
+});
+
+test("/generate refuses a step of many responses once it has run to its end, as Triton does: the sequence goes on", async () => {
+  const step = (count: number, parameters: Record<string, unknown>) =>
+    postJson(`${server.url}/v2/models/counted_seq/generate`, {
+      COUNT: count,
+      sequence_id: 88,
+      ...parameters,
+    });
+  assert.equal((await step(1, { sequence_start: true })).status, 200);
+  const many = await step(40, {});
+  assert.equal(many.status, 500);
+  assert.match(many.body.error as string, /generate expects model to produce exactly 1 response/);
+  // Not cancelled halfway (which ended the sequence): the next step is the sequence's.
+  const next = await step(1, {});
+  assert.equal(next.status, 200, JSON.stringify(next.body));
+  assert.equal((await step(1, { sequence_end: true })).status, 200);
 });
 
 test("a WebSocket stream: every response of a message before the next message's, in order", async () => {

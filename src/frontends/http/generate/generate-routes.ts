@@ -138,7 +138,15 @@ async function generate(
     if (!streaming) {
       const second = first.done === true ? first : await responses.next();
       if (first.done === true || second.done !== true) {
-        await responses.return?.();
+        // As Triton, the request runs to its end (a sequence's step is not cancelled
+        // halfway, which would end the sequence): what else it sends is let go.
+        if (second.done !== true) {
+          try {
+            while ((await responses.next()).done !== true);
+          } catch {
+            // Its failure changes nothing: the refusal is the same.
+          }
+        }
         throw internal(
           "generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses",
         );
