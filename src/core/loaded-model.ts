@@ -128,6 +128,7 @@ export class LoadedModel implements ServedModel {
 
   async infer(request: InferRequest): Promise<InferResponse> {
     const startNs = nowNs();
+    this.#requestObserver?.requestArrived?.(request);
     let pending: PendingRequest | undefined;
     let enqueued = false;
     let result: RequestResult;
@@ -168,6 +169,7 @@ export class LoadedModel implements ServedModel {
   stream(request: InferRequest): InferResponseStream {
     if (!this.decoupled) return singleResponseStream(this.infer(request));
     const startNs = nowNs();
+    this.#requestObserver?.requestArrived?.(request);
     const controller = new AbortController();
     const signal =
       request.signal === undefined ? controller.signal : AbortSignal.any([request.signal, controller.signal]);

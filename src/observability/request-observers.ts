@@ -1,3 +1,4 @@
+import type { InferRequest } from "../core/infer.ts";
 import type {
   RequestObserver,
   RequestObserverFactory,
@@ -19,7 +20,21 @@ export function combineObservers(
       .map((factory) => factory(model, version))
       .filter((o): o is RequestObserver => o !== undefined);
     if (observers.length === 0) return undefined;
+    const arriving = observers.filter((o) => o.requestArrived !== undefined);
     return {
+      ...(arriving.length === 0
+        ? {}
+        : {
+            requestArrived(request: InferRequest): void {
+              for (const observer of arriving) {
+                try {
+                  observer.requestArrived!(request);
+                } catch (error) {
+                  onError(error);
+                }
+              }
+            },
+          }),
       requestDone(record: RequestRecord): void {
         for (const observer of observers) {
           try {

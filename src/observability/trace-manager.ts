@@ -1,6 +1,8 @@
 import type { TraceSettings } from "../config/trace-config.ts";
 import { invalidArg } from "../core/errors.ts";
+import type { InferRequest } from "../core/infer.ts";
 import type { RequestObserver, RequestRecord } from "../core/scheduler/request-observer.ts";
+import type { BytesElements, NumericTensor, Tensor } from "../core/tensor.ts";
 import type { TraceSettingsChange, TraceSettingsControl, TraceSettingsView } from "../core/trace-settings.ts";
 import { NONE_SPECIFIED, type TraceFields, TraceSetting } from "./trace-setting.ts";
 
@@ -17,8 +19,17 @@ import { NONE_SPECIFIED, type TraceFields, TraceSetting } from "./trace-setting.
 // OpenTelemetry.
 
 export interface TraceSink {
-  /** Records a request `setting` picked. */
-  record(setting: TraceSetting, model: string, version: string, record: RequestRecord): void;
+  /**
+   * Records a request `setting` picked; `inputs`: its input tensors as they arrived (taken
+   * when the setting traces tensors).
+   */
+  record(
+    setting: TraceSetting,
+    model: string,
+    version: string,
+    record: RequestRecord,
+    inputs?: ReadonlyMap<string, Tensor>,
+  ): void;
   /** `setting` no longer applies: whatever it has open is closed. */
   retire(setting: TraceSetting): void;
   /** Sends or writes what is buffered. */
@@ -29,6 +40,25 @@ export interface TraceSink {
 export type SinkOpener = () => Promise<TraceSink | undefined>;
 
 const FIELDS = ["level", "rate", "count", "logFrequency"] as const;
+
+interface Picked {
+  readonly setting: TraceSetting;
+  readonly inputs: ReadonlyMap<string, Tensor> | undefined;
+}
+
+/** Copies of `tensors`' data, which the originals' transfer to a worker thread leaves empty. */
+function copiedTensors(tensors: ReadonlyMap<string, Tensor>): Map<string, Tensor> {
+  const copies = new Map<string, Tensor>();
+  for (const [name, tensor] of tensors) {
+    copies.set(
+      name,
+      tensor.datatype === "BYTES"
+        ? { ...tensor, data: (tensor.data as BytesElements).map((element) => element.slice()) }
+        : { ...tensor, data: (tensor as NumericTensor).data.slice() },
+    );
+  }
+  return copies;
+}
 
 function launchFields(settings: TraceSettings): TraceFields {
   return {
@@ -67,12 +97,26 @@ export class TraceManager implements TraceSettingsControl {
   }
 
   observeRequests(model: string, version: string): RequestObserver {
+    // Picked as they arrive, as Triton starts a trace when a request comes (the rate
+    // counts arrivals), with their inputs copied then when tensors are traced: the
+    // originals go to the model's thread.
+    const picked = new WeakMap<InferRequest, Picked>();
     return {
-      requestDone: (record: RequestRecord): void => {
+      requestArrived: (request: InferRequest): void => {
         const setting = this.#models.get(model) ?? this.#global;
         if (!setting.on || this.#openedSink === undefined) return;
-        const forced = this.#mode === "opentelemetry" && record.request.trace !== undefined;
-        if (setting.pick(forced)) this.#openedSink.record(setting, model, version, record);
+        const forced = this.#mode === "opentelemetry" && request.trace !== undefined;
+        if (!setting.pick(forced)) return;
+        picked.set(request, {
+          setting,
+          inputs: setting.level.tensors ? copiedTensors(request.inputs) : undefined,
+        });
+      },
+      requestDone: (record: RequestRecord): void => {
+        const trace = picked.get(record.request);
+        if (trace === undefined || this.#openedSink === undefined) return;
+        picked.delete(record.request);
+        this.#openedSink.record(trace.setting, model, version, record, trace.inputs);
       },
     };
   }

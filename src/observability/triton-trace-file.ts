@@ -2,7 +2,7 @@ import { createWriteStream, mkdirSync, type WriteStream } from "node:fs";
 import { dirname } from "node:path";
 import { ServerError } from "../core/errors.ts";
 import type { RequestRecord } from "../core/scheduler/request-observer.ts";
-import type { Tensor } from "../core/tensor.ts";
+import type { BytesElements, Tensor } from "../core/tensor.ts";
 import { requestTimeline } from "./request-timeline.ts";
 import type { TraceSink } from "./trace-manager.ts";
 import type { TraceSetting } from "./trace-setting.ts";
@@ -29,11 +29,18 @@ import type { TraceSetting } from "./trace-setting.ts";
 const MAX_PENDING_BYTES = 64 * 1024 * 1024;
 
 function tensorText(tensor: Tensor): string {
-  const data = tensor.data as ArrayLike<unknown>;
   const parts: string[] = [];
+  if (tensor.datatype === "BYTES") {
+    // Each element quoted, as Triton's tracer writes them (their bytes as text).
+    for (const element of tensor.data as BytesElements) parts.push(`"${UTF8.decode(element)}"`);
+    return parts.join(",");
+  }
+  const data = tensor.data as ArrayLike<unknown>;
   for (let i = 0; i < data.length; i++) parts.push(String(data[i]));
   return parts.join(",");
 }
+
+const UTF8 = new TextDecoder();
 
 /** Told when a trace file cannot be written: its traces are dropped, the server goes on. */
 export type TraceFileError = (path: string, error: Error) => void;
@@ -145,6 +152,7 @@ export function tritonTraceFile(
     model: string,
     version: string,
     record: RequestRecord,
+    inputs: ReadonlyMap<string, Tensor> | undefined,
   ): void => {
     const id = nextId++;
     array.write({ id, model_name: model, model_version: Number(version), request_id: record.request.id });
@@ -171,7 +179,8 @@ export function tritonTraceFile(
     }
     if (setting.level.tensors) {
       const tensors: [string, string, Tensor][] = [];
-      for (const [name, tensor] of record.request.inputs) tensors.push(["TENSOR_QUEUE_INPUT", name, tensor]);
+      for (const [name, tensor] of inputs ?? record.request.inputs)
+        tensors.push(["TENSOR_QUEUE_INPUT", name, tensor]);
       for (const [name, tensor] of record.outputs ?? [])
         tensors.push(["TENSOR_BACKEND_OUTPUT", name, tensor]);
       for (const [activity, name, tensor] of tensors) {
@@ -185,7 +194,7 @@ export function tritonTraceFile(
   };
 
   return {
-    record(setting, model, version, record: RequestRecord): void {
+    record(setting, model, version, record: RequestRecord, inputs?: ReadonlyMap<string, Tensor>): void {
       if (closed) return;
       // While the disk is far behind, a trace is dropped and no file is opened for it (with
       // a log frequency of 1 every request would open one); it still counts toward a part
@@ -194,7 +203,7 @@ export function tritonTraceFile(
       const backlogged = pendingBytes() >= maxPendingBytes;
       const array = backlogged ? parts.get(setting) : arrayFor(setting);
       if (array === undefined) return;
-      if (!array.failed && !backlogged) writeTrace(array, setting, model, version, record);
+      if (!array.failed && !backlogged) writeTrace(array, setting, model, version, record, inputs);
       if (array === main) return;
       array.traces++;
       const full = setting.logFrequency > 0 && array.traces === setting.logFrequency;

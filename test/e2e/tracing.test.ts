@@ -11,7 +11,7 @@ import { DEFAULT_TRACE_SETTINGS, type TraceSettings } from "../../src/config/tra
 import { INFERENCE_SERVICE_NAME, packageDefinition } from "../../src/frontends/grpc/proto-definitions.ts";
 import { silentLogger } from "../../src/observability/logger.ts";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
-import { addSubModel } from "../../tools/onnx/test-models.ts";
+import { addSubModel, identityModel } from "../../tools/onnx/test-models.ts";
 import { infer, outputData } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
 import { accumulatorConfig, int32Input } from "../support/sequence-kit.ts";
@@ -246,7 +246,10 @@ async function grpcInfer(port: number, traceparent: string): Promise<void> {
 describe("OpenTelemetry tracing turned on while serving (Triton's trace extension)", () => {
   let repository: TempRepository;
   before(() => {
-    repository = tempRepository({ simple: MODELS.simple });
+    repository = tempRepository({
+      simple: MODELS.simple,
+      words: { onnx: identityModel("BYTES", [-1]) },
+    });
   });
   after(() => repository?.remove());
 
@@ -295,7 +298,10 @@ describe("Triton's trace file (mode triton)", () => {
   });
 
   it("writes each traced request's model, timestamps and tensors as Triton's JSON trace", async () => {
-    repository = tempRepository({ simple: MODELS.simple });
+    repository = tempRepository({
+      simple: MODELS.simple,
+      words: { onnx: identityModel("BYTES", [-1]) },
+    });
     tracesDir = tempRepository();
     const file = join(tracesDir.path, "traces", "trace.json");
     const exporterless = await startServer(
@@ -311,10 +317,20 @@ describe("Triton's trace file (mode triton)", () => {
       { logger: silentLogger() },
     );
     await simple(`http://127.0.0.1:${exporterless.httpPort}`, 3);
+    const words = await fetch(`http://127.0.0.1:${exporterless.httpPort}/v2/models/words/infer`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({
+        inputs: [{ name: "INPUT0", datatype: "BYTES", shape: [2, 1], data: ["hello", "a,b"] }],
+      }),
+    });
+    assert.equal(words.status, 200, await words.text());
     await exporterless.stop();
     const entries = JSON.parse(readFileSync(file, "utf8")) as Record<string, unknown>[];
     assert.deepEqual(entries[0], { id: 1, model_name: "simple", model_version: 1, request_id: "r3" });
-    const stamps = entries.flatMap((e) => (e.timestamps as { name: string; ns: number }[] | undefined) ?? []);
+    const stamps = entries
+      .filter((e) => e.id === 1)
+      .flatMap((e) => (e.timestamps as { name: string; ns: number }[] | undefined) ?? []);
     assert.deepEqual(
       stamps.map((s) => s.name),
       [
@@ -328,7 +344,7 @@ describe("Triton's trace file (mode triton)", () => {
       ],
     );
     for (let i = 1; i < stamps.length; i++) assert.ok(stamps[i]!.ns >= stamps[i - 1]!.ns);
-    const tensors = entries.filter((e) => e.activity !== undefined);
+    const tensors = entries.filter((e) => e.id === 1 && e.activity !== undefined);
     assert.deepEqual(
       tensors.map((e) => [e.activity, (e.tensor as { name: string }).name]),
       [
@@ -338,8 +354,17 @@ describe("Triton's trace file (mode triton)", () => {
         ["TENSOR_BACKEND_OUTPUT", "OUTPUT1"],
       ],
     );
+    // The inputs as they came (they were given to the model's thread since).
+    const input = tensors[0]!.tensor as Record<string, string>;
+    assert.equal(input.data, rowsOf(3).join(","));
     const output = tensors[2]!.tensor as Record<string, string>;
     assert.equal(output.data, sum(rowsOf(3), rowsOf(3)).join(","));
     assert.deepEqual([output.shape, output.dtype], ["1,16", "INT32"]);
+    // BYTES elements each quoted, as Triton's tracer writes them.
+    const bytes = entries.filter((e) => e.id === 2 && e.activity !== undefined);
+    assert.deepEqual(
+      bytes.map((e) => (e.tensor as Record<string, string>).data),
+      ['"hello","a,b"', '"hello","a,b"'],
+    );
   });
 });

@@ -4,7 +4,8 @@ import type { RequestTimings } from "../statistics.ts";
 import type { Tensor } from "../tensor.ts";
 
 // What a model tells whoever watches its requests (latency metrics, tracing): one call per
-// request, when it is answered, with what is already at hand then. Observers keep their
+// request, when it is answered, with what is already at hand then (and, to those that ask,
+// one as it arrives). Observers keep their
 // share small (a histogram observation, a sampling counter), do anything heavier only for
 // the requests they pick, and never throw.
 
@@ -37,6 +38,11 @@ export interface RequestRecord {
 }
 
 export interface RequestObserver {
+  /**
+   * The model took the request, before anything ran: what must be seen as it came (a
+   * traced request's input tensors, which go to the model's thread) is taken now.
+   */
+  requestArrived?(request: InferRequest): void;
   requestDone(record: RequestRecord): void;
   /**
    * The model version is gone (unloaded, replaced, or its load failed): what is kept for
