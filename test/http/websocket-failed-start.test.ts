@@ -80,6 +80,15 @@ describe("WebSocket streams: a start that fails", { timeout: 60_000 }, () => {
       "the sequence id of model 'acc' is 257 bytes long, more than the 256 bytes allowed (--max-sequence-id-bytes)",
     );
     assert.deepEqual(await live("acc"), []);
+    // Named by X-Sequence-Id alone: refused before the upgrade too.
+    const routed = await refusedUpgrade({ port }, "/v2/models/acc/stream", { ...A, "x-sequence-id": long });
+    assert.deepEqual(
+      [routed.status, routed.json.error],
+      [
+        400,
+        "the sequence id of model 'acc' is 257 bytes long, more than the 256 bytes allowed (--max-sequence-id-bytes)",
+      ],
+    );
   });
 
   it("an invalid start on another stream's id leaves that stream and its sequence alone", async () => {

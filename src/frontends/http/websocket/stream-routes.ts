@@ -53,6 +53,8 @@ function streamTarget(registry: ModelRegistry, request: StreamRequest): StreamTa
   // Routed by X-Sequence-Id, the stream's sequence may be named by the header alone.
   const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
   const sequenceId = routedRequestId(options.sequenceId, routed, model);
+  // An id from the header alone is checked before the upgrade, as one in the query is.
+  if (sequenceId !== undefined && sequenceId !== options.sequenceId) model.sequences?.checkId(sequenceId);
   // The version the stream opened on, where a reload of that version moves its sequence;
   // once that version is gone (replaced by a higher one, or retired), the one served
   // without a version, the highest, where its sequence moved. A stream opened on a given
