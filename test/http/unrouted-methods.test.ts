@@ -26,6 +26,22 @@ describe("unrouted requests on a server with --cors-allow-origin", () => {
     assert.equal(answer.status, 404, `allow=${answer.headers.get("allow")} ${await answer.text()}`);
   });
 
+  it("a path the router cannot read is refused in the family's form, without echoing it", async () => {
+    const bad = await fetch(`${server.url}/v2/models/%ZZ/infer`, { method: "POST", body: "{}" });
+    assert.deepEqual(
+      [bad.status, await bad.json()],
+      [400, { error: "the request's path is not valid: a percent-encoding in it does not decode" }],
+    );
+    const long = await fetch(`${server.url}/v2/models/${"m".repeat(3000)}/infer`, {
+      method: "POST",
+      body: "{}",
+    });
+    assert.deepEqual(
+      [long.status, await long.json()],
+      [414, { error: "a segment of the request's path is longer than the 2048 characters allowed" }],
+    );
+  });
+
   it("a known path under another method lists only its own methods", async () => {
     const answer = await fetch(`${server.url}/v2/models/floats/infer`);
     assert.equal(answer.status, 405);

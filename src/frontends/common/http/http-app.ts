@@ -143,6 +143,20 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     // Requests that arrive while the server closes are refused by the hook below, through
     // the family's error handler (fastify's own 503 has none of the family's form).
     return503OnClosing: false,
+    // A path the router cannot read (a bad percent-encoding, a segment past
+    // maxParamLength) is answered in the family's form, not fastify's, and without
+    // echoing the path back.
+    frameworkErrors: (error, _request, reply: FastifyReply) => {
+      const code = (error as { code?: string }).code;
+      const [status, message] =
+        code === "FST_ERR_BAD_URL"
+          ? [400, "the request's path is not valid: a percent-encoding in it does not decode"]
+          : code === "FST_ERR_MAX_PARAM_LENGTH"
+            ? [414, "a segment of the request's path is longer than the 2048 characters allowed"]
+            : [400, "the request is not valid"];
+      const { headers, body } = errorBody(status, message);
+      void reply.code(status).headers(headers).type("application/json").send(body);
+    },
     // Requests refused before fastify sees them (a head too large, a request too slow)
     // are answered with the reason and counted.
     clientErrorHandler: (error: NodeJS.ErrnoException, socket: Socket) => {
