@@ -15,7 +15,7 @@ import { closeConnectionsOnceIdle } from "./close-connections.ts";
 import { type ErrorBody, KSERVE_ERROR_BODY } from "./error-reply.ts";
 import { HttpError } from "./http-error.ts";
 import { DESCRIBING_SCHEMAS, documentRoutes, type OpenApiInfo } from "./openapi.ts";
-import { readRequestBody } from "./request-body.ts";
+import { BodyTooLargeError, readRequestBody } from "./request-body.ts";
 import { compressResponses } from "./response-compression.ts";
 import { learnRouteMethods } from "./route-methods.ts";
 
@@ -203,6 +203,20 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       refusals,
       corsHeaders: options.corsHeaders,
     });
+  // A client that asks before sending its body (Expect: 100-continue, as curl does for a
+  // large one) and declares more than the limit is refused then, not after sending it all.
+  app.server.on("checkContinue", (request: IncomingMessage, response: ServerResponse) => {
+    const declared = Number(request.headers["content-length"]);
+    if (Number.isFinite(declared) && declared > bodyLimitBytes) {
+      refusals?.refused("http_body_bytes");
+      const { headers, body } = errorBody(413, new BodyTooLargeError(bodyLimitBytes).message);
+      response.writeHead(413, { ...headers, "content-type": "application/json", connection: "close" });
+      response.end(body);
+      return;
+    }
+    response.writeContinue();
+    app.server.emit("request", request, response);
+  });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("*", (request: FastifyRequest, payload: IncomingMessage) =>
     readRequestBody(payload, request.headers, bodyLimitBytes),
