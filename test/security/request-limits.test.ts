@@ -390,14 +390,16 @@ describe("instances per model are bounded", () => {
 });
 
 describe("a failed load is answered 400, as Triton answers it, whatever the cause", () => {
-  test("a config that does not parse, a missing model file; a model no repository has is 500 (as Triton)", async () => {
+  test("a missing model file is 400; a model no repository has, or a config that does not parse, is 500 (as Triton)", async () => {
     const unknown = await postJson(`${server.url}/v2/repository/models/nosuch/load`, {});
     assert.equal(unknown.status, 500);
     assert.match(String(unknown.body.error), /failed to load 'nosuch', failed to poll from model repository/);
     const bad = await postJson(`${server.url}/v2/repository/models/floats/load`, {
       parameters: { config: "{not json" },
     });
-    assert.equal(bad.status, 400);
+    // Triton's failed poll ("Invalid config override" in its log).
+    assert.equal(bad.status, 500);
+    assert.match(String(bad.body.error), /failed to poll from model repository: Invalid config override: /);
     const wrongFile = await postJson(`${server.url}/v2/repository/models/floats/load`, {
       parameters: {
         config: JSON.stringify({
