@@ -156,7 +156,11 @@ export function latencyMetrics(
         const { timings, error } = record;
         if (error !== undefined) {
           // Counted as the statistics count failures (which Triton keeps in one place).
-          if (record.refused !== true) failed[failureReason(error.code, record.dispatched)].inc();
+          if (record.refused === true) return;
+          failed[failureReason(error.code, record.dispatched)].inc();
+          // Its first response went out, an error itself at the latest: Triton times the
+          // first response of any kind.
+          hist?.firstResponse.observe((record.firstResponseNs ?? record.totalNs) / 1e6);
           return;
         }
         if (timings === undefined) return;
