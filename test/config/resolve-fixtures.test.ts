@@ -529,6 +529,20 @@ describe("dynamic batching queue policies", () => {
     assert.equal(config.dynamicBatching?.queueTimeout, undefined);
   });
 
+  it("model_metrics bucket overrides are read and said not to apply", () => {
+    const { notes } = resolveModelConfig({
+      parsed: parseModelConfigText(
+        `max_batch_size: 8\ninput { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }\noutput { name: "y" data_type: TYPE_FP32 dims: [ 4 ] }\nmodel_metrics { metric_control: [ { metric_identifier: { family: "nv_inference_first_response_histogram_ms" } histogram_options: { buckets: [ 1, 2, 4 ] } } ] }`,
+        { file: "models/m/config.pbtxt" },
+      ),
+      modelName: "m",
+      modelDir: "models/m",
+    });
+    assert.deepEqual(notes, [
+      "model_metrics of model 'm' are not applied: the histograms keep their buckets",
+    ]);
+  });
+
   it("with priority levels, every request is served at the default level, under its policy", () => {
     const { config, notes } = resolveText(`
   priority_levels: 2

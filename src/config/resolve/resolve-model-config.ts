@@ -122,6 +122,9 @@ function refuseUnsupported(root: MessageNode): void {
   }
   if (Object.keys(root.map("cc_model_filenames")).length > 0)
     ctx.note(`cc_model_filenames of model '${modelName}' are ignored`);
+  if ((root.child("model_metrics")?.list("metric_control").length ?? 0) > 0) {
+    ctx.note(`model_metrics of model '${modelName}' are not applied: the histograms keep their buckets`);
+  }
   if (root.child("response_cache")?.bool("enable") === true) {
     ctx.note(`the response cache of model '${modelName}' is not supported and stays off`);
   }
