@@ -45,6 +45,8 @@ export interface LoadedModelOptions {
   readonly checkInputs?: (inputs: ReadonlyMap<string, Tensor>) => void;
   /** Class labels by output (see ServedModel.labels). */
   readonly labels?: ReadonlyMap<string, readonly string[]>;
+  /** How long the version took to load, in seconds. */
+  readonly loadSeconds?: number;
 }
 
 /** The request's sequence id, or the one the server assigned to its START. */
@@ -78,6 +80,7 @@ export class LoadedModel implements ServedModel {
   readonly outputs: readonly TensorMetadata[];
   readonly sequences: SequenceAdmin | undefined;
   readonly labels: ReadonlyMap<string, readonly string[]> | undefined;
+  readonly loadSeconds: number | undefined;
   readonly #executors: readonly ModelExecutor[];
   readonly #scheduler: Scheduler;
   readonly #statistics: ModelStatistics;
@@ -95,6 +98,7 @@ export class LoadedModel implements ServedModel {
     this.#executors = options.executors;
     this.#checkInputs = options.checkInputs;
     this.labels = options.labels;
+    this.loadSeconds = options.loadSeconds;
     this.#statistics = new ModelStatistics(config.name, options.version);
     this.#requestObserver = options.requestObserver;
     if (config.sequenceBatching !== undefined) {

@@ -172,6 +172,8 @@ export interface ServedModel {
   statistics(): ModelStatisticsSnapshot;
   /** Class labels, one per line of the file an output's `label_filename` names, by output. */
   readonly labels?: ReadonlyMap<string, readonly string[]>;
+  /** How long the version took to load, in seconds (Triton's nv_model_load_duration_secs). */
+  readonly loadSeconds?: number;
   /** Requests accepted and not yet answered. */
   readonly pending: number;
   /** Of those, the requests handed to a model instance (running, or next in its worker). */

@@ -169,6 +169,18 @@ function modelMetrics(registry: Registry, models: ModelRegistry, settings: Metri
     },
   });
 
+  new Gauge<Labels>({
+    name: "nv_model_load_duration_secs",
+    help: "Model load time in seconds",
+    labelNames: ["model", "version"],
+    registers: [registry],
+    collect(this: Gauge<Labels>) {
+      this.reset();
+      for (const m of models.served())
+        if (m.loadSeconds !== undefined) this.set({ model: m.name, version: m.version }, m.loadSeconds);
+    },
+  });
+
   const servedWithSequences = () => models.served().filter((m) => m.sequences !== undefined);
   const sequenceGauge = (
     name: string,

@@ -166,6 +166,7 @@ export async function openVersion(
   options: VersionLoadOptions,
 ): Promise<{ model: LoadedModel; configJson: Record<string, unknown> }> {
   const { source, settings } = prepared;
+  const startedMs = performance.now();
   let modelPath = versionPath(source.dir, version, settings.defaultModelFilename);
   if (settings.backend === TYPESCRIPT_BACKEND)
     modelPath = handlerFile(dirname(modelPath), settings.defaultModelFilename);
@@ -218,6 +219,8 @@ export async function openVersion(
       ...(sequencing === undefined || options.sequenceTier === undefined
         ? {}
         : { tier: options.sequenceTier.forModel(source.name, String(version)) }),
+      // From its file to ready, its warmup included, as Triton times a load.
+      loadSeconds: (performance.now() - startedMs) / 1000,
     });
     return { model, configJson: resolved.tritonJson as Record<string, unknown> };
   } catch (error) {

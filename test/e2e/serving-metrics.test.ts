@@ -95,6 +95,9 @@ describe("the metrics port", () => {
       assert.equal(metrics.value(name, SIMPLE), 0, name);
     }
     assert.equal(metrics.value("nv_inference_pending_request_count", SIMPLE), 0);
+    // Triton's load time gauge: set once the version loaded.
+    assert.match(metrics.text, /^# TYPE nv_model_load_duration_secs gauge$/m);
+    assert.ok((metrics.value("nv_model_load_duration_secs", SIMPLE) ?? 0) > 0);
     assert.match(metrics.text, /^# TYPE nv_inference_request_failure counter$/m);
     for (const reason of ["REJECTED", "CANCELED", "BACKEND", "OTHER"]) {
       assert.equal(metrics.value("nv_inference_request_failure", { ...SIMPLE, reason }), 0, reason);
