@@ -59,6 +59,13 @@ export interface TraceCarrier {
   readonly tracestate?: string | undefined;
 }
 
+/** When a request was read, on the `performance.now()` clock in ns, and over what. */
+export interface ReceivedAt {
+  readonly frontend: "HTTP" | "GRPC";
+  readonly startNs: number;
+  readonly endNs: number;
+}
+
 export interface InferRequest {
   /** The client's request id, echoed in the response ("" when absent). */
   readonly id: string;
@@ -72,6 +79,8 @@ export interface InferRequest {
   readonly signal?: AbortSignal;
   /** The caller's trace context, when it sent one: traced requests join its trace. */
   readonly trace?: TraceCarrier | undefined;
+  /** When the frontend received it (Triton's trace names them HTTP_RECV_*, GRPC_WAITREAD_*). */
+  readonly received?: ReceivedAt | undefined;
   /**
    * Who sent it: the name of the API key it was authenticated with; undefined when the
    * API needs no key. A sequence belongs to the caller that started it: only that caller

@@ -155,10 +155,28 @@ export function tritonTraceFile(
     inputs: ReadonlyMap<string, Tensor> | undefined,
   ): void => {
     const id = nextId++;
-    array.write({ id, model_name: model, model_version: Number(version), request_id: record.request.id });
+    const requestId = record.request.id;
+    // As Triton's, an empty request id is left out.
+    array.write({
+      id,
+      model_name: model,
+      model_version: Number(version),
+      ...(requestId === "" ? {} : { request_id: requestId }),
+    });
     if (setting.level.timestamps) {
       const timeline = requestTimeline(record);
       const startNs = record.arrivalNs;
+      // The frontend's, first: when it read the request (trace_summary.py keeps the traces
+      // that have them). The sending is not timed: a trace is written as it is answered.
+      const received = record.request.received;
+      if (received !== undefined) {
+        const [start, end] =
+          received.frontend === "HTTP"
+            ? ["HTTP_RECV_START", "HTTP_RECV_END"]
+            : ["GRPC_WAITREAD_START", "GRPC_WAITREAD_END"];
+        array.write({ id, timestamps: [{ name: start, ns: Math.round(received.startNs) }] });
+        array.write({ id, timestamps: [{ name: end, ns: Math.round(received.endNs) }] });
+      }
       const stamps: [string, number][] =
         timeline === undefined
           ? [

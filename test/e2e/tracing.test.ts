@@ -328,12 +328,24 @@ describe("Triton's trace file (mode triton)", () => {
     await exporterless.stop();
     const entries = JSON.parse(readFileSync(file, "utf8")) as Record<string, unknown>[];
     assert.deepEqual(entries[0], { id: 1, model_name: "simple", model_version: 1, request_id: "r3" });
+    // As Triton's, an empty request id is left out.
+    assert.deepEqual(
+      entries.find((e) => e.id === 2 && e.model_name !== undefined),
+      {
+        id: 2,
+        model_name: "words",
+        model_version: 1,
+      },
+    );
     const stamps = entries
       .filter((e) => e.id === 1)
       .flatMap((e) => (e.timestamps as { name: string; ns: number }[] | undefined) ?? []);
+    // The frontend's first, as Triton's trace_summary.py needs them.
     assert.deepEqual(
       stamps.map((s) => s.name),
       [
+        "HTTP_RECV_START",
+        "HTTP_RECV_END",
         "REQUEST_START",
         "QUEUE_START",
         "COMPUTE_START",

@@ -1,6 +1,6 @@
 import { isDataType } from "../../core/datatype.ts";
 import { invalidArg } from "../../core/errors.ts";
-import type { InferRequest } from "../../core/infer.ts";
+import type { InferRequest, ReceivedAt } from "../../core/infer.ts";
 import type { ServedModel } from "../../core/model.ts";
 import type { ModelConfig } from "../../core/model-config.ts";
 import { readSequenceControl } from "../../core/sequence/sequence-parameters.ts";
@@ -151,25 +151,33 @@ function tensorSlice(
   return sharedMemorySlice(parameters, name);
 }
 
+/** What a request carries beside its message. */
+export interface GrpcDecodeOptions {
+  /** Aborts it while it has not run (call cancelled, stream gone). */
+  readonly signal?: AbortSignal | undefined;
+  /** The caller (its API key's name). */
+  readonly principal?: string | undefined;
+  /** Where tensors may be read from and written to shared memory (unset: such requests are refused). */
+  readonly sharedMemory?: SharedMemoryRegions | undefined;
+  /** When the message was read (for tracing). */
+  readonly received?: ReceivedAt | undefined;
+}
+
 /**
  * Decodes a request to `model` (found first, as Triton finds it before reading the inputs:
- * the inputs' refusals are told in its terms); `signal` aborts it while it has not run
- * (call cancelled, stream gone); `principal` is the caller (its API key's name);
- * `sharedMemory`, where tensors may be read from and written to shared memory (unset: such
- * requests are refused).
+ * the inputs' refusals are told in its terms).
  */
 export function decodeInferRequest(
   message: ModelInferRequestMessage,
   model: ServedModel,
-  signal?: AbortSignal,
-  principal?: string,
-  sharedMemory?: SharedMemoryRegions,
+  options: GrpcDecodeOptions = {},
 ): DecodedInferRequest {
   const version = message.model_version;
   const modelVersion = version === undefined || version === "" ? undefined : version;
+  const { sharedMemory } = options;
   const held = sharedMemory && new SharedMemoryRequest(sharedMemory, model.config, message.id ?? "");
   try {
-    return decodeMessage(message, model.config, modelVersion, signal, principal, held);
+    return decodeMessage(message, model.config, modelVersion, options, held);
   } catch (error) {
     held?.release();
     throw error;
@@ -180,8 +188,7 @@ function decodeMessage(
   message: ModelInferRequestMessage,
   config: ModelConfig,
   modelVersion: string | undefined,
-  signal: AbortSignal | undefined,
-  principal: string | undefined,
+  options: GrpcDecodeOptions,
   sharedMemory: SharedMemoryRequest | undefined,
 ): DecodedInferRequest {
   // The name the request gave (the model's, as it was found by it).
@@ -248,8 +255,9 @@ function decodeMessage(
     outputs,
     parameters,
     sequence: readSequenceControl(parameters),
-    signal,
-    principal,
+    signal: options.signal,
+    principal: options.principal,
+    received: options.received,
   };
   return { modelName, modelVersion, request, classification, sharedMemory: sharedMemory?.hold() };
 }

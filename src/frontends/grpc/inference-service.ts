@@ -206,6 +206,8 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     call: ServerUnaryCall<ModelInferRequestMessage, ModelInferResponseMessage>,
     identify: IdentifyModel,
   ): Promise<ModelInferResponseMessage> => {
+    // The message has been read whole: Triton's GRPC_WAITREAD_START and _END, for tracing.
+    const readNs = performance.now() * 1e6;
     const controller = new AbortController();
     const onCancel = (): void =>
       controller.abort(cancelled("request cancelled: the client cancelled the call"));
@@ -218,13 +220,12 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
       // for its inputs counts as a failure of that model.
       const model = registry.model(message.model_name ?? "", given(message.model_version));
       identify(model.name, model.version);
-      const decoded = decodeInferRequest(
-        message,
-        model,
-        controller.signal,
-        principalOf(call.metadata),
-        context.sharedMemory,
-      );
+      const decoded = decodeInferRequest(message, model, {
+        signal: controller.signal,
+        principal: principalOf(call.metadata),
+        sharedMemory: context.sharedMemory,
+        received: { frontend: "GRPC", startNs: readNs, endNs: readNs },
+      });
       sharedOutputs = decoded.sharedMemory;
       const [traceparent] = call.metadata.get("traceparent");
       const [tracestate] = call.metadata.get("tracestate");

@@ -216,6 +216,8 @@ export class StreamInferSession {
   }
 
   #accept(message: ModelInferRequestMessage): void {
+    // Read whole now: Triton's GRPC_WAITREAD_START and _END, for tracing.
+    const readNs = performance.now() * 1e6;
     this.#inflight++;
     const bytes = heldBytes(message);
     this.#heldRequestBytes += bytes;
@@ -237,13 +239,12 @@ export class StreamInferSession {
       // inputs are checked against it before they are read).
       const version = message.model_version;
       model = this.#registry.model(message.model_name ?? "", version === "" ? undefined : version);
-      const decoded = decodeInferRequest(
-        message,
-        model,
-        this.#controller.signal,
-        this.#principal,
-        this.#sharedMemory,
-      );
+      const decoded = decodeInferRequest(message, model, {
+        signal: this.#controller.signal,
+        principal: this.#principal,
+        sharedMemory: this.#sharedMemory,
+        received: { frontend: "GRPC", startNs: readNs, endNs: readNs },
+      });
       sharedOutputs = decoded.sharedMemory;
       const classification = classificationFor(model, decoded.classification);
       request = withTraceContext(

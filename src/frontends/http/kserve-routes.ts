@@ -154,6 +154,7 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
     reply: FastifyReply,
     model: ServedModel,
   ): Promise<FastifyReply> {
+    const receivedNs = performance.now() * 1e6;
     const body = (request.body as Buffer | undefined) ?? EMPTY_BODY;
     const headerLength = readHeaderLength(request.headers[HEADER_LENGTH], body.byteLength);
     const disconnect = watchDisconnect(request, reply);
@@ -164,6 +165,8 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
         signal: disconnect.signal,
         principal: request.principal,
         sharedMemory: context.sharedMemory,
+        // Triton's HTTP_RECV_START and _END: the head read, the body read.
+        received: { frontend: "HTTP", startNs: request.receivedNs, endNs: receivedNs },
       });
       decoded = decoding instanceof Promise ? await decoding : decoding;
       const { traceparent, tracestate } = request.headers;

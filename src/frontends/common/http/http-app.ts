@@ -19,6 +19,13 @@ import { BodyTooLargeError, readRequestBody } from "./request-body.ts";
 import { compressResponses } from "./response-compression.ts";
 import { learnRouteMethods } from "./route-methods.ts";
 
+declare module "fastify" {
+  interface FastifyRequest {
+    /** When the request's head was read, on the `performance.now()` clock in ns. */
+    receivedNs: number;
+  }
+}
+
 // The fastify server every HTTP protocol family starts from: bodies read once for every
 // route, as raw bytes whatever the Content-Type (clients differ), decompressed, within the
 // size limit; responses compressed for clients that ask; an OpenAPI document of the routes
@@ -192,7 +199,10 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     app.server.on("drop", () => refusals?.refused("http_connections"));
   }
   let closing = false;
-  app.addHook("onRequest", (_request, _reply, done) => {
+  app.decorateRequest("receivedNs", 0);
+  app.addHook("onRequest", (request, _reply, done) => {
+    // When its head was read: Triton's HTTP_RECV_START, for tracing.
+    request.receivedNs = performance.now() * 1e6;
     if (!closing) done();
     else
       done(new HttpError(503, "the server is stopping: it takes no new requests", { connection: "close" }));

@@ -1,6 +1,6 @@
 import { isDataType } from "../../../core/datatype.ts";
 import { invalidArg } from "../../../core/errors.ts";
-import type { InferRequest, ParameterValue } from "../../../core/infer.ts";
+import type { InferRequest, ParameterValue, ReceivedAt } from "../../../core/infer.ts";
 import type { ServedModel } from "../../../core/model.ts";
 import {
   isTritonSequenceParameter,
@@ -68,6 +68,8 @@ export interface DecodeOptions {
   readonly reservedParameters?: readonly string[] | undefined;
   /** Where tensors may be read from and written to shared memory; unset, such requests are refused. */
   readonly sharedMemory?: SharedMemoryRegions | undefined;
+  /** When the request was read (for tracing). */
+  readonly received?: ReceivedAt | undefined;
 }
 
 /**
@@ -425,6 +427,7 @@ export function decodeRawBody(body: Buffer, model: ServedModel, options: DecodeO
     sequence: undefined,
     signal: options.signal,
     principal: options.principal,
+    received: options.received,
   };
   // Over HTTP a raw request has nowhere to ask for JSON: its outputs come back binary, as in Triton.
   const binaryByDefault = options.binaryOutputByDefault ?? true;
@@ -547,6 +550,7 @@ function decodeTensors(
     sequence,
     signal: options.signal,
     principal: options.principal,
+    received: options.received,
   };
   return { request, encoding };
 }
