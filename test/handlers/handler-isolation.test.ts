@@ -40,6 +40,12 @@ export default {
       if (mode === "log-uncopyable")
         log.info("a line with a client", { client: { name: "backend", call: function callBackend() { return "SOURCE_TEXT"; } } });
       if (mode === "state-function") r.sequence.state.set("client", { call: function callBackend() { return "SOURCE_TEXT"; } });
+      if (mode === "log-odd") {
+        log.info({ call: function secret() { return "SOURCE_TEXT"; } });
+        log.info("a line with a field that throws", { get boom() { throw new Error("getter boom"); } });
+      }
+      // A change of the state once the request is complete (from a timer): not kept.
+      if (mode === "late-state") setTimeout(() => r.sequence.state.set("late", 1), 20);
       if (mode === "exit") process.exit(3);
       if (mode.startsWith("count")) return count(r, mode);
       const outputs = { ECHO: { datatype: "BYTES", shape: [1, 1], data: [mode] } };
@@ -227,6 +233,29 @@ test("what cannot be copied to another thread is named, never quoted: a log line
   assert.equal(echoed(await call("faulty_seq", "s2", { id: 31, end: true })), "s2");
   // V8's own words quote the function's source: nowhere.
   assert.ok(!logLines.some((l) => l.includes("SOURCE_TEXT")));
+});
+
+test("a log call with a message that is not text, or fields that cannot be read, fails nothing", async () => {
+  assert.equal(echoed(await call("faulty", "log-odd")), "log-odd");
+  assert.ok(logLines.some((l) => JSON.parse(l).msg === '{"call":"[a function (secret)]"}'));
+  const line = logLines.find((l) => l.includes("a line with a field that throws"));
+  assert.ok(line !== undefined);
+  assert.equal(JSON.parse(line).fields, "[could not be read]");
+  assert.ok(!logLines.some((l) => l.includes("SOURCE_TEXT")));
+});
+
+test("a state change after its request is complete is not kept, and ends neither the worker nor any sequence", async () => {
+  assert.equal(echoed(await call("faulty_seq", "l1", { id: 41, start: true })), "l1");
+  assert.equal(echoed(await call("faulty_seq", "o1", { id: 42, start: true })), "o1");
+  assert.equal(echoed(await call("faulty_seq", "late-state", { id: 41 })), "late-state");
+  await eventually("the warning of the late change", () =>
+    logLines.find((l) =>
+      l.includes("a change of its sequence's state after that (state 'late') is not kept"),
+    ),
+  );
+  assert.equal(echoed(await call("faulty_seq", "l2", { id: 41, end: true })), "l2");
+  assert.equal(echoed(await call("faulty_seq", "o2", { id: 42, end: true })), "o2");
+  assert.ok(!logLines.some((line) => line.includes("stopped unexpectedly")));
 });
 
 test("a handler that returns null for a request is said to have given no response", async () => {

@@ -35,7 +35,8 @@ export class HandlerSequenceState implements SequenceState {
   readonly #original: readonly WireStateEntry[];
   /** Copies of the tensors read, as they arrived; undefined when nothing is given back. */
   readonly #untouched: Map<string, WireStateEntry> | undefined;
-  #sealed: string | undefined;
+  #sealed: ((key: string) => void) | undefined;
+  #warned = false;
 
   /** `rollback`: whether original() may be asked for (not for a sequence that has ended). */
   constructor(entries: readonly WireStateEntry[], rollback = true) {
@@ -60,17 +61,28 @@ export class HandlerSequenceState implements SequenceState {
     return entry.value as T;
   }
 
-  /** After this, a change throws `why` (the request it belonged to is complete). */
-  seal(why: string): void {
-    this.#sealed = why;
+  /**
+   * After this, a change is left undone and `warn` is told once: the request it belonged
+   * to is complete. Not thrown: the change may come from a timer or a detached task, where
+   * an exception would end the worker and every sequence on it.
+   */
+  seal(warn: (key: string) => void): void {
+    this.#sealed = warn;
   }
 
-  #checkOpen(): void {
-    if (this.#sealed !== undefined) throw new Error(this.#sealed);
+  /** Whether a change may be made (it is told once when it may not). */
+  #open(key: string): boolean {
+    const warn = this.#sealed;
+    if (warn === undefined) return true;
+    if (!this.#warned) {
+      this.#warned = true;
+      warn(key);
+    }
+    return false;
   }
 
   set(key: string, value: unknown): void {
-    this.#checkOpen();
+    if (!this.#open(key)) return;
     if (value === undefined) {
       this.delete(key);
       return;
@@ -89,12 +101,12 @@ export class HandlerSequenceState implements SequenceState {
   }
 
   delete(key: string): boolean {
-    this.#checkOpen();
+    if (!this.#open(key)) return false;
     return this.#entries.delete(key);
   }
 
   clear(): void {
-    this.#checkOpen();
+    if (!this.#open("*")) return;
     this.#entries.clear();
   }
 

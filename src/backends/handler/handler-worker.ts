@@ -65,11 +65,28 @@ function log(
   message: string,
   fields?: Record<string, unknown>,
 ): void {
+  // A log call never fails its request: a message that is not text is made text, fields
+  // that cannot be copied are described, and fields that cannot even be read are left out.
+  const text = typeof message === "string" ? message : describe(message);
   try {
-    post({ type: "log", level, message, fields });
+    post({ type: "log", level, message: text, fields });
   } catch {
-    // A log call never fails the request: what cannot be copied is described instead.
-    post({ type: "log", level, message, fields: copyableFields(fields) as Record<string, unknown> });
+    try {
+      post({ type: "log", level, message: text, fields: copyableFields(fields) as Record<string, unknown> });
+    } catch {
+      post({ type: "log", level, message: text, fields: { fields: "[could not be read]" } });
+    }
+  }
+}
+
+/** A log message given as something else than text, as text (never V8's clone refusal). */
+function describe(value: unknown): string {
+  try {
+    return typeof value === "object" && value !== null
+      ? JSON.stringify(copyableFields(value))
+      : String(value);
+  } catch {
+    return "[a message that could not be read]";
   }
 }
 
@@ -397,8 +414,13 @@ class OpenRequest implements HandlerRequest {
   #finish(error: WireError | undefined, response: HandlerResponse | undefined, kept?: KeptState): void {
     if (this.#done) return;
     this.#done = true;
-    // What the handler changes after this is nowhere: it is told, not silently dropped.
-    this.#state?.seal(`${this.named} is complete: its sequence's state can no longer change`);
+    // What the handler changes after this is nowhere: the log says so, once.
+    this.#state?.seal((key) =>
+      log(
+        "warn",
+        `${this.named} is complete: a change of its sequence's state after that (state '${key}') is not kept`,
+      ),
+    );
     this.#markFinished();
     open.delete(this.rid);
     // What was sent stays sent: a send() still waiting for room is done, not failed.
