@@ -390,8 +390,10 @@ export function parseCommandLine(
     ovmsConfigs,
     singleModel: ovms.singleModel,
     // OVMS starts whatever models of its config.json fail to load, serves the others and
-    // loads the rest when their folders are ready (Triton's --exit-on-error still decides).
-    exitOnError: ovmsConfigs.length > 0 ? false : DEFAULT_SERVER_OPTIONS.exitOnError,
+    // loads the rest when their folders are ready: so does a launch with config.json alone
+    // (beside a Triton repository, Triton's rule holds; --exit-on-error decides either way).
+    exitOnError:
+      ovmsConfigs.length > 0 && given.length === 0 ? false : DEFAULT_SERVER_OPTIONS.exitOnError,
     configPollSecs: ovms.configPollSecs,
     sequenceCleanerPollWaitMinutes: ovms.sequenceCleanerPollWaitMinutes,
     host: get("host"),

@@ -196,4 +196,14 @@ describe("OVMS's metrics settings: --metrics_enable, --metrics_list, the config'
     const off = parseAll(["--config_path", config({ metrics: { enable: false } }), "--rest_port", "8500"]);
     assert.deepEqual([off.ovmsMetrics, off.metricsOnHttpPort], [undefined, false]);
   });
+
+  it("a config.json launch starts whatever models fail, as OVMS; beside a Triton repository, Triton's rule holds", () => {
+    const file = config();
+    assert.equal(parseAll(["--config_path", file, "--rest_port", "8500"]).exitOnError, false);
+    assert.equal(
+      parseAll(["--config_path", file, "--rest_port", "8500", "--exit-on-error", "true"]).exitOnError,
+      true,
+    );
+    assert.equal(parseAll(["--config_path", file, "--model-repository", "."]).exitOnError, true);
+  });
 });
