@@ -392,8 +392,7 @@ export function parseCommandLine(
     // OVMS starts whatever models of its config.json fail to load, serves the others and
     // loads the rest when their folders are ready: so does a launch with config.json alone
     // (beside a Triton repository, Triton's rule holds; --exit-on-error decides either way).
-    exitOnError:
-      ovmsConfigs.length > 0 && given.length === 0 ? false : DEFAULT_SERVER_OPTIONS.exitOnError,
+    exitOnError: ovmsConfigs.length > 0 && given.length === 0 ? false : DEFAULT_SERVER_OPTIONS.exitOnError,
     configPollSecs: ovms.configPollSecs,
     sequenceCleanerPollWaitMinutes: ovms.sequenceCleanerPollWaitMinutes,
     host: get("host"),

@@ -17,7 +17,12 @@ import type { ModelTier } from "./sequence/sequence-tier.ts";
 import type { HandoverResult } from "./sequence/sequence-transfer.ts";
 import type { StateBudget } from "./sequence/state-budget.ts";
 import type { StateStore } from "./sequence/state-store.ts";
-import { ModelStatistics, type ModelStatisticsSnapshot } from "./statistics.ts";
+import {
+  type CounterTotals,
+  counterTotals,
+  ModelStatistics,
+  type ModelStatisticsSnapshot,
+} from "./statistics.ts";
 import type { Tensor } from "./tensor.ts";
 
 // A loaded model version: its frozen config, its instances, and the scheduler the config
@@ -84,6 +89,8 @@ export class LoadedModel implements ServedModel {
   readonly #executors: readonly ModelExecutor[];
   readonly #scheduler: Scheduler;
   readonly #statistics: ModelStatistics;
+  /** The counters of the loads this one replaced in place (carryCountersFrom). */
+  #carriedCounters: CounterTotals | undefined;
   #requestObserver: RequestObserver | undefined;
   readonly #checkInputs: ((inputs: ReadonlyMap<string, Tensor>) => void) | undefined;
 
@@ -285,6 +292,15 @@ export class LoadedModel implements ServedModel {
 
   statistics(): ModelStatisticsSnapshot {
     return this.#statistics.snapshot();
+  }
+
+  counterTotals(): CounterTotals {
+    return counterTotals(this.#statistics.snapshot(), this.#carriedCounters);
+  }
+
+  /** This load replaces `previous` in place: its counters go on from `previous`'s totals. */
+  carryCountersFrom(previous: LoadedModel): void {
+    this.#carriedCounters = previous.counterTotals();
   }
 
   /** Requests accepted and not yet answered. */

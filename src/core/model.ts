@@ -4,7 +4,7 @@ import type { InferRequest, InferResponse, SequenceId } from "./infer.ts";
 import type { ModelConfig } from "./model-config.ts";
 import type { InferResponseStream } from "./response-stream.ts";
 import type { SharedMemoryRegions } from "./shared-memory.ts";
-import type { ModelStatisticsSnapshot } from "./statistics.ts";
+import type { CounterTotals, ModelStatisticsSnapshot } from "./statistics.ts";
 import type { TraceSettingsControl } from "./trace-settings.ts";
 
 // The interfaces the frontends program against. The repository implements
@@ -170,6 +170,8 @@ export interface ServedModel {
   /** The request's responses as they are produced; for other models, its one answer. */
   stream?(request: InferRequest): InferResponseStream;
   statistics(): ModelStatisticsSnapshot;
+  /** The counters of this load and of those it replaced in place (statistics.ts, CounterTotals). */
+  counterTotals?(): CounterTotals;
   /** Class labels, one per line of the file an output's `label_filename` names, by output. */
   readonly labels?: ReadonlyMap<string, readonly string[]>;
   /** How long the version took to load, in seconds (Triton's nv_model_load_duration_secs). */

@@ -165,3 +165,40 @@ export class ModelStatistics {
     };
   }
 }
+
+/**
+ * What a model version's Prometheus counters add up to. A version loaded again in its
+ * place starts its statistics anew, as Triton's statistics API does, while its counters
+ * go on from these, as Triton's metric reporter does (found again by model and version).
+ */
+export interface CounterTotals {
+  readonly success: number;
+  readonly successNs: number;
+  readonly inferences: number;
+  readonly executions: number;
+  readonly queueNs: number;
+  readonly computeInputNs: number;
+  readonly computeInferNs: number;
+  readonly computeOutputNs: number;
+  /** Executions by batch size. */
+  readonly batches: ReadonlyMap<number, number>;
+}
+
+/** `snapshot`'s counters, plus those `carried` from the loads it replaced. */
+export function counterTotals(snapshot: ModelStatisticsSnapshot, carried?: CounterTotals): CounterTotals {
+  const stats = snapshot.inference_stats;
+  const batches = new Map(carried?.batches);
+  for (const b of snapshot.batch_stats)
+    batches.set(b.batch_size, (batches.get(b.batch_size) ?? 0) + b.compute_infer.count);
+  return {
+    success: (carried?.success ?? 0) + stats.success.count,
+    successNs: (carried?.successNs ?? 0) + stats.success.ns,
+    inferences: (carried?.inferences ?? 0) + snapshot.inference_count,
+    executions: (carried?.executions ?? 0) + snapshot.execution_count,
+    queueNs: (carried?.queueNs ?? 0) + stats.queue.ns,
+    computeInputNs: (carried?.computeInputNs ?? 0) + stats.compute_input.ns,
+    computeInferNs: (carried?.computeInferNs ?? 0) + stats.compute_infer.ns,
+    computeOutputNs: (carried?.computeOutputNs ?? 0) + stats.compute_output.ns,
+    batches,
+  };
+}

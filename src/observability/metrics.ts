@@ -2,14 +2,13 @@ import { type Counter, collectDefaultMetrics, Gauge, Counter as PromCounter, Reg
 import type { MetricsSettings } from "../config/metrics-config.ts";
 import type { OvmsMetricsSettings } from "../config/ovms-metrics-config.ts";
 import type { ApiCallRecorder } from "../core/api-calls.ts";
-import { type ModelRegistry, SEQUENCE_END_REASONS } from "../core/model.ts";
+import { type ModelRegistry, SEQUENCE_END_REASONS, type ServedModel } from "../core/model.ts";
 import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
-import type { ModelStatisticsSnapshot } from "../core/statistics.ts";
+import { type CounterTotals, counterTotals } from "../core/statistics.ts";
 import { cpuMetrics } from "./cpu-metrics.ts";
 import { latencyMetrics } from "./latency-metrics.ts";
 import { ovmsMetrics } from "./ovms-metrics.ts";
 import { registerSecurityMetrics, type SecurityMetricsSource } from "./security-metrics.ts";
-import { StatisticsTotals } from "./statistics-totals.ts";
 
 // Prometheus metrics, named as Triton names them (nv_inference_*, nv_cpu_*) so existing
 // dashboards work, plus seqserve's sequence metrics and latency histograms, and Node's
@@ -80,15 +79,11 @@ export function createMetricsRegistry(
 
 /** The families read from the models' statistics and sequence summaries at scrape time. */
 function modelMetrics(registry: Registry, models: ModelRegistry, settings: MetricsSettings): void {
-  // A reloaded version's counters go on from the loads it replaced (statistics-totals.ts).
-  const totals = new StatisticsTotals();
-  const fromStats = (pick: (s: ModelStatisticsSnapshot) => number) =>
-    function* (m: ModelRegistry): Iterable<[Record<Labels, string>, number]> {
-      for (const { labels, snapshots } of totals.read(m)) {
-        let value = 0;
-        for (const snapshot of snapshots) value += pick(snapshot);
-        yield [labels, value];
-      }
+  // A version loaded again in its place counts on from the load it replaced.
+  const totalsOf = (m: ServedModel): CounterTotals => m.counterTotals?.() ?? counterTotals(m.statistics());
+  const fromStats = (pick: (totals: CounterTotals) => number) =>
+    function* (models: ModelRegistry): Iterable<[Record<Labels, string>, number]> {
+      for (const m of models.served()) yield [{ model: m.name, version: m.version }, pick(totalsOf(m))];
     };
   const us = (ns: number): number => Math.round(ns / 1000);
 
@@ -96,21 +91,21 @@ function modelMetrics(registry: Registry, models: ModelRegistry, settings: Metri
     registry,
     "nv_inference_request_success",
     "Number of successful inference requests, all batch sizes",
-    fromStats((s) => s.inference_stats.success.count),
+    fromStats((t) => t.success),
     models,
   );
   cumulative(
     registry,
     "nv_inference_count",
     "Number of inferences performed (does not include cached requests)",
-    fromStats((s) => s.inference_count),
+    fromStats((t) => t.inferences),
     models,
   );
   cumulative(
     registry,
     "nv_inference_exec_count",
     "Number of model executions performed (does not include cached requests)",
-    fromStats((s) => s.execution_count),
+    fromStats((t) => t.executions),
     models,
   );
   if (settings.counterLatencies) {
@@ -119,35 +114,35 @@ function modelMetrics(registry: Registry, models: ModelRegistry, settings: Metri
       "nv_inference_request_duration_us",
       "Cumulative inference request duration in microseconds (includes cached requests)",
       // Triton adds a request's duration here only when it succeeds.
-      fromStats((s) => us(s.inference_stats.success.ns)),
+      fromStats((t) => us(t.successNs)),
       models,
     );
     cumulative(
       registry,
       "nv_inference_queue_duration_us",
       "Cumulative inference queuing duration in microseconds (includes cached requests)",
-      fromStats((s) => us(s.inference_stats.queue.ns)),
+      fromStats((t) => us(t.queueNs)),
       models,
     );
     cumulative(
       registry,
       "nv_inference_compute_input_duration_us",
       "Cumulative compute input duration in microseconds (does not include cached requests)",
-      fromStats((s) => us(s.inference_stats.compute_input.ns)),
+      fromStats((t) => us(t.computeInputNs)),
       models,
     );
     cumulative(
       registry,
       "nv_inference_compute_infer_duration_us",
       "Cumulative compute inference duration in microseconds (does not include cached requests)",
-      fromStats((s) => us(s.inference_stats.compute_infer.ns)),
+      fromStats((t) => us(t.computeInferNs)),
       models,
     );
     cumulative(
       registry,
       "nv_inference_compute_output_duration_us",
       "Cumulative inference compute output duration in microseconds (does not include cached requests)",
-      fromStats((s) => us(s.inference_stats.compute_output.ns)),
+      fromStats((t) => us(t.computeOutputNs)),
       models,
     );
   }
@@ -159,11 +154,9 @@ function modelMetrics(registry: Registry, models: ModelRegistry, settings: Metri
     registers: [registry],
     collect(this: Counter<Labels | "batch_size">) {
       this.reset();
-      for (const { labels, snapshots } of totals.read(models)) {
-        for (const s of snapshots) {
-          for (const b of s.batch_stats) {
-            this.inc({ ...labels, batch_size: String(b.batch_size) }, b.compute_infer.count);
-          }
+      for (const m of models.served()) {
+        for (const [size, executions] of totalsOf(m).batches) {
+          this.inc({ model: m.name, version: m.version, batch_size: String(size) }, executions);
         }
       }
     },

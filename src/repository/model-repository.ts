@@ -495,6 +495,12 @@ export class ModelRepository implements ModelRegistry {
         );
       }
       this.#handOverSequences(name, previous, loaded);
+      // A version loaded again in its place counts on from the load it replaces (its
+      // runs are over: the wait above saw to it).
+      for (const [version, model] of loaded) {
+        const replaced = previous.get(version);
+        if (replaced !== undefined) model.carryCountersFrom(replaced);
+      }
       entry.versions = loaded;
       entry.failedVersions = new Map();
       for (const version of loaded.keys()) entry.everLoaded.add(version);
