@@ -106,6 +106,8 @@ export function tritonTraceFile(
   const parts = new Map<TraceSetting, TraceArray>();
   /** Files being closed, until their last bytes are written (close() waits on them). */
   const ending = new Map<TraceArray, Promise<void>>();
+  /** Settings no longer in effect (whose requests picked before may still be answered). */
+  const retired = new WeakSet<TraceSetting>();
   let nextIndex = 0;
   let nextId = 1;
   let closed = false;
@@ -225,9 +227,14 @@ export function tritonTraceFile(
       if (array === main) return;
       array.traces++;
       const full = setting.logFrequency > 0 && array.traces === setting.logFrequency;
-      if (full || (setting.limited && setting.count === 0)) endPart(setting);
+      // A request picked under a setting since retired still writes its trace: to a part
+      // of its own, closed at once, as nothing else will close it.
+      if (full || (setting.limited && setting.count === 0) || retired.has(setting)) endPart(setting);
     },
-    retire: endPart,
+    retire(setting): void {
+      retired.add(setting);
+      endPart(setting);
+    },
     async close(): Promise<void> {
       closed = true;
       for (const setting of [...parts.keys()]) endPart(setting);

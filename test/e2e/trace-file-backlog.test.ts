@@ -87,3 +87,25 @@ test("past the bound, traces are dropped and no file is opened; tracing resumes 
   assert.deepEqual(readdirSync(folder).sort(), ["trace.json", "trace.json.0"]);
   assert.deepEqual(tracedIds(readFileSync(`${path}.0`, "utf8")), ["part-after"]);
 });
+
+test("a request picked under a setting since retired writes its trace to a part closed at once", async () => {
+  const path = join(folder, "retired.json");
+  const sink = tritonTraceFile(path, () => {}, 1 << 20);
+  const old = setting(5);
+  sink.record(old, "m", "1", record("before"));
+  // The settings change while a request picked under the old one runs.
+  sink.retire(old);
+  sink.record(old, "m", "1", record("late"));
+  const current = setting(5);
+  sink.record(current, "m", "1", record("after"));
+  // Both of the old setting's parts are whole JSON before the server stops.
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  const parts = readdirSync(folder)
+    .filter((name) => name.startsWith("retired.json."))
+    .sort();
+  assert.equal(parts.length, 3, parts.join(", "));
+  assert.deepEqual(tracedIds(readFileSync(join(folder, parts[0]!), "utf8")), ["before"]);
+  assert.deepEqual(tracedIds(readFileSync(join(folder, parts[1]!), "utf8")), ["late"]);
+  await sink.close();
+  assert.deepEqual(tracedIds(readFileSync(join(folder, parts[2]!), "utf8")), ["after"]);
+});
