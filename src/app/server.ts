@@ -203,7 +203,7 @@ export async function startServer(
     isLive: () => true,
     // Triton's --strict-readiness: every model ready, or (false) the server running.
     isReady: () => !stopping && (!options.strictReadiness || repository.allReady()),
-    logging: logSettingsControl(logger, options.logFile, options.logFormat),
+    logging: logSettingsControl(logger, options.logFile, options.logFormat, options.logVerbose),
     tracing,
     sharedMemory,
     ...(metrics?.apiCalls === undefined ? {} : { apiCalls: metrics.apiCalls }),

@@ -333,6 +333,10 @@ export function readTritonFlags(values: Values, base: ServerOptions, env: Env): 
         ? tritonLogLevel(values)
         : base.logLevel,
     logFile: str("log-file") ?? base.logFile,
+    logVerbose:
+      values["log-level"] === undefined && values.log_level === undefined
+        ? tritonVerboseLevel(values)
+        : base.logVerbose,
     metrics: metrics.settings,
     tracing: tracing.settings,
     grpcMaxConnectionAgeMs: whole("grpc-max-connection-age", 0) ?? base.grpcMaxConnectionAgeMs,
@@ -350,19 +354,23 @@ export function readTritonFlags(values: Values, base: ServerOptions, env: Env): 
 }
 
 /** Triton's logging flags as a level: the least severe kind still logged. */
+/** Triton's --log-verbose level (0 when not given). */
+function tritonVerboseLevel(values: Values): number {
+  const verbose = values["log-verbose"];
+  // Triton reads true/false as 1/0 here too.
+  return verbose === undefined
+    ? 0
+    : /^(true|false)$/i.test(String(verbose))
+      ? Number(String(verbose).toLowerCase() === "true")
+      : readWholeNumber("--log-verbose", String(verbose), 0, INT32_MAX);
+}
+
 function tritonLogLevel(values: Values): LogLevel {
   const flag = (name: string): boolean => {
     const value = values[name];
     return value === undefined ? true : isTrue(name, String(value));
   };
-  const verbose = values["log-verbose"];
-  // Triton reads true/false as 1/0 here too.
-  const level =
-    verbose === undefined
-      ? 0
-      : /^(true|false)$/i.test(String(verbose))
-        ? Number(String(verbose).toLowerCase() === "true")
-        : readWholeNumber("--log-verbose", String(verbose), 0, INT32_MAX);
+  const level = tritonVerboseLevel(values);
   if (level >= 2) return "trace";
   if (level === 1) return "debug";
   if (flag("log-info")) return "info";

@@ -52,6 +52,8 @@ export interface ServerOptions {
   readonly grpcPort: number | undefined;
   readonly metricsPort: number | undefined;
   readonly logLevel: LogLevel;
+  /** Triton's --log-verbose level, read back by the logging extension (past 1, all trace). */
+  readonly logVerbose?: number | undefined;
   readonly logFormat: LogFormat;
   readonly strictModelConfig: boolean;
   readonly modelControlMode: ModelControlMode;

@@ -15,10 +15,11 @@ export function logSettingsControl(
   logger: Logger,
   file: string | undefined,
   format: LogFormat,
+  launchVerbose = 0,
 ): LogSettingsControl {
   // The verbose level last asked for: Triton reads back the level set, and every level
   // past 1 is the logger's trace.
-  let verboseAsked = 0;
+  let verboseAsked = launchVerbose;
   const current = (): LogSettings => {
     // Read from the logger itself; a logger the server did not make keeps its launch format.
     const iso = isoTimestamps(logger) ?? format === "ISO8601";

@@ -665,7 +665,11 @@ export class ModelRepository implements ModelRegistry {
           "UNAVAILABLE",
           `Request for unknown model: '${name}' has no available versions`,
           {
-            reason: entry.state === "LOADING" ? "version_loading" : "version_unknown",
+            // A model still loading, or whose load failed, has a version not loaded (yet).
+            reason:
+              entry.state === "LOADING" || entry.failedVersions.size > 0
+                ? "version_loading"
+                : "version_unknown",
           },
         );
       }

@@ -187,6 +187,8 @@ describe("Triton's flags", () => {
     assert.equal(withRepository().logLevel, "info");
     assert.equal(withRepository("--log-verbose", "1").logLevel, "debug");
     assert.equal(withRepository("--log-verbose=3").logLevel, "trace");
+    // Kept, for the logging extension to read back as given.
+    assert.equal(withRepository("--log-verbose=3").logVerbose, 3);
     assert.equal(withRepository("--log-info", "false").logLevel, "warn");
     assert.equal(withRepository("--log-info=false", "--log-warning=false").logLevel, "error");
     assert.equal(withRepository("--log-info=0", "--log-warning=0", "--log-error=0").logLevel, "silent");

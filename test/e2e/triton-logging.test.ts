@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { after, before, describe, it } from "node:test";
+import { after, before, describe, it, test } from "node:test";
 import pino from "pino";
 import type { LogFormat } from "../../src/observability/logger.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
@@ -101,6 +101,17 @@ describe("Triton's logging extension", () => {
     await grpc.unary<Settings>("LogSettings", { settings: { log_verbose_level: { uint32_param: 0 } } });
     assert.equal(logger.level, "info");
   });
+});
+
+test("a server launched with --log-verbose 3 reads it back as 3, as Triton does", async () => {
+  const logger = pino({ level: "trace" }, { write: () => {} });
+  const server = await startTestServer({}, { logLevel: "trace", logVerbose: 3 }, logger);
+  try {
+    const read = (await (await fetch(`${server.url}/v2/logging`)).json()) as { log_verbose_level: number };
+    assert.equal(read.log_verbose_level, 3);
+  } finally {
+    await server.stop();
+  }
 });
 
 describe("Triton's log_format changed while serving", () => {

@@ -1,0 +1,32 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { identityModel } from "../../tools/onnx/test-models.ts";
+import { postJson } from "../support/http-client.ts";
+import { type OvmsServer, startOvmsServer } from "./support/ovms-server.ts";
+
+// A model of an OVMS config.json whose load failed is answered as OVMS answers a version
+// not loaded: 404 "Model with requested version is not loaded yet", named or not.
+
+let ovms: OvmsServer;
+before(async () => {
+  ovms = await startOvmsServer(
+    {
+      fine: { onnx: identityModel("FP32", [-1, 4]) },
+      broken: { onnx: new TextEncoder().encode("not an ONNX model") },
+    },
+    { exitOnError: false },
+  );
+});
+after(() => ovms.stop());
+
+test("a model whose load failed is not loaded yet, named with a version or not; the others serve", async () => {
+  for (const path of ["/v1/models/broken:predict", "/v1/models/broken/versions/1:predict"]) {
+    const answer = await postJson(`${ovms.url}${path}`, { inputs: { INPUT0: [[1, 2, 3, 4]] } });
+    assert.deepEqual(
+      [path, answer.status, answer.body],
+      [path, 404, { error: "Model with requested version is not loaded yet" }],
+    );
+  }
+  const fine = await postJson(`${ovms.url}/v1/models/fine:predict`, { inputs: { INPUT0: [[1, 2, 3, 4]] } });
+  assert.deepEqual([fine.status, fine.body], [200, { outputs: [[1, 2, 3, 4]] }]);
+});
