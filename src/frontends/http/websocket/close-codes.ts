@@ -3,7 +3,10 @@
 export const CLOSE_CODES = {
   /** The sequence ended at the client's request (an END request or the end message). */
   sequenceEnded: 1000,
-  /** The stream sent no message for --http-stream-idle-timeout-secs with nothing in flight. */
+  /**
+   * The stream sent no message for --http-stream-idle-timeout-secs with nothing in flight;
+   * the server is stopping; the model of a stream without a sequence was unloaded.
+   */
   goingAway: 1001,
   /** The client left more answers unread than --max-buffered-response-bytes allows. */
   policyViolation: 1008,
@@ -13,7 +16,8 @@ export const CLOSE_CODES = {
   internalError: 1011,
   /**
    * The sequence no longer exists on the server (idle timeout, forced end through the
-   * sequences API, shutdown, a cancelled request): later messages could not continue it.
+   * sequences API, shutdown, a cancelled request, its model unloaded): later messages
+   * could not continue it.
    * 4000 + HTTP 410 Gone.
    */
   sequenceGone: 4410,

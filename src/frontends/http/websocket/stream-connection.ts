@@ -228,6 +228,16 @@ export class StreamConnection {
     }
   }
 
+  /** Why the stream's model is not served now (unloaded); undefined while it is. */
+  #unserved(): ServerError | undefined {
+    try {
+      this.#current();
+      return undefined;
+    } catch (error) {
+      return asServerError(error);
+    }
+  }
+
   get #sequences(): SequenceAdmin | undefined {
     return this.#model.sequences;
   }
@@ -616,14 +626,24 @@ export class StreamConnection {
         failure.message,
       );
     }
+    // A model no longer served (unloaded) is said so, and the stream closes: none of its
+    // messages can be served.
+    const unserved = this.#unserved();
     // The core's words for a sequence it does not know ask for a START flag, which a
     // stream's messages may not carry: what the client can do is open a new stream.
     const message =
-      this.#established && isStartMissing(failure)
-        ? `sequence ${String(this.#id)} of model '${this.#model.name}' no longer exists (ended by its idle timeout, a DELETE, or an END sent elsewhere): open a new stream to start it again`
-        : failure.message;
+      unserved !== undefined
+        ? `${unserved.message}: the model is no longer served (unloaded); open a new stream once it is loaded again`
+        : this.#established && isStartMissing(failure)
+          ? `sequence ${String(this.#id)} of model '${this.#model.name}' no longer exists (ended by its idle timeout, a DELETE, or an END sent elsewhere): open a new stream to start it again`
+          : failure.message;
     this.#answer(entry, errorText(message, entry.requestId));
-    if (entry.ends) {
+    if (unserved !== undefined) {
+      this.#stopped = true;
+      this.#over = true;
+      entry.closeCode = this.#sequences === undefined ? CLOSE_CODES.goingAway : CLOSE_CODES.sequenceGone;
+      entry.closeText = "the model is no longer served";
+    } else if (entry.ends) {
       // The client asked for the end: the sequence ends whether or not its last request ran.
       if (this.#established) this.#endSequence("end");
       this.#over = true;
