@@ -33,6 +33,27 @@ after(async () => {
   await open.stop();
 });
 
+/** A POST as a page of `host` sends it (its Host and Origin), to the server on `port`: its status. */
+function postAs(port: number, host: string, path: string, payload: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const request = httpRequest(
+      {
+        host: "127.0.0.1",
+        port,
+        method: "POST",
+        path,
+        headers: { host, origin: `http://${host}`, "content-type": "text/plain" },
+      },
+      (response) => {
+        response.resume();
+        resolve(response.statusCode ?? 0);
+      },
+    );
+    request.on("error", reject);
+    request.end(payload);
+  });
+}
+
 const post = (url: string, headers: Record<string, string>, payload = body) =>
   fetch(url, { method: "POST", headers: { "content-type": "text/plain", ...headers }, body: payload });
 
@@ -81,24 +102,7 @@ describe("without --cors-allow-origin", () => {
   test("a page of a name that resolves here (DNS rebinding) is not the server's own: its POST and WebSocket are refused", async () => {
     const port = server.server.httpPort;
     const rebound = `rebind.attacker.example:${port}`;
-    const status = await new Promise<number>((resolve, reject) => {
-      const request = httpRequest(
-        {
-          host: "127.0.0.1",
-          port,
-          method: "POST",
-          path: "/v2/repository/models/floats/unload",
-          headers: { host: rebound, origin: `http://${rebound}`, "content-type": "text/plain" },
-        },
-        (response) => {
-          response.resume();
-          resolve(response.statusCode ?? 0);
-        },
-      );
-      request.on("error", reject);
-      request.end("{}");
-    });
-    assert.equal(status, 403);
+    assert.equal(await postAs(port, rebound, "/v2/repository/models/floats/unload", "{}"), 403);
     assert.equal((await fetch(`${server.url}/v2/models/floats/ready`)).status, 200);
     const socket = new WebSocket(`ws://127.0.0.1:${port}/v2/models/floats/stream`, {
       origin: `http://${rebound}`,
@@ -112,25 +116,7 @@ describe("without --cors-allow-origin", () => {
     socket.terminate();
     assert.equal(upgrade, 403);
     // localhost is the server's own.
-    const local = `localhost:${port}`;
-    const own = await new Promise<number>((resolve, reject) => {
-      const request = httpRequest(
-        {
-          host: "127.0.0.1",
-          port,
-          method: "POST",
-          path: "/v2/models/floats/infer",
-          headers: { host: local, origin: `http://${local}`, "content-type": "text/plain" },
-        },
-        (response) => {
-          response.resume();
-          resolve(response.statusCode ?? 0);
-        },
-      );
-      request.on("error", reject);
-      request.end(body);
-    });
-    assert.equal(own, 200);
+    assert.equal(await postAs(port, `localhost:${port}`, "/v2/models/floats/infer", body), 200);
   });
 });
 
