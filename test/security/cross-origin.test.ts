@@ -100,7 +100,7 @@ describe("without --cors-allow-origin", () => {
   // an Origin that matches its Host header. Only an IP address, localhost or this
   // machine's name is the server's own without --cors-allow-origin.
   test("a page of a name that resolves here (DNS rebinding) is not the server's own: its POST and WebSocket are refused", async () => {
-    const port = server.server.httpPort;
+    const port = Number(new URL(server.url).port);
     const rebound = `rebind.attacker.example:${port}`;
     assert.equal(await postAs(port, rebound, "/v2/repository/models/floats/unload", "{}"), 403);
     assert.equal((await fetch(`${server.url}/v2/models/floats/ready`)).status, 200);
