@@ -90,7 +90,7 @@ export class LoadedModel implements ServedModel {
   readonly #scheduler: Scheduler;
   readonly #statistics: ModelStatistics;
   /** The counters of the loads this one replaced in place (carryCountersFrom). */
-  #carriedCounters: CounterTotals | undefined;
+  #carriedCounters: CounterTotals | (() => CounterTotals) | undefined;
   #requestObserver: RequestObserver | undefined;
   readonly #checkInputs: ((inputs: ReadonlyMap<string, Tensor>) => void) | undefined;
 
@@ -295,12 +295,20 @@ export class LoadedModel implements ServedModel {
   }
 
   counterTotals(): CounterTotals {
-    return counterTotals(this.#statistics.snapshot(), this.#carriedCounters);
+    const carried = this.#carriedCounters;
+    return counterTotals(this.#statistics.snapshot(), typeof carried === "function" ? carried() : carried);
   }
 
-  /** This load replaces `previous` in place: its counters go on from `previous`'s totals. */
-  carryCountersFrom(previous: LoadedModel): void {
-    this.#carriedCounters = previous.counterTotals();
+  /**
+   * This load replaces `previous` in place: its counters go on from `previous`'s totals,
+   * read as they are until `previous` has finished what it was running (it may still
+   * answer requests taken before the switch), then kept as they ended.
+   */
+  carryCountersFrom(previous: LoadedModel, finished: Promise<unknown>): void {
+    this.#carriedCounters = () => previous.counterTotals();
+    void finished.then(() => {
+      this.#carriedCounters = previous.counterTotals();
+    });
   }
 
   /** Requests accepted and not yet answered. */

@@ -495,12 +495,6 @@ export class ModelRepository implements ModelRegistry {
         );
       }
       this.#handOverSequences(name, previous, loaded);
-      // A version loaded again in its place counts on from the load it replaces (its
-      // runs are over: the wait above saw to it).
-      for (const [version, model] of loaded) {
-        const replaced = previous.get(version);
-        if (replaced !== undefined) model.carryCountersFrom(replaced);
-      }
       entry.versions = loaded;
       entry.failedVersions = new Map();
       for (const version of loaded.keys()) entry.everLoaded.add(version);
@@ -544,13 +538,17 @@ export class ModelRepository implements ModelRegistry {
     // (and the files a request sent for them).
     const replacedOverride = entry.override;
     entry.override = override;
-    const unloads = [...previous.values()].map((model) => {
+    const unloads = [...previous.entries()].map(([version, model]) => {
       model.resume();
-      return model
+      const unloaded = model
         .unload(Date.now() + 30_000)
         .catch((error: unknown) =>
           this.#logger.warn({ err: error, model: name }, "unloading a replaced version failed"),
         );
+      // A version loaded again in its place counts on from the load it replaces, whose
+      // requests taken before the switch are counted as they finish.
+      entry.versions.get(version)?.carryCountersFrom(model, unloaded);
+      return unloaded;
     });
     if (replacedOverride !== undefined)
       this.#removeLater(Promise.all(unloads).then(() => replacedOverride.remove()));

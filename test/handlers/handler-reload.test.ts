@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { writeFileSync } from "node:fs";
 import { after, before, test } from "node:test";
 import { infer, outputData, postJson, type SequenceParams } from "../support/http-client.ts";
+import { metricValue } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import { eventOf, type HandlerRepository, handlerRepository, RECORDER } from "./support/handler-kit.ts";
 
@@ -47,15 +48,33 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 parameters { key: "events_file" value: { string_value: "EVENTS_FILE" } }
 `;
 
+// The same, without sequences: a reload does not wait for its requests.
+const HELD_ON_888 = SLOW_ON_999.replace(
+  `        const sum = (request.sequence.state.get("sum") ?? 0) + value;
+        request.sequence.state.set("sum", sum);`,
+  "        const sum = value;",
+)
+  .replace('eventsFile + ".release"', 'eventsFile + ".release-held"')
+  .replace("value === 999", "value === 888");
+const HELD_CONFIG = `
+backend: "typescript"
+max_batch_size: 4
+input [ { name: "VALUE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "events_file" value: { string_value: "EVENTS_FILE" } }
+`;
+
 let repository: HandlerRepository;
 let server: TestServer;
 before(async () => {
   repository = handlerRepository((eventsFile) => ({
     slow: { config: CONFIG.replace("EVENTS_FILE", eventsFile), files: { "1/model.ts": SLOW_ON_999 } },
+    held: { config: HELD_CONFIG.replace("EVENTS_FILE", eventsFile), files: { "1/model.ts": HELD_ON_888 } },
   }));
   server = await startTestServer(repository.path, {
     modelControlMode: "explicit",
-    loadModels: ["slow"],
+    loadModels: ["slow", "held"],
     exitTimeoutSecs: 1,
   });
 });
@@ -92,4 +111,21 @@ test("a reload that finds a request still running past the exit timeout fails, a
   const again = await postJson(`${server.url}/v2/repository/models/slow/load`, {});
   assert.equal(again.status, 200, JSON.stringify(again.body));
   assert.equal(await add(1, { id: 7, end: true }), 1002);
+});
+
+test("a request the replaced load answers after a reload counts in the version's counters", async () => {
+  const held = (value: number) =>
+    infer(server.url, "held", [{ name: "VALUE", datatype: "INT32", shape: [1, 1], data: [value] }]);
+  const successes = () =>
+    metricValue(server.metricsUrl, "nv_inference_request_success", { model: "held", version: "1" });
+  assert.equal((await held(1)).status, 200);
+  const running = held(888);
+  await eventOf(repository.eventsFile, "the held request to run", (event) => event.value === 888);
+  // A model without sequences is reloaded while its request runs.
+  const reload = await postJson(`${server.url}/v2/repository/models/held/load`, {});
+  assert.equal(reload.status, 200, JSON.stringify(reload.body));
+  writeFileSync(`${repository.eventsFile}.release-held`, "");
+  assert.equal((await running).status, 200);
+  // Answered by the replaced load after the switch: counted all the same.
+  assert.equal(await successes(), 2);
 });
