@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { connect } from "node:net";
 import { after, before, describe, it } from "node:test";
 import { securityOptions } from "../../src/config/security-options.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
@@ -39,6 +40,28 @@ describe("unrouted requests on a server with --cors-allow-origin", () => {
     assert.deepEqual(
       [long.status, await long.json()],
       [414, { error: "a segment of the request's path is longer than the 2048 characters allowed" }],
+    );
+  });
+
+  it("a WebSocket upgrade on such a path is refused and its connection closed", {
+    timeout: 20_000,
+  }, async () => {
+    const socket = connect(Number(new URL(server.url).port), "127.0.0.1");
+    let answer = "";
+    socket.setEncoding("utf8");
+    socket.on("data", (chunk: string) => {
+      answer += chunk;
+    });
+    socket.write(
+      "GET /v2/models/%zz/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
+        "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    );
+    // The server closes it: a socket handed over for an upgrade has no timeout of node's.
+    await new Promise((resolve) => socket.once("close", resolve));
+    assert.match(answer, /^HTTP\/1\.1 400 /);
+    assert.match(
+      answer,
+      /"error":"the request's path is not valid: a percent-encoding in it does not decode"/,
     );
   });
 

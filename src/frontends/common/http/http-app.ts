@@ -153,7 +153,14 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     // A path the router cannot read (a bad percent-encoding, a segment past
     // maxParamLength) is answered in the family's form, not fastify's, and without
     // echoing the path back.
-    frameworkErrors: (error, _request, reply: FastifyReply) => {
+    frameworkErrors: (error, request, reply: FastifyReply) => {
+      // A WebSocket upgrade's socket has left node's HTTP handling (no timeout applies):
+      // refused, it is closed once answered, as the onResponse hook below closes others
+      // (framework errors skip the hooks).
+      if (request.headers.upgrade !== undefined) {
+        reply.header("connection", "close");
+        reply.raw.once("finish", () => request.raw.socket?.destroy());
+      }
       const code = (error as { code?: string }).code;
       const [status, message] =
         code === "FST_ERR_BAD_URL"
