@@ -7,7 +7,7 @@
 const DEPTH = 16;
 
 /** Whether `error` is V8's refusal to copy a value between threads. */
-export function isCloneFailure(error: unknown): boolean {
+function isCloneFailure(error: unknown): boolean {
   return error instanceof Error && /could not be cloned\.?$/.test(error.message);
 }
 

@@ -5,9 +5,8 @@ import type { Tensor } from "../tensor.ts";
 
 // What a model tells whoever watches its requests (latency metrics, tracing): one call per
 // request, when it is answered, with what is already at hand then (and, to those that ask,
-// one as it arrives). Observers keep their
-// share small (a histogram observation, a sampling counter), do anything heavier only for
-// the requests they pick, and never throw.
+// one as it arrives). Observers keep their share small (a histogram observation, a
+// sampling counter), do anything heavier only for the requests they pick, and never throw.
 
 export interface RequestRecord {
   readonly request: InferRequest;
