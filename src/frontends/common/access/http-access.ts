@@ -54,8 +54,11 @@ function trustedHostname(hostname: string): boolean {
   const bare = hostname.startsWith("[") ? hostname.slice(1, -1) : hostname;
   if (isIP(bare) !== 0) return true;
   const name = bare.toLowerCase().replace(/\.$/, "");
-  return name === "localhost" || name.endsWith(".localhost") || name === osHostname().toLowerCase();
+  return name === "localhost" || name.endsWith(".localhost") || name === MACHINE_NAME;
 }
+
+/** This machine's name, read once: the check runs on every request with an Origin. */
+const MACHINE_NAME = osHostname().toLowerCase();
 
 /** Whether `origin` is the server's own (the Host the request was sent to, a trusted name). */
 function sameOrigin(origin: string, host: string | undefined): boolean {
