@@ -48,6 +48,9 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 parameters { key: "events_file" value: { string_value: "EVENTS_FILE" } }
 `;
 
+// The same model without sequences.
+const HELD_CONFIG = CONFIG.replace(/sequence_batching \{[^}]*\}[^}]*\}\n/, "");
+
 // The same, without sequences: a reload does not wait for its requests.
 const HELD_ON_888 = SLOW_ON_999.replace(
   `        const sum = (request.sequence.state.get("sum") ?? 0) + value;
@@ -56,14 +59,6 @@ const HELD_ON_888 = SLOW_ON_999.replace(
 )
   .replace('eventsFile + ".release"', 'eventsFile + ".release-held"')
   .replace("value === 999", "value === 888");
-const HELD_CONFIG = `
-backend: "typescript"
-max_batch_size: 4
-input [ { name: "VALUE" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-parameters { key: "events_file" value: { string_value: "EVENTS_FILE" } }
-`;
 
 let repository: HandlerRepository;
 let server: TestServer;

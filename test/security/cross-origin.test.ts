@@ -33,6 +33,18 @@ after(async () => {
   await open.stop();
 });
 
+/** The status of a WebSocket upgrade to the floats model's stream: 101 when it opens. */
+async function upgradeStatus(port: number, options: WebSocket.ClientOptions): Promise<number> {
+  const socket = new WebSocket(`ws://127.0.0.1:${port}/v2/models/floats/stream`, options);
+  socket.on("error", () => {});
+  const status = await new Promise<number>((resolve) => {
+    socket.on("unexpected-response", (_request, response) => resolve(response.statusCode ?? 0));
+    socket.on("open", () => resolve(101));
+  });
+  socket.terminate();
+  return status;
+}
+
 /** A POST as a page of `host` sends it (its Host and Origin), to the server on `port`: its status. */
 function postAs(port: number, host: string, path: string, payload: string): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -79,16 +91,8 @@ describe("without --cors-allow-origin", () => {
   });
 
   test("a cross-site WebSocket is refused before the upgrade", async () => {
-    const socket = new WebSocket(`ws://127.0.0.1:${server.server.httpPort}/v2/models/floats/stream`, {
-      origin: EVIL,
-    });
-    socket.on("error", () => {});
-    const status = await new Promise<number>((resolve) => {
-      socket.on("unexpected-response", (_request, response) => resolve(response.statusCode ?? 0));
-      socket.on("open", () => resolve(101));
-    });
-    socket.terminate();
-    assert.equal(status, 403);
+    const port = Number(new URL(server.url).port);
+    assert.equal(await upgradeStatus(port, { origin: EVIL }), 403);
   });
 
   test("clients without an Origin, and pages of the server's own origin, are served", async () => {
@@ -104,17 +108,7 @@ describe("without --cors-allow-origin", () => {
     const rebound = `rebind.attacker.example:${port}`;
     assert.equal(await postAs(port, rebound, "/v2/repository/models/floats/unload", "{}"), 403);
     assert.equal((await fetch(`${server.url}/v2/models/floats/ready`)).status, 200);
-    const socket = new WebSocket(`ws://127.0.0.1:${port}/v2/models/floats/stream`, {
-      origin: `http://${rebound}`,
-      headers: { host: rebound },
-    });
-    socket.on("error", () => {});
-    const upgrade = await new Promise<number>((resolve) => {
-      socket.on("unexpected-response", (_request, response) => resolve(response.statusCode ?? 0));
-      socket.on("open", () => resolve(101));
-    });
-    socket.terminate();
-    assert.equal(upgrade, 403);
+    assert.equal(await upgradeStatus(port, { origin: `http://${rebound}`, headers: { host: rebound } }), 403);
     // localhost is the server's own.
     assert.equal(await postAs(port, `localhost:${port}`, "/v2/models/floats/infer", body), 200);
   });
