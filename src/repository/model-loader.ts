@@ -201,7 +201,7 @@ export async function openVersion(
     const sequencing = resolved.config.sequenceBatching;
     const observer =
       sequencing === undefined ? undefined : modelRunnerLog(source.name, sequencing.logging, logger);
-    const labels = readLabels(source.dir, resolved.config, logger);
+    const labels = readLabels(source.dir, resolved.config);
     await runWarmup(resolved.config, opened.executors, logger);
     requestObserver = options.observeRequests?.(source.name, String(version));
     const model = new LoadedModel({
@@ -241,25 +241,43 @@ function isDirectory(path: string): boolean {
 /**
  * The class labels of each output whose config names a `label_filename`, read from the
  * model's folder as Triton reads them: one label per line. A file that cannot be read
- * leaves its output without labels, with a warning.
+ * fails the load, as Triton's label provider fails it (classification would answer
+ * without labels).
  */
-function readLabels(modelDir: string, config: ModelConfig, logger: Logger): Map<string, string[]> {
+function readLabels(modelDir: string, config: ModelConfig): Map<string, string[]> {
   const labels = new Map<string, string[]>();
   for (const output of config.outputs) {
     if (output.labelFilename === undefined) continue;
     // Checked when the config was read; checked again where the file is read.
     const file = fileInFolder(modelDir, output.labelFilename);
+    let text: string;
     try {
-      if (file === undefined) throw new Error("it is not a file in the model's folder");
-      const lines = readFileSync(file, "utf8").split(/\r?\n/);
-      if (lines.at(-1) === "") lines.pop();
-      labels.set(output.name, lines);
+      if (file === undefined) throw Object.assign(new Error(), { code: "ENOENT" });
+      text = readFileSync(file, "utf8");
     } catch (error) {
-      logger.warn(
-        { event: "labels_unreadable", model: config.name, output: output.name },
-        `the labels of output '${output.name}' of model '${config.name}' cannot be read from '${file}': ${(error as Error).message}`,
+      // Named by its place in the model's folder: the server's own paths stay in its log.
+      throw invalidArg(
+        `failed to open text file for read '${output.labelFilename}' (the labels of output '${output.name}' of model '${config.name}'): ${systemErrorText(error)}`,
       );
     }
+    const lines = text.split(/\r?\n/);
+    if (lines.at(-1) === "") lines.pop();
+    labels.set(output.name, lines);
   }
   return labels;
+}
+
+/** strerror's words for the errors a read meets, without Node's message (it holds the path). */
+function systemErrorText(error: unknown): string {
+  const code = (error as NodeJS.ErrnoException).code;
+  switch (code) {
+    case "ENOENT":
+      return "No such file or directory";
+    case "EACCES":
+      return "Permission denied";
+    case "EISDIR":
+      return "Is a directory";
+    default:
+      return code ?? "unreadable";
+  }
 }

@@ -265,4 +265,24 @@ describe("Triton's model file override (load with file:<version>/<name>)", () =>
     assert.equal(classes.status, 200, JSON.stringify(classes.body));
     assert.deepEqual((classes.body.outputs as { data: string[] }[])[0]!.data, ["3:0"]);
   });
+
+  it("a label file that cannot be read fails the load, as Triton's label provider fails it", async () => {
+    const config = JSON.stringify({
+      max_batch_size: 8,
+      input: [{ name: "INPUT0", data_type: "TYPE_INT32", dims: [1] }],
+      output: [{ name: "OUTPUT0", data_type: "TYPE_INT32", dims: [1], label_filename: "absent.txt" }],
+    });
+    const answer = await httpLoad("m", { config });
+    assert.equal(answer.status, 400, JSON.stringify(answer.body));
+    assert.match(
+      answer.body.error as string,
+      /failed to open text file for read 'absent\.txt' \(the labels of output 'OUTPUT0' of model 'm'\): No such file or directory/,
+    );
+    assert.doesNotMatch(
+      answer.body.error as string,
+      /\/tmp|seqserve-/,
+      "the server's own path stays in its log",
+    );
+    assert.deepEqual([await ready("m", "3"), await adds("m")], [true, 3]);
+  });
 });
