@@ -47,6 +47,13 @@ export default {
       // A change of the state once the request is complete (from a timer): not kept.
       if (mode === "late-state") setTimeout(() => r.sequence.state.set("late", 1), 20);
       if (mode === "exit") process.exit(3);
+      if (mode === "keep") r.sequence.state.set("kept", { n: 7 });
+      // Reads its state after a while, when a batchmate's client may have left meanwhile.
+      if (mode === "sleep-read") {
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        const kept = r.sequence.state.get("kept");
+        return { outputs: { ECHO: { datatype: "BYTES", shape: [1, 1], data: [String(kept?.n) + "/" + requests.length] } } };
+      }
       if (mode.startsWith("count")) return count(r, mode);
       const outputs = { ECHO: { datatype: "BYTES", shape: [1, 1], data: [mode] } };
       if (mode === "function-parameter") return { outputs, parameters: { f: () => 1 } };
@@ -255,6 +262,39 @@ test("a state change after its request is complete is not kept, and ends neither
   );
   assert.equal(echoed(await call("faulty_seq", "l2", { id: 41, end: true })), "l2");
   assert.equal(echoed(await call("faulty_seq", "o2", { id: 42, end: true })), "o2");
+  assert.ok(!logLines.some((line) => line.includes("stopped unexpectedly")));
+});
+
+test("a request whose client leaves mid-run gives its state back as a copy: its batchmates, reading theirs after, are served", async () => {
+  for (const id of [51, 52, 53])
+    assert.equal(echoed(await call("faulty_seq", "keep", { id, start: true })), "keep");
+  // 53 holds the one instance while 51 and 52 queue: they then run as one batch.
+  const holder = call("faulty_seq", "sleep-read", { id: 53 });
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  const leaving = new AbortController();
+  const left = fetch(`${server.url}/v2/models/faulty_seq/infer`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({
+      parameters: { sequence_id: 51 },
+      inputs: [{ name: "MODE", datatype: "BYTES", shape: [1, 1], data: ["sleep-read"] }],
+    }),
+    signal: leaving.signal,
+  }).catch((error: Error) => error);
+  const batchmate = call("faulty_seq", "sleep-read", { id: 52 });
+  assert.equal(echoed(await holder), "7/1");
+  // 51 and 52 run now: 51's client leaves while the handler sleeps, before it reads.
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  leaving.abort();
+  assert.ok((await left) instanceof Error);
+  const served = await batchmate;
+  assert.equal(served.status, 200, JSON.stringify(served.body));
+  assert.equal(echoed(served), "7/2");
+  // 51 itself ended with its cancelled request, as Triton ends such a sequence.
+  const after = await call("faulty_seq", "sleep-read", { id: 51 });
+  assert.match(after.body.error as string, /must specify the START flag/);
+  assert.equal(echoed(await call("faulty_seq", "sleep-read", { id: 52 })), "7/1");
+  for (const id of [52, 53]) await call("faulty_seq", "x", { id, end: true });
   assert.ok(!logLines.some((line) => line.includes("stopped unexpectedly")));
 });
 

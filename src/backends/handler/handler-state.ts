@@ -20,6 +20,14 @@ import { checkTensor, looksLikeTensor } from "./handler-tensor.ts";
 // A handler may change a tensor it read in place, so a tensor's data is copied aside the
 // first time it is read (one copy per tensor read, none for the others); a serialised
 // value is decoded into a new object and its bytes stay as they arrived.
+//
+// What goes back is transferred, not copied, once the handler's execute() has returned.
+// A request can be done before that (cancelled, timed out, completed by a decoupled
+// model): its handler may still read the state, so what goes back then is a copy (a
+// transfer would detach the buffers under it, and a read fail the whole batch).
+
+/** What a handler did with its state after the request was complete. */
+export type LateUse = "change" | "read";
 
 interface Entry {
   /** As it arrived (undefined: set during this request). */
@@ -35,7 +43,7 @@ export class HandlerSequenceState implements SequenceState {
   readonly #original: readonly WireStateEntry[];
   /** Copies of the tensors read, as they arrived; undefined when nothing is given back. */
   readonly #untouched: Map<string, WireStateEntry> | undefined;
-  #sealed: ((key: string) => void) | undefined;
+  #sealed: ((key: string, late: LateUse) => void) | undefined;
   #warned = false;
 
   /** `rollback`: whether original() may be asked for (not for a sequence that has ended). */
@@ -51,6 +59,11 @@ export class HandlerSequenceState implements SequenceState {
     if (entry === undefined) return undefined;
     if (!entry.decoded) {
       const wire = entry.wire!;
+      // Read after its request was complete (from a timer): the entry went back with it.
+      if (this.#sealed !== undefined && handedOver(wire)) {
+        this.#open(key, "read");
+        return undefined;
+      }
       if ("serialized" in wire) entry.value = deserialize(wire.serialized);
       else {
         this.#untouched?.set(key, { key, tensor: copyTensor(wire.tensor) });
@@ -62,21 +75,22 @@ export class HandlerSequenceState implements SequenceState {
   }
 
   /**
-   * After this, a change is left undone and `warn` is told once: the request it belonged
-   * to is complete. Not thrown: the change may come from a timer or a detached task, where
-   * an exception would end the worker and every sequence on it.
+   * After this, a change is left undone, and so is a read of an entry that went back with
+   * the request, and `warn` is told once: the request it belonged to is complete. Not
+   * thrown: it may come from a timer or a detached task, where an exception would end the
+   * worker and every sequence on it.
    */
-  seal(warn: (key: string) => void): void {
+  seal(warn: (key: string, late: LateUse) => void): void {
     this.#sealed = warn;
   }
 
   /** Whether a change may be made (it is told once when it may not). */
-  #open(key: string): boolean {
+  #open(key: string, late: LateUse = "change"): boolean {
     const warn = this.#sealed;
     if (warn === undefined) return true;
     if (!this.#warned) {
       this.#warned = true;
-      warn(key);
+      warn(key, late);
     }
     return false;
   }
@@ -118,24 +132,32 @@ export class HandlerSequenceState implements SequenceState {
     return this.#entries.size;
   }
 
-  /** The entries as they arrived: what a failed request leaves. */
-  original(transfer: ArrayBuffer[]): WireStateEntry[] {
-    return this.#original.map((wire) => retransfer(this.#untouched?.get(wire.key) ?? wire, transfer));
+  /**
+   * The entries as they arrived: what a failed request leaves. `copy`: the handler may
+   * still read them (its execute() has not returned).
+   */
+  original(transfer: ArrayBuffer[], copy: boolean): WireStateEntry[] {
+    return this.#original.map((wire) => {
+      const untouched = this.#untouched?.get(wire.key);
+      // A tensor's copy set aside when it was read is the handler's no more.
+      return retransfer(untouched ?? (copy ? copyEntry(wire) : wire), transfer);
+    });
   }
 
   /**
    * The entries after the request, encoded, and the bytes they hold. Throws when a value
-   * cannot be kept (not a tensor and not structured-clonable).
+   * cannot be kept (not a tensor and not structured-clonable). `copy`: as original()'s.
    */
-  result(transfer: ArrayBuffer[]): { entries: WireStateEntry[]; bytes: number } {
+  result(transfer: ArrayBuffer[], copy: boolean): { entries: WireStateEntry[]; bytes: number } {
     const entries: WireStateEntry[] = [];
     let bytes = 0;
     for (const [key, entry] of this.#entries) {
       let wire: WireStateEntry;
-      if (!entry.changed) wire = entry.wire!;
+      if (!entry.changed) wire = copy ? copyEntry(entry.wire!) : entry.wire!;
       else if (looksLikeTensor(entry.value)) {
         const tensor = checkTensor(`state '${key}'`, entry.value);
         wire = { key, tensor: toWire(key, tensor, []) };
+        if (copy) wire = copyEntry(wire);
       } else {
         let serialized: Buffer;
         try {
@@ -165,6 +187,22 @@ function copyTensor(tensor: WireTensor): WireTensor {
   if (datatype !== "BYTES") return { name, datatype, shape, data: (tensor.data as NumericArray).slice() };
   const packed = tensor.data as PackedBytes;
   return { name, datatype, shape, data: { offsets: packed.offsets, bytes: packed.bytes.slice() } };
+}
+
+function copyEntry(wire: WireStateEntry): WireStateEntry {
+  if ("serialized" in wire) return { key: wire.key, serialized: wire.serialized.slice() };
+  return { key: wire.key, tensor: copyTensor(wire.tensor) };
+}
+
+/** Whether the entry's bytes were transferred away (a detached buffer reads as empty). */
+function handedOver(wire: WireStateEntry): boolean {
+  const view =
+    "serialized" in wire
+      ? wire.serialized
+      : wire.tensor.datatype === "BYTES"
+        ? (wire.tensor.data as PackedBytes).bytes
+        : (wire.tensor.data as NumericArray);
+  return view.buffer.byteLength === 0;
 }
 
 /** The entry ready to post: its buffers in `transfer` (copied when they are views of something larger). */

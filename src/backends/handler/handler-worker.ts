@@ -224,12 +224,19 @@ class OpenRequest implements HandlerRequest {
   #startMs = performance.now();
   #inputNs = 0;
   #done = false;
+  /** Whether the handler's execute() has returned (before that it may read the state). */
+  #executeReturned = false;
   #markFinished!: () => void;
   /** Resolves when the request is done (answered, failed, cancelled). */
   readonly finished = new Promise<void>((resolve) => {
     this.#markFinished = resolve;
   });
   #unacked = 0;
+
+  /** Its handler's execute() has returned: the state need not be copied to go back. */
+  executeReturned(): void {
+    this.#executeReturned = true;
+  }
 
   /** Its batch is built (at `atMs`, after `inputNs`) and handed to execute(). */
   began(atMs: number, inputNs: number): void {
@@ -393,7 +400,7 @@ class OpenRequest implements HandlerRequest {
   /** The sequence's state after the request, ready to post; throws when the model cannot keep it. */
   #keptState(transfer: ArrayBuffer[]): WireStateEntry[] | undefined {
     if (this.#state === undefined) return undefined;
-    const kept = this.#state.result(transfer);
+    const kept = this.#state.result(transfer, !this.#executeReturned);
     // An END's state is freed with it: the bound protects nothing there (as the budget's).
     if (kept.bytes > limits.maxStateBytes && this.sequence?.end !== true) {
       throw Object.assign(
@@ -415,10 +422,12 @@ class OpenRequest implements HandlerRequest {
     if (this.#done) return;
     this.#done = true;
     // What the handler changes after this is nowhere: the log says so, once.
-    this.#state?.seal((key) =>
+    this.#state?.seal((key, late) =>
       log(
         "warn",
-        `${this.named} is complete: a change of its sequence's state after that (state '${key}') is not kept`,
+        late === "change"
+          ? `${this.named} is complete: a change of its sequence's state after that (state '${key}') is not kept`
+          : `${this.named} is complete: its sequence's state went back with it, and state '${key}' read after that is undefined`,
       ),
     );
     this.#markFinished();
@@ -445,7 +454,7 @@ class OpenRequest implements HandlerRequest {
       }
     }
     // A failed request leaves the state as it was.
-    if (error !== undefined) state = this.#state?.original(transfer);
+    if (error !== undefined) state = this.#state?.original(transfer, !this.#executeReturned);
     const inferNs = (outputStartMs - this.#startMs) * 1e6;
     const timings = { inputNs: this.#inputNs, inferNs, outputNs: (performance.now() - outputStartMs) * 1e6 };
     try {
@@ -465,7 +474,7 @@ class OpenRequest implements HandlerRequest {
           error: notPosted,
           outputs: [],
           parameters: {},
-          state: this.#state?.original(original),
+          state: this.#state?.original(original, !this.#executeReturned),
           ...timings,
         },
         original,
@@ -600,6 +609,8 @@ async function execute(message: ExecuteMessage): Promise<void> {
   } catch (error) {
     failure = handlerError(error, "execute()");
   }
+  // (After GAVE_UP it may still run, but every request is done by then.)
+  for (const request of requests) request.executeReturned();
   const executed = performance.now();
   if (failure !== undefined) {
     for (const request of requests) request.fail(failure);
