@@ -39,6 +39,9 @@ COPY package.json ./
 COPY bin ./bin
 COPY proto ./proto
 COPY docker/healthcheck.mjs ./docker/
+# `seqserve` on the PATH, as `tritonserver` is in Triton's images: manifests and launch
+# scripts that name the command (Kubernetes' `command:` replaces the entrypoint) run it.
+RUN ln -s /opt/seqserve/bin/seqserve.js /usr/local/bin/seqserve
 USER node
 EXPOSE 8000 8001 8002 8080
 # Ready as /v2/health/ready says (or SageMaker's /ping when started with `serve`).

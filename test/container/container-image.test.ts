@@ -67,6 +67,29 @@ describe("the Dockerfile", () => {
   });
 });
 
+describe("the Kubernetes manifests", () => {
+  const manifests = readdirSync(join(ROOT, "deploy", "kubernetes"))
+    .filter((name) => name.endsWith(".yaml"))
+    .map((name) => ({ name, text: readFileSync(join(ROOT, "deploy", "kubernetes", name), "utf8") }));
+
+  it("name a command the image has on its PATH (`command:` replaces the entrypoint)", () => {
+    const linked = [...dockerfile.matchAll(/ln -s (\S+) \/usr\/local\/bin\/(\S+)/g)].map((m) => m[2]);
+    for (const { name, text } of manifests) {
+      if (!/image: seqserve:/.test(text)) continue;
+      for (const match of text.matchAll(/^\s*command: \["([^"]+)"/gm)) {
+        assert.ok(linked.includes(match[1]), `${name}: '${match[1]}' is on the image's PATH`);
+      }
+    }
+  });
+
+  it("give the models time to load before liveness counts (no port answers until then)", () => {
+    for (const { name, text } of manifests) {
+      if (!/livenessProbe:/.test(text)) continue;
+      assert.match(text, /startupProbe:/, name);
+    }
+  });
+});
+
 /** Every JavaScript file under `dir`. */
 function scripts(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((entry) =>
