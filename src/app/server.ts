@@ -59,7 +59,8 @@ export interface RunningServer {
   readonly repository: ModelRepository;
   readonly logger: Logger;
   /** Stops new sequences, lets work finish for --exit-timeout-secs, then closes everything. */
-  stop(): Promise<void>;
+  /** Stops the server; `clean` is false when the exit timeout cut work short. */
+  stop(): Promise<{ clean: boolean }>;
 }
 
 export interface StartOptions {
@@ -89,6 +90,7 @@ export async function startServer(
     start.logger ??
     (await createLogger({ level: options.logLevel, format: options.logFormat, file: options.logFile }));
   let stopping = false;
+  let stopped: Promise<{ clean: boolean }> | undefined;
   const security = options.security ?? DEFAULT_SECURITY_OPTIONS;
   const { limits, access } = security;
   const refusals = new Refusals();
@@ -201,6 +203,7 @@ export async function startServer(
     registry: repository,
     metadata,
     isLive: () => true,
+    isExiting: () => stopping,
     // Triton's --strict-readiness: every model ready, or (false) the server running.
     isReady: () => !stopping && (!options.strictReadiness || repository.allReady()),
     logging: logSettingsControl(logger, options.logFile, options.logFormat, options.logVerbose),
@@ -344,44 +347,84 @@ export async function startServer(
     sagemakerPort,
     repository,
     logger,
-    async stop() {
-      if (stopping) return;
-      stopping = true;
-      const deadline = Date.now() + options.exitTimeoutSecs * 1000;
-      logger.info(
-        { event: "stopping", exit_timeout_secs: options.exitTimeoutSecs },
-        sequenceTier === undefined
-          ? "stopping: no new sequences; waiting for live ones to finish"
-          : "stopping: endpoints closing; live sequences go on on the other replicas once their requests in flight are done",
-      );
-      repository.beginShutdown();
-      const closeEndpoints = async (): Promise<void> => {
-        for (const close of closers.reverse())
-          await close().catch((error: unknown) => logger.warn({ err: error }, "closing an endpoint failed"));
-      };
-      if (sequenceTier === undefined) {
-        await repository.drain(deadline);
-        // A request still answered (a model load, a long run) holds its endpoint's close:
-        // past the exit timeout the server goes without it, as Triton exits then.
-        await untilDeadline(closeEndpoints(), deadline);
-      } else {
-        // A hand-over: the endpoints stop taking connections at once (a balancer sends
-        // the next requests elsewhere) while the requests accepted finish and their
-        // state is written; the sequences go on on the other replicas.
-        const endpointsClosed = closeEndpoints();
-        const drained = repository.drain(deadline);
-        // The tier goes once the drain is done, or at the deadline whatever Redis does:
-        // a write it has not answered by then fails, and the request waiting for it is
-        // answered (told to retry) rather than hold the drain, its connection and the
-        // endpoint's close until the Redis client's command timeout.
-        await untilDeadline(drained, deadline);
-        await sequenceTier.close(deadline);
-        await drained;
-        await untilDeadline(endpointsClosed, deadline);
-      }
-      await repository.shutdown(Date.now(), deadline);
-      await release(deadline);
-      logger.info({ event: "stopped" }, "stopped");
+    stop() {
+      stopped ??= stopServer();
+      return stopped;
     },
   };
+
+  async function stopServer(): Promise<{ clean: boolean }> {
+    stopping = true;
+    const deadline = Date.now() + options.exitTimeoutSecs * 1000;
+    logger.info(
+      { event: "stopping", exit_timeout_secs: options.exitTimeoutSecs },
+      sequenceTier === undefined
+        ? "stopping: no new sequences; waiting for live ones to finish"
+        : "stopping: endpoints closing; live sequences go on on the other replicas once their requests in flight are done",
+    );
+    repository.beginShutdown();
+    // What is still in flight, each second, as Triton reports it while it waits.
+    const progress = setInterval(() => {
+      const busy = repository.inFlight();
+      const secondsLeft = Math.max(0, Math.ceil((deadline - Date.now()) / 1000));
+      logger.info(
+        { event: "stopping_in_flight", seconds_left: secondsLeft, in_flight: busy },
+        `Timeout ${secondsLeft}: Found ${busy.length} model versions that have in-flight inferences${busy
+          .map((b) => `; model '${b.model}' (version ${b.version}) has ${b.count} in-flight inferences`)
+          .join("")}`,
+      );
+    }, 1000);
+    progress.unref();
+    const closeEndpoints = async (): Promise<void> => {
+      for (const close of closers.reverse())
+        await close().catch((error: unknown) => logger.warn({ err: error }, "closing an endpoint failed"));
+    };
+    let cutShort: boolean;
+    if (sequenceTier === undefined) {
+      await repository.drain(deadline);
+      // The drain ends at the deadline only when it failed what was left.
+      cutShort = Date.now() >= deadline;
+      // A request still answered (a model load, a long run) holds its endpoint's close:
+      // past the exit timeout the server goes without it, as Triton exits then.
+      if (!(await settledBy(closeEndpoints(), deadline))) cutShort = true;
+    } else {
+      // A hand-over: the endpoints stop taking connections at once (a balancer sends
+      // the next requests elsewhere) while the requests accepted finish and their
+      // state is written; the sequences go on on the other replicas.
+      const endpointsClosed = closeEndpoints();
+      const drained = repository.drain(deadline);
+      // The tier goes once the drain is done, or at the deadline whatever Redis does:
+      // a write it has not answered by then fails, and the request waiting for it is
+      // answered (told to retry) rather than hold the drain, its connection and the
+      // endpoint's close until the Redis client's command timeout.
+      await untilDeadline(drained, deadline);
+      cutShort = Date.now() >= deadline;
+      await sequenceTier.close(deadline);
+      await drained;
+      if (!(await settledBy(endpointsClosed, deadline))) cutShort = true;
+    }
+    clearInterval(progress);
+    const transitionsDone = await repository.shutdown(Date.now(), deadline);
+    await release(deadline);
+    // Past the exit timeout with work left (requests, live sequences, a model load),
+    // Triton exits at once and says so, with a failing status: that work was cut short.
+    if (cutShort || !transitionsDone) {
+      logger.error({ event: "exit_timeout_expired" }, "Exit timeout expired. Exiting immediately.");
+      return { clean: false };
+    }
+    logger.info({ event: "stopped" }, "stopped");
+    return { clean: true };
+  }
+}
+
+/** Waits for `promise` until `deadlineMs`; whether it settled by then. */
+async function settledBy(promise: Promise<unknown>, deadlineMs: number): Promise<boolean> {
+  let settled = false;
+  await untilDeadline(
+    promise.finally(() => {
+      settled = true;
+    }),
+    deadlineMs,
+  );
+  return settled;
 }

@@ -38,18 +38,25 @@ async function main(): Promise<number> {
     );
     return 1;
   }
-  await new Promise<void>((resolve) => {
+  return await new Promise<number>((resolve) => {
     let signals = 0;
     const onSignal = (signal: NodeJS.Signals) => {
       signals++;
-      if (signals > 1) process.exit(130);
+      if (signals > 1) {
+        // A second signal does not wait for the exit timeout (Ctrl-C twice).
+        server.logger.warn({ event: "signal", signal }, `received ${signal} again: exiting now`);
+        process.exit(130);
+      }
       server.logger.info({ event: "signal", signal }, `received ${signal}`);
-      server.stop().then(resolve, resolve);
+      // 1 when the exit timeout cut work short, as Triton exits then.
+      server.stop().then(
+        ({ clean }) => resolve(clean ? 0 : 1),
+        () => resolve(1),
+      );
     };
     process.on("SIGINT", onSignal);
     process.on("SIGTERM", onSignal);
   });
-  return 0;
 }
 
 main().then(

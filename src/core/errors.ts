@@ -82,6 +82,8 @@ export const unavailable = (message: string, retryAfterSeconds?: number): Server
   new ServerError("UNAVAILABLE", message, retryAfterSeconds === undefined ? {} : { retryAfterSeconds });
 export const internal = (message: string, cause?: unknown): ServerError =>
   new ServerError("INTERNAL", message, { cause });
+/** Triton's answer to a health check of a stopping server. */
+export const SERVER_EXITING = "Server exiting";
 /** A refusal because the server is stopping (reason "server_stopping"): UNAVAILABLE, to be retried elsewhere or later. */
 export const stopping = (message: string): ServerError =>
   new ServerError("UNAVAILABLE", message, { reason: "server_stopping" });

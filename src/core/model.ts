@@ -237,6 +237,8 @@ export interface ServerContext {
   readonly metadata: ServerMetadata;
   isLive(): boolean;
   isReady(): boolean;
+  /** Stopping (a signal): health checks answer UNAVAILABLE "Server exiting", as Triton's. */
+  isExiting?(): boolean;
   /** The log settings clients may read and change (Triton's logging extension). */
   readonly logging?: LogSettingsControl;
   /** The trace settings clients may read and change (Triton's trace extension). */

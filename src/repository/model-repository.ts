@@ -849,6 +849,20 @@ export class ModelRepository implements ModelRegistry {
     await Promise.all(this.#allLoaded().map((m) => m.drain(deadlineMs)));
   }
 
+  /**
+   * The model versions with work in flight (requests accepted and not answered, and live
+   * or waiting sequences), as a stopping server reports them each second, Triton's way.
+   */
+  inFlight(): { model: string; version: string; count: number }[] {
+    const busy: { model: string; version: string; count: number }[] = [];
+    for (const model of this.#allLoaded()) {
+      const summary = model.sequences?.summary();
+      const count = model.pending + (summary === undefined ? 0 : summary.live + summary.backlog);
+      if (count > 0) busy.push({ model: model.name, version: model.version, count });
+    }
+    return busy;
+  }
+
   /** Tracks a removal of sent files that waits for replaced versions, so that shutdown waits for it too. */
   #removeLater(removal: Promise<void>): void {
     const tracked = removal
@@ -863,9 +877,9 @@ export class ModelRepository implements ModelRegistry {
    * Ends every model: live sequences get until `deadlineMs`. A load or unload under way is
    * waited for until `transitionsDeadlineMs` (the server's exit timeout, as Triton counts
    * them against it); past it the server goes on without it, and what it opens is closed
-   * once it ends.
+   * once it ends. Resolves to whether everything finished in time (no transition cut short).
    */
-  async shutdown(deadlineMs: number, transitionsDeadlineMs = Number.POSITIVE_INFINITY): Promise<void> {
+  async shutdown(deadlineMs: number, transitionsDeadlineMs = Number.POSITIVE_INFINITY): Promise<boolean> {
     this.beginShutdown();
     const transitions = Promise.all([...this.#models.values()].map((e) => e.transition));
     let transitionsDone = false;
@@ -890,6 +904,7 @@ export class ModelRepository implements ModelRegistry {
       entry.state = "UNAVAILABLE";
       entry.reason = "unloaded";
     }
+    return transitionsDone;
   }
 
   #allLoaded(): LoadedModel[] {

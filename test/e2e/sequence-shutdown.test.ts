@@ -1,8 +1,12 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { status } from "@grpc/grpc-js";
+import type { ServerError } from "../../src/core/errors.ts";
 import type { SequenceSummary } from "../../src/core/model.ts";
 import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
+import { identityModel } from "../../tools/onnx/test-models.ts";
+import { callError, TestClient } from "../grpc/support/grpc-harness.ts";
 import { infer, inferBody, type JsonInput, postJson } from "../support/http-client.ts";
 import {
   ACCUMULATOR_CONTROLS,
@@ -72,9 +76,13 @@ const int64Input = (value: number): JsonInput[] => [
 describe("ending well", { timeout: 60_000 }, () => {
   it("on stop, new starts get 503 while a live sequence sends its remaining requests to its end", async () => {
     const server = await startTestServer(
-      { acc: { config: accumulatorConfig("acc", 4, IDLE), onnx: accumulatorModel() } },
+      {
+        acc: { config: accumulatorConfig("acc", 4, IDLE), onnx: accumulatorModel() },
+        plain: { onnx: identityModel("FP32", [-1, 2]) },
+      },
       { exitTimeoutSecs: 30 },
     );
+    const grpc = new TestClient(server.grpcPort);
     const summary = summaryOf(server, "acc");
     assert.equal(await accumulate(server.url, "acc", 5, { id: 1, start: true }), 5);
     let stopped = false;
@@ -95,6 +103,22 @@ describe("ending well", { timeout: 60_000 }, () => {
       /^Server is stopping/,
     );
     assert.equal(await accumulate(server.url, "acc", 3, { id: 1 }), 8);
+    // Stateless requests are refused as Triton's stopped scheduler refuses them, and the
+    // health checks say the server is exiting (a balancer sends the next ones elsewhere).
+    assertError(
+      await infer(server.url, "plain", [{ name: "INPUT0", datatype: "FP32", shape: [1, 2], data: [1, 2] }]),
+      503,
+      /^\[request id: <id_unknown>\] Server is stopping, scheduler for model has stopped accepting new inference requests$/,
+    );
+    for (const health of ["live", "ready"]) {
+      const answer = await fetch(`${server.url}/v2/health/${health}`);
+      assert.deepEqual([answer.status, await answer.json()], [503, { error: "Server exiting" }], health);
+    }
+    for (const rpc of ["ServerLive", "ServerReady"]) {
+      const refused = await callError(grpc.unary(rpc, {}));
+      assert.deepEqual([refused.code, refused.details], [status.UNAVAILABLE, "Server exiting"], rpc);
+    }
+    grpc.close();
     assert.equal(stopped, false, "the server stopped while a sequence was live");
     assert.equal(await accumulate(server.url, "acc", 2, { id: 1, end: true }), 10);
     // With nothing live the stop completes, long before the 30 s exit timeout.
@@ -156,8 +180,21 @@ describe("ending well", { timeout: 60_000 }, () => {
     const waiting = infer(server.url, "pair", int32Input(10), { id: 1 });
     await waitForSequence(server.url, "pair", 1, (s) => s.queued === 1);
 
+    const pair = server.server.repository.model("pair");
     await server.stop();
     assertError(await waiting, 503, "the server is shutting down");
+    // A request for a sequence the deadline ended is told so, not asked for a START.
+    const late = await callError(
+      pair.infer({
+        id: "",
+        inputs: new Map([["INPUT", { datatype: "INT32", shape: [1, 1], data: Int32Array.of(1) }]]),
+        outputs: undefined,
+        parameters: {},
+        sequence: { id: 2n, start: false, end: false, timeoutUs: undefined },
+      }),
+    );
+    assert.equal((late as unknown as ServerError).code, "UNAVAILABLE");
+    assert.equal(late.message, "the server is shutting down: sequence 2 of model 'pair' has ended with it");
     assert.deepEqual(summary(), {
       live: 0,
       backlog: 0,

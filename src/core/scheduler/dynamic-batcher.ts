@@ -1,6 +1,7 @@
 import { stopping, unavailable } from "../errors.ts";
 import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
 import type { ModelConfig, QueueTimeoutConfig } from "../model-config.ts";
+import { requestLabel } from "../request-label.ts";
 import type { ModelStatistics } from "../statistics.ts";
 import { timerDelay } from "../timer-delay.ts";
 import { runStatelessBatch } from "./batch-execution.ts";
@@ -10,6 +11,7 @@ import { queueDeadlineNs } from "./queue-deadline.ts";
 import { runRequestBatch } from "./request-batch-execution.ts";
 import { Deque } from "./request-queue.ts";
 import type { Scheduler } from "./scheduler.ts";
+import { STOPPED_ACCEPTING } from "./stopped-accepting.ts";
 
 // The scheduler of stateless models. Without `dynamic_batching` each request runs alone
 // on the next free instance (Triton's default scheduler). With it, requests that can
@@ -81,6 +83,7 @@ export class DynamicBatcher implements Scheduler {
   /** Requests in the batches handed to instances and not yet back. */
   #running = 0;
   #scheduled = false;
+  #stopping = false;
   #timer: NodeJS.Timeout | undefined;
   #drained: (() => void) | undefined;
 
@@ -118,6 +121,7 @@ export class DynamicBatcher implements Scheduler {
   }
 
   enqueue(pending: PendingRequest): void {
+    if (this.#stopping) throw stopping(`${requestLabel(pending.request.id)}${STOPPED_ACCEPTING}`);
     if (this.#maxQueueSize > 0 && this.#queue.length + this.#delayed.length >= this.#maxQueueSize) {
       throw unavailable(
         `Exceeds maximum queue size of ${this.#maxQueueSize} for model '${this.#config.name}'`,
@@ -146,7 +150,9 @@ export class DynamicBatcher implements Scheduler {
   }
 
   beginShutdown(): void {
-    // Stateless requests already accepted simply finish.
+    // Stateless requests already accepted finish; new ones are refused, as Triton's
+    // stopped scheduler refuses them (a balancer sends them to another server).
+    this.#stopping = true;
   }
 
   drain(deadlineMs: number): Promise<void> {

@@ -20,6 +20,7 @@ import { OrderedRelease, takePlace } from "../scheduler/ordered-release.ts";
 import type { PendingRequest, RequestResult } from "../scheduler/pending-request.ts";
 import { Deque } from "../scheduler/request-queue.ts";
 import type { DrainReason, Scheduler } from "../scheduler/scheduler.ts";
+import { STOPPED_ACCEPTING } from "../scheduler/stopped-accepting.ts";
 import type { ModelStatistics } from "../statistics.ts";
 import { cloneTensor, type NumericTensor } from "../tensor.ts";
 import { timerDelay } from "../timer-delay.ts";
@@ -136,10 +137,6 @@ function clearTimer(timers: Map<Sequence, NodeJS.Timeout>, sequence: Sequence): 
 
 /** The most requests of one model that wait for the state store at once. */
 const MAX_WAITING_FOR_TIER = 4096;
-
-/** Triton's words for a new sequence asked of a stopping server (its sequence batch scheduler). */
-const STOPPED_ACCEPTING =
-  "Server is stopping, scheduler for model has stopped accepting new inference requests";
 
 export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner {
   readonly #config: ModelConfig;
@@ -350,6 +347,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       // than ask for a START as if its client had ended it.
       const ended = this.#recentEnds.get(key)?.reason;
       if (this.#tier !== undefined && ended === "state_lost") throw this.#lostError(id);
+      // Ended by the stop's deadline: the client is told to go elsewhere, not to START.
+      if (ended === "shutdown" || this.#shuttingDown) {
+        throw stopping(`the server is shutting down: ${this.#describe(id)} has ended with it`);
+      }
       throw this.#unknownId(id, exclusive, ended === "instance_failed" ? ended : undefined);
     }
     const principal = pending.request.principal;

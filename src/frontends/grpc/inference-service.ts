@@ -1,5 +1,5 @@
 import type { ServerUnaryCall } from "@grpc/grpc-js";
-import { cancelled, invalidArg, ServerError } from "../../core/errors.ts";
+import { cancelled, invalidArg, SERVER_EXITING, ServerError, unavailable } from "../../core/errors.ts";
 import type { InferResponse, SequenceId } from "../../core/infer.ts";
 import type { ModelLoadOptions, ModelMetadata, ServerContext, TensorMetadata } from "../../core/model.ts";
 import type { Refusals } from "../../core/refusals.ts";
@@ -257,8 +257,15 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
   };
 
   const implementation = {
-    ServerLive: unary(logger, "ServerLive", () => ({ live: context.isLive() })),
-    ServerReady: unary(logger, "ServerReady", () => ({ ready: context.isReady() })),
+    // A stopping server is neither: Triton answers both UNAVAILABLE "Server exiting".
+    ServerLive: unary(logger, "ServerLive", () => {
+      if (context.isExiting?.() === true) throw unavailable(SERVER_EXITING);
+      return { live: context.isLive() };
+    }),
+    ServerReady: unary(logger, "ServerReady", () => {
+      if (context.isExiting?.() === true) throw unavailable(SERVER_EXITING);
+      return { ready: context.isReady() };
+    }),
     ModelReady: unary(logger, "ModelReady", (m: ModelRequestMessage) => {
       const model = m.name ?? "";
       const ready = registry.isReady(model, modelVersion(given(m.version)));

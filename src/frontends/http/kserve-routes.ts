@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { invalidArg } from "../../core/errors.ts";
+import { invalidArg, SERVER_EXITING } from "../../core/errors.ts";
 import type { ModelLoadOptions, ServedModel, ServerContext } from "../../core/model.ts";
 import { callSites, recordCall, recordReadiness } from "../common/api-call-recording.ts";
 import { watchDisconnect } from "../common/http/client-disconnect.ts";
@@ -101,11 +101,20 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
     const { name, version, extensions } = context.metadata;
     return sendJson(reply, { name, version, extensions });
   });
+  // A stopping server is neither: Triton answers both UNAVAILABLE "Server exiting".
   app.get("/v2/health/live", { schema: SERVER_SCHEMAS.live }, (_request, reply) =>
-    context.isLive() ? reply.code(200).send() : sendError(reply, 400, "server is not live"),
+    context.isExiting?.() === true
+      ? sendError(reply, 503, SERVER_EXITING)
+      : context.isLive()
+        ? reply.code(200).send()
+        : sendError(reply, 400, "server is not live"),
   );
   app.get("/v2/health/ready", { schema: SERVER_SCHEMAS.ready }, (_request, reply) =>
-    context.isReady() ? reply.code(200).send() : sendError(reply, 400, "server is not ready"),
+    context.isExiting?.() === true
+      ? sendError(reply, 503, SERVER_EXITING)
+      : context.isReady()
+        ? reply.code(200).send()
+        : sendError(reply, 400, "server is not ready"),
   );
   app.get("/v2/models/stats", { schema: SERVER_SCHEMAS.statistics }, (_request, reply) =>
     sendJson(reply, { model_stats: registry.statistics() }),
