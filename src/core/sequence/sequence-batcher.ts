@@ -348,7 +348,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       const ended = this.#recentEnds.get(key)?.reason;
       if (this.#tier !== undefined && ended === "state_lost") throw this.#lostError(id);
       // Ended by the stop's deadline: the client is told to go elsewhere, not to START.
-      if (ended === "shutdown" || this.#shuttingDown) {
+      if (ended === "shutdown") {
         throw stopping(`the server is shutting down: ${this.#describe(id)} has ended with it`);
       }
       throw this.#unknownId(id, exclusive, ended === "instance_failed" ? ended : undefined);
