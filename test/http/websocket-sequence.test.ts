@@ -106,6 +106,55 @@ describe("WebSocket streams: one connection, one sequence", { timeout: 30_000 },
     assert.equal(model.sums.has("session-a"), false);
   });
 
+  it("sequence_start=false continues a sequence begun elsewhere; the stream it leaves no longer ends it", async () => {
+    const step = (value: number) => ({
+      inputs: [{ name: "INPUT", datatype: "INT32", shape: [1], data: [value] }],
+    });
+    const sumOfText = async (client: StreamClient) =>
+      ((await client.nextText()).outputs as { data: number[] }[])[0]?.data[0];
+    const first = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=cont-a");
+    first.send(step(3));
+    assert.equal(await sumOfText(first), 3);
+    // The client reconnects (its first socket not yet closed, as after a network cut).
+    const again = await StreamClient.open(
+      server,
+      "/v2/models/running_sum/stream?sequence_id=cont-a&sequence_start=false",
+    );
+    again.send(step(4));
+    assert.equal(await sumOfText(again), 7);
+    assert.deepEqual(model.model.requests.at(-1)?.sequence, {
+      id: "cont-a",
+      start: false,
+      end: false,
+      timeoutUs: undefined,
+    });
+    const endsBefore = model.sums.endCalls.length;
+    await first.close(4000);
+    again.send(step(5));
+    assert.equal(await sumOfText(again), 12, "the first stream's close did not end the sequence");
+    assert.equal(model.sums.endCalls.length, endsBefore);
+    again.send({ sequence_end: true });
+    assert.deepEqual(await again.nextText(), { sequence_end: true, sequence_id: "cont-a" });
+    assert.deepEqual(model.sums.endCalls.at(-1), { id: "cont-a", reason: "end" });
+
+    // Continuing needs the id; the value is a boolean.
+    for (const [query, error] of [
+      [
+        "sequence_start=false",
+        "query parameter 'sequence_start=false' continues a sequence: name it with 'sequence_id'",
+      ],
+      [
+        "sequence_id=5&sequence_start=no",
+        "Unable to parse 'sequence_start': expected 'true' or 'false', got 'no'",
+      ],
+    ]) {
+      assert.deepEqual(await refusedUpgrade(server, `/v2/models/running_sum/stream?${query}`), {
+        status: 400,
+        json: { error },
+      });
+    }
+  });
+
   it("runs a raw sequence with a uint64 id above 2^53, exactly", async () => {
     const id = 18446744073709551615n;
     const client = await StreamClient.open(

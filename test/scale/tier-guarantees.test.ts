@@ -291,9 +291,20 @@ describe("the shared state tier's guarantees", { skip }, () => {
     const started = await waiting;
     const exit = await leaving.process.exit;
     assert.equal(exit.code, 0, exit.stderr);
-    // The client reconnects through the balancer and goes on where it was.
-    assert.equal(sum(await infer(b.url, ONE_SLOT, int32Input(1), { id })), 7);
-    assert.equal(sum(await infer(b.url, ONE_SLOT, int32Input(1), { id, end: true })), 8);
+    // The client reconnects through the balancer and goes on where it was, over a stream
+    // that continues the sequence, then over HTTP.
+    const again = await StreamClient.open(
+      { port: b.ports.http },
+      `/v2/models/${ONE_SLOT}/stream?sequence_id=${id}&sequence_start=false`,
+    );
+    again.send(step(1));
+    assert.equal(((await again.nextText()).outputs as { data: number[] }[])[0]!.data[0], 7);
+    again.send(step(1));
+    assert.equal(((await again.nextText()).outputs as { data: number[] }[])[0]!.data[0], 8);
+    // Closed deliberately (1000), the stream ends the sequence: the next start is a new one.
+    await again.close(1000);
+    assert.equal(sum(await infer(b.url, ONE_SLOT, int32Input(1), { id, start: true })), 1);
+    assert.equal(sum(await infer(b.url, ONE_SLOT, int32Input(1), { id, end: true })), 2);
     // The stream was cut while the hand-over waited: the slot never came free.
     assert.equal(started.status, 503, started.text);
     assert.deepEqual(order, ["the stream closed", "the waiting START answered"]);

@@ -272,6 +272,12 @@ export class StreamConnection {
     this.#owners = owners;
     this.#id = options.sequenceId;
     this.#established = model.sequences === undefined;
+    // Continuing a sequence begun elsewhere: the stream holds it from the first message
+    // (a stream of the same id still open here, its client gone, no longer ends it).
+    if (options.continues && model.sequences !== undefined && this.#id !== undefined) {
+      this.#established = true;
+      this.#claim(this.#id, true);
+    }
     const signal = this.#controller.signal;
     // One listener per request in flight, so up to maxInFlight: not a leak.
     setMaxListeners(0, signal);

@@ -4,21 +4,24 @@ import type { ServedModel } from "../../../core/model.ts";
 import { pathSequenceId } from "../sequence-routes.ts";
 
 // The query of a stream's upgrade request: `sequence_id` (decimal digits are a uint64,
-// anything else a string; `id_type` as for the sequences API), `format` (`framed` or
-// `raw`) and `binary_data_output` (`true` or `false`). Checked before the upgrade, so a
-// bad query is an ordinary HTTP 400.
+// anything else a string; `id_type` as for the sequences API), `sequence_start` (`false`:
+// the stream continues that sequence, begun elsewhere: over HTTP, on a stream that was
+// cut, on another replica), `format` (`framed` or `raw`) and `binary_data_output` (`true`
+// or `false`). Checked before the upgrade, so a bad query is an ordinary HTTP 400.
 
 export type StreamFormat = "framed" | "raw";
 
 export interface StreamOptions {
   /** The client's sequence id; undefined when the server assigns one. */
   readonly sequenceId: SequenceId | undefined;
+  /** The stream goes on with a sequence begun before it, instead of starting it. */
+  readonly continues: boolean;
   readonly format: StreamFormat;
   /** The connection's choice; undefined: binary for binary messages, JSON for text ones. */
   readonly binaryOutput: boolean | undefined;
 }
 
-const KNOWN = ["sequence_id", "id_type", "format", "binary_data_output"];
+const KNOWN = ["sequence_id", "id_type", "sequence_start", "format", "binary_data_output"];
 
 function single(query: Readonly<Record<string, unknown>>, name: string): string | undefined {
   const value = query[name];
@@ -47,6 +50,17 @@ function readSequenceId(
     throw invalidArg("sequence id 0 means no id: omit 'sequence_id' to have the server assign one");
   model.sequences.checkId(id);
   return id;
+}
+
+function readContinues(start: string | undefined, id: SequenceId | undefined): boolean {
+  if (start === undefined || start === "true") return false;
+  if (start !== "false") {
+    throw invalidArg(`Unable to parse 'sequence_start': expected 'true' or 'false', got '${start}'`);
+  }
+  if (id === undefined) {
+    throw invalidArg("query parameter 'sequence_start=false' continues a sequence: name it with 'sequence_id'");
+  }
+  return true;
 }
 
 function readFormat(model: ServedModel, text: string | undefined): StreamFormat {
@@ -78,8 +92,10 @@ export function readStreamOptions(
       throw invalidArg(`unknown query parameter '${name}' for a stream: expected ${KNOWN.join(", ")}`);
     }
   }
+  const sequenceId = readSequenceId(model, single(query, "sequence_id"), single(query, "id_type"));
   return {
-    sequenceId: readSequenceId(model, single(query, "sequence_id"), single(query, "id_type")),
+    sequenceId,
+    continues: readContinues(single(query, "sequence_start"), sequenceId),
     format: readFormat(model, single(query, "format")),
     binaryOutput: readBinaryOutput(single(query, "binary_data_output")),
   };
