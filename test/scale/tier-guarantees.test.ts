@@ -256,6 +256,29 @@ describe("the shared state tier's guarantees", { skip }, () => {
     assert.ok(handedOver !== undefined, "the leaving replica stopped cleanly");
   });
 
+  it("a copy of a sequence that went on elsewhere gives its slot up when a new sequence needs it", async () => {
+    // The only slot of a holds 801 until its 60 s idle timeout, unless a lets its copy go.
+    assert.equal(sum(await infer(a.url, ONE_SLOT, int32Input(1), { id: 801, start: true })), 1);
+    assert.equal(sum(await infer(b.url, ONE_SLOT, int32Input(2), { id: 801 })), 3);
+    assert.equal(sum(await infer(b.url, ONE_SLOT, int32Input(3), { id: 801, end: true })), 6);
+    const before = (await a.summary(ONE_SLOT)) as {
+      ended: Record<string, number>;
+      tier: { handedOver: number };
+    };
+    // Waiting for the slot at most 5 s (then 503): served, the stale copy let go.
+    const next = await infer(a.url, ONE_SLOT, int32Input(7), { id: 802, start: true, timeoutUs: 5_000_000 });
+    assert.equal(sum(next), 7);
+    assert.equal(sum(await infer(a.url, ONE_SLOT, int32Input(1), { id: 802, end: true })), 8);
+    const after = (await a.summary(ONE_SLOT)) as {
+      ended: Record<string, number>;
+      tier: { handedOver: number };
+    };
+    // Let go, the copy is not an end here (it ended on b): only 802's END is counted.
+    assert.equal(after.tier.handed_over - before.tier.handed_over, 1);
+    assert.equal(after.ended.end! - before.ended.end!, 1);
+    assert.equal(after.ended.timeout, before.ended.timeout);
+  });
+
   it("a WebSocket stream cut by a hand-over does not end its sequence: it goes on on another replica", async () => {
     const leaving = new Replica(repository.path, redis.url);
     await leaving.ready();

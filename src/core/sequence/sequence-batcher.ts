@@ -141,6 +141,8 @@ const MAX_WAITING_FOR_TIER = 4096;
 export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner {
   readonly #config: ModelConfig;
   readonly #sequencing: SequenceBatchingConfig;
+  /** A look at the tier for copies that moved on is under way (#reclaimStaleCopies). */
+  #reclaiming = false;
   readonly #model: SequenceModel;
   readonly #instances: SequenceInstance[];
   readonly #warn: (message: string) => void;
@@ -566,6 +568,48 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (this.#backlog.length >= this.#sequencing.backlogLimit) throw this.#slotsFullError();
     sequence.status = "backlogged";
     this.#backlog.push(sequence);
+    if (this.#tier !== undefined) void this.#reclaimStaleCopies();
+  }
+
+  /**
+   * With a tier, a slot may hold a copy of a sequence that has moved on: its requests went
+   * to another replica (a balancer without stickiness, a failover), which advanced it, ended
+   * it or began it again. Such a copy is let go when a sequence waits for a slot (rather
+   * than at its idle timeout, or never with `never`): the tier says which copies are behind.
+   * Let go, it is not an end (neither counted nor told): the sequence is elsewhere.
+   */
+  async #reclaimStaleCopies(): Promise<void> {
+    if (this.#reclaiming) return;
+    this.#reclaiming = true;
+    try {
+      const held = [...this.#all].filter(
+        (s) =>
+          s.holder !== undefined &&
+          s.idle &&
+          s.endReason === undefined &&
+          s.tier !== undefined &&
+          s.tier.version !== undefined &&
+          !s.tier.loading &&
+          !s.tier.leaving,
+      );
+      const records = await Promise.all(held.map((s) => this.#tier!.read(s.id).catch(() => null)));
+      held.forEach((sequence, i) => {
+        const record = records[i];
+        const place = sequence.tier!;
+        // Unreadable (null), without a record (its expiry, a store that lost its data: this
+        // copy may be all there is), or changed here meanwhile: kept as it is.
+        if (record === null || record === undefined) return;
+        if (!this.#all.has(sequence) || !sequence.idle || sequence.endReason !== undefined) return;
+        const current =
+          record.ended === undefined && record.life === place.life && record.version === place.version;
+        if (current) return;
+        place.leaving = true;
+        sequence.endReason = "end";
+        this.#finish(sequence);
+      });
+    } finally {
+      this.#reclaiming = false;
+    }
   }
 
   /**
