@@ -263,7 +263,7 @@ describe("the shared state tier's guarantees", { skip }, () => {
     assert.equal(sum(await infer(b.url, ONE_SLOT, int32Input(3), { id: 801, end: true })), 6);
     const before = (await a.summary(ONE_SLOT)) as {
       ended: Record<string, number>;
-      tier: { handedOver: number };
+      tier: { handed_over: number };
     };
     // Waiting for the slot at most 5 s (then 503): served, the stale copy let go.
     const next = await infer(a.url, ONE_SLOT, int32Input(7), { id: 802, start: true, timeoutUs: 5_000_000 });
@@ -271,7 +271,7 @@ describe("the shared state tier's guarantees", { skip }, () => {
     assert.equal(sum(await infer(a.url, ONE_SLOT, int32Input(1), { id: 802, end: true })), 8);
     const after = (await a.summary(ONE_SLOT)) as {
       ended: Record<string, number>;
-      tier: { handedOver: number };
+      tier: { handed_over: number };
     };
     // Let go, the copy is not an end here (it ended on b): only 802's END is counted.
     assert.equal(after.tier.handed_over - before.tier.handed_over, 1);
@@ -498,6 +498,8 @@ describe("the shared state tier's guarantees", { skip }, () => {
     // Ended, the id may start again, on b too, although b still holds the old life.
     assert.equal(await predict(b, 50, 1), 50);
     assert.equal(await predict(a, 1, 2), 51);
+    // A step for it on b, whose copy is behind, is OVMS's 404, as on one server.
+    assert.match(String(await predict(b, 1)), /^404 .*Sequence with provided ID does not exist/);
 
     // A START refused as existing leaves b a copy read from the tier; that read does not
     // vouch for a later numbered START, which must not be taken for the old life's retry.

@@ -93,6 +93,9 @@ const UNRECORDED_ENDS: ReadonlySet<SequenceEndReason> = new Set([
   "state_lost",
 ]);
 
+/** The request was sent with OVMS's admission ("exclusive"). */
+const isExclusive = (pending: PendingRequest): boolean => pending.request.sequence?.admission === "exclusive";
+
 /** The request ends its sequence. */
 const isEndRequest = (pending: PendingRequest): boolean => pending.request.sequence?.end === true;
 
@@ -1151,13 +1154,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   /** What a request for a sequence that ended on another replica (or whose record is gone) is told. */
-  #endedElsewhere(id: SequenceId, reason: SequenceEndReason): ServerError {
+  /** `exclusive`: asked by a client with OVMS's admission, told as OVMS tells a missing sequence. */
+  #endedElsewhere(id: SequenceId, reason: SequenceEndReason, exclusive: boolean): ServerError {
     if (reason === "state_lost") return this.#lostError(id);
-    return new ServerError(
-      "INVALID_ARG",
-      `inference request for sequence ${formatSequenceId(id)} to model '${this.#config.name}' must specify the START flag on the first request of the sequence: it has ended (reason '${reason}')`,
-      { reason: "sequence_unknown" },
-    );
+    return this.#unknownId(id, exclusive, reason);
   }
 
   #lostError(id: SequenceId): ServerError {
@@ -1284,7 +1284,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         local.tier.ended = true;
         const reason =
           record !== undefined && record.ended === undefined ? "restart" : this.#goneReason(record);
-        this.#endNow(local, reason, this.#endedElsewhere(id, reason));
+        this.#endNow(local, reason, this.#endedElsewhere(id, reason, waiting.some(isExclusive)));
       }
       if (record !== undefined && record.ended === undefined) {
         if (!this.#live.has(key) && !this.#ending.has(key)) {
@@ -1416,7 +1416,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
           const reason = this.#goneReason(record);
           const head = sequence.queue.peek();
           if (head !== undefined && this.#answerFromEnded(head, record)) sequence.queue.shift();
-          const ended = this.#endedElsewhere(sequence.id, reason);
+          const ended = this.#endedElsewhere(sequence.id, reason, head !== undefined && isExclusive(head));
           // A START that reached this old copy (taken for the retry of the START it began
           // with) begins the id anew once the copy is gone: it and what follows it are
           // told to come again, rather than that the sequence has ended.
@@ -1577,7 +1577,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     }
     place.ended = true;
     const reason = this.#goneReason(current);
-    const error = this.#endedElsewhere(sequence.id, reason);
+    const error = this.#endedElsewhere(sequence.id, reason, isExclusive(row.request));
     // A retried END that another replica applied: its answer is kept with the ended record.
     if (!this.#answerFromEnded(row.request, current)) row.request.reject(error);
     this.#endNow(sequence, reason, error);
