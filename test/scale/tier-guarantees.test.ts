@@ -29,6 +29,7 @@ import { type TempRepository, tempRepository } from "../support/model-repository
 import { accumulatorConfig, int32Input } from "../support/sequence-kit.ts";
 import {
   missingTools,
+  Nginx,
   RedisServer,
   Replica,
   SharedStoreCluster,
@@ -705,6 +706,25 @@ describe("the shared state tier's guarantees", { skip }, () => {
     } finally {
       onA.destroy();
       onB.destroy();
+    }
+  });
+
+  it("a SageMaker session through the shipped nginx configuration: ping, open, steps, close (the AWS SDK)", async () => {
+    const nginx = await Nginx.start([a.ports, b.ports]);
+    const client = sdkClient(nginx.sagemakerPort);
+    try {
+      assert.equal((await fetch(`http://127.0.0.1:${nginx.sagemakerPort}/ping`)).status, 200);
+      const session = await openSession(client, SECOND);
+      let total = 0;
+      for (let step = 1; step <= 4; step++) {
+        const answer = await invoke(client, { body: JSON.stringify([step]), sessionId: session.id });
+        total += step;
+        assert.equal((jsonAnswer(answer) as number[][])[0]![0], total, `step ${step}`);
+      }
+      assert.equal((await closeSession(client, session.id)).ClosedSessionId, session.id);
+    } finally {
+      client.destroy();
+      await nginx.stop();
     }
   });
 

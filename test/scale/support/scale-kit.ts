@@ -127,6 +127,8 @@ export class RedisServer {
 export interface ReplicaPorts {
   readonly http: number;
   readonly grpc: number;
+  /** Replicas started with `--allow-sagemaker true`. */
+  readonly sagemaker?: number;
 }
 
 /**
@@ -136,16 +138,18 @@ export interface ReplicaPorts {
 export class Nginx {
   readonly httpPort: number;
   readonly grpcPort: number;
+  readonly sagemakerPort: number;
   readonly #dir = mkdtempSync(join(tmpdir(), "seqserve-nginx-"));
   #child: ChildProcess | undefined;
 
-  private constructor(httpPort: number, grpcPort: number) {
+  private constructor(httpPort: number, grpcPort: number, sagemakerPort: number) {
     this.httpPort = httpPort;
     this.grpcPort = grpcPort;
+    this.sagemakerPort = sagemakerPort;
   }
 
   static async start(replicas: readonly ReplicaPorts[]): Promise<Nginx> {
-    const nginx = new Nginx(await freePort(), await freePort());
+    const nginx = new Nginx(await freePort(), await freePort(), await freePort());
     nginx.#render(replicas);
     const child = spawn(
       existsExecutable("nginx") ?? "/usr/sbin/nginx",
@@ -183,7 +187,13 @@ export class Nginx {
       /(upstream seqserve_grpc \{\n\s*hash [^\n]+\n)(?:\s*server [^\n]+\n)+/,
       `$1${servers((r) => r.grpc)}\n`,
     );
+    // Replicas without SageMaker: its upstream keeps the HTTP ports (nginx needs servers).
+    config = config.replace(
+      /(upstream seqserve_sagemaker \{\n\s*hash [^\n]+\n)(?:\s*server [^\n]+\n)+/,
+      `$1${servers((r) => r.sagemaker ?? r.http)}\n`,
+    );
     config = config.replace("listen 9000;", `listen 127.0.0.1:${this.httpPort};`);
+    config = config.replace("listen 9080;", `listen 127.0.0.1:${this.sagemakerPort};`);
     config = config.replace("listen 9001 http2;", `listen 127.0.0.1:${this.grpcPort} http2;`);
     writeFileSync(join(this.#dir, "nginx.conf"), config);
   }
@@ -248,7 +258,12 @@ export class Replica {
   }
 
   get ports(): ReplicaPorts {
-    return { http: this.#ports!.http_port!, grpc: this.#ports!.grpc_port! };
+    const sagemaker = this.#ports!.sagemaker_port;
+    return {
+      http: this.#ports!.http_port!,
+      grpc: this.#ports!.grpc_port!,
+      ...(sagemaker === undefined || sagemaker === null ? {} : { sagemaker }),
+    };
   }
 
   get url(): string {
