@@ -58,10 +58,22 @@ export interface DynamicBatchingConfig {
   readonly preferredBatchSizes: readonly number[];
   readonly maxQueueDelayUs: number;
   readonly preserveOrdering: boolean;
-  /** 0 = unbounded (Triton's default_queue_policy.max_queue_size). */
+  /** Triton's priority_levels: 0 = none (one queue); else levels 1 (served first) to this. */
+  readonly priorityLevels: number;
+  /** The level of a request without a priority (or with one out of range); 0 without levels. */
+  readonly defaultPriorityLevel: number;
+  /** The policy of every level that has none of its own (default_queue_policy). */
+  readonly defaultQueuePolicy: QueuePolicyConfig;
+  /** priority_queue_policy: the levels with a policy of their own. */
+  readonly priorityQueuePolicies: ReadonlyMap<number, QueuePolicyConfig>;
+}
+
+/** Triton's ModelQueuePolicy, as one queue applies it. */
+export interface QueuePolicyConfig {
+  /** 0 = unbounded (max_queue_size). */
   readonly maxQueueSize: number;
   /** How long a request may wait in the queue; absent: without limit. */
-  readonly queueTimeout?: QueueTimeoutConfig;
+  readonly timeout?: QueueTimeoutConfig;
 }
 
 /** Triton's queue policy timeouts (ModelQueuePolicy). */

@@ -38,7 +38,10 @@ describe("completing a config from the model file", () => {
       preferredBatchSizes: [4],
       maxQueueDelayUs: 0,
       preserveOrdering: false,
-      maxQueueSize: 0,
+      priorityLevels: 0,
+      defaultPriorityLevel: 0,
+      defaultQueuePolicy: { maxQueueSize: 0 },
+      priorityQueuePolicies: new Map(),
     });
     assert.equal((tritonJson.input as { data_type: string }[])[0]?.data_type, "TYPE_INT32");
   });

@@ -150,7 +150,10 @@ describe("resolving the fixture configs", () => {
       preferredBatchSizes: [4, 8],
       maxQueueDelayUs: 100,
       preserveOrdering: true,
-      maxQueueSize: 64,
+      priorityLevels: 0,
+      defaultPriorityLevel: 0,
+      defaultQueuePolicy: { maxQueueSize: 64 },
+      priorityQueuePolicies: new Map(),
     });
     assert.deepEqual(config.instanceGroups, [{ name: "image_classifier_0", count: 2, kind: "KIND_CPU" }]);
     assert.equal(config.sequenceBatching, undefined);
@@ -350,7 +353,10 @@ describe("resolving the fixture configs", () => {
       preferredBatchSizes: [8, 16, 32],
       maxQueueDelayUs: 250,
       preserveOrdering: false,
-      maxQueueSize: 100,
+      priorityLevels: 0,
+      defaultPriorityLevel: 0,
+      defaultQueuePolicy: { maxQueueSize: 100 },
+      priorityQueuePolicies: new Map(),
     });
     assert.deepEqual(config.instanceGroups, [
       { name: "cpu_pool", count: 3, kind: "KIND_CPU" },
@@ -518,15 +524,20 @@ describe("dynamic batching queue policies", () => {
       preferredBatchSizes: [8],
       maxQueueDelayUs: 0,
       preserveOrdering: false,
-      maxQueueSize: 3,
-      queueTimeout: { defaultUs: 5000, allowOverride: true, action: "DELAY" },
+      priorityLevels: 0,
+      defaultPriorityLevel: 0,
+      defaultQueuePolicy: {
+        maxQueueSize: 3,
+        timeout: { defaultUs: 5000, allowOverride: true, action: "DELAY" },
+      },
+      priorityQueuePolicies: new Map(),
     });
     assert.deepEqual(notes, []);
   });
 
   it("no default timeout: no queue timeout, whatever the override says (as Triton)", () => {
     const { config } = resolveText("default_queue_policy { allow_timeout_override: true }");
-    assert.equal(config.dynamicBatching?.queueTimeout, undefined);
+    assert.equal(config.dynamicBatching?.defaultQueuePolicy.timeout, undefined);
   });
 
   it("model_metrics bucket overrides are read and said not to apply", () => {
@@ -543,18 +554,24 @@ describe("dynamic batching queue policies", () => {
     ]);
   });
 
-  it("with priority levels, every request is served at the default level, under its policy", () => {
+  it("priority levels are read with each level's queue policy, the default one for the others", () => {
     const { config, notes } = resolveText(`
   priority_levels: 2
   default_priority_level: 2
   default_queue_policy { default_timeout_microseconds: 100 max_queue_size: 9 }
   priority_queue_policy { key: 2 value { default_timeout_microseconds: 7000 max_queue_size: 4 } }`);
-    assert.deepEqual(config.dynamicBatching?.queueTimeout, {
-      defaultUs: 7000,
-      allowOverride: false,
-      action: "REJECT",
+    assert.equal(config.dynamicBatching?.priorityLevels, 2);
+    assert.equal(config.dynamicBatching?.defaultPriorityLevel, 2);
+    assert.deepEqual(config.dynamicBatching?.defaultQueuePolicy, {
+      maxQueueSize: 9,
+      timeout: { defaultUs: 100, allowOverride: false, action: "REJECT" },
     });
-    assert.equal(config.dynamicBatching?.maxQueueSize, 4);
-    assert.deepEqual(notes, ["priority levels of model 'm' are accepted but not applied by seqserve"]);
+    assert.deepEqual(
+      config.dynamicBatching?.priorityQueuePolicies,
+      new Map([
+        [2, { maxQueueSize: 4, timeout: { defaultUs: 7000, allowOverride: false, action: "REJECT" } }],
+      ]),
+    );
+    assert.deepEqual(notes, []);
   });
 });

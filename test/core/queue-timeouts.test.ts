@@ -13,8 +13,8 @@ import { PLAIN_DYNAMIC_BATCHING, plusOneBatcher } from "./support/plus-one-model
 
 keepProcessAlive();
 
-const withTimeout = (queueTimeout: QueueTimeoutConfig) =>
-  plusOneBatcher({ ...PLAIN_DYNAMIC_BATCHING, queueTimeout });
+const withTimeout = (timeout: QueueTimeoutConfig) =>
+  plusOneBatcher({ ...PLAIN_DYNAMIC_BATCHING, defaultQueuePolicy: { maxQueueSize: 0, timeout } });
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -90,7 +90,10 @@ describe("queue policy timeouts (dynamic batching)", { timeout: 10_000 }, () => 
     const { executor, send } = plusOneBatcher({
       ...PLAIN_DYNAMIC_BATCHING,
       preserveOrdering: true,
-      queueTimeout: { defaultUs: QUEUE_WAIT_US, allowOverride: false, action: "REJECT" },
+      defaultQueuePolicy: {
+        maxQueueSize: 0,
+        timeout: { defaultUs: QUEUE_WAIT_US, allowOverride: false, action: "REJECT" },
+      },
     });
     executor.hold();
     const running = send(1);

@@ -332,6 +332,19 @@ test("sequence_id is read from int64 bits, uint64 or string; flags from bool", a
     send({ sequence_id: { int64_param: "1" }, sequence_start: { int64_param: "1" } }),
   );
   assert.equal(wrongFlag.details, "invalid value type for 'sequence_start' parameter, expected bool_param.");
+  // `priority`: int64 (not negative) or uint64, as Triton reads it.
+  await send({ priority: { uint64_param: "2" } });
+  assert.equal(recorder.requests.at(-1)?.parameters.priority, 2);
+  for (const [parameter, details] of [
+    [{ int64_param: "-1" }, "invalid value for 'priority', expected value >= 0."],
+    [
+      { string_param: "1" },
+      "invalid value type for 'priority' parameter, expected int64_param or uint64_param.",
+    ],
+  ] as const) {
+    const wrong = await callError(send({ priority: parameter }));
+    assert.deepEqual([wrong.code, wrong.details], [status.INVALID_ARGUMENT, details]);
+  }
   // Of Triton's own parameter names, a request may set only those Triton reserves for requests.
   const reserved = await callError(send({ triton_other: { bool_param: true } }));
   assert.equal(reserved.code, status.INVALID_ARGUMENT);

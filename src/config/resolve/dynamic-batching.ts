@@ -1,10 +1,9 @@
-import type { DynamicBatchingConfig } from "../../core/model-config.ts";
+import type { DynamicBatchingConfig, QueuePolicyConfig } from "../../core/model-config.ts";
 import type { MessageNode } from "./config-node.ts";
 
 // The dynamic batcher of stateless models, with Triton's default (preferred batch size =
-// max_batch_size) and Triton's checks. Priority levels are validated and kept in the
-// config, but seqserve's batcher serves every request at one level: the default level's
-// queue policy (its size and timeouts) applies to all.
+// max_batch_size) and Triton's checks: its priority levels, each with its queue policy
+// (its own, or the default one), as the batcher's priority queue applies them.
 
 /** Triton's preferred-batch-size checks, shared with the Oldest sequence strategy. */
 export function preferredBatchSizes(node: MessageNode, maxBatchSize: number, what: string): number[] {
@@ -54,7 +53,6 @@ export function resolveDynamicBatching(root: MessageNode): DynamicBatchingConfig
         );
       }
     }
-    root.ctx.note(`priority levels of model '${modelName}' are accepted but not applied by seqserve`);
   }
 
   const preserveOrdering = batching.bool("preserve_ordering");
@@ -84,23 +82,30 @@ export function resolveDynamicBatching(root: MessageNode): DynamicBatchingConfig
     );
   }
 
-  // Triton queues a request without a priority at the default level, under that level's
-  // policy if it has one.
-  const levelPolicy =
-    levels === 0
-      ? undefined
-      : batching.child("priority_queue_policy")?.child(String(batching.safeNumber("default_priority_level")));
-  const policy = levelPolicy ?? defaultPolicy;
-  const timeoutUs = policy?.safeNumber("default_timeout_microseconds") ?? 0;
   return {
     preferredBatchSizes: preferred,
     maxQueueDelayUs: batching.safeNumber("max_queue_delay_microseconds"),
     preserveOrdering,
+    priorityLevels: levels,
+    defaultPriorityLevel: levels === 0 ? 0 : batching.safeNumber("default_priority_level"),
+    defaultQueuePolicy: queuePolicy(defaultPolicy),
+    priorityQueuePolicies: new Map(
+      Object.keys(batching.map("priority_queue_policy")).map((key) => [
+        Number(key),
+        queuePolicy(batching.child("priority_queue_policy")?.child(key)),
+      ]),
+    ),
+  };
+}
+
+function queuePolicy(policy: MessageNode | undefined): QueuePolicyConfig {
+  const timeoutUs = policy?.safeNumber("default_timeout_microseconds") ?? 0;
+  return {
     maxQueueSize: policy?.number("max_queue_size") ?? 0,
     ...(timeoutUs === 0
       ? {}
       : {
-          queueTimeout: {
+          timeout: {
             defaultUs: timeoutUs,
             allowOverride: policy?.bool("allow_timeout_override") ?? false,
             action: policy?.string("timeout_action", "REJECT") === "DELAY" ? "DELAY" : "REJECT",

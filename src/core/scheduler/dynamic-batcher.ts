@@ -1,15 +1,14 @@
 import { stopping, unavailable } from "../errors.ts";
 import { isRequestExecutor, type ModelExecutor } from "../executor.ts";
-import type { ModelConfig, QueueTimeoutConfig } from "../model-config.ts";
+import type { ModelConfig } from "../model-config.ts";
 import { requestLabel } from "../request-label.ts";
 import type { ModelStatistics } from "../statistics.ts";
 import { timerDelay } from "../timer-delay.ts";
 import { runStatelessBatch } from "./batch-execution.ts";
 import { OrderedRelease, takePlace } from "./ordered-release.ts";
 import type { PendingRequest } from "./pending-request.ts";
-import { queueDeadlineNs } from "./queue-deadline.ts";
+import { PriorityQueue } from "./priority-queue.ts";
 import { runRequestBatch } from "./request-batch-execution.ts";
-import { Deque } from "./request-queue.ts";
 import type { Scheduler } from "./scheduler.ts";
 import { STOPPED_ACCEPTING } from "./stopped-accepting.ts";
 
@@ -32,11 +31,12 @@ import { STOPPED_ACCEPTING } from "./stopped-accepting.ts";
 // batching every request is a full batch of its own; queueing it in the worker rather than
 // here only means that one cancelled meanwhile still runs (its answer is dropped).
 //
-// Queue timeouts (Triton's queue policy, queue-deadline.ts): a request whose wait is over
-// is refused with UNAVAILABLE "Request timeout expired" (REJECT), or served after every
-// request whose wait is not (DELAY), whenever the batcher looks at it, and at the latest
-// when the wait of the earliest one ends (a timer), so a client does not wait on behind
-// busy instances for an answer that is already decided.
+// Requests wait in Triton's priority queue (priority-queue.ts): by priority level, each
+// level under its queue policy. A request whose wait is over is refused with UNAVAILABLE
+// "Request timeout expired" (REJECT), or served after its level's requests whose wait is
+// not (DELAY), whenever the batcher looks at it, and at the latest when the wait of the
+// earliest one ends (a timer), so a client does not wait on behind busy instances for an
+// answer that is already decided.
 
 /** Batches of several requests one instance holds at most: the one it runs and the next. */
 const MAX_BATCHES_IN_FLIGHT = 2;
@@ -56,20 +56,11 @@ export interface DynamicBatcherOptions {
   readonly statistics: ModelStatistics;
 }
 
-/** Removes from `queue` the requests `taken` into a batch, and those already settled. */
-function keepUntaken(queue: Deque<PendingRequest>, taken: ReadonlySet<PendingRequest>): void {
-  const rest = queue.drain().filter((p) => !taken.has(p) && !p.settled);
-  for (const p of rest) queue.push(p);
-}
-
 export class DynamicBatcher implements Scheduler {
   readonly #config: ModelConfig;
   readonly #statistics: ModelStatistics;
   readonly #instances: Instance[];
-  readonly #queue = new Deque<PendingRequest>();
-  /** Requests whose wait ran out under timeout_action DELAY: served once #queue is empty. */
-  readonly #delayed = new Deque<PendingRequest>();
-  readonly #queueTimeout: QueueTimeoutConfig | undefined;
+  readonly #queue: PriorityQueue;
   /** The earliest deadline in #queue (Infinity: none), and the timer that waits for it. */
   #nextDeadlineNs = Number.POSITIVE_INFINITY;
   #deadlineTimer: NodeJS.Timeout | undefined;
@@ -77,7 +68,6 @@ export class DynamicBatcher implements Scheduler {
   readonly #maxRows: number;
   readonly #targetRows: number;
   readonly #delayNs: number;
-  readonly #maxQueueSize: number;
   readonly #ordering: OrderedRelease | undefined;
   #pending = 0;
   /** Requests in the batches handed to instances and not yet back. */
@@ -96,7 +86,7 @@ export class DynamicBatcher implements Scheduler {
     // A queue with a policy to enforce (a timeout, a size) keeps every request until its
     // run, as Triton's does (it stops prefetching then): a request waiting with an instance
     // would escape both.
-    const policed = dynamic !== undefined && (dynamic.queueTimeout !== undefined || dynamic.maxQueueSize > 0);
+    const policed = PriorityQueue.policed(dynamic);
     const pipelined = policed ? 1 : this.#merge ? MAX_BATCHES_IN_FLIGHT : MAX_REQUESTS_IN_FLIGHT;
     this.#instances = options.executors.map((executor) => ({
       executor,
@@ -107,8 +97,7 @@ export class DynamicBatcher implements Scheduler {
     const preferred = dynamic?.preferredBatchSizes ?? [];
     this.#targetRows = preferred.length > 0 ? Math.max(...preferred) : this.#maxRows;
     this.#delayNs = (dynamic?.maxQueueDelayUs ?? 0) * 1000;
-    this.#maxQueueSize = dynamic?.maxQueueSize ?? 0;
-    this.#queueTimeout = dynamic?.queueTimeout;
+    this.#queue = new PriorityQueue(dynamic);
     this.#ordering = dynamic?.preserveOrdering ? new OrderedRelease() : undefined;
   }
 
@@ -122,12 +111,7 @@ export class DynamicBatcher implements Scheduler {
 
   enqueue(pending: PendingRequest): void {
     if (this.#stopping) throw stopping(`${requestLabel(pending.request.id)}${STOPPED_ACCEPTING}`);
-    if (this.#maxQueueSize > 0 && this.#queue.length + this.#delayed.length >= this.#maxQueueSize) {
-      throw unavailable(
-        `Exceeds maximum queue size of ${this.#maxQueueSize} for model '${this.#config.name}'`,
-        1,
-      );
-    }
+    this.#queue.push(pending);
     this.#pending++;
     if (this.#ordering !== undefined) takePlace(this.#ordering, pending);
     pending.promise.then(
@@ -135,12 +119,10 @@ export class DynamicBatcher implements Scheduler {
       () => this.#settled(),
     );
     pending.onCancel((p) => {
-      if (this.#queue.remove((q) => q === p) === undefined) this.#delayed.remove((q) => q === p);
+      this.#queue.remove(p);
       p.cancel();
     });
-    this.#queue.push(pending);
-    if (this.#queueTimeout !== undefined) {
-      pending.queueDeadlineNs = queueDeadlineNs(this.#queueTimeout, pending);
+    if (pending.queueDeadlineNs !== 0) {
       if (pending.queueDeadlineNs < this.#nextDeadlineNs) {
         this.#nextDeadlineNs = pending.queueDeadlineNs;
         this.#armDeadlineTimer();
@@ -160,7 +142,7 @@ export class DynamicBatcher implements Scheduler {
     return new Promise((resolve) => {
       const timer = setTimeout(
         () => {
-          for (const p of [...this.#queue.drain(), ...this.#delayed.drain()]) {
+          for (const p of this.#queue.drain()) {
             p.reject(stopping("the server is shutting down"));
           }
           resolve();
@@ -209,13 +191,10 @@ export class DynamicBatcher implements Scheduler {
       const instance = this.#leastBusy();
       if (instance === undefined) return;
       this.#expireWaits();
-      this.#dropSettledHead();
-      const head = this.#queue.peek() ?? this.#delayed.peek();
+      const head = this.#queue.head();
       if (head === undefined) return;
       const behindRunning = instance.inFlight > 0;
-      const batch = this.#merge
-        ? this.#collect(head, behindRunning)
-        : [this.#queue.length > 0 ? this.#queue.shift()! : this.#delayed.shift()!];
+      const batch = this.#merge ? this.#collect(head, behindRunning) : [this.#queue.shift()!];
       if (batch.length === 0) return;
       instance.inFlight++;
       this.#running += batch.length;
@@ -240,16 +219,10 @@ export class DynamicBatcher implements Scheduler {
     }
   }
 
-  #dropSettledHead(): void {
-    while (this.#queue.peek()?.settled) this.#queue.shift();
-    while (this.#delayed.peek()?.settled) this.#delayed.shift();
-  }
-
   /**
    * Applies timeout_action to every queued request whose wait is over, once the earliest
-   * deadline has passed (otherwise one look at the clock per dispatch). Without overrides
-   * every request waits as long, so deadlines follow the queue's order and only its head
-   * is looked at; with them the whole queue is.
+   * deadline has passed (otherwise one look at the clock per dispatch). A refusal is
+   * answered at once, as Triton answers it: not in its place in preserve_ordering's order.
    */
   #expireWaits(): void {
     if (this.#nextDeadlineNs === Number.POSITIVE_INFINITY) return;
@@ -259,40 +232,11 @@ export class DynamicBatcher implements Scheduler {
       if (this.#deadlineTimer === undefined) this.#armDeadlineTimer();
       return;
     }
-    let next = Number.POSITIVE_INFINITY;
-    if (this.#queueTimeout?.allowOverride !== true) {
-      for (let p = this.#queue.peek(); p !== undefined; p = this.#queue.peek()) {
-        if (!p.settled && p.queueDeadlineNs > now) {
-          next = p.queueDeadlineNs;
-          break;
-        }
-        this.#queue.shift();
-        if (!p.settled) this.#waitOver(p);
-      }
-    } else {
-      for (const p of this.#queue.drain()) {
-        if (p.settled) continue;
-        if (p.queueDeadlineNs > now) {
-          this.#queue.push(p);
-          next = Math.min(next, p.queueDeadlineNs);
-        } else this.#waitOver(p);
-      }
-    }
-    this.#nextDeadlineNs = next;
+    this.#nextDeadlineNs = this.#queue.expire(now, (p) => {
+      p.leaveGate();
+      p.reject(unavailable("Request timeout expired"));
+    });
     this.#armDeadlineTimer();
-  }
-
-  /**
-   * timeout_action for a request taken out of the queue. A refusal is answered at once, as
-   * Triton answers it: not in its place in preserve_ordering's order.
-   */
-  #waitOver(p: PendingRequest): void {
-    if (this.#queueTimeout?.action === "DELAY") {
-      this.#delayed.push(p);
-      return;
-    }
-    p.leaveGate();
-    p.reject(unavailable("Request timeout expired"));
   }
 
   /** Wakes the batcher when the earliest wait ends, whatever its instances are doing. */
@@ -321,7 +265,7 @@ export class DynamicBatcher implements Scheduler {
   #collect(head: PendingRequest, behindRunning: boolean): PendingRequest[] {
     let rows = 0;
     const chosen: PendingRequest[] = [];
-    for (const p of this.#delayed.length === 0 ? this.#queue : this.#waiting()) {
+    for (const p of this.#queue) {
       if (p.settled || p.validated.batchKey !== head.validated.batchKey) continue;
       if (rows + p.validated.rows > this.#maxRows) break;
       chosen.push(p);
@@ -334,16 +278,8 @@ export class DynamicBatcher implements Scheduler {
       this.#armTimer(this.#delayNs - waitedNs);
       return [];
     }
-    const taken = new Set(chosen);
-    keepUntaken(this.#queue, taken);
-    if (this.#delayed.length > 0) keepUntaken(this.#delayed, taken);
+    this.#queue.takeAll(new Set(chosen));
     return chosen;
-  }
-
-  /** The queued requests in the order they are served: those whose wait is not over first. */
-  *#waiting(): IterableIterator<PendingRequest> {
-    yield* this.#queue;
-    yield* this.#delayed;
   }
 
   #armTimer(ns: number): void {

@@ -17,11 +17,22 @@ export const SEQUENCE_PARAMETERS = [
 
 const UINT64_MAX = (1n << 64n) - 1n;
 
-/** The sequence parameters Triton reads itself, each of one JSON type. */
-export type TritonSequenceParameter = "sequence_id" | "sequence_start" | "sequence_end" | "timeout";
+/** The request parameters Triton reads itself, each of one JSON type (`priority` too). */
+export type TritonSequenceParameter =
+  | "sequence_id"
+  | "sequence_start"
+  | "sequence_end"
+  | "timeout"
+  | "priority";
 
 export function isTritonSequenceParameter(name: string): name is TritonSequenceParameter {
-  return name === "sequence_id" || name === "sequence_start" || name === "sequence_end" || name === "timeout";
+  return (
+    name === "sequence_id" ||
+    name === "sequence_start" ||
+    name === "sequence_end" ||
+    name === "timeout" ||
+    name === "priority"
+  );
 }
 
 /**
@@ -34,7 +45,7 @@ export function unparsableSequenceParameter(name: TritonSequenceParameter): Serv
   const expected =
     name === "sequence_id"
       ? "non-string as string"
-      : name === "timeout"
+      : name === "timeout" || name === "priority"
         ? "non-unsigned-integer as unsigned-integer"
         : "non-boolean as boolean";
   return invalidArg(`Unable to parse '${name}': attempt to access JSON ${expected}`);

@@ -10,7 +10,8 @@ import type { InferParameterMessage, ParameterMap } from "./messages.ts";
 // Reading follows Triton's rules for the parameters it reserves, with its messages:
 // `sequence_id` is int64_param (its bits read as uint64, so ids up to 2^64-1 travel in
 // an int64) or string_param, and seqserve also accepts uint64_param; `sequence_start` and
-// `sequence_end` are bool_param; `timeout` is int64_param (or uint64_param); of the names
+// `sequence_end` are bool_param; `timeout` is int64_param (or uint64_param); `priority`
+// int64_param (not negative) or uint64_param; of the names
 // starting with `triton_`, only those Triton reserves for requests. Other integers become
 // numbers when they are safe integers and bigints when they are not.
 //
@@ -66,6 +67,17 @@ function timeout(parameter: InferParameterMessage): ParameterValue {
   return int64ToInteger(parameter[choice] ?? 0, choice === "uint64_param");
 }
 
+function priority(parameter: InferParameterMessage): ParameterValue {
+  const choice = parameter.parameter_choice;
+  if (choice === "uint64_param") return int64ToInteger(parameter.uint64_param ?? 0, true);
+  if (choice !== "int64_param") {
+    throw invalidArg("invalid value type for 'priority' parameter, expected int64_param or uint64_param.");
+  }
+  const value = int64ToInteger(parameter.int64_param ?? 0, false);
+  if (value < 0) throw invalidArg("invalid value for 'priority', expected value >= 0.");
+  return value;
+}
+
 /** A request's parameters, with the sequence extension's typed the way Triton types them. */
 export function readRequestParameters(map: ParameterMap | undefined): Parameters {
   const parameters: Record<string, ParameterValue> = {};
@@ -83,6 +95,9 @@ export function readRequestParameters(map: ParameterMap | undefined): Parameters
         break;
       case "timeout":
         parameters[name] = timeout(parameter);
+        break;
+      case "priority":
+        parameters[name] = priority(parameter);
         break;
       default:
         parameters[name] = generic(name, parameter);

@@ -59,7 +59,10 @@ export const PLAIN_DYNAMIC_BATCHING: DynamicBatchingConfig = {
   preferredBatchSizes: [],
   maxQueueDelayUs: 0,
   preserveOrdering: false,
-  maxQueueSize: 0,
+  priorityLevels: 0,
+  defaultPriorityLevel: 0,
+  defaultQueuePolicy: { maxQueueSize: 0 },
+  priorityQueuePolicies: new Map(),
 };
 
 /** The model behind a DynamicBatcher; `answer` enqueues a one-row request as a frontend does. */

@@ -120,14 +120,14 @@ interface ReadParameters {
 const UINT64_MAX = (1n << 64n) - 1n;
 
 /**
- * `timeout` written as Triton's reader takes it, an unsigned integer of at most 64 bits:
- * `5.0`, `1e6` or 2^64 are doubles to rapidjson, which Triton refuses. Read from the
- * source text, which only a request with a timeout pays for.
+ * `timeout` or `priority` written as Triton's reader takes it, an unsigned integer of at
+ * most 64 bits: `5.0`, `1e6` or 2^64 are doubles to rapidjson, which Triton refuses. Read
+ * from the source text, which only a request with one of them pays for.
  */
-function checkTimeoutText(source: JsonSource): void {
-  const member = memberSourceText(source.text, ["parameters", "timeout"]);
+function checkUnsignedText(source: JsonSource, name: "timeout" | "priority"): void {
+  const member = memberSourceText(source.text, ["parameters", name]);
   if (member !== undefined && typeof exactInteger(member, 0n, UINT64_MAX) !== "bigint") {
-    throw unparsableSequenceParameter("timeout");
+    throw unparsableSequenceParameter(name);
   }
 }
 
@@ -173,12 +173,14 @@ function readParameters(value: unknown, source: JsonSource, reserved: readonly s
     switch (typeof parameter) {
       case "boolean":
       case "string":
+        // Read where it is used, but for `priority`, which the batcher reads as it queues.
+        if (name === "priority") throw unparsableSequenceParameter(name);
         parameters[name] = parameter;
         break;
       case "number":
         if (name === "sequence_id") parameters[name] = sequenceIdNumber(source, parameter);
         else {
-          if (name === "timeout") checkTimeoutText(source);
+          if (name === "timeout" || name === "priority") checkUnsignedText(source, name);
           parameters[name] = parameter;
         }
         break;

@@ -58,7 +58,9 @@ function readContinues(start: string | undefined, id: SequenceId | undefined): b
     throw invalidArg(`Unable to parse 'sequence_start': expected 'true' or 'false', got '${start}'`);
   }
   if (id === undefined) {
-    throw invalidArg("query parameter 'sequence_start=false' continues a sequence: name it with 'sequence_id'");
+    throw invalidArg(
+      "query parameter 'sequence_start=false' continues a sequence: name it with 'sequence_id'",
+    );
   }
   return true;
 }
