@@ -560,12 +560,16 @@ describe("sequence ids over HTTP", () => {
         "Unable to parse 'timeout': attempt to access JSON non-unsigned-integer as unsigned-integer",
       ]),
       // `priority` is read as Triton reads it too: an unsigned integer.
-      ...[',"priority":"high"', ',"priority":true', ',"priority":-1', ',"priority":1.5', ',"priority":[1]'].map(
-        (parameter) => [
-          parameter,
-          "Unable to parse 'priority': attempt to access JSON non-unsigned-integer as unsigned-integer",
-        ],
-      ),
+      ...[
+        ',"priority":"high"',
+        ',"priority":true',
+        ',"priority":-1',
+        ',"priority":1.5',
+        ',"priority":[1]',
+      ].map((parameter) => [
+        parameter,
+        "Unable to parse 'priority': attempt to access JSON non-unsigned-integer as unsigned-integer",
+      ]),
     ]) {
       const bad = await sequenceRequest("7", parameters!);
       assert.equal(bad.status, 400, parameters);
