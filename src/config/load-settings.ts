@@ -51,7 +51,7 @@ export function readLoadSettings(
   );
   const identity = resolveIdentity(root);
   const versionPolicy = resolveVersionPolicy(root);
-  const instanceGroups = resolveInstanceGroups(root);
+  const instanceGroups = resolveInstanceGroups(root, identity.backend);
   const graph = root.child("optimization")?.child("graph");
   const graphOptimizationLevel = graph === undefined ? undefined : graph.number("level");
   return deepFreeze({

@@ -415,6 +415,9 @@ function buildParsedConfig(
     name: facts.name,
     backend: "onnxruntime",
     version_policy: facts.policy.message,
+    // One instance, not Triton's two for ONNX Runtime: OVMS's max_sequence_number bounds
+    // the model's sequences, which are the slots of its instances together.
+    instance_group: [{ count: 1, kind: "KIND_CPU" }],
   };
   locations.setOwn(message, fields.config.position);
   locations.set(message, "name", fields.position("name"));

@@ -16,8 +16,8 @@ describe("load settings (before the model file is opened)", () => {
       backend: "onnxruntime",
       defaultModelFilename: "model.onnx",
       versionPolicy: { kind: "latest", numVersions: 1 },
-      instanceGroups: [{ name: "vad", count: 1, kind: "KIND_CPU" }],
-      instanceCount: 1,
+      instanceGroups: [{ name: "vad", count: 2, kind: "KIND_CPU" }],
+      instanceCount: 2,
       graphOptimizationLevel: undefined,
       graphOptimization: "all",
       parameters: {},
@@ -57,22 +57,28 @@ describe("load settings (before the model file is opened)", () => {
     });
   });
 
-  it("takes an instance count below 1 as the default, one, as Triton does", () => {
+  it("takes an instance count below 1 as the default, two on the CPU for ONNX Runtime, as Triton does", () => {
     const parsed = parseModelConfigText(
       'input { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }\noutput { name: "y" data_type: TYPE_FP32 dims: [ 4 ] }\n' +
         "instance_group [ { count: 0 kind: KIND_CPU }, { count: -3 kind: KIND_CPU }, { count: 2 kind: KIND_CPU } ]",
       { file: "m/config.pbtxt" },
     );
-    assert.equal(readLoadSettings(parsed, "m", "models/m").instanceCount, 4);
+    assert.equal(readLoadSettings(parsed, "m", "models/m").instanceCount, 6);
     const resolved = resolveModelConfig({ parsed, modelName: "m", modelDir: "models/m", modelIo: undefined });
     assert.deepEqual(
       resolved.config.instanceGroups.map((group) => group.count),
-      [1, 1, 2],
+      [2, 2, 2],
     );
     assert.deepEqual(
       (resolved.tritonJson.instance_group as { count: number }[]).map((group) => group.count),
-      [1, 1, 2],
+      [2, 2, 2],
     );
+    // The stateful backend's (and model code's) default is one, as Triton's for any other backend.
+    const stateful = parseModelConfigText(
+      'backend: "stateful"\ninput { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }\noutput { name: "y" data_type: TYPE_FP32 dims: [ 4 ] }',
+      { file: "s/config.pbtxt" },
+    );
+    assert.equal(readLoadSettings(stateful, "s", "models/s").instanceCount, 1);
   });
 
   it("counts a KIND_GPU group's instances on each GPU it lists, as Triton starts them, and runs them all on the CPU", () => {

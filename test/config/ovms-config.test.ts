@@ -52,6 +52,7 @@ describe("OpenVINO Model Server config.json", () => {
       name: "speech",
       backend: "onnxruntime",
       version_policy: { specific: { versions: [1n, 2n] } },
+      instance_group: [{ count: 1, kind: "KIND_CPU" }],
       sequence_batching: { oldest: { max_candidate_sequences: 1000 } },
       parameters: {
         state_pairs: { string_value: "<<<h_in, h_out>>> <<<c_in, c_out>>>" },

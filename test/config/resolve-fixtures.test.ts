@@ -41,7 +41,7 @@ describe("resolving the fixture configs", () => {
         { name: "OUTPUT0", ...vector },
         { name: "OUTPUT1", ...vector },
       ],
-      instanceGroups: [{ name: "add_sub", count: 1, kind: "KIND_CPU" }],
+      instanceGroups: [{ name: "add_sub", count: 2, kind: "KIND_CPU" }],
       defaultModelFilename: "model.onnx",
       parameters: {},
       warmup: [],
@@ -91,7 +91,7 @@ describe("resolving the fixture configs", () => {
         {
           name: "add_sub",
           kind: "KIND_CPU",
-          count: 1,
+          count: 2,
           gpus: [],
           secondary_devices: [],
           profile: [],
@@ -193,11 +193,11 @@ describe("resolving the fixture configs", () => {
       inferEndRequests: true,
       maxSequenceUseRatio: undefined,
       padToMaxBatch: false,
-      // seqserve's own slabs: Direct has max(1, max_batch_size) slots per instance.
-      stateBuffer: { initialRows: 4, subsequentRows: 4, allocThreshold: 0, deallocThreshold: 256 },
+      // seqserve's own slabs: Direct has max(1, max_batch_size) slots per instance (two, by default).
+      stateBuffer: { initialRows: 8, subsequentRows: 8, allocThreshold: 0, deallocThreshold: 256 },
       logging: { resets: false, batches: false, metricsIntervalSecs: 0, detailedMetrics: false },
     });
-    assert.deepEqual(config.instanceGroups, [{ name: "sequence_direct_0", count: 1, kind: "KIND_CPU" }]);
+    assert.deepEqual(config.instanceGroups, [{ name: "sequence_direct_0", count: 2, kind: "KIND_CPU" }]);
   });
 
   it("sequence_oldest: Oldest strategy, string correlation ids, the default idle time", async () => {

@@ -138,6 +138,9 @@ describe("OVMS's command line", { timeout: 120_000 }, () => {
       "json",
       "--host",
       "127.0.0.1",
+      // The test leaves sequences open: the stop ends them after a second, not thirty.
+      "--exit-timeout-secs",
+      "1",
     ]);
     try {
       const listening = await server.listening;
@@ -188,7 +191,7 @@ describe("OVMS's command line", { timeout: 120_000 }, () => {
       }
     } finally {
       const exit = await server.stop();
-      // Sequences were left open: the exit timeout ends them, and the exit says so (1).
+      // Sequences were left open: the exit timeout ends them, and the exit status says so (1).
       assert.equal(exit.code, 1, exit.stderr);
       // One line each in the server's log.
       const notices = server.lines.filter((l) => l.event === "option_notice").map((l) => String(l.msg));

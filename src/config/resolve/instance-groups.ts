@@ -1,17 +1,20 @@
 import type { InstanceGroupConfig, InstanceKind } from "../../core/model-config.ts";
 import type { MessageNode } from "./config-node.ts";
+import { ONNX_BACKEND } from "./model-identity.ts";
 
 // How many instances of the model run, in groups. seqserve runs every instance on the
 // CPU (one onnxruntime session per worker thread): KIND_AUTO resolves to KIND_CPU as it
 // does in Triton on a machine without GPUs, and KIND_GPU is accepted but run on the CPU,
 // with Triton's count per listed GPU.
-// Without any group there is one group of one instance, named after the model.
-// (Triton's default count for ONNX Runtime on CPU is 2; seqserve starts with 1 because
-// each instance is a thread with its own copy of the model.)
+// Without any group there is one group, named after the model. A group without a count
+// gets Triton's default (SetDefaultInstanceCount): 2 on the CPU for ONNX Runtime's backend,
+// 1 otherwise (the stateful backend, model code, a KIND_GPU group). The count matters
+// beyond speed: a sequence model has max_batch_size slots per instance.
 
-const DEFAULT_COUNT = 1;
+/** Triton's count of a CPU group of ONNX Runtime's backend that gives none. */
+const DEFAULT_ONNX_CPU_COUNT = 2;
 
-export function resolveInstanceGroups(root: MessageNode): InstanceGroupConfig[] {
+export function resolveInstanceGroups(root: MessageNode, backend: string): InstanceGroupConfig[] {
   const modelName = root.string("name");
   if (root.children("instance_group").length === 0) {
     root.set("instance_group", [{ name: modelName }]);
@@ -24,12 +27,15 @@ export function resolveInstanceGroups(root: MessageNode): InstanceGroupConfig[] 
       group.fail("name", `instance group name '${name}' is used twice in model '${modelName}'`);
     names.add(name);
 
+    let kind = group.string("kind", "KIND_AUTO") as InstanceKind;
     // A count below 1 means the default, as Triton normalises it (the field is an int32
-    // that configs written for it leave at 0).
-    if (!group.has("count") || group.number("count") < 1) group.set("count", DEFAULT_COUNT);
+    // that configs written for it leave at 0), for the kind resolved (AUTO is the CPU here).
+    if (!group.has("count") || group.number("count") < 1) {
+      const onCpu = kind === "KIND_AUTO" || kind === "KIND_CPU";
+      group.set("count", onCpu && backend === ONNX_BACKEND ? DEFAULT_ONNX_CPU_COUNT : 1);
+    }
     let count = group.number("count");
 
-    let kind = group.string("kind", "KIND_AUTO") as InstanceKind;
     if (kind === "KIND_AUTO" || kind === "KIND_GPU") {
       if (kind === "KIND_GPU") {
         // Triton starts `count` instances on each GPU the group lists: run here, the group

@@ -243,7 +243,7 @@ export function resolveModelConfig(options: ResolveModelConfigOptions): Resolved
   }
   const inputs = resolveInputs(io);
   const outputs = resolveOutputs(io);
-  const instanceGroups = resolveInstanceGroups(root);
+  const instanceGroups = resolveInstanceGroups(root, identity.backend);
   const dynamicBatching = resolveDynamicBatching(root);
   const sequenceBatching = resolveSequenceBatching({
     root,
