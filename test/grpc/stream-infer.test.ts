@@ -77,6 +77,12 @@ test("errors are sent in-band with the request id and the stream stays usable", 
   const byId = new Map((await responses).map((r) => [r.infer_response?.id, r]));
   assert.equal(byId.get("ok-1")?.error_message ?? "", "");
   assert.equal(outputInt32(byId.get("ok-1")!), 1);
+  // Every answer of a model that is not decoupled is its request's last, and says so, as
+  // Triton's do: clients read response.parameters["triton_final_response"].bool_param.
+  assert.deepEqual(byId.get("ok-1")?.infer_response?.parameters?.triton_final_response, {
+    bool_param: true,
+    parameter_choice: "bool_param",
+  });
   assert.equal(byId.get("fail")?.error_message, "failing as asked with UNAVAILABLE");
   assert.equal(byId.get("unknown")?.error_message, "Request for unknown model: 'nope' is not found");
   assert.match(byId.get("bad")?.error_message ?? "", /unable to find data for input tensor 'x'/);

@@ -378,8 +378,11 @@ export class StreamInferSession {
     let message: ModelStreamInferResponseMessage | Uint8Array;
     let bytes: number;
     try {
+      // Every answer of a model that is not decoupled is its request's last: it says so,
+      // as Triton's stream says it of every response (clients count requests done by it).
+      const final = { ...response, parameters: { ...response.parameters, triton_final_response: true } };
       const encoded = encodeStreamInferResponse({
-        infer_response: encodeInferResponse(response, sharedMemory),
+        infer_response: encodeInferResponse(final, sharedMemory),
       });
       // A negative limit is grpc-js's "unlimited".
       if (this.#maxMessageBytes >= 0 && encoded.byteLength > this.#maxMessageBytes) {
