@@ -384,6 +384,8 @@ export function parseCommandLine(
     throw new UsageError("port and rest_port cannot both be unset");
   }
   const ovmsMetrics = readOvmsMetrics(ovms, ovmsConfigs, ports.http);
+  /** A launch with OVMS's config.json alone (no Triton repository beside it). */
+  const ovmsOnly = ovmsConfigs.length > 0 && given.length === 0;
   const serverOptions: ServerOptions = {
     ...DEFAULT_SERVER_OPTIONS,
     modelRepositories: repositories,
@@ -392,7 +394,10 @@ export function parseCommandLine(
     // OVMS starts whatever models of its config.json fail to load, serves the others and
     // loads the rest when their folders are ready: so does a launch with config.json alone
     // (beside a Triton repository, Triton's rule holds; --exit-on-error decides either way).
-    exitOnError: ovmsConfigs.length > 0 && given.length === 0 ? false : DEFAULT_SERVER_OPTIONS.exitOnError,
+    exitOnError: ovmsOnly ? false : DEFAULT_SERVER_OPTIONS.exitOnError,
+    // OVMS is ready once it serves, whichever models failed (Server::isReady): so is such a
+    // launch, or its readiness probe would never pass (--strict-readiness decides either way).
+    strictReadiness: ovmsOnly ? false : DEFAULT_SERVER_OPTIONS.strictReadiness,
     configPollSecs: ovms.configPollSecs,
     sequenceCleanerPollWaitMinutes: ovms.sequenceCleanerPollWaitMinutes,
     host: get("host"),

@@ -197,9 +197,16 @@ describe("OVMS's metrics settings: --metrics_enable, --metrics_list, the config'
     assert.deepEqual([off.ovmsMetrics, off.metricsOnHttpPort], [undefined, false]);
   });
 
-  it("a config.json launch starts whatever models fail, as OVMS; beside a Triton repository, Triton's rule holds", () => {
+  it("a config.json launch starts whatever models fail, and is ready, as OVMS; beside a Triton repository, Triton's rule holds", () => {
     const file = config();
     assert.equal(parseAll(["--config_path", file, "--rest_port", "8500"]).exitOnError, false);
+    // OVMS is ready once it serves (Server::isReady), whichever models failed.
+    assert.equal(parseAll(["--config_path", file, "--rest_port", "8500"]).strictReadiness, false);
+    assert.equal(
+      parseAll(["--config_path", file, "--rest_port", "8500", "--strict-readiness", "true"]).strictReadiness,
+      true,
+    );
+    assert.equal(parseAll(["--config_path", file, "--model-repository", "."]).strictReadiness, true);
     assert.equal(
       parseAll(["--config_path", file, "--rest_port", "8500", "--exit-on-error", "true"]).exitOnError,
       true,
