@@ -10,7 +10,13 @@ import {
 } from "../config/server-options.ts";
 import { LOG_LEVELS, type LogFormat, type LogLevel } from "../observability/logger.ts";
 import { flagBoolean } from "./flag-boolean.ts";
-import { OVMS_FLAGS, OVMS_IGNORED_FLAGS, readOvmsFlags, readOvmsMetrics } from "./ovms-flags.ts";
+import {
+  OVMS_FLAGS,
+  OVMS_IGNORED_FLAGS,
+  readOvmsFlags,
+  readOvmsMetrics,
+  withOvmsOrigins,
+} from "./ovms-flags.ts";
 import { SAGEMAKER_FLAGS, serveDefaults } from "./sagemaker-options.ts";
 import { readStateStore, SCALE_FLAGS } from "./scale-options.ts";
 import { readSecurityOptions, SECURITY_FLAGS } from "./security-options.ts";
@@ -456,7 +462,7 @@ export function parseCommandLine(
       MAX_SESSION_TTL_SECS,
     ),
     stateStore: readStateStore(get("state-store")),
-    security: readSecurityOptions(values, env),
+    security: readSecurityOptions(withOvmsOrigins(values), env),
   };
   if (serverOptions.loadModels.length > 0 && serverOptions.modelControlMode !== "explicit") {
     throw new UsageError("--load-model requires --model-control-mode=explicit");

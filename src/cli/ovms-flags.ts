@@ -103,6 +103,16 @@ export const OVMS_FLAGS: readonly OvmsFlagSpec[] = [
     help: "Serve GET /metrics on the REST port, with OVMS's metric families besides seqserve's, as OVMS.",
   },
   {
+    name: "allowed_origins",
+    value: "origins",
+    help: "Web origins whose pages may call the API, separated by commas; '*' any (OVMS spelling of --cors-allow-origin). Unlike OVMS, none by default.",
+  },
+  {
+    name: "allow_credentials",
+    boolean: true,
+    help: "Accepted with a notice: seqserve's CORS answers do not allow credentials (a page sends its API key in a header).",
+  },
+  {
     name: "metrics_list",
     value: "names",
     help: "OVMS's metric families to serve, separated by commas (with --metrics_enable); default: OVMS's default list.",
@@ -125,7 +135,29 @@ export const OVMS_IGNORED_FLAGS: Readonly<Record<string, string>> = {
   grpc_memory_quota: "the gRPC message limit is --grpc-max-message-bytes",
   grpc_channel_arguments: "gRPC settings are --grpc-keepalive-time and --grpc-max-message-bytes",
   custom_node_resources_cleaner_interval_seconds: "seqserve has no custom nodes",
+  allowed_methods: "CORS allows the methods the API serves (GET, HEAD, POST, DELETE)",
+  allowed_headers: "CORS allows the headers the API reads",
+  api_key_file:
+    "it guards OVMS's generative (OpenAI-style) endpoints, which seqserve does not serve; seqserve's API keys are --api-keys-file",
 };
+
+/**
+ * `values` with OVMS's --allowed_origins (a comma-separated list) added to
+ * --cors-allow-origin, which checks and applies them.
+ */
+export function withOvmsOrigins(values: Values): Values {
+  const given = values.allowed_origins;
+  if (given === undefined) return values;
+  const origins = (Array.isArray(given) ? given : [given])
+    .flatMap((list) => list.split(","))
+    .map((origin) => origin.trim())
+    .filter((origin) => origin !== "");
+  const cors = values["cors-allow-origin"];
+  return {
+    ...values,
+    "cors-allow-origin": [...(cors === undefined ? [] : Array.isArray(cors) ? cors : [cors]), ...origins],
+  };
+}
 
 /** OVMS's log level names. */
 const LOG_LEVEL_OF: Readonly<Record<string, LogLevel>> = {
@@ -254,6 +286,12 @@ export function readOvmsFlags(values: Values): OvmsSettings {
   const notices: string[] = [];
   for (const [flag, why] of Object.entries(OVMS_IGNORED_FLAGS)) {
     if (values[flag] !== undefined) notices.push(`--${flag} has no effect in seqserve: ${why}`);
+  }
+  const credentials = text("allow_credentials");
+  if (credentials !== undefined && flagBoolean("allow_credentials", credentials)) {
+    notices.push(
+      "--allow_credentials has no effect in seqserve: its CORS answers do not allow credentials (a page sends its API key in a header)",
+    );
   }
   const model = singleModel(values, text);
   if (model?.lowLatencyTransformation === true) {

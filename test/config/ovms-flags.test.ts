@@ -197,6 +197,36 @@ describe("OVMS's metrics settings: --metrics_enable, --metrics_list, the config'
     assert.deepEqual([off.ovmsMetrics, off.metricsOnHttpPort], [undefined, false]);
   });
 
+  it("--allowed_origins lists the web origins allowed, as --cors-allow-origin; OVMS's other CORS and key flags are accepted with a notice", () => {
+    const file = config();
+    const options = parseAll([
+      "--config_path",
+      file,
+      "--rest_port",
+      "8500",
+      "--allowed_origins",
+      "https://a.example, https://b.example:8443",
+      "--allowed_methods",
+      "GET,POST",
+      "--allowed_headers",
+      "*",
+      "--allow_credentials",
+      "--api_key_file",
+      "key.txt",
+    ]);
+    assert.deepEqual(options.security.corsAllowOrigins, ["https://a.example", "https://b.example:8443"]);
+    assert.deepEqual(
+      options.notices.map((n) => n.split(" has no effect")[0]),
+      ["--allowed_methods", "--allowed_headers", "--api_key_file", "--allow_credentials"],
+    );
+    const any = parseAll(["--config_path", file, "--rest_port", "8500", "--allowed_origins", "*"]);
+    assert.deepEqual(any.security.corsAllowOrigins, ["*"]);
+    refused(
+      ["--config_path", file, "--rest_port", "8500", "--allowed_origins", "not an origin"],
+      "--cors-allow-origin expects an origin such as https://app.example, got 'not an origin'",
+    );
+  });
+
   it("a config.json launch starts whatever models fail, and is ready, as OVMS; beside a Triton repository, Triton's rule holds", () => {
     const file = config();
     assert.equal(parseAll(["--config_path", file, "--rest_port", "8500"]).exitOnError, false);
