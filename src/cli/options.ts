@@ -17,7 +17,7 @@ import {
   readOvmsMetrics,
   withOvmsOrigins,
 } from "./ovms-flags.ts";
-import { SAGEMAKER_FLAGS, serveDefaults } from "./sagemaker-options.ts";
+import { SAGEMAKER_FLAGS, serveArgs, serveDefaults } from "./sagemaker-options.ts";
 import { readStateStore, SCALE_FLAGS } from "./scale-options.ts";
 import { readSecurityOptions, SECURITY_FLAGS } from "./security-options.ts";
 import { OTHER_TRITON_FLAGS, readTritonFlags, TRITON_FLAGS, tritonFlagNames } from "./triton-options.ts";
@@ -316,7 +316,7 @@ export function parseCommandLine(
 ): CliCommand {
   const serve = argv[0] === "serve";
   const defaults: Readonly<Record<string, string>> = serve ? serveDefaults(env) : {};
-  if (serve) argv = argv.slice(1);
+  if (serve) argv = serveArgs(argv.slice(1), env);
   const options: Record<string, { type: "string"; multiple?: boolean }> = {};
   for (const flag of FLAGS)
     options[flag.name] = flag.multiple ? { type: "string", multiple: true } : { type: "string" };

@@ -46,7 +46,8 @@ function envNumber(env: Env, name: string, max: number): string | undefined {
 /**
  * The defaults of `seqserve serve`, from SageMaker's environment: SAGEMAKER_BIND_TO_PORT,
  * and as conveniences SAGEMAKER_SESSIONS_EXPIRATION (the session TTL in AWS's container
- * standards) and SAGEMAKER_TRITON_DEFAULT_MODEL_NAME (Triton's SageMaker mode).
+ * standards) and SAGEMAKER_TRITON_DEFAULT_MODEL_NAME (Triton's SageMaker mode); the other
+ * variables Triton's image reads become flags (serveArgs).
  */
 export function serveDefaults(env: Env): Record<string, string> {
   const defaults: Record<string, string> = {
@@ -62,4 +63,37 @@ export function serveDefaults(env: Env): Record<string, string> {
   const model = env.SAGEMAKER_TRITON_DEFAULT_MODEL_NAME;
   if (model !== undefined && model !== "") defaults["sagemaker-model"] = model;
   return defaults;
+}
+
+/** The environment Triton's SageMaker image turns into flags, and the flag each becomes. */
+const TRITON_SAGEMAKER_ENV: readonly (readonly [string, string])[] = [
+  ["SAGEMAKER_TRITON_ALLOW_GRPC", "allow-grpc"],
+  ["SAGEMAKER_TRITON_GRPC_PORT", "grpc-port"],
+  ["SAGEMAKER_TRITON_ALLOW_METRICS", "allow-metrics"],
+  ["SAGEMAKER_TRITON_METRICS_PORT", "metrics-port"],
+  ["SAGEMAKER_TRITON_LOG_VERBOSE", "log-verbose"],
+  ["SAGEMAKER_TRITON_LOG_INFO", "log-info"],
+  ["SAGEMAKER_TRITON_LOG_WARNING", "log-warning"],
+  ["SAGEMAKER_TRITON_LOG_ERROR", "log-error"],
+  ["SAGEMAKER_SAFE_PORT_RANGE", "sagemaker-safe-port-range"],
+];
+
+/**
+ * The flags Triton's SageMaker image makes of its environment (docker/sagemaker/serve),
+ * around `serve`'s own: the variables' before them (a flag given wins), then
+ * SAGEMAKER_TRITON_ADDITIONAL_ARGS after them (split on white space, as its shell splits
+ * them), so they win, as in Triton's image.
+ */
+export function serveArgs(args: readonly string[], env: Env): string[] {
+  const fromEnv: string[] = [];
+  for (const [variable, flag] of TRITON_SAGEMAKER_ENV) {
+    const value = env[variable];
+    if (value !== undefined && value !== "") fromEnv.push(`--${flag}=${value}`);
+  }
+  const additional = env.SAGEMAKER_TRITON_ADDITIONAL_ARGS;
+  return [
+    ...fromEnv,
+    ...args,
+    ...(additional === undefined ? [] : additional.split(/\s+/).filter((arg) => arg !== "")),
+  ];
 }

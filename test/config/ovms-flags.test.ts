@@ -214,13 +214,13 @@ describe("OVMS's metrics settings: --metrics_enable, --metrics_list, the config'
       "--api_key_file",
       "key.txt",
     ]);
-    assert.deepEqual(options.security.corsAllowOrigins, ["https://a.example", "https://b.example:8443"]);
+    assert.deepEqual(options.security?.corsAllowOrigins, ["https://a.example", "https://b.example:8443"]);
     assert.deepEqual(
       options.notices.map((n) => n.split(" has no effect")[0]),
       ["--allowed_methods", "--allowed_headers", "--api_key_file", "--allow_credentials"],
     );
     const any = parseAll(["--config_path", file, "--rest_port", "8500", "--allowed_origins", "*"]);
-    assert.deepEqual(any.security.corsAllowOrigins, ["*"]);
+    assert.deepEqual(any.security?.corsAllowOrigins, ["*"]);
     refused(
       ["--config_path", file, "--rest_port", "8500", "--allowed_origins", "not an origin"],
       "--cors-allow-origin expects an origin such as https://app.example, got 'not an origin'",

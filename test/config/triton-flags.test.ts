@@ -374,6 +374,30 @@ describe("Triton's flags", () => {
     );
   });
 
+  it("`serve` reads the environment Triton's SageMaker image reads: its endpoints, log levels and additional flags", () => {
+    const command = parseCommandLine(["serve", "--model-repository", "."], {
+      SAGEMAKER_TRITON_ALLOW_GRPC: "true",
+      SAGEMAKER_TRITON_GRPC_PORT: "8301",
+      SAGEMAKER_TRITON_ALLOW_METRICS: "true",
+      SAGEMAKER_TRITON_METRICS_PORT: "8302",
+      SAGEMAKER_TRITON_LOG_VERBOSE: "1",
+      SAGEMAKER_TRITON_ADDITIONAL_ARGS: "--exit-timeout-secs=5  --allow-grpc=false",
+    });
+    assert.equal(command.kind, "serve");
+    const options = (command as { options: ServerOptions }).options;
+    // The additional flags come last and win, as in Triton's image: gRPC off after all.
+    assert.deepEqual(
+      [options.grpcPort, options.metricsPort, options.logVerbose, options.logLevel, options.exitTimeoutSecs],
+      [undefined, 8302, 1, "debug", 5],
+    );
+    // A flag given to `serve` wins over the variable.
+    const given = parseCommandLine(["serve", "--model-repository", ".", "--metrics-port", "8402"], {
+      SAGEMAKER_TRITON_ALLOW_METRICS: "true",
+      SAGEMAKER_TRITON_METRICS_PORT: "8302",
+    });
+    assert.equal((given as { options: ServerOptions }).options.metricsPort, 8402);
+  });
+
   it("a SageMaker session TTL is at most 100 years, so that its expiry is a date the header can give", () => {
     assert.equal(
       withRepository("--sagemaker-session-ttl-secs", "3155760000").sagemakerSessionTtlSecs,
