@@ -37,6 +37,7 @@ sequence_batching {
   ${direct(0.5)}
   ${ACCUMULATOR_CONTROLS}
 }
+instance_group [ { count: 1 kind: KIND_CPU } ]
 `;
 
 const GROWING_CONFIG = growingStateConfig(direct(0.5));

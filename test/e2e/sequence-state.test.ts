@@ -53,6 +53,7 @@ sequence_batching {
     ${initialState}
   } ]
 }
+instance_group [ { count: 1 kind: KIND_CPU } ]
 `;
 }
 
@@ -98,6 +99,7 @@ sequence_batching {
   ${WAIT_FOR_ALL(1)}
 }
 parameters { key: "state_pairs" value { string_value: "<<<state, stateN>>>" } }
+instance_group [ { count: 1 kind: KIND_CPU } ]
 ${extra}
 `;
 }
@@ -123,7 +125,8 @@ output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 sequence_batching {
   ${IDLE}
   state [ { input_name: "STATE" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] initial_state: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" } } ]
-}`;
+}
+instance_group [ { count: 1 kind: KIND_CPU } ]`;
 
 const SHARED_CONFIG = scaledAccumulatorConfig("shared", 4, `${IDLE}\n  ${WAIT_FOR_ALL(0.5)}`);
 

@@ -152,6 +152,7 @@ sequence_batching {
   ${batching}
   state [ { input_name: "CACHE" output_name: "CACHE_OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
 }
+instance_group [ { count: 1 kind: KIND_CPU } ]
 ${extra}`;
 }
 
