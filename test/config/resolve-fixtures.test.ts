@@ -516,6 +516,21 @@ describe("dynamic batching queue policies", () => {
       modelDir: "models/m",
     });
 
+  it("a warmup input's data kind is the member set, whatever its value (zero_data: false is zeros), as Triton reads the oneof", () => {
+    const { config } = resolveModelConfig({
+      parsed: parseModelConfigText(
+        `max_batch_size: 8\ninput { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }\noutput { name: "y" data_type: TYPE_FP32 dims: [ 4 ] }\nmodel_warmup [ { name: "w" batch_size: 1 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: false } } } ]`,
+        { file: "models/m/config.pbtxt" },
+      ),
+      modelName: "m",
+      modelDir: "models/m",
+    });
+    assert.deepEqual(
+      config.warmup.map((sample) => sample.inputs.map((input) => input.data.kind)),
+      [["zero"]],
+    );
+  });
+
   it("the default policy's timeout, override and action are applied", () => {
     const { config, notes } = resolveText(
       "default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 5000 allow_timeout_override: true max_queue_size: 3 }",

@@ -67,12 +67,8 @@ export function onnxSessionOptions(
   parameters: Readonly<Record<string, string>>,
   graphLevel: number | undefined,
 ): OnnxSessionOptions {
-  const graphOptimizationLevel = GRAPH_LEVELS.get(graphLevel ?? 0);
-  if (graphOptimizationLevel === undefined) {
-    throw invalidArg(
-      `optimization graph level must be -1 (basic), 0 (all), 1 (extended) or 2 (disabled), got ${graphLevel}`,
-    );
-  }
+  // Any other level is ORT_ENABLE_ALL, as Triton's backend reads it.
+  const graphOptimizationLevel = GRAPH_LEVELS.get(graphLevel ?? 0) ?? "all";
 
   let executionMode: OnnxSessionOptions["executionMode"] = "sequential";
   const mode = parseCount(parameters, "execution_mode");

@@ -110,7 +110,8 @@ export function completeIo(io: IoContext): void {
 
   if (inputsMissing || outputsMissing) {
     const batching = supportsBatching(io, modelIo);
-    if (!root.has("max_batch_size")) {
+    // An explicit 0 is unset to Triton (a proto3 int): the backend fills it in all the same.
+    if (!root.has("max_batch_size") || root.number("max_batch_size") === 0) {
       root.set("max_batch_size", batching ? io.defaultMaxBatchSize : 0);
     } else if (!batching && root.number("max_batch_size") !== 0) {
       root.fail(

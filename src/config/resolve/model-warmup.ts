@@ -21,8 +21,9 @@ const WARMUP_FOLDER = "warmup";
 const MAX_SAMPLE_BYTES = 64 * 1024 * 1024;
 
 function warmupData(input: MessageNode, name: string, modelDir: string): WarmupData {
-  if (input.bool("zero_data")) return { kind: "zero" };
-  if (input.bool("random_data")) return { kind: "random" };
+  // The oneof's member set is what counts (Triton reads input_data_type_case), not its value.
+  if (input.has("zero_data")) return { kind: "zero" };
+  if (input.has("random_data")) return { kind: "random" };
   const file = input.string("input_data_file");
   if (file !== "") {
     const path = fileInFolder(join(modelDir, WARMUP_FOLDER), file);
