@@ -3,7 +3,8 @@ import { type DestinationStream, type Logger, pino } from "pino";
 export type { Logger };
 
 /**
- * json: one JSON object per line (what log collectors read); text: a line for people;
+ * json: one JSON object per line (what log collectors read); text: a line for people
+ * (its fields as JSON at its end);
  * ISO8601: the same with UTC timestamps in ISO 8601, as Triton's --log-format ISO8601.
  */
 export type LogFormat = "json" | "text" | "ISO8601";
@@ -76,6 +77,9 @@ async function styledLogger(options: LoggerOptions, style: TimestampStyle): Prom
       colorize: false,
       translateTime: isoTime ? "UTC:yyyy-mm-dd'T'HH:MM:ss.l'Z'" : "SYS:standard",
       ignore: "pid,hostname",
+      // One line per record, its fields as JSON after the message, as Triton writes one:
+      // collectors that read lines keep a record whole.
+      singleLine: true,
     });
   // One formatter per timestamp style, made when first used; lines go through the current one.
   const formatters = new Map<boolean, (line: string) => string>();

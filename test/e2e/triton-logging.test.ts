@@ -167,7 +167,10 @@ describe("Triton's log_format changed while serving", () => {
     const { server, setFormat, loadLine } = await logging("text");
     const iso = /^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\]/;
     try {
-      assert.doesNotMatch(await loadLine(), iso);
+      const line = await loadLine();
+      assert.doesNotMatch(line, iso);
+      // One line per record, its fields as JSON at its end (collectors read lines).
+      assert.match(line, /INFO: loaded model 'm'.* \{".*"model":"m".*\}$/);
       assert.equal(await setFormat("ISO8601"), "ISO8601");
       assert.match(await loadLine(), iso);
       assert.equal(await setFormat("default"), "default");
