@@ -253,6 +253,17 @@ function singleModel(
   };
 }
 
+/**
+ * One address to bind: OVMS takes a list separated by commas, seqserve binds an endpoint
+ * to one, so a list is refused as the command line is read (not after the models load).
+ */
+function bindAddress(flag: string, value: string | undefined): string | undefined {
+  if (value === undefined || !value.includes(",")) return value;
+  throw new UsageError(
+    `--${flag} '${value}' lists several addresses: seqserve binds an endpoint to one ('::' serves IPv4 and IPv6 both)`,
+  );
+}
+
 /** Reads the OVMS flags among parsed `values` (each flag given at most once). */
 export function readOvmsFlags(values: Values): OvmsSettings {
   const text = (name: string): string | undefined => {
@@ -310,8 +321,8 @@ export function readOvmsFlags(values: Values): OvmsSettings {
     ),
     logLevel,
     logPath: text("log_path"),
-    grpcBindAddress: text("grpc_bind_address"),
-    restBindAddress: text("rest_bind_address"),
+    grpcBindAddress: bindAddress("grpc_bind_address", text("grpc_bind_address")),
+    restBindAddress: bindAddress("rest_bind_address", text("rest_bind_address")),
     notices,
   };
 }

@@ -350,7 +350,31 @@ export function readTritonFlags(values: Values, base: ServerOptions, env: Env): 
     notices: [...new Set(notices)],
   };
   checkSafePortRange(str("sagemaker-safe-port-range"), options);
+  checkPortCollision(options);
   return options;
+}
+
+/**
+ * Triton's check (CheckPortCollision): two endpoints on one address and port are refused
+ * as the command line is read, before any model loads (a free port, 0, never collides).
+ */
+function checkPortCollision(options: ServerOptions): void {
+  const endpoints: [string, string, number | undefined][] = [
+    ["HTTP", options.httpAddress ?? options.host, options.httpPort],
+    ["GRPC", options.grpcAddress ?? options.host, options.grpcPort],
+    ["metrics", options.metricsAddress ?? options.httpAddress ?? options.host, options.metricsPort],
+    ["SageMaker", options.host, options.sagemakerPort],
+  ];
+  for (let i = 0; i < endpoints.length; i++) {
+    for (let j = i + 1; j < endpoints.length; j++) {
+      const [name, address, port] = endpoints[i]!;
+      const [other, otherAddress, otherPort] = endpoints[j]!;
+      if (port === undefined || port === 0 || port !== otherPort || address !== otherAddress) continue;
+      throw new UsageError(
+        `The server cannot listen to ${name} requests and ${other} requests at the same address and port ${address}:${port}`,
+      );
+    }
+  }
 }
 
 /** Triton's logging flags as a level: the least severe kind still logged. */

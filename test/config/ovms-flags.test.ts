@@ -49,6 +49,15 @@ describe("OVMS's flags for addresses and the log file", () => {
     );
   });
 
+  it("a list of bind addresses is refused as the command line is read, saying how to serve both families", () => {
+    assert.throws(
+      () => parse("--rest_bind_address", "127.0.0.1,::1"),
+      (error: Error) =>
+        error.message ===
+        "--rest_bind_address '127.0.0.1,::1' lists several addresses: seqserve binds an endpoint to one ('::' serves IPv4 and IPv6 both)",
+    );
+  });
+
   it("Triton's --http-address, --grpc-address and --log-file win over them", () => {
     const options = parse(
       "--rest_bind_address",

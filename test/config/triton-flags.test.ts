@@ -398,6 +398,22 @@ describe("Triton's flags", () => {
     assert.equal((given as { options: ServerOptions }).options.metricsPort, 8402);
   });
 
+  it("two endpoints on one address and port are refused as Triton refuses them, before any model loads", () => {
+    assert.throws(
+      () => withRepository("--http-port", "9100", "--grpc-port", "9100"),
+      /The server cannot listen to HTTP requests and GRPC requests at the same address and port 0\.0\.0\.0:9100$/,
+    );
+    assert.throws(
+      () => withRepository("--allow-sagemaker=true", "--sagemaker-port", "8002"),
+      /cannot listen to metrics requests and SageMaker requests at the same address and port 0\.0\.0\.0:8002/,
+    );
+    // Apart by address, or on free ports, they are not.
+    assert.doesNotThrow(() =>
+      withRepository("--http-port", "9100", "--grpc-port", "9100", "--grpc-address", "127.0.0.1"),
+    );
+    assert.doesNotThrow(() => withRepository("--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"));
+  });
+
   it("a SageMaker session TTL is at most 100 years, so that its expiry is a date the header can give", () => {
     assert.equal(
       withRepository("--sagemaker-session-ttl-secs", "3155760000").sagemakerSessionTtlSecs,
