@@ -1,0 +1,72 @@
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { identityModel } from "../../tools/onnx/test-models.ts";
+import { type TempRepository, tempRepository } from "../support/model-repository.ts";
+import { BIN, freePort, ServerProcess } from "../support/seqserve-process.ts";
+
+// The image's HEALTHCHECK reads where the server listens from the server's own command
+// line, as the server reads it: a launch on other ports, or a SageMaker container, is
+// checked where it serves (it asked 8000 and 8080 whatever the flags said).
+
+const HEALTHCHECK = join(fileURLToPath(new URL("../..", import.meta.url)), "docker", "healthcheck.mjs");
+
+/** The healthcheck's exit code, pointed at the server process `pid`. */
+function healthcheck(pid: number): number | null {
+  const run = spawnSync(process.execPath, [HEALTHCHECK], {
+    env: { ...process.env, SEQSERVE_HEALTH_PID: String(pid), SEQSERVE_HEALTH_URL: "" },
+    timeout: 20_000,
+  });
+  return run.status;
+}
+
+describe("the image's healthcheck", { timeout: 60_000 }, () => {
+  let repository: TempRepository;
+  before(() => {
+    repository = tempRepository({ m: { onnx: identityModel("FP32", [-1, 4]) } });
+  });
+  after(() => repository.remove());
+
+  it("asks a server on other ports where its command line puts it: HTTP, then SageMaker's /ping", async () => {
+    const [http, grpc, metrics, sagemaker] = [
+      await freePort(),
+      await freePort(),
+      await freePort(),
+      await freePort(),
+    ];
+    const kserve = new ServerProcess(process.execPath, [
+      BIN,
+      "--model-repository",
+      repository.path,
+      "--host",
+      "127.0.0.1",
+      `--http-port=${http}`,
+      "--grpc-port",
+      String(grpc),
+      "--metrics-port",
+      String(metrics),
+    ]);
+    const onlySagemaker = new ServerProcess(process.execPath, [
+      BIN,
+      "--model-repository",
+      repository.path,
+      "--host",
+      "127.0.0.1",
+      "--allow-http=false",
+      "--allow-grpc=false",
+      "--allow-metrics=false",
+      "--allow-sagemaker=true",
+      "--sagemaker-port",
+      String(sagemaker),
+    ]);
+    try {
+      await Promise.all([kserve.listening, onlySagemaker.listening]);
+      assert.equal(healthcheck(kserve.child.pid!), 0);
+      assert.equal(healthcheck(onlySagemaker.child.pid!), 0);
+    } finally {
+      await Promise.all([kserve.stop(), onlySagemaker.stop()]);
+    }
+  });
+});
