@@ -483,7 +483,11 @@ export class ModelRepository implements ModelRegistry {
           }
         }),
       );
-      if (!opened) throw unavailable(`failed to load '${name}': no version is available`);
+      if (!opened) {
+        throw unavailable(
+          `failed to load '${name}': at least one version must be available under the version policy of model '${name}'`,
+        );
+      }
       if (source.ovms !== undefined) refuseStatefulSwitch(name, previous, loaded);
       // The previous versions' sequences move to the new ones in the same turn as the
       // switch, once no batch of theirs is running: no request finds neither. Meanwhile

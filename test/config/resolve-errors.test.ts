@@ -43,7 +43,7 @@ describe("invalid model configurations", () => {
       name: "a name other than the directory's",
       text: `${IO}name: "other"`,
       line: 3,
-      includes: "model name 'other' in the configuration does not match the name 'm' of its model directory",
+      includes: "unexpected directory name 'm' for model 'other', directory name must equal model name",
     },
     {
       name: "another platform",

@@ -441,6 +441,19 @@ describe("explicit model control", () => {
     assert.deepEqual(outputData(await auto(2), "OUTPUT0"), Array(8).fill(0.5));
   });
 
+  it("a version policy that leaves no version fails the load in Triton's words", async () => {
+    const config = JSON.stringify({
+      backend: "onnxruntime",
+      version_policy: { specific: { versions: [9] } },
+    });
+    const answer = await load("auto", { parameters: { config } });
+    assert.notEqual(answer.status, 200);
+    assert.equal(
+      errorOf(answer),
+      "failed to load 'auto': at least one version must be available under the version policy of model 'auto'",
+    );
+  });
+
   it("a config override that does not read is Triton's failed poll, naming it, and the model and its index entry stay as they were", async () => {
     const before = (await index(server.url)).find((e) => e.name === "auto");
     const answer = await load("auto", { parameters: { config: '{"max_batch_size": "many"' } });

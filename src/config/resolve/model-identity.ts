@@ -46,7 +46,7 @@ export function resolveIdentity(root: MessageNode): ModelIdentity {
   if (name !== "" && name !== modelName) {
     root.fail(
       "name",
-      `model name '${name}' in the configuration does not match the name '${modelName}' of its model directory`,
+      `unexpected directory name '${modelName}' for model '${name}', directory name must equal model name`,
     );
   }
   root.set("name", modelName);
