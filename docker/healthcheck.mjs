@@ -1,9 +1,9 @@
 // The image's HEALTHCHECK: healthy when the server says it is ready, on its KServe HTTP
-// endpoint (GET /v2/health/ready) or, for a SageMaker container, on its SageMaker endpoint
-// (GET /ping). Where they listen is read from the server's own command line (the
-// container's first process, or SEQSERVE_HEALTH_PID's), as the server reads it: a launch
-// with other ports, OVMS's flags or `serve` is checked where it serves. An endpoint that
-// is off, or served over TLS, is not asked; SEQSERVE_HEALTH_URL names a URL to ask instead.
+// endpoint (GET /v2/health/ready), on its SageMaker endpoint (GET /ping) or, for a launch
+// that serves gRPC alone (OVMS's `--port` launch), through gRPC's health service. Where
+// they listen is read from the server's own command line (the container's first process,
+// or SEQSERVE_HEALTH_PID's), as the server reads it. An endpoint served over TLS is not
+// asked; SEQSERVE_HEALTH_URL names a URL to ask instead.
 
 import { readFileSync, readlinkSync } from "node:fs";
 
@@ -13,8 +13,11 @@ function local(address) {
   return address.includes(":") ? `[${address}]` : address;
 }
 
-/** The health URLs of the server whose process is `pid`, from its command line; undefined when unreadable. */
-async function urlsOf(pid) {
+/**
+ * How to ask the server whose process is `pid`, from its command line: HTTP URLs, or a
+ * gRPC address; undefined when its command line cannot be read.
+ */
+async function probesOf(pid) {
   try {
     // node, this image's seqserve.js, then the server's arguments.
     const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8")
@@ -28,37 +31,63 @@ async function urlsOf(pid) {
     const command = parseCommandLine(argv.slice(script + 1), process.env);
     if (command.kind !== "serve") return undefined;
     const options = command.options;
-    const urls = [];
-    if (options.httpPort !== undefined && options.security?.httpTls === undefined) {
-      urls.push(`http://${local(options.httpAddress ?? options.host)}:${options.httpPort}/v2/health/ready`);
+    const probes = [];
+    if (options.security?.httpTls === undefined) {
+      if (options.httpPort !== undefined) {
+        const url = `http://${local(options.httpAddress ?? options.host)}:${options.httpPort}/v2/health/ready`;
+        probes.push({ url });
+      }
+      if (options.sagemakerPort !== undefined) {
+        probes.push({ url: `http://${local(options.host)}:${options.sagemakerPort}/ping` });
+      }
     }
-    if (options.sagemakerPort !== undefined && options.security?.httpTls === undefined) {
-      urls.push(`http://${local(options.host)}:${options.sagemakerPort}/ping`);
+    if (options.grpcPort !== undefined && options.security?.grpcTls === undefined) {
+      probes.push({ grpc: `${local(options.grpcAddress ?? options.host)}:${options.grpcPort}` });
     }
-    return urls;
+    return probes;
   } catch {
     return undefined;
   }
 }
 
-const urls = process.env.SEQSERVE_HEALTH_URL
-  ? [process.env.SEQSERVE_HEALTH_URL]
-  : ((await urlsOf(process.env.SEQSERVE_HEALTH_PID || "1")) ?? [
-      "http://127.0.0.1:8000/v2/health/ready",
-      `http://127.0.0.1:${process.env.SAGEMAKER_BIND_TO_PORT || 8080}/ping`,
+/** Whether gRPC's health service at `target` says the server is SERVING. */
+async function grpcServing(target) {
+  const grpc = await import("@grpc/grpc-js");
+  const { healthServiceDefinition } = await import(
+    new URL("../dist/frontends/grpc/proto-definitions.js", import.meta.url).href
+  );
+  const Health = grpc.makeGenericClientConstructor(healthServiceDefinition(), "Health");
+  const client = new Health(target, grpc.credentials.createInsecure());
+  try {
+    return await new Promise((resolve) =>
+      client.Check({ service: "" }, { deadline: Date.now() + 2000 }, (error, answer) =>
+        resolve(error === null && answer?.status === "SERVING"),
+      ),
+    );
+  } finally {
+    client.close();
+  }
+}
+
+const probes = process.env.SEQSERVE_HEALTH_URL
+  ? [{ url: process.env.SEQSERVE_HEALTH_URL }]
+  : ((await probesOf(process.env.SEQSERVE_HEALTH_PID || "1")) ?? [
+      { url: "http://127.0.0.1:8000/v2/health/ready" },
+      { url: `http://127.0.0.1:${process.env.SAGEMAKER_BIND_TO_PORT || 8080}/ping` },
     ]);
 
 let healthy = false;
-for (const url of urls) {
+for (const probe of probes) {
   try {
-    const response = await fetch(url, { signal: AbortSignal.timeout(2000) });
-    await response.body?.cancel();
-    if (response.ok) {
-      healthy = true;
-      break;
+    if (probe.grpc !== undefined) healthy = await grpcServing(probe.grpc);
+    else {
+      const response = await fetch(probe.url, { signal: AbortSignal.timeout(2000) });
+      await response.body?.cancel();
+      healthy = response.ok;
     }
   } catch {
     // Nothing listens there, or no answer in time: try the next.
   }
+  if (healthy) break;
 }
 process.exit(healthy ? 0 : 1);

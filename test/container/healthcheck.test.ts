@@ -29,7 +29,7 @@ describe("the image's healthcheck", { timeout: 60_000 }, () => {
   });
   after(() => repository.remove());
 
-  it("asks a server on other ports where its command line puts it: HTTP, then SageMaker's /ping", async () => {
+  it("asks a server where its command line puts it: HTTP, SageMaker's /ping, gRPC's health service", async () => {
     const [http, grpc, metrics, sagemaker] = [
       await freePort(),
       await freePort(),
@@ -61,12 +61,25 @@ describe("the image's healthcheck", { timeout: 60_000 }, () => {
       "--sagemaker-port",
       String(sagemaker),
     ]);
+    // OVMS's usual launch: gRPC alone, asked through gRPC's health service.
+    const onlyGrpc = new ServerProcess(process.execPath, [
+      BIN,
+      "--model_path",
+      join(repository.path, "m"),
+      "--model_name",
+      "m",
+      "--port",
+      String(await freePort()),
+      "--host",
+      "127.0.0.1",
+    ]);
     try {
-      await Promise.all([kserve.listening, onlySagemaker.listening]);
+      await Promise.all([kserve.listening, onlySagemaker.listening, onlyGrpc.listening]);
       assert.equal(healthcheck(kserve.child.pid!), 0);
       assert.equal(healthcheck(onlySagemaker.child.pid!), 0);
+      assert.equal(healthcheck(onlyGrpc.child.pid!), 0);
     } finally {
-      await Promise.all([kserve.stop(), onlySagemaker.stop()]);
+      await Promise.all([kserve.stop(), onlySagemaker.stop(), onlyGrpc.stop()]);
     }
   });
 });
