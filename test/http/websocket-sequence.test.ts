@@ -137,6 +137,21 @@ describe("WebSocket streams: one connection, one sequence", { timeout: 30_000 },
     assert.deepEqual(await again.nextText(), { sequence_end: true, sequence_id: "cont-a" });
     assert.deepEqual(model.sums.endCalls.at(-1), { id: "cont-a", reason: "end" });
 
+    // A continuing stream holds the sequence only once a step of it was taken: one that
+    // sends nothing (another key's, say, whose steps would be refused) takes nothing.
+    const owner = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=cont-b");
+    owner.send(step(1));
+    assert.equal(await sumOfText(owner), 1);
+    const idle = await StreamClient.open(
+      server,
+      "/v2/models/running_sum/stream?sequence_id=cont-b&sequence_start=false",
+    );
+    await idle.close(1000);
+    owner.send(step(2));
+    assert.equal(await sumOfText(owner), 3, "the owner's stream was not taken over");
+    owner.send({ sequence_end: true });
+    assert.deepEqual(await owner.nextText(), { sequence_end: true, sequence_id: "cont-b" });
+
     // Continuing needs the id; the value is a boolean.
     for (const [query, error] of [
       [
