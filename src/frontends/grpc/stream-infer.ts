@@ -378,9 +378,13 @@ export class StreamInferSession {
     let message: ModelStreamInferResponseMessage | Uint8Array;
     let bytes: number;
     try {
-      // Every answer of a model that is not decoupled is its request's last: it says so,
-      // as Triton's stream says it of every response (clients count requests done by it).
-      const final = { ...response, parameters: { ...response.parameters, triton_final_response: true } };
+      // Every answer says whether it is its request's last, as Triton's stream says it of
+      // every response (clients count requests done by it): a decoupled model's responses
+      // come flagged; the one answer of any other model is its last.
+      const final =
+        response.parameters.triton_final_response === undefined
+          ? { ...response, parameters: { ...response.parameters, triton_final_response: true } }
+          : response;
       const encoded = encodeStreamInferResponse({
         infer_response: encodeInferResponse(final, sharedMemory),
       });
