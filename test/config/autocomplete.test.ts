@@ -62,17 +62,10 @@ describe("completing a config from the model file", () => {
     assert.deepEqual(config.dynamicBatching?.preferredBatchSizes, [8]);
   });
 
-  it("takes an explicit max_batch_size of 0 as unset while it completes the config, as Triton (proto3 cannot tell them apart)", () => {
+  it("keeps an explicit max_batch_size of 0 (configs written for seqserve say 'no batching' with it; Triton's backend reads it as unset)", () => {
     const { config } = resolve("max_batch_size: 0", MODEL_IO.add_sub);
-    assert.equal(config.maxBatchSize, 4);
-    assert.deepEqual(config.inputs[0]?.dims, [16]);
-    // With inputs and outputs listed there is nothing to complete, and 0 stays.
-    const listed = resolve(
-      'max_batch_size: 0\ninput [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1, 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ -1, 16 ] } ]\noutput [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1, 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ -1, 16 ] } ]',
-      MODEL_IO.add_sub,
-    );
-    assert.equal(listed.config.maxBatchSize, 0);
-    assert.deepEqual(listed.config.inputs[0]?.dims, [-1, 16]);
+    assert.equal(config.maxBatchSize, 0);
+    assert.deepEqual(config.inputs[0]?.dims, [-1, 16]);
   });
 
   it("refuses a max_batch_size the model cannot batch", () => {

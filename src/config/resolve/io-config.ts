@@ -110,8 +110,9 @@ export function completeIo(io: IoContext): void {
 
   if (inputsMissing || outputsMissing) {
     const batching = supportsBatching(io, modelIo);
-    // An explicit 0 is unset to Triton (a proto3 int): the backend fills it in all the same.
-    if (!root.has("max_batch_size") || root.number("max_batch_size") === 0) {
+    // An explicit 0 is kept: configs written for seqserve say "no batching" with it
+    // (Triton's backend reads it as unset, a proto3 int, and batches where it can).
+    if (!root.has("max_batch_size")) {
       root.set("max_batch_size", batching ? io.defaultMaxBatchSize : 0);
     } else if (!batching && root.number("max_batch_size") !== 0) {
       root.fail(
