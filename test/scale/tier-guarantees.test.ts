@@ -327,6 +327,7 @@ describe("the shared state tier's guarantees", { skip }, () => {
     assert.equal(((await again.nextText()).outputs as { data: number[] }[])[0]!.data[0], 8);
     // Closed deliberately (1000), the stream ends the sequence: the next start is a new one.
     await again.close(1000);
+    for (let tries = 0; (await b.summary(ONE_SLOT)).live !== 0 && tries < 200; tries++) await pause(10);
     assert.equal(sum(await infer(b.url, ONE_SLOT, int32Input(1), { id, start: true })), 1);
     assert.equal(sum(await infer(b.url, ONE_SLOT, int32Input(1), { id, end: true })), 2);
     // The stream was cut while the hand-over waited: the slot never came free.

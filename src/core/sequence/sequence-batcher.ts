@@ -82,6 +82,9 @@ export interface SequenceBatcherOptions {
   readonly stateBudget?: StateBudget;
 }
 
+/** The least time between two looks at the tier for copies that moved on (#reclaimStaleCopies). */
+const RECLAIM_INTERVAL_MS = 1000;
+
 /** How often a step runs again after another replica advanced its sequence at the same time. */
 const MAX_STEP_RETRIES = 3;
 
@@ -146,6 +149,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   readonly #sequencing: SequenceBatchingConfig;
   /** A look at the tier for copies that moved on is under way (#reclaimStaleCopies). */
   #reclaiming = false;
+  /** When the last look began (epoch ms), and the timer of the next one. */
+  #lastReclaimMs = 0;
+  #reclaimTimer: NodeJS.Timeout | undefined;
   readonly #model: SequenceModel;
   readonly #instances: SequenceInstance[];
   readonly #warn: (message: string) => void;
@@ -582,7 +588,19 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * Let go, it is not an end (neither counted nor told): the sequence is elsewhere.
    */
   async #reclaimStaleCopies(): Promise<void> {
-    if (this.#reclaiming) return;
+    if (this.#reclaiming || this.#reclaimTimer !== undefined) return;
+    // At most one look a second: under a full model every new sequence backlogs, and each
+    // look asks the tier about every copy held.
+    const waitMs = this.#lastReclaimMs + RECLAIM_INTERVAL_MS - Date.now();
+    if (waitMs > 0) {
+      this.#reclaimTimer = setTimeout(() => {
+        this.#reclaimTimer = undefined;
+        if (this.#backlog.length > 0) void this.#reclaimStaleCopies();
+      }, waitMs);
+      this.#reclaimTimer.unref();
+      return;
+    }
+    this.#lastReclaimMs = Date.now();
     this.#reclaiming = true;
     try {
       const held = [...this.#all].filter(
@@ -595,7 +613,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
           !s.tier.loading &&
           !s.tier.leaving,
       );
-      const records = await Promise.all(held.map((s) => this.#tier!.read(s.id).catch(() => null)));
+      // The records' stamps (version, life, end), not their bodies: nothing else is compared.
+      const records = await Promise.all(held.map((s) => this.#tier!.stamp(s.id).catch(() => null)));
       held.forEach((sequence, i) => {
         const record = records[i];
         const place = sequence.tier!;
@@ -603,8 +622,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         // copy may be all there is), or changed here meanwhile: kept as it is.
         if (record === null || record === undefined) return;
         if (!this.#all.has(sequence) || !sequence.idle || sequence.endReason !== undefined) return;
+        // A version behind this copy's is a step it wrote since the look: it is current.
         const current =
-          record.ended === undefined && record.life === place.life && record.version === place.version;
+          record.ended === undefined && record.life === place.life && record.version <= (place.version ?? 0);
         if (current) return;
         place.leaving = true;
         sequence.endReason = "end";

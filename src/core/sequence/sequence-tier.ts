@@ -27,6 +27,9 @@ export interface TierRecord {
   readonly writtenAtMs: number;
 }
 
+/** What a record is, without its body. */
+export type TierStamp = Pick<TierRecord, "version" | "life" | "ended">;
+
 /**
  * - `next`: the sequence's next state, only if the record is still at `expect`;
  * - `new`: a new life of the id, whatever the tier held (a START);
@@ -67,6 +70,11 @@ export interface ModelTier {
   /** Which records these are (the model and version they are keyed by): equal for two loads of one version. */
   readonly records: string;
   read(id: SequenceId): Promise<TierRecord | undefined>;
+  /**
+   * The record's version, life and end, without its body (where a replica only checks
+   * whether its copy is current); undefined when there is none.
+   */
+  stamp(id: SequenceId): Promise<TierStamp | undefined>;
   /** Applies the writes in order, in one round trip where the tier can; one result each. */
   write(writes: readonly TierWrite[]): Promise<TierWriteResult[]>;
   /**

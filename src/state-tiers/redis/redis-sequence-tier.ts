@@ -6,6 +6,7 @@ import type {
   SequenceTier,
   TierExpiry,
   TierRecord,
+  TierStamp,
   TierWrite,
   TierWriteResult,
 } from "../../core/sequence/sequence-tier.ts";
@@ -219,6 +220,7 @@ export class RedisSequenceTier implements SequenceTier {
       tier: this,
       records: `${model}:${version}`,
       read: (id) => this.#read(recordKey(this.#location.prefix, model, version, id)).catch(throwStoreError),
+      stamp: (id) => this.#stamp(recordKey(this.#location.prefix, model, version, id)).catch(throwStoreError),
       write: (writes) => this.#track(this.#write(model, version, writes).catch(throwStoreError)),
       renew: (id, expect, expiry) =>
         this.#track(
@@ -231,6 +233,12 @@ export class RedisSequenceTier implements SequenceTier {
 
   async #read(key: string): Promise<TierRecord | undefined> {
     return toRecord(await this.#client.hgetallBuffer(key));
+  }
+
+  async #stamp(key: string): Promise<TierStamp | undefined> {
+    const [v, life, ended] = await this.#client.hmget(key, "v", "life", "ended");
+    if (v === null || v === undefined || life === null || life === undefined) return undefined;
+    return { version: Number(v), life, ended: ended ?? undefined };
   }
 
   async #renew(
