@@ -78,8 +78,13 @@ async function styledLogger(options: LoggerOptions, style: TimestampStyle): Prom
       translateTime: isoTime ? "UTC:yyyy-mm-dd'T'HH:MM:ss.l'Z'" : "SYS:standard",
       ignore: "pid,hostname",
       // One line per record, its fields as JSON after the message, as Triton writes one:
-      // collectors that read lines keep a record whole.
+      // collectors that read lines keep a record whole. An error is a field like any other
+      // (its stack escaped in the JSON), and a message's own line breaks are escaped, as
+      // Triton escapes its messages.
       singleLine: true,
+      errorLikeObjectKeys: [],
+      messageFormat: (record: Record<string, unknown>, messageKey: string) =>
+        String(record[messageKey] ?? "").replace(/\r?\n/g, "\\n"),
     });
   // One formatter per timestamp style, made when first used; lines go through the current one.
   const formatters = new Map<boolean, (line: string) => string>();

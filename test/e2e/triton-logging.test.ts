@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it, test } from "node:test";
 import pino from "pino";
-import type { LogFormat } from "../../src/observability/logger.ts";
+import { createLogger, type LogFormat } from "../../src/observability/logger.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { SERVER_OWN_LOGGER, startTestServer, type TestServer } from "../support/test-server.ts";
@@ -211,5 +211,24 @@ describe("Triton's log_format changed while serving", () => {
       assert.equal(notices.length, 1, said.join(""));
       assert.match(notices[0]!, /\(ENOSPC: no space left on device, write\); its lines are dropped/);
     });
+  }
+});
+
+test("a text record is one line whatever it holds: an error's stack and a message's line breaks are escaped", async () => {
+  const folder = mkdtempSync(join(tmpdir(), "seqserve-log-lines-"));
+  try {
+    const file = join(folder, "text.log");
+    const logger = await createLogger({ level: "info", format: "ISO8601", file });
+    logger.error({ err: new Error("boom\nsecond line"), model: "m" }, "a failure\nnext");
+    logger.info({ model: "m" }, "plain");
+    const lines = readFileSync(file, "utf8").trim().split("\n");
+    assert.equal(lines.length, 2, lines.join("\n"));
+    assert.match(
+      lines[0]!,
+      /ERROR: a failure\\nnext \{"err":\{"type":"Error","message":"boom\\nsecond line","stack":"Error: boom\\nsecond line\\n/,
+    );
+    assert.match(lines[1]!, /INFO: plain \{"model":"m"\}$/);
+  } finally {
+    rmSync(folder, { recursive: true, force: true });
   }
 });
