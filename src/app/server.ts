@@ -379,14 +379,17 @@ export async function startServer(
       for (const close of closers.reverse())
         await close().catch((error: unknown) => logger.warn({ err: error }, "closing an endpoint failed"));
     };
+    // Work in flight as the stop began: only that can be cut short (an idle server stops
+    // cleanly even with an exit timeout of 0, as Triton's does).
+    const hadWork = repository.inFlight().length > 0;
     let cutShort: boolean;
     if (sequenceTier === undefined) {
       await repository.drain(deadline);
       // The drain ends at the deadline only when it failed what was left.
-      cutShort = Date.now() >= deadline;
+      cutShort = hadWork && Date.now() >= deadline;
       // A request still answered (a model load, a long run) holds its endpoint's close:
       // past the exit timeout the server goes without it, as Triton exits then.
-      if (!(await settledBy(closeEndpoints(), deadline))) cutShort = true;
+      if (!(await settledBy(closeEndpoints(), deadline)) && hadWork) cutShort = true;
     } else {
       // A hand-over: the endpoints stop taking connections at once (a balancer sends
       // the next requests elsewhere) while the requests accepted finish and their
@@ -398,10 +401,10 @@ export async function startServer(
       // answered (told to retry) rather than hold the drain, its connection and the
       // endpoint's close until the Redis client's command timeout.
       await untilDeadline(drained, deadline);
-      cutShort = Date.now() >= deadline;
+      cutShort = hadWork && Date.now() >= deadline;
       await sequenceTier.close(deadline);
       await drained;
-      if (!(await settledBy(endpointsClosed, deadline))) cutShort = true;
+      if (!(await settledBy(endpointsClosed, deadline)) && hadWork) cutShort = true;
     }
     clearInterval(progress);
     const transitionsDone = await repository.shutdown(Date.now(), deadline);

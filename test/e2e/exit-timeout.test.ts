@@ -69,3 +69,22 @@ test("a server stopped while a model loads exits at its exit timeout, not when t
   assert.ok(server.lines.some((line) => line.msg === "Exit timeout expired. Exiting immediately."));
   await load;
 });
+
+test("an idle server stops cleanly, even with an exit timeout of 0, as Triton's does", {
+  timeout: 30_000,
+}, async () => {
+  const server = new ServerProcess(process.execPath, [
+    BIN,
+    ...FREE_PORT_FLAGS,
+    "--model-repository",
+    repository.path,
+    "--model-control-mode",
+    "explicit",
+    "--exit-timeout-secs",
+    "0",
+  ]);
+  await server.listening;
+  const exit = await server.stop();
+  assert.equal(exit.code, 0, exit.stderr);
+  assert.ok(server.lines.some((line) => line.event === "stopped"));
+});
