@@ -58,8 +58,10 @@ export interface RunningServer {
   readonly sagemakerPort: number | undefined;
   readonly repository: ModelRepository;
   readonly logger: Logger;
-  /** Stops new sequences, lets work finish for --exit-timeout-secs, then closes everything. */
-  /** Stops the server; `clean` is false when the exit timeout cut work short. */
+  /**
+   * Stops new sequences, lets work finish for --exit-timeout-secs, then closes everything;
+   * `clean` is false when the exit timeout cut work short.
+   */
   stop(): Promise<{ clean: boolean }>;
 }
 
