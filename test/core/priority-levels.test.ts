@@ -1,9 +1,8 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { ServerError } from "../../src/core/errors.ts";
 import type { QueuePolicyConfig } from "../../src/core/model-config.ts";
 import { keepProcessAlive, turn } from "./support/batcher-harness.ts";
-import { PLAIN_DYNAMIC_BATCHING, plusOneBatcher } from "./support/plus-one-model.ts";
+import { outcome, PLAIN_DYNAMIC_BATCHING, plusOneBatcher } from "./support/plus-one-model.ts";
 
 // Triton's priority levels in the dynamic batcher: each level has a queue under its own
 // policy (or the default one), and levels are served in order, the lowest number first; a
@@ -21,15 +20,6 @@ const threeLevels = (policies: [number, QueuePolicyConfig][] = []) =>
     defaultPriorityLevel: 2,
     priorityQueuePolicies: new Map(policies),
   });
-
-async function outcome(answer: Promise<number>): Promise<number | string> {
-  try {
-    return await answer;
-  } catch (error) {
-    assert.ok(error instanceof ServerError);
-    return `${error.code}: ${error.message}`;
-  }
-}
 
 describe("priority levels (dynamic batching)", { timeout: 10_000 }, () => {
   it("serves level 1 first, then the default level, then 3; in arrival order within a level", async () => {

@@ -1,9 +1,8 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { ServerError } from "../../src/core/errors.ts";
 import type { QueueTimeoutConfig } from "../../src/core/model-config.ts";
 import { keepProcessAlive, turn } from "./support/batcher-harness.ts";
-import { PLAIN_DYNAMIC_BATCHING, plusOneBatcher } from "./support/plus-one-model.ts";
+import { outcome, PLAIN_DYNAMIC_BATCHING, plusOneBatcher } from "./support/plus-one-model.ts";
 
 // Triton's queue policy timeouts in the dynamic batcher. The instance is held, so requests
 // wait in the queue behind a running one: with REJECT, those whose wait runs out are
@@ -17,15 +16,6 @@ const withTimeout = (timeout: QueueTimeoutConfig) =>
   plusOneBatcher({ ...PLAIN_DYNAMIC_BATCHING, defaultQueuePolicy: { maxQueueSize: 0, timeout } });
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function outcome(answer: Promise<number>): Promise<number | string> {
-  try {
-    return await answer;
-  } catch (error) {
-    assert.ok(error instanceof ServerError);
-    return `${error.code}: ${error.message}`;
-  }
-}
 
 const EXPIRED = "UNAVAILABLE: Request timeout expired";
 

@@ -36,10 +36,9 @@ parameters { key: "events_file" value: { string_value: "${eventsFile}" } }
 }));
 after(() => repository.remove());
 
-test("a server stopped while a model loads exits at its exit timeout, not when the load ends", {
-  timeout: 30_000,
-}, async () => {
-  const server = new ServerProcess(process.execPath, [
+/** A server of the repository, loading nothing until asked, with this exit timeout. */
+const explicitServer = (exitTimeoutSecs: number): ServerProcess =>
+  new ServerProcess(process.execPath, [
     BIN,
     ...FREE_PORT_FLAGS,
     "--model-repository",
@@ -47,8 +46,13 @@ test("a server stopped while a model loads exits at its exit timeout, not when t
     "--model-control-mode",
     "explicit",
     "--exit-timeout-secs",
-    "2",
+    String(exitTimeoutSecs),
   ]);
+
+test("a server stopped while a model loads exits at its exit timeout, not when the load ends", {
+  timeout: 30_000,
+}, async () => {
+  const server = explicitServer(2);
   const url = `http://127.0.0.1:${(await server.listening).http_port}`;
   const load = fetch(`${url}/v2/repository/models/slow_start/load`, { method: "POST", body: "{}" }).then(
     (response) => response.status,
@@ -73,16 +77,7 @@ test("a server stopped while a model loads exits at its exit timeout, not when t
 test("an idle server stops cleanly, even with an exit timeout of 0, as Triton's does", {
   timeout: 30_000,
 }, async () => {
-  const server = new ServerProcess(process.execPath, [
-    BIN,
-    ...FREE_PORT_FLAGS,
-    "--model-repository",
-    repository.path,
-    "--model-control-mode",
-    "explicit",
-    "--exit-timeout-secs",
-    "0",
-  ]);
+  const server = explicitServer(0);
   await server.listening;
   const exit = await server.stop();
   assert.equal(exit.code, 0, exit.stderr);

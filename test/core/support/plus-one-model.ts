@@ -1,3 +1,4 @@
+import { ServerError } from "../../../src/core/errors.ts";
 import type { ExecutionResult, ModelExecutor } from "../../../src/core/executor.ts";
 import type { InferRequest, Parameters } from "../../../src/core/infer.ts";
 import type { DynamicBatchingConfig, ModelConfig } from "../../../src/core/model-config.ts";
@@ -89,4 +90,14 @@ export function plusOneBatcher(dynamicBatching: DynamicBatchingConfig | undefine
   const send = (value: number, parameters: Parameters = {}): Promise<number> =>
     answer(value, parameters).then((r) => (r.outputs.get("OUTPUT")!.data as Int32Array)[0]!);
   return { executor, batcher, send, answer };
+}
+
+/** A request's answer, or its refusal as "CODE: message" (a ServerError is expected). */
+export async function outcome(answer: Promise<number>): Promise<number | string> {
+  try {
+    return await answer;
+  } catch (error) {
+    if (!(error instanceof ServerError)) throw error;
+    return `${error.code}: ${error.message}`;
+  }
 }
