@@ -147,6 +147,11 @@ export interface SequenceAdmin {
    */
   checkId(id: SequenceId): void;
   /**
+   * Throws PERMISSION_DENIED when `id` names a sequence live here that another caller (API
+   * key) started: for a frontend that takes a sequence over before any request carries it.
+   */
+  checkCaller(id: SequenceId, principal: string | undefined): void;
+  /**
    * As lookup, also asking the shared tier (when the model has one) about ids this
    * replica does not hold. With a tier, end, open and close may also need it: their
    * promise settles once the tier has the change.

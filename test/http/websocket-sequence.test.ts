@@ -137,20 +137,21 @@ describe("WebSocket streams: one connection, one sequence", { timeout: 30_000 },
     assert.deepEqual(await again.nextText(), { sequence_end: true, sequence_id: "cont-a" });
     assert.deepEqual(model.sums.endCalls.at(-1), { id: "cont-a", reason: "end" });
 
-    // A continuing stream holds the sequence only once a step of it was taken: one that
-    // sends nothing (another key's, say, whose steps would be refused) takes nothing.
-    const owner = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=cont-b");
-    owner.send(step(1));
-    assert.equal(await sumOfText(owner), 1);
-    const idle = await StreamClient.open(
+    // The owner's stream cut (the server has not seen it yet), its client continues on a
+    // new one: the old stream's close no longer ends the sequence, taken over at once.
+    const cut = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=cont-b");
+    cut.send(step(1));
+    assert.equal(await sumOfText(cut), 1);
+    const resumed = await StreamClient.open(
       server,
       "/v2/models/running_sum/stream?sequence_id=cont-b&sequence_start=false",
     );
-    await idle.close(1000);
-    owner.send(step(2));
-    assert.equal(await sumOfText(owner), 3, "the owner's stream was not taken over");
-    owner.send({ sequence_end: true });
-    assert.deepEqual(await owner.nextText(), { sequence_end: true, sequence_id: "cont-b" });
+    await cut.close(4000);
+    resumed.send(step(2));
+    assert.equal(await sumOfText(resumed), 3, "the cut stream's close did not end the sequence");
+    resumed.send({ sequence_end: true });
+    assert.deepEqual(await resumed.nextText(), { sequence_end: true, sequence_id: "cont-b" });
+    assert.deepEqual(model.sums.endCalls.at(-1), { id: "cont-b", reason: "end" });
 
     // Continuing needs the id; the value is a boolean.
     for (const [query, error] of [

@@ -283,6 +283,34 @@ describe("a sequence belongs to the key that started it", () => {
     }
   });
 
+  test("over a WebSocket that continues a sequence: another tenant is refused before the upgrade; the owner takes it over", async () => {
+    assert.equal((await step(A, 5, { id: 89, start: true })).status, 200);
+    const upgrade = (key: string) =>
+      new Promise<{ status: number; socket?: WebSocket }>((resolve) => {
+        const socket = new WebSocket(
+          `ws://127.0.0.1:${server.server.httpPort}/v2/models/acc/stream?sequence_id=89&sequence_start=false`,
+          { headers: bearer(key) },
+        );
+        socket.on("error", () => {});
+        socket.once("open", () => resolve({ status: 101, socket }));
+        socket.once("unexpected-response", (_request, response) =>
+          resolve({ status: response.statusCode ?? 0 }),
+        );
+      });
+    assert.equal((await upgrade(B)).status, 403);
+    const mine = await upgrade(A);
+    assert.equal(mine.status, 101);
+    type Answer = { outputs: { data: number[] }[] };
+    const answer = new Promise<Answer>((resolve) =>
+      mine.socket!.once("message", (data: Buffer) => resolve(JSON.parse(data.toString()) as Answer)),
+    );
+    mine.socket!.send(
+      JSON.stringify({ inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [3] }] }),
+    );
+    assert.deepEqual((await answer).outputs[0]!.data, [8], "the owner's sequence went on from its own state");
+    mine.socket!.close();
+  });
+
   test("over a gRPC stream: refused in-band, the owner's sequence exact", async () => {
     const tenantA = new TestClient(server.grpcPort, withMetadata(bearer(A)));
     const tenantB = new TestClient(server.grpcPort, withMetadata(bearer(B)));

@@ -2116,6 +2116,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     return written;
   }
 
+  checkCaller(id: SequenceId, principal: string | undefined): void {
+    const live = this.#live.get(idKey(id));
+    if (live !== undefined) this.#checkOwner(live, principal);
+  }
+
   lookup(id: SequenceId): SequenceLookup {
     const key = idKey(id);
     const live = this.#live.get(key);

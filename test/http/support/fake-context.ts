@@ -211,6 +211,8 @@ export class FakeSequenceAdmin implements SequenceAdmin {
   /** Every id is one this fake takes. */
   checkId(_id: SequenceId): void {}
 
+  checkCaller(_id: SequenceId, _principal: string | undefined): void {}
+
   lookup(id: SequenceId): SequenceLookup {
     if (this.#live.has(this.#key(id))) return { kind: "live", expiresAtMs: undefined };
     return this.ended.includes(id) ? { kind: "ended", reason: "forced", endedAtMs: 0 } : { kind: "unknown" };

@@ -100,6 +100,8 @@ export class RunningSums implements SequenceAdmin {
   /** Every id is one this fake takes. */
   checkId(_id: SequenceId): void {}
 
+  checkCaller(_id: SequenceId, _principal: string | undefined): void {}
+
   lookup(id: SequenceId): SequenceLookup {
     if (this.has(id)) return { kind: "live", expiresAtMs: undefined };
     const end = this.ends.findLast((e) => key(e.id) === key(id));

@@ -189,8 +189,6 @@ export class StreamConnection {
   #id: SequenceId | undefined;
   /** A start has succeeded (always true for a stateless model: nothing to start). */
   #established: boolean;
-  /** The stream continues a sequence begun before it (`sequence_start=false`). */
-  readonly #continues: boolean;
   #startRunning = false;
   /** A large message is being parsed on the JSON thread: what follows it waits. */
   #parsing = false;
@@ -274,12 +272,14 @@ export class StreamConnection {
     this.#owners = owners;
     this.#id = options.sequenceId;
     this.#established = model.sequences === undefined;
-    // Continuing a sequence begun elsewhere: its messages are steps, not a START. The
-    // stream holds the sequence once the core has answered one of them (the sequence is
-    // its caller's): a stream of the same id still open here no longer ends it then. Not
-    // before: another key's stream would end a sequence it may not step.
-    this.#continues = options.continues && model.sequences !== undefined && this.#id !== undefined;
-    if (this.#continues) this.#established = true;
+    // Continuing a sequence begun elsewhere: its messages are steps, not a START, and the
+    // stream holds the sequence from the start (a stream of the same id still open here,
+    // cut, no longer ends it). Another key's stream of a sequence live here was refused
+    // before the upgrade (streamTarget).
+    if (options.continues && model.sequences !== undefined && this.#id !== undefined) {
+      this.#established = true;
+      this.#claim(this.#id, true);
+    }
     const signal = this.#controller.signal;
     // One listener per request in flight, so up to maxInFlight: not a leak.
     setMaxListeners(0, signal);
@@ -522,7 +522,7 @@ export class StreamConnection {
   /** The first answer of a start names the sequence, also when the client chose the id. */
   #named(response: InferResponse): InferResponse {
     this.#id ??= answeredId(response);
-    if (this.#ownerKey === undefined && this.#id !== undefined) this.#claim(this.#id, this.#continues);
+    if (this.#ownerKey === undefined && this.#id !== undefined) this.#claim(this.#id, false);
     if (response.parameters.sequence_id !== undefined || this.#id === undefined) return response;
     return { ...response, parameters: { ...response.parameters, sequence_id: this.#id } };
   }
@@ -591,9 +591,6 @@ export class StreamConnection {
       this.#startRunning = false;
       if (response !== undefined) this.#id ??= answeredId(response);
       if (this.#ownerKey === undefined && this.#id !== undefined) this.#claim(this.#id, false);
-    } else if (this.#continues && this.#ownerKey === undefined && this.#id !== undefined) {
-      // A continuing stream's step was taken: the sequence is this stream's from now on.
-      this.#claim(this.#id, true);
     }
     if (this.#closed) {
       // The client left while the start ran: end the sequence its answer names.

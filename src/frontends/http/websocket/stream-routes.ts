@@ -55,6 +55,9 @@ function streamTarget(registry: ModelRegistry, request: StreamRequest): StreamTa
   const sequenceId = routedRequestId(options.sequenceId, routed, model);
   // An id from the header alone is checked before the upgrade, as one in the query is.
   if (sequenceId !== undefined && sequenceId !== options.sequenceId) model.sequences?.checkId(sequenceId);
+  // A stream that continues a sequence takes it over here: one live here must be its key's.
+  if (options.continues && sequenceId !== undefined)
+    model.sequences?.checkCaller(sequenceId, request.principal);
   // The version the stream opened on, where a reload of that version moves its sequence;
   // once that version is gone (replaced by a higher one, or retired), the one served
   // without a version, the highest, where its sequence moved. A stream opened on a given
