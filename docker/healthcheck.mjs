@@ -2,10 +2,13 @@
 // endpoint (GET /v2/health/ready), on its SageMaker endpoint (GET /ping) or, for a launch
 // that serves gRPC alone (OVMS's `--port` launch), through gRPC's health service. Where
 // they listen is read from the server's own command line (the container's first process,
-// or SEQSERVE_HEALTH_PID's), as the server reads it. An endpoint served over TLS is not
-// asked; SEQSERVE_HEALTH_URL names a URL to ask instead.
+// or SEQSERVE_HEALTH_PID's), as the server reads it. An endpoint served over TLS is asked
+// over TLS without checking the server's certificate (it is the server's own, on this
+// machine); one that wants a client certificate (mutual TLS) is not asked.
+// SEQSERVE_HEALTH_URL names a URL to ask instead.
 
 import { readFileSync, readlinkSync } from "node:fs";
+import { get } from "node:https";
 
 /** Where a server on `address` is reached from inside its container. */
 function local(address) {
@@ -32,17 +35,21 @@ async function probesOf(pid) {
     if (command.kind !== "serve") return undefined;
     const options = command.options;
     const probes = [];
-    if (options.security?.httpTls === undefined) {
+    const httpTls = options.security?.httpTls;
+    const grpcTls = options.security?.grpcTls;
+    if (httpTls?.mutual !== true) {
+      const scheme = httpTls === undefined ? "http" : "https";
       if (options.httpPort !== undefined) {
-        const url = `http://${local(options.httpAddress ?? options.host)}:${options.httpPort}/v2/health/ready`;
+        const url = `${scheme}://${local(options.httpAddress ?? options.host)}:${options.httpPort}/v2/health/ready`;
         probes.push({ url });
       }
       if (options.sagemakerPort !== undefined) {
-        probes.push({ url: `http://${local(options.host)}:${options.sagemakerPort}/ping` });
+        probes.push({ url: `${scheme}://${local(options.host)}:${options.sagemakerPort}/ping` });
       }
     }
-    if (options.grpcPort !== undefined && options.security?.grpcTls === undefined) {
-      probes.push({ grpc: `${local(options.grpcAddress ?? options.host)}:${options.grpcPort}` });
+    if (options.grpcPort !== undefined && grpcTls?.mutual !== true) {
+      const target = `${local(options.grpcAddress ?? options.host)}:${options.grpcPort}`;
+      probes.push({ grpc: target, tls: grpcTls !== undefined });
     }
     return probes;
   } catch {
@@ -50,14 +57,29 @@ async function probesOf(pid) {
   }
 }
 
+/** Whether an HTTPS URL answers 2xx, the server's own certificate taken as it is. */
+function httpsOk(url) {
+  return new Promise((resolve) => {
+    const request = get(url, { rejectUnauthorized: false, timeout: 2000 }, (response) => {
+      response.resume();
+      resolve((response.statusCode ?? 0) >= 200 && (response.statusCode ?? 0) < 300);
+    });
+    request.on("timeout", () => request.destroy());
+    request.on("error", () => resolve(false));
+  });
+}
+
 /** Whether gRPC's health service at `target` says the server is SERVING. */
-async function grpcServing(target) {
+async function grpcServing(target, tls) {
   const grpc = await import("@grpc/grpc-js");
   const { healthServiceDefinition } = await import(
     new URL("../dist/frontends/grpc/proto-definitions.js", import.meta.url).href
   );
   const Health = grpc.makeGenericClientConstructor(healthServiceDefinition(), "Health");
-  const client = new Health(target, grpc.credentials.createInsecure());
+  const credentials = tls
+    ? grpc.credentials.createSsl(null, null, null, { rejectUnauthorized: false })
+    : grpc.credentials.createInsecure();
+  const client = new Health(target, credentials);
   try {
     return await new Promise((resolve) =>
       client.Check({ service: "" }, { deadline: Date.now() + 2000 }, (error, answer) =>
@@ -79,7 +101,8 @@ const probes = process.env.SEQSERVE_HEALTH_URL
 let healthy = false;
 for (const probe of probes) {
   try {
-    if (probe.grpc !== undefined) healthy = await grpcServing(probe.grpc);
+    if (probe.grpc !== undefined) healthy = await grpcServing(probe.grpc, probe.tls);
+    else if (probe.url.startsWith("https:")) healthy = await httpsOk(probe.url);
     else {
       const response = await fetch(probe.url, { signal: AbortSignal.timeout(2000) });
       await response.body?.cancel();

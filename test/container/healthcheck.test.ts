@@ -29,7 +29,7 @@ describe("the image's healthcheck", { timeout: 60_000 }, () => {
   });
   after(() => repository.remove());
 
-  it("asks a server where its command line puts it: HTTP, SageMaker's /ping, gRPC's health service", async () => {
+  it("asks a server where its command line puts it: HTTP, SageMaker's /ping, gRPC's health service, over TLS too", async () => {
     const [http, grpc, metrics, sagemaker] = [
       await freePort(),
       await freePort(),
@@ -73,13 +73,46 @@ describe("the image's healthcheck", { timeout: 60_000 }, () => {
       "--host",
       "127.0.0.1",
     ]);
+    // Over TLS: HTTPS, and gRPC alone; the server's own certificate is taken as it is.
+    const tls = join(fileURLToPath(new URL("../fixtures/tls/", import.meta.url)));
+    const certificate = (flag: "http" | "grpc") => [
+      `--${flag}-use-ssl=true`,
+      `--${flag}-server-cert`,
+      join(tls, "server.pem"),
+      `--${flag}-server-key`,
+      join(tls, "server-key.pem"),
+    ];
+    const https = new ServerProcess(process.execPath, [
+      BIN,
+      "--model-repository",
+      repository.path,
+      "--host",
+      "127.0.0.1",
+      "--allow-grpc=false",
+      "--allow-metrics=false",
+      "--http-port",
+      String(await freePort()),
+      ...certificate("http"),
+    ]);
+    const grpcTls = new ServerProcess(process.execPath, [
+      BIN,
+      "--model-repository",
+      repository.path,
+      "--host",
+      "127.0.0.1",
+      "--allow-http=false",
+      "--allow-metrics=false",
+      "--grpc-port",
+      String(await freePort()),
+      ...certificate("grpc"),
+    ]);
+    const servers = [kserve, onlySagemaker, onlyGrpc, https, grpcTls];
     try {
-      await Promise.all([kserve.listening, onlySagemaker.listening, onlyGrpc.listening]);
-      assert.equal(healthcheck(kserve.child.pid!), 0);
-      assert.equal(healthcheck(onlySagemaker.child.pid!), 0);
-      assert.equal(healthcheck(onlyGrpc.child.pid!), 0);
+      await Promise.all(servers.map((server) => server.listening));
+      for (const server of servers)
+        assert.equal(healthcheck(server.child.pid!), 0, server.child.spawnargs.join(" "));
     } finally {
-      await Promise.all([kserve.stop(), onlySagemaker.stop(), onlyGrpc.stop()]);
+      await Promise.all(servers.map((server) => server.stop()));
     }
   });
 });
