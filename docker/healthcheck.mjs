@@ -31,7 +31,14 @@ async function probesOf(pid) {
     // Its relative paths (a model repository) are read from its working folder.
     process.chdir(readlinkSync(`/proc/${pid}/cwd`));
     const { parseCommandLine } = await import(new URL("../dist/cli/options.js", import.meta.url).href);
-    const command = parseCommandLine(argv.slice(script + 1), process.env);
+    // Read with the server's environment (`serve` takes its ports from it), not this one's.
+    const env = Object.fromEntries(
+      readFileSync(`/proc/${pid}/environ`, "utf8")
+        .split("\0")
+        .filter((entry) => entry.includes("="))
+        .map((entry) => [entry.slice(0, entry.indexOf("=")), entry.slice(entry.indexOf("=") + 1)]),
+    );
+    const command = parseCommandLine(argv.slice(script + 1), env);
     if (command.kind !== "serve") return undefined;
     const options = command.options;
     const probes = [];

@@ -106,7 +106,13 @@ describe("the image's healthcheck", { timeout: 60_000 }, () => {
       String(await freePort()),
       ...certificate("grpc"),
     ]);
-    const servers = [kserve, onlySagemaker, onlyGrpc, https, grpcTls];
+    // SageMaker's own launch: its port from the server's environment, not the check's.
+    const serve = new ServerProcess(
+      process.execPath,
+      [BIN, "serve", "--model-repository", repository.path, "--host", "127.0.0.1"],
+      { SAGEMAKER_BIND_TO_PORT: String(await freePort()) },
+    );
+    const servers = [kserve, onlySagemaker, onlyGrpc, https, grpcTls, serve];
     try {
       await Promise.all(servers.map((server) => server.listening));
       for (const server of servers)
