@@ -1,3 +1,4 @@
+import { markAdmitted } from "./admitted-failure.ts";
 import { asServerError, cancelled, ServerError } from "./errors.ts";
 import type { ModelExecutor } from "./executor.ts";
 import type { InferRequest, InferResponse, NamedTensor, SequenceId } from "./infer.ts";
@@ -271,7 +272,10 @@ export class LoadedModel implements ServedModel {
   ): ServerError {
     const failure = asServerError(error);
     const totalNs = nowNs() - startNs;
-    if (enqueued) this.#statistics.recordFailure(totalNs);
+    if (enqueued) {
+      this.#statistics.recordFailure(totalNs);
+      markAdmitted(failure);
+    }
     this.#requestObserver?.requestDone({
       request,
       arrivalNs: startNs,

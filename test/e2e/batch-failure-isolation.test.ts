@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import type { ModelStreamInferResponseMessage } from "../../src/frontends/grpc/messages.ts";
 import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
+import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { infer, outputData } from "../support/http-client.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
@@ -87,6 +89,14 @@ describe("a batch whose run one request fails", { timeout: 60_000 }, () => {
   before(async () => {
     server = await startTestServer({
       lookup: { config: LOOKUP_CONFIG, onnx: lookupModel() },
+      // Each request run alone, at once.
+      lookup_alone: {
+        config: LOOKUP_CONFIG.replace('name: "lookup"', 'name: "lookup_alone"').replace(
+          /^dynamic_batching .*$/m,
+          "",
+        ),
+        onnx: lookupModel(),
+      },
       sums: { config: SUMS_CONFIG, onnx: summingLookupModel() },
     });
   });
@@ -100,6 +110,44 @@ describe("a batch whose run one request fails", { timeout: 60_000 }, () => {
         assert.equal(answers[n]!.status, 500);
         assert.match(String(answers[n]!.body.error), /out of (data )?bounds|idx=12/i);
       } else assert.deepEqual(outputData(answers[n]!, "VALUE"), [TABLE[i]]);
+    }
+  });
+
+  it("over ModelStreamInfer, a run that fails is answered as Triton's stream answers it: named and flagged final; a refusal is not", async () => {
+    const client = new TestClient(server.grpcPort);
+    try {
+      const stream = client.stream();
+      const answers: ModelStreamInferResponseMessage[] = [];
+      const done = new Promise<void>((resolve) => {
+        stream.on("data", (answer: ModelStreamInferResponseMessage) => answers.push(answer));
+        stream.on("end", resolve);
+      });
+      const lookup = (id: string, inputs: object[]) =>
+        stream.write({ model_name: "lookup_alone", id, inputs });
+      const int64 = (name: string, shape: number[], value: number) => ({
+        name,
+        datatype: "INT64",
+        shape,
+        contents: { int64_contents: [String(value)] },
+      });
+      lookup("fails", [int64("INDEX", [1, 1], BAD_INDEX), int64("OFFSET", [], 0)]);
+      lookup("refused", [int64("INDEX", [1, 1], 1)]);
+      stream.end();
+      await done;
+      const byId = new Map(answers.map((a) => [a.infer_response?.id, a]));
+      const failed = byId.get("fails")!;
+      assert.match(failed.error_message ?? "", /out of (data )?bounds|idx=12/i);
+      assert.equal(failed.infer_response?.model_name, "lookup_alone");
+      assert.equal(failed.infer_response?.model_version, "1");
+      assert.deepEqual(failed.infer_response?.parameters?.triton_final_response, {
+        bool_param: true,
+        parameter_choice: "bool_param",
+      });
+      const refused = byId.get("refused")!;
+      assert.match(refused.error_message ?? "", /expected 2 inputs but got 1/);
+      assert.equal(refused.infer_response?.parameters?.triton_final_response, undefined);
+    } finally {
+      client.close();
     }
   });
 

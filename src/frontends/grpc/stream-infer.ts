@@ -1,5 +1,6 @@
 import { setMaxListeners } from "node:events";
 import { type MetadataValue, type ServerDuplexStream, status } from "@grpc/grpc-js";
+import { failedAfterAdmission } from "../../core/admitted-failure.ts";
 import { asServerError, cancelled } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, SequenceId } from "../../core/infer.ts";
 import type { ModelRegistry, ServedModel } from "../../core/model.ts";
@@ -76,9 +77,12 @@ interface Outgoing {
   readonly sequenceId: SequenceId | undefined;
 }
 
-/** What an in-band error holds: its text and the message around it. */
+/** What an in-band error holds: its text, its request's id and model, and the message around them. */
 const errorBytes = (message: ModelStreamInferResponseMessage): number =>
-  (message.error_message?.length ?? 0) + (message.infer_response?.id?.length ?? 0) + 16;
+  (message.error_message?.length ?? 0) +
+  (message.infer_response?.id?.length ?? 0) +
+  (message.infer_response?.model_name?.length ?? 0) +
+  48;
 
 export interface StreamInferOptions {
   readonly maxInflight: number;
@@ -287,7 +291,13 @@ export class StreamInferSession {
           this.#prepare(response, message.id, model, request, sharedOutputs),
           answered,
         ),
-      (error: unknown) => this.#answerInTurn(order, turn, this.#failure(error, message.id), answered),
+      (error: unknown) =>
+        this.#answerInTurn(
+          order,
+          turn,
+          this.#failure(error, message.id, failedAfterAdmission(error) ? model : undefined),
+          answered,
+        ),
     );
   }
 
@@ -407,12 +417,28 @@ export class StreamInferSession {
     return this.#hold(outgoing);
   }
 
-  #failure(error: unknown, requestId: string | undefined): Outgoing | undefined {
+  /**
+   * An error answered in-band. `admittedBy`: the model that took the request before it
+   * failed; Triton's stream then names it and flags the answer final, as a response.
+   */
+  #failure(error: unknown, requestId: string | undefined, admittedBy?: ServedModel): Outgoing | undefined {
     const serverError = asServerError(error);
     if (serverError.code === "INTERNAL" || serverError.code === "UNKNOWN") {
       this.#logger.error({ err: error, requestId }, "ModelStreamInfer request failed");
     }
-    const message = this.#inBandError(serverError.message, requestId);
+    const inBand = this.#inBandError(serverError.message, requestId);
+    const message: ModelStreamInferResponseMessage =
+      admittedBy === undefined
+        ? inBand
+        : {
+            ...inBand,
+            infer_response: {
+              ...inBand.infer_response,
+              model_name: admittedBy.name,
+              model_version: admittedBy.version,
+              parameters: { triton_final_response: { bool_param: true } },
+            },
+          };
     return this.#hold({ message, bytes: errorBytes(message), model: undefined, sequenceId: undefined });
   }
 
