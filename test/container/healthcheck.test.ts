@@ -25,100 +25,84 @@ function healthcheck(pid: number): number | null {
 describe("the image's healthcheck", { timeout: 60_000 }, () => {
   let repository: TempRepository;
   before(() => {
-    repository = tempRepository({ m: { onnx: identityModel("FP32", [-1, 4]) } });
+    repository = tempRepository({
+      m: { onnx: identityModel("FP32", [-1, 4]) },
+      broken: { onnx: new TextEncoder().encode("not an ONNX model") },
+    });
   });
   after(() => repository.remove());
 
+  /** A server on 127.0.0.1 launched with `args`. */
+  const server = (args: readonly string[], env: Record<string, string> = {}) =>
+    new ServerProcess(process.execPath, [BIN, ...args, "--host", "127.0.0.1"], env);
+  /** The repository with `loaded` loaded (the others stay unloaded). */
+  const models = (...loaded: string[]) => [
+    "--model-repository",
+    repository.path,
+    "--model-control-mode",
+    "explicit",
+    ...loaded.flatMap((name) => ["--load-model", name]),
+  ];
+  const port = async () => String(await freePort());
+  const endpoints = async () => [
+    "--http-port",
+    await port(),
+    "--grpc-port",
+    await port(),
+    "--metrics-port",
+    await port(),
+  ];
+  // Over TLS, the server's own certificate is taken as it is.
+  const tls = fileURLToPath(new URL("../fixtures/tls/", import.meta.url));
+  const certificate = (flag: "http" | "grpc") => [
+    `--${flag}-use-ssl=true`,
+    `--${flag}-server-cert`,
+    join(tls, "server.pem"),
+    `--${flag}-server-key`,
+    join(tls, "server-key.pem"),
+  ];
+
   it("asks a server where its command line puts it: HTTP, SageMaker's /ping, gRPC's health service, over TLS too", async () => {
-    const [http, grpc, metrics, sagemaker] = [
-      await freePort(),
-      await freePort(),
-      await freePort(),
-      await freePort(),
+    const only = ["--allow-http=false", "--allow-grpc=false", "--allow-metrics=false"];
+    const servers = [
+      server([...models("m"), ...(await endpoints())]),
+      server([...models("m"), ...only, "--allow-sagemaker=true", "--sagemaker-port", await port()]),
+      // OVMS's usual launch: gRPC alone, asked through gRPC's health service.
+      server(["--model_path", join(repository.path, "m"), "--model_name", "m", "--port", await port()]),
+      server([
+        ...models("m"),
+        ...only,
+        "--allow-http=true",
+        "--http-port",
+        await port(),
+        ...certificate("http"),
+      ]),
+      server([
+        ...models("m"),
+        ...only,
+        "--allow-grpc=true",
+        "--grpc-port",
+        await port(),
+        ...certificate("grpc"),
+      ]),
+      // SageMaker's own launch: its port from the server's environment, not the check's.
+      server(["serve", ...models("m")], { SAGEMAKER_BIND_TO_PORT: await port() }),
     ];
-    const kserve = new ServerProcess(process.execPath, [
-      BIN,
-      "--model-repository",
-      repository.path,
-      "--host",
-      "127.0.0.1",
-      `--http-port=${http}`,
-      "--grpc-port",
-      String(grpc),
-      "--metrics-port",
-      String(metrics),
-    ]);
-    const onlySagemaker = new ServerProcess(process.execPath, [
-      BIN,
-      "--model-repository",
-      repository.path,
-      "--host",
-      "127.0.0.1",
-      "--allow-http=false",
-      "--allow-grpc=false",
-      "--allow-metrics=false",
-      "--allow-sagemaker=true",
-      "--sagemaker-port",
-      String(sagemaker),
-    ]);
-    // OVMS's usual launch: gRPC alone, asked through gRPC's health service.
-    const onlyGrpc = new ServerProcess(process.execPath, [
-      BIN,
-      "--model_path",
-      join(repository.path, "m"),
-      "--model_name",
-      "m",
-      "--port",
-      String(await freePort()),
-      "--host",
-      "127.0.0.1",
-    ]);
-    // Over TLS: HTTPS, and gRPC alone; the server's own certificate is taken as it is.
-    const tls = join(fileURLToPath(new URL("../fixtures/tls/", import.meta.url)));
-    const certificate = (flag: "http" | "grpc") => [
-      `--${flag}-use-ssl=true`,
-      `--${flag}-server-cert`,
-      join(tls, "server.pem"),
-      `--${flag}-server-key`,
-      join(tls, "server-key.pem"),
-    ];
-    const https = new ServerProcess(process.execPath, [
-      BIN,
-      "--model-repository",
-      repository.path,
-      "--host",
-      "127.0.0.1",
-      "--allow-grpc=false",
-      "--allow-metrics=false",
-      "--http-port",
-      String(await freePort()),
-      ...certificate("http"),
-    ]);
-    const grpcTls = new ServerProcess(process.execPath, [
-      BIN,
-      "--model-repository",
-      repository.path,
-      "--host",
-      "127.0.0.1",
-      "--allow-http=false",
-      "--allow-metrics=false",
-      "--grpc-port",
-      String(await freePort()),
-      ...certificate("grpc"),
-    ]);
-    // SageMaker's own launch: its port from the server's environment, not the check's.
-    const serve = new ServerProcess(
-      process.execPath,
-      [BIN, "serve", "--model-repository", repository.path, "--host", "127.0.0.1"],
-      { SAGEMAKER_BIND_TO_PORT: String(await freePort()) },
-    );
-    const servers = [kserve, onlySagemaker, onlyGrpc, https, grpcTls, serve];
     try {
-      await Promise.all(servers.map((server) => server.listening));
-      for (const server of servers)
-        assert.equal(healthcheck(server.child.pid!), 0, server.child.spawnargs.join(" "));
+      await Promise.all(servers.map((s) => s.listening));
+      for (const s of servers) assert.equal(healthcheck(s.child.pid!), 0, s.child.spawnargs.join(" "));
     } finally {
-      await Promise.all(servers.map((server) => server.stop()));
+      await Promise.all(servers.map((s) => s.stop()));
+    }
+  });
+
+  it("says unhealthy where the server it finds is not ready (a model that failed to load)", async () => {
+    const notReady = server([...models("m", "broken"), "--exit-on-error=false", ...(await endpoints())]);
+    try {
+      await notReady.listening;
+      assert.equal(healthcheck(notReady.child.pid!), 1);
+    } finally {
+      await notReady.stop();
     }
   });
 });
