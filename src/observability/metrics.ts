@@ -2,7 +2,12 @@ import { type Counter, collectDefaultMetrics, Gauge, Counter as PromCounter, Reg
 import type { MetricsSettings } from "../config/metrics-config.ts";
 import type { OvmsMetricsSettings } from "../config/ovms-metrics-config.ts";
 import type { ApiCallRecorder } from "../core/api-calls.ts";
-import { type ModelRegistry, SEQUENCE_END_REASONS, type ServedModel } from "../core/model.ts";
+import {
+  type ModelRegistry,
+  SEQUENCE_END_REASONS,
+  type SequenceSummary,
+  type ServedModel,
+} from "../core/model.ts";
 import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
 import { type CounterTotals, counterTotals } from "../core/statistics.ts";
 import { cpuMetrics } from "./cpu-metrics.ts";
@@ -162,26 +167,8 @@ function modelMetrics(registry: Registry, models: ModelRegistry, settings: Metri
     },
   });
 
-  new Gauge<Labels>({
-    name: "nv_model_load_duration_secs",
-    help: "Model load time in seconds",
-    labelNames: ["model", "version"],
-    registers: [registry],
-    collect(this: Gauge<Labels>) {
-      this.reset();
-      for (const m of models.served())
-        if (m.loadSeconds !== undefined) this.set({ model: m.name, version: m.version }, m.loadSeconds);
-    },
-  });
-
-  const servedWithSequences = () => models.served().filter((m) => m.sequences !== undefined);
-  const sequenceGauge = (
-    name: string,
-    help: string,
-    pick: (
-      s: ReturnType<NonNullable<ReturnType<ModelRegistry["served"]>[number]["sequences"]>["summary"]>,
-    ) => number,
-  ) =>
+  /** A gauge with one series per served model version, its value read at each scrape (undefined: none). */
+  const modelGauge = (name: string, help: string, value: (m: ServedModel) => number | undefined) =>
     new Gauge<Labels>({
       name,
       help,
@@ -189,10 +176,21 @@ function modelMetrics(registry: Registry, models: ModelRegistry, settings: Metri
       registers: [registry],
       collect(this: Gauge<Labels>) {
         this.reset();
-        for (const m of servedWithSequences())
-          this.set({ model: m.name, version: m.version }, pick(m.sequences!.summary()));
+        for (const m of models.served()) {
+          const v = value(m);
+          if (v !== undefined) this.set({ model: m.name, version: m.version }, v);
+        }
       },
     });
+  modelGauge("nv_model_load_duration_secs", "Model load time in seconds", (m) => m.loadSeconds);
+  // As Triton's: requests waiting for an instance, not those handed to one.
+  modelGauge(
+    "nv_inference_pending_request_count",
+    "Instantaneous number of pending requests awaiting execution per-model.",
+    (m) => m.pending - m.running,
+  );
+  const sequenceGauge = (name: string, help: string, pick: (s: SequenceSummary) => number) =>
+    modelGauge(name, help, (m) => (m.sequences === undefined ? undefined : pick(m.sequences.summary())));
   sequenceGauge(
     "seqserve_sequences_live",
     "Sequences holding a slot (running, waiting for their next request, or ending)",
@@ -217,23 +215,12 @@ function modelMetrics(registry: Registry, models: ModelRegistry, settings: Metri
     registers: [registry],
     collect(this: Counter<Labels | "reason">) {
       this.reset();
-      for (const m of servedWithSequences()) {
-        const ended = m.sequences!.summary().ended;
+      for (const m of models.served()) {
+        if (m.sequences === undefined) continue;
+        const ended = m.sequences.summary().ended;
         for (const reason of SEQUENCE_END_REASONS)
           this.inc({ model: m.name, version: m.version, reason }, ended[reason]);
       }
-    },
-  });
-
-  new Gauge<Labels>({
-    name: "nv_inference_pending_request_count",
-    help: "Instantaneous number of pending requests awaiting execution per-model.",
-    labelNames: ["model", "version"],
-    registers: [registry],
-    collect(this: Gauge<Labels>) {
-      this.reset();
-      // As Triton's: requests waiting for an instance, not those handed to one.
-      for (const m of models.served()) this.set({ model: m.name, version: m.version }, m.pending - m.running);
     },
   });
 }
