@@ -2,7 +2,7 @@ import type { TraceSettings } from "../config/trace-config.ts";
 import { invalidArg } from "../core/errors.ts";
 import type { InferRequest } from "../core/infer.ts";
 import type { RequestObserver, RequestRecord } from "../core/scheduler/request-observer.ts";
-import type { BytesElements, NumericTensor, Tensor } from "../core/tensor.ts";
+import { cloneTensor, type Tensor } from "../core/tensor.ts";
 import type { TraceSettingsChange, TraceSettingsControl, TraceSettingsView } from "../core/trace-settings.ts";
 import { NONE_SPECIFIED, type TraceFields, TraceSetting } from "./trace-setting.ts";
 
@@ -44,20 +44,6 @@ const FIELDS = ["level", "rate", "count", "logFrequency"] as const;
 interface Picked {
   readonly setting: TraceSetting;
   readonly inputs: ReadonlyMap<string, Tensor> | undefined;
-}
-
-/** Copies of `tensors`' data, which the originals' transfer to a worker thread leaves empty. */
-function copiedTensors(tensors: ReadonlyMap<string, Tensor>): Map<string, Tensor> {
-  const copies = new Map<string, Tensor>();
-  for (const [name, tensor] of tensors) {
-    copies.set(
-      name,
-      tensor.datatype === "BYTES"
-        ? { ...tensor, data: (tensor.data as BytesElements).map((element) => element.slice()) }
-        : { ...tensor, data: (tensor as NumericTensor).data.slice() },
-    );
-  }
-  return copies;
 }
 
 function launchFields(settings: TraceSettings): TraceFields {
@@ -109,7 +95,10 @@ export class TraceManager implements TraceSettingsControl {
         if (!setting.pick(forced)) return;
         picked.set(request, {
           setting,
-          inputs: setting.level.tensors ? copiedTensors(request.inputs) : undefined,
+          // Copies: the originals' transfer to a worker thread leaves them empty.
+          inputs: setting.level.tensors
+            ? new Map([...request.inputs].map(([name, tensor]) => [name, cloneTensor(tensor)]))
+            : undefined,
         });
       },
       requestDone: (record: RequestRecord): void => {
