@@ -27,6 +27,13 @@ export interface SequenceControl {
    */
   readonly step?: number;
   /**
+   * A client giving up on this request (its connection closed, its deadline passed) only
+   * drops it, if it has not run, and the sequence goes on: for protocols without
+   * cancellation (a SageMaker session lives until closed or expired). Triton ends the
+   * sequence of a cancelled request; OVMS's admission and numbered steps keep it anyway.
+   */
+  readonly keepOnCancel?: boolean;
+  /**
    * Told, during admission, that the scheduler took this START: from then on the id
    * names the sequence it began (a live sequence of that id has ended, reason "restart").
    * A START refused before (invalid, another caller's id, no room) began nothing and

@@ -230,3 +230,38 @@ test("a stream the client half-closes still answers its requests that had to wai
   assert.equal((await second.end()).code, status.OK);
   assert.equal(await cancelledCount(GATED), cancelledBefore);
 });
+
+test(
+  "cancelling a numbered request that had not run drops only it: its retry applies it once",
+  WAIT,
+  async () => {
+    const cancelledBefore = await cancelledCount(GATED);
+    const step = (n: number) => ({ parameters: { sequence_step: { int64_param: n } } });
+    const first = new StreamCall(client, "first-");
+    const [x1, y1] = await Promise.all([
+      first.send(accumulatorRequest(GATED, 5, { id: 41, start: true }, step(1))),
+      first.send(accumulatorRequest(GATED, 1, { id: 42, start: true })),
+    ]);
+    assert.deepEqual([int32Output(x1), int32Output(y1)], [5, 1]);
+    // X's step 2 waits for the other slot to have work; its client goes away.
+    const x2 = first.send(accumulatorRequest(GATED, 3, { id: 41 }, step(2)));
+    await waitForSequences(GATED, (a) => entry(a, 41)?.queued === 1, "41's request should be queued");
+    assert.equal((await first.cancel()).code, status.CANCELLED);
+    await assert.rejects(x2);
+
+    // X goes on: its client sends step 2 again, beside Y's next step.
+    const second = new StreamCall(client, "second-");
+    const [x2again, y2] = await Promise.all([
+      second.send(accumulatorRequest(GATED, 3, { id: 41 }, step(2))),
+      second.send(accumulatorRequest(GATED, 2, { id: 42 })),
+    ]);
+    assert.deepEqual([int32Output(x2again), int32Output(y2)], [8, 3]);
+    const [x3, y3] = await Promise.all([
+      second.send(accumulatorRequest(GATED, 1, { id: 41, end: true }, step(3))),
+      second.send(accumulatorRequest(GATED, 1, { id: 42, end: true })),
+    ]);
+    assert.deepEqual([int32Output(x3), int32Output(y3)], [9, 4]);
+    assert.equal((await second.end()).code, status.OK);
+    assert.equal(await cancelledCount(GATED), cancelledBefore);
+  },
+);

@@ -118,11 +118,14 @@ const FIRST_TIER_ID = 1n << 62n;
 
 /**
  * Whether a cancelled request leaves its sequence going on. Triton ends the sequence of a
- * cancelled request; OVMS (the "exclusive" admission) has no cancellation: its client's
- * giving up (a deadline, a closed connection) only drops the request, if it has not run.
+ * cancelled request; OVMS (the "exclusive" admission) and SageMaker sessions have no
+ * cancellation: their client's giving up (a deadline, a closed connection) only drops the
+ * request, if it has not run. A numbered step is kept too: its client retries it by its
+ * number, and the retry finds its sequence, and its answer if it ran.
  */
 function keepsSequenceOnCancel(request: PendingRequest): boolean {
-  return request.request.sequence?.admission === "exclusive";
+  const control = request.request.sequence;
+  return control?.admission === "exclusive" || control?.keepOnCancel === true || control?.step !== undefined;
 }
 
 function copyState(state: SequenceState | undefined): SequenceState | undefined {
@@ -861,8 +864,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   /**
-   * An OVMS request dropped before it ran is undone, so that the client's retry applies
-   * it once: a START that named its id leaves no sequence (a retry would otherwise be
+   * A request dropped before it ran (keepsSequenceOnCancel) is undone, so that the
+   * client's retry applies it once: a START that named its id leaves no sequence (a retry would otherwise be
    * refused as a START on a live id, and the sequence go on without the START's data);
    * an END gives the sequence its id back (a retry would otherwise find no sequence, and
    * the last step be lost). A server-assigned id ends with its failed START (#accept).

@@ -186,6 +186,9 @@ function inSession(request: InferRequest, id: string, end: boolean, step: number
       start: false,
       end,
       timeoutUs: SESSION_SLOT_WAIT_SECS * 1_000_000,
+      // A session lives until closed or expired: a step its client gave up on (the SDK's
+      // read timeout, which it then retries) does not end it.
+      keepOnCancel: true,
       ...(step === undefined ? {} : { step }),
     },
   };

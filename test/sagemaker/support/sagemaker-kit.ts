@@ -51,15 +51,18 @@ function sharedFields(invocation: Omit<Invocation, "targetModel">) {
   };
 }
 
+/** InvokeEndpoint; `abortSignal`, as the SDK takes it, gives up on the call. */
 export function invoke(
   client: SageMakerRuntimeClient,
   invocation: Invocation,
+  abortSignal?: AbortSignal,
 ): Promise<InvokeEndpointCommandOutput> {
   return client.send(
     new InvokeEndpointCommand({
       ...sharedFields(invocation),
       ...(invocation.targetModel === undefined ? {} : { TargetModel: invocation.targetModel }),
     }),
+    abortSignal === undefined ? {} : { abortSignal },
   );
 }
 
