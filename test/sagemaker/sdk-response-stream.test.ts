@@ -137,7 +137,7 @@ describe("a decoupled model's session, streamed", () => {
     }
   });
 
-  it("a model with one answer per request streams it as one part, in the form InvokeEndpoint answers", async () => {
+  it("a model with one answer per request streams it as one part, in the form InvokeEndpoint answers; a CLOSE answers as one part", async () => {
     const { id } = await openSession(client, "accumulator");
     const input = (value: number) =>
       JSON.stringify({ inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [value] }] });
@@ -149,12 +149,18 @@ describe("a decoupled model's session, streamed", () => {
     assert.equal(sum(first.parts[0]!), 5);
     const second = await invokeStream(client, { body: input(3), sessionId: id });
     assert.equal(sum(second.parts[0]!), 8);
-    const closed = await invoke(client, {
+    // A CLOSE without inputs answers on the stream too: one part, the closed session.
+    const closed = await invokeStream(client, {
       body: JSON.stringify({ requestType: "CLOSE" }),
       sessionId: id,
-      targetModel: "accumulator",
     });
-    assert.equal(closed.ClosedSessionId, id);
+    assert.equal(closed.error, undefined);
+    assert.equal(closed.contentType, "application/json");
+    assert.deepEqual(
+      closed.parts.map((part) => JSON.parse(part.toString())),
+      [{ session_id: id, closed: true }],
+    );
+    assert.deepEqual((await listSequences(server.url, "accumulator")).sequences, []);
   });
 
   it("a session is opened by InvokeEndpoint only, as in SageMaker: NEW_SESSION on the stream is refused, opening nothing", async () => {

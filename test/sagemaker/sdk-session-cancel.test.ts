@@ -132,7 +132,11 @@ describe("a SageMaker client that gives up on a step", { timeout: 60_000 }, () =
     // Opened without inputs, the session's first step is step 1.
     assert.equal(await step(id, 1, 1), 1);
     const running = abortable(id, 2, 2);
-    await eventOf(repository.eventsFile, "the step running", (e) => e.hook === "running" && e.session === id && e.value === 2);
+    await eventOf(
+      repository.eventsFile,
+      "the step running",
+      (e) => e.hook === "running" && e.session === id && e.value === 2,
+    );
     running.gaveUp.abort();
     assert.equal(await running.settled, "AbortError");
     openGate();
@@ -143,7 +147,11 @@ describe("a SageMaker client that gives up on a step", { timeout: 60_000 }, () =
   it("keeps its session: a step given up on before it ran is dropped", async () => {
     const id = await gatedSession();
     const running = step(id, 2);
-    await eventOf(repository.eventsFile, "the step running", (e) => e.hook === "running" && e.session === id && e.value === 2);
+    await eventOf(
+      repository.eventsFile,
+      "the step running",
+      (e) => e.hook === "running" && e.session === id && e.value === 2,
+    );
     const waiting = abortable(id, 100);
     await queuedBehind(id, 1);
     waiting.gaveUp.abort();

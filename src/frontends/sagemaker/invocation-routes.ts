@@ -27,7 +27,7 @@ import { type AnswerForm, checkJsonLinesAnswer, chooseAnswer, sendAnswer } from 
 import { SAGEMAKER_SCHEMAS } from "./sagemaker-schemas.ts";
 import { checkSessionId, formatExpiry, NEW_SESSION, newSessionHeaderValue } from "./session-id.ts";
 import { type SageMakerSessions, SESSION_SLOT_WAIT_SECS } from "./sessions.ts";
-import { type Delivery, deliverStreamed, type Started, start } from "./streamed-answer.ts";
+import { type Delivery, deliverStreamed, type Started, sendOnePart, start } from "./streamed-answer.ts";
 import { invokedModel, targetModel } from "./target-model.ts";
 
 // The SageMaker inference-container contract (PROTOCOLS.md §4):
@@ -342,7 +342,10 @@ export async function invocationRoutes(
             if (closed !== undefined) throw closed;
             await model.sequences!.close(id, { principal: request.principal });
             reply.header(CLOSED_SESSION_ID_HEADER, id);
-            return sendJson(reply, { session_id: id, closed: true });
+            const closedAnswer = { session_id: id, closed: true };
+            return delivery === "response-stream"
+              ? sendOnePart(reply, "application/json", JSON.stringify(closedAnswer))
+              : sendJson(reply, closedAnswer);
           }
           // A closed session still answers the numbered retry of a step it recorded (its
           // CLOSE, whose answer was lost): the core answers it from the record of the end,

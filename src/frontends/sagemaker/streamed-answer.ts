@@ -120,6 +120,19 @@ export function readEventStream(bytes: Uint8Array): EventStreamContent {
   return { parts, exception: undefined };
 }
 
+/**
+ * Sends `body` (of type `type`) as a response stream's only part: what the stream answers
+ * without a model's answer (a CLOSE without inputs), which the SDKs read as an event
+ * stream like any other.
+ */
+export function sendOnePart(reply: FastifyReply, type: string, body: string | Uint8Array): FastifyReply {
+  const part = payloadPart(body);
+  return reply
+    .header("X-Amzn-SageMaker-Content-Type", type)
+    .type(EVENT_STREAM_TYPE)
+    .send(Buffer.from(part.buffer, part.byteOffset, part.byteLength));
+}
+
 export interface DeliverOptions {
   readonly delivery: Delivery;
   readonly answer: AnswerForm;
@@ -144,12 +157,7 @@ export async function deliverStreamed(
   if (started.kind === "one") {
     // The response stream of a model with one answer: one part, in the form an invocation gets.
     const { type, body } = await encodeAnswer(started.response, options.answer, encoding);
-    const part = payloadPart(body);
-    reply
-      .headers(headers)
-      .header("X-Amzn-SageMaker-Content-Type", type)
-      .type(EVENT_STREAM_TYPE)
-      .send(Buffer.from(part.buffer, part.byteOffset, part.byteLength));
+    sendOnePart(reply.headers(headers), type, body);
     return undefined;
   }
   const lines = asJson(encoding);
