@@ -350,6 +350,13 @@ describe("body forms and Accept", { timeout: 60_000 }, () => {
       containerMessage(mislabelled),
       /it looks like JSON: send it with Content-Type: application\/json/,
     );
+    // CSV is text, not the input's bytes: "1000" would be the int32 808464433.
+    const csv = await sdkError(invoke(client, { body: "1000", contentType: "text/csv", sessionId: id }));
+    assert.equal(csv.originalStatus, 400);
+    assert.match(
+      containerMessage(csv),
+      /^a text\/csv body cannot feed input 'INPUT' \(INT32\) of model 'accumulator': its text is not the input's bytes/,
+    );
     const listed = (await listSequences(server.url, "accumulator")).sequences.find((s) => s.id === id);
     assert.equal(listed?.steps, 4);
   });

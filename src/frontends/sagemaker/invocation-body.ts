@@ -24,7 +24,9 @@ import { isPackedArray, type PackedArray } from "../json-thread/packed-json.ts";
 //   application/json   a KServe v2 inference request object, or a bare array: the data of
 //                      a model's only input, nested to its shape
 //   anything else      the raw bytes of a model's only input (application/octet-stream,
-//                      but also image/jpeg, audio/wav…, which callers send as they are)
+//                      but also image/jpeg, audio/wav…, which callers send as they are);
+//                      text (text/csv, text/plain) only into a BYTES input: read as
+//                      numbers' bytes, "1000" would be the int32 808464433
 //   none               JSON when it starts with { or [, raw bytes otherwise
 //
 // A JSON object may carry SageMaker's session convention, `"requestType": "NEW_SESSION"`
@@ -53,6 +55,8 @@ export interface InvocationBody {
   readonly hasInputs: boolean;
   /** The Content-Type did not say JSON, but the body looks like it (for error hints). */
   readonly looksLikeJson: boolean;
+  /** The text/* media type of a raw body, which only a BYTES input takes. */
+  readonly textType?: string;
 }
 
 const JSON_TYPES = new Set(["application/json", "text/json"]);
@@ -149,8 +153,9 @@ function jsonBody(bytes: Buffer): InvocationBody | Promise<InvocationBody> {
     : arrayInvocation(parsed.body, parsed.value, parsed);
 }
 
-function rawBody(bytes: Buffer, looksLikeJson: boolean): InvocationBody {
+function rawBody(bytes: Buffer, looksLikeJson: boolean, textType?: string): InvocationBody {
   return {
+    ...(textType === undefined ? {} : { textType }),
     form: "raw",
     bytes,
     json: undefined,
@@ -183,7 +188,7 @@ export function readInvocationBody(
     return size === 0 ? rawBody(bytes, false) : objectBody("binary", bytes, size);
   }
   if (JSON_TYPES.has(type) || type.endsWith("+json")) return jsonBody(bytes);
-  return rawBody(bytes, startsLikeJson(bytes));
+  return rawBody(bytes, startsLikeJson(bytes), type.startsWith("text/") ? type : undefined);
 }
 
 /** The shape of nested arrays, read along their first elements (ragged data fails the count check later). */
@@ -271,7 +276,12 @@ export function decodeInvocation(
       };
     case "raw":
       try {
-        onlyInput(model, "a raw body");
+        const input = onlyInput(model, "a raw body");
+        if (body.textType !== undefined && input.datatype !== "BYTES") {
+          throw invalidArg(
+            `a ${body.textType} body cannot feed input '${input.name}' (${input.datatype}) of model '${model.name}': its text is not the input's bytes; send JSON (Content-Type: application/json, a KServe v2 inference request or a bare array of the input's data), or the input's raw bytes as application/octet-stream`,
+          );
+        }
         return decodeRawBody(body.bytes, model, decodeOptions);
       } catch (error) {
         if (!body.looksLikeJson || !(error instanceof Error)) throw error;
