@@ -20,16 +20,20 @@ export const asFp32 = (rows: readonly (readonly number[])[]): number[][] =>
 export const rowsText = (rows: readonly (readonly number[])[]): string =>
   `[${rows.map((row) => `[${row.map((v) => (Object.is(v, -0) ? "-0" : String(v))).join(",")}]`).join(",")}]`;
 
-/** `served` (rows of an answer) holds exactly `expected`, -0 told from 0. */
+/**
+ * `served` (rows of an answer) holds exactly `expected`, -0 told from 0; each served value
+ * read as `readAs` reads it (TF-Serving writes a float's 9 digits, exact once read as one).
+ */
 export function assertRowsExact(
   served: unknown,
   expected: readonly (readonly number[])[],
   what: string,
+  readAs: (value: number) => number = (value) => value,
 ): void {
   const rows = served as number[][];
   assert.equal(rows.length, expected.length, what);
   for (let r = 0; r < expected.length; r++) {
-    const c = expected[r]!.findIndex((v, i) => !Object.is(rows[r]![i], v));
+    const c = expected[r]!.findIndex((v, i) => !Object.is(readAs(rows[r]![i]!), v));
     assert.equal(c, -1, `${what}: row ${r}, element ${c}: ${rows[r]?.[c]} for ${expected[r]![c]}`);
   }
 }

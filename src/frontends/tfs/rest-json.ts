@@ -15,6 +15,7 @@ import {
   packNested,
   packRows,
 } from "../json-thread/packed-json.ts";
+import { decimalsText } from "./decimal-text.ts";
 import { SPECIAL_INPUTS } from "./special-inputs.ts";
 
 // Tensors in TF-Serving's REST JSON: a value is a (nested) list whose nesting gives the
@@ -239,8 +240,11 @@ function rowTexts(name: string, tensor: Tensor): string[] {
     }
     for (let r = 0; r < rows; r++) {
       const row = (data as Float32Array).subarray(r * width, (r + 1) * width);
-      // Non-finite values as TF-Serving writes them (NaN, Infinity), not KServe's null.
-      texts[r] = jsonTensorData({ datatype, shape: [row.length], data: row }, "tokens");
+      // Floats as TF-Serving writes them (1.0, not KServe's 1; NaN, not null).
+      texts[r] =
+        datatype === "FP32" || datatype === "FP64"
+          ? `[${decimalsText(row)}]`
+          : jsonTensorData({ datatype, shape: [row.length], data: row });
     }
   }
   return tensor.shape.length === 0 ? [texts[0]!.slice(1, -1)] : texts;

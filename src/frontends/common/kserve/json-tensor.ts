@@ -367,15 +367,9 @@ export function decodeJsonTensor(
   return { datatype, shape, data: tensorData };
 }
 
-/** How non-finite floats are written: as null (KServe), or as TF-Serving's tokens. */
-export type NonFinite = "null" | "tokens";
-
-/** The text JSON needs for a value join() cannot write exactly (-0, non-finite), or undefined. */
-function specialText(v: number, nonFinite: NonFinite): string | undefined {
-  if (v - v !== 0) {
-    if (nonFinite === "null") return "null";
-    return Number.isNaN(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity";
-  }
+/** The text JSON needs for a value join() cannot write exactly (-0, non-finite: null, as Triton), or undefined. */
+function specialText(v: number): string | undefined {
+  if (v - v !== 0) return "null";
   if (v === 0 && 1 / v < 0) return "-0";
   return undefined;
 }
@@ -390,7 +384,7 @@ function finiteFloatsText(array: Float32Array | Float64Array): string {
   return JSON.stringify(Array.from(array)).slice(1, -1);
 }
 
-function floatText(array: Float32Array | Float64Array, nonFinite: NonFinite): string {
+function floatText(array: Float32Array | Float64Array): string {
   // Only the elements that cannot be written as plain numbers are written one by one, and
   // the runs between them still go in one piece. String() writes -0 as "0"; JSON keeps the
   // sign ("-0" parses back to -0), and models do produce -0 (Silero VAD's state does), so
@@ -398,7 +392,7 @@ function floatText(array: Float32Array | Float64Array, nonFinite: NonFinite): st
   let text = "";
   let from = 0;
   for (let i = 0; i < array.length; i++) {
-    const special = specialText(array[i] as number, nonFinite);
+    const special = specialText(array[i] as number);
     if (special === undefined) continue;
     if (i > from) text += `${finiteFloatsText(array.subarray(from, i))},`;
     text += i === array.length - 1 ? special : `${special},`;
@@ -409,7 +403,7 @@ function floatText(array: Float32Array | Float64Array, nonFinite: NonFinite): st
 }
 
 /** The JSON text of a tensor's data as a flat array, e.g. `[1,2,3]`. */
-export function jsonTensorData(tensor: Tensor, nonFinite: NonFinite = "null"): string {
+export function jsonTensorData(tensor: Tensor): string {
   switch (tensor.datatype) {
     case "BYTES": {
       const elements = tensor.data as BytesElements;
@@ -425,7 +419,7 @@ export function jsonTensorData(tensor: Tensor, nonFinite: NonFinite = "null"): s
     }
     case "FP32":
     case "FP64":
-      return `[${floatText((tensor as NumericTensor).data as Float32Array | Float64Array, nonFinite)}]`;
+      return `[${floatText((tensor as NumericTensor).data as Float32Array | Float64Array)}]`;
     case "FP16":
     case "BF16":
       throw invalidArg(
