@@ -300,7 +300,25 @@ export class ModelRepository implements ModelRegistry {
     const changes = this.#changes;
     const configChanged = await this.#rereadOvmsConfigs(true);
     await this.#reconcile(true);
+    this.#refuseFailedOvmsModels();
     return configChanged || this.#changes !== changes;
+  }
+
+  /**
+   * OVMS's reload fails while a model its config lists did not load as listed (its last
+   * load failed: a missing path, a bad file, a refused change), on every reload until the
+   * config is mended (its `lastLoadConfigStatus`): a deploy script checking the answer
+   * must not take a refused change for an applied one. The other models are applied all
+   * the same. A missing folder is OVMS's PATH_INVALID (400), anything else 500.
+   */
+  #refuseFailedOvmsModels(): void {
+    for (const entry of this.#models.values()) {
+      if (entry.source?.ovms === undefined || entry.reason === "" || entry.reason === "unloaded") continue;
+      throw new ServerError(
+        existsSync(entry.source.dir) ? "INTERNAL" : "INVALID_ARG",
+        "Reloading config file failed. Check server logs for more info.",
+      );
+    }
   }
 
   async #poll(ovmsOnly: boolean): Promise<void> {
