@@ -94,13 +94,20 @@ export interface OvmsModelEntry {
   readonly statePairs: string | undefined;
   /** `shared_inputs` as given; undefined when they are to be found from the model. */
   readonly sharedInputs: string | undefined;
-  /** The model as a parsed Triton config (what config.pbtxt would have given). */
+  /**
+   * Why OVMS would not load this model, though the file is valid (a stateful model's key
+   * on a stateless one…): the model fails to load, the others are served, as in OVMS.
+   */
+  readonly invalid: ConfigError | undefined;
+  /** The model as a parsed Triton config (what config.pbtxt would have given); throws `invalid`. */
   toParsedConfig(options?: OvmsToParsedOptions): ParsedModelConfig;
 }
 
 export interface OvmsConfig {
   readonly file: string;
   readonly models: readonly OvmsModelEntry[];
+  /** What the file asks that seqserve does not serve (pipelines, custom nodes), for the log. */
+  readonly notes: readonly string[];
 }
 
 type ObjectNode = Extract<JsonNode, { kind: "object" }>;
@@ -122,6 +129,7 @@ class OvmsReader {
     if (root.kind !== "object")
       throw this.#error(root.position, `the configuration must be an object, got ${describeJson(root)}`);
     let list: JsonEntry | undefined;
+    const notes: string[] = [];
     for (const entry of root.entries) {
       if (!TOP_LEVEL_KEYS.has(entry.key)) {
         throw this.#error(
@@ -133,9 +141,9 @@ class OvmsReader {
         UNSUPPORTED_LISTS.includes(entry.key) &&
         !(entry.value.kind === "array" && entry.value.items.length === 0)
       ) {
-        throw this.#error(
-          entry.keyPosition,
-          `'${entry.key}' is not supported by seqserve: it serves models, not pipelines or custom nodes`,
+        // OVMS serves them beside the models; here they are left out, and the models served.
+        notes.push(
+          `${this.#file}: '${entry.key}' is not supported by seqserve, which serves models, not pipelines or custom nodes: its entries are not served`,
         );
       }
       if (entry.key === "model_config_list") list = entry;
@@ -156,7 +164,7 @@ class OvmsReader {
         throw this.#error(item.position, `model '${model.name}' is listed twice in 'model_config_list'`);
       models.push(model);
     }
-    return deepFreeze({ file: this.#file, models });
+    return deepFreeze({ file: this.#file, models, notes });
   }
 
   #model(item: JsonNode): OvmsModelEntry {
@@ -205,14 +213,17 @@ class OvmsReader {
     const basePath = fields.string("base_path");
     if (basePath === undefined || basePath === "")
       throw fields.error("base_path", `model '${name}' must have a non-empty 'base_path'`);
+    // What OVMS checks per model, the file being valid: a model that fails them is not
+    // loaded, and the others are.
+    let invalid: ConfigError | undefined;
     if (/^[a-z][a-z0-9+.-]*:\/\//i.test(basePath)) {
-      throw fields.error(
+      invalid ??= fields.error(
         "base_path",
         `base_path '${basePath}' of model '${name}': cloud storage is not supported by seqserve`,
       );
     }
     if (keys.has("custom_loader_options")) {
-      throw fields.error(
+      invalid ??= fields.error(
         "custom_loader_options",
         `custom loaders (model '${name}') are not supported by seqserve`,
       );
@@ -221,7 +232,7 @@ class OvmsReader {
     const stateful = fields.bool("stateful") ?? false;
     for (const key of STATEFUL_ONLY_KEYS) {
       if (keys.has(key) && !stateful) {
-        throw fields.error(
+        invalid ??= fields.error(
           key,
           `key '${key}' of model '${name}' applies to stateful models only; set "stateful": true`,
         );
@@ -229,7 +240,10 @@ class OvmsReader {
     }
     const maxSequenceNumber = fields.integer("max_sequence_number") ?? DEFAULT_MAX_SEQUENCE_NUMBER;
     if (maxSequenceNumber < 1) {
-      throw fields.error("max_sequence_number", `max_sequence_number of model '${name}' must be at least 1`);
+      invalid ??= fields.error(
+        "max_sequence_number",
+        `max_sequence_number of model '${name}' must be at least 1`,
+      );
     }
     const sequence: OvmsSequenceOptions | undefined = stateful
       ? {
@@ -252,7 +266,7 @@ class OvmsReader {
       notes.push(`model '${name}' asks for target_device '${targetDevice}'; seqserve runs it on the CPU`);
     const statePairs = fields.string("state_pairs");
     if (statePairs !== undefined && !stateful) {
-      throw fields.error(
+      invalid ??= fields.error(
         "state_pairs",
         `key 'state_pairs' of model '${name}' applies to stateful models only; set "stateful": true`,
       );
@@ -271,8 +285,16 @@ class OvmsReader {
       definition: jsonText(config),
       statePairs,
       sharedInputs,
-      toParsedConfig: (options = {}) =>
-        buildParsedConfig(this.#file, fields, { name, policy, sequence, statePairs, sharedInputs }, options),
+      invalid,
+      toParsedConfig: (options = {}) => {
+        if (invalid !== undefined) throw invalid;
+        return buildParsedConfig(
+          this.#file,
+          fields,
+          { name, policy, sequence, statePairs, sharedInputs },
+          options,
+        );
+      },
     };
     return entry;
   }
@@ -493,5 +515,9 @@ export function singleModelConfig(model: SingleModelOptions): OvmsConfig {
     config.low_latency_transformation = model.lowLatencyTransformation;
   if (model.statePairs !== undefined) config.state_pairs = model.statePairs;
   if (model.modelVersionPolicy !== undefined) config.model_version_policy = model.modelVersionPolicy;
-  return parseOvmsConfig(JSON.stringify({ model_config_list: [{ config }] }), SINGLE_MODEL_SOURCE);
+  const parsed = parseOvmsConfig(JSON.stringify({ model_config_list: [{ config }] }), SINGLE_MODEL_SOURCE);
+  // The command line's one model: OVMS refuses such flags as it reads them.
+  const invalid = parsed.models[0]?.invalid;
+  if (invalid !== undefined) throw invalid;
+  return parsed;
 }

@@ -133,7 +133,7 @@ export class ModelRepository implements ModelRegistry {
   static async open(options: ModelRepositoryOptions): Promise<ModelRepository> {
     const repository = new ModelRepository(options);
     for (const file of options.ovmsConfigs) repository.#ovmsTexts.set(file, readText(file));
-    repository.#ovmsSources = await readOvmsSources(options.ovmsConfigs, options.singleModel);
+    await repository.#readOvmsSources();
     const sources = repository.#discover();
     const wanted =
       options.controlMode === "explicit"
@@ -165,6 +165,13 @@ export class ModelRepository implements ModelRegistry {
   }
 
   // ---- discovery ----
+
+  /** Reads the OVMS config files' models, logging what they ask that is not served. */
+  async #readOvmsSources(): Promise<void> {
+    const { sources, notes } = await readOvmsSources(this.#options.ovmsConfigs, this.#options.singleModel);
+    for (const note of notes) this.#logger.warn({ event: "config_note" }, note);
+    this.#ovmsSources = sources;
+  }
 
   /** Finds the models on disk; `ovmsOnly` looks at the OVMS config files alone (Triton repositories keep their last look). */
   #discover(ovmsOnly = false): Map<string, ModelSource> {
@@ -249,7 +256,7 @@ export class ModelRepository implements ModelRegistry {
     }
     if (changed) {
       try {
-        this.#ovmsSources = await readOvmsSources(this.#options.ovmsConfigs, this.#options.singleModel);
+        await this.#readOvmsSources();
         this.#configRefusal = undefined;
         this.#logger.info({ event: "config_changed" }, "a model configuration file changed; applying it");
       } catch (error) {

@@ -17,12 +17,12 @@ export interface ModelSource {
 
 /**
  * The models listed in OVMS config files, and the one of OVMS's single-model mode (a bad
- * file stops the server: it names the problem).
+ * file stops the server: it names the problem), with what the files ask that is not served.
  */
 export async function readOvmsSources(
   files: readonly string[],
   singleModel?: SingleModelOptions,
-): Promise<ModelSource[]> {
+): Promise<{ readonly sources: ModelSource[]; readonly notes: string[] }> {
   const sources: ModelSource[] = [];
   const configs = await Promise.all(files.map(readOvmsConfig));
   if (singleModel !== undefined) configs.push(singleModelConfig(singleModel));
@@ -30,7 +30,7 @@ export async function readOvmsSources(
     for (const entry of config.models)
       sources.push({ name: entry.name, dir: entry.basePath, ovms: { file: config.file, entry } });
   }
-  return sources;
+  return { sources, notes: configs.flatMap((config) => config.notes) };
 }
 
 export interface Discovery {

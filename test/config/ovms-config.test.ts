@@ -148,18 +148,6 @@ describe("OpenVINO Model Server config.json", () => {
     extra?: Record<string, unknown>;
   }[] = [
     {
-      name: "a stateful-only key without stateful",
-      models: [{ config: { name: "m", base_path: "/m", max_sequence_number: 10 } }],
-      line: 7,
-      includes: `key 'max_sequence_number' of model 'm' applies to stateful models only; set "stateful": true`,
-    },
-    {
-      name: "idle_sequence_cleanup with stateful false",
-      models: [{ config: { name: "m", base_path: "/m", stateful: false, idle_sequence_cleanup: true } }],
-      line: 8,
-      includes: "key 'idle_sequence_cleanup' of model 'm' applies to stateful models only",
-    },
-    {
       name: "an unknown key, naming the model",
       models: [{ config: { name: "vad", base_path: "/m", statefull: true } }],
       line: 7,
@@ -176,12 +164,6 @@ describe("OpenVINO Model Server config.json", () => {
       models: [{ config: { name: "m" } }],
       line: 4,
       includes: "model 'm' must have a non-empty 'base_path'",
-    },
-    {
-      name: "a cloud base path",
-      models: [{ config: { name: "m", base_path: "s3://bucket/m" } }],
-      line: 6,
-      includes: "cloud storage is not supported",
     },
     {
       name: "a mistyped value",
@@ -202,13 +184,6 @@ describe("OpenVINO Model Server config.json", () => {
       includes: "model 'm' is listed twice",
     },
     {
-      name: "pipelines",
-      models: [],
-      extra: { pipeline_config_list: [{ name: "p" }] },
-      line: 3,
-      includes: "'pipeline_config_list' is not supported by seqserve",
-    },
-    {
       name: "an unknown top-level key",
       models: [],
       extra: { model_config: [] },
@@ -221,6 +196,51 @@ describe("OpenVINO Model Server config.json", () => {
       assertConfigError(() => parse(c.models, c.extra), { file: FILE, line: c.line, includes: c.includes });
     });
   }
+
+  // What OVMS checks model by model: the model is not loaded, the others are.
+  const modelErrors: { name: string; config: Record<string, unknown>; line: number; includes: string }[] = [
+    {
+      name: "a stateful-only key without stateful",
+      config: { name: "m", base_path: "/m", max_sequence_number: 10 },
+      line: 7,
+      includes: `key 'max_sequence_number' of model 'm' applies to stateful models only; set "stateful": true`,
+    },
+    {
+      name: "idle_sequence_cleanup with stateful false",
+      config: { name: "m", base_path: "/m", stateful: false, idle_sequence_cleanup: true },
+      line: 8,
+      includes: "key 'idle_sequence_cleanup' of model 'm' applies to stateful models only",
+    },
+    {
+      name: "a cloud base path",
+      config: { name: "m", base_path: "s3://bucket/m" },
+      line: 6,
+      includes: "cloud storage is not supported",
+    },
+  ];
+  for (const c of modelErrors) {
+    it(`fails the model alone for ${c.name}, with file and line`, () => {
+      const [bad, good] = parse([
+        { config: c.config },
+        { config: { name: "other", base_path: "/o" } },
+      ]).models;
+      assert.ok(bad?.invalid !== undefined, "the model is marked invalid");
+      assertConfigError(() => bad.toParsedConfig(), { file: FILE, line: c.line, includes: c.includes });
+      assert.equal(good?.invalid, undefined);
+      assert.equal(good?.toParsedConfig().message.name, "other");
+    });
+  }
+
+  it("leaves pipelines out with a note, and reads the models", () => {
+    const config = parse([{ config: { name: "m", base_path: "/m" } }], {
+      pipeline_config_list: [{ name: "p" }],
+    });
+    assert.deepEqual(
+      config.models.map((m) => m.name),
+      ["m"],
+    );
+    assert.match(config.notes.join("\n"), /'pipeline_config_list' is not supported by seqserve/);
+  });
 
   it("reports a JSON syntax error at its line", () => {
     assertConfigError(() => parseOvmsConfig('{\n  "model_config_list": [\n    {"config": }\n  ]\n}', FILE), {

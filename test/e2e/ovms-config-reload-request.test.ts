@@ -82,3 +82,17 @@ it("a model the config lists that fails to load fails the reload, on every reloa
   assert.equal((await reload()).status, 201);
   assert.equal((await reload()).status, 200);
 });
+
+it("pipelines beside the models are left out; the models are applied", async () => {
+  ovms.write({ second: MODEL, fifth: MODEL });
+  const written = JSON.parse(readFileSync(ovms.configPath, "utf8")) as Record<string, unknown>;
+  writeFileSync(
+    ovms.configPath,
+    JSON.stringify({
+      ...written,
+      pipeline_config_list: [{ name: "pipe", inputs: [], nodes: [], outputs: [] }],
+    }),
+  );
+  assert.equal((await reload()).status, 201);
+  assert.equal((await fetch(`${ovms.url}/v1/models/fifth`)).status, 200);
+});

@@ -4,8 +4,9 @@ import { identityModel } from "../../tools/onnx/test-models.ts";
 import { postJson } from "../support/http-client.ts";
 import { type OvmsServer, startOvmsServer } from "./support/ovms-server.ts";
 
-// A model of an OVMS config.json whose load failed is answered as OVMS answers a version
-// not loaded: 404 "Model with requested version is not loaded yet", named or not.
+// A model of an OVMS config.json whose load failed (its file, or its entry, which OVMS
+// checks model by model) is answered as OVMS answers a version not loaded: 404 "Model
+// with requested version is not loaded yet", named or not; the others serve.
 
 let ovms: OvmsServer;
 before(async () => {
@@ -13,6 +14,8 @@ before(async () => {
     {
       fine: { onnx: identityModel("FP32", [-1, 4]) },
       broken: { onnx: new TextEncoder().encode("not an ONNX model") },
+      // A stateful model's key on a stateless one: OVMS leaves this model out, not the file.
+      misconfigured: { config: { idle_sequence_cleanup: false }, onnx: identityModel("FP32", [-1, 4]) },
     },
     { exitOnError: false },
   );
@@ -27,6 +30,11 @@ test("a model whose load failed is not loaded yet, named with a version or not; 
       [path, 404, { error: "Model with requested version is not loaded yet" }],
     );
   }
+  // Its entry refused, no version of it was tried.
+  const misconfigured = await postJson(`${ovms.url}/v1/models/misconfigured:predict`, {
+    inputs: { INPUT0: [[1, 2, 3, 4]] },
+  });
+  assert.equal(misconfigured.status, 404, JSON.stringify(misconfigured.body));
   const fine = await postJson(`${ovms.url}/v1/models/fine:predict`, { inputs: { INPUT0: [[1, 2, 3, 4]] } });
   assert.deepEqual([fine.status, fine.body], [200, { outputs: [[1, 2, 3, 4]] }]);
 });
