@@ -35,6 +35,8 @@ export interface LoadedModelOptions {
   readonly executors: readonly ModelExecutor[];
   readonly store?: StateStore;
   readonly warn?: (message: string) => void;
+  /** Logs routine sequence ends (idle timeouts). */
+  readonly info?: (message: string) => void;
   /** Told about every batch of a sequence model (the model runner's log). */
   readonly observer?: BatchObserver;
   /** Told about every request when it is answered (latency metrics, tracing). */
@@ -116,6 +118,7 @@ export class LoadedModel implements ServedModel {
         statistics: this.#statistics,
         ...(options.store === undefined ? {} : { store: options.store }),
         ...(options.warn === undefined ? {} : { warn: options.warn }),
+        ...(options.info === undefined ? {} : { info: options.info }),
         ...(options.observer === undefined ? {} : { observer: options.observer }),
         ...(options.tier === undefined ? {} : { tier: options.tier }),
         ...(options.maxSequenceIdBytes === undefined ? {} : { maxIdBytes: options.maxSequenceIdBytes }),

@@ -211,6 +211,7 @@ export async function openVersion(
       executors: opened.executors,
       ...(opened.checkInputs === undefined ? {} : { checkInputs: opened.checkInputs }),
       warn: (message) => logger.warn({ event: "sequence", model: source.name }, message),
+      info: (message) => logger.info({ event: "sequence", model: source.name }, message),
       ...(options.maxSequenceIdBytes === undefined ? {} : { maxSequenceIdBytes: options.maxSequenceIdBytes }),
       ...(options.refusals === undefined ? {} : { refusals: options.refusals }),
       ...(options.stateBudget === undefined ? {} : { stateBudget: options.stateBudget }),

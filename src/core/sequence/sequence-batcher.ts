@@ -64,8 +64,13 @@ export interface SequenceBatcherOptions {
   readonly statistics: ModelStatistics;
   /** Where state is kept; by default the store the model's states call for (see state-store-for-model.ts). */
   readonly store?: StateStore;
-  /** Logs sequence ends that clients may wonder about (restarts, timeouts). */
+  /** Logs sequence ends that clients may wonder about (restarts, evictions). */
   readonly warn?: (message: string) => void;
+  /**
+   * Logs routine ends: idle timeouts (a streaming client that leaves without an END is
+   * common; Triton and OVMS log their reapers at their verbose and debug levels).
+   */
+  readonly info?: (message: string) => void;
   /** Told about every batch (the model runner's log). */
   readonly observer?: BatchObserver;
   /**
@@ -158,6 +163,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   readonly #model: SequenceModel;
   readonly #instances: SequenceInstance[];
   readonly #warn: (message: string) => void;
+  readonly #info: (message: string) => void;
   /** Ids in use, each owned by the live sequence that answers to it. */
   readonly #live = new Map<string, Sequence>();
   /** Every sequence not yet finished (live, backlogged, or ending after its id was released). */
@@ -211,6 +217,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#config = config;
     this.#sequencing = config.sequenceBatching!;
     this.#warn = options.warn ?? (() => {});
+    this.#info = options.info ?? (() => {});
     this.#maxIdBytes = options.maxIdBytes ?? Number.POSITIVE_INFINITY;
     this.#refusals = options.refusals;
     const initialStates = new Map<string, NumericTensor>();
@@ -1068,7 +1075,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       }
       sequence.endReason = "timeout";
       this.#releaseId(sequence);
-      this.#warn(
+      this.#info(
         `sequence ${formatSequenceId(sequence.id)} of model '${this.#config.name}' ended after ${this.#idleMs} ms without a request`,
       );
       if (sequence.idle) this.#finish(sequence);

@@ -17,11 +17,15 @@ export function batcherHarness(
   executor: AccumulatorExecutor = new AccumulatorExecutor(),
 ) {
   const store = new MemoryStateStore();
+  /** What the batcher logged, at its level. */
+  const logged: { level: "warn" | "info"; message: string }[] = [];
   const batcher = new SequenceBatcher({
     config,
     executors: [executor],
     statistics: new ModelStatistics(config.name, "1"),
     store,
+    warn: (message) => logged.push({ level: "warn", message }),
+    info: (message) => logged.push({ level: "info", message }),
   });
   const send = (
     value: number,
@@ -44,7 +48,7 @@ export function batcherHarness(
   };
   const output = async (pending: PendingRequest): Promise<number> =>
     ((await pending.promise).outputs.get("OUTPUT")!.data as Int32Array)[0]!;
-  return { batcher, executor, store, send, output };
+  return { batcher, executor, store, send, output, logged };
 }
 
 /** Lets the scheduler's setImmediate decisions and promise callbacks run. */
