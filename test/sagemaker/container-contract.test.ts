@@ -471,6 +471,25 @@ describe("answers when model code returns fewer outputs than declared", { timeou
     assert.deepEqual(jsonAnswer(closed), noOutputs);
   });
 
+  it("an opening whose inputs the model refuses opens nothing, and counts no session ended", async () => {
+    const before = await listSequences(server.url, "accumulator");
+    const refused = await send(
+      { port },
+      "POST",
+      "/invocations",
+      JSON.stringify({ inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 2], data: [1, 2] }] }),
+      { "Content-Type": "application/json", "X-Amzn-SageMaker-Session-Id": "NEW_SESSION" },
+    );
+    assert.equal(refused.status, 400, refused.body.toString());
+    assert.equal(refused.headers["x-amzn-sagemaker-new-session-id"], undefined);
+    const after = await listSequences(server.url, "accumulator");
+    assert.deepEqual(
+      after.sequences.map((s) => s.id),
+      before.sequences.map((s) => s.id),
+    );
+    assert.deepEqual(after.summary.ended, before.summary.ended);
+  });
+
   it("an opening whose answer fails after its step ran ends the session, and no failure carries a session header", async () => {
     const before = await listSequences(tally.url, "tally");
     const failedOpen = await send({ port: tallyPort }, "POST", "/invocations", unsendable, {

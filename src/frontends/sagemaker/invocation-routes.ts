@@ -8,6 +8,7 @@ import type {
   ServerContext,
   TensorMetadata,
 } from "../../core/model.ts";
+import { validateRequest } from "../../core/request-validation.ts";
 import { parseSequenceStep } from "../../core/sequence/sequence-parameters.ts";
 import { watchDisconnect } from "../common/http/client-disconnect.ts";
 import { HttpError } from "../common/http/http-error.ts";
@@ -286,11 +287,15 @@ export async function invocationRoutes(
         }
         case "open": {
           const model = invokedModel(registry, target, defaultModel);
-          // The body is read before the session exists: a bad one opens nothing.
+          // The body is read, and its inputs checked against the model, before the session
+          // exists: a bad one opens nothing (nor counts a session ended).
           const step = body.hasInputs
             ? prepareStep(body, model, request, accept, disconnect.signal, request.principal)
             : undefined;
-          if (step !== undefined) refuseSequenceFields(step.request);
+          if (step !== undefined) {
+            refuseSequenceFields(step.request);
+            validateRequest(model.config, step.request);
+          }
           const session = await sessions.open(model, request.principal);
           let value: string;
           try {
