@@ -83,7 +83,17 @@ describe("sequence batcher: open, close, expiry", () => {
     assert.throws(() => send(1, { id: "short" }), /must specify the START flag/);
   });
 
-  it("the idle timeout does not end a sequence that has an expiry; the expiry does", async () => {
+  it("a sequence with an expiry that gets no request within the idle timeout ends (timeout), its slot freed", async () => {
+    const { batcher } = batcherHarness(accumulatorConfig({ maxSequenceIdleUs: 20_000 }));
+    batcher.open("unused", { expiresAtMs: Date.now() + 60_000 });
+    assert.equal(batcher.summary().live, 1);
+    while (batcher.lookup("unused").kind === "live") await new Promise((r) => setTimeout(r, 10));
+    const lookup = batcher.lookup("unused");
+    assert.equal(lookup.kind === "ended" && lookup.reason, "timeout");
+    assert.equal(batcher.summary().live, 0);
+  });
+
+  it("the idle timeout does not end a sequence that has an expiry once it had a request; the expiry does", async () => {
     const { batcher, send, output } = batcherHarness(accumulatorConfig({ maxSequenceIdleUs: 20_000 }));
     batcher.open("session", { expiresAtMs: Date.now() + 60_000 });
     await output(send(1, { id: "session" }));

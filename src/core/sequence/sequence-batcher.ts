@@ -414,10 +414,13 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       sequence.endReason = "end";
       this.#releaseId(sequence);
       this.#ending.set(key, sequence);
-    } else if (sequence.holder !== undefined && sequence.expiresAtMs === undefined) {
+    } else if (sequence.holder !== undefined) {
       this.#byArrival.delete(sequence);
-      this.#byArrival.set(sequence, true);
-      this.#armIdleTimer();
+      // A sequence with an expiry leaves the idle clock with its first request (#livesToExpiry).
+      if (sequence.expiresAtMs === undefined) {
+        this.#byArrival.set(sequence, true);
+        this.#armIdleTimer();
+      }
     }
     // A request's `timeout` bounds how long its sequence waits in the backlog for a slot,
     // the earliest deadline winning (Triton's). A restart's new life waits for the slot
@@ -1054,12 +1057,21 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * after such a wait was timed out right after its first request.
    */
   #startIdleClock(sequence: Sequence, sinceMs = Date.now()): void {
-    // A sequence with an expiry lives until then, idle or not.
-    if (sequence.endReason !== undefined || sequence.expiresAtMs !== undefined) return;
+    if (sequence.endReason !== undefined || this.#livesToExpiry(sequence)) return;
     sequence.lastArrivalMs = sinceMs;
     this.#byArrival.delete(sequence);
     this.#byArrival.set(sequence, true);
     this.#armIdleTimer();
+  }
+
+  /**
+   * A sequence with an expiry lives until then, idle or not, once it has applied a step. One
+   * opened without a request (a session) holds its slot under the idle timeout until its
+   * first step, as a Triton sequence takes one only with its first request: else any
+   * client could hold every slot for the whole expiry with sessions it never uses.
+   */
+  #livesToExpiry(sequence: Sequence): boolean {
+    return sequence.expiresAtMs !== undefined && sequence.applied > 0;
   }
 
   #reapIdle(): void {
@@ -1068,6 +1080,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       if (sequence.lastArrivalMs + this.#idleMs! > now) break;
       // Triton's reaper only frees slots: a backlogged sequence waits for its turn.
       if (sequence.holder === undefined) continue;
+      if (this.#livesToExpiry(sequence)) {
+        this.#byArrival.delete(sequence);
+        continue;
+      }
       // OVMS's cleaner passes over a sequence in use: its clock starts at its step's end.
       if (this.#idleFromLastStep && !sequence.idle) {
         this.#startIdleClock(sequence);
