@@ -96,7 +96,11 @@ export async function startServer(
   const security = options.security ?? DEFAULT_SECURITY_OPTIONS;
   const { limits, access } = security;
   const refusals = new Refusals();
-  const budgets = new ResponseBudgets(limits.maxBufferedResponseBytes, refusals);
+  const budgets = new ResponseBudgets(
+    limits.maxBufferedResponseBytes,
+    limits.maxBufferedResponseBytesTotal,
+    refusals,
+  );
   const httpAccess = new AccessPolicy({
     access,
     restrictions: access.httpRestrictions,

@@ -61,6 +61,16 @@ const LIMIT_FLAGS: readonly [FlagSpec, keyof LimitOptions, number][] = [
   ],
   [
     limit(
+      "max-buffered-response-bytes-total",
+      "bytes",
+      "maxBufferedResponseBytesTotal",
+      "Answers all connections together may have waiting for clients that do not read (default: a quarter of the memory the process may use): past half of it, connections holding answers stop reading requests; an answer that would take the total past it ends its stream, unless its connection holds none.",
+    ),
+    "maxBufferedResponseBytesTotal",
+    1024,
+  ],
+  [
+    limit(
       "grpc-max-decompressed-bytes",
       "bytes",
       "grpcMaxDecompressedBytes",

@@ -71,6 +71,8 @@ export interface LimitOptions {
   readonly maxSequenceIdBytes: number;
   /** Answers a connection's streams (gRPC, WebSocket, SSE) may have waiting to be sent. */
   readonly maxBufferedResponseBytes: number;
+  /** Answers every connection together may have waiting to be sent. */
+  readonly maxBufferedResponseBytesTotal: number;
   /** What one gzip / deflate gRPC message may inflate to. */
   readonly grpcMaxDecompressedBytes: number;
   /** Largest HTTP request head (request line and headers). */
@@ -131,6 +133,8 @@ export const DEFAULT_LIMITS: LimitOptions = Object.freeze({
   maxInstancesPerModel: 64,
   maxSequenceIdBytes: 256,
   maxBufferedResponseBytes: 64 * MiB,
+  // A quarter of the memory the process may use (sequence state may take half).
+  maxBufferedResponseBytesTotal: Math.floor(defaultMaxStateBytes() / 2),
   grpcMaxDecompressedBytes: 64 * MiB,
   httpMaxHeaderBytes: 16 * 1024,
   httpHeaderTimeoutSecs: 30,

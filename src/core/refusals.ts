@@ -10,6 +10,8 @@ export const LIMITS = [
   "sequence_id_bytes",
   /** A stream ended: its client left more than --max-buffered-response-bytes unread. */
   "buffered_response_bytes",
+  /** A stream ended: clients together left more than --max-buffered-response-bytes-total unread, its own among them. */
+  "buffered_response_bytes_total",
   /** A gRPC message inflated past --grpc-max-decompressed-bytes. */
   "grpc_decompressed_bytes",
   /** An HTTP body larger than --http-max-body-bytes (after decompression). */

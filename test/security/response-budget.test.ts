@@ -19,6 +19,7 @@ import { identityConfig } from "./support/identity-config.ts";
 // one answer, then ends the stream, and counts it. It is bounded in time as well: a
 // ModelStreamInfer client that reads nothing has its stream reset, which frees what it
 // held even though the client never reads again (a status would wait behind its answers).
+// Connections together are bounded too, by the server-wide budget.
 
 const KiB = 1024;
 const ANSWER = 256 * KiB;
@@ -110,6 +111,49 @@ test("a ModelStreamInfer client that stops reading: the server holds at most its
       /not reading its responses: more than 1048576 bytes.*--max-buffered-response-bytes/,
     );
     assert.equal(await heldNow(server), 0);
+  } finally {
+    client.close();
+    await server.stop();
+  }
+});
+
+test("clients that stop reading hold at most the server-wide budget together, whatever each connection's", async () => {
+  // Each connection may hold 4 MiB, all together 1 MiB: the total is what refuses.
+  const server = await start({ maxBufferedResponseBytes: 4 * BUDGET, maxBufferedResponseBytesTotal: BUDGET });
+  const client = new TestClient(server.grpcPort);
+  try {
+    const stream = client.stream();
+    stream.on("error", () => {});
+    const status = new Promise<StatusObject>((resolve) => stream.on("status", resolve));
+    stream.pause();
+    for (let i = 0; i < 40; i++) stream.write(expandRequest(i));
+    const totalRefusals = () =>
+      metricValue(server.metricsUrl, "seqserve_limit_refusals_total", {
+        limit: "buffered_response_bytes_total",
+      });
+    for (let i = 0; i < 500 && ((await totalRefusals()) ?? 0) === 0; i++) await sleep(20);
+    assert.equal(await totalRefusals(), 1);
+    const held = (await peak(server)) ?? 0;
+    assert.ok(held <= BUDGET + ANSWER + KiB, `the server held ${held} bytes`);
+    stream.resume();
+    const ended = await status;
+    assert.equal(ended.code, 8, ended.details);
+    assert.match(
+      ended.details,
+      /more than 1048576 bytes of answers .*over all connections.*--max-buffered-response-bytes-total/,
+    );
+    assert.equal(await heldNow(server), 0);
+    // A client that reads is served.
+    const other = new TestClient(server.grpcPort);
+    try {
+      const answer = await other.unary<{ raw_output_contents: Uint8Array[] }>(
+        "ModelInfer",
+        bytesRequest("after"),
+      );
+      assert.deepEqual([...answer.raw_output_contents[0]!], [1, 2, 3, 4]);
+    } finally {
+      other.close();
+    }
   } finally {
     client.close();
     await server.stop();

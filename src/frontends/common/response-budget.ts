@@ -12,6 +12,12 @@ import type { Refusals } from "../../core/refusals.ts";
 // the connection past the whole budget is not kept: the stream it belongs to ends
 // (RESOURCE_EXHAUSTED, WebSocket 1008), its sequences with it. A client that reads its
 // answers never comes near it.
+//
+// Connections together have a budget too (--max-buffered-response-bytes-total): without
+// it, clients that read nothing could make the server hold the per-connection budget
+// times the connections allowed. Past half of it, connections holding answers stop
+// reading; an answer that would take the total past it is not kept, unless its
+// connection holds none (a client that reads is not ended for others' unread answers).
 
 export class ConnectionBudget {
   readonly #budgets: ResponseBudgets;
@@ -31,6 +37,12 @@ export class ConnectionBudget {
     return this.#budgets.limitBytes;
   }
 
+  /** Which budget the last refused answer would have passed, in words for the client and the log. */
+  get refusal(): string {
+    return this.#refusal;
+  }
+  #refusal = "";
+
   /** Bytes of answers held for the connection. */
   get usedBytes(): number {
     return this.#used;
@@ -38,7 +50,7 @@ export class ConnectionBudget {
 
   /** Streams should start nothing new (and read nothing more) until answers drain. */
   get saturated(): boolean {
-    return this.#used * 2 >= this.#budgets.limitBytes;
+    return this.#used * 2 >= this.#budgets.limitBytes || (this.#used > 0 && this.#budgets.totalSaturated);
   }
 
   /**
@@ -49,6 +61,12 @@ export class ConnectionBudget {
     if (this.#released) return true;
     if (this.#used + bytes > this.#budgets.limitBytes && this.#used > 0) {
       this.#budgets.refusals?.refused("buffered_response_bytes");
+      this.#refusal = `more than ${this.#budgets.limitBytes} bytes wait to be sent on this connection (--max-buffered-response-bytes)`;
+      return false;
+    }
+    if (this.#budgets.totalBytes + bytes > this.#budgets.totalLimitBytes && this.#used > 0) {
+      this.#budgets.refusals?.refused("buffered_response_bytes_total");
+      this.#refusal = `more than ${this.#budgets.totalLimitBytes} bytes of answers wait to be sent over all connections, this one's among them (--max-buffered-response-bytes-total)`;
       return false;
     }
     this.#used += bytes;
@@ -62,7 +80,12 @@ export class ConnectionBudget {
     const wasSaturated = this.saturated;
     this.#used -= bytes;
     this.#budgets.adjust(-bytes);
-    if (wasSaturated && !this.saturated) for (const waiter of [...this.#waiters]) waiter();
+    if (wasSaturated && !this.saturated) this.wake();
+  }
+
+  /** Tells the streams waiting for room that there is some. */
+  wake(): void {
+    for (const waiter of [...this.#waiters]) waiter();
   }
 
   /** `listener` runs each time the connection stops being saturated. */
@@ -90,17 +113,24 @@ export class ConnectionBudget {
   }
 }
 
-/** The budgets of a server's connections, and their total for the metrics. */
+/** The budgets of a server's connections, and their total (bounded, and for the metrics). */
 export class ResponseBudgets {
   readonly limitBytes: number;
+  readonly totalLimitBytes: number;
   readonly refusals: Refusals | undefined;
   readonly #connections = new Map<unknown, ConnectionBudget>();
   #total = 0;
   #peak = 0;
 
-  constructor(limitBytes: number, refusals?: Refusals) {
+  constructor(limitBytes: number, totalLimitBytes = Number.POSITIVE_INFINITY, refusals?: Refusals) {
     this.limitBytes = limitBytes;
+    this.totalLimitBytes = totalLimitBytes;
     this.refusals = refusals;
+  }
+
+  /** Connections holding answers should start nothing new until the total drains below half. */
+  get totalSaturated(): boolean {
+    return this.#total * 2 >= this.totalLimitBytes;
   }
 
   /**
@@ -131,8 +161,13 @@ export class ResponseBudgets {
   }
 
   adjust(bytes: number): void {
+    const wasSaturated = this.totalSaturated;
     this.#total += bytes;
     if (this.#total > this.#peak) this.#peak = this.#total;
+    // Below half again: every connection the total held back may read again.
+    if (wasSaturated && !this.totalSaturated) {
+      for (const budget of this.#connections.values()) if (!budget.saturated) budget.wake();
+    }
   }
 
   forget(key: unknown): void {

@@ -617,7 +617,7 @@ export class StreamInferSession {
    * ends with RESOURCE_EXHAUSTED.
    */
   #overflow(): void {
-    const details = `the client is not reading its responses: more than ${this.#budget.limitBytes} bytes wait to be sent on this connection (--max-buffered-response-bytes)`;
+    const details = `the client is not reading its responses: ${this.#budget.refusal}`;
     this.#logger.warn({ event: "stream_overflow" }, details);
     this.#abandon("the client did not read its responses");
     this.#call.emit("error", { code: status.RESOURCE_EXHAUSTED, details });

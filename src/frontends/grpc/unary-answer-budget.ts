@@ -72,9 +72,7 @@ export function unaryAnswerBudget(budgets: ResponseBudgets): ServerInterceptor {
         const connection = budgets.acquire(peer);
         if (!connection.take(message.byteLength)) {
           connection.release();
-          refuse(
-            `the answer (${message.byteLength} bytes) would take the connection's unread answers past its budget (--max-buffered-response-bytes): it is dropped`,
-          );
+          refuse(`the answer (${message.byteLength} bytes) is dropped: ${connection.refusal}`);
           return;
         }
         budget = connection;

@@ -559,7 +559,7 @@ export class StreamConnection {
   }
 
   #overflow(): void {
-    const message = `the client is not reading its answers: more than ${this.#budget.limitBytes} bytes wait to be sent on this connection (--max-buffered-response-bytes)`;
+    const message = `the client is not reading its answers: ${this.#budget.refusal}`;
     if (this.#sequences !== undefined && !this.#over && this.#established && this.#id !== undefined) {
       this.#endSequence("cancelled");
     }
