@@ -168,7 +168,9 @@ export const DEFAULT_SECURITY_OPTIONS: SecurityOptions = Object.freeze({
 });
 
 /** The options with every limit not given at its default. */
-export function securityOptions(given: Partial<SecurityOptions> = {}): SecurityOptions {
+export function securityOptions(
+  given: Partial<Omit<SecurityOptions, "limits">> & { readonly limits?: Partial<LimitOptions> } = {},
+): SecurityOptions {
   return {
     ...DEFAULT_SECURITY_OPTIONS,
     ...given,

@@ -78,6 +78,50 @@ describe("the library entry", () => {
       startServer({ modelRepositories: [repository.path], logFormat: "xml" as never }),
       /option 'logFormat' must be json, text or ISO8601/,
     );
+    await assert.rejects(
+      startServer({ modelRepositories: [repository.path], sagemakerModel: 42 as never }),
+      /option 'sagemakerModel' must be a model name, or undefined, got 42/,
+    );
+    await assert.rejects(
+      startServer({ modelRepositories: [repository.path], tracing: "x" as never }),
+      /option 'tracing' must be an object of trace settings, got "x"/,
+    );
+    await assert.rejects(
+      startServer({
+        modelRepositories: [repository.path],
+        security: { limits: { maxStateBytes: "lots" as never } },
+      }),
+      /option 'security.limits.maxStateBytes' must be a whole number, got "lots"/,
+    );
+    await assert.rejects(
+      startServer({
+        modelRepositories: [repository.path],
+        security: { limits: { maxStateByte: 1 } as never },
+      }),
+      /option 'security.limits.maxStateByte' is not a limit/,
+    );
+  });
+
+  it("takes object options in part: what is left out keeps its default", async () => {
+    const server = await startServer({
+      modelRepositories: [repository.path],
+      host: "127.0.0.1",
+      httpPort: 0,
+      grpcPort: undefined,
+      metricsPort: undefined,
+      logLevel: "silent",
+      security: {
+        access: { apiKeys: [{ name: "a", secret: "0123456789abcdef0123", groups: ["inference"] }] },
+        limits: { maxStateBytes: 1 << 20 },
+      },
+    });
+    try {
+      // The key guards inference; health stays open, as by default.
+      assert.equal((await getJson(`http://127.0.0.1:${server.httpPort}/v2/health/ready`)).status, 200);
+      assert.equal((await getJson(`http://127.0.0.1:${server.httpPort}/v2/models/stats`)).status, 401);
+    } finally {
+      await server.stop();
+    }
   });
 
   it("a state store that cannot be reached stops the start, naming it", async () => {
