@@ -17,7 +17,13 @@ import {
   readOvmsMetrics,
   withOvmsOrigins,
 } from "./ovms-flags.ts";
-import { SAGEMAKER_FLAGS, serveArgs, serveDefaults } from "./sagemaker-options.ts";
+import {
+  checkServeRepositories,
+  prepareServeRepository,
+  SAGEMAKER_FLAGS,
+  serveArgs,
+  serveDefaults,
+} from "./sagemaker-options.ts";
 import { readStateStore, SCALE_FLAGS } from "./scale-options.ts";
 import { readSecurityOptions, SECURITY_FLAGS } from "./security-options.ts";
 import { OTHER_TRITON_FLAGS, readTritonFlags, TRITON_FLAGS, tritonFlagNames } from "./triton-options.ts";
@@ -347,9 +353,11 @@ export function parseCommandLine(
   if (str("version") !== undefined && flagBoolean("version", str("version")!)) return { kind: "version" };
 
   const given = [...list("model-repository"), ...list("model-store")];
+  if (given.length === 0 && serve) prepareServeRepository(defaults["model-repository"]!, env);
   const repositories = (given.length === 0 && serve ? [defaults["model-repository"]!] : given).map(
     checkDirectory,
   );
+  if (serve) checkServeRepositories(repositories, env);
   const ovmsConfigs = [...list("config-path"), ...list("config_path")].map(checkFile);
   const ovms = readOvmsFlags(values);
   if (repositories.length === 0 && ovmsConfigs.length === 0 && ovms.singleModel === undefined) {
@@ -429,7 +437,13 @@ export function parseCommandLine(
       "explicit",
       "poll",
     ]),
-    loadModels: list("load-model"),
+    // `serve`'s default model is loaded only in explicit mode (a mode given as a flag wins).
+    loadModels:
+      list("load-model").length === 0 &&
+      defaults["load-model"] !== undefined &&
+      get("model-control-mode").toLowerCase() === "explicit"
+        ? [defaults["load-model"]]
+        : list("load-model"),
     // 0: poll mode loads the repository once and never looks again, as Triton's does.
     repositoryPollSecs: parseInteger("repository-poll-secs", get("repository-poll-secs"), 0),
     exitTimeoutSecs: clampedInteger("exit-timeout-secs", get("exit-timeout-secs"), 0),

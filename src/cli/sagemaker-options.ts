@@ -1,3 +1,5 @@
+import { existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
 import { MAX_SESSION_TTL_SECS } from "../config/server-options.ts";
 import type { FlagSpec } from "./options.ts";
 import { UsageError } from "./usage-error.ts";
@@ -31,6 +33,13 @@ export const SAGEMAKER_FLAGS: readonly FlagSpec[] = [
 /** Where SageMaker mounts the model artifacts in a container. */
 export const SAGEMAKER_MODEL_DIR = "/opt/ml/model";
 
+/**
+ * The repository of a multi-model endpoint, as Triton's image names it: SageMaker puts each
+ * model elsewhere (/opt/ml/models/<hash>/model) and loads it through POST /models, so this
+ * one stays empty; it only has to exist.
+ */
+export const SAGEMAKER_MULTI_MODEL_DIR = "/tmp/sagemaker";
+
 type Env = Readonly<Record<string, string | undefined>>;
 
 /** A whole number from the environment, or undefined when unset. */
@@ -50,19 +59,83 @@ function envNumber(env: Env, name: string, max: number): string | undefined {
  * variables Triton's image reads become flags (serveArgs).
  */
 export function serveDefaults(env: Env): Record<string, string> {
+  const multiModel = isMultiModel(env);
   const defaults: Record<string, string> = {
     "allow-sagemaker": "true",
     "sagemaker-port": envNumber(env, "SAGEMAKER_BIND_TO_PORT", 65535) ?? "8080",
-    "model-repository": SAGEMAKER_MODEL_DIR,
+    "model-repository": multiModel ? SAGEMAKER_MULTI_MODEL_DIR : SAGEMAKER_MODEL_DIR,
     "allow-http": "false",
     "allow-grpc": "false",
     "allow-metrics": "false",
   };
   const ttl = envNumber(env, "SAGEMAKER_SESSIONS_EXPIRATION", MAX_SESSION_TTL_SECS);
   if (ttl !== undefined) defaults["sagemaker-session-ttl-secs"] = ttl;
-  const model = env.SAGEMAKER_TRITON_DEFAULT_MODEL_NAME;
-  if (model !== undefined && model !== "") defaults["sagemaker-model"] = model;
+  const model = defaultModelName(env);
+  if (model !== undefined) defaults["sagemaker-model"] = model;
+  // As Triton's image: a multi-model endpoint loads its models on SageMaker's request, and
+  // a named default model is the only one loaded (an unrelated folder beside it, which
+  // might not load, cannot stop the start).
+  if (multiModel) defaults["model-control-mode"] = "explicit";
+  else if (model !== undefined) {
+    defaults["model-control-mode"] = "explicit";
+    defaults["load-model"] = model;
+  }
   return defaults;
+}
+
+/** SAGEMAKER_MULTI_MODEL=true: a multi-model endpoint (Triton's image compares it to "true" alone). */
+export function isMultiModel(env: Env): boolean {
+  return env.SAGEMAKER_MULTI_MODEL === "true";
+}
+
+function defaultModelName(env: Env): string | undefined {
+  const model = env.SAGEMAKER_TRITON_DEFAULT_MODEL_NAME;
+  return model === undefined || model === "" ? undefined : model;
+}
+
+/** A multi-model endpoint's repository is made when missing, as Triton's image makes it (`mkdir -p`). */
+export function prepareServeRepository(repository: string, env: Env): void {
+  if (isMultiModel(env) && repository === SAGEMAKER_MULTI_MODEL_DIR)
+    mkdirSync(repository, { recursive: true });
+}
+
+const isDirectory = (path: string): boolean => {
+  try {
+    return statSync(path).isDirectory();
+  } catch {
+    return false;
+  }
+};
+
+/**
+ * The checks of Triton's image before it starts a single-model endpoint, with its words:
+ * the repository holds model folders (not one model's files at its top), the default
+ * model's folder exists, and there is at least one model. A multi-model endpoint starts
+ * empty. (With several folders and no default model, Triton's image refuses to start;
+ * seqserve serves them all, and an invocation names its model.)
+ */
+export function checkServeRepositories(repositories: readonly string[], env: Env): void {
+  if (isMultiModel(env) || repositories.length === 0) return;
+  for (const repository of repositories) {
+    if (existsSync(join(repository, "config.pbtxt"))) {
+      throw new UsageError(
+        `Incorrect directory structure in '${repository}': model directory needs to contain the top level folder (<model>/config.pbtxt, not config.pbtxt)`,
+      );
+    }
+  }
+  const model = defaultModelName(env);
+  if (model !== undefined) {
+    if (!repositories.some((repository) => isDirectory(join(repository, model)))) {
+      throw new UsageError(
+        `Directory with provided SAGEMAKER_TRITON_DEFAULT_MODEL_NAME ${model} does not exist`,
+      );
+    }
+    return;
+  }
+  const folders = repositories.flatMap((repository) =>
+    readdirSync(repository).filter((entry) => isDirectory(join(repository, entry))),
+  );
+  if (folders.length === 0) throw new UsageError("No model found in model repository");
 }
 
 /** The environment Triton's SageMaker image turns into flags, and the flag each becomes. */
