@@ -288,6 +288,7 @@ export async function startServer(
         logger,
         sessionTtlSecs: options.sagemakerSessionTtlSecs ?? DEFAULT_SERVER_OPTIONS.sagemakerSessionTtlSecs!,
         defaultModel: options.sagemakerModel,
+        inferenceType: options.sagemakerInferenceType ?? DEFAULT_SERVER_OPTIONS.sagemakerInferenceType!,
         budgets,
         streamIdleTimeoutMs: limits.httpStreamIdleTimeoutSecs * 1000,
         ...httpSecurity,

@@ -20,6 +20,7 @@ import {
 import {
   checkServeRepositories,
   prepareServeRepository,
+  readInferenceType,
   SAGEMAKER_FLAGS,
   serveArgs,
   serveDefaults,
@@ -475,6 +476,7 @@ export function parseCommandLine(
       1,
       MAX_SESSION_TTL_SECS,
     ),
+    sagemakerInferenceType: readInferenceType(str("sagemaker-inference-type"), env),
     stateStore: readStateStore(get("state-store")),
     security: readSecurityOptions(withOvmsOrigins(values), env),
   };

@@ -1,6 +1,6 @@
 import { existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { MAX_SESSION_TTL_SECS } from "../config/server-options.ts";
+import { MAX_SESSION_TTL_SECS, type SageMakerInferenceType } from "../config/server-options.ts";
 import type { FlagSpec } from "./options.ts";
 import { UsageError } from "./usage-error.ts";
 
@@ -21,6 +21,11 @@ export const SAGEMAKER_FLAGS: readonly FlagSpec[] = [
     name: "sagemaker-model",
     value: "name",
     help: "The model SageMaker invocations go to when they name none (TargetModel); unset: the only model served.",
+  },
+  {
+    name: "sagemaker-inference-type",
+    value: "type",
+    help: "What POST /invocations is: infer (KServe v2 and the other body forms, with sessions), generate or generate_stream (Triton's generate extension, for the default model). Default: $SAGEMAKER_TRITON_INFERENCE_TYPE, else infer.",
   },
   {
     name: "sagemaker-session-ttl-secs",
@@ -169,4 +174,19 @@ export function serveArgs(args: readonly string[], env: Env): string[] {
     ...args,
     ...(additional === undefined ? [] : additional.split(/\s+/).filter((arg) => arg !== "")),
   ];
+}
+
+const INFERENCE_TYPES: readonly SageMakerInferenceType[] = ["infer", "generate", "generate_stream"];
+
+/**
+ * What /invocations is (Triton's SAGEMAKER_TRITON_INFERENCE_TYPE, which its SageMaker
+ * server reads, whether or not its image started it): the flag, else the variable, else
+ * infer. Another value is refused at start, with the words of Triton's image.
+ */
+export function readInferenceType(flag: string | undefined, env: Env): SageMakerInferenceType {
+  const fromEnv = env.SAGEMAKER_TRITON_INFERENCE_TYPE;
+  const value = flag ?? (fromEnv === "" ? undefined : fromEnv) ?? "infer";
+  if ((INFERENCE_TYPES as readonly string[]).includes(value)) return value as SageMakerInferenceType;
+  const source = flag === undefined ? "SAGEMAKER_TRITON_INFERENCE_TYPE" : "--sagemaker-inference-type";
+  throw new UsageError(`Invalid ${source} '${value}'. Must be one of: infer, generate, generate_stream`);
 }

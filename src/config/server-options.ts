@@ -35,6 +35,9 @@ export interface SingleModelOptions {
  */
 export const MAX_SESSION_TTL_SECS = 3_155_760_000;
 
+/** Triton's SageMaker inference types: the handler of /invocations. */
+export type SageMakerInferenceType = "infer" | "generate" | "generate_stream";
+
 export interface ServerOptions {
   /** Triton-style model repositories (`<repo>/<model>/config.pbtxt` + version folders). */
   readonly modelRepositories: readonly string[];
@@ -82,6 +85,8 @@ export interface ServerOptions {
   readonly sagemakerModel?: string | undefined;
   /** How long a SageMaker session lives from its opening. */
   readonly sagemakerSessionTtlSecs?: number;
+  /** What SageMaker's /invocations is: an inference, or Triton's generate extension (SAGEMAKER_TRITON_INFERENCE_TYPE). */
+  readonly sagemakerInferenceType?: SageMakerInferenceType;
   /** The server's name in `GET /v2` and gRPC ServerMetadata (Triton's --id). */
   readonly serverId: string;
   /** Addresses the HTTP, gRPC and metrics endpoints bind to; undefined: `host`. */
@@ -153,6 +158,7 @@ export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   sagemakerPort: undefined,
   sagemakerModel: undefined,
   sagemakerSessionTtlSecs: 1200,
+  sagemakerInferenceType: "infer",
   serverId: "seqserve",
   httpAddress: undefined,
   grpcAddress: undefined,

@@ -18,6 +18,7 @@ import type { OutputEncoding } from "../common/kserve/infer-request-decoder.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
 import { withTraceContext } from "../common/trace-context.ts";
 import { SAGEMAKER_HTTP_STATUS } from "./error-status.ts";
+import { answerGenerateInvocation, type InferenceType } from "./generate-invocation.ts";
 import {
   decodeInvocation,
   type InvocationBody,
@@ -56,6 +57,8 @@ export interface InvocationRoutesOptions {
   readonly sessions: SageMakerSessions;
   /** The model for requests that name none (--sagemaker-model). */
   readonly defaultModel: string | undefined;
+  /** What /invocations (and the runtime API's /invocations) is; default infer. */
+  readonly inferenceType?: InferenceType | undefined;
   /** Per-connection budgets of answers waiting for slow readers (streamed answers). */
   readonly budgets?: ResponseBudgets | undefined;
   /** A streamed answer's client that takes nothing for this long is let go; default: never. */
@@ -243,6 +246,7 @@ export async function invocationRoutes(
   options: InvocationRoutesOptions,
 ): Promise<void> {
   const { context, sessions, defaultModel, budgets, idleTimeoutMs } = options;
+  const inferenceType = options.inferenceType ?? "infer";
   const registry = context.registry;
 
   app.get("/ping", { schema: SAGEMAKER_SCHEMAS.ping }, (_request, reply) => {
@@ -259,6 +263,14 @@ export async function invocationRoutes(
   ): Promise<FastifyReply | undefined> => {
     if (runtime)
       reply.header(INVOKED_VARIANT_HEADER, headerValue(request, TARGET_VARIANT) || DEFAULT_VARIANT);
+    if (delivery === "container" && inferenceType !== "infer") {
+      const target = targetModel(
+        registry,
+        headerValue(request, TARGET_MODEL) || headerValue(request, INFERENCE_COMPONENT),
+      );
+      const model = invokedModel(registry, target, defaultModel);
+      return answerGenerateInvocation(inferenceType, model, request, reply, { budgets, idleTimeoutMs });
+    }
     const read = readInvocationBody(
       (request.body as Buffer | undefined) ?? EMPTY_BODY,
       request.headers["content-type"],

@@ -5,6 +5,7 @@ import { createHttpApp, type HttpApp, type HttpAppOptions } from "../common/http
 import { unroutedAnswer } from "../common/http/route-methods.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
 import { SAGEMAKER_HTTP_STATUS, sageMakerError, sendSageMakerError } from "./error-status.ts";
+import type { InferenceType } from "./generate-invocation.ts";
 import { invocationRoutes } from "./invocation-routes.ts";
 import { SageMakerSessions } from "./sessions.ts";
 
@@ -55,6 +56,8 @@ export interface SageMakerFrontendOptions {
   readonly sessionTtlSecs: number;
   /** The model for invocations that name none; undefined: the only model served. */
   readonly defaultModel?: string | undefined;
+  /** What /invocations is (Triton's SAGEMAKER_TRITON_INFERENCE_TYPE); default infer. */
+  readonly inferenceType?: InferenceType | undefined;
   /** Per-connection budgets of answers waiting for slow readers (streamed answers). */
   readonly budgets?: ResponseBudgets | undefined;
   /** A streamed answer's client that takes nothing for this long is let go; default: never. */
@@ -100,6 +103,7 @@ export function createSageMakerFrontend(options: SageMakerFrontendOptions): Sage
     context: options.context,
     sessions: new SageMakerSessions(options.context.registry, options.sessionTtlSecs),
     defaultModel: options.defaultModel,
+    inferenceType: options.inferenceType,
     budgets: options.budgets,
     idleTimeoutMs: options.streamIdleTimeoutMs,
   });

@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { internal } from "../../../core/errors.ts";
-import type { ServerContext } from "../../../core/model.ts";
+import type { ServedModel, ServerContext } from "../../../core/model.ts";
 import { type InferResponseStream, inferStream } from "../../../core/response-stream.ts";
 import { watchDisconnect } from "../../common/http/client-disconnect.ts";
 import { createErrorHandler } from "../../common/http/error-reply.ts";
@@ -100,27 +100,51 @@ async function parseBody(request: FastifyRequest): Promise<void> {
   request.body = readJsonBody(bytes) ?? {};
 }
 
-/** The body's text, decoded once and only if a number needs its digits. */
-function bodyText(request: FastifyRequest): () => string {
+/** A generate request's body: its JSON object, and its text (for the digits of long numbers). */
+export interface GenerateBody {
+  readonly json: Record<string, unknown>;
+  readonly text: () => string;
+}
+
+/** The bytes' text, decoded once and only if a number needs its digits. */
+function lazyText(bytes: Buffer | undefined): () => string {
   let text: string | undefined;
   return () => {
-    text ??= bodyBytes.get(request)?.toString("utf8") ?? "";
+    text ??= bytes?.toString("utf8") ?? "";
     return text;
   };
 }
 
+/** A generate body from its bytes (an empty body is an empty request). */
+export function readGenerateBody(bytes: Buffer | undefined): GenerateBody {
+  return { json: readJsonBody(bytes) ?? {}, text: lazyText(bytes) };
+}
+
+function parsedBody(request: GenerateRequest): GenerateBody {
+  return { json: request.body, text: lazyText(bodyBytes.get(request)) };
+}
+
 const sse = (json: string): string => `data: ${json}\n\n`;
 
-async function generate(
-  context: ServerContext,
-  budgets: ResponseBudgets | undefined,
-  idleTimeoutMs: number | undefined,
-  request: GenerateRequest,
-  reply: FastifyReply,
+/** How a streamed answer waits for a slow reader. */
+export interface GenerateDelivery {
+  readonly budgets?: ResponseBudgets | undefined;
+  readonly idleTimeoutMs?: number | undefined;
+}
+
+/**
+ * Answers `body` as Triton's generate extension does, for `model`: one JSON object, or
+ * (`streaming`) Server-Sent Events. Errors are thrown to the route's error handler, which
+ * answers them in its protocol's form (KServe here; SageMaker's for its invocations).
+ */
+export async function answerGenerate(
+  model: ServedModel,
+  body: GenerateBody,
   streaming: boolean,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  delivery: GenerateDelivery,
 ): Promise<FastifyReply | undefined> {
-  const { model: name, version } = request.params;
-  const model = context.registry.model(name, modelVersion(version));
   const disconnect = watchDisconnect(request, reply);
   let stream: InferResponseStream | undefined;
   try {
@@ -128,7 +152,7 @@ async function generate(
     stream = inferStream(
       model,
       withRoutedSequenceId(
-        decodeGenerateRequest(request.body, model, disconnect.signal, request.principal, bodyText(request)),
+        decodeGenerateRequest(body.json, model, disconnect.signal, request.principal, body.text),
         routed,
         model,
       ),
@@ -159,8 +183,8 @@ async function generate(
       rest: responses,
       frame: (response) => sse(encodeGenerateResponse(response)),
       failure: (error) => sse(JSON.stringify({ error: error.message })),
-      budgets,
-      idleTimeoutMs,
+      budgets: delivery.budgets,
+      idleTimeoutMs: delivery.idleTimeoutMs,
     });
     return undefined;
   } finally {
@@ -171,12 +195,23 @@ async function generate(
 export async function generateRoutes(app: FastifyInstance, options: GenerateRoutesOptions): Promise<void> {
   const { context, budgets } = options;
   app.setErrorHandler(createErrorHandler(KSERVE_HTTP_STATUS, options.bodyLimitBytes));
+  const delivery: GenerateDelivery = { budgets, idleTimeoutMs: options.idleTimeoutMs };
+  const generate = (request: GenerateRequest, reply: FastifyReply, streaming: boolean) => {
+    const { model, version } = request.params;
+    return answerGenerate(
+      context.registry.model(model, modelVersion(version)),
+      parsedBody(request),
+      streaming,
+      request,
+      reply,
+      delivery,
+    );
+  };
   for (const path of MODEL_PATHS) {
     app.post(
       `${path}/generate`,
       { schema: { ...SCHEMA, operationId: operationId("modelGenerate", path) }, preValidation: parseBody },
-      (request: GenerateRequest, reply) =>
-        generate(context, budgets, options.idleTimeoutMs, request, reply, false),
+      (request: GenerateRequest, reply) => generate(request, reply, false),
     );
     app.post(
       `${path}/generate_stream`,
@@ -184,8 +219,7 @@ export async function generateRoutes(app: FastifyInstance, options: GenerateRout
         schema: { ...STREAM_SCHEMA, operationId: operationId("modelGenerateStream", path) },
         preValidation: parseBody,
       },
-      (request: GenerateRequest, reply) =>
-        generate(context, budgets, options.idleTimeoutMs, request, reply, true),
+      (request: GenerateRequest, reply) => generate(request, reply, true),
     );
   }
 }

@@ -1,0 +1,34 @@
+import type { FastifyReply, FastifyRequest } from "fastify";
+import { invalidArg } from "../../core/errors.ts";
+import type { ServedModel } from "../../core/model.ts";
+import { answerGenerate, type GenerateDelivery, readGenerateBody } from "../http/generate/generate-routes.ts";
+
+// Triton's SAGEMAKER_TRITON_INFERENCE_TYPE: /invocations answered as the generate
+// extension (POST /v2/models/{m}/generate or /generate_stream) is, for the model an
+// invocation goes to. Triton's SageMaker server calls the same handler as its HTTP
+// server, so the answer is the same: one JSON object, or Server-Sent Events
+// (text/event-stream) for generate_stream; only an error keeps the SageMaker form.
+
+/** What /invocations is: an inference in SageMaker's body forms, or Triton's generate extension. */
+export type InferenceType = "infer" | "generate" | "generate_stream";
+
+const SESSION_ID = "x-amzn-sagemaker-session-id";
+
+/** Answers an invocation as Triton's generate extension, for `model`. */
+export function answerGenerateInvocation(
+  type: Exclude<InferenceType, "infer">,
+  model: ServedModel,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  delivery: GenerateDelivery,
+): Promise<FastifyReply | undefined> {
+  // A generate body has no session: its sequence is in its parameters (sequence_id,
+  // sequence_start, sequence_end), as on the HTTP port. A session header would be ignored.
+  if (request.headers[SESSION_ID] !== undefined) {
+    throw invalidArg(
+      `SageMaker sessions are not served when invocations are Triton's ${type} (SAGEMAKER_TRITON_INFERENCE_TYPE): give sequence_id, sequence_start and sequence_end in the body's parameters`,
+    );
+  }
+  const body = readGenerateBody((request.body as Buffer | undefined) ?? undefined);
+  return answerGenerate(model, body, type === "generate_stream", request, reply, delivery);
+}
