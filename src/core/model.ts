@@ -228,6 +228,13 @@ export interface ModelLoadOptions {
    * folder (Triton's file override; `config` is then required).
    */
   readonly files?: ReadonlyMap<string, Uint8Array>;
+  /**
+   * A model folder elsewhere on disk (its config.pbtxt and version folders), loaded under
+   * the name in place of the repository's, as Triton loads a repository registered with a
+   * name for its model (SageMaker's multi-model endpoint). Unloaded, the name is forgotten;
+   * the folder is left as it is.
+   */
+  readonly dir?: string;
 }
 
 export interface ServerMetadata {

@@ -73,6 +73,8 @@ export async function prepareModel(
   } else {
     const file = configFile(source.dir, configName);
     if (file !== undefined) parsed = await parseModelConfigFile(file);
+    // Read afresh for this load: the name it is served under replaces the folder's own.
+    if (parsed !== undefined && source.renamed === true) parsed.message.name = source.name;
     else if (strict) {
       throw invalidArg(
         `model '${source.name}' has no config.pbtxt or config.json, and --strict-model-config is set`,

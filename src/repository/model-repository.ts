@@ -377,6 +377,7 @@ export class ModelRepository implements ModelRegistry {
     // Triton's INTERNAL (500) "failed to poll"; any other failure to load is INVALID_ARG.
     const files = options.files;
     if (files !== undefined && files.size > 0) return this.#loadOverride(name, options.config, files);
+    if (options.dir !== undefined) return this.#loadFolder(name, options.dir);
     if (this.#models.get(name)?.source === undefined) return Promise.reject(notInRepository(name));
     let config: ParsedModelConfig | undefined;
     try {
@@ -427,6 +428,32 @@ export class ModelRepository implements ModelRegistry {
     } catch (error) {
       throw pollFailure(asServerError(error).message);
     }
+    return this.#loadOverridden(name, parsed, override);
+  }
+
+  /**
+   * A model folder the caller names (ModelLoadOptions.dir), loaded as sent files are: in
+   * place of the repository's, and forgotten when unloaded; the folder is the caller's, and
+   * stays.
+   */
+  #loadFolder(name: string, dir: string): Promise<void> {
+    if (!existsSync(dir) || !statSync(dir).isDirectory()) {
+      return Promise.reject(
+        new ServerError(
+          "INTERNAL",
+          `failed to load '${name}', failed to poll from model repository: no folder '${dir}'`,
+        ),
+      );
+    }
+    return this.#loadOverridden(name, undefined, { dir, remove: async () => {} }, true);
+  }
+
+  async #loadOverridden(
+    name: string,
+    parsed: ParsedModelConfig | undefined,
+    override: ModelOverride,
+    renamed = false,
+  ): Promise<void> {
     let entry = this.#models.get(name);
     if (entry === undefined) {
       entry = this.#newEntry(name, undefined);
@@ -434,7 +461,7 @@ export class ModelRepository implements ModelRegistry {
     }
     const loading = entry;
     const work = this.#afterTransition(loading, () =>
-      this.#loadEntry(loading, { name, dir: override.dir }, parsed, override),
+      this.#loadEntry(loading, { name, dir: override.dir, renamed }, parsed, override),
     );
     const mine = loading.transition;
     return work.catch((error: unknown): never => {

@@ -11,6 +11,11 @@ export interface ModelSource {
   readonly name: string;
   /** The model's folder: config.pbtxt / config.json and numeric version folders. */
   readonly dir: string;
+  /**
+   * Served under a name of the loader's choosing (a folder loaded by ModelLoadOptions.dir,
+   * as SageMaker names its models by a hash): the config's own `name`, its folder's, gives way to it.
+   */
+  readonly renamed?: boolean;
   /** For models listed in an OVMS config.json: the file and its entry. */
   readonly ovms?: { readonly file: string; readonly entry: OvmsModelEntry };
 }

@@ -97,6 +97,10 @@ const SAGEMAKER_EXCHANGES: readonly Exchange[] = [
   invocation("/endpoints/any/invocations-response-stream", "simple", { inputs: simpleInputs(SIXTEEN) }, 200),
   invocation("/invocations", "accumulator", { requestType: "NEW_SESSION" }, 200),
   invocation("/invocations", "nothing", { inputs: simpleInputs(SIXTEEN) }, 404),
+  // The multi-model endpoint's routes (none loaded here).
+  { method: "GET", path: "/models", status: 200 },
+  { method: "GET", path: "/models/none", status: 404 },
+  { method: "DELETE", path: "/models/none", status: 404 },
 ];
 
 type Document = Record<string, unknown> & { paths: Record<string, Record<string, OperationObject>> };
@@ -260,6 +264,9 @@ describe("the OpenAPI documents", () => {
       "/endpoints/{endpoint}/invocations",
       "/endpoints/{endpoint}/invocations-response-stream",
       "/invocations",
+      "/models",
+      "/models/{name}",
+      "/models/{name}/invoke",
       "/ping",
     ]);
     await checkExchanges(sagemaker, document, SAGEMAKER_EXCHANGES);

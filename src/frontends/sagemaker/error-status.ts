@@ -97,3 +97,39 @@ export function sendSageMakerError(
     .header(ERROR_TYPE, "ModelError")
     .send(modelError(status, answer.body));
 }
+
+/**
+ * The words of an out-of-memory failure, as Triton's SageMaker server looks for them in a
+ * failed load's or invocation's message (SageMakerMMECheckOOMError): SageMaker's
+ * multi-model endpoint answers such a failure by unloading other models and trying again.
+ */
+const OUT_OF_MEMORY = [
+  "CUDA out of memory",
+  "CUDA_OUT_OF_MEMORY",
+  "Out of memory",
+  "Out Of Memory",
+  "out of memory",
+  "MemoryError",
+  "OutOfMemory",
+  "OOM",
+  "Dst tensor is not initialized",
+  "Src tensor is not initialized",
+  "CNMEM_STATUS_OUT_OF_MEMORY",
+  "CUDNN_STATUS_NOT_INITIALIZED",
+  "CUBLAS_STATUS_ALLOC_FAILED",
+  "CUBLAS_STATUS_NOT_INITIALIZED",
+  "Failed to allocate memory",
+  "failed to allocate memory",
+  "No space left on device",
+];
+
+/** SageMaker's multi-model statuses (Triton's): 409 for a name already loaded, 507 for want of memory. */
+export const MULTI_MODEL_STATUS = { alreadyLoaded: 409, outOfMemory: 507, failed: 400 } as const;
+
+/** The status of a multi-model endpoint's failed load: 507 when it ran out of memory, else 400, as Triton answers. */
+export function multiModelLoadStatus(error: unknown): number {
+  const message = error instanceof Error ? error.message : String(error);
+  return OUT_OF_MEMORY.some((words) => message.includes(words))
+    ? MULTI_MODEL_STATUS.outOfMemory
+    : MULTI_MODEL_STATUS.failed;
+}

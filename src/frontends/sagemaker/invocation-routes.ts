@@ -26,6 +26,7 @@ import {
   readInvocationBody,
 } from "./invocation-body.ts";
 import { type AnswerForm, checkJsonLinesAnswer, chooseAnswer, sendAnswer } from "./invocation-response.ts";
+import type { MultiModelEndpoint } from "./multi-model-endpoint.ts";
 import { SAGEMAKER_SCHEMAS } from "./sagemaker-schemas.ts";
 import { checkSessionId, formatExpiry, NEW_SESSION, newSessionHeaderValue } from "./session-id.ts";
 import { type SageMakerSessions, SESSION_SLOT_WAIT_SECS } from "./sessions.ts";
@@ -59,6 +60,8 @@ export interface InvocationRoutesOptions {
   readonly defaultModel: string | undefined;
   /** What /invocations (and the runtime API's /invocations) is; default infer. */
   readonly inferenceType?: InferenceType | undefined;
+  /** The models a multi-model endpoint loaded (POST /models), which /models/{name}/invoke invokes. */
+  readonly models: MultiModelEndpoint;
   /** Per-connection budgets of answers waiting for slow readers (streamed answers). */
   readonly budgets?: ResponseBudgets | undefined;
   /** A streamed answer's client that takes nothing for this long is let go; default: never. */
@@ -254,16 +257,21 @@ export async function invocationRoutes(
     throw new HttpError(503, describeReadiness(registry));
   });
 
-  /** `runtime`: called on the runtime API's path, as the SDKs call SageMaker (not as SageMaker calls a container). */
+  /**
+   * `runtime`: called on the runtime API's path, as the SDKs call SageMaker (not as
+   * SageMaker calls a container); `loaded`: a multi-model endpoint's model, which the
+   * path names (its TargetModel is SageMaker's name of the artifact, for its logs).
+   */
   const invoke = async (
     delivery: Delivery,
     runtime: boolean,
     request: FastifyRequest,
     reply: FastifyReply,
+    loaded?: string,
   ): Promise<FastifyReply | undefined> => {
     if (runtime)
       reply.header(INVOKED_VARIANT_HEADER, headerValue(request, TARGET_VARIANT) || DEFAULT_VARIANT);
-    if (delivery === "container" && inferenceType !== "infer") {
+    if (delivery === "container" && inferenceType !== "infer" && loaded === undefined) {
       const target = targetModel(
         registry,
         headerValue(request, TARGET_MODEL) || headerValue(request, INFERENCE_COMPONENT),
@@ -279,10 +287,13 @@ export async function invocationRoutes(
     const intent = sessionIntent(headerValue(request, SESSION_ID), body.requestType);
     if (delivery === "response-stream" && intent.kind === "open") throw cannotOpenOnStream();
     const accept = headerValue(request, delivery === "container" ? "accept" : STREAM_ACCEPT);
-    const target = targetModel(
-      registry,
-      headerValue(request, TARGET_MODEL) || headerValue(request, INFERENCE_COMPONENT),
-    );
+    const target =
+      loaded === undefined
+        ? targetModel(
+            registry,
+            headerValue(request, TARGET_MODEL) || headerValue(request, INFERENCE_COMPONENT),
+          )
+        : registry.model(loaded);
     const attributes = headerValue(request, CUSTOM_ATTRIBUTES);
     const disconnect = watchDisconnect(request, reply);
     try {
@@ -467,6 +478,17 @@ export async function invocationRoutes(
 
   app.post("/invocations", { schema: SAGEMAKER_SCHEMAS.invocations }, (request, reply) =>
     invoke("container", false, request, reply),
+  );
+  // A multi-model endpoint's invocation, in every body form and with sessions, as
+  // /invocations; Triton answers 404 without a body for a model it has not loaded.
+  app.post(
+    "/models/:name/invoke",
+    { schema: SAGEMAKER_SCHEMAS.modelInvoke },
+    (request: FastifyRequest<{ Params: { name: string } }>, reply) => {
+      const { name } = request.params;
+      if (options.models.url(name) === undefined) return reply.code(404).send();
+      return invoke("container", false, request, reply, name);
+    },
   );
   app.post(
     "/endpoints/:endpoint/invocations",

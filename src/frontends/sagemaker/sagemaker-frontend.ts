@@ -7,6 +7,8 @@ import type { ResponseBudgets } from "../common/response-budget.ts";
 import { SAGEMAKER_HTTP_STATUS, sageMakerError, sendSageMakerError } from "./error-status.ts";
 import type { InferenceType } from "./generate-invocation.ts";
 import { invocationRoutes } from "./invocation-routes.ts";
+import { MultiModelEndpoint } from "./multi-model-endpoint.ts";
+import { multiModelRoutes } from "./multi-model-routes.ts";
 import { SageMakerSessions } from "./sessions.ts";
 
 // The SageMaker frontend: its own fastify server on --sagemaker-port (8080 in a
@@ -90,7 +92,7 @@ export function createSageMakerFrontend(options: SageMakerFrontendOptions): Sage
     answerUnrouted: (request, reply, allowed) => {
       const { status, message } = unroutedAnswer(request, reply, allowed);
       const served =
-        " (SageMaker serves GET /ping, POST /invocations, POST /endpoints/{name}/invocations and POST /endpoints/{name}/invocations-response-stream)";
+        " (SageMaker serves GET /ping, POST /invocations, POST /endpoints/{name}/invocations, POST /endpoints/{name}/invocations-response-stream, and the multi-model endpoint's /models routes)";
       return sendSageMakerError(reply, status, status === 404 ? `${message}${served}` : message);
     },
     access: options.access,
@@ -99,7 +101,10 @@ export function createSageMakerFrontend(options: SageMakerFrontendOptions): Sage
     corsHeaders: SAGEMAKER_CORS_HEADERS,
   });
   app.setErrorHandler(createErrorHandler(SAGEMAKER_HTTP_STATUS, limit, sendSageMakerError));
+  const models = new MultiModelEndpoint();
+  app.register(multiModelRoutes, { registry: options.context.registry, models });
   app.register(invocationRoutes, {
+    models,
     context: options.context,
     sessions: new SageMakerSessions(options.context.registry, options.sessionTtlSecs),
     defaultModel: options.defaultModel,

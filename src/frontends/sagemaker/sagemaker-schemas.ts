@@ -95,6 +95,14 @@ const invocation = (operationId: string, withEndpoint: boolean) => ({
   },
 });
 
+const MODEL_NAME = pathParams(["name"], { name: "The model_name it was loaded with (POST /models)" });
+const NOT_LOADED = emptyResponse("No model of this name was loaded through POST /models");
+const MODEL_URL = {
+  type: "object",
+  properties: { modelName: { type: "string" }, modelUrl: { type: "string" } },
+  required: ["modelName", "modelUrl"],
+};
+
 export const SAGEMAKER_SCHEMAS = {
   ping: {
     operationId: "ping",
@@ -132,5 +140,53 @@ export const SAGEMAKER_SCHEMAS = {
       424: MODEL_ERROR,
       default: SAGEMAKER_ERROR,
     },
+  },
+  modelInvoke: {
+    ...invocation("modelInvoke", false),
+    summary: "A multi-model endpoint's invocation of one model, as /invocations",
+    params: MODEL_NAME,
+    response: { ...invocation("modelInvoke", false).response, 404: NOT_LOADED },
+  },
+  listModels: {
+    operationId: "listModels",
+    tags: ["sagemaker"],
+    summary: "A multi-model endpoint's models that are ready",
+    response: {
+      200: jsonContent({
+        type: "object",
+        properties: { models: { type: "array", items: MODEL_URL } },
+        required: ["models"],
+      }),
+    },
+  },
+  getModel: {
+    operationId: "getModel",
+    tags: ["sagemaker"],
+    summary: "A multi-model endpoint's model",
+    params: MODEL_NAME,
+    response: { 200: jsonContent(MODEL_URL), 404: NOT_LOADED },
+  },
+  loadModel: {
+    operationId: "loadModel",
+    tags: ["sagemaker"],
+    summary: "Loads the model folder at url under model_name (SageMaker's multi-model endpoint)",
+    body: jsonContent({
+      type: "object",
+      properties: { model_name: { type: "string" }, url: { type: "string" } },
+      required: ["model_name", "url"],
+    }),
+    response: {
+      200: emptyResponse("Loaded"),
+      409: { ...SAGEMAKER_ERROR, description: "A model of this name is loaded already" },
+      507: { ...SAGEMAKER_ERROR, description: "The load ran out of memory" },
+      default: SAGEMAKER_ERROR,
+    },
+  },
+  unloadModel: {
+    operationId: "unloadModel",
+    tags: ["sagemaker"],
+    summary: "Unloads a multi-model endpoint's model",
+    params: MODEL_NAME,
+    response: { 200: emptyResponse("Unloaded"), 404: NOT_LOADED, default: SAGEMAKER_ERROR },
   },
 };

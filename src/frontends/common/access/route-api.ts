@@ -61,6 +61,10 @@ const EXACT: Readonly<Record<string, ApiGroup>> = {
   "/invocations": "inference",
   "/endpoints/:endpoint/invocations": "inference",
   "/endpoints/:endpoint/invocations-response-stream": "inference",
+  // SageMaker's multi-model endpoint: Triton's categories for them.
+  "/models": "model-repository",
+  "/models/:name": "model-repository",
+  "/models/:name/invoke": "inference",
 };
 
 /** TF-Serving's model status path: /v1/models/{m}[/versions/{v}|/labels/{l}], decoded. */

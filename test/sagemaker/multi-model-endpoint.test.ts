@@ -1,0 +1,183 @@
+import assert from "node:assert/strict";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
+import { BIN, freePort, ServerProcess } from "../support/seqserve-process.ts";
+import { accumulatorConfig } from "../support/sequence-kit.ts";
+
+// SageMaker's multi-model endpoint, as Triton's SageMaker server serves it: `serve` with
+// SAGEMAKER_MULTI_MODEL=true starts with no model (explicit model control), and SageMaker
+// loads, lists, invokes and unloads models through /models. SageMaker itself calls these
+// routes (not the SDK), so the test calls them with fetch.
+
+/** A model folder as SageMaker unpacks an artifact: `<url>/<model>/config.pbtxt`, or config.pbtxt at `<url>`. */
+function writeModel(dir: string, config: string, files: Record<string, Uint8Array | string>): void {
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, "config.pbtxt"), config);
+  for (const [file, content] of Object.entries(files)) {
+    mkdirSync(join(dir, file, ".."), { recursive: true });
+    writeFileSync(join(dir, file), content);
+  }
+}
+
+const OUT_OF_MEMORY_HANDLER = `
+export default {
+  initialize() {
+    throw new Error("CUDA out of memory: tried to allocate 2.00 GiB");
+  },
+  execute() {},
+};
+`;
+
+describe("SageMaker multi-model endpoint", { timeout: 120_000 }, () => {
+  let root: string;
+  let server: ServerProcess;
+  let base: string;
+  const load = (model_name: string, url: string) =>
+    fetch(`${base}/models`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model_name, url }),
+    });
+  const invoke = (name: string, body: string, session?: string) =>
+    fetch(`${base}/models/${name}/invoke`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        ...(session === undefined ? {} : { "x-amzn-sagemaker-session-id": session }),
+      },
+      body,
+    });
+
+  before(async () => {
+    root = mkdtempSync(join(tmpdir(), "seqserve-mme-"));
+    const onnx = accumulatorModel();
+    // As SageMaker unpacks an artifact: /opt/ml/models/<hash>/model/<model folder>.
+    writeModel(
+      join(root, "a1b2", "model", "accumulator"),
+      accumulatorConfig("accumulator", 4, "direct { }"),
+      {
+        "1/model.onnx": onnx,
+      },
+    );
+    // config.pbtxt at the url itself.
+    writeModel(join(root, "c3d4", "model"), accumulatorConfig("model", 4, "direct { }"), {
+      "1/model.onnx": onnx,
+    });
+    writeModel(join(root, "broken", "model", "notes"), "these are notes, not a model config", {});
+    writeModel(
+      join(root, "oom", "model", "big"),
+      'backend: "typescript"\nmax_batch_size: 0\ninput [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]\noutput [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]',
+      {
+        "1/model.ts": OUT_OF_MEMORY_HANDLER,
+      },
+    );
+    mkdirSync(join(root, "repository"));
+    const port = await freePort();
+    server = new ServerProcess(
+      process.execPath,
+      [
+        BIN,
+        "serve",
+        "--model-repository",
+        join(root, "repository"),
+        "--host",
+        "127.0.0.1",
+        "--log-format",
+        "json",
+      ],
+      { SAGEMAKER_BIND_TO_PORT: String(port), SAGEMAKER_MULTI_MODEL: "true" },
+    );
+    await server.listening;
+    base = `http://127.0.0.1:${port}`;
+  });
+  after(async () => {
+    await server?.stop();
+    rmSync(root, { recursive: true, force: true });
+  });
+
+  it("starts with an empty repository, and /ping answers", async () => {
+    assert.equal((await fetch(`${base}/ping`)).status, 200);
+    const list = await fetch(`${base}/models`);
+    assert.equal(list.status, 200);
+    assert.deepEqual(await list.json(), { models: [] });
+  });
+
+  it("POST /models loads the model folder in url under model_name; GET lists it with its url", async () => {
+    const url = join(root, "a1b2", "model");
+    const loaded = await load("a1b2", url);
+    assert.equal(loaded.status, 200, await loaded.clone().text());
+    assert.equal(await loaded.text(), "");
+    assert.deepEqual(await (await fetch(`${base}/models`)).json(), {
+      models: [{ modelName: "a1b2", modelUrl: url }],
+    });
+    const one = await fetch(`${base}/models/a1b2`);
+    assert.equal(one.status, 200);
+    assert.deepEqual(await one.json(), { modelName: "a1b2", modelUrl: url });
+  });
+
+  it("a url holding config.pbtxt is the model folder itself", async () => {
+    const loaded = await load("c3d4", join(root, "c3d4", "model"));
+    assert.equal(loaded.status, 200, await loaded.clone().text());
+    assert.deepEqual(
+      await (
+        await invoke(
+          "c3d4",
+          '{"inputs":[{"name":"INPUT","datatype":"INT32","shape":[1,1],"data":[4]}],"parameters":{"sequence_id":9,"sequence_start":true,"sequence_end":true}}',
+        )
+      )
+        .json()
+        .then((b) => (b as { outputs: { data: number[] }[] }).outputs[0]!.data),
+      [4],
+    );
+  });
+
+  it("POST /models/{name}/invoke is an invocation of that model, sessions included", async () => {
+    const opened = await invoke("a1b2", "[5]", "NEW_SESSION");
+    assert.equal(opened.status, 200, await opened.clone().text());
+    assert.deepEqual(await opened.json(), [[5]]);
+    const session = opened.headers.get("x-amzn-sagemaker-new-session-id")!.split(";")[0]!;
+    const step = await invoke("a1b2", "[3]", session);
+    assert.deepEqual(await step.json(), [[8]]);
+    const closed = await invoke("a1b2", '{"requestType":"CLOSE"}', session);
+    assert.equal(closed.headers.get("x-amzn-sagemaker-closed-session-id"), session);
+  });
+
+  it("a name loaded already gets 409", async () => {
+    const again = await load("a1b2", join(root, "c3d4", "model"));
+    assert.equal(again.status, 409);
+    assert.match(((await again.json()) as { error: string }).error, /'a1b2'.*loaded already/);
+  });
+
+  it("a folder that is no model gets 400 with the error, and is not listed", async () => {
+    const failed = await load("broken", join(root, "broken", "model"));
+    assert.equal(failed.status, 400);
+    assert.ok(((await failed.json()) as { error: string }).error.length > 0);
+    assert.equal((await fetch(`${base}/models/broken`)).status, 404);
+  });
+
+  it("a load that runs out of memory gets 507, so SageMaker unloads others and tries again", async () => {
+    const failed = await load("oom", join(root, "oom", "model"));
+    assert.equal(failed.status, 507);
+    assert.match(((await failed.json()) as { error: string }).error, /out of memory/);
+  });
+
+  it("a url under /proc, /dev or /sys is refused with 400", async () => {
+    assert.equal((await load("proc", "/proc/self/../1")).status, 400);
+  });
+
+  it("DELETE /models/{name} unloads it: then it is not found, nor invoked", async () => {
+    const deleted = await fetch(`${base}/models/a1b2`, { method: "DELETE" });
+    assert.equal(deleted.status, 200);
+    assert.equal((await fetch(`${base}/models/a1b2`)).status, 404);
+    assert.equal((await invoke("a1b2", "[1]")).status, 404);
+    assert.equal((await fetch(`${base}/models/a1b2`, { method: "DELETE" })).status, 404);
+    assert.deepEqual(await (await fetch(`${base}/models`)).json(), {
+      models: [{ modelName: "c3d4", modelUrl: join(root, "c3d4", "model") }],
+    });
+    // The name can be loaded again.
+    assert.equal((await load("a1b2", join(root, "a1b2", "model"))).status, 200);
+  });
+});
