@@ -72,10 +72,11 @@ export async function prepareModel(
     parsed = source.ovms.entry.toParsedConfig(ovms);
   } else {
     const file = configFile(source.dir, configName);
-    if (file !== undefined) parsed = await parseModelConfigFile(file);
-    // Read afresh for this load: the name it is served under replaces the folder's own.
-    if (parsed !== undefined && source.renamed === true) parsed.message.name = source.name;
-    else if (strict) {
+    if (file !== undefined) {
+      parsed = await parseModelConfigFile(file);
+      // Read afresh for this load: the name it is served under replaces the folder's own.
+      if (source.renamed === true) parsed.message.name = source.name;
+    } else if (strict) {
       throw invalidArg(
         `model '${source.name}' has no config.pbtxt or config.json, and --strict-model-config is set`,
       );

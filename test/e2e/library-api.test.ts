@@ -110,14 +110,17 @@ describe("the library entry", () => {
       grpcPort: undefined,
       metricsPort: undefined,
       logLevel: "silent",
+      // A config.pbtxt is all strict mode needs.
+      strictModelConfig: true,
       security: {
         access: { apiKeys: [{ name: "a", secret: "0123456789abcdef0123", groups: ["inference"] }] },
         limits: { maxStateBytes: 1 << 20 },
       },
     });
     try {
-      // The key guards inference; health stays open, as by default.
+      // The key guards inference; health stays open, as by default. The model loaded.
       assert.equal((await getJson(`http://127.0.0.1:${server.httpPort}/v2/health/ready`)).status, 200);
+      assert.equal((await getJson(`http://127.0.0.1:${server.httpPort}/v2/models/simple/ready`)).status, 200);
       assert.equal((await getJson(`http://127.0.0.1:${server.httpPort}/v2/models/stats`)).status, 401);
     } finally {
       await server.stop();
