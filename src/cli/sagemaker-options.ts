@@ -14,7 +14,7 @@ export const SAGEMAKER_FLAGS: readonly FlagSpec[] = [
     name: "allow-sagemaker",
     boolean: true,
     default: "false",
-    help: "Serve the SageMaker inference-container API (GET /ping, POST /invocations, POST /endpoints/{name}/invocations) with stateful sessions.",
+    help: "Serve the SageMaker inference-container API (GET /ping, POST /invocations, POST /endpoints/{name}/invocations and /invocations-response-stream, the multi-model endpoint's /models routes) with stateful sessions.",
   },
   { name: "sagemaker-port", value: "port", default: "8080", help: "SageMaker port; 0 picks a free port." },
   {

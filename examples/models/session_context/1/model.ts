@@ -4,7 +4,7 @@ import type {
   HandlerRequest,
   HandlerResponse,
   Tensor,
-} from "../../../../src/handler-api.ts";
+} from "seqserve";
 import { closest, FEATURES, featuresOf, passagesOf } from "./passages.ts";
 
 // The SageMaker stateful-session pattern (LLaVA on TorchServe caches an image's embedding

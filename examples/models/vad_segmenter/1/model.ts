@@ -1,4 +1,4 @@
-import type { Handler, HandlerContext, HandlerRequest, Tensor } from "../../../../src/handler-api.ts";
+import type { Handler, HandlerContext, HandlerRequest, Tensor } from "seqserve";
 import { finish, newSegmenter, pushChunk, type SegmenterState, type SpeechEvent } from "./segmenter.ts";
 
 // Speech segments as they happen: audio in (16 kHz FP32, any number of samples per
