@@ -1,10 +1,4 @@
-import type {
-  Handler,
-  HandlerContext,
-  HandlerRequest,
-  HandlerResponse,
-  Tensor,
-} from "seqserve";
+import type { Handler, HandlerContext, HandlerRequest, HandlerResponse, Tensor } from "seqserve";
 import { closest, FEATURES, featuresOf, passagesOf } from "./passages.ts";
 
 // The SageMaker stateful-session pattern (LLaVA on TorchServe caches an image's embedding
