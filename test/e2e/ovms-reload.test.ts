@@ -228,6 +228,6 @@ test("a new version whose state does not fit ends the 16 live sequences with rea
   );
   // As OVMS, the retired version stays listed, in state END.
   assert.deepEqual((await getJson(`${ovms.url}/v1/models/other`)).body, {
-    model_version_status: [{ version: "1", state: "END", status: { error_code: "OK", error_message: "" } }],
+    model_version_status: [{ version: "1", state: "END", status: { error_code: "OK", error_message: "OK" } }],
   });
 });

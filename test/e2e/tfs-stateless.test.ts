@@ -446,7 +446,7 @@ describe("model status and metadata", () => {
   it("REST status, of the model and of a version; GET /v1/config for all", async () => {
     const expected = {
       model_version_status: [
-        { version: "1", state: "AVAILABLE", status: { error_code: "OK", error_message: "" } },
+        { version: "1", state: "AVAILABLE", status: { error_code: "OK", error_message: "OK" } },
       ],
     };
     assert.deepEqual((await get("/v1/models/add_sub")).json, expected);
@@ -546,7 +546,7 @@ describe("model status and metadata", () => {
       model_spec: { name: "vad" },
     });
     assert.deepEqual(statusAnswer.model_version_status, [
-      { version: "1", state: "AVAILABLE", status: { error_code: "OK", error_message: "" } },
+      { version: "1", state: "AVAILABLE", status: { error_code: "OK", error_message: "OK" } },
     ]);
     const metadata = await client.metadata<{
       model_spec: { name: string; version: { value: string } };

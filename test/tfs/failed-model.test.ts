@@ -38,3 +38,16 @@ test("a model whose load failed is not loaded yet, named with a version or not; 
   const fine = await postJson(`${ovms.url}/v1/models/fine:predict`, { inputs: { INPUT0: [[1, 2, 3, 4]] } });
   assert.deepEqual([fine.status, fine.body], [200, { outputs: [[1, 2, 3, 4]] }]);
 });
+
+test("a version whose load failed is listed as OVMS lists it: LOADING, error UNKNOWN; a healthy one's message is OK", async () => {
+  const status = async (name: string) =>
+    (
+      (await (await fetch(`${ovms.url}/v1/models/${name}`)).json()) as {
+        model_version_status: { state: string; status: { error_code: string; error_message: string } }[];
+      }
+    ).model_version_status[0];
+  const broken = await status("broken");
+  assert.deepEqual([broken?.state, broken?.status.error_code], ["LOADING", "UNKNOWN"]);
+  const fine = await status("fine");
+  assert.deepEqual([fine?.state, fine?.status], ["AVAILABLE", { error_code: "OK", error_message: "OK" }]);
+});

@@ -27,10 +27,12 @@ export function modelStatus(registry: ModelRegistry, name: string, version?: str
   if (entries.length === 0) throw notFound(OVMS_MESSAGES.model_unknown);
   const statuses: VersionStatus[] = entries.map((entry) => {
     const failed = entry.state === "UNAVAILABLE" && entry.reason !== "" && entry.reason !== "unloaded";
+    // As OVMS: a version whose load failed stays LOADING with error UNKNOWN
+    // (ModelVersionStatus::isFailedLoading); a healthy one's message is its code, "OK".
     const state: VersionState =
       entry.state === "READY"
         ? "AVAILABLE"
-        : entry.state === "LOADING"
+        : entry.state === "LOADING" || failed
           ? "LOADING"
           : entry.state === "UNLOADING"
             ? "UNLOADING"
@@ -39,7 +41,8 @@ export function modelStatus(registry: ModelRegistry, name: string, version?: str
       version: entry.version ?? "0",
       state,
       errorCode: failed ? "UNKNOWN" : "OK",
-      errorMessage: failed ? (entry.reason ?? "") : "",
+      // OVMS writes the code's name; the reason says more, and seqserve gives it.
+      errorMessage: failed ? (entry.reason ?? "UNKNOWN") : "OK",
     };
   });
   if (version === undefined) return statuses;
