@@ -320,6 +320,10 @@ for (const transport of ["grpc", "rest"] as const) {
         assert.equal(ok(await send("vad", { id })).id, id);
         assert.equal(ok(await send("vad", { id, control: END })).id, id);
       }
+      // The counter stays on the last id it gave: ended, that id is given again, as OVMS's.
+      const again = ok(await send("vad", { control: START }));
+      assert.equal(again.id, next.id);
+      assert.equal(ok(await send("vad", { id: again.id, control: END })).id, again.id);
     });
 
     it("ids: 2^64-1 round-trips exactly, and every response carries sequence_id", async () => {

@@ -522,11 +522,16 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         const taken = this.#ids.take();
         if (taken === undefined) return undefined;
         number = FIRST_TIER_ID + taken;
-      } else if (exclusive) number = this.#nextExclusiveId++;
-      else number = this.#nextAssignedId++;
+      } else if (exclusive) {
+        // OVMS's counter (SequenceManager::getUniqueSequenceId) stays on the id it gave and
+        // moves on only past ids in use: an ended sequence's id is given again, and a START
+        // refused (no room) uses none.
+        number = this.#nextExclusiveId;
+      } else number = this.#nextAssignedId++;
       const id = takesStringIds(this.#config) ? String(number) : number;
       const key = idKey(id);
       if (!this.#live.has(key) && !this.#ending.has(key)) return id;
+      if (exclusive && this.#ids === undefined) this.#nextExclusiveId++;
     }
   }
 
