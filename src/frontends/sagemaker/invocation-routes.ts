@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { asServerError, invalidArg, ServerError } from "../../core/errors.ts";
+import { asServerError, invalidArg, SERVER_EXITING, ServerError } from "../../core/errors.ts";
 import type { InferRequest } from "../../core/infer.ts";
 import type {
   ModelRegistry,
@@ -253,6 +253,7 @@ export async function invocationRoutes(
   const registry = context.registry;
 
   app.get("/ping", { schema: SAGEMAKER_SCHEMAS.ping }, (_request, reply) => {
+    if (context.isExiting?.() === true) throw new HttpError(503, SERVER_EXITING);
     if (context.isReady()) return reply.code(200).send();
     throw new HttpError(503, describeReadiness(registry));
   });
