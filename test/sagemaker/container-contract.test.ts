@@ -303,6 +303,8 @@ describe("body forms and Accept", { timeout: 60_000 }, () => {
       sessionId: id,
     });
     assert.deepEqual(jsonAnswer(asJson), [[7]]);
+    // Exactly Triton's type (no charset), which the SDK hands over as ContentType.
+    assert.equal(asJson.ContentType, "application/json");
 
     const refused = await sdkError(
       invoke(client, {

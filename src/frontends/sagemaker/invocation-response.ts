@@ -2,6 +2,7 @@ import type { FastifyReply } from "fastify";
 import type { InferResponse } from "../../core/infer.ts";
 import type { TensorMetadata } from "../../core/model.ts";
 import { HttpError } from "../common/http/http-error.ts";
+import { toJsonText } from "../common/http/json-text.ts";
 import type { OutputEncoding } from "../common/kserve/infer-request-decoder.ts";
 import {
   type EncodedInferResponse,
@@ -147,6 +148,15 @@ function kserveAnswer(encoded: EncodedInferResponse): EncodedAnswer {
 }
 
 /**
+ * Sends `value` as JSON with the Content-Type `application/json`, as Triton's SageMaker
+ * server does: the SDKs hand it to the caller as ContentType, which a client may compare.
+ * (Fastify adds `; charset=utf-8` to a text body's JSON type, not to bytes.)
+ */
+export function sendJsonAnswer(reply: FastifyReply, value: unknown): FastifyReply {
+  return reply.type("application/json").send(Buffer.from(toJsonText(value), "utf8"));
+}
+
+/**
  * Sends `response` in `answer` form; `encoding` says which outputs a KServe form sends
  * binary. `headers` (a session's) are set only once the answer is encoded: an answer that
  * fails becomes an error that carries none of them.
@@ -158,7 +168,11 @@ export function sendAnswer(
   encoding: OutputEncoding,
   headers: Readonly<Record<string, string>> = {},
 ): FastifyReply | Promise<FastifyReply> {
-  const send = ({ type, body }: EncodedAnswer) => reply.headers(headers).type(type).send(body);
+  const send = ({ type, body }: EncodedAnswer) =>
+    reply
+      .headers(headers)
+      .type(type)
+      .send(typeof body === "string" ? Buffer.from(body, "utf8") : body);
   const encoded = encodeAnswer(response, answer, encoding);
   return encoded instanceof Promise ? encoded.then(send) : send(encoded);
 }
