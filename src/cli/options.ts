@@ -438,13 +438,17 @@ export function parseCommandLine(
       "explicit",
       "poll",
     ]),
-    // `serve`'s default model is loaded only in explicit mode (a mode given as a flag wins).
-    loadModels:
-      list("load-model").length === 0 &&
-      defaults["load-model"] !== undefined &&
-      get("model-control-mode").toLowerCase() === "explicit"
-        ? [defaults["load-model"]]
-        : list("load-model"),
+    // `serve`'s default model is loaded in explicit mode (a mode given as a flag wins), with
+    // any --load-model beside it: Triton's image passes it as one, and the flag adds up
+    // (SAGEMAKER_TRITON_ADDITIONAL_ARGS="--load-model=…" loads the models it calls).
+    loadModels: [
+      ...new Set([
+        ...(defaults["load-model"] !== undefined && get("model-control-mode").toLowerCase() === "explicit"
+          ? [defaults["load-model"]]
+          : []),
+        ...list("load-model"),
+      ]),
+    ],
     // 0: poll mode loads the repository once and never looks again, as Triton's does.
     repositoryPollSecs: parseInteger("repository-poll-secs", get("repository-poll-secs"), 0),
     exitTimeoutSecs: clampedInteger("exit-timeout-secs", get("exit-timeout-secs"), 0),

@@ -398,6 +398,27 @@ describe("Triton's flags", () => {
     assert.equal((given as { options: ServerOptions }).options.metricsPort, 8402);
   });
 
+  it("`serve` loads SAGEMAKER_TRITON_DEFAULT_MODEL_NAME's model, and the --load-model models of its additional flags beside it", () => {
+    const env = { SAGEMAKER_TRITON_DEFAULT_MODEL_NAME: "session_context" };
+    const alone = parseCommandLine(["serve", "--model-repository", "examples/models"], env);
+    assert.deepEqual(
+      [
+        (alone as { options: ServerOptions }).options.modelControlMode,
+        (alone as { options: ServerOptions }).options.loadModels,
+      ],
+      ["explicit", ["session_context"]],
+    );
+    // A model that calls another (session_context calls text_embedder) gets it loaded so, as in Triton.
+    const withCalled = parseCommandLine(["serve", "--model-repository", "examples/models"], {
+      ...env,
+      SAGEMAKER_TRITON_ADDITIONAL_ARGS: "--load-model=text_embedder --load-model=session_context",
+    });
+    assert.deepEqual((withCalled as { options: ServerOptions }).options.loadModels, [
+      "session_context",
+      "text_embedder",
+    ]);
+  });
+
   it("two endpoints on one address and port are refused as Triton refuses them, before any model loads", () => {
     assert.throws(
       () => withRepository("--http-port", "9100", "--grpc-port", "9100"),
