@@ -10,7 +10,7 @@ import {
 } from "../handlers/support/handler-kit.ts";
 import { accumulatorConfig } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
-import { containerMessage, invoke, sdkClient, sdkError } from "./support/sagemaker-kit.ts";
+import { containerMessage, invoke, invokeStream, sdkClient, sdkError } from "./support/sagemaker-kit.ts";
 
 // SAGEMAKER_TRITON_INFERENCE_TYPE=generate|generate_stream: /invocations is Triton's
 // generate extension for the model an invocation goes to, answered as the HTTP port's
@@ -78,6 +78,24 @@ describe("SageMaker invocations as Triton's generate", { timeout: 120_000 }, () 
       });
       const body = JSON.parse(Buffer.from(output.Body!).toString()) as Record<string, unknown>;
       assert.equal(body.OUTPUT, 8);
+      // Exactly Triton's type, which the SDK hands over as ContentType.
+      assert.equal(output.ContentType, "application/json");
+    } finally {
+      client.destroy();
+    }
+  });
+
+  it("InvokeEndpointWithResponseStream gets the answer as the stream's one part", async () => {
+    const client = sdkClient(generate.port);
+    try {
+      const streamed = await invokeStream(client, {
+        body: JSON.stringify({ INPUT: 2, sequence_id: 42, sequence_start: true, sequence_end: true }),
+      });
+      assert.equal(streamed.error, undefined);
+      assert.deepEqual(
+        streamed.parts.map((part) => (JSON.parse(part.toString()) as Record<string, unknown>).OUTPUT),
+        [2],
+      );
     } finally {
       client.destroy();
     }
@@ -133,6 +151,23 @@ describe("SageMaker invocations as Triton's generate_stream", { timeout: 120_000
         ["counter", 2],
       ],
     );
+  });
+
+  it("InvokeEndpointWithResponseStream gets each event as a part, as SageMaker hands the container's stream over", async () => {
+    const client = sdkClient(stream.port);
+    try {
+      const streamed = await invokeStream(client, { body: JSON.stringify({ COUNT: 3 }) });
+      assert.equal(streamed.error, undefined);
+      assert.equal(streamed.contentType, "text/event-stream");
+      assert.deepEqual(
+        streamed.parts.map(
+          (part) => (JSON.parse(part.toString().replace(/^data: /, "")) as { INDEX: number }).INDEX,
+        ),
+        [0, 1, 2],
+      );
+    } finally {
+      client.destroy();
+    }
   });
 });
 

@@ -2,6 +2,7 @@ import type { FastifyReply, FastifyRequest } from "fastify";
 import { invalidArg } from "../../core/errors.ts";
 import type { ServedModel } from "../../core/model.ts";
 import { answerGenerate, type GenerateDelivery, readGenerateBody } from "../http/generate/generate-routes.ts";
+import { EVENT_STREAM_TYPE, payloadPart, sendOnePart } from "./streamed-answer.ts";
 
 // Triton's SAGEMAKER_TRITON_INFERENCE_TYPE: /invocations answered as the generate
 // extension (POST /v2/models/{m}/generate or /generate_stream) is, for the model an
@@ -14,14 +15,27 @@ export type InferenceType = "infer" | "generate" | "generate_stream";
 
 const SESSION_ID = "x-amzn-sagemaker-session-id";
 
-/** Answers an invocation as Triton's generate extension, for `model`. */
+/**
+ * On InvokeEndpointWithResponseStream, SageMaker hands the caller what the container's
+ * /invocations sends, part by part: here the generate answer (its one JSON object, or each
+ * Server-Sent Event) goes as the response stream's parts.
+ */
+const RESPONSE_STREAM_PARTS: GenerateDelivery["parts"] = {
+  one: sendOnePart,
+  frame: (text) => payloadPart(text),
+  headers: { "content-type": EVENT_STREAM_TYPE, "X-Amzn-SageMaker-Content-Type": "text/event-stream" },
+};
+
+/** Answers an invocation as Triton's generate extension, for `model`; `delivery`'s parts for the response stream. */
 export function answerGenerateInvocation(
   type: Exclude<InferenceType, "infer">,
   model: ServedModel,
   request: FastifyRequest,
   reply: FastifyReply,
   delivery: GenerateDelivery,
+  responseStream = false,
 ): Promise<FastifyReply | undefined> {
+  if (responseStream) delivery = { ...delivery, parts: RESPONSE_STREAM_PARTS };
   // A generate body has no session: its sequence is in its parameters (sequence_id,
   // sequence_start, sequence_end), as on the HTTP port. A session header would be ignored.
   if (request.headers[SESSION_ID] !== undefined) {

@@ -277,13 +277,20 @@ export async function invocationRoutes(
   ): Promise<FastifyReply | undefined> => {
     if (runtime)
       reply.header(INVOKED_VARIANT_HEADER, headerValue(request, TARGET_VARIANT) || DEFAULT_VARIANT);
-    if (delivery === "container" && inferenceType !== "infer" && loaded === undefined) {
+    if (inferenceType !== "infer" && loaded === undefined) {
       const target = targetModel(
         registry,
         headerValue(request, TARGET_MODEL) || headerValue(request, INFERENCE_COMPONENT),
       );
       const model = invokedModel(registry, target, defaultModel);
-      return answerGenerateInvocation(inferenceType, model, request, reply, { budgets, idleTimeoutMs });
+      return answerGenerateInvocation(
+        inferenceType,
+        model,
+        request,
+        reply,
+        { budgets, idleTimeoutMs },
+        delivery === "response-stream",
+      );
     }
     const read = readInvocationBody(
       (request.body as Buffer | undefined) ?? EMPTY_BODY,

@@ -73,7 +73,7 @@ const codec = new EventStreamCodec(
 const header = (value: string) => ({ type: "string" as const, value });
 
 /** A PayloadPart event: `bytes` are its Bytes. */
-function payloadPart(bytes: string | Uint8Array): Uint8Array {
+export function payloadPart(bytes: string | Uint8Array): Uint8Array {
   return codec.encode({
     headers: {
       ":message-type": header("event"),

@@ -130,7 +130,20 @@ const sse = (json: string): string => `data: ${json}\n\n`;
 export interface GenerateDelivery {
   readonly budgets?: ResponseBudgets | undefined;
   readonly idleTimeoutMs?: number | undefined;
+  /**
+   * The answer goes as the parts of another stream (SageMaker's response stream, an AWS
+   * event stream): `one` sends the one answer, `frame` wraps each event's text, `headers`
+   * are the stream's. Undefined: the answer as the generate extension sends it.
+   */
+  readonly parts?: {
+    readonly one: (reply: FastifyReply, type: string, body: Uint8Array) => FastifyReply;
+    readonly frame: (text: string) => Uint8Array;
+    readonly headers: Readonly<Record<string, string>>;
+  };
 }
+
+const JSON_TYPE = "application/json";
+const EVENT_STREAM_TYPE = "text/event-stream; charset=utf-8";
 
 /**
  * Answers `body` as Triton's generate extension does, for `model`: one JSON object, or
@@ -175,14 +188,21 @@ export async function answerGenerate(
           "generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses",
         );
       }
-      return reply.type("application/json").send(encodeGenerateResponse(first.value));
+      // Bytes: Fastify adds a charset to a text body's type, and Triton sends application/json.
+      const answer = Buffer.from(encodeGenerateResponse(first.value), "utf8");
+      return delivery.parts === undefined
+        ? reply.type(JSON_TYPE).send(answer)
+        : delivery.parts.one(reply, JSON_TYPE, answer);
     }
+    const parts = delivery.parts;
+    const event = (text: string): string | Uint8Array =>
+      parts === undefined ? sse(text) : parts.frame(sse(text));
     await writeStreamedReply(reply, {
-      headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" },
+      headers: parts?.headers ?? { "content-type": EVENT_STREAM_TYPE, "cache-control": "no-cache" },
       first: first.done === true ? undefined : first.value,
       rest: responses,
-      frame: (response) => sse(encodeGenerateResponse(response)),
-      failure: (error) => sse(JSON.stringify({ error: error.message })),
+      frame: (response) => event(encodeGenerateResponse(response)),
+      failure: (error) => event(JSON.stringify({ error: error.message })),
       budgets: delivery.budgets,
       idleTimeoutMs: delivery.idleTimeoutMs,
     });
