@@ -83,14 +83,26 @@ describe("sequence batcher: open, close, expiry", () => {
     assert.throws(() => send(1, { id: "short" }), /must specify the START flag/);
   });
 
-  it("a sequence with an expiry that gets no request within the idle timeout ends (timeout), its slot freed", async () => {
-    const { batcher } = batcherHarness(accumulatorConfig({ maxSequenceIdleUs: 20_000 }));
+  it("a sequence with an expiry that gets no request in its first-request window ends (timeout), its slot freed", async () => {
+    // The idle timeout (20 ms) is shorter than the window (100 ms): the window holds, not it.
+    const { batcher, send, output } = batcherHarness(
+      accumulatorConfig({ maxSequenceIdleUs: 20_000 }),
+      undefined,
+      {
+        firstRequestWindowMs: 100,
+      },
+    );
     batcher.open("unused", { expiresAtMs: Date.now() + 60_000 });
-    assert.equal(batcher.summary().live, 1);
+    batcher.open("used late", { expiresAtMs: Date.now() + 60_000 });
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(await output(send(4, { id: "used late" })), 4);
+    assert.equal(batcher.summary().live, 2);
     while (batcher.lookup("unused").kind === "live") await new Promise((r) => setTimeout(r, 10));
     const lookup = batcher.lookup("unused");
     assert.equal(lookup.kind === "ended" && lookup.reason, "timeout");
-    assert.equal(batcher.summary().live, 0);
+    // The one that had its request in time lives on, to its expiry.
+    await new Promise((r) => setTimeout(r, 100));
+    assert.deepEqual([batcher.summary().live, batcher.lookup("used late").kind], [1, "live"]);
   });
 
   it("the idle timeout does not end a sequence that has an expiry once it had a request; the expiry does", async () => {

@@ -85,10 +85,19 @@ export interface SequenceBatcherOptions {
   readonly refusals?: Refusals;
   /** The server's budget of state bytes, shared by every model (--max-state-bytes). */
   readonly stateBudget?: StateBudget;
+  /** FIRST_REQUEST_WINDOW_MS, for tests. */
+  readonly firstRequestWindowMs?: number;
 }
 
 /** The least time between two looks at the tier for copies that moved on (#reclaimStaleCopies). */
 const RECLAIM_INTERVAL_MS = 1000;
+
+/**
+ * How long a sequence opened without a request (a SageMaker session) keeps its slot
+ * waiting for its first request, unless the model's idle timeout is longer: a minute,
+ * SageMaker's time for an invocation, where Triton's default idle timeout is 1 s.
+ */
+const FIRST_REQUEST_WINDOW_MS = 60_000;
 
 /** How often a step runs again after another replica advanced its sequence at the same time. */
 const MAX_STEP_RETRIES = 3;
@@ -171,6 +180,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   readonly #backlog = new Deque<Sequence>();
   readonly #backlogTimers = new Map<Sequence, NodeJS.Timeout>();
   readonly #expiryTimers = new Map<Sequence, NodeJS.Timeout>();
+  /** Sequences opened without a request, until their first (#armFirstRequest). */
+  readonly #firstRequestTimers = new Map<Sequence, NodeJS.Timeout>();
+  readonly #firstRequestWindow: number;
   /** Why ids that are no longer live ended, for lookup(). */
   readonly #recentEnds = new RecentEnds();
   /** Live sequences by last arrival, oldest first (re-inserted on each arrival). */
@@ -218,6 +230,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#sequencing = config.sequenceBatching!;
     this.#warn = options.warn ?? (() => {});
     this.#info = options.info ?? (() => {});
+    this.#firstRequestWindow = options.firstRequestWindowMs ?? FIRST_REQUEST_WINDOW_MS;
     this.#maxIdBytes = options.maxIdBytes ?? Number.POSITIVE_INFINITY;
     this.#refusals = options.refusals;
     const initialStates = new Map<string, NumericTensor>();
@@ -410,17 +423,15 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#accept(sequence, pending, endIfStartFails);
     if (starts) control?.onStarted?.();
     sequence.lastArrivalMs = Date.now();
+    this.#clearFirstRequest(sequence);
     if (end) {
       sequence.endReason = "end";
       this.#releaseId(sequence);
       this.#ending.set(key, sequence);
-    } else if (sequence.holder !== undefined) {
+    } else if (sequence.holder !== undefined && sequence.expiresAtMs === undefined) {
       this.#byArrival.delete(sequence);
-      // A sequence with an expiry leaves the idle clock with its first request (#livesToExpiry).
-      if (sequence.expiresAtMs === undefined) {
-        this.#byArrival.set(sequence, true);
-        this.#armIdleTimer();
-      }
+      this.#byArrival.set(sequence, true);
+      this.#armIdleTimer();
     }
     // A request's `timeout` bounds how long its sequence waits in the backlog for a slot,
     // the earliest deadline winning (Triton's). A restart's new life waits for the slot
@@ -815,6 +826,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#model.store.delete(sequence.key);
     this.#clearBacklogTimeout(sequence);
     this.#clearExpiry(sequence);
+    this.#clearFirstRequest(sequence);
     const successor = sequence.successor;
     const holder = sequence.holder;
     const follows = successor !== undefined && this.#all.has(successor);
@@ -1062,7 +1074,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * after such a wait was timed out right after its first request.
    */
   #startIdleClock(sequence: Sequence, sinceMs = Date.now()): void {
-    if (sequence.endReason !== undefined || this.#livesToExpiry(sequence)) return;
+    // A sequence with an expiry lives until then, idle or not (see #armFirstStep).
+    if (sequence.endReason !== undefined || sequence.expiresAtMs !== undefined) return;
     sequence.lastArrivalMs = sinceMs;
     this.#byArrival.delete(sequence);
     this.#byArrival.set(sequence, true);
@@ -1070,13 +1083,38 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   /**
-   * A sequence with an expiry lives until then, idle or not, once it has applied a step. One
-   * opened without a request (a session) holds its slot under the idle timeout until its
-   * first step, as a Triton sequence takes one only with its first request: else any
-   * client could hold every slot for the whole expiry with sessions it never uses.
+   * A sequence opened without a request (a session) holds its slot until its expiry once
+   * it has had one; until then, at most FIRST_REQUEST_WINDOW_MS (or the idle timeout, if
+   * longer): else any client could hold every slot for the whole expiry with sessions it
+   * never uses (a Triton sequence takes a slot only with its first request).
    */
-  #livesToExpiry(sequence: Sequence): boolean {
-    return sequence.expiresAtMs !== undefined && sequence.applied > 0;
+  #armFirstRequest(sequence: Sequence): void {
+    if (this.#idleMs === undefined) return;
+    const timer = setTimeout(() => {
+      this.#firstRequestTimers.delete(sequence);
+      if (!this.#all.has(sequence) || sequence.endReason !== undefined) return;
+      // Waiting in the backlog it holds no slot: its window starts again.
+      if (sequence.holder === undefined) {
+        this.#armFirstRequest(sequence);
+        return;
+      }
+      sequence.endReason = "timeout";
+      this.#releaseId(sequence);
+      this.#info(
+        `sequence ${formatSequenceId(sequence.id)} of model '${this.#config.name}' ended: opened without a request, it had none within ${this.#firstRequestWindowMs} ms`,
+      );
+      if (sequence.idle) this.#finish(sequence);
+    }, timerDelay(this.#firstRequestWindowMs));
+    timer.unref();
+    this.#firstRequestTimers.set(sequence, timer);
+  }
+
+  get #firstRequestWindowMs(): number {
+    return Math.max(this.#idleMs ?? 0, this.#firstRequestWindow);
+  }
+
+  #clearFirstRequest(sequence: Sequence): void {
+    clearTimer(this.#firstRequestTimers, sequence);
   }
 
   #reapIdle(): void {
@@ -1085,10 +1123,6 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       if (sequence.lastArrivalMs + this.#idleMs! > now) break;
       // Triton's reaper only frees slots: a backlogged sequence waits for its turn.
       if (sequence.holder === undefined) continue;
-      if (this.#livesToExpiry(sequence)) {
-        this.#byArrival.delete(sequence);
-        continue;
-      }
       // OVMS's cleaner passes over a sequence in use: its clock starts at its step's end.
       if (this.#idleFromLastStep && !sequence.idle) {
         this.#startIdleClock(sequence);
@@ -1944,7 +1978,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#ending.clear();
     this.#byArrival.clear();
     this.#backlog.drain();
-    for (const timers of [this.#backlogTimers, this.#expiryTimers]) {
+    for (const timers of [this.#backlogTimers, this.#expiryTimers, this.#firstRequestTimers]) {
       for (const timer of timers.values()) clearTimeout(timer);
       timers.clear();
     }
@@ -2090,7 +2124,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#live.set(key, sequence);
     this.#recentEnds.forget(key);
     if (sequence.holder !== undefined) this.#startIdleClock(sequence);
-    if (options.expiresAtMs !== undefined) this.#armExpiry(sequence, options.expiresAtMs);
+    if (options.expiresAtMs !== undefined) {
+      this.#armExpiry(sequence, options.expiresAtMs);
+      this.#armFirstRequest(sequence);
+    }
     const place = this.#newPlace();
     if (place === undefined) return;
     // Any replica may take the next request: the sequence exists in the tier before this resolves.

@@ -5,7 +5,7 @@ import { formatExpiry, NEW_SESSION, newSessionId } from "./session-id.ts";
 // SageMaker stateful sessions are sequences of the model they were opened on: the
 // session id is the sequence id, the state is the sequence's, kept by the core. Opening
 // a session opens a sequence with an expiry (the TTL counts from opening; the model's
-// idle timeout applies only until its first step); closing one ends it as an END would. When a session can
+// idle timeout does not apply, but one opened without a step has a minute for it); closing one ends it as an END would. When a session can
 // no longer be used, the core remembers why for a while, and the caller is told which:
 // closed, expired, ended for another reason, or never known here.
 
@@ -44,7 +44,7 @@ function why(reason: SequenceEndReason): string {
     case "shutdown":
       return "the server was shutting down";
     case "timeout":
-      return "it was opened without a step and sent none within its model's idle timeout (max_sequence_idle_microseconds), which holds a session's slot until its first step";
+      return "it was opened without a step and sent none within a minute (or its model's idle timeout, max_sequence_idle_microseconds, if longer), which holds a session's slot until its first step";
     case "backlog_timeout":
       return `it waited ${SESSION_SLOT_WAIT_SECS} s for one of its model's sequence slots, all in use by other sequences (close the sessions no longer in use, or give the model more slots)`;
     default:

@@ -3,7 +3,7 @@ import type { InferRequest, SequenceControl } from "../../../src/core/infer.ts";
 import type { ModelConfig } from "../../../src/core/model-config.ts";
 import { validateRequest } from "../../../src/core/request-validation.ts";
 import { PendingRequest } from "../../../src/core/scheduler/pending-request.ts";
-import { SequenceBatcher } from "../../../src/core/sequence/sequence-batcher.ts";
+import { SequenceBatcher, type SequenceBatcherOptions } from "../../../src/core/sequence/sequence-batcher.ts";
 import { MemoryStateStore } from "../../../src/core/sequence/state-store.ts";
 import { ModelStatistics } from "../../../src/core/statistics.ts";
 import type { Tensor } from "../../../src/core/tensor.ts";
@@ -15,6 +15,7 @@ import { AccumulatorExecutor, accumulatorConfig } from "./accumulator-executor.t
 export function batcherHarness(
   config: ModelConfig = accumulatorConfig(),
   executor: AccumulatorExecutor = new AccumulatorExecutor(),
+  options: Partial<SequenceBatcherOptions> = {},
 ) {
   const store = new MemoryStateStore();
   /** What the batcher logged, at its level. */
@@ -26,6 +27,7 @@ export function batcherHarness(
     store,
     warn: (message) => logged.push({ level: "warn", message }),
     info: (message) => logged.push({ level: "info", message }),
+    ...options,
   });
   const send = (
     value: number,
