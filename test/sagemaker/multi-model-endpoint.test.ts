@@ -75,6 +75,10 @@ describe("SageMaker multi-model endpoint", { timeout: 120_000 }, () => {
       },
     );
     mkdirSync(join(root, "repository"));
+    // The endpoint's own model, which the API may not replace.
+    writeModel(join(root, "repository", "own"), accumulatorConfig("own", 4, "direct { }"), {
+      "1/model.onnx": onnx,
+    });
     const port = await freePort();
     server = new ServerProcess(
       process.execPath,
@@ -98,7 +102,7 @@ describe("SageMaker multi-model endpoint", { timeout: 120_000 }, () => {
     rmSync(root, { recursive: true, force: true });
   });
 
-  it("starts with an empty repository, and /ping answers", async () => {
+  it("starts with no model loaded, and /ping answers", async () => {
     assert.equal((await fetch(`${base}/ping`)).status, 200);
     const list = await fetch(`${base}/models`);
     assert.equal(list.status, 200);
@@ -149,6 +153,16 @@ describe("SageMaker multi-model endpoint", { timeout: 120_000 }, () => {
     const again = await load("a1b2", join(root, "c3d4", "model"));
     assert.equal(again.status, 409);
     assert.match(((await again.json()) as { error: string }).error, /'a1b2'.*loaded already/);
+  });
+
+  it("a name of the endpoint's own repository gets 409: the API does not replace it", async () => {
+    const own = await load("own", join(root, "c3d4", "model"));
+    assert.equal(own.status, 409);
+    assert.match(
+      ((await own.json()) as { error: string }).error,
+      /model repository has a model of this name/,
+    );
+    assert.equal((await fetch(`${base}/models/own`, { method: "DELETE" })).status, 404);
   });
 
   it("a folder that is no model gets 400 with the error, and is not listed", async () => {

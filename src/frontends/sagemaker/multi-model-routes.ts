@@ -117,6 +117,13 @@ export async function multiModelRoutes(
         `failed to load '${name}': a model of this name is loaded already (unload it first)`,
       );
     }
+    // The endpoint's own models (its repository's) are not this API's to replace.
+    if (registry.index().some((entry) => entry.name === name)) {
+      throw new HttpError(
+        MULTI_MODEL_STATUS.alreadyLoaded,
+        `failed to load '${name}': the endpoint's model repository has a model of this name`,
+      );
+    }
     try {
       await models.load(name, url, () => registry.load(name, { dir: modelFolder(normalize(url)) }));
     } catch (error) {
