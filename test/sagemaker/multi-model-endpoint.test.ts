@@ -31,6 +31,15 @@ export default {
 };
 `;
 
+// Model code that runs out of memory as it runs.
+const OUT_OF_MEMORY_RUN = `
+export default {
+  execute() {
+    throw new Error("CUDA out of memory: tried to allocate 2.00 GiB");
+  },
+};
+`;
+
 describe("SageMaker multi-model endpoint", { timeout: 120_000 }, () => {
   let root: string;
   let server: ServerProcess;
@@ -73,6 +82,11 @@ describe("SageMaker multi-model endpoint", { timeout: 120_000 }, () => {
       {
         "1/model.ts": OUT_OF_MEMORY_HANDLER,
       },
+    );
+    writeModel(
+      join(root, "oom-run", "model", "big"),
+      'backend: "typescript"\nmax_batch_size: 0\ninput [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]\noutput [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]',
+      { "1/model.ts": OUT_OF_MEMORY_RUN },
     );
     mkdirSync(join(root, "repository"));
     // The endpoint's own model, which the API may not replace.
@@ -176,6 +190,18 @@ describe("SageMaker multi-model endpoint", { timeout: 120_000 }, () => {
     const failed = await load("oom", join(root, "oom", "model"));
     assert.equal(failed.status, 507);
     assert.match(((await failed.json()) as { error: string }).error, /out of memory/);
+  });
+
+  it("an invocation that runs out of memory gets 507 too", async () => {
+    assert.equal((await load("oom-run", join(root, "oom-run", "model"))).status, 200);
+    const failed = await invoke(
+      "oom-run",
+      '{"inputs":[{"name":"X","datatype":"INT32","shape":[1],"data":[1]}]}',
+    );
+    assert.equal(failed.status, 507, await failed.clone().text());
+    assert.equal(failed.headers.get("content-type"), "application/json");
+    assert.match(((await failed.json()) as { error: string }).error, /out of memory/);
+    assert.equal((await fetch(`${base}/models/oom-run`, { method: "DELETE" })).status, 200);
   });
 
   it("a url under /proc, /dev or /sys is refused with 400", async () => {

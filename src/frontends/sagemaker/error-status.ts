@@ -90,12 +90,14 @@ export function sendSageMakerError(
   error?: unknown,
 ): FastifyReply {
   const answer = sageMakerError(status, message);
+  // Bytes, so that the type stays `application/json` (Fastify adds a charset to text), as Triton's.
   reply.code(status).headers(headers).headers(answer.headers).type("application/json");
-  if (!reply.request.sageMakerForwarded || isSageMakersOwn(error)) return reply.send(answer.body);
+  if (!reply.request.sageMakerForwarded || isSageMakersOwn(error))
+    return reply.send(Buffer.from(answer.body));
   return reply
     .code(MODEL_ERROR_STATUS)
     .header(ERROR_TYPE, "ModelError")
-    .send(modelError(status, answer.body));
+    .send(Buffer.from(modelError(status, answer.body)));
 }
 
 /**
@@ -126,10 +128,13 @@ const OUT_OF_MEMORY = [
 /** SageMaker's multi-model statuses (Triton's): 409 for a name already loaded, 507 for want of memory. */
 export const MULTI_MODEL_STATUS = { alreadyLoaded: 409, outOfMemory: 507, failed: 400 } as const;
 
+/** Whether `error` says it ran out of memory, in the words Triton's SageMaker server looks for. */
+export function isOutOfMemory(error: unknown): boolean {
+  const message = error instanceof Error ? error.message : String(error);
+  return OUT_OF_MEMORY.some((words) => message.includes(words));
+}
+
 /** The status of a multi-model endpoint's failed load: 507 when it ran out of memory, else 400, as Triton answers. */
 export function multiModelLoadStatus(error: unknown): number {
-  const message = error instanceof Error ? error.message : String(error);
-  return OUT_OF_MEMORY.some((words) => message.includes(words))
-    ? MULTI_MODEL_STATUS.outOfMemory
-    : MULTI_MODEL_STATUS.failed;
+  return isOutOfMemory(error) ? MULTI_MODEL_STATUS.outOfMemory : MULTI_MODEL_STATUS.failed;
 }

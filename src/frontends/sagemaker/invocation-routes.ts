@@ -16,7 +16,7 @@ import { isJsonObject } from "../common/http/json-body.ts";
 import type { OutputEncoding } from "../common/kserve/infer-request-decoder.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
 import { withTraceContext } from "../common/trace-context.ts";
-import { SAGEMAKER_HTTP_STATUS } from "./error-status.ts";
+import { isOutOfMemory, MULTI_MODEL_STATUS, SAGEMAKER_HTTP_STATUS } from "./error-status.ts";
 import { answerGenerateInvocation, type InferenceType } from "./generate-invocation.ts";
 import {
   decodeInvocation,
@@ -500,7 +500,15 @@ export async function invocationRoutes(
     (request: FastifyRequest<{ Params: { name: string } }>, reply) => {
       const { name } = request.params;
       if (options.models.url(name) === undefined) return reply.code(404).send();
-      return invoke("container", false, request, reply, name);
+      // An invocation that ran out of memory is 507, as a load's, as Triton's
+      // (SageMakerMMEHandleOOMError): SageMaker then unloads other models.
+      return invoke("container", false, request, reply, name).catch((error: unknown) => {
+        if (!isOutOfMemory(error)) throw error;
+        throw new HttpError(
+          MULTI_MODEL_STATUS.outOfMemory,
+          error instanceof Error ? error.message : String(error),
+        );
+      });
     },
   );
   app.post(
