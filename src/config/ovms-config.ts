@@ -96,10 +96,10 @@ export interface OvmsModelEntry {
   readonly sharedInputs: string | undefined;
   /**
    * Why OVMS would not load this model, though the file is valid (a stateful model's key
-   * on a stateless one…): the model fails to load, the others are served, as in OVMS.
+   * on a stateless one…): the model is left out, the others are served, as in OVMS.
    */
   readonly invalid: ConfigError | undefined;
-  /** The model as a parsed Triton config (what config.pbtxt would have given); throws `invalid`. */
+  /** The model as a parsed Triton config (what config.pbtxt would have given). */
   toParsedConfig(options?: OvmsToParsedOptions): ParsedModelConfig;
 }
 
@@ -286,15 +286,8 @@ class OvmsReader {
       statePairs,
       sharedInputs,
       invalid,
-      toParsedConfig: (options = {}) => {
-        if (invalid !== undefined) throw invalid;
-        return buildParsedConfig(
-          this.#file,
-          fields,
-          { name, policy, sequence, statePairs, sharedInputs },
-          options,
-        );
-      },
+      toParsedConfig: (options = {}) =>
+        buildParsedConfig(this.#file, fields, { name, policy, sequence, statePairs, sharedInputs }, options),
     };
     return entry;
   }

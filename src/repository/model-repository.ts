@@ -105,6 +105,8 @@ export class ModelRepository implements ModelRegistry {
   readonly #logger: Logger;
   readonly #models = new Map<string, ModelEntry>();
   #ovmsSources: ModelSource[] = [];
+  /** Why each OVMS config entry OVMS would not load was left out (#readOvmsSources). */
+  #invalidOvmsEntries: string[] = [];
   /** The Triton repositories' model folders as last read (duplicates included). */
   #inRepositories: readonly ModelSource[] = [];
   /** The OVMS config files' texts as last read, to see when one changes. */
@@ -168,9 +170,14 @@ export class ModelRepository implements ModelRegistry {
 
   /** Reads the OVMS config files' models, logging what they ask that is not served. */
   async #readOvmsSources(): Promise<void> {
-    const { sources, notes } = await readOvmsSources(this.#options.ovmsConfigs, this.#options.singleModel);
+    const { sources, notes, invalid } = await readOvmsSources(
+      this.#options.ovmsConfigs,
+      this.#options.singleModel,
+    );
     for (const note of notes) this.#logger.warn({ event: "config_note" }, note);
+    for (const why of invalid) this.#logger.error({ event: "model_load_failed" }, why);
     this.#ovmsSources = sources;
+    this.#invalidOvmsEntries = invalid;
   }
 
   /** Finds the models on disk; `ovmsOnly` looks at the OVMS config files alone (Triton repositories keep their last look). */
@@ -312,13 +319,17 @@ export class ModelRepository implements ModelRegistry {
   }
 
   /**
-   * OVMS's reload fails while a model its config lists did not load as listed (its last
-   * load failed: a missing path, a bad file, a refused change), on every reload until the
+   * OVMS's reload fails while a model its config lists did not load as listed (an entry
+   * OVMS would not load; its last load failed: a missing path, a bad file, a refused
+   * change), on every reload until the
    * config is mended (its `lastLoadConfigStatus`): a deploy script checking the answer
    * must not take a refused change for an applied one. The other models are applied all
    * the same. A missing folder is OVMS's PATH_INVALID (400), anything else 500.
    */
   #refuseFailedOvmsModels(): void {
+    if (this.#invalidOvmsEntries.length > 0) {
+      throw new ServerError("INTERNAL", "Reloading config file failed. Check server logs for more info.");
+    }
     for (const entry of this.#models.values()) {
       if (entry.source?.ovms === undefined || entry.reason === "" || entry.reason === "unloaded") continue;
       throw new ServerError(

@@ -22,20 +22,25 @@ export interface ModelSource {
 
 /**
  * The models listed in OVMS config files, and the one of OVMS's single-model mode (a bad
- * file stops the server: it names the problem), with what the files ask that is not served.
+ * file stops the server: it names the problem), with what the files ask that is not served
+ * and why each entry OVMS would not load is left out.
  */
 export async function readOvmsSources(
   files: readonly string[],
   singleModel?: SingleModelOptions,
-): Promise<{ readonly sources: ModelSource[]; readonly notes: string[] }> {
+): Promise<{ readonly sources: ModelSource[]; readonly notes: string[]; readonly invalid: string[] }> {
   const sources: ModelSource[] = [];
+  const invalid: string[] = [];
   const configs = await Promise.all(files.map(readOvmsConfig));
   if (singleModel !== undefined) configs.push(singleModelConfig(singleModel));
   for (const config of configs) {
-    for (const entry of config.models)
-      sources.push({ name: entry.name, dir: entry.basePath, ovms: { file: config.file, entry } });
+    for (const entry of config.models) {
+      // As OVMS: an entry it would not load is no model at all (a request for it is "not found").
+      if (entry.invalid !== undefined) invalid.push(entry.invalid.message);
+      else sources.push({ name: entry.name, dir: entry.basePath, ovms: { file: config.file, entry } });
+    }
   }
-  return { sources, notes: configs.flatMap((config) => config.notes) };
+  return { sources, notes: configs.flatMap((config) => config.notes), invalid };
 }
 
 export interface Discovery {

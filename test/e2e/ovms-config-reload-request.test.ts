@@ -78,6 +78,16 @@ it("a model the config lists that fails to load fails the reload, on every reloa
   const missing = await reload();
   assert.deepEqual([missing.status, missing.body], [400, failed]);
 
+  // An entry OVMS would not load (a stateful model's key on a stateless one): no model, 500.
+  ovms.write({
+    second: MODEL,
+    fourth: MODEL,
+    misconfigured: { config: { max_sequence_number: 5 }, onnx: MODEL.onnx },
+  });
+  const refused = await reload();
+  assert.deepEqual([refused.status, refused.body], [500, failed]);
+  assert.equal((await fetch(`${ovms.url}/v1/models/misconfigured`)).status, 404);
+
   ovms.write({ second: MODEL, fourth: MODEL });
   assert.equal((await reload()).status, 201);
   assert.equal((await reload()).status, 200);

@@ -30,11 +30,14 @@ test("a model whose load failed is not loaded yet, named with a version or not; 
       [path, 404, { error: "Model with requested version is not loaded yet" }],
     );
   }
-  // Its entry refused, no version of it was tried.
+  // Its entry refused, it is no model at all, as in OVMS.
   const misconfigured = await postJson(`${ovms.url}/v1/models/misconfigured:predict`, {
     inputs: { INPUT0: [[1, 2, 3, 4]] },
   });
-  assert.equal(misconfigured.status, 404, JSON.stringify(misconfigured.body));
+  assert.deepEqual(
+    [misconfigured.status, misconfigured.body],
+    [404, { error: "Model with requested name is not found" }],
+  );
   const fine = await postJson(`${ovms.url}/v1/models/fine:predict`, { inputs: { INPUT0: [[1, 2, 3, 4]] } });
   assert.deepEqual([fine.status, fine.body], [200, { outputs: [[1, 2, 3, 4]] }]);
 });
