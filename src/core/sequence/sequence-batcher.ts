@@ -1074,7 +1074,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * after such a wait was timed out right after its first request.
    */
   #startIdleClock(sequence: Sequence, sinceMs = Date.now()): void {
-    // A sequence with an expiry lives until then, idle or not (see #armFirstStep).
+    // A sequence with an expiry lives until then, idle or not (see #armFirstRequest).
     if (sequence.endReason !== undefined || sequence.expiresAtMs !== undefined) return;
     sequence.lastArrivalMs = sinceMs;
     this.#byArrival.delete(sequence);
