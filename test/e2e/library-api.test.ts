@@ -26,15 +26,18 @@ describe("the library entry", () => {
   });
   after(() => repository?.remove());
 
+  /** Only what differs from the defaults: loopback, HTTP on a free port, nothing else, no log. */
+  const quiet = (): ServerOptionsInput => ({
+    modelRepositories: [repository.path],
+    host: "127.0.0.1",
+    httpPort: 0,
+    grpcPort: undefined,
+    metricsPort: undefined,
+    logLevel: "silent",
+  });
+
   it("startServer with only what differs from the defaults, then stop()", async () => {
-    const options: ServerOptionsInput = {
-      modelRepositories: [repository.path],
-      host: "127.0.0.1",
-      httpPort: 0,
-      grpcPort: undefined,
-      metricsPort: undefined,
-      logLevel: "silent",
-    };
+    const options = quiet();
     const server: RunningServer = await startServer(options);
     try {
       assert.equal(server.grpcPort, undefined);
@@ -104,12 +107,7 @@ describe("the library entry", () => {
 
   it("takes object options in part: what is left out keeps its default", async () => {
     const server = await startServer({
-      modelRepositories: [repository.path],
-      host: "127.0.0.1",
-      httpPort: 0,
-      grpcPort: undefined,
-      metricsPort: undefined,
-      logLevel: "silent",
+      ...quiet(),
       // A config.pbtxt is all strict mode needs.
       strictModelConfig: true,
       security: {

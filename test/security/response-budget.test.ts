@@ -81,6 +81,16 @@ const bytesRequest = (id: string) => ({
   raw_input_contents: [Buffer.from([1, 2, 3, 4])],
 });
 
+/** A ModelStreamInfer stream that reads nothing, sent 40 requests of ANSWER-byte answers; its status when it ends. */
+function pausedExpandStream(client: TestClient) {
+  const stream = client.stream();
+  stream.on("error", () => {});
+  const status = new Promise<StatusObject>((resolve) => stream.on("status", resolve));
+  stream.pause();
+  for (let i = 0; i < 40; i++) stream.write(expandRequest(i));
+  return { stream, status };
+}
+
 /** Waits (bounded) until the server has refused the stream. */
 async function untilRefused(server: TestServer): Promise<void> {
   for (let i = 0; i < 500 && ((await refusals(server)) ?? 0) === 0; i++) await sleep(20);
@@ -90,13 +100,7 @@ test("a ModelStreamInfer client that stops reading: the server holds at most its
   const server = await start();
   const client = new TestClient(server.grpcPort);
   try {
-    const stream = client.stream();
-    stream.on("error", () => {});
-    const status = new Promise<StatusObject>((resolve) => stream.on("status", resolve));
-    stream.pause();
-    for (let i = 0; i < 40; i++) {
-      stream.write(expandRequest(i));
-    }
+    const { stream, status } = pausedExpandStream(client);
     await untilRefused(server);
     assert.equal(await refusals(server), 1);
     const held = (await peak(server)) ?? 0;
@@ -122,11 +126,7 @@ test("clients that stop reading hold at most the server-wide budget together, wh
   const server = await start({ maxBufferedResponseBytes: 4 * BUDGET, maxBufferedResponseBytesTotal: BUDGET });
   const client = new TestClient(server.grpcPort);
   try {
-    const stream = client.stream();
-    stream.on("error", () => {});
-    const status = new Promise<StatusObject>((resolve) => stream.on("status", resolve));
-    stream.pause();
-    for (let i = 0; i < 40; i++) stream.write(expandRequest(i));
+    const { stream, status } = pausedExpandStream(client);
     const totalRefusals = () =>
       metricValue(server.metricsUrl, "seqserve_limit_refusals_total", {
         limit: "buffered_response_bytes_total",
