@@ -37,6 +37,8 @@ export interface LoadedModelOptions {
   readonly warn?: (message: string) => void;
   /** Logs routine sequence ends (idle timeouts). */
   readonly info?: (message: string) => void;
+  /** The sequence batcher's window for a first request (SequenceBatcherOptions), for tests. */
+  readonly firstRequestWindowMs?: number;
   /** Told about every batch of a sequence model (the model runner's log). */
   readonly observer?: BatchObserver;
   /** Told about every request when it is answered (latency metrics, tracing). */
@@ -119,6 +121,9 @@ export class LoadedModel implements ServedModel {
         ...(options.store === undefined ? {} : { store: options.store }),
         ...(options.warn === undefined ? {} : { warn: options.warn }),
         ...(options.info === undefined ? {} : { info: options.info }),
+        ...(options.firstRequestWindowMs === undefined
+          ? {}
+          : { firstRequestWindowMs: options.firstRequestWindowMs }),
         ...(options.observer === undefined ? {} : { observer: options.observer }),
         ...(options.tier === undefined ? {} : { tier: options.tier }),
         ...(options.maxSequenceIdBytes === undefined ? {} : { maxIdBytes: options.maxSequenceIdBytes }),

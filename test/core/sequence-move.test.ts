@@ -23,6 +23,30 @@ const sum = (response: { readonly outputs: readonly { readonly data: unknown }[]
   (response.outputs[0]!.data as Int32Array)[0];
 
 describe("sequences moving to a reloaded version", () => {
+  it("one opened without a request keeps its window for one: it ends on the new version when that passes", {
+    timeout: 10_000,
+  }, async () => {
+    const config = accumulatorConfig({ maxSequenceIdleUs: 20_000 });
+    const window = { firstRequestWindowMs: 100 };
+    const old = new LoadedModel({ config, version: "1", executors: [new AccumulatorExecutor()], ...window });
+    old.sequences!.open("unused", { expiresAtMs: Date.now() + 60_000 });
+    await old.quiesce();
+    const fresh = new LoadedModel({
+      config,
+      version: "1",
+      executors: [new AccumulatorExecutor("acc_new")],
+      ...window,
+    });
+    old.moveSequencesTo(fresh);
+    old.resume();
+    assert.equal(fresh.sequences!.lookup("unused").kind, "live");
+    while (fresh.sequences!.lookup("unused").kind === "live") await new Promise((r) => setTimeout(r, 10));
+    const lookup = fresh.sequences!.lookup("unused");
+    assert.equal(lookup.kind === "ended" && lookup.reason, "timeout");
+    await old.unload(Date.now() + 1000);
+    await fresh.unload(Date.now() + 1000);
+  });
+
   it("with preserve_ordering, an answer held for a request that moved is still sent, and the old version unloads", async () => {
     const config = oldestAccumulatorConfig({ candidates: 4, preserveOrdering: true, maxBatchSize: 2 });
     const running = new AccumulatorExecutor();

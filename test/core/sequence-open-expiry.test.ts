@@ -105,6 +105,32 @@ describe("sequence batcher: open, close, expiry", () => {
     assert.deepEqual([batcher.summary().live, batcher.lookup("used late").kind], [1, "live"]);
   });
 
+  it("one that waited in the backlog has its whole window from when it got its slot", {
+    timeout: 10_000,
+  }, async () => {
+    const oneSlot = accumulatorConfig({
+      maxSequenceIdleUs: 20_000,
+      strategy: {
+        kind: "oldest",
+        maxCandidateSequences: 1,
+        preferredBatchSizes: [],
+        maxQueueDelayUs: 0,
+        preserveOrdering: false,
+      },
+    });
+    const { batcher, send, output } = batcherHarness(oneSlot, undefined, { firstRequestWindowMs: 1000 });
+    batcher.open("first", { expiresAtMs: Date.now() + 60_000 });
+    batcher.open("waiting", { expiresAtMs: Date.now() + 60_000 });
+    assert.equal(batcher.summary().backlog, 1);
+    await new Promise((r) => setTimeout(r, 700));
+    batcher.close("first");
+    await turn();
+    assert.equal(batcher.summary().live, 1);
+    // 1.2 s after it was opened, 0.5 s after it got its slot: its window is not over.
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal(await output(send(3, { id: "waiting" })), 3);
+  });
+
   it("the idle timeout does not end a sequence that has an expiry once it had a request; the expiry does", async () => {
     const { batcher, send, output } = batcherHarness(accumulatorConfig({ maxSequenceIdleUs: 20_000 }));
     batcher.open("session", { expiresAtMs: Date.now() + 60_000 });

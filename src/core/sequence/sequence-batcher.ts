@@ -1074,6 +1074,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * after such a wait was timed out right after its first request.
    */
   #startIdleClock(sequence: Sequence, sinceMs = Date.now()): void {
+    // Given a slot, one opened without a request has its whole window for one from now.
+    if (this.#firstRequestTimers.has(sequence)) {
+      this.#clearFirstRequest(sequence);
+      this.#armFirstRequest(sequence);
+    }
     // A sequence with an expiry lives until then, idle or not (see #armFirstRequest).
     if (sequence.endReason !== undefined || sequence.expiresAtMs !== undefined) return;
     sequence.lastArrivalMs = sinceMs;
@@ -2073,7 +2078,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       this.#finish(sequence);
       return;
     }
-    if (moving.expiresAtMs !== undefined) this.#armExpiry(sequence, moving.expiresAtMs);
+    if (moving.expiresAtMs !== undefined) {
+      this.#armExpiry(sequence, moving.expiresAtMs);
+      // Opened without a request and none since: its window for one goes on here.
+      if (sequence.steps === 0 && moving.requests.length === 0) this.#armFirstRequest(sequence);
+    }
     if (sequence.holder !== undefined) {
       this.#startIdleClock(sequence, moving.lastArrivalMs);
       sequence.holder.wake(sequence);
