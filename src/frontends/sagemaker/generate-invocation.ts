@@ -1,4 +1,5 @@
 import type { FastifyReply, FastifyRequest } from "fastify";
+import type { SageMakerInferenceType } from "../../config/server-options.ts";
 import { invalidArg } from "../../core/errors.ts";
 import type { ServedModel } from "../../core/model.ts";
 import { answerGenerate, type GenerateDelivery, readGenerateBody } from "../http/generate/generate-routes.ts";
@@ -11,7 +12,7 @@ import { EVENT_STREAM_TYPE, payloadPart, sendOnePart } from "./streamed-answer.t
 // (text/event-stream) for generate_stream; only an error keeps the SageMaker form.
 
 /** What /invocations is: an inference in SageMaker's body forms, or Triton's generate extension. */
-export type InferenceType = "infer" | "generate" | "generate_stream";
+export type InferenceType = SageMakerInferenceType;
 
 const SESSION_ID = "x-amzn-sagemaker-session-id";
 
