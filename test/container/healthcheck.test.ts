@@ -64,27 +64,23 @@ describe("the image's healthcheck", { timeout: 60_000 }, () => {
 
   it("asks a server where its command line puts it: HTTP, SageMaker's /ping, gRPC's health service, over TLS too", async () => {
     const only = ["--allow-http=false", "--allow-grpc=false", "--allow-metrics=false"];
+    /** A server with only `flag`'s endpoint (http or grpc), over TLS. */
+    const overTls = async (flag: "http" | "grpc") =>
+      server([
+        ...models("m"),
+        ...only,
+        `--allow-${flag}=true`,
+        `--${flag}-port`,
+        await port(),
+        ...certificate(flag),
+      ]);
     const servers = [
       server([...models("m"), ...(await endpoints())]),
       server([...models("m"), ...only, "--allow-sagemaker=true", "--sagemaker-port", await port()]),
       // OVMS's usual launch: gRPC alone, asked through gRPC's health service.
       server(["--model_path", join(repository.path, "m"), "--model_name", "m", "--port", await port()]),
-      server([
-        ...models("m"),
-        ...only,
-        "--allow-http=true",
-        "--http-port",
-        await port(),
-        ...certificate("http"),
-      ]),
-      server([
-        ...models("m"),
-        ...only,
-        "--allow-grpc=true",
-        "--grpc-port",
-        await port(),
-        ...certificate("grpc"),
-      ]),
+      await overTls("http"),
+      await overTls("grpc"),
       // SageMaker's own launch: its port from the server's environment, not the check's.
       server(["serve", ...models("m")], { SAGEMAKER_BIND_TO_PORT: await port() }),
     ];

@@ -112,14 +112,17 @@ describe("WebSocket streams: one connection, one sequence", { timeout: 30_000 },
     });
     const sumOfText = async (client: StreamClient) =>
       ((await client.nextText()).outputs as { data: number[] }[])[0]?.data[0];
-    const first = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=cont-a");
+    /** A stream of sequence `id`, continuing it (sequence_start=false) or not. */
+    const streamOf = (id: string, continuing = false) =>
+      StreamClient.open(
+        server,
+        `/v2/models/running_sum/stream?sequence_id=${id}${continuing ? "&sequence_start=false" : ""}`,
+      );
+    const first = await streamOf("cont-a");
     first.send(step(3));
     assert.equal(await sumOfText(first), 3);
     // The client reconnects (its first socket not yet closed, as after a network cut).
-    const again = await StreamClient.open(
-      server,
-      "/v2/models/running_sum/stream?sequence_id=cont-a&sequence_start=false",
-    );
+    const again = await streamOf("cont-a", true);
     again.send(step(4));
     assert.equal(await sumOfText(again), 7);
     assert.deepEqual(model.model.requests.at(-1)?.sequence, {
@@ -139,13 +142,10 @@ describe("WebSocket streams: one connection, one sequence", { timeout: 30_000 },
 
     // The owner's stream cut (the server has not seen it yet), its client continues on a
     // new one: the old stream's close no longer ends the sequence, taken over at once.
-    const cut = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=cont-b");
+    const cut = await streamOf("cont-b");
     cut.send(step(1));
     assert.equal(await sumOfText(cut), 1);
-    const resumed = await StreamClient.open(
-      server,
-      "/v2/models/running_sum/stream?sequence_id=cont-b&sequence_start=false",
-    );
+    const resumed = await streamOf("cont-b", true);
     await cut.close(4000);
     resumed.send(step(2));
     assert.equal(await sumOfText(resumed), 3, "the cut stream's close did not end the sequence");
