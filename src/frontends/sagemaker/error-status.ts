@@ -1,6 +1,7 @@
 import type { FastifyReply } from "fastify";
 import { ServerError } from "../../core/errors.ts";
 import type { HttpStatusTable } from "../common/http/error-reply.ts";
+import { sendJsonText } from "../common/http/json-text.ts";
 import { BodyTooLargeError } from "../common/http/request-body.ts";
 import { KSERVE_HTTP_STATUS } from "../http/error-status.ts";
 
@@ -90,14 +91,12 @@ export function sendSageMakerError(
   error?: unknown,
 ): FastifyReply {
   const answer = sageMakerError(status, message);
-  // Bytes, so that the type stays `application/json` (Fastify adds a charset to text), as Triton's.
-  reply.code(status).headers(headers).headers(answer.headers).type("application/json");
-  if (!reply.request.sageMakerForwarded || isSageMakersOwn(error))
-    return reply.send(Buffer.from(answer.body));
-  return reply
-    .code(MODEL_ERROR_STATUS)
-    .header(ERROR_TYPE, "ModelError")
-    .send(Buffer.from(modelError(status, answer.body)));
+  reply.code(status).headers(headers).headers(answer.headers);
+  if (!reply.request.sageMakerForwarded || isSageMakersOwn(error)) return sendJsonText(reply, answer.body);
+  return sendJsonText(
+    reply.code(MODEL_ERROR_STATUS).header(ERROR_TYPE, "ModelError"),
+    modelError(status, answer.body),
+  );
 }
 
 /**

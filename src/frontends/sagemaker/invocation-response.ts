@@ -2,7 +2,6 @@ import type { FastifyReply } from "fastify";
 import type { InferResponse } from "../../core/infer.ts";
 import type { TensorMetadata } from "../../core/model.ts";
 import { HttpError } from "../common/http/http-error.ts";
-import { toJsonText } from "../common/http/json-text.ts";
 import type { OutputEncoding } from "../common/kserve/infer-request-decoder.ts";
 import {
   type EncodedInferResponse,
@@ -145,15 +144,6 @@ function kserveAnswer(encoded: EncodedInferResponse): EncodedAnswer {
       ? JSON_TYPE
       : `${BINARY_JSON_TYPE};json-header-size=${encoded.headerLength}`;
   return { type, body: encoded.body };
-}
-
-/**
- * Sends `value` as JSON with the Content-Type `application/json`, as Triton's SageMaker
- * server does: the SDKs hand it to the caller as ContentType, which a client may compare.
- * (Fastify adds `; charset=utf-8` to a text body's JSON type, not to bytes.)
- */
-export function sendJsonAnswer(reply: FastifyReply, value: unknown): FastifyReply {
-  return reply.type("application/json").send(Buffer.from(toJsonText(value), "utf8"));
 }
 
 /**

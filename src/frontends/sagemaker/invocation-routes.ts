@@ -13,6 +13,7 @@ import { parseSequenceStep } from "../../core/sequence/sequence-parameters.ts";
 import { watchDisconnect } from "../common/http/client-disconnect.ts";
 import { HttpError } from "../common/http/http-error.ts";
 import { isJsonObject } from "../common/http/json-body.ts";
+import { sendJson } from "../common/http/json-text.ts";
 import type { OutputEncoding } from "../common/kserve/infer-request-decoder.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
 import { withTraceContext } from "../common/trace-context.ts";
@@ -24,13 +25,7 @@ import {
   type RequestType,
   readInvocationBody,
 } from "./invocation-body.ts";
-import {
-  type AnswerForm,
-  checkJsonLinesAnswer,
-  chooseAnswer,
-  sendAnswer,
-  sendJsonAnswer,
-} from "./invocation-response.ts";
+import { type AnswerForm, checkJsonLinesAnswer, chooseAnswer, sendAnswer } from "./invocation-response.ts";
 import type { MultiModelEndpoint } from "./multi-model-endpoint.ts";
 import { SAGEMAKER_SCHEMAS } from "./sagemaker-schemas.ts";
 import { checkSessionId, formatExpiry, NEW_SESSION, newSessionHeaderValue } from "./session-id.ts";
@@ -343,7 +338,7 @@ export async function invocationRoutes(
           }
           if (step === undefined) {
             reply.header(NEW_SESSION_ID_HEADER, value).header(SESSION_ID_HEADER, value);
-            return sendJsonAnswer(reply, {
+            return sendJson(reply, {
               session_id: session.id,
               expires: formatExpiry(session.expiresAtMs),
               model_name: model.name,
@@ -386,7 +381,7 @@ export async function invocationRoutes(
             const closedAnswer = { session_id: id, closed: true };
             return delivery === "response-stream"
               ? sendOnePart(reply, "application/json", JSON.stringify(closedAnswer))
-              : sendJsonAnswer(reply, closedAnswer);
+              : sendJson(reply, closedAnswer);
           }
           // A closed session still answers the numbered retry of a step it recorded (its
           // CLOSE, whose answer was lost): the core answers it from the record of the end,

@@ -5,8 +5,8 @@ import { invalidArg } from "../../core/errors.ts";
 import type { ModelRegistry } from "../../core/model.ts";
 import { HttpError } from "../common/http/http-error.ts";
 import { isJsonObject, readJsonBody } from "../common/http/json-body.ts";
+import { sendJson } from "../common/http/json-text.ts";
 import { MULTI_MODEL_STATUS, multiModelLoadStatus } from "./error-status.ts";
-import { sendJsonAnswer } from "./invocation-response.ts";
 import type { MultiModelEndpoint } from "./multi-model-endpoint.ts";
 import { SAGEMAKER_SCHEMAS } from "./sagemaker-schemas.ts";
 
@@ -90,7 +90,7 @@ export async function multiModelRoutes(
   const { registry, models } = options;
 
   app.get("/models", { schema: SAGEMAKER_SCHEMAS.listModels }, (_request, reply) =>
-    sendJsonAnswer(reply, {
+    sendJson(reply, {
       // As Triton: only the models ready to serve.
       models: models
         .entries()
@@ -105,7 +105,7 @@ export async function multiModelRoutes(
     (request: FastifyRequest<NameParams>, reply) => {
       const { name } = request.params;
       const url = models.url(name);
-      return url === undefined ? notLoaded(reply) : sendJsonAnswer(reply, { modelName: name, modelUrl: url });
+      return url === undefined ? notLoaded(reply) : sendJson(reply, { modelName: name, modelUrl: url });
     },
   );
 

@@ -53,7 +53,16 @@ export function toJsonText(value: unknown): string {
   return parts.join("");
 }
 
+/**
+ * Answers with JSON `text` as `application/json`, as Triton types its answers: sent as
+ * bytes, since Fastify adds `; charset=utf-8` to a text body's type (the AWS SDKs hand
+ * the type to the caller, who may compare it).
+ */
+export function sendJsonText(reply: FastifyReply, text: string): FastifyReply {
+  return reply.type("application/json").send(Buffer.from(text, "utf8"));
+}
+
 /** Answers with `value` as JSON (bigints exact). */
 export function sendJson(reply: FastifyReply, value: unknown): FastifyReply {
-  return reply.type("application/json").send(toJsonText(value));
+  return sendJsonText(reply, toJsonText(value));
 }

@@ -5,6 +5,7 @@ import { type InferResponseStream, inferStream } from "../../../core/response-st
 import { watchDisconnect } from "../../common/http/client-disconnect.ts";
 import { createErrorHandler } from "../../common/http/error-reply.ts";
 import { readJsonBody } from "../../common/http/json-body.ts";
+import { sendJsonText } from "../../common/http/json-text.ts";
 import { OPTIONAL_BODY } from "../../common/http/openapi.ts";
 import { writeStreamedReply } from "../../common/http/streamed-reply.ts";
 import { modelVersion } from "../../common/kserve/model-version.ts";
@@ -188,11 +189,10 @@ export async function answerGenerate(
           "generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses",
         );
       }
-      // Bytes: Fastify adds a charset to a text body's type, and Triton sends application/json.
-      const answer = Buffer.from(encodeGenerateResponse(first.value), "utf8");
+      const answer = encodeGenerateResponse(first.value);
       return delivery.parts === undefined
-        ? reply.type(JSON_TYPE).send(answer)
-        : delivery.parts.one(reply, JSON_TYPE, answer);
+        ? sendJsonText(reply, answer)
+        : delivery.parts.one(reply, JSON_TYPE, Buffer.from(answer, "utf8"));
     }
     const parts = delivery.parts;
     const event = (text: string): string | Uint8Array =>
