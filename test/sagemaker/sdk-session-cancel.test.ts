@@ -127,7 +127,7 @@ async function gatedSession(): Promise<string> {
 const openGate = (): void => writeFileSync(gateFile, "");
 
 describe("a SageMaker client that gives up on a step", { timeout: 60_000 }, () => {
-  it("keeps its session: a step given up on while it ran changes nothing, and its numbered retry applies it once", async () => {
+  it("a step given up on while it ran changes nothing: its numbered retry applies it once", async () => {
     const id = await gatedSession();
     // Opened without inputs, the session's first step is step 1.
     assert.equal(await step(id, 1, 1), 1);
