@@ -47,6 +47,7 @@ export default {
           await new Promise((resolve) => setTimeout(resolve, 5));
         }
       } catch (error) {
+        record({ hook: "stopped", session: r.sequence.id, value });
         out.push(error);
         continue;
       }
@@ -139,9 +140,25 @@ describe("a SageMaker client that gives up on a step", { timeout: 60_000 }, () =
     );
     running.gaveUp.abort();
     assert.equal(await running.settled, "AbortError");
+    await eventOf(repository.eventsFile, "the step stopped", (e) => e.hook === "stopped" && e.session === id);
     openGate();
     assert.equal(await step(id, 2, 2), 3, "its retry is applied");
     assert.equal(await step(id, 3, 3), 6);
+  });
+
+  it("keeps its session: a step given up on while it ran stops and changes nothing", async () => {
+    const id = await gatedSession();
+    assert.equal(await step(id, 1), 1);
+    const running = abortable(id, 2);
+    await eventOf(
+      repository.eventsFile,
+      "the step running",
+      (e) => e.hook === "running" && e.session === id && e.value === 2,
+    );
+    running.gaveUp.abort();
+    assert.equal(await running.settled, "AbortError");
+    await eventOf(repository.eventsFile, "the step stopped", (e) => e.hook === "stopped" && e.session === id);
+    assert.equal(await step(id, 3), 4, "the session goes on without the step given up on");
   });
 
   it("keeps its session: a step given up on before it ran is dropped", async () => {
@@ -156,6 +173,8 @@ describe("a SageMaker client that gives up on a step", { timeout: 60_000 }, () =
     await queuedBehind(id, 1);
     waiting.gaveUp.abort();
     assert.equal(await waiting.settled, "AbortError");
+    // The server learns of it when the connection closes, after the SDK has given up.
+    await queuedBehind(id, 0);
     openGate();
     assert.equal(await running, 2);
     assert.equal(await step(id, 3), 5, "the step given up on was not applied");
