@@ -289,6 +289,7 @@ export async function startServer(
         sessionTtlSecs: options.sagemakerSessionTtlSecs ?? DEFAULT_SERVER_OPTIONS.sagemakerSessionTtlSecs!,
         defaultModel: options.sagemakerModel,
         inferenceType: options.sagemakerInferenceType ?? DEFAULT_SERVER_OPTIONS.sagemakerInferenceType!,
+        pingMode: options.sagemakerPingMode ?? DEFAULT_SERVER_OPTIONS.sagemakerPingMode!,
         budgets,
         streamIdleTimeoutMs: limits.httpStreamIdleTimeoutSecs * 1000,
         ...httpSecurity,

@@ -21,6 +21,7 @@ import {
   checkServeRepositories,
   prepareServeRepository,
   readInferenceType,
+  readPingMode,
   SAGEMAKER_FLAGS,
   serveArgs,
   serveDefaults,
@@ -481,6 +482,7 @@ export function parseCommandLine(
       MAX_SESSION_TTL_SECS,
     ),
     sagemakerInferenceType: readInferenceType(str("sagemaker-inference-type"), env),
+    sagemakerPingMode: readPingMode(str("sagemaker-ping-mode") ?? defaults["sagemaker-ping-mode"], env),
     stateStore: readStateStore(get("state-store")),
     security: readSecurityOptions(withOvmsOrigins(values), env),
   };

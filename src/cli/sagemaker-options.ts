@@ -1,6 +1,10 @@
 import { existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { MAX_SESSION_TTL_SECS, type SageMakerInferenceType } from "../config/server-options.ts";
+import {
+  MAX_SESSION_TTL_SECS,
+  type SageMakerInferenceType,
+  type SageMakerPingMode,
+} from "../config/server-options.ts";
 import type { FlagSpec } from "./options.ts";
 import { UsageError } from "./usage-error.ts";
 
@@ -26,6 +30,11 @@ export const SAGEMAKER_FLAGS: readonly FlagSpec[] = [
     name: "sagemaker-inference-type",
     value: "type",
     help: "What POST /invocations is: infer (KServe v2 and the other body forms, with sessions), generate or generate_stream (Triton's generate extension, for the default model). Default: $SAGEMAKER_TRITON_INFERENCE_TYPE, else infer.",
+  },
+  {
+    name: "sagemaker-ping-mode",
+    value: "mode",
+    help: "What GET /ping answers 200 for: ready (every model ready, and not stopping) or live (the server running, whatever its models). Default: $SAGEMAKER_TRITON_PING_MODE, else ready; for `serve`, $SAGEMAKER_TRITON_OVERRIDE_PING_MODE, else live for a multi-model endpoint and ready otherwise.",
   },
   {
     name: "sagemaker-session-ttl-secs",
@@ -85,6 +94,10 @@ export function serveDefaults(env: Env): Record<string, string> {
     defaults["model-control-mode"] = "explicit";
     defaults["load-model"] = model;
   }
+  // Triton's image: ready, or live for a multi-model endpoint (whose models come and go on
+  // SageMaker's request), unless SAGEMAKER_TRITON_OVERRIDE_PING_MODE says otherwise.
+  defaults["sagemaker-ping-mode"] =
+    pingModeOf(env, "SAGEMAKER_TRITON_OVERRIDE_PING_MODE") ?? (multiModel ? "live" : "ready");
   return defaults;
 }
 
@@ -189,4 +202,32 @@ export function readInferenceType(flag: string | undefined, env: Env): SageMaker
   if ((INFERENCE_TYPES as readonly string[]).includes(value)) return value as SageMakerInferenceType;
   const source = flag === undefined ? "SAGEMAKER_TRITON_INFERENCE_TYPE" : "--sagemaker-inference-type";
   throw new UsageError(`Invalid ${source} '${value}'. Must be one of: infer, generate, generate_stream`);
+}
+
+const PING_MODES: readonly SageMakerPingMode[] = ["ready", "live"];
+
+/**
+ * A ping mode from the environment, or undefined when unset. Triton takes any word but
+ * "live" as ready; a misspelt mode is refused at start here, rather than quietly changing
+ * what the health check means.
+ */
+function pingModeOf(env: Env, name: string): SageMakerPingMode | undefined {
+  const value = env[name];
+  if (value === undefined || value === "") return undefined;
+  return checkedPingMode(value, name);
+}
+
+function checkedPingMode(value: string, source: string): SageMakerPingMode {
+  if ((PING_MODES as readonly string[]).includes(value)) return value as SageMakerPingMode;
+  throw new UsageError(`Invalid ${source} '${value}'. Must be one of: ready, live`);
+}
+
+/**
+ * What /ping answers for (Triton's SAGEMAKER_TRITON_PING_MODE, which its SageMaker server
+ * reads; `serve` sets it as Triton's image does): the flag (or `serve`'s default), else the
+ * variable, else ready.
+ */
+export function readPingMode(flag: string | undefined, env: Env): SageMakerPingMode {
+  if (flag !== undefined) return checkedPingMode(flag, "--sagemaker-ping-mode");
+  return pingModeOf(env, "SAGEMAKER_TRITON_PING_MODE") ?? "ready";
 }

@@ -94,6 +94,11 @@ const CHECKS: { readonly [K in keyof ServerOptions]?: readonly [Check, string] }
   grpcMaxConnectionAgeGraceMs: [whole(0), "a whole number of ms"],
   grpcKeepalivePermitWithoutCalls: [flag, "a boolean"],
   sagemakerModel: [optionalText, "a model name, or undefined"],
+  sagemakerInferenceType: [
+    oneOf("infer", "generate", "generate_stream"),
+    "infer, generate or generate_stream",
+  ],
+  sagemakerPingMode: [oneOf("ready", "live"), "ready or live"],
   stateStore: [optionalText, `"memory" or a Redis location`],
   metrics: [object, "an object of metrics settings"],
   tracing: [object, "an object of trace settings"],

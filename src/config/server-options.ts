@@ -37,6 +37,8 @@ export const MAX_SESSION_TTL_SECS = 3_155_760_000;
 
 /** Triton's SageMaker inference types: the handler of /invocations. */
 export type SageMakerInferenceType = "infer" | "generate" | "generate_stream";
+/** What SageMaker's `/ping` answers for (Triton's SAGEMAKER_TRITON_PING_MODE): every model ready, or the server running. */
+export type SageMakerPingMode = "ready" | "live";
 
 export interface ServerOptions {
   /** Triton-style model repositories (`<repo>/<model>/config.pbtxt` + version folders). */
@@ -87,6 +89,8 @@ export interface ServerOptions {
   readonly sagemakerSessionTtlSecs?: number;
   /** What SageMaker's /invocations is: an inference, or Triton's generate extension (SAGEMAKER_TRITON_INFERENCE_TYPE). */
   readonly sagemakerInferenceType?: SageMakerInferenceType;
+  /** What SageMaker's /ping answers for: ready (every model ready) or live (the server running). */
+  readonly sagemakerPingMode?: SageMakerPingMode;
   /** The server's name in `GET /v2` and gRPC ServerMetadata (Triton's --id). */
   readonly serverId: string;
   /** Addresses the HTTP, gRPC and metrics endpoints bind to; undefined: `host`. */
@@ -159,6 +163,7 @@ export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   sagemakerModel: undefined,
   sagemakerSessionTtlSecs: 1200,
   sagemakerInferenceType: "infer",
+  sagemakerPingMode: "ready",
   serverId: "seqserve",
   httpAddress: undefined,
   grpcAddress: undefined,

@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { SageMakerPingMode } from "../../config/server-options.ts";
 import { asServerError, invalidArg, SERVER_EXITING, ServerError } from "../../core/errors.ts";
 import type { InferRequest } from "../../core/infer.ts";
 import type {
@@ -35,7 +36,8 @@ import { invokedModel, targetModel } from "./target-model.ts";
 
 // The SageMaker inference-container contract (PROTOCOLS.md §4):
 //
-//   GET  /ping                            200 when every model is ready, else 503
+//   GET  /ping                            200 when every model is ready (ping mode live:
+//                                         while the server runs), else 503
 //   POST /invocations                     an inference, as SageMaker forwards it
 //   POST /endpoints/{name}/invocations    the same, as the AWS SDKs' InvokeEndpoint sends
 //                                         it, so they can call seqserve directly (the
@@ -60,6 +62,8 @@ export interface InvocationRoutesOptions {
   readonly defaultModel: string | undefined;
   /** What /invocations (and the runtime API's /invocations) is; default infer. */
   readonly inferenceType?: InferenceType | undefined;
+  /** ready: /ping is 200 while every model is ready; live: while the server runs. */
+  readonly pingMode?: SageMakerPingMode | undefined;
   /** The models a multi-model endpoint loaded (POST /models), which /models/{name}/invoke invokes. */
   readonly models: MultiModelEndpoint;
   /** Per-connection budgets of answers waiting for slow readers (streamed answers). */
@@ -254,7 +258,7 @@ export async function invocationRoutes(
 
   app.get("/ping", { schema: SAGEMAKER_SCHEMAS.ping }, (_request, reply) => {
     if (context.isExiting?.() === true) throw new HttpError(503, SERVER_EXITING);
-    if (context.isReady()) return reply.code(200).send();
+    if (options.pingMode === "live" ? context.isLive() : context.isReady()) return reply.code(200).send();
     throw new HttpError(503, describeReadiness(registry));
   });
 

@@ -1,3 +1,4 @@
+import type { SageMakerPingMode } from "../../config/server-options.ts";
 import type { ServerContext } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { createErrorHandler } from "../common/http/error-reply.ts";
@@ -60,6 +61,8 @@ export interface SageMakerFrontendOptions {
   readonly defaultModel?: string | undefined;
   /** What /invocations is (Triton's SAGEMAKER_TRITON_INFERENCE_TYPE); default infer. */
   readonly inferenceType?: InferenceType | undefined;
+  /** What /ping answers for (Triton's SAGEMAKER_TRITON_PING_MODE); default ready. */
+  readonly pingMode?: SageMakerPingMode | undefined;
   /** Per-connection budgets of answers waiting for slow readers (streamed answers). */
   readonly budgets?: ResponseBudgets | undefined;
   /** A streamed answer's client that takes nothing for this long is let go; default: never. */
@@ -109,6 +112,7 @@ export function createSageMakerFrontend(options: SageMakerFrontendOptions): Sage
     sessions: new SageMakerSessions(options.context.registry, options.sessionTtlSecs),
     defaultModel: options.defaultModel,
     inferenceType: options.inferenceType,
+    pingMode: options.pingMode,
     budgets: options.budgets,
     idleTimeoutMs: options.streamIdleTimeoutMs,
   });

@@ -107,7 +107,8 @@ export const SAGEMAKER_SCHEMAS = {
   ping: {
     operationId: "ping",
     tags: ["sagemaker"],
-    summary: "200 when every model is ready (and the server is not stopping)",
+    summary:
+      "200 when every model is ready, or with --sagemaker-ping-mode live while the server runs (and is not stopping)",
     response: { 200: emptyResponse("Ready"), default: SAGEMAKER_ERROR },
   },
   invocations: invocation("invocations", false),
