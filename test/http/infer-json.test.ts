@@ -90,6 +90,37 @@ describe("inference with JSON tensors", () => {
     );
   });
 
+  it("NaN and the infinities are read and written as Triton's rapidjson does (tritonclient sends and reads them)", async () => {
+    const echo = server.fake.registry.model("echo");
+    const body =
+      '{"parameters":{"threshold":-Infinity},"inputs":[' +
+      '{"name":"F","datatype":"FP32","shape":[8],"data":[NaN,-NaN,Infinity,-Infinity,Inf,-Inf,1.5,-0.0]},' +
+      '{"name":"S","datatype":"BYTES","shape":[2],"data":["NaN","x Infinity"]}]}';
+    const response = await fetch(`${server.url}/v2/models/echo/infer`, { method: "POST", body });
+    const text = await response.text();
+    assert.equal(response.status, 200, text);
+    const request = echo.requests.at(-1)!;
+    assert.deepEqual(Array.from((request.inputs.get("F") as NumericTensor).data as Float32Array), [
+      Number.NaN,
+      Number.NaN,
+      Infinity,
+      -Infinity,
+      Infinity,
+      -Infinity,
+      1.5,
+      -0,
+    ]);
+    assert.equal(request.parameters.threshold, -Infinity);
+    assert.match(text, /"data":\[NaN,NaN,Infinity,-Infinity,Infinity,-Infinity,1\.5,-0\]/);
+    assert.match(text, /"data":\["NaN","x Infinity"\]/);
+    // A token rapidjson does not take is refused, as any text that is not JSON.
+    await refused(
+      '{"inputs":[{"name":"F","datatype":"FP32","shape":[1],"data":[nan]}]}',
+      400,
+      "failed to parse the request JSON buffer: Invalid value. at 62",
+    );
+  });
+
   it("INT64 and UINT64 extremes are written with their exact digits", async () => {
     const response = await send(
       server,

@@ -3,13 +3,15 @@ import { test } from "node:test";
 import { jsonTensorData } from "../../src/frontends/common/kserve/json-tensor.ts";
 
 // Float outputs are written as JSON with each element's shortest round-trip decimal
-// (Number#toString), -0 with its sign, and non-finite values as null, as Triton writes
-// them: element by element, whatever the runs between special values.
+// (Number#toString), -0 with its sign, and non-finite values as Triton's rapidjson writes
+// them (NaN, Infinity, -Infinity): element by element, whatever the runs between special
+// values.
 
 /** The text each element must have, written one at a time. */
 function expectedText(values: ArrayLike<number>): string {
   const texts = Array.from(values, (v) => {
-    if (!Number.isFinite(v)) return "null";
+    if (Number.isNaN(v)) return "NaN";
+    if (!Number.isFinite(v)) return v > 0 ? "Infinity" : "-Infinity";
     if (v === 0 && 1 / v < 0) return "-0";
     return String(v);
   });

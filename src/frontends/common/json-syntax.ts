@@ -6,6 +6,7 @@
 
 import { invalidArg } from "../../core/errors.ts";
 import { checkJsonDepth } from "./json-depth.ts";
+import { parseJsonWithNonFinite } from "./non-finite-json.ts";
 
 export interface JsonSyntaxFault {
   /** rapidjson's description of the fault (GetParseError_En). */
@@ -89,12 +90,13 @@ function byteOffset(text: string, position: number): number {
 
 /**
  * A request body's JSON, or a 400 in Triton's words for one that does not parse (the
- * KServe forms over HTTP and WebSocket, and SageMaker's bodies, which take them).
+ * KServe forms over HTTP and WebSocket, and SageMaker's bodies, which take them). As
+ * Triton's reader, it takes `NaN` and the infinities as numbers (non-finite-json.ts).
  */
 export function parseRequestJson(text: string): unknown {
   checkJsonDepth(text);
   try {
-    return JSON.parse(text);
+    return parseJsonWithNonFinite(text).json;
   } catch (error) {
     const { description, byteOffset } = jsonSyntaxFault(text, error);
     const where = byteOffset === undefined ? "" : ` at ${byteOffset}`;

@@ -8,6 +8,7 @@ import { checkJsonDepth } from "../common/json-depth.ts";
 import { jsonPreview } from "../common/json-preview.ts";
 import { jsonSyntaxFault } from "../common/json-syntax.ts";
 import { decodeJsonTensor, jsonTensorData, type SourceTokens } from "../common/kserve/json-tensor.ts";
+import { parseJsonWithNonFinite } from "../common/non-finite-json.ts";
 import {
   isPackedArray,
   ndarray,
@@ -64,22 +65,16 @@ function bytesOf(input: string, leaf: unknown, index: number): Uint8Array {
   );
 }
 
-/** TF-Serving's tokens for non-finite floats, as they are marked for JSON.parse. */
-const NON_FINITE_TOKENS: readonly (readonly [string, string])[] = [
-  ["NaN", '"\\u0000NaN"'],
-  ["-Infinity", '"\\u0000-Infinity"'],
-  ["Infinity", '"\\u0000Infinity"'],
-];
-
 /**
- * A REST body's JSON as parseRestJson reads it, or, for text that does not parse, OVMS's
- * JSON_INVALID (412, "The file is not valid json - Error: … Offset: N", its rapidjson's
- * words).
+ * A REST body's JSON, read as TF-Serving reads it (with `NaN` and the infinities as
+ * values, which Python's json writes: non-finite-json.ts), with the text as parsed, for
+ * exact 64-bit integers; or, for text that does not parse, OVMS's JSON_INVALID (412, "The
+ * file is not valid json - Error: … Offset: N", its rapidjson's words).
  */
 export function parseRestJsonBody(text: string): { readonly json: unknown; readonly text: string } {
   checkJsonDepth(text);
   try {
-    return parseRestJson(text);
+    return parseJsonWithNonFinite(text);
   } catch (error) {
     const { description, byteOffset } = jsonSyntaxFault(text, error);
     throw new ServerError(
@@ -126,52 +121,6 @@ export function packRestTensors(json: unknown, packed: (leaves: PackedLeaves) =>
   } else if (!instances.some(isNamedMap)) {
     body.instances = pack(packNested(instances, MAX_RANK)) ?? instances;
   }
-}
-
-/**
- * A REST body's JSON, read as TF-Serving reads it: with `NaN`, `Infinity` and
- * `-Infinity` as values (which Python's json writes), marked for the float readers
- * (NON_FINITE_MARKS). Also returns the text as parsed, for exact 64-bit integers.
- * Throws JSON.parse's error for text that does not parse either way.
- */
-export function parseRestJson(text: string): { readonly json: unknown; readonly text: string } {
-  try {
-    return { json: JSON.parse(text), text };
-  } catch (error) {
-    const marked = markNonFinite(text);
-    if (marked === undefined) throw error;
-    try {
-      return { json: JSON.parse(marked), text: marked };
-    } catch {
-      throw error;
-    }
-  }
-}
-
-/** `text` with the non-finite tokens outside strings marked; undefined when it has none. */
-function markNonFinite(text: string): string | undefined {
-  let out = "";
-  let from = 0;
-  let inString = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (inString) {
-      if (c === 0x5c) i++;
-      else if (c === 0x22) inString = false;
-      continue;
-    }
-    if (c === 0x22) {
-      inString = true;
-      continue;
-    }
-    if (c !== 0x4e && c !== 0x49 && c !== 0x2d) continue; // N, I, -
-    const found = NON_FINITE_TOKENS.find(([token]) => text.startsWith(token, i));
-    if (found === undefined) continue;
-    out += text.slice(from, i) + found[1];
-    i += found[0].length - 1;
-    from = i + 1;
-  }
-  return from === 0 ? undefined : out + text.slice(from);
 }
 
 /**

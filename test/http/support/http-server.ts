@@ -2,6 +2,7 @@ import { request as httpRequest, type IncomingHttpHeaders, type OutgoingHttpHead
 import type { AddressInfo } from "node:net";
 import { createHttpFrontend, type HttpFrontend } from "../../../src/frontends/http/http-frontend.ts";
 import { silentLogger } from "../../../src/observability/logger.ts";
+import { parseTritonJson } from "../../support/triton-json.ts";
 import { type FakeServer, fakeServer } from "./fake-context.ts";
 
 // The real HTTP frontend on an ephemeral loopback port, over the fake context, and small
@@ -85,7 +86,7 @@ export async function postJson(
   return {
     status: response.status,
     headers: response.headers,
-    json: (await response.json()) as Record<string, unknown>,
+    json: parseTritonJson(await response.text()) as Record<string, unknown>,
   };
 }
 
@@ -108,7 +109,7 @@ export function splitBinaryResponse(response: RawResponse): {
 } {
   const length = Number(response.headers["inference-header-content-length"]);
   return {
-    json: JSON.parse(response.body.subarray(0, length).toString("utf8")) as Record<string, unknown>,
+    json: parseTritonJson(response.body.subarray(0, length).toString("utf8")) as Record<string, unknown>,
     binary: response.body.subarray(length),
   };
 }

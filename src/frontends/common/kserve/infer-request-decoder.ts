@@ -20,6 +20,7 @@ import {
   memberSourceText,
 } from "../json-source-text.ts";
 import { parseRequestJson } from "../json-syntax.ts";
+import { nonFiniteValue } from "../non-finite-json.ts";
 import { decodeRawTensor, type RawTensorRequest } from "../raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
 import { type Classification, classificationCount, classificationFor } from "./classification.ts";
@@ -161,7 +162,8 @@ function readParameters(value: unknown, source: JsonSource, reserved: readonly s
   if (!isJsonObject(value))
     throw invalidArg(`Unable to parse 'parameters': expected an object, got ${kindOf(value)}`);
   for (const name in value) {
-    const parameter = value[name];
+    // `NaN` or an infinity (non-finite-json.ts) is a number, as rapidjson reads it.
+    const parameter = nonFiniteValue(value[name]) ?? value[name];
     checkReservedParameter(name, reserved);
     if (name === "binary_data_output") {
       if (typeof parameter !== "boolean") {

@@ -8,6 +8,7 @@ import { invalidArg } from "../../../core/errors.ts";
 import { type BytesElements, type NumericTensor, shapeInMessage, type Tensor } from "../../../core/tensor.ts";
 import { checkedElementCount } from "../../../core/tensor-size.ts";
 import { exactInteger } from "../json-source-text.ts";
+import { NON_FINITE_MARKS } from "../non-finite-json.ts";
 
 // Tensor data in the KServe v2 JSON form: a flat or nested (row-major) array of JSON
 // values, one per element. Reading copies flat data straight into the datatype's typed
@@ -19,8 +20,9 @@ import { exactInteger } from "../json-source-text.ts";
 // Triton's and TF-Serving's JSON readers do), where the caller gives it. Outgoing 64-bit
 // integers are written with their exact digits. FP32 elements are written as the shortest
 // decimal of their double value, which reads back as the same float32 (as Triton writes
-// them), -0 as -0. Non-finite floats, which JSON cannot express, are written as null, or
-// as TF-Serving writes them (`NaN`, `Infinity`, `-Infinity`, which Python's json reads).
+// them), -0 as -0. Non-finite floats, which JSON proper cannot express, are written as
+// Triton's rapidjson writes them (`NaN`, `Infinity`, `-Infinity`: tritonclient and
+// Python's json read them) and read as it reads them (non-finite-json.ts).
 // Data may also be written nested to its shape, for formats whose arrays carry the shape.
 
 const encoder = new TextEncoder();
@@ -122,17 +124,6 @@ function fillBigInts(
     return -1;
   };
 }
-
-/**
- * What a reader that takes TF-Serving's `NaN`, `Infinity` and `-Infinity` tokens puts in
- * their place before JSON.parse (strings no client sends: they start with NUL), and the
- * values they stand for in a float tensor.
- */
-export const NON_FINITE_MARKS: ReadonlyMap<string, number> = new Map([
-  ["\u0000NaN", Number.NaN],
-  ["\u0000Infinity", Number.POSITIVE_INFINITY],
-  ["\u0000-Infinity", Number.NEGATIVE_INFINITY],
-]);
 
 function fillFloats(input: string, datatype: DataType, target: Record<number, number>): Fill {
   return (source) => {
@@ -367,9 +358,13 @@ export function decodeJsonTensor(
   return { datatype, shape, data: tensorData };
 }
 
-/** The text JSON needs for a value join() cannot write exactly (-0, non-finite: null, as Triton), or undefined. */
+/**
+ * The text for a value JSON.stringify cannot write as Triton does (-0; NaN and the
+ * infinities, which it writes as null), or undefined.
+ */
 function specialText(v: number): string | undefined {
-  if (v - v !== 0) return "null";
+  if (v - v !== 0)
+    return v === Number.POSITIVE_INFINITY ? "Infinity" : v === Number.NEGATIVE_INFINITY ? "-Infinity" : "NaN";
   if (v === 0 && 1 / v < 0) return "-0";
   return undefined;
 }
