@@ -241,7 +241,7 @@ describe("FP16 is binary-only", () => {
     assert.equal(response.status, 400);
     assert.equal(
       errorOf({ text: await response.text() }),
-      "sending FP16 data via JSON is not supported. Please use the binary data format for output 'OUTPUT0'",
+      "sending FP16 data via JSON is not supported. Please use the binary data format for output",
     );
   });
 });

@@ -195,6 +195,12 @@ test("gRPC ModelStreamInfer: each request's responses in order, flagged, with th
       [...Array(count).fill(false), true],
     );
     assert.deepEqual(mine.at(-1)!.outputs, []);
+    // The responses name the version that ran; the empty final one, as Triton's stream, the
+    // model as the request named it (no version).
+    assert.deepEqual(
+      mine.map((r) => [r.model_name, r.model_version ?? ""]),
+      [...Array(count).fill(["ticker", "1"]), ["ticker", ""]],
+    );
   }
   assert.ok(received.every((m) => (m.error_message ?? "") === ""));
 });
@@ -311,7 +317,8 @@ test("a final response whose state the model cannot keep is not sent: the reques
       id: "too-big",
       error:
         "the state of sequence 5 would hold 2004 bytes, more than the model's sequence_state_max_bytes (1000)",
-      final: undefined,
+      // A request that failed once its model took it is its last answer, flagged so, as Triton's stream flags it.
+      final: true,
       steps: undefined,
       late: undefined,
     },
@@ -402,11 +409,24 @@ test("Server-Sent Events on /generate_stream, in order; /generate refuses severa
   assert.match(several.body.error as string, /generate expects model to produce exactly 1 response/);
   const unary = await postJson(`${server.url}/v2/models/ticker/infer`, { inputs: [countInput(1)] });
   assert.equal(unary.status, 501);
-  assert.equal(
-    unary.body.error,
-    "model 'ticker' is decoupled (it may send several responses per request): use a streaming endpoint " +
-      "(gRPC ModelStreamInfer, a WebSocket stream, or /generate_stream; /generate takes a single response)",
-  );
+  // Triton's words, as its HTTP endpoint and unary RPC refuse such a model.
+  assert.equal(unary.body.error, "HTTP end point doesn't support models with decoupled transaction policy");
+  const client = new TestClient(server.grpcPort);
+  try {
+    const refused = (await client
+      .unary("ModelInfer", {
+        model_name: "ticker",
+        inputs: [{ name: "COUNT", datatype: "INT32", shape: [1] }],
+        raw_input_contents: [Buffer.from(Int32Array.of(1).buffer)],
+      })
+      .catch((error: StatusObject) => error)) as StatusObject;
+    assert.deepEqual(
+      [refused.code, refused.details],
+      [grpcStatus.UNIMPLEMENTED, "ModelInfer RPC doesn't support models with decoupled transaction policy"],
+    );
+  } finally {
+    client.close();
+  }
 });
 
 test("a slow SSE reader makes the handler wait; every event still arrives, in order", async () => {

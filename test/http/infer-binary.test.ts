@@ -178,7 +178,7 @@ describe("inference with the binary tensor extension", () => {
     );
     assert.equal(response.status, 400);
     assert.deepEqual(bodyJson(response), {
-      error: "sending FP16 data via JSON is not supported. Please use the binary data format for output 'H'",
+      error: "sending FP16 data via JSON is not supported. Please use the binary data format for output",
     });
   });
 

@@ -265,8 +265,7 @@ describe("inference with JSON tensors", () => {
     });
     assert.equal(response.status, 400);
     assert.deepEqual(JSON.parse(response.body.toString()), {
-      error:
-        "sending FP16 data via JSON is not supported. Please use the binary data format for output 'OUTPUT0'",
+      error: "sending FP16 data via JSON is not supported. Please use the binary data format for output",
     });
     assert.equal(half.requests.length, before);
     // Asking only for the FP32 output is fine.

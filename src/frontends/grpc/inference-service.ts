@@ -220,6 +220,12 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
       // for its inputs counts as a failure of that model.
       const model = registry.model(message.model_name ?? "", given(message.model_version));
       identify(model.name, model.version);
+      // Triton refuses it before reading the request, in these words (its streaming RPC serves such models).
+      if (model.decoupled)
+        throw new ServerError(
+          "UNSUPPORTED",
+          "ModelInfer RPC doesn't support models with decoupled transaction policy",
+        );
       const decoded = decodeInferRequest(message, model, {
         signal: controller.signal,
         principal: principalOf(call.metadata),

@@ -104,6 +104,16 @@ export interface StreamInferOptions {
   readonly sharedMemory?: SharedMemoryRegions | undefined;
 }
 
+/** A model as a request named it (Triton's stream echoes these, not the version that ran). */
+interface NamedModel {
+  readonly modelName: string;
+  readonly modelVersion: string;
+}
+
+function namedAs(message: ModelInferRequestMessage): NamedModel {
+  return { modelName: message.model_name ?? "", modelVersion: message.model_version ?? "" };
+}
+
 /**
  * The tensor bytes a request holds: its raw contents, and its typed contents as the
  * decoder holds them (typed arrays; bytes elements at their length). What it reads
@@ -259,7 +269,7 @@ export class StreamInferSession {
       if (model.decoupled === true) {
         // Its responses go out as they come: it holds no place in the order.
         order?.complete(turn, () => {});
-        this.#relay(model, request, message.id, answered, { classification, sharedMemory: sharedOutputs });
+        this.#relay(model, request, message, answered, { classification, sharedMemory: sharedOutputs });
         return;
       }
       if (!this.#requestOrder) {
@@ -295,7 +305,7 @@ export class StreamInferSession {
         this.#answerInTurn(
           order,
           turn,
-          this.#failure(error, message.id, failedAfterAdmission(error) ? model : undefined),
+          this.#failure(error, message.id, failedAfterAdmission(error) ? namedAs(message) : undefined),
           answered,
         ),
     );
@@ -323,10 +333,11 @@ export class StreamInferSession {
   #relay(
     model: ServedModel,
     request: InferRequest,
-    requestId: string | undefined,
+    message: ModelInferRequestMessage,
     answered: () => void,
     outputs: { classification: Classification | undefined; sharedMemory: SharedMemoryHold | undefined },
   ): void {
+    const requestId = message.id;
     const stream = inferStream(model, request);
     relayResponses(
       model,
@@ -355,8 +366,13 @@ export class StreamInferSession {
           : undefined;
       },
       this.#waitingResponses,
+      namedAs(message),
     ).then(answered, (error: unknown) => {
-      const outgoing = this.#failure(error, requestId);
+      const outgoing = this.#failure(
+        error,
+        requestId,
+        failedAfterAdmission(error) ? namedAs(message) : undefined,
+      );
       if (outgoing !== undefined) this.#send(outgoing);
       answered();
     });
@@ -419,9 +435,10 @@ export class StreamInferSession {
 
   /**
    * An error answered in-band. `admittedBy`: the model that took the request before it
-   * failed; Triton's stream then names it and flags the answer final, as a response.
+   * failed, as the request named it; Triton's stream then names it so and flags the answer
+   * final, as a response.
    */
-  #failure(error: unknown, requestId: string | undefined, admittedBy?: ServedModel): Outgoing | undefined {
+  #failure(error: unknown, requestId: string | undefined, admittedBy?: NamedModel): Outgoing | undefined {
     const serverError = asServerError(error);
     if (serverError.code === "INTERNAL" || serverError.code === "UNKNOWN") {
       this.#logger.error({ err: error, requestId }, "ModelStreamInfer request failed");
@@ -434,8 +451,8 @@ export class StreamInferSession {
             ...inBand,
             infer_response: {
               ...inBand.infer_response,
-              model_name: admittedBy.name,
-              model_version: admittedBy.version,
+              model_name: admittedBy.modelName,
+              model_version: admittedBy.modelVersion,
               parameters: { triton_final_response: { bool_param: true } },
             },
           };

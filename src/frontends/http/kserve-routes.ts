@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { invalidArg, SERVER_EXITING } from "../../core/errors.ts";
+import { invalidArg, SERVER_EXITING, ServerError } from "../../core/errors.ts";
 import type { ModelLoadOptions, ServedModel, ServerContext } from "../../core/model.ts";
 import { callSites, recordCall, recordReadiness } from "../common/api-call-recording.ts";
 import { watchDisconnect } from "../common/http/client-disconnect.ts";
@@ -152,6 +152,12 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
       const model = registry.model(name, modelVersion(version));
       return recordCall(context.apiCalls, REST_CALLS.ModelInfer, (identify) => {
         identify(model.name, model.version);
+        // Triton refuses it before reading the request, in these words (/generate_stream and the streams serve such models).
+        if (model.decoupled)
+          throw new ServerError(
+            "UNSUPPORTED",
+            "HTTP end point doesn't support models with decoupled transaction policy",
+          );
         return infer(request, reply, model);
       });
     });

@@ -28,6 +28,10 @@ export interface WaitingResponses {
  * responses waiting before it reads them (16 / 4 MiB each for a handler): those are
  * counted in `waiting.budget` from their arrival, so that what a connection holds is
  * bounded in all, not per request.
+ *
+ * `namedAs`: the model's name and version as the empty final response gives them (Triton's
+ * gRPC stream echoes the request's, an empty version when it named none); the model's
+ * own when unset.
  */
 export async function relayResponses(
   model: ServedModel,
@@ -35,6 +39,7 @@ export async function relayResponses(
   request: InferRequest,
   send: (response: InferResponse) => void | Promise<void>,
   waiting?: WaitingResponses,
+  namedAs?: { readonly modelName: string; readonly modelVersion: string },
 ): Promise<void> {
   let counted = 0;
   let overflowed = false;
@@ -64,8 +69,8 @@ export async function relayResponses(
     }
     if (!finalSent && request.parameters[ENABLE_EMPTY_FINAL] === true) {
       await send({
-        modelName: model.name,
-        modelVersion: model.version,
+        modelName: namedAs?.modelName ?? model.name,
+        modelVersion: namedAs?.modelVersion ?? model.version,
         id: request.id,
         parameters: { ...stream.parameters, [FINAL_RESPONSE]: true },
         outputs: [],

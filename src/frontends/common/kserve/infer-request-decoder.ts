@@ -415,7 +415,7 @@ function checkJsonOutputs(
     if (names !== undefined && !names.includes(output.name)) continue;
     if (isBinaryOutput(encoding, output.name) || encoding.sharedMemory?.outputs.has(output.name)) continue;
     throw invalidArg(
-      `sending ${output.datatype} data via JSON is not supported. Please use the binary data format for output '${output.name}'`,
+      `sending ${output.datatype} data via JSON is not supported. Please use the binary data format for output`,
     );
   }
 }

@@ -80,7 +80,7 @@ function responseParts(answer: InferResponse, encoding: OutputEncoding): Respons
     } else if (output.datatype === "FP16" || output.datatype === "BF16") {
       // Caught before inference for declared outputs; this is for undeclared ones.
       throw invalidArg(
-        `sending ${output.datatype} data via JSON is not supported. Please use the binary data format for output '${output.name}'`,
+        `sending ${output.datatype} data via JSON is not supported. Please use the binary data format for output`,
       );
     } else {
       parts.push(`${json},"data":`, output);
