@@ -109,6 +109,8 @@ export class ModelRepository implements ModelRegistry {
   #invalidOvmsEntries: string[] = [];
   /** The Triton repositories' model folders as last read (duplicates included). */
   #inRepositories: readonly ModelSource[] = [];
+  /** The repository problems logged at the last look: one still there is not logged again. */
+  #loggedProblems: ReadonlySet<string> = new Set();
   /** The OVMS config files' texts as last read, to see when one changes. */
   readonly #ovmsTexts = new Map<string, string>();
   /** Sent model files being removed once the versions loaded from them have unloaded. */
@@ -160,7 +162,12 @@ export class ModelRepository implements ModelRegistry {
     }
     await Promise.all(wanted.map((name) => repository.#load(name).catch(() => {})));
     if (options.controlMode === "poll" && options.pollSecs > 0) repository.#startPolling();
-    if (options.controlMode !== "explicit" && (options.configPollSecs ?? 0) > 0) {
+    // Only OVMS's models are watched (its config files, its --model_path): a Triton launch has none.
+    if (
+      options.controlMode !== "explicit" &&
+      (options.ovmsConfigs.length > 0 || options.singleModel !== undefined) &&
+      (options.configPollSecs ?? 0) > 0
+    ) {
       repository.#watchOvmsConfigs(options.configPollSecs!);
     }
     return repository;
@@ -186,7 +193,10 @@ export class ModelRepository implements ModelRegistry {
     const discovery = discoverModels(repositories, this.#ovmsSources, ovmsOnly ? this.#inRepositories : []);
     const { sources, problems, duplicates } = discovery;
     this.#inRepositories = discovery.inRepositories;
-    for (const problem of problems) this.#logger.error({ event: "repository_problem" }, problem);
+    // Each problem is logged once while it lasts, not at every look (a poll each second).
+    for (const problem of problems)
+      if (!this.#loggedProblems.has(problem)) this.#logger.error({ event: "repository_problem" }, problem);
+    this.#loggedProblems = new Set(problems);
     for (const name of [...sources.keys(), ...duplicates.keys()]) {
       if (!this.#models.has(name)) this.#models.set(name, this.#newEntry(name, sources.get(name)));
     }

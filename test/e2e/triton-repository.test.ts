@@ -9,6 +9,7 @@ import { DEFAULT_SERVER_OPTIONS } from "../../src/config/server-options.ts";
 import type { ModelBackend } from "../../src/core/backend.ts";
 import { silentLogger } from "../../src/observability/logger.ts";
 import { addSubModel } from "../../tools/onnx/test-models.ts";
+import { type LogLine, memoryLogger } from "../security/support/memory-logger.ts";
 import { getJson, postJson } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
 import { waitFor } from "../support/sequence-kit.ts";
@@ -70,6 +71,33 @@ describe("a model name in two --model-repository folders", () => {
       index.find((entry) => entry.name === "m"),
       { name: "m", state: "UNAVAILABLE", reason: "model appears in two or more repositories" },
     );
+  });
+});
+
+describe("a repository problem", () => {
+  it("is logged once while it lasts, however often the repositories are looked at", async () => {
+    const a = repo({ m: { onnx: plusVersionModel(1) } });
+    const b = repo({ m: { onnx: plusVersionModel(2) } });
+    const config = join(a.path, "config.json");
+    writeFileSync(config, JSON.stringify({ model_config_list: [] }));
+    const lines: LogLine[] = [];
+    // An OVMS config watched every 20 ms: each look finds the name in both repositories.
+    const server = await started(
+      a.path,
+      {
+        modelRepositories: [a.path, b.path],
+        ovmsConfigs: [config],
+        exitOnError: false,
+        configPollSecs: 0.02,
+      },
+      memoryLogger(lines),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(await status(`${server.url}/v2/models/m/ready`), 400);
+    const logged = lines.filter((line) =>
+      String(line.msg).includes("is not unique across all model repositories"),
+    );
+    assert.equal(logged.length, 1);
   });
 });
 
