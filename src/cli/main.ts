@@ -1,8 +1,10 @@
 import { SEQSERVE_VERSION, startServer } from "../app/server.ts";
+import { reopenLogFile } from "../observability/logger.ts";
 import { helpText, parseCommandLine, UsageError } from "./options.ts";
 
 // `seqserve …` and `seqserve serve …`: parse flags (and, for serve, SageMaker's
-// environment), start, and stop cleanly on SIGINT/SIGTERM (a second signal stops at once).
+// environment), start, and stop cleanly on SIGINT/SIGTERM (a second signal stops at once);
+// SIGHUP reopens the log file.
 // Exit codes: 0 clean stop, 2 bad usage, 1 failed start. `seqserve bench …` runs the
 // benchmark instead (loaded only then).
 
@@ -56,6 +58,17 @@ async function main(): Promise<number> {
     };
     process.on("SIGINT", onSignal);
     process.on("SIGTERM", onSignal);
+    // With a log file, SIGHUP reopens it (logrotate's postrotate) rather than ending the
+    // server; without one it ends the process, as it does Triton's.
+    if (command.options.logFile !== undefined) {
+      process.on("SIGHUP", () => {
+        reopenLogFile(server.logger);
+        server.logger.info(
+          { event: "signal", signal: "SIGHUP" },
+          "received SIGHUP: the log file was reopened",
+        );
+      });
+    }
   });
 }
 

@@ -25,6 +25,21 @@ interface TimestampStyle {
 
 const timestampStyles = new WeakMap<Logger, TimestampStyle>();
 
+/** The log file of a logger made by createLogger with one: reopened on request (SIGHUP). */
+const logFiles = new WeakMap<Logger, { reopen(): void }>();
+
+/**
+ * Opens `logger`'s log file again under its name, as logrotate's rename-and-create
+ * rotation needs (its postrotate sends SIGHUP): lines go on in the new file, not the
+ * renamed one. False when the logger writes to no file of its own.
+ */
+export function reopenLogFile(logger: Logger): boolean {
+  const file = logFiles.get(logger);
+  if (file === undefined) return false;
+  file.reopen();
+  return true;
+}
+
 /**
  * Turns ISO 8601 timestamps on or off (Triton's `log_format` changed while serving);
  * false when `logger` was not made by createLogger (an embedder's, a test's).
@@ -49,14 +64,19 @@ export function isoTimestamps(logger: Logger): boolean | undefined {
  */
 export async function createLogger(options: LoggerOptions): Promise<Logger> {
   const style: TimestampStyle = { iso: options.format === "ISO8601" };
-  const logger = await styledLogger(options, style);
+  const fileDestination = options.file === undefined ? undefined : logFile(options.file);
+  const logger = await styledLogger(options, style, fileDestination);
   timestampStyles.set(logger, style);
+  if (fileDestination !== undefined) logFiles.set(logger, fileDestination);
   return logger;
 }
 
-async function styledLogger(options: LoggerOptions, style: TimestampStyle): Promise<Logger> {
-  const { level, format, file } = options;
-  const fileDestination = file === undefined ? undefined : logFile(file);
+async function styledLogger(
+  options: LoggerOptions,
+  style: TimestampStyle,
+  fileDestination: ReturnType<typeof logFile> | undefined,
+): Promise<Logger> {
+  const { level, format } = options;
   if (format === "json") {
     const destination = fileDestination ?? pino.destination(1);
     return pino(
@@ -105,7 +125,7 @@ async function styledLogger(options: LoggerOptions, style: TimestampStyle): Prom
  * sequence on it: the lines are dropped while it fails, which is said once on stderr,
  * and again when lines reach the file again.
  */
-function logFile(file: string): DestinationStream {
+function logFile(file: string): DestinationStream & { reopen(): void } {
   const destination = pino.destination({ dest: file, mkdir: true, sync: true });
   let dropped = 0;
   destination.on("error", (error: Error) => {

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { createServer as createHttpServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -188,6 +188,19 @@ describe("a Triton launch script", { timeout: 180_000 }, () => {
       assert.equal(lines.length, 1, flag);
     }
     assert.equal(server.lines.length + server.notJson.length, 0, "nothing on standard output");
+  });
+
+  it("reopens its --log-file on SIGHUP, as logrotate's rename and postrotate need, and goes on serving", async () => {
+    const file = join(logs, "server.log");
+    renameSync(file, join(logs, "server.log.1"));
+    server.child.kill("SIGHUP");
+    await waitUntil(
+      "the log file reopened",
+      async () => existsSync(file) && readFileSync(file, "utf8").includes("the log file was reopened"),
+      10_000,
+    );
+    assert.equal((await fetch(`${url}/v2/health/ready`)).status, 200);
+    assert.ok(!readFileSync(join(logs, "server.log.1"), "utf8").includes("reopened"));
   });
 
   it("stops cleanly on SIGTERM", async () => {
