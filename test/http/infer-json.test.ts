@@ -461,6 +461,18 @@ describe("inference with JSON tensors", () => {
     const request = recorder.requests.at(-1)!;
     assert.deepEqual(request.parameters, { priority: 2, note: "hi", flag: true });
     assert.equal(request.id, "p1");
+    // Integers past 2^53 as Triton reads them: exact within 64 bits, a double past them.
+    const big = await postJson(
+      server,
+      "/v2/models/recorder/infer",
+      '{"parameters":{"big":9007199254740993,"small":-9223372036854775808,"huge":18446744073709551615},"inputs":[]}',
+    );
+    assert.equal(big.status, 200);
+    assert.deepEqual(recorder.requests.at(-1)!.parameters, {
+      big: 9007199254740993n,
+      small: -9223372036854775808n,
+      huge: 18446744073709551615,
+    });
     assert.equal(request.sequence, undefined);
     assert.ok(request.signal instanceof AbortSignal);
     await refused(
