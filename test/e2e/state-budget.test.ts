@@ -119,6 +119,9 @@ test("a handler's state: its worker refuses the step past the budget and gives t
     /^the state of a new sequence 12 of model 'log' would hold 5 bytes.*: the sequence is not started$/,
   );
   assert.deepEqual(await liveIds("log"), [10]);
+  // Its handler ran it, so the life it began ends, as a START that failed (not as a client's giving up).
+  const { ended } = (await listSequences(server.url, "log")).summary;
+  assert.deepEqual([ended.forced, ended.cancelled], [1, 0]);
   const refused = await note(10, 5);
   assert.equal(refused.status, 429);
   assert.deepEqual(refused.body, {

@@ -907,17 +907,20 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * Ends the life `request` (a START that will not run, naming its id) began, before it
    * applied anything; whether it did. A server-assigned id ends with its failed START (#accept).
    */
-  #undoStart(sequence: Sequence, request: PendingRequest, how = "refused"): boolean {
+  #undoStart(sequence: Sequence, request: PendingRequest, how: "refused" | "dropped" = "refused"): boolean {
     const control = request.request.sequence;
     if (control?.start !== true || control.id === undefined || sequence.applied > 0) return false;
     const key = idKey(sequence.id);
     // Its id is the life's, live, or ending by this same request's END.
     const ownEnd = control.end === true && this.#ending.get(key) === sequence && !this.#live.has(key);
     if (this.#live.get(key) !== sequence && !ownEnd) return false;
-    if (ownEnd) sequence.endReason = "cancelled";
+    // Dropped, its client gave up on it; refused, it failed: `forced`, as a failed START
+    // with a server-assigned id ends (its handler may have run it, and is told so).
+    const reason = how === "dropped" ? "cancelled" : "forced";
+    if (ownEnd) sequence.endReason = reason;
     this.#endNow(
       sequence,
-      "cancelled",
+      reason,
       cancelled(`sequence ${formatSequenceId(sequence.id)} ended: its START request was ${how}`),
     );
     return true;
