@@ -47,6 +47,9 @@ export default {
       // A change of the state once the request is complete (from a timer): not kept.
       if (mode === "late-state") setTimeout(() => r.sequence.state.set("late", 1), 20);
       if (mode === "exit") process.exit(3);
+      // Errors nobody catches: a promise left rejected, a timer that throws.
+      if (mode === "floating-rejection") Promise.reject(new Error("floating rejection"));
+      if (mode === "timer-throw") setTimeout(() => { throw new Error("thrown from a timer"); }, 10);
       if (mode === "keep") r.sequence.state.set("kept", { n: 7 });
       // Reads its state after a while, when a batchmate's client may have left meanwhile.
       if (mode === "sleep-read") {
@@ -340,6 +343,37 @@ test("a handler stuck in a loop is ended and replaced; later requests are served
   });
   assert.equal(echoed(next), "again");
   assert.ok(logLines.some((line) => line.includes("handler worker stopped; restarting it")));
+});
+
+test("an unhandled rejection or an exception from a timer in handler code is logged with its stack; the instance and its sequences go on", async () => {
+  assert.equal(echoed(await call("faulty_seq", "f1", { id: 61, start: true })), "f1");
+  assert.equal(echoed(await call("faulty_seq", "g1", { id: 62, start: true })), "g1");
+  for (const [mode, message, kind] of [
+    ["floating-rejection", "floating rejection", "unhandled rejection"],
+    ["timer-throw", "thrown from a timer", "uncaught exception"],
+  ] as const) {
+    assert.equal(echoed(await call("faulty_seq", mode, { id: 61 })), mode);
+    const line = await eventually(`the log of the ${kind}`, () =>
+      logLines.find((l) => l.includes(message) && l.includes(kind)),
+    );
+    const fields = JSON.parse(line);
+    assert.equal(fields.level, 50);
+    assert.equal(fields.model, "faulty_seq");
+    assert.equal(
+      fields.msg,
+      `an ${kind} in the handler code of model 'faulty_seq': ${message}; the instance goes on`,
+    );
+    // The stack, on the lines of model.ts (source-mapped, as for a failed execute()).
+    assert.match(fields.stack, new RegExp(`^Error: ${message}\\n\\s+at .*model\\.ts:\\d+:\\d+`));
+    // Another client's sequence on the same instance goes on, and so does this one.
+    assert.equal(echoed(await call("faulty_seq", "g", { id: 62 })), "g");
+  }
+  assert.equal(echoed(await call("faulty_seq", "f2", { id: 61, end: true })), "f2");
+  assert.equal(echoed(await call("faulty_seq", "g2", { id: 62, end: true })), "g2");
+  const restarts = logLines.filter(
+    (l) => l.includes("handler worker stopped") && JSON.parse(l).model === "faulty_seq",
+  );
+  assert.deepEqual(restarts, []);
 });
 
 test("a worker that dies is restarted; the sequences it held end ('instance_failed') and say why", async () => {

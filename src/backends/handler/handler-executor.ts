@@ -349,7 +349,7 @@ export class HandlerExecutor implements RequestExecutor {
       const worker = this.#worker;
       if (worker === undefined) return;
       if (this.#running.get(rid) === running) {
-        this.#lastError = new Error(
+        this.#lastError = withoutStack(
           `it did not give back ${requestNamed(running.id)} within ${2 * this.#options.timeoutMs} ms`,
         );
         void worker.terminate();
@@ -581,6 +581,18 @@ export class HandlerExecutor implements RequestExecutor {
         this.#logger[message.level](handlerLogFields(message.fields), message.message);
         return;
       }
+      case "fault": {
+        if (message.fatal) {
+          // The worker's own code failed, and the worker ends: #onExit logs it, stack and all.
+          this.#lastError = Object.assign(new Error(message.message), { stack: message.stack });
+          return;
+        }
+        this.#logger.error(
+          { kind: message.kind.replace(" ", "_"), stack: message.stack },
+          `an ${message.kind} in the handler code of model '${this.#options.load.modelName}': ${message.message}; the instance goes on`,
+        );
+        return;
+      }
     }
   }
 
@@ -603,7 +615,7 @@ export class HandlerExecutor implements RequestExecutor {
     const why = this.#lastError?.message ?? `exit code ${code}`;
     const error = internal(`model instance '${this.name}' stopped unexpectedly (${why})`, this.#lastError);
     this.#logger.error(
-      { reason: why, failedRequests: this.#running.size },
+      { reason: why, failedRequests: this.#running.size, stack: this.#lastError?.stack },
       "handler worker stopped; restarting it",
     );
     const loading = this.#loading;
@@ -626,6 +638,13 @@ export class HandlerExecutor implements RequestExecutor {
     if (this.#running.size > 0 || this.#batches.size > 0 || this.#loading !== undefined) worker.ref();
     else worker.unref();
   }
+}
+
+/** A reason of this thread's own for ending a worker: its stack would say nothing of the handler. */
+function withoutStack(message: string): Error {
+  const error = new Error(message);
+  error.stack = undefined;
+  return error;
 }
 
 /** A failure as it crosses to the worker: its status class and message. */

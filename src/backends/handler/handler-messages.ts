@@ -207,6 +207,19 @@ export interface LogMessage {
   readonly fields: Readonly<Record<string, unknown>> | undefined;
 }
 
+/**
+ * An error nobody caught in the worker. `fatal`: the worker's own code failed, and the
+ * worker ends (and is restarted) right after; otherwise it was the handler's code (an
+ * unhandled rejection, an exception from a timer), and the worker goes on.
+ */
+export interface FaultMessage {
+  readonly type: "fault";
+  readonly kind: "unhandled rejection" | "uncaught exception";
+  readonly fatal: boolean;
+  readonly message: string;
+  readonly stack: string | undefined;
+}
+
 export type FromHandlerMessage =
   | HandlerLoadedMessage
   | HandlerLoadFailedMessage
@@ -216,4 +229,5 @@ export type FromHandlerMessage =
   | CallMessage
   | CallCancelMessage
   | CloseSequenceMessage
-  | LogMessage;
+  | LogMessage
+  | FaultMessage;

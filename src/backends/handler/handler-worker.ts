@@ -92,8 +92,8 @@ function describe(value: unknown): string {
 
 /**
  * A promise the handler may leave un-awaited (`send()`'s): its rejection is still seen by
- * whoever awaits it, but is never "unhandled", which would end the worker and with it
- * every request and sequence on the instance.
+ * whoever awaits it, but is never "unhandled" (which the log would report as the handler's
+ * mistake).
  */
 function quietly<T>(promise: Promise<T>): Promise<T> {
   promise.catch(() => {});
@@ -573,6 +573,42 @@ function makeContext(message: HandlerLoadMessage, directory: string): HandlerCon
   };
 }
 
+// ---- errors nobody caught ----
+//
+// A promise the handler's code leaves rejected, or an exception from one of its timers or
+// listeners, would end the worker, and with it every request and sequence of the instance,
+// for one forgotten `await`. The handler's code is not part of the worker's bookkeeping
+// (requests, calls, state in transit), which such an error leaves as it was: the error is
+// logged, with its stack, and the worker goes on, as it does after an exception from
+// execute(). An error of the worker's own code is another matter: its bookkeeping may be
+// half done, so the worker ends (and is restarted), the stack going to the log.
+
+/** The message and stack of anything thrown, without trusting it (a getter may throw). */
+function faultOf(error: unknown): { message: string; stack: string | undefined } {
+  try {
+    const stack = error instanceof Error ? error.stack : undefined;
+    return { message: errorText(error), stack: typeof stack === "string" ? stack : undefined };
+  } catch {
+    return { message: "[an error that could not be read]", stack: undefined };
+  }
+}
+
+/** The worker's own code failed: it says why, and ends (the instance restarts it). */
+function workerFailed(error: unknown): never {
+  try {
+    post({ type: "fault", kind: "uncaught exception", fatal: true, ...faultOf(error) });
+  } finally {
+    process.exit(1);
+  }
+}
+
+process.on("unhandledRejection", (reason) => {
+  post({ type: "fault", kind: "unhandled rejection", fatal: false, ...faultOf(reason) });
+});
+process.on("uncaughtException", (error) => {
+  post({ type: "fault", kind: "uncaught exception", fatal: false, ...faultOf(error) });
+});
+
 // ---- messages ----
 
 async function load(message: HandlerLoadMessage): Promise<void> {
@@ -676,13 +712,23 @@ async function close(): Promise<void> {
   port.close();
 }
 
+// Every path of the worker's own code ends here or in workerFailed: what reaches the
+// process's handlers above came from the handler's code.
 port.on("message", (message: ToHandlerMessage) => {
+  try {
+    receive(message);
+  } catch (error) {
+    workerFailed(error);
+  }
+});
+
+function receive(message: ToHandlerMessage): void {
   switch (message.type) {
     case "load":
-      void load(message);
+      load(message).catch(workerFailed);
       return;
     case "execute":
-      void execute(message);
+      execute(message).catch(workerFailed);
       return;
     case "credit":
       open.get(message.rid)?.credit(message);
@@ -691,7 +737,7 @@ port.on("message", (message: ToHandlerMessage) => {
       open.get(message.rid)?.cancel(message);
       return;
     case "ended":
-      void sequenceEnded(message);
+      sequenceEnded(message).catch(workerFailed);
       return;
     case "call-result": {
       const resolve = calls.get(message.cid);
@@ -700,7 +746,7 @@ port.on("message", (message: ToHandlerMessage) => {
       return;
     }
     case "close":
-      void close();
+      close().catch(workerFailed);
       return;
   }
-});
+}
