@@ -107,7 +107,11 @@ export interface HandlerRequest {
    * it: a send while the client still has the limit's worth unread fails the request.
    */
   send(response: HandlerResponse, options?: SendOptions): Promise<void>;
-  /** Decoupled models: the request is complete (with `error`, it fails with its message). */
+  /**
+   * Decoupled models: the request is complete (with `error`, it fails with its message).
+   * On a request already cancelled (its signal aborted), it tells the server the code has
+   * stopped working on it: its sequence's next step waits for that (or for a while).
+   */
   complete(error?: Error): void;
 }
 

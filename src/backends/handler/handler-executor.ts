@@ -25,6 +25,7 @@ import type {
   DoneMessage,
   FromHandlerMessage,
   HandlerLoadMessage,
+  LingeringMessage,
   ResponseMessage,
   WireError,
   WireRequest,
@@ -39,8 +40,11 @@ import { stateFromWire, stateToWire } from "./state-wire.ts";
 //
 // Isolation: a request that gets no answer within `timeoutMs` is stopped (the handler's
 // signal aborts) and fails; a worker that does not even give the request back within as
-// long again is stuck, and is terminated. A worker that dies is replaced: its requests
-// fail, and `onReplaced` listeners (the sequence batcher) end the sequences it held.
+// long again is stuck, and is terminated. A step of a sequence answered in its code's
+// place while that code goes on holds its sequence's next step and end in the worker
+// (handler-worker.ts) for as long again at most (#onLingering). A worker that dies is
+// replaced: its requests fail, and `onReplaced` listeners (the sequence batcher) end the
+// sequences it held.
 // Unlike ONNX Runtime's workers, a handler worker may be terminated: it runs no native
 // inference code of its own (it calls models through the main thread).
 
@@ -82,6 +86,16 @@ interface Running {
   unackedBytes: number;
   /** When it first timed out (the worker was told to stop it); undefined while it has not. */
   timedOutAtMs?: number;
+  /** Waiting in the worker behind its sequence's previous step: its clock does not run. */
+  held?: boolean;
+}
+
+/** A step answered in its code's place while that code still runs (LingeringMessage). */
+interface Lingering {
+  readonly sinceMs: number;
+  readonly request: string;
+  readonly sequence: string;
+  waitingFor: "execute" | "completion";
 }
 
 interface Batch {
@@ -138,6 +152,9 @@ export class HandlerExecutor implements RequestExecutor {
   #nextBatch = 1;
   #lastError: Error | undefined;
   #stuckTimer: NodeJS.Timeout | undefined;
+  /** Steps whose code still runs after they were answered in its place, by rid. */
+  readonly #lingering = new Map<number, Lingering>();
+  #lingerTimer: NodeJS.Timeout | undefined;
 
   constructor(options: HandlerExecutorOptions) {
     this.name = options.name;
@@ -317,6 +334,7 @@ export class HandlerExecutor implements RequestExecutor {
   #arm(rid: number, running: Running): void {
     if (running.timer !== undefined) clearTimeout(running.timer);
     running.timer = undefined;
+    if (running.held === true) return;
     const { maxUnackedResponses, maxUnackedBytes } = this.#options.load.limits;
     if (running.unacked >= maxUnackedResponses || running.unackedBytes >= maxUnackedBytes) return;
     running.timer = setTimeout(() => this.#timedOut(rid, running), timerDelay(this.#options.timeoutMs));
@@ -357,6 +375,68 @@ export class HandlerExecutor implements RequestExecutor {
       }
       this.#checkStuck();
     }, timerDelay(wait));
+  }
+
+  /**
+   * A step answered in its code's place (timed out, cancelled) whose code goes on holds its
+   * sequence's next step and end (the worker keeps them until the code is through), for at
+   * most `timeoutMs` more: past it, an execute() that has still not returned is taken as
+   * never returning and its worker is ended (as a stuck one: its sequences end with
+   * instance_failed), since a step still running must not be run over. A decoupled request
+   * whose execute() has returned but which its code never completed is let go instead, with
+   * a warning: its code may have stopped without saying so, and nothing else would tell.
+   */
+  #onLingering(message: LingeringMessage): void {
+    const known = this.#lingering.get(message.rid);
+    if (known !== undefined) known.waitingFor = message.waitingFor;
+    else {
+      this.#lingering.set(message.rid, {
+        sinceMs: Date.now(),
+        request: message.request,
+        sequence: message.sequence,
+        waitingFor: message.waitingFor,
+      });
+    }
+    this.#checkLingering();
+  }
+
+  #checkLingering(): void {
+    if (this.#lingerTimer !== undefined) return;
+    let oldest: number | undefined;
+    for (const lingering of this.#lingering.values())
+      if (oldest === undefined || lingering.sinceMs < oldest) oldest = lingering.sinceMs;
+    if (oldest === undefined) return;
+    const limit = this.#options.timeoutMs;
+    this.#lingerTimer = setTimeout(
+      () => {
+        this.#lingerTimer = undefined;
+        const worker = this.#worker;
+        if (worker === undefined) return;
+        const model = this.#options.load.modelName;
+        for (const [rid, lingering] of this.#lingering) {
+          if (Date.now() - lingering.sinceMs < limit) continue;
+          const what = `${lingering.request} of sequence ${lingering.sequence}`;
+          if (lingering.waitingFor === "execute") {
+            const why = `its execute() did not return within ${limit} ms after ${what} was answered in its place (timed out or cancelled)`;
+            this.#logger.error(
+              { request: lingering.request, sequence: lingering.sequence },
+              `the handler code of model '${model}' never returned: ${why}; ending the worker, whose sequences end`,
+            );
+            this.#lastError = withoutStack(why);
+            void worker.terminate();
+            return;
+          }
+          this.#lingering.delete(rid);
+          this.#logger.warn(
+            { request: lingering.request, sequence: lingering.sequence },
+            `the handler code of model '${model}' did not complete ${what} within ${limit} ms after it was answered in its place (timed out or cancelled): the sequence goes on without waiting longer (a decoupled handler calls complete() once it stops working on a cancelled request)`,
+          );
+          worker.postMessage({ type: "release", rid });
+        }
+        this.#checkLingering();
+      },
+      timerDelay(Math.max(0, oldest + limit - Date.now())),
+    );
   }
 
   #response(message: ResponseMessage): void {
@@ -581,6 +661,19 @@ export class HandlerExecutor implements RequestExecutor {
         this.#logger[message.level](handlerLogFields(message.fields), message.message);
         return;
       }
+      case "lingering":
+        this.#onLingering(message);
+        return;
+      case "through":
+        this.#lingering.delete(message.rid);
+        return;
+      case "held": {
+        const running = this.#running.get(message.rid);
+        if (running === undefined) return;
+        running.held = message.held;
+        this.#arm(message.rid, running);
+        return;
+      }
       case "fault": {
         if (message.fatal) {
           // The worker's own code failed, and the worker ends: #onExit logs it, stack and all.
@@ -604,6 +697,9 @@ export class HandlerExecutor implements RequestExecutor {
     this.#loaded = false;
     if (this.#stuckTimer !== undefined) clearTimeout(this.#stuckTimer);
     this.#stuckTimer = undefined;
+    if (this.#lingerTimer !== undefined) clearTimeout(this.#lingerTimer);
+    this.#lingerTimer = undefined;
+    this.#lingering.clear();
     // Its calls to other models answer nobody now: they stop.
     for (const call of this.#calls.values()) call.abort();
     this.#calls.clear();

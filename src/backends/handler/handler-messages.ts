@@ -93,6 +93,12 @@ export interface CancelMessage {
   readonly why: "client" | "timeout";
 }
 
+/** The main thread stops waiting for a decoupled handler to complete request `rid`, answered in its place. */
+export interface ReleaseMessage {
+  readonly type: "release";
+  readonly rid: number;
+}
+
 export interface EndedMessage {
   readonly type: "ended";
   readonly id: SequenceId;
@@ -125,6 +131,7 @@ export type ToHandlerMessage =
   | ExecuteMessage
   | CreditMessage
   | CancelMessage
+  | ReleaseMessage
   | EndedMessage
   | CallResultMessage
   | HandlerCloseMessage;
@@ -220,6 +227,36 @@ export interface FaultMessage {
   readonly stack: string | undefined;
 }
 
+/**
+ * Request `rid` of a sequence was answered in its code's place (it timed out, its client
+ * left) while that code still runs: its sequence's next step and end wait in the worker
+ * until the code is through with it (`through`). `waitingFor`: its batch's execute() has
+ * not returned, or (decoupled) it has, and the code has not completed the request.
+ */
+export interface LingeringMessage {
+  readonly type: "lingering";
+  readonly rid: number;
+  /** The request and its sequence, as the log names them. */
+  readonly request: string;
+  readonly sequence: string;
+  readonly waitingFor: "execute" | "completion";
+}
+
+/**
+ * Request `rid` waits behind its sequence's previous step (`held`), or has been handed to
+ * execute() after waiting: its handler_timeout_ms runs only while the handler has it.
+ */
+export interface HeldMessage {
+  readonly type: "held";
+  readonly rid: number;
+  readonly held: boolean;
+}
+
+export interface ThroughMessage {
+  readonly type: "through";
+  readonly rid: number;
+}
+
 export type FromHandlerMessage =
   | HandlerLoadedMessage
   | HandlerLoadFailedMessage
@@ -230,4 +267,7 @@ export type FromHandlerMessage =
   | CallCancelMessage
   | CloseSequenceMessage
   | LogMessage
-  | FaultMessage;
+  | FaultMessage
+  | LingeringMessage
+  | HeldMessage
+  | ThroughMessage;

@@ -226,6 +226,16 @@ class OpenRequest implements HandlerRequest {
   #done = false;
   /** Whether the handler's execute() has returned (before that it may read the state). */
   #executeReturned = false;
+  /** Handed to execute() (a request held behind its sequence's previous step is not yet). */
+  #started = false;
+  /** Its batch's execute() has settled: returned, thrown, or rejected (not merely given up on). */
+  #executeSettled = false;
+  /** The handler's code said it is done with it: its response, complete(), a final send(). */
+  #completedByCode = false;
+  /** The executor stopped waiting for the code to complete it (see `through`). */
+  #released = false;
+  /** What the main thread was last told the request's code is still doing, if anything. */
+  #reported: "execute" | "completion" | "through" | undefined;
   #markFinished!: () => void;
   /** Resolves when the request is done (answered, failed, cancelled). */
   readonly finished = new Promise<void>((resolve) => {
@@ -246,8 +256,12 @@ class OpenRequest implements HandlerRequest {
   #unackedBytes = 0;
   #waiting: { resolve: () => void; reject: (error: Error) => void }[] = [];
 
+  /** Its sequence's id as the gate knows it; undefined for a request without a sequence. */
+  readonly sequenceKey: string | undefined;
+
   constructor(wire: WireRequest, decoupled: boolean) {
     this.rid = wire.rid;
+    this.sequenceKey = wire.sequence === undefined ? undefined : sequenceKey(wire.sequence.id);
     this.id = wire.id;
     this.named = requestNamed(wire.id);
     const inputs: Record<string, Tensor> = {};
@@ -276,11 +290,74 @@ class OpenRequest implements HandlerRequest {
     return this.#done;
   }
 
+  /** Handed to execute() now. */
+  start(): void {
+    this.#started = true;
+  }
+
+  /** Its batch's execute() has settled. */
+  executeSettled(): void {
+    this.#executeSettled = true;
+    this.#checkThrough();
+  }
+
+  /** The main thread gives up waiting for a decoupled handler to complete it. */
+  release(): void {
+    this.#released = true;
+    this.#checkThrough();
+  }
+
+  #codeCompleted(): void {
+    this.#completedByCode = true;
+    this.#checkThrough();
+  }
+
+  /**
+   * Whether the handler's code is through with the request, so that its sequence's next
+   * step (or end) may run: it completed the request itself (a response, complete(), a final
+   * send()), or, for one cancelled or failed in its place, its batch's execute() has
+   * settled and, for a decoupled request (which code may go on with after execute()
+   * returned), the code has completed it too, late as that is.
+   */
+  get through(): boolean {
+    if (!this.#done) return false;
+    if (!this.#started || this.#completedByCode || this.#released) return true;
+    return this.#executeSettled && !this.#decoupled;
+  }
+
+  /**
+   * A request of a sequence answered in its code's place (timed out, cancelled) while the
+   * code still runs holds its sequence's next steps back (see the gate below): the main
+   * thread is told, so that it can bound how long, and told again when the code is through.
+   */
+  #checkThrough(): void {
+    if (this.sequenceKey === undefined || !this.#done || this.#reported === "through") return;
+    if (this.through) {
+      if (this.#reported !== undefined) post({ type: "through", rid: this.rid });
+      this.#reported = "through";
+      codeThrough(this);
+      return;
+    }
+    if (!this.#done) return;
+    const waitingFor = this.#executeSettled ? "completion" : "execute";
+    if (this.#reported === waitingFor) return;
+    this.#reported = waitingFor;
+    post({
+      type: "lingering",
+      rid: this.rid,
+      request: this.named,
+      sequence: String(this.sequence!.id),
+      waitingFor,
+    });
+  }
+
   send(response: HandlerResponse, options?: SendOptions): Promise<void> {
     return quietly(this.#send(response, options));
   }
 
   #send(response: HandlerResponse, options?: SendOptions): Promise<void> {
+    // A final send() says the code is done with the request, even once it is cancelled.
+    if (options?.final === true && this.#decoupled) this.#codeCompleted();
     if (!this.#decoupled) {
       return Promise.reject(new Error("send() is for decoupled models: return the responses from execute()"));
     }
@@ -364,13 +441,19 @@ class OpenRequest implements HandlerRequest {
   }
 
   complete(error?: Error): void {
-    if (this.#done) return;
+    // Even once it is cancelled: the code says it has stopped working on it.
+    this.#completedByCode = true;
+    if (this.#done) {
+      this.#checkThrough();
+      return;
+    }
     if (error !== undefined) this.fail(handlerError(error, this.named));
     else this.#finish(undefined, undefined);
   }
 
   /** A response of a request that is not decoupled: the request is complete with it. */
   answer(response: unknown): void {
+    this.#completedByCode = true;
     if (response instanceof Error) {
       this.fail(handlerError(response, this.named));
       return;
@@ -385,6 +468,12 @@ class OpenRequest implements HandlerRequest {
 
   fail(error: WireError): void {
     this.#finish(error, undefined);
+  }
+
+  /** Its execute() threw: the code is done with it, and it fails. */
+  failedInExecute(error: WireError): void {
+    this.#completedByCode = true;
+    this.fail(error);
   }
 
   cancel(message: CancelMessage): void {
@@ -480,6 +569,7 @@ class OpenRequest implements HandlerRequest {
         original,
       );
     }
+    this.#checkThrough();
   }
 }
 
@@ -630,18 +720,112 @@ async function load(message: HandlerLoadMessage): Promise<void> {
   }
 }
 
+// ---- the steps of a sequence, one at a time ----
+//
+// The main thread sends a sequence's next step (or its end) once the previous step is
+// answered. A step answered in its code's place (it timed out, its client left) may still
+// be running in the handler's code: its next step and its sequenceEnded() wait here until
+// that code is through with it (OpenRequest.through), so that the handler never runs two
+// steps of one sequence at once, nor ends a sequence under a step still running. The other
+// sequences' steps do not wait. How long a step may keep its sequence waiting is the main
+// thread's to bound (the "lingering" and "through" messages).
+
+/** A sequence id as a key: a uint64 and a string id of the same digits are two sequences. */
+function sequenceKey(id: bigint | string): string {
+  return typeof id === "bigint" ? `n${id}` : `s${id}`;
+}
+
+/** Per sequence: its requests whose code is not through, and what waits for them. */
+const steps = new Map<string, { running: Set<OpenRequest>; waiting: (() => void)[] }>();
+
+function stepsOf(key: string): { running: Set<OpenRequest>; waiting: (() => void)[] } {
+  let entry = steps.get(key);
+  if (entry === undefined) {
+    entry = { running: new Set(), waiting: [] };
+    steps.set(key, entry);
+  }
+  return entry;
+}
+
+/** No earlier step of the sequence is running or waiting. */
+function free(key: string): boolean {
+  const entry = steps.get(key);
+  return entry === undefined || (entry.running.size === 0 && entry.waiting.length === 0);
+}
+
+/** Runs `action` now, or once every earlier step of the sequence is through. */
+function afterSteps(key: string, action: () => void): void {
+  if (free(key)) action();
+  else stepsOf(key).waiting.push(action);
+}
+
+function codeThrough(request: OpenRequest): void {
+  const key = request.sequenceKey!;
+  const entry = steps.get(key);
+  if (entry === undefined || !entry.running.delete(request)) return;
+  while (entry.running.size === 0 && entry.waiting.length > 0) entry.waiting.shift()!();
+  if (entry.running.size === 0 && entry.waiting.length === 0) steps.delete(key);
+}
+
+/** Requests that were answered while their code ran, by rid: the main thread may release them. */
+function lingering(rid: number): OpenRequest | undefined {
+  for (const entry of steps.values())
+    for (const request of entry.running) if (request.rid === rid) return request;
+  return undefined;
+}
+
 async function execute(message: ExecuteMessage): Promise<void> {
   const start = performance.now();
   const requests = message.requests.map((wire) => new OpenRequest(wire, message.decoupled));
   for (const request of requests) open.set(request.rid, request);
+  const now: OpenRequest[] = [];
+  for (const request of requests) {
+    const key = request.sequenceKey;
+    if (key === undefined || free(key)) now.push(request);
+    else {
+      // Held behind its sequence's previous step: it runs as a batch of its own when that
+      // step's code is through (unless it was cancelled meanwhile). Its clock stops meanwhile.
+      post({ type: "held", rid: request.rid, held: true });
+      stepsOf(key).waiting.push(() => {
+        if (request.done) return;
+        post({ type: "held", rid: request.rid, held: false });
+        runBatch([request], message.decoupled, undefined, performance.now()).catch(workerFailed);
+      });
+    }
+  }
+  await runBatch(now, message.decoupled, message.batch, start);
+}
+
+/** Runs `requests` through the handler's execute(); `batch` is the main thread's, when it waits for it. */
+async function runBatch(
+  requests: readonly OpenRequest[],
+  decoupled: boolean,
+  batch: number | undefined,
+  start: number,
+): Promise<void> {
+  if (requests.length === 0) {
+    if (batch !== undefined) post({ type: "executed", batch, inputNs: 0, inferNs: 0, outputNs: 0 });
+    return;
+  }
+  for (const request of requests) {
+    request.start();
+    if (request.sequenceKey !== undefined) stepsOf(request.sequenceKey).running.add(request);
+  }
   const built = performance.now();
   for (const request of requests) request.began(built, (built - start) * 1e6);
   let result: unknown;
   let failure: WireError | undefined;
+  // The handler's own promise, whose settling says its code is out of execute() (a throw
+  // before its first await, too).
+  const running = (async () => handler!.execute(requests, context))();
+  const settled = (): void => {
+    for (const request of requests) request.executeSettled();
+  };
+  running.then(settled, settled);
   try {
     // An execute() that never returns holds the instance only until its requests are all
     // done (answered, timed out, cancelled): then the instance takes other batches.
-    result = await Promise.race([handler!.execute(requests, context), allDone(requests)]);
+    result = await Promise.race([running, allDone(requests)]);
   } catch (error) {
     failure = handlerError(error, "execute()");
   }
@@ -649,9 +833,9 @@ async function execute(message: ExecuteMessage): Promise<void> {
   for (const request of requests) request.executeReturned();
   const executed = performance.now();
   if (failure !== undefined) {
-    for (const request of requests) request.fail(failure);
+    for (const request of requests) request.failedInExecute(failure);
   } else if (Array.isArray(result)) {
-    if (!message.decoupled && result.length !== requests.length) {
+    if (!decoupled && result.length !== requests.length) {
       const error: WireError = {
         code: "INTERNAL",
         message: `the handler's execute() returned ${result.length} responses for ${requests.length} requests`,
@@ -661,22 +845,23 @@ async function execute(message: ExecuteMessage): Promise<void> {
       requests.forEach((request, i) => {
         if (request.done) return;
         const response: unknown = result[i];
-        if (message.decoupled && isResponse(response)) {
+        if (decoupled && isResponse(response)) {
           // A response that cannot be sent fails its request (it would wait for its timeout).
           request.send(response, { final: true }).catch((error: Error) => request.complete(error));
         } else request.answer(response);
       });
     }
-  } else if (!message.decoupled && result !== GAVE_UP) {
+  } else if (!decoupled && result !== GAVE_UP) {
     const error: WireError = {
       code: "INTERNAL",
       message: "the handler's execute() returned no responses (an array with one per request is expected)",
     };
     for (const request of requests) request.fail(error);
   }
+  if (batch === undefined) return;
   post({
     type: "executed",
-    batch: message.batch,
+    batch,
     inputNs: (built - start) * 1e6,
     inferNs: (executed - built) * 1e6,
     outputNs: (performance.now() - executed) * 1e6,
@@ -737,7 +922,13 @@ function receive(message: ToHandlerMessage): void {
       open.get(message.rid)?.cancel(message);
       return;
     case "ended":
-      sequenceEnded(message).catch(workerFailed);
+      // After the sequence's last step, its code included.
+      afterSteps(sequenceKey(message.id), () => {
+        sequenceEnded(message).catch(workerFailed);
+      });
+      return;
+    case "release":
+      lingering(message.rid)?.release();
       return;
     case "call-result": {
       const resolve = calls.get(message.cid);
