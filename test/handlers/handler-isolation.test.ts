@@ -61,6 +61,8 @@ export default {
       const outputs = { ECHO: { datatype: "BYTES", shape: [1, 1], data: [mode] } };
       if (mode === "function-parameter") return { outputs, parameters: { f: () => 1 } };
       if (mode === "null") return null;
+      if (mode === "outputs-array") return { outputs: [{ name: "ECHO", ...outputs.ECHO }] };
+      if (mode === "throw-object") throw { code: "INVALID_ARG", message: "a plain object thrown" };
       return { outputs };
     }));
   },
@@ -308,6 +310,17 @@ test("a handler that returns null for a request is said to have given no respons
   const streamed = await callStream("faulty_stream", "null", { id: 41, start: true });
   assert.equal(streamed.status, 500);
   assert.deepEqual(streamed.events, [{ error: "the handler gave no response to a request" }]);
+});
+
+test("outputs given as an array, and a plain object thrown, are answered for what they are", async () => {
+  const array = await call("faulty", "outputs-array");
+  assert.equal(array.status, 500);
+  assert.deepEqual(array.body, {
+    error: "the 'outputs' of the response is an array: expected an object of output name: tensor",
+  });
+  const thrown = await call("faulty", "throw-object");
+  assert.equal(thrown.status, 400);
+  assert.deepEqual(thrown.body, { error: "a plain object thrown" });
 });
 
 test("a request that fails leaves the state as it was, tensors changed in place included", async () => {

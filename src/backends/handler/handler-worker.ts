@@ -57,7 +57,14 @@ function post(message: FromHandlerMessage, transfer?: ArrayBuffer[]): void {
 }
 
 function errorText(error: unknown): string {
-  return (error instanceof Error ? error.message : String(error)).trim() || "handler failed";
+  // A thrown plain object with a message (`throw { code, message }`) says it too.
+  const message =
+    error instanceof Error
+      ? error.message
+      : typeof (error as { message?: unknown } | null)?.message === "string"
+        ? (error as { message: string }).message
+        : String(error);
+  return message.trim() || "handler failed";
 }
 
 function log(
@@ -134,6 +141,9 @@ function outputsToWire(
   transfer: ArrayBuffer[] | undefined,
 ): { wire: WireTensor[]; bytes: number } {
   if (typeof outputs !== "object" || outputs === null) throw new Error(`${what} has no 'outputs' object`);
+  // An array would give no output by name: every declared output would go missing unsaid.
+  if (Array.isArray(outputs))
+    throw new Error(`the 'outputs' of ${what} is an array: expected an object of output name: tensor`);
   const wire: WireTensor[] = [];
   let bytes = 0;
   for (const name of wanted) {
@@ -598,11 +608,17 @@ function makeContext(message: HandlerLoadMessage, directory: string): HandlerCon
         if (signal?.aborted === true) throw callCancelled(model, signal);
         const cid = nextCall++;
         const inputs: WireTensor[] = [];
-        for (const [name, tensor] of Object.entries(request.inputs ?? {})) {
-          // Copied, not transferred: the handler keeps its tensors.
-          inputs.push(toWire(name, checkTensor(`input '${name}' of the call to '${model}'`, tensor), []));
+        let parameters: Parameters;
+        try {
+          for (const [name, tensor] of Object.entries(request.inputs ?? {})) {
+            // Copied, not transferred: the handler keeps its tensors.
+            inputs.push(toWire(name, checkTensor(`input '${name}' of the call to '${model}'`, tensor), []));
+          }
+          parameters = checkParameters(`the call to '${model}'`, request.parameters, "parameter");
+        } catch (error) {
+          // A call the handler got wrong fails as any refused call does: with a code.
+          throw Object.assign(error as Error, { code: "INVALID_ARG" });
         }
-        const parameters = checkParameters(`the call to '${model}'`, request.parameters, "parameter");
         const result = waitFor(cid);
         try {
           post({
