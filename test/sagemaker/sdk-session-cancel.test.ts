@@ -127,20 +127,25 @@ async function gatedSession(): Promise<string> {
 }
 const openGate = (): void => writeFileSync(gateFile, "");
 
+/** Step 2 (VALUE 2, numbered `number` if given) of session `id`, given up on while it runs, until its code has stopped. */
+async function gaveUpWhileRunning(id: string, number?: number): Promise<void> {
+  const running = abortable(id, 2, number);
+  await eventOf(
+    repository.eventsFile,
+    "the step running",
+    (e) => e.hook === "running" && e.session === id && e.value === 2,
+  );
+  running.gaveUp.abort();
+  assert.equal(await running.settled, "AbortError");
+  await eventOf(repository.eventsFile, "the step stopped", (e) => e.hook === "stopped" && e.session === id);
+}
+
 describe("a SageMaker client that gives up on a step", { timeout: 60_000 }, () => {
   it("a step given up on while it ran changes nothing: its numbered retry applies it once", async () => {
     const id = await gatedSession();
     // Opened without inputs, the session's first step is step 1.
     assert.equal(await step(id, 1, 1), 1);
-    const running = abortable(id, 2, 2);
-    await eventOf(
-      repository.eventsFile,
-      "the step running",
-      (e) => e.hook === "running" && e.session === id && e.value === 2,
-    );
-    running.gaveUp.abort();
-    assert.equal(await running.settled, "AbortError");
-    await eventOf(repository.eventsFile, "the step stopped", (e) => e.hook === "stopped" && e.session === id);
+    await gaveUpWhileRunning(id, 2);
     openGate();
     assert.equal(await step(id, 2, 2), 3, "its retry is applied");
     assert.equal(await step(id, 3, 3), 6);
@@ -149,15 +154,7 @@ describe("a SageMaker client that gives up on a step", { timeout: 60_000 }, () =
   it("keeps its session: a step given up on while it ran stops and changes nothing", async () => {
     const id = await gatedSession();
     assert.equal(await step(id, 1), 1);
-    const running = abortable(id, 2);
-    await eventOf(
-      repository.eventsFile,
-      "the step running",
-      (e) => e.hook === "running" && e.session === id && e.value === 2,
-    );
-    running.gaveUp.abort();
-    assert.equal(await running.settled, "AbortError");
-    await eventOf(repository.eventsFile, "the step stopped", (e) => e.hook === "stopped" && e.session === id);
+    await gaveUpWhileRunning(id);
     assert.equal(await step(id, 3), 4, "the session goes on without the step given up on");
   });
 
