@@ -9,6 +9,8 @@ import type { SequenceEndReason } from "../model.ts";
 export interface RecentEnd {
   readonly reason: SequenceEndReason;
   readonly endedAtMs: number;
+  /** For a sequence a reload on another replica moved to another version of the model: that version. */
+  readonly movedTo?: string | undefined;
 }
 
 /** Default budget: about 6,000 UUID-sized ids. */

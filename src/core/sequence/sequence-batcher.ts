@@ -379,7 +379,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (!starts && existing === undefined) {
       // Lost with the tier's data, or with a model instance that failed: say so rather
       // than ask for a START as if its client had ended it.
-      const ended = this.#recentEnds.get(key)?.reason;
+      const recent = this.#recentEnds.get(key);
+      const ended = recent?.reason;
+      if (this.#tier !== undefined && recent?.movedTo !== undefined)
+        throw this.#movedError(id, recent.movedTo);
       if (this.#tier !== undefined && ended === "state_lost") throw this.#lostError(id);
       // Ended by the stop's deadline: the client is told to go elsewhere, not to START.
       if (ended === "shutdown") {
@@ -643,7 +646,13 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
           !s.tier.leaving,
       );
       // The records' stamps (version, life, end), not their bodies: nothing else is compared.
-      const records = await Promise.all(held.map((s) => this.#tier!.stamp(s.id).catch(() => null)));
+      const records = await Promise.all(
+        held.map((s) =>
+          this.#recordsOf(s.tier!)
+            .stamp(s.id)
+            .catch(() => null),
+        ),
+      );
       held.forEach((sequence, i) => {
         const record = records[i];
         const place = sequence.tier!;
@@ -1212,6 +1221,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     return this.#tier !== undefined && this.#shuttingDown;
   }
 
+  /** The records that hold a sequence's record: this version's, or those it is moving from. */
+  #recordsOf(place: TierPlace): ModelTier {
+    return place.movingFrom ?? this.#tier!;
+  }
+
   #newPlace(): TierPlace | undefined {
     if (this.#tier === undefined) return undefined;
     return {
@@ -1248,9 +1262,31 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
 
   /** What a request for a sequence that ended on another replica (or whose record is gone) is told. */
   /** `exclusive`: asked by a client with OVMS's admission, told as OVMS tells a missing sequence. */
-  #endedElsewhere(id: SequenceId, reason: SequenceEndReason, exclusive: boolean): ServerError {
+  /** `record`: the tier's record of it, when read (it may say where a reload moved the sequence). */
+  #endedElsewhere(
+    id: SequenceId,
+    reason: SequenceEndReason,
+    exclusive: boolean,
+    record?: TierRecord | undefined,
+  ): ServerError {
+    if (record?.ended !== undefined && record.movedTo !== undefined)
+      return this.#movedError(id, record.movedTo);
     if (reason === "state_lost") return this.#lostError(id);
     return this.#unknownId(id, exclusive, reason);
+  }
+
+  /**
+   * A sequence that a reload on another replica moved to another version of the model: this
+   * replica, serving the version whose record it left, must not advance that record (the
+   * sequence would fork); a replica serving the version it went to goes on with it.
+   */
+  #movedError(id: SequenceId, movedTo: string): ServerError {
+    const model = this.#config.name;
+    return new ServerError(
+      "UNAVAILABLE",
+      `${this.#describe(id)} moved to version ${movedTo} of model '${model}' by a reload; this replica serves version ${this.#tier!.version}: send its requests to a replica serving version ${movedTo}`,
+      { retryAfterSeconds: 1 },
+    );
   }
 
   #lostError(id: SequenceId): ServerError {
@@ -1377,7 +1413,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         local.tier.ended = true;
         const reason =
           record !== undefined && record.ended === undefined ? "restart" : this.#goneReason(record);
-        this.#endNow(local, reason, this.#endedElsewhere(id, reason, waiting.some(isExclusive)));
+        this.#endNow(local, reason, this.#endedElsewhere(id, reason, waiting.some(isExclusive), record));
       }
       if (record !== undefined && record.ended === undefined) {
         if (!this.#live.has(key) && !this.#ending.has(key)) {
@@ -1387,6 +1423,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         this.#recentEnds.remember(key, {
           reason: record.ended as SequenceEndReason,
           endedAtMs: record.writtenAtMs,
+          movedTo: record.movedTo,
         });
       }
     } catch (error) {
@@ -1485,12 +1522,18 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     // An absolute expiry (a SageMaker session's) or none does not move with requests.
     const expiry = this.#expiry(sequence);
     if (expiry.kind !== "idle") return;
-    this.#tier.renew(sequence.id, { version: place.version, life: place.life }, expiry).catch(() => {});
+    this.#recordsOf(place)
+      .renew(sequence.id, { version: place.version, life: place.life }, expiry)
+      .catch(() => {});
   }
 
   /** Reads the tier's record again before the sequence's next step (it does not run meanwhile). */
   #reload(sequence: Sequence): void {
     const place = sequence.tier!;
+    if (place.movingFrom !== undefined) {
+      this.#moveRecord(sequence, place.movingFrom);
+      return;
+    }
     place.loading = true;
     this.#tier!.read(sequence.id).then(
       (record) => {
@@ -1509,7 +1552,12 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
           const reason = this.#goneReason(record);
           const head = sequence.queue.peek();
           if (head !== undefined && this.#answerFromEnded(head, record)) sequence.queue.shift();
-          const ended = this.#endedElsewhere(sequence.id, reason, head !== undefined && isExclusive(head));
+          const ended = this.#endedElsewhere(
+            sequence.id,
+            reason,
+            head !== undefined && isExclusive(head),
+            record,
+          );
           // A START that reached this old copy (taken for the retry of the START it began
           // with) begins the id anew once the copy is gone: it and what follows it are
           // told to come again, rather than that the sequence has ended.
@@ -1530,6 +1578,103 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         this.afterStep(sequence);
       },
     );
+  }
+
+  /**
+   * Before the first step of a sequence a reload moved here from another version of the
+   * model, its record moves from that version's records into this one's, fencing the old
+   * record (ModelTier.moveFrom), and the sequence goes on from the record moved: the
+   * current one, with any step another replica serving the old version made meanwhile.
+   * As a read (#reload), the sequence does not run meanwhile.
+   */
+  #moveRecord(sequence: Sequence, from: ModelTier): void {
+    const place = sequence.tier!;
+    place.loading = true;
+    this.#moveRecordFrom(from, sequence).then(
+      (outcome) => {
+        place.loading = false;
+        if (!this.#all.has(sequence)) return;
+        if (outcome.kind === "occupied") {
+          place.movingFrom = undefined;
+          place.ended = true;
+          const error = cancelled(
+            `${this.#describe(sequence.id)} ended: version ${this.#tier!.version} of the model, where a reload moved it, already holds a live sequence with its id, started on another replica`,
+          );
+          for (const p of sequence.queue.drain()) p.reject(error);
+          this.#endNow(sequence, "reloaded", error);
+          return;
+        }
+        place.movingFrom = undefined;
+        if (outcome.kind === "moved") {
+          try {
+            const head = sequence.queue.peek();
+            this.#install(sequence, outcome.record, undefined, head !== undefined && isEndRequest(head));
+          } catch (error) {
+            for (const p of sequence.queue.drain()) p.reject(asServerError(error));
+          }
+          this.afterStep(sequence);
+          return;
+        }
+        // Gone from the old records (ended there, or expired), or another caller's life:
+        // the copy ends as one whose record is read again does.
+        const record = outcome.record;
+        if (record !== undefined && record.ended === undefined && this.#endIfAnotherCallers(sequence, record))
+          return;
+        place.ended = true;
+        const reason = this.#goneReason(record);
+        const error = this.#endedElsewhere(sequence.id, reason, false, record);
+        for (const p of sequence.queue.drain()) p.reject(error);
+        this.#endNow(sequence, reason, error);
+      },
+      (error: unknown) => {
+        place.loading = false;
+        // The head request fails; the record is moved before the next one (still stale).
+        sequence.queue.shift()?.reject(this.#tierError(sequence.id, "moving the record of", error));
+        this.afterStep(sequence);
+      },
+    );
+  }
+
+  /** The tier's side of #moveRecord: reads the old record, and moves it if it is live. */
+  async #moveRecordFrom(
+    from: ModelTier,
+    sequence: Sequence,
+  ): Promise<
+    | { readonly kind: "moved"; readonly record: TierRecord }
+    | { readonly kind: "gone"; readonly record: TierRecord | undefined }
+    | { readonly kind: "occupied" }
+  > {
+    const place = sequence.tier!;
+    const here = this.#tier!;
+    let record = await from.read(sequence.id);
+    for (let tries = 1; ; tries++) {
+      if (record?.movedTo === here.version && record.life === place.life) {
+        // Moved already, by an earlier try whose answer was lost.
+        const moved = await here.read(sequence.id);
+        if (moved?.life === place.life && moved.ended === undefined) return { kind: "moved", record: moved };
+        return { kind: "gone", record: moved };
+      }
+      if (record === undefined || record.ended !== undefined) return { kind: "gone", record };
+      const body = decodeRecordBody(record.body, this.#describe(sequence.id));
+      if (body.owner !== sequence.owner) return { kind: "gone", record };
+      const result = await here.moveFrom(from, {
+        id: sequence.id,
+        expect: { version: record.version, life: record.life },
+        body: record.body,
+        fencedBody: encodeRecordBody({ ...body, state: undefined }),
+        endReason: "reloaded",
+        expiry: this.#expiry(sequence),
+      });
+      if (result.kind === "moved") {
+        return { kind: "moved", record: { ...record, version: result.version, ended: undefined } };
+      }
+      if (result.kind === "occupied") return { kind: "occupied" };
+      if (tries >= MAX_STEP_RETRIES) {
+        throw new Error(`it was advanced by another replica while being moved, ${tries} times in a row`);
+      }
+      this.#tierConflicts++;
+      record = result.current;
+    }
   }
 
   /**
@@ -1670,7 +1815,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     }
     place.ended = true;
     const reason = this.#goneReason(current);
-    const error = this.#endedElsewhere(sequence.id, reason, isExclusive(row.request));
+    const error = this.#endedElsewhere(sequence.id, reason, isExclusive(row.request), current);
     // A retried END that another replica applied: its answer is kept with the ended record.
     if (!this.#answerFromEnded(row.request, current)) row.request.reject(error);
     this.#endNow(sequence, reason, error);
@@ -1725,14 +1870,15 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       endReason: reason,
       expiry: { kind: "never" },
     };
+    const records = this.#recordsOf(place);
     if (closing !== undefined) {
-      void this.#writeClose(write, closing);
+      void this.#writeClose(records, write, closing);
       return;
     }
     // An end this replica decided on a copy that another replica has since advanced (an
     // idle timeout here while the sequence goes on there) is not written: the conflict
     // is the answer.
-    this.#tier
+    records
       .write([write])
       .catch((error: unknown) =>
         this.#warn(
@@ -1747,7 +1893,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * holds now. It settles once the tier holds the end, or the sequence has ended there
    * already.
    */
-  async #writeClose(first: TierWrite, closing: NonNullable<TierPlace["closing"]>): Promise<void> {
+  async #writeClose(
+    records: ModelTier,
+    first: TierWrite,
+    closing: NonNullable<TierPlace["closing"]>,
+  ): Promise<void> {
     let write = first;
     // A close the tier did not take is not remembered here as an end: a retry asks the tier.
     const fail = (error: ServerError) => {
@@ -1759,7 +1909,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     };
     try {
       for (let tries = 1; ; tries++) {
-        const [result] = await this.#tier!.write([write]);
+        const [result] = await records.write([write]);
         if (result?.kind !== "conflict") return closing.resolve();
         const current = result.current;
         // Ended already, or started again elsewhere: the life this close meant is over.
@@ -1970,7 +2120,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         ? {}
         : {
             tier: {
-              records: this.#tier.records,
+              source: s.tier.movingFrom ?? this.#tier,
               life: s.tier.life,
               version: s.tier.version,
               ended: s.tier.ended,
@@ -2035,20 +2185,19 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     sequence.applied = moving.applied ?? 0;
     sequence.answers = moving.answers;
     sequence.tier = this.#newPlace();
-    if (
-      sequence.tier !== undefined &&
-      moving.tier !== undefined &&
-      moving.tier.records === this.#tier!.records
-    ) {
-      // The same version loaded again keeps the same records: the copy keeps its place in
-      // them, and reads its record again before its next step (another replica may have
-      // advanced it meanwhile). A new version keeps its records apart: the sequence's next
-      // step writes its first one.
+    if (sequence.tier !== undefined && moving.tier !== undefined) {
+      // The copy keeps its place in the tier, and reads its record again before its next
+      // step (another replica may have advanced it meanwhile). Moved to a new version, it
+      // moves its record into this version's records then (#moveRecord): until then the
+      // old version's record is the sequence, which a replica serving that version may
+      // still advance; afterwards that record is fenced, saying where the sequence went.
       sequence.tier.life = moving.tier.life;
       sequence.tier.version = moving.tier.version;
       sequence.tier.ended = moving.tier.ended;
       sequence.tier.stale = moving.tier.version !== undefined;
       sequence.tier.verified = false;
+      if (moving.tier.source.records !== this.#tier!.records && moving.tier.version !== undefined)
+        sequence.tier.movingFrom = moving.tier.source;
     }
     sequence.endReason = moving.endReason;
     sequence.expiresAtMs = moving.expiresAtMs;

@@ -25,6 +25,11 @@ export interface TierRecord {
   readonly ended: string | undefined;
   /** When the record was written (epoch ms). */
   readonly writtenAtMs: number;
+  /**
+   * For a record ended by a reload that moved its sequence to another version of the model
+   * (ModelTier.moveFrom): that version, where the sequence goes on.
+   */
+  readonly movedTo?: string | undefined;
 }
 
 /** What a record is, without its body. */
@@ -63,12 +68,35 @@ export type TierWriteResult =
   /** The record was not what the writer expected: here is what it is (undefined: none). */
   | { readonly kind: "conflict"; readonly current: TierRecord | undefined };
 
+/**
+ * A live record taken from another version's records into these (ModelTier.moveFrom): the
+ * record `from` holds at `expect` goes on here with `body`, and `from`'s is ended with
+ * `endReason` and `fencedBody` (the body without its state), saying where it went.
+ */
+export interface TierMove {
+  readonly id: SequenceId;
+  readonly expect: { readonly version: number; readonly life: string };
+  readonly body: Uint8Array;
+  readonly fencedBody: Uint8Array;
+  readonly endReason: string;
+  readonly expiry: TierExpiry;
+}
+
+export type TierMoveResult =
+  | { readonly kind: "moved"; readonly version: number }
+  /** `from`'s record was not at `expect`: here is what it is (undefined: none). */
+  | { readonly kind: "changed"; readonly current: TierRecord | undefined }
+  /** These records already hold a live record of the id (another life): nothing moved. */
+  | { readonly kind: "occupied"; readonly current: TierRecord };
+
 /** One model version's records. */
 export interface ModelTier {
   /** The tier the records are in. */
   readonly tier: SequenceTier;
   /** Which records these are (the model and version they are keyed by): equal for two loads of one version. */
   readonly records: string;
+  /** The model version the records are keyed by. */
+  readonly version: string;
   read(id: SequenceId): Promise<TierRecord | undefined>;
   /**
    * The record's version, life and end, without its body (where a replica only checks
@@ -77,6 +105,13 @@ export interface ModelTier {
   stamp(id: SequenceId): Promise<TierStamp | undefined>;
   /** Applies the writes in order, in one round trip where the tier can; one result each. */
   write(writes: readonly TierWrite[]): Promise<TierWriteResult[]>;
+  /**
+   * Moves a sequence's live record from another version's records of the same tier into
+   * these, fencing the old one (a reload moved the sequence to this version): atomically
+   * where the tier can, so that no replica can advance the old record once the new one
+   * is written.
+   */
+  moveFrom(from: ModelTier, move: TierMove): Promise<TierMoveResult>;
   /**
    * Starts the live record's expiry again, as a write would, without writing it, if the
    * record is still at `expect`; resolves with whether it was.

@@ -3,6 +3,7 @@ import type { SequenceEndReason } from "../model.ts";
 import type { SequenceBatchingConfig } from "../model-config.ts";
 import type { PendingRequest } from "../scheduler/pending-request.ts";
 import { formatShape } from "../tensor.ts";
+import type { ModelTier } from "./sequence-tier.ts";
 import type { SequenceState } from "./state-store.ts";
 import type { StepAnswers } from "./step-answers.ts";
 
@@ -35,9 +36,10 @@ export interface TransferredSequence {
   readonly backlogDeadlineMs?: number | undefined;
   /** The caller it belongs to (see Sequence.owner). */
   readonly owner: string | undefined;
-  /** With a shared tier: which records it was in (ModelTier.records), its life, the version it last read or wrote, and whether the tier holds its end (or must not be sent one). */
+  /** With a shared tier: which records it is in, its life, the version it last read or wrote, and whether the tier holds its end (or must not be sent one). */
   readonly tier?: {
-    readonly records: string;
+    /** The records that hold its record (those of the version it was last written in). */
+    readonly source: ModelTier;
     readonly life: string;
     readonly version: number | undefined;
     readonly ended: boolean;

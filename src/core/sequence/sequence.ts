@@ -3,6 +3,7 @@ import type { SequenceId } from "../infer.ts";
 import type { SequenceEndReason } from "../model.ts";
 import type { PendingRequest } from "../scheduler/pending-request.ts";
 import { Deque } from "../scheduler/request-queue.ts";
+import type { ModelTier } from "./sequence-tier.ts";
 import type { SequenceState } from "./state-store.ts";
 import type { StepAnswers } from "./step-answers.ts";
 
@@ -38,6 +39,12 @@ export interface TierPlace {
   verified: boolean;
   /** The sequence leaves this replica but goes on (a hand-over): its end here is not an end. */
   leaving: boolean;
+  /**
+   * The records of another version of the model that still hold the sequence's record: a
+   * reload moved the sequence to this version, and its record moves with it before its
+   * next step (the batcher's #moveRecord). Until then, ends and renewals go there.
+   */
+  movingFrom?: ModelTier | undefined;
   /** A client's close or an operator's end, waiting for the tier to hold the end (settled when it does, or cannot). */
   closing?: { readonly resolve: () => void; readonly reject: (error: ServerError) => void };
 }

@@ -2,7 +2,8 @@
 // (the fence) and the write are one atomic step in Redis: a replica whose copy of the
 // sequence is no longer current can never overwrite the current record. The record is a
 // hash: v (version, +1 per write), life (the life's token), body (the core's encoding),
-// ended (why it ended, for a tombstone), at (when written, epoch ms).
+// ended (why it ended, for a tombstone), at (when written, epoch ms), and moved_to for a
+// record a reload moved to another version of its model (move-script.ts).
 //
 // KEYS[1]: the record
 // ARGV: mode, expected version, expected life, life, body, end reason, expiry kind
@@ -11,6 +12,9 @@
 
 /** The write of one record: `write(key, a)` where `a` holds the ARGV above, from a[1]. */
 const WRITE_FUNCTION = `
+-- The first command that writes is always an HSET: Redis refuses it on a full store
+-- (maxmemory), where a script that has written already is let go on, to stay atomic.
+-- (A moved record's moved_to is dropped after it: written again, it no longer says so.)
 local function write(key, a)
   local mode = a[1]
   local current = redis.call('HMGET', key, 'v', 'life', 'ended')
@@ -29,10 +33,11 @@ local function write(key, a)
     local keep = life
     if mode == 'new_end' then keep = a[4] end
     redis.call('HSET', key, 'v', version, 'life', keep, 'body', a[5], 'ended', a[6], 'at', a[10])
+    redis.call('HDEL', key, 'moved_to')
     redis.call('PEXPIRE', key, a[9])
   else
     redis.call('HSET', key, 'v', version, 'life', a[4], 'body', a[5], 'at', a[10])
-    redis.call('HDEL', key, 'ended')
+    redis.call('HDEL', key, 'ended', 'moved_to')
     if a[7] == 'idle' then
       redis.call('PEXPIRE', key, a[8])
     elseif a[7] == 'at' then

@@ -5,12 +5,15 @@ import type {
   ModelTier,
   SequenceTier,
   TierExpiry,
+  TierMove,
+  TierMoveResult,
   TierRecord,
   TierStamp,
   TierWrite,
   TierWriteResult,
 } from "../../core/sequence/sequence-tier.ts";
 import { untilDeadline } from "../../core/timer-delay.ts";
+import { FENCE_MOVED_RECORD_LUA, MOVE_RECORD_LUA } from "./move-script.ts";
 import { RENEW_RECORD_LUA, WRITE_RECORD_LUA, WRITE_RECORDS_LUA } from "./record-script.ts";
 import type { RedisLocation } from "./redis-location.ts";
 
@@ -59,6 +62,8 @@ interface ScriptCommands {
   renewRecord(key: string, version: number, life: string, kind: string, value: number): Promise<number>;
   writeRecordBuffer(key: string, ...args: Argument[]): Promise<WriteReply>;
   writeRecordsBuffer(keyCount: number, ...keysThenArgs: Argument[]): Promise<WriteReply[]>;
+  moveRecordBuffer(from: string, to: string, ...args: Argument[]): Promise<[number, unknown, unknown?]>;
+  fenceMovedRecordBuffer(from: string, ...args: Argument[]): Promise<number | Buffer[]>;
 }
 
 const encode = (text: string): string => encodeURIComponent(text);
@@ -83,6 +88,7 @@ function toRecord(fields: Record<string, Buffer> | Buffer[] | null | undefined):
     body: map.body ?? Buffer.alloc(0),
     ended: map.ended?.toString(),
     writtenAtMs: Number(map.at?.toString() ?? "0"),
+    movedTo: map.moved_to?.toString(),
   };
 }
 
@@ -119,6 +125,8 @@ export class RedisSequenceTier implements SequenceTier {
   readonly #client: Client;
   readonly #writes = new Set<Promise<unknown>>();
   readonly #lostListeners = new Set<(atMs: number) => void>();
+  /** The key of an id's record, for each model version's records handed out (a move names the records it comes from). */
+  readonly #keys = new WeakMap<ModelTier, (id: SequenceId) => string>();
   #marker: string | undefined;
   #dataLostAtMs: number | undefined;
   /** The end of the last block of ids this replica reserved: a missing counter starts no lower. */
@@ -133,6 +141,8 @@ export class RedisSequenceTier implements SequenceTier {
     client.defineCommand("writeRecords", { lua: WRITE_RECORDS_LUA });
     client.defineCommand("reserveIds", { numberOfKeys: 1, lua: RESERVE_IDS_LUA });
     client.defineCommand("renewRecord", { numberOfKeys: 1, lua: RENEW_RECORD_LUA });
+    client.defineCommand("moveRecord", { numberOfKeys: 2, lua: MOVE_RECORD_LUA });
+    client.defineCommand("fenceMovedRecord", { numberOfKeys: 1, lua: FENCE_MOVED_RECORD_LUA });
     // Every (re)connection checks that Redis still has its data.
     client.on("ready", () => {
       void this.#checkMarker().catch(() => {});
@@ -216,9 +226,10 @@ export class RedisSequenceTier implements SequenceTier {
   }
 
   forModel(model: string, version: string): ModelTier {
-    return {
+    const records: ModelTier = {
       tier: this,
       records: `${model}:${version}`,
+      version,
       read: (id) => this.#read(recordKey(this.#location.prefix, model, version, id)).catch(throwStoreError),
       stamp: (id) => this.#stamp(recordKey(this.#location.prefix, model, version, id)).catch(throwStoreError),
       write: (writes) => this.#track(this.#write(model, version, writes).catch(throwStoreError)),
@@ -228,7 +239,50 @@ export class RedisSequenceTier implements SequenceTier {
             throwStoreError,
           ),
         ),
+      moveFrom: (from, move) => {
+        const fromKey = this.#keys.get(from);
+        if (fromKey === undefined) throw new Error(`records ${from.records} are not in ${this.location}`);
+        return this.#track(this.#move(fromKey(move.id), model, version, move).catch(throwStoreError));
+      },
     };
+    this.#keys.set(records, (id) => recordKey(this.#location.prefix, model, version, id));
+    return records;
+  }
+
+  /** See move-script.ts: one script run on one Redis; on a Cluster, the fence, then the write. */
+  async #move(fromKey: string, model: string, version: string, move: TierMove): Promise<TierMoveResult> {
+    const toKey = recordKey(this.#location.prefix, model, version, move.id);
+    const client = this.#client as unknown as ScriptCommands;
+    const expiry = move.expiry;
+    const args: Argument[] = [
+      move.expect.version,
+      move.expect.life,
+      Buffer.from(move.body.buffer, move.body.byteOffset, move.body.byteLength),
+      Buffer.from(move.fencedBody.buffer, move.fencedBody.byteOffset, move.fencedBody.byteLength),
+      move.endReason,
+      version,
+      expiry.kind,
+      expiry.kind === "idle" ? expiry.ms : expiry.kind === "at" ? expiry.epochMs : 0,
+      this.#location.endedTtlSecs * 1000,
+      Date.now(),
+    ];
+    if (!this.#location.cluster) {
+      const [moved, detail, record] = await client.moveRecordBuffer(fromKey, toKey, ...args);
+      if (Number(moved) === 1) return { kind: "moved", version: Number(detail) };
+      const current = toRecord(record as Buffer[]);
+      if (String(detail) === "occupied" && current !== undefined) return { kind: "occupied", current };
+      return { kind: "changed", current };
+    }
+    const occupied = await this.#read(toKey);
+    if (occupied !== undefined && occupied.ended === undefined)
+      return { kind: "occupied", current: occupied };
+    const fenced = await client.fenceMovedRecordBuffer(fromKey, ...args);
+    if (Array.isArray(fenced)) return { kind: "changed", current: toRecord(fenced) };
+    const [written] = await this.#write(model, version, [
+      { id: move.id, mode: "new", life: move.expect.life, body: move.body, expiry },
+    ]);
+    if (written?.kind === "written") return { kind: "moved", version: written.version };
+    throw new Error("the moved record could not be written");
   }
 
   async #read(key: string): Promise<TierRecord | undefined> {
