@@ -529,7 +529,7 @@ describe("the shared state tier's guarantees", { skip }, () => {
       // In words the operator can act on, not the Redis client's ("maxRetriesPerRequest").
       assert.match(
         ended.body.error as string,
-        /in the state store at \S+ failed \((it could not be reached: the connection was lost and reconnecting failed|the connection to it is closed)\)/,
+        /in the state store at \S+ failed \((it could not be reached: the connection was lost and reconnecting failed|the connection to it is closed)\); retry the request$/,
       );
       const live = await fetch(`${replica.url}/v2/health/live`);
       assert.equal(live.status, 200);

@@ -1251,11 +1251,18 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     );
   }
 
-  #tierError(id: SequenceId, what: string, error: unknown): ServerError {
+  /**
+   * `forStep`: the request that failed is a step of the sequence, which `sequence_step`
+   * makes safe to retry (an operator's end, a close or an open is safe to retry as it is).
+   */
+  #tierError(id: SequenceId, what: string, error: unknown, forStep = true): ServerError {
     const tier = this.#tier!.tier;
+    const advice = forStep
+      ? "retry the request (with sequence_step, a step that was applied is answered, not run again)"
+      : "retry the request";
     return new ServerError(
       "UNAVAILABLE",
-      `${what} ${this.#describe(id)} in the state store at ${tier.location} failed (${(error as Error).message ?? String(error)}); retry the request (with sequence_step, a step that was applied is answered, not run again)`,
+      `${what} ${this.#describe(id)} in the state store at ${tier.location} failed (${(error as Error).message ?? String(error)}); ${advice}`,
       { retryAfterSeconds: 1, cause: error },
     );
   }
@@ -1737,23 +1744,36 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         expiry: this.#expiry(sequence),
       });
     }
-    let results: TierWriteResult[];
-    try {
-      results = await this.#tier!.write(writes);
-    } catch (error) {
-      for (const { row, end } of steps) {
-        // What this replica holds is ahead of what the tier confirms: read it again first.
-        row.sequence.tier!.stale = true;
-        // An END whose write failed is not written again as a bare end when its sequence
-        // finishes here: that end would carry no answer for the END, and its retry (as
-        // the error asks) would find the sequence ended and its answer gone. The record
-        // is left as the tier has it: the retry applies the END, or finds its answer.
-        if (end) row.sequence.tier!.ended = true;
-        row.request.reject(this.#tierError(row.sequence.id, "writing the state of", error));
-      }
-      return;
-    }
-    for (let i = 0; i < steps.length; i++) this.#written(steps[i]!, writes[i]!, answers[i], results[i]!);
+    // Ends and steps are written apart (in the same round trip): a store that refuses the
+    // steps' new state (a full Redis) still takes the ends, which free state.
+    const groups = [
+      steps.flatMap((step, i) => (step.end ? [i] : [])),
+      steps.flatMap((step, i) => (step.end ? [] : [i])),
+    ].filter((group) => group.length > 0);
+    await Promise.all(
+      groups.map(async (group) => {
+        let results: TierWriteResult[];
+        try {
+          results = await this.#tier!.write(group.map((i) => writes[i]!));
+        } catch (error) {
+          for (const i of group) {
+            const { row, end } = steps[i]!;
+            // What this replica holds is ahead of what the tier confirms: read it again first.
+            row.sequence.tier!.stale = true;
+            // An END whose write failed is not written again as a bare end when its sequence
+            // finishes here: that end would carry no answer for the END, and its retry (as
+            // the error asks) would find the sequence ended and its answer gone. The record
+            // is left as the tier has it: the retry applies the END, or finds its answer.
+            if (end) row.sequence.tier!.ended = true;
+            row.request.reject(this.#tierError(row.sequence.id, "writing the state of", error));
+          }
+          return;
+        }
+        group.forEach((i, k) => {
+          this.#written(steps[i]!, writes[i]!, answers[i], results[k]!);
+        });
+      }),
+    );
   }
 
   #written(
@@ -1933,7 +1953,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         };
       }
     } catch (error) {
-      fail(this.#tierError(write.id, "closing", error));
+      fail(this.#tierError(write.id, "closing", error, false));
     }
   }
 
@@ -2057,7 +2077,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       return this.#tier.write([write]).then(
         ([result]) => result?.kind === "written",
         (error: unknown) => {
-          throw this.#tierError(id, "ending", error);
+          throw this.#tierError(id, "ending", error, false);
         },
       );
     }
@@ -2305,7 +2325,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         if (result?.kind === "written") place.version = result.version;
       },
       (error: unknown) => {
-        const failure = this.#tierError(id, "opening", error);
+        const failure = this.#tierError(id, "opening", error, false);
         place.ended = true;
         this.#endNow(sequence, "forced", failure);
         throw failure;
@@ -2326,7 +2346,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
           return this.close(id, caller);
         },
         (error: unknown) => {
-          throw this.#tierError(id, "closing", error);
+          throw this.#tierError(id, "closing", error, false);
         },
       );
     }
@@ -2365,7 +2385,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     try {
       record = await this.#tier.read(id);
     } catch (error) {
-      throw this.#tierError(id, "looking up", error);
+      throw this.#tierError(id, "looking up", error, false);
     }
     if (record === undefined) return here;
     if (record.ended !== undefined) {

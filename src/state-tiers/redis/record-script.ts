@@ -53,7 +53,10 @@ end
 /** The number of ARGV entries per record. */
 export const WRITE_ARGUMENTS = 10;
 
-export const WRITE_RECORD_LUA = `${WRITE_FUNCTION}
+/** The modes that end a record: their writes drop its state (see END_SCRIPT_FLAGS). */
+export const END_MODES: ReadonlySet<string> = new Set(["end", "force_end", "new_end"]);
+
+const ONE_RECORD = `
 return write(KEYS[1], ARGV)
 `;
 
@@ -62,7 +65,7 @@ return write(KEYS[1], ARGV)
  * ARGV[(i-1)*10+1 .. i*10]; one answer per record, in order. Each record is fenced on its
  * own. (A Redis Cluster spreads the keys over nodes: there each record is its own call.)
  */
-export const WRITE_RECORDS_LUA = `${WRITE_FUNCTION}
+const SEVERAL_RECORDS = `
 local answers = {}
 for i = 1, #KEYS do
   local a = {}
@@ -71,6 +74,38 @@ for i = 1, #KEYS do
 end
 return answers
 `;
+
+export const WRITE_RECORD_LUA = `${WRITE_FUNCTION}${ONE_RECORD}`;
+export const WRITE_RECORDS_LUA = `${WRITE_FUNCTION}${SEVERAL_RECORDS}`;
+
+/**
+ * Ends run under their own scripts, flagged (Redis 7's script flags) to run when Redis is
+ * out of memory: with \`maxmemory\` and \`noeviction\` a full Redis refuses every script
+ * that writes, and a store that refused ends could never be freed, since an end is what
+ * replaces a record's state by the small record of its end. The flag lets a script write
+ * anything, so these scripts take ends only: anything else is an error. Redis before 7
+ * does not know script flags (a shebang line is a syntax error there): on it the ends run
+ * without the flag, and a full Redis refuses them as it refuses steps.
+ */
+const END_SCRIPT_FLAGS = "#!lua flags=allow-oom\n";
+
+const ENDS_ONLY = `
+local function write_end(key, a)
+  if not (a[1] == 'end' or a[1] == 'force_end' or a[1] == 'new_end') then
+    return redis.error_reply('an end script was given a ' .. tostring(a[1]) .. ' write')
+  end
+  return write(key, a)
+end
+`;
+
+/** The end scripts, with the flag that lets them run on a full Redis when `scriptFlags` (Redis 7 and later). */
+export function endScripts(scriptFlags: boolean): { readonly one: string; readonly several: string } {
+  const head = `${scriptFlags ? END_SCRIPT_FLAGS : ""}${WRITE_FUNCTION}${ENDS_ONLY}`;
+  return {
+    one: `${head}${ONE_RECORD.replace("write(", "write_end(")}`,
+    several: `${head}${SEVERAL_RECORDS.replace("write(", "write_end(")}`,
+  };
+}
 
 /**
  * Starts a live record's expiry again without writing it (a step answered from its recorded

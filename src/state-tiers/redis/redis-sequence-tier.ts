@@ -14,7 +14,13 @@ import type {
 } from "../../core/sequence/sequence-tier.ts";
 import { untilDeadline } from "../../core/timer-delay.ts";
 import { FENCE_MOVED_RECORD_LUA, MOVE_RECORD_LUA } from "./move-script.ts";
-import { RENEW_RECORD_LUA, WRITE_RECORD_LUA, WRITE_RECORDS_LUA } from "./record-script.ts";
+import {
+  END_MODES,
+  endScripts,
+  RENEW_RECORD_LUA,
+  WRITE_RECORD_LUA,
+  WRITE_RECORDS_LUA,
+} from "./record-script.ts";
 import type { RedisLocation } from "./redis-location.ts";
 
 // The sequence tier on Redis (or Valkey, or a Redis Cluster): one hash per sequence id of
@@ -62,6 +68,8 @@ interface ScriptCommands {
   renewRecord(key: string, version: number, life: string, kind: string, value: number): Promise<number>;
   writeRecordBuffer(key: string, ...args: Argument[]): Promise<WriteReply>;
   writeRecordsBuffer(keyCount: number, ...keysThenArgs: Argument[]): Promise<WriteReply[]>;
+  endRecordBuffer(key: string, ...args: Argument[]): Promise<WriteReply>;
+  endRecordsBuffer(keyCount: number, ...keysThenArgs: Argument[]): Promise<WriteReply[]>;
   moveRecordBuffer(from: string, to: string, ...args: Argument[]): Promise<[number, unknown, unknown?]>;
   fenceMovedRecordBuffer(from: string, ...args: Argument[]): Promise<number | Buffer[]>;
 }
@@ -106,12 +114,18 @@ const COMMAND_TIMEOUT_MS = 10_000;
 /**
  * A failed command, in words a client of the server can act on (they reach clients in 503
  * answers, "… failed (<this>); retry the request"): ioredis's own texts name options of a
- * library the client cannot set. The original error is its cause, for the log.
+ * library the client cannot set, and Redis's name the script that failed by its SHA and
+ * line. The original error is its cause, for the log.
  */
 function throwStoreError(error: unknown): never {
   const message = error instanceof Error ? error.message : String(error);
   let said: string | undefined;
-  if (/max retries per request/i.test(message))
+  if (/^OOM /.test(message))
+    said =
+      "the state store is full (maxmemory): it takes no new state until sequences end or its maxmemory is raised";
+  else if (/script: [0-9a-f]{40}/i.test(message))
+    said = `Redis refused it: ${message.replace(/\.?\s*script: [0-9a-f]{40}.*$/is, "")}`;
+  else if (/max retries per request/i.test(message))
     said = "it could not be reached: the connection was lost and reconnecting failed";
   else if (/command timed out/i.test(message))
     said = `it did not answer within ${COMMAND_TIMEOUT_MS / 1000} s`;
@@ -139,6 +153,7 @@ export class RedisSequenceTier implements SequenceTier {
     this.#client = client;
     client.defineCommand("writeRecord", { numberOfKeys: 1, lua: WRITE_RECORD_LUA });
     client.defineCommand("writeRecords", { lua: WRITE_RECORDS_LUA });
+    this.#defineEndScripts(true);
     client.defineCommand("reserveIds", { numberOfKeys: 1, lua: RESERVE_IDS_LUA });
     client.defineCommand("renewRecord", { numberOfKeys: 1, lua: RENEW_RECORD_LUA });
     client.defineCommand("moveRecord", { numberOfKeys: 2, lua: MOVE_RECORD_LUA });
@@ -147,6 +162,24 @@ export class RedisSequenceTier implements SequenceTier {
     client.on("ready", () => {
       void this.#checkMarker().catch(() => {});
     });
+  }
+
+  /**
+   * The scripts that write ends, with Redis 7's flag that lets them run on a full Redis
+   * (record-script.ts) when `scriptFlags`; defined again without it once the server is
+   * known to be older.
+   */
+  #defineEndScripts(scriptFlags: boolean): void {
+    const ends = endScripts(scriptFlags);
+    this.#client.defineCommand("endRecord", { numberOfKeys: 1, lua: ends.one });
+    this.#client.defineCommand("endRecords", { lua: ends.several });
+  }
+
+  /** Script flags (an end's allow-oom) need Redis 7 (Valkey reports a Redis version too). */
+  async #checkScriptFlags(): Promise<void> {
+    const info = await this.#client.info("server");
+    const major = Number(/^redis_version:(\d+)/m.exec(info)?.[1] ?? "7");
+    if (major < 7) this.#defineEndScripts(false);
   }
 
   /** Connects and checks the server answers; rejects with a message naming the location. */
@@ -180,6 +213,7 @@ export class RedisSequenceTier implements SequenceTier {
     try {
       await client.connect();
       await tier.#checkMarker();
+      await tier.#checkScriptFlags();
     } catch (error) {
       client.disconnect();
       throw new Error(
@@ -321,16 +355,38 @@ export class RedisSequenceTier implements SequenceTier {
       endedTtlMs,
       Date.now(),
     ];
-    let replies: WriteReply[];
-    if (this.#location.cluster || writes.length === 1) {
-      // Issued in one turn: auto-pipelining sends them together (per node in a cluster).
-      replies = await Promise.all(
-        writes.map((w, i) => client.writeRecordBuffer(keys[i]!, ...argumentsOf(w))),
-      );
-    } else {
+    // Ends go by the scripts that run on a full Redis (record-script.ts), the rest by the
+    // others; both are issued in this turn, and auto-pipelining sends them together.
+    const ends = writes.flatMap((w, i) => (END_MODES.has(w.mode) ? [i] : []));
+    const others = writes.flatMap((w, i) => (END_MODES.has(w.mode) ? [] : [i]));
+    const send = (indices: number[], end: boolean): Promise<WriteReply[]> => {
+      if (indices.length === 0) return Promise.resolve([]);
+      if (this.#location.cluster || indices.length === 1) {
+        // One call a record (per node in a cluster), sent together.
+        return Promise.all(
+          indices.map((i) =>
+            (end ? client.endRecordBuffer : client.writeRecordBuffer).call(
+              client,
+              keys[i]!,
+              ...argumentsOf(writes[i]!),
+            ),
+          ),
+        );
+      }
       // A batch's rows on one server: one script run writes them all, each fenced on its own.
-      replies = await client.writeRecordsBuffer(writes.length, ...keys, ...writes.flatMap(argumentsOf));
-    }
+      const args = [...indices.map((i) => keys[i]!), ...indices.flatMap((i) => argumentsOf(writes[i]!))];
+      return end
+        ? client.endRecordsBuffer(indices.length, ...args)
+        : client.writeRecordsBuffer(indices.length, ...args);
+    };
+    const [endReplies, otherReplies] = await Promise.all([send(ends, true), send(others, false)]);
+    const replies: WriteReply[] = new Array(writes.length);
+    ends.forEach((index, i) => {
+      replies[index] = endReplies[i]!;
+    });
+    others.forEach((index, i) => {
+      replies[index] = otherReplies[i]!;
+    });
     // A record gone from under its writer: Redis may have lost its data. Find out before
     // the writer is told, so that it can say so rather than report an ordinary end.
     if (
