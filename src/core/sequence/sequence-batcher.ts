@@ -553,9 +553,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * A request without START for an id no live sequence answers to; `endedBy`: the reason
    * it recently ended, when the server ended it (its model instance failed).
    */
-  #unknownId(id: SequenceId, exclusive: boolean, endedBy?: SequenceEndReason): ServerError {
+  /** `said`: why it ended, in words, where more is known than its reason. */
+  #unknownId(id: SequenceId, exclusive: boolean, endedBy?: SequenceEndReason, said?: string): ServerError {
     const sequence = `sequence ${formatSequenceId(id)}`;
-    const why = endedBy === undefined ? undefined : `it has ended (reason '${endedBy}')`;
+    const why = said ?? (endedBy === undefined ? undefined : `it has ended (reason '${endedBy}')`);
     if (exclusive) {
       return new ServerError(
         "NOT_FOUND",
@@ -1279,6 +1280,15 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (record?.ended !== undefined && record.movedTo !== undefined)
       return this.#movedError(id, record.movedTo);
     if (reason === "state_lost") return this.#lostError(id);
+    if (record === undefined && reason === "timeout") {
+      // What is known of a record gone without an end: Redis let it go, or someone did.
+      return this.#unknownId(
+        id,
+        exclusive,
+        reason,
+        `its record is no longer in the state store at ${this.#tier!.tier.location} (it expired after the sequence's idle timeout, or was evicted or deleted)`,
+      );
+    }
     return this.#unknownId(id, exclusive, reason);
   }
 
@@ -1419,7 +1429,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         // the START is judged on what the tier holds.
         local.tier.ended = true;
         const reason =
-          record !== undefined && record.ended === undefined ? "restart" : this.#goneReason(record);
+          record !== undefined && record.ended === undefined ? "restart" : this.#goneReason(record, local);
         this.#endNow(local, reason, this.#endedElsewhere(id, reason, waiting.some(isExclusive), record));
       }
       if (record !== undefined && record.ended === undefined) {
@@ -1556,7 +1566,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
           }
         } else {
           place.ended = true;
-          const reason = this.#goneReason(record);
+          const reason = this.#goneReason(record, sequence);
           const head = sequence.queue.peek();
           if (head !== undefined && this.#answerFromEnded(head, record)) sequence.queue.shift();
           const ended = this.#endedElsewhere(
@@ -1628,7 +1638,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         if (record !== undefined && record.ended === undefined && this.#endIfAnotherCallers(sequence, record))
           return;
         place.ended = true;
-        const reason = this.#goneReason(record);
+        const reason = this.#goneReason(record, sequence);
         const error = this.#endedElsewhere(sequence.id, reason, false, record);
         for (const p of sequence.queue.drain()) p.reject(error);
         this.#endNow(sequence, reason, error);
@@ -1707,10 +1717,16 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     return true;
   }
 
-  /** Why a sequence is over when the tier has no live record of it. */
-  #goneReason(record: TierRecord | undefined): SequenceEndReason {
+  /**
+   * Why `sequence` is over when the tier has no live record of it: the record of its end
+   * says; with none, the store's loss of its data is to blame only if the sequence began
+   * before the loss (a later one's record expired, was evicted or deleted), else its
+   * record's expiry is the likely cause (timeout).
+   */
+  #goneReason(record: TierRecord | undefined, sequence: Sequence): SequenceEndReason {
     if (record?.ended !== undefined) return record.ended as SequenceEndReason;
-    return this.#tier!.tier.dataLostAtMs !== undefined ? "state_lost" : "timeout";
+    const lostAtMs = this.#tier!.tier.dataLostAtMs;
+    return lostAtMs !== undefined && sequence.createdMs <= lostAtMs ? "state_lost" : "timeout";
   }
 
   /**
@@ -1758,6 +1774,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         } catch (error) {
           for (const i of group) {
             const { row, end } = steps[i]!;
+            // A START the store did not take leaves no sequence behind, as one the model
+            // refused (a retry finds its record if the write did land).
+            if (writes[i]!.expect === undefined && row.request.request.sequence?.start === true)
+              row.sequence.startNotKept = row.request;
             // What this replica holds is ahead of what the tier confirms: read it again first.
             row.sequence.tier!.stale = true;
             // An END whose write failed is not written again as a bare end when its sequence
@@ -1834,7 +1854,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       return;
     }
     place.ended = true;
-    const reason = this.#goneReason(current);
+    const reason = this.#goneReason(current, sequence);
     const error = this.#endedElsewhere(sequence.id, reason, isExclusive(row.request), current);
     // A retried END that another replica applied: its answer is kept with the ended record.
     if (!this.#answerFromEnded(row.request, current)) row.request.reject(error);
