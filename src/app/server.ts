@@ -156,7 +156,11 @@ export async function startServer(
     await sequenceTier?.close(deadlineMs);
   };
   try {
-    sequenceTier = await openSequenceTier(options.stateStore, logger);
+    sequenceTier = await openSequenceTier(
+      options.stateStore,
+      logger,
+      metrics === undefined ? [] : [metrics.observeStateStore()],
+    );
     repository = await ModelRepository.open({
       sequenceTier,
       repositories: options.modelRepositories,

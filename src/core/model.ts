@@ -101,6 +101,8 @@ export interface SequenceTierSummary {
   readonly conflicts: number;
   /** Sequences this replica let go of, going on elsewhere (a hand-over at shutdown). */
   readonly handedOver: number;
+  /** Writes of a step's state or of an end that the tier refused or failed (a full or unreachable store). */
+  readonly writeFailures: number;
 }
 
 export interface SequenceSummary {

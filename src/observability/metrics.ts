@@ -6,14 +6,17 @@ import {
   type ModelRegistry,
   SEQUENCE_END_REASONS,
   type SequenceSummary,
+  type SequenceTierSummary,
   type ServedModel,
 } from "../core/model.ts";
 import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
 import { type CounterTotals, counterTotals } from "../core/statistics.ts";
+import type { StateStoreObserver } from "../state-tiers/state-store-observer.ts";
 import { cpuMetrics } from "./cpu-metrics.ts";
 import { latencyMetrics } from "./latency-metrics.ts";
 import { ovmsMetrics } from "./ovms-metrics.ts";
 import { registerSecurityMetrics, type SecurityMetricsSource } from "./security-metrics.ts";
+import { stateStoreMetrics } from "./state-store-metrics.ts";
 
 // Prometheus metrics, named as Triton names them (nv_inference_*, nv_cpu_*) so existing
 // dashboards work, plus seqserve's sequence metrics and latency histograms, and Node's
@@ -51,6 +54,8 @@ export interface ServerMetrics {
   readonly observers: readonly RequestObserverFactory[];
   /** Publishes what is read from the models at scrape time. */
   watchModels(models: ModelRegistry): void;
+  /** The shared state store's series (with --state-store): what the store is to tell. */
+  observeStateStore(): StateStoreObserver;
   /** Stops the sampling timers. */
   close(): void;
 }
@@ -78,6 +83,7 @@ export function createMetricsRegistry(
       modelMetrics(registry, models, settings);
       ovmsFamilies?.watchModels(models);
     },
+    observeStateStore: () => stateStoreMetrics(registry),
     close: () => cpu?.close(),
   };
 }
@@ -206,6 +212,41 @@ function modelMetrics(registry: Registry, models: ModelRegistry, settings: Metri
     "seqserve_sequence_state_allocated_bytes",
     "Bytes of state memory reserved (slabs allocated ahead of sequences), held or not",
     (s) => s.stateAllocatedBytes,
+  );
+
+  /** A counter per served model version with a shared state store, read from its sequences' summary. */
+  const tierCounter = (name: string, help: string, pick: (t: SequenceTierSummary) => number) =>
+    cumulative(
+      registry,
+      name,
+      help,
+      function* (models: ModelRegistry): Iterable<[Record<Labels, string>, number]> {
+        for (const m of models.served()) {
+          const tier = m.sequences?.summary().tier;
+          if (tier !== undefined) yield [{ model: m.name, version: m.version }, pick(tier)];
+        }
+      },
+      models,
+    );
+  tierCounter(
+    "seqserve_state_store_sequences_loaded_total",
+    "Sequences this replica read from the shared state store because it did not hold them",
+    (t) => t.loaded,
+  );
+  tierCounter(
+    "seqserve_state_store_conflicts_total",
+    "Writes to the shared state store that found the sequence advanced or ended by another replica",
+    (t) => t.conflicts,
+  );
+  tierCounter(
+    "seqserve_state_store_handed_over_total",
+    "Sequences this replica let go of to go on on another replica",
+    (t) => t.handedOver,
+  );
+  tierCounter(
+    "seqserve_state_store_write_failures_total",
+    "Writes of a step's state or of an end that the shared state store refused or failed",
+    (t) => t.writeFailures,
   );
 
   new PromCounter<Labels | "reason">({

@@ -223,6 +223,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   #tierLoaded = 0;
   #tierConflicts = 0;
   #handedOver = 0;
+  /** Writes the tier refused or failed (SequenceTierSummary.writeFailures). */
+  #tierWriteFailures = 0;
 
   constructor(options: SequenceBatcherOptions) {
     const { config } = options;
@@ -1772,6 +1774,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         try {
           results = await this.#tier!.write(group.map((i) => writes[i]!));
         } catch (error) {
+          this.#tierWriteFailures += group.length;
           for (const i of group) {
             const { row, end } = steps[i]!;
             // A START the store did not take leaves no sequence behind, as one the model
@@ -1918,13 +1921,12 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     // An end this replica decided on a copy that another replica has since advanced (an
     // idle timeout here while the sequence goes on there) is not written: the conflict
     // is the answer.
-    records
-      .write([write])
-      .catch((error: unknown) =>
-        this.#warn(
-          `the end of ${this.#describe(sequence.id)} (${reason}) could not be written to the state store at ${this.#tier!.tier.location}: ${(error as Error).message}; ${this.#idleMs === undefined && sequence.expiresAtMs === undefined ? "its record stays live until another replica ends it, or a START begins the id anew" : "its record expires by itself"}`,
-        ),
+    records.write([write]).catch((error: unknown) => {
+      this.#tierWriteFailures++;
+      this.#warn(
+        `the end of ${this.#describe(sequence.id)} (${reason}) could not be written to the state store at ${this.#tier!.tier.location}: ${(error as Error).message}; ${this.#idleMs === undefined && sequence.expiresAtMs === undefined ? "its record stays live until another replica ends it, or a START begins the id anew" : "its record expires by itself"}`,
       );
+    });
   }
 
   /**
@@ -1941,6 +1943,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     let write = first;
     // A close the tier did not take is not remembered here as an end: a retry asks the tier.
     const fail = (error: ServerError) => {
+      this.#tierWriteFailures++;
       this.#recentEnds.forget(idKey(write.id));
       this.#warn(
         `the end of ${this.#describe(write.id)} was not written to the state store: ${error.message}`,
@@ -2059,6 +2062,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
               loaded: this.#tierLoaded,
               conflicts: this.#tierConflicts,
               handedOver: this.#handedOver,
+              writeFailures: this.#tierWriteFailures,
             },
           }),
       live,

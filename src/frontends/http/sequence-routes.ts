@@ -80,6 +80,7 @@ function summaryJson(summary: SequenceSummary): Record<string, unknown> {
             loaded: summary.tier.loaded,
             conflicts: summary.tier.conflicts,
             handed_over: summary.tier.handedOver,
+            write_failures: summary.tier.writeFailures,
           },
         }),
   };

@@ -13,6 +13,11 @@ import type {
   TierWriteResult,
 } from "../../core/sequence/sequence-tier.ts";
 import { untilDeadline } from "../../core/timer-delay.ts";
+import type {
+  StateStoreFailureKind,
+  StateStoreObserver,
+  StateStoreOperation,
+} from "../state-store-observer.ts";
 import { FENCE_MOVED_RECORD_LUA, MOVE_RECORD_LUA } from "./move-script.ts";
 import {
   END_MODES,
@@ -117,26 +122,40 @@ const COMMAND_TIMEOUT_MS = 10_000;
  * library the client cannot set, and Redis's name the script that failed by its SHA and
  * line. The original error is its cause, for the log.
  */
-function throwStoreError(error: unknown): never {
+function storeFailure(error: unknown): { readonly kind: StateStoreFailureKind; readonly error: Error } {
   const message = error instanceof Error ? error.message : String(error);
-  let said: string | undefined;
+  const said = (kind: StateStoreFailureKind, text: string) => ({
+    kind,
+    error: new Error(text, { cause: error }),
+  });
   if (/^OOM /.test(message))
-    said =
-      "the state store is full (maxmemory): it takes no new state until sequences end or its maxmemory is raised";
-  else if (/script: [0-9a-f]{40}/i.test(message))
-    said = `Redis refused it: ${message.replace(/\.?\s*script: [0-9a-f]{40}.*$/is, "")}`;
-  else if (/max retries per request/i.test(message))
-    said = "it could not be reached: the connection was lost and reconnecting failed";
-  else if (/command timed out/i.test(message))
-    said = `it did not answer within ${COMMAND_TIMEOUT_MS / 1000} s`;
-  else if (/connection is closed/i.test(message)) said = "the connection to it is closed";
-  throw said === undefined ? error : new Error(said, { cause: error });
+    return said(
+      "full",
+      "the state store is full (maxmemory): it takes no new state until sequences end or its maxmemory is raised",
+    );
+  if (/script: [0-9a-f]{40}/i.test(message))
+    return said("refused", `Redis refused it: ${message.replace(/\.?\s*script: [0-9a-f]{40}.*$/is, "")}`);
+  if (/max retries per request/i.test(message))
+    return said("unreachable", "it could not be reached: the connection was lost and reconnecting failed");
+  if (/command timed out/i.test(message))
+    return said("timeout", `it did not answer within ${COMMAND_TIMEOUT_MS / 1000} s`);
+  if (/connection is closed/i.test(message)) return said("closed", "the connection to it is closed");
+  return { kind: "refused", error: error instanceof Error ? error : new Error(message) };
 }
+
+/** Tells no one. */
+const UNOBSERVED: StateStoreObserver = {
+  answered: () => {},
+  failed: () => {},
+  connectionFailed: () => {},
+  connected: () => {},
+};
 
 export class RedisSequenceTier implements SequenceTier {
   readonly location: string;
   readonly #location: RedisLocation;
   readonly #client: Client;
+  readonly #observer: StateStoreObserver;
   readonly #writes = new Set<Promise<unknown>>();
   readonly #lostListeners = new Set<(atMs: number) => void>();
   /** The key of an id's record, for each model version's records handed out (a move names the records it comes from). */
@@ -147,8 +166,9 @@ export class RedisSequenceTier implements SequenceTier {
   #reservedUpTo = 0n;
   #closed = false;
 
-  private constructor(location: RedisLocation, client: Client) {
+  private constructor(location: RedisLocation, client: Client, observer: StateStoreObserver) {
     this.#location = location;
+    this.#observer = observer;
     this.location = location.display;
     this.#client = client;
     client.defineCommand("writeRecord", { numberOfKeys: 1, lua: WRITE_RECORD_LUA });
@@ -160,6 +180,7 @@ export class RedisSequenceTier implements SequenceTier {
     client.defineCommand("fenceMovedRecord", { numberOfKeys: 1, lua: FENCE_MOVED_RECORD_LUA });
     // Every (re)connection checks that Redis still has its data.
     client.on("ready", () => {
+      this.#observer.connected();
       void this.#checkMarker().catch(() => {});
     });
   }
@@ -183,7 +204,10 @@ export class RedisSequenceTier implements SequenceTier {
   }
 
   /** Connects and checks the server answers; rejects with a message naming the location. */
-  static async connect(location: RedisLocation, onError: (error: Error) => void): Promise<RedisSequenceTier> {
+  static async connect(
+    location: RedisLocation,
+    observer: StateStoreObserver = UNOBSERVED,
+  ): Promise<RedisSequenceTier> {
     const options: RedisOptions = {
       lazyConnect: true,
       enableAutoPipelining: true,
@@ -208,8 +232,8 @@ export class RedisSequenceTier implements SequenceTier {
           port: location.nodes[0]!.port,
           db: location.db,
         });
-    client.on("error", onError);
-    const tier = new RedisSequenceTier(location, client);
+    client.on("error", (error: Error) => observer.connectionFailed(error.message));
+    const tier = new RedisSequenceTier(location, client, observer);
     try {
       await client.connect();
       await tier.#checkMarker();
@@ -253,7 +277,9 @@ export class RedisSequenceTier implements SequenceTier {
     const seed = base > this.#reservedUpTo ? base : this.#reservedUpTo;
     const client = this.#client as unknown as ScriptCommands;
     const last = BigInt(
-      await client.reserveIds(`${this.#location.prefix}:ids`, count, seed.toString()).catch(throwStoreError),
+      await this.#observed("reserve_ids", () =>
+        client.reserveIds(`${this.#location.prefix}:ids`, count, seed.toString()),
+      ),
     );
     if (last > this.#reservedUpTo) this.#reservedUpTo = last;
     return last - BigInt(count);
@@ -264,19 +290,21 @@ export class RedisSequenceTier implements SequenceTier {
       tier: this,
       records: `${model}:${version}`,
       version,
-      read: (id) => this.#read(recordKey(this.#location.prefix, model, version, id)).catch(throwStoreError),
-      stamp: (id) => this.#stamp(recordKey(this.#location.prefix, model, version, id)).catch(throwStoreError),
-      write: (writes) => this.#track(this.#write(model, version, writes).catch(throwStoreError)),
+      read: (id) =>
+        this.#observed("read", () => this.#read(recordKey(this.#location.prefix, model, version, id))),
+      stamp: (id) =>
+        this.#observed("read", () => this.#stamp(recordKey(this.#location.prefix, model, version, id))),
+      write: (writes) => this.#track(this.#observed("write", () => this.#write(model, version, writes))),
       renew: (id, expect, expiry) =>
         this.#track(
-          this.#renew(recordKey(this.#location.prefix, model, version, id), expect, expiry).catch(
-            throwStoreError,
+          this.#observed("renew", () =>
+            this.#renew(recordKey(this.#location.prefix, model, version, id), expect, expiry),
           ),
         ),
       moveFrom: (from, move) => {
         const fromKey = this.#keys.get(from);
         if (fromKey === undefined) throw new Error(`records ${from.records} are not in ${this.location}`);
-        return this.#track(this.#move(fromKey(move.id), model, version, move).catch(throwStoreError));
+        return this.#track(this.#observed("move", () => this.#move(fromKey(move.id), model, version, move)));
       },
     };
     this.#keys.set(records, (id) => recordKey(this.#location.prefix, model, version, id));
@@ -399,6 +427,25 @@ export class RedisSequenceTier implements SequenceTier {
         ? { kind: "written", version: Number(detail) }
         : { kind: "conflict", current: toRecord(detail as Buffer[]) },
     );
+  }
+
+  /** Runs one request of the store, timed and told to the observer; a failure in clear words (storeFailure). */
+  async #observed<T>(operation: StateStoreOperation, run: () => Promise<T>): Promise<T> {
+    const started = performance.now();
+    try {
+      const answer = await run();
+      this.#observer.answered(operation, (performance.now() - started) / 1000);
+      return answer;
+    } catch (error) {
+      const failure = storeFailure(error);
+      this.#observer.failed(
+        operation,
+        failure.kind,
+        failure.error.message,
+        (performance.now() - started) / 1000,
+      );
+      throw failure.error;
+    }
   }
 
   #track<T>(promise: Promise<T>): Promise<T> {

@@ -93,11 +93,12 @@ export class RedisServer {
     throw new Error(`redis-server on port ${this.port} did not start`);
   }
 
-  /** Stops it (SIGKILL: nothing is saved) and starts it again, empty. */
-  async restart(): Promise<void> {
+  /** Stops it (SIGKILL: nothing is saved) and starts it again, empty, after `downMs`. */
+  async restart(downMs = 0): Promise<void> {
     const child = this.#child!;
     child.kill("SIGKILL");
     await exited(child);
+    if (downMs > 0) await pause(downMs);
     await this.#spawn();
   }
 
