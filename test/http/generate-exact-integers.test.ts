@@ -7,12 +7,14 @@ import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 // Triton's generate extension reads its body with JSON.parse, whose doubles round integers
 // past 2^53: 64-bit input elements and sequence ids are read again from their digits, as
-// KServe's /infer reads them. Bodies are sent and answers read as text for the same reason.
+// KServe's /infer reads them; NaN and the infinities as Triton's rapidjson reads them.
+// Bodies are sent and answers read as text for the same reasons.
 
 let server: TestServer;
 before(async () => {
   server = await startTestServer({
     int64: { onnx: identityModel("INT64", [-1]) },
+    fp32: { onnx: identityModel("FP32", [-1]) },
     acc: {
       config: accumulatorConfig("acc", 4, "max_sequence_idle_microseconds: 60000000"),
       onnx: accumulatorModel(),
@@ -40,6 +42,12 @@ test("INT64 inputs past 2^53 are read exactly, as a value, a list or a member of
     assert.equal(answer.status, 200, answer.text);
     assert.match(answer.text, new RegExp(`"OUTPUT0":${output.replace(/[[\]]/g, "\\$&")}[,}]`), body);
   }
+});
+
+test("NaN and the infinities are read and written as over /infer, in inputs and parameters", async () => {
+  const answer = await generate("fp32", '{"INPUT0": [1, NaN, -Infinity], "threshold": Inf}');
+  assert.equal(answer.status, 200, answer.text);
+  assert.match(answer.text, /"OUTPUT0":\[1,NaN,-Infinity\][,}]/);
 });
 
 test("a server-assigned sequence id, and a client's uint64 id past 2^53, go on over /generate", async () => {
@@ -72,6 +80,8 @@ test("a sequence id written as a fraction or with an exponent is refused, as ove
   for (const body of [
     '{"INPUT": 1, "sequence_id": 1.0, "sequence_start": true}',
     '{"INPUT": 1, "parameters": {"sequence_id": 1e3, "sequence_start": true}}',
+    // NaN is a number to Triton's reader (never a string id).
+    '{"INPUT": 1, "sequence_id": NaN, "sequence_start": true}',
   ]) {
     assert.deepEqual(await generate("acc", body), {
       status: 400,

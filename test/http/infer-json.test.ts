@@ -113,6 +113,17 @@ describe("inference with JSON tensors", () => {
     assert.equal(request.parameters.threshold, -Infinity);
     assert.match(text, /"data":\[NaN,NaN,Infinity,-Infinity,Infinity,-Infinity,1\.5,-0\]/);
     assert.match(text, /"data":\["NaN","x Infinity"\]/);
+    // Nor does it take one as a member's name; a shape is no place for one, and is told so.
+    await refused(
+      '{"parameters":{NaN:5},"inputs":[]}',
+      400,
+      "failed to parse the request JSON buffer: Missing a name for object member. at 15",
+    );
+    await refused(
+      '{"inputs":[{"name":"F","datatype":"FP32","shape":[NaN],"data":[1]}]}',
+      400,
+      "Unable to parse 'shape' for input 'F': expected an array of non-negative integers, got [NaN]",
+    );
     // A token rapidjson does not take is refused, as any text that is not JSON.
     await refused(
       '{"inputs":[{"name":"F","datatype":"FP32","shape":[1],"data":[nan]}]}',

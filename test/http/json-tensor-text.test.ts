@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { parameterValueText } from "../../src/frontends/common/kserve/infer-response-encoder.ts";
 import { jsonTensorData } from "../../src/frontends/common/kserve/json-tensor.ts";
+import { encodeGenerateResponse } from "../../src/frontends/http/generate/generate-codec.ts";
 
 // Float outputs are written as JSON with each element's shortest round-trip decimal
 // (Number#toString), -0 with its sign, and non-finite values as Triton's rapidjson writes
@@ -49,5 +51,24 @@ test("a run with no special value, an empty tensor and a lone special", () => {
   assert.deepEqual(
     JSON.parse(jsonTensorData({ datatype: "FP32", shape: [4], data: plain })),
     Array.from(plain),
+  );
+});
+
+test("response parameters: NaN and the infinities as Triton writes them, bigints exact", () => {
+  assert.deepEqual(
+    [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, 2n ** 63n - 1n, 0.5, "NaN"].map(
+      parameterValueText,
+    ),
+    ["NaN", "Infinity", "-Infinity", "9223372036854775807", "0.5", '"NaN"'],
+  );
+  assert.equal(
+    encodeGenerateResponse({
+      modelName: "m",
+      modelVersion: "1",
+      id: "",
+      parameters: { low: Number.NEGATIVE_INFINITY },
+      outputs: [],
+    }),
+    '{"model_name":"m","model_version":"1","low":-Infinity}',
   );
 });

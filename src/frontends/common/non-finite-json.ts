@@ -1,5 +1,6 @@
 // JSON with non-finite numbers, as rapidjson reads it with kParseNanAndInfFlag, the flag
-// Triton's (triton_json.h), TF-Serving's (json_tensor.cc) and OVMS's readers all use:
+// Triton's (triton_json.h), TF-Serving's (json_tensor.cc) and OVMS's readers all use
+// (and writes it with kWriteNanAndInfFlag, Triton's writer: nonFiniteText):
 // `NaN`, `Inf` and `Infinity`, each with or without a leading minus, stand for a number.
 // Python's json and numpy write them. JSON.parse takes none, so a text that does not parse
 // is read again with each such token outside strings marked: replaced by a string no
@@ -40,12 +41,20 @@ function markNonFinite(text: string): string | undefined {
     }
     if (c !== 0x4e && c !== 0x49 && c !== 0x2d) continue; // N, I, -
     const found = TOKENS.find(([token]) => text.startsWith(token, i));
-    if (found === undefined) continue;
+    // A value, not a member's name (rapidjson takes no bare name): `{NaN: 1}` stays refused.
+    if (found === undefined || isMemberName(text, i + found[0].length)) continue;
     out += text.slice(from, i) + found[1];
     i += found[0].length - 1;
     from = i + 1;
   }
   return from === 0 ? undefined : out + text.slice(from);
+}
+
+/** Whether what follows `from` (past white space) is a colon: the token before it names a member. */
+function isMemberName(text: string, from: number): boolean {
+  let i = from;
+  while (i < text.length && " \t\n\r".includes(text[i]!)) i++;
+  return text[i] === ":";
 }
 
 /**
@@ -70,4 +79,9 @@ export function parseJsonWithNonFinite(text: string): { readonly json: unknown; 
 /** The number a marked token stands for, or undefined for any other value. */
 export function nonFiniteValue(value: unknown): number | undefined {
   return typeof value === "string" ? NON_FINITE_MARKS.get(value) : undefined;
+}
+
+/** A number that JSON proper has no word for, as Triton's rapidjson writes it. */
+export function nonFiniteText(value: number): string {
+  return Number.isNaN(value) ? "NaN" : value > 0 ? "Infinity" : "-Infinity";
 }

@@ -159,13 +159,13 @@ const INT64_MIN = -(1n << 63n);
 const INT64_MAX = (1n << 63n) - 1n;
 
 /**
- * A number parameter past 2^53, as Triton reads it: an integer that fits in 64 bits
- * exactly (a bigint, read again from its source digits: JSON.parse rounded it), anything
- * else as the double it is.
+ * A number parameter (at `path` in the request's JSON) as Triton reads it: an integer
+ * that fits in 64 bits exactly (past 2^53 a bigint, read again from its source digits:
+ * JSON.parse rounded it), anything else as the double it is.
  */
-function int64Parameter(source: JsonSource, name: string, parsed: number): ParameterValue {
-  if (!Number.isInteger(parsed)) return parsed;
-  const member = memberSourceText(source.text, ["parameters", name]);
+export function numberParameter(source: JsonSource, path: readonly string[], parsed: number): ParameterValue {
+  if (Number.isSafeInteger(parsed) || !Number.isInteger(parsed)) return parsed;
+  const member = memberSourceText(source.text, path);
   const exact = member === undefined ? undefined : exactInteger(member, INT64_MIN, INT64_MAX);
   return typeof exact === "bigint" ? exact : parsed;
 }
@@ -198,9 +198,7 @@ function readParameters(value: unknown, source: JsonSource, reserved: readonly s
         if (name === "sequence_id") parameters[name] = sequenceIdNumber(source, parameter);
         else {
           if (name === "timeout" || name === "priority") checkUnsignedText(source, name);
-          parameters[name] = Number.isSafeInteger(parameter)
-            ? parameter
-            : int64Parameter(source, name, parameter);
+          parameters[name] = numberParameter(source, ["parameters", name], parameter);
         }
         break;
       default:

@@ -1,5 +1,5 @@
 import { invalidArg } from "../../../core/errors.ts";
-import type { InferResponse, Parameters } from "../../../core/infer.ts";
+import type { InferResponse, Parameters, ParameterValue } from "../../../core/infer.ts";
 import { formatShape } from "../../../core/tensor.ts";
 import {
   OFF_THREAD_JSON_ELEMENTS,
@@ -7,6 +7,7 @@ import {
   writeJsonOffThread,
 } from "../../json-thread/json-thread.ts";
 import { partsText } from "../../json-thread/write-parts.ts";
+import { nonFiniteText } from "../non-finite-json.ts";
 import { encodeRawTensor } from "../raw-tensor.ts";
 import { binaryBody } from "./binary-tensor.ts";
 import { classifyOutputs } from "./classification.ts";
@@ -24,23 +25,22 @@ export interface EncodedInferResponse {
   readonly headerLength: number | undefined;
 }
 
+/** A response parameter's JSON text: a bigint exact, NaN and the infinities as Triton writes them. */
+export function parameterValueText(value: ParameterValue): string {
+  switch (typeof value) {
+    case "bigint":
+      return value.toString();
+    case "number":
+      return Number.isFinite(value) ? String(value) : nonFiniteText(value);
+    default:
+      return JSON.stringify(value);
+  }
+}
+
 function parameterText(parameters: Parameters): string | undefined {
   const members: string[] = [];
-  for (const name in parameters) {
-    const value = parameters[name];
-    let text: string;
-    switch (typeof value) {
-      case "bigint":
-        text = value.toString();
-        break;
-      case "number":
-        text = Number.isFinite(value) ? String(value) : "null";
-        break;
-      default:
-        text = JSON.stringify(value);
-    }
-    members.push(`${JSON.stringify(name)}:${text}`);
-  }
+  for (const name in parameters)
+    members.push(`${JSON.stringify(name)}:${parameterValueText(parameters[name]!)}`);
   return members.length === 0 ? undefined : `{${members.join(",")}}`;
 }
 

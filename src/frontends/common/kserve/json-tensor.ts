@@ -8,7 +8,7 @@ import { invalidArg } from "../../../core/errors.ts";
 import { type BytesElements, type NumericTensor, shapeInMessage, type Tensor } from "../../../core/tensor.ts";
 import { checkedElementCount } from "../../../core/tensor-size.ts";
 import { exactInteger } from "../json-source-text.ts";
-import { NON_FINITE_MARKS } from "../non-finite-json.ts";
+import { NON_FINITE_MARKS, nonFiniteText } from "../non-finite-json.ts";
 
 // Tensor data in the KServe v2 JSON form: a flat or nested (row-major) array of JSON
 // values, one per element. Reading copies flat data straight into the datatype's typed
@@ -363,8 +363,7 @@ export function decodeJsonTensor(
  * infinities, which it writes as null), or undefined.
  */
 function specialText(v: number): string | undefined {
-  if (v - v !== 0)
-    return v === Number.POSITIVE_INFINITY ? "Infinity" : v === Number.NEGATIVE_INFINITY ? "-Infinity" : "NaN";
+  if (v - v !== 0) return nonFiniteText(v);
   if (v === 0 && 1 / v < 0) return "-0";
   return undefined;
 }

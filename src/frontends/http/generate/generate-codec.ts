@@ -5,8 +5,10 @@ import { readSequenceControl } from "../../../core/sequence/sequence-parameters.
 import type { Tensor } from "../../../core/tensor.ts";
 import { isJsonObject, type JsonObject } from "../../common/http/json-body.ts";
 import { longNumberTokens, memberSourceText } from "../../common/json-source-text.ts";
-import { sequenceIdNumber } from "../../common/kserve/infer-request-decoder.ts";
+import { numberParameter, sequenceIdNumber } from "../../common/kserve/infer-request-decoder.ts";
+import { parameterValueText } from "../../common/kserve/infer-response-encoder.ts";
 import { decodeJsonTensor, jsonTensorData } from "../../common/kserve/json-tensor.ts";
+import { nonFiniteValue } from "../../common/non-finite-json.ts";
 
 // Triton's generate extension (POST /v2/models/{m}/generate and /generate_stream): a flat
 // JSON object instead of KServe's tensor list. A member named like a model input is that
@@ -50,7 +52,9 @@ function readMembers(
   nested: boolean,
   text: () => string,
 ): void {
-  for (const [key, value] of Object.entries(object)) {
+  for (const [key, member] of Object.entries(object)) {
+    // `NaN` or an infinity (non-finite-json.ts) is a number, as rapidjson reads it.
+    const value = nonFiniteValue(member) ?? member;
     if (!nested && key === "id") continue;
     if (!nested && key === "parameters") {
       if (!isJsonObject(value)) throw invalidArg("Expected JSON object for keyword: 'parameters'");
@@ -74,7 +78,11 @@ function readMembers(
       parameters[key] = sequenceIdNumber({ text: text() }, value, memberPath(key, nested));
       continue;
     }
-    if (typeof value === "string" || typeof value === "number" || typeof value === "boolean") {
+    if (typeof value === "number") {
+      parameters[key] = numberParameter({ text: text() }, memberPath(key, nested), value);
+      continue;
+    }
+    if (typeof value === "string" || typeof value === "boolean") {
       parameters[key] = value;
       continue;
     }
@@ -119,13 +127,7 @@ export function encodeGenerateResponse(response: InferResponse): string {
   members.push(`"model_name":${JSON.stringify(response.modelName)}`);
   members.push(`"model_version":${JSON.stringify(response.modelVersion)}`);
   for (const [name, value] of Object.entries(response.parameters)) {
-    const text =
-      typeof value === "bigint"
-        ? value.toString()
-        : typeof value === "number" && !Number.isFinite(value)
-          ? "null"
-          : JSON.stringify(value);
-    members.push(`${JSON.stringify(name)}:${text}`);
+    members.push(`${JSON.stringify(name)}:${parameterValueText(value)}`);
   }
   for (const output of response.outputs) {
     const data = jsonTensorData(output);
