@@ -50,6 +50,7 @@ export default {
       // Errors nobody catches: a promise left rejected, a timer that throws.
       if (mode === "floating-rejection") Promise.reject(new Error("floating rejection"));
       if (mode === "timer-throw") setTimeout(() => { throw new Error("thrown from a timer"); }, 10);
+      if (mode === "timer-throw-object") setTimeout(() => { throw { thrown: "an object from a timer" }; }, 10);
       if (mode === "keep") r.sequence.state.set("kept", { n: 7 });
       // Reads its state after a while, when a batchmate's client may have left meanwhile.
       if (mode === "sleep-read") {
@@ -381,6 +382,13 @@ test("an unhandled rejection or an exception from a timer in handler code is log
     // Another client's sequence on the same instance goes on, and so does this one.
     assert.equal(echoed(await call("faulty_seq", "g", { id: 62 })), "g");
   }
+  // Something else than an Error, thrown so, is shown as JSON.
+  assert.equal(echoed(await call("faulty_seq", "timer-throw-object", { id: 61 })), "timer-throw-object");
+  await eventually("the log of the object thrown", () =>
+    logLines.find((l) =>
+      JSON.parse(l).msg?.endsWith(': {"thrown":"an object from a timer"}; the instance goes on'),
+    ),
+  );
   assert.equal(echoed(await call("faulty_seq", "f2", { id: 61, end: true })), "f2");
   assert.equal(echoed(await call("faulty_seq", "g2", { id: 62, end: true })), "g2");
   const restarts = logLines.filter(

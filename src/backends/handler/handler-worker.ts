@@ -58,12 +58,15 @@ function post(message: FromHandlerMessage, transfer?: ArrayBuffer[]): void {
 
 function errorText(error: unknown): string {
   // A thrown plain object with a message (`throw { code, message }`) says it too.
+  // Any other object thrown is shown as JSON (not "[object Object]").
   const message =
     error instanceof Error
       ? error.message
       : typeof (error as { message?: unknown } | null)?.message === "string"
         ? (error as { message: string }).message
-        : String(error);
+        : typeof error === "object" && error !== null
+          ? describe(error)
+          : String(error);
   return message.trim() || "handler failed";
 }
 
