@@ -3,8 +3,11 @@
 // connection's ups and downs. Failures come in the words clients are given (never the
 // store client's own texts), with a kind to count them by.
 
-/** The store's requests, as counted: a record read (whole or its stamp), written, renewed or moved, or ids reserved. */
-export type StateStoreOperation = "read" | "write" | "renew" | "move" | "reserve_ids";
+/**
+ * The store's requests, as counted: a record read (whole or its stamp), written (a step),
+ * ended (an end, which a full store still takes), renewed or moved, or ids reserved.
+ */
+export type StateStoreOperation = "read" | "write" | "end" | "renew" | "move" | "reserve_ids";
 
 /**
  * Why a request failed: the store is full (maxmemory), could not be reached, did not

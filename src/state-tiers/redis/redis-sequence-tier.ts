@@ -294,7 +294,7 @@ export class RedisSequenceTier implements SequenceTier {
         this.#observed("read", () => this.#read(recordKey(this.#location.prefix, model, version, id))),
       stamp: (id) =>
         this.#observed("read", () => this.#stamp(recordKey(this.#location.prefix, model, version, id))),
-      write: (writes) => this.#track(this.#observed("write", () => this.#write(model, version, writes))),
+      write: (writes) => this.#track(this.#write(model, version, writes)),
       renew: (id, expect, expiry) =>
         this.#track(
           this.#observed("renew", () =>
@@ -387,8 +387,12 @@ export class RedisSequenceTier implements SequenceTier {
     // others; both are issued in this turn, and auto-pipelining sends them together.
     const ends = writes.flatMap((w, i) => (END_MODES.has(w.mode) ? [i] : []));
     const others = writes.flatMap((w, i) => (END_MODES.has(w.mode) ? [] : [i]));
-    const send = (indices: number[], end: boolean): Promise<WriteReply[]> => {
-      if (indices.length === 0) return Promise.resolve([]);
+    // Counted apart: a full store still takes ends, which say nothing of its writes.
+    const send = (indices: number[], end: boolean): Promise<WriteReply[]> =>
+      indices.length === 0
+        ? Promise.resolve([])
+        : this.#observed(end ? "end" : "write", () => sendNow(indices, end));
+    const sendNow = (indices: number[], end: boolean): Promise<WriteReply[]> => {
       if (this.#location.cluster || indices.length === 1) {
         // One call a record (per node in a cluster), sent together.
         return Promise.all(
