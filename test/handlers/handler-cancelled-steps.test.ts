@@ -284,7 +284,7 @@ test("a model that is not decoupled: the next step of a sequence whose step time
   assert.ok(answeredAt < at(id, "end", "u1500"));
 });
 
-test("a step whose execute() never returns holds its sequence handler_timeout_ms more: then its worker is ended, and its sequences with it", async () => {
+test("a step whose execute() never returns holds its sequence's next step handler_timeout_ms more: then its worker is ended, and its sequences with it", async () => {
   const id = 8;
   const other = 18;
   const call = (sequence: number, rid: string, ms: number, start = false) =>
@@ -296,6 +296,12 @@ test("a step whose execute() never returns holds its sequence handler_timeout_ms
   assert.equal((await call(other, "o0", 0, true)).status, 200);
   const hung = await call(id, "h0", -1, true);
   assert.equal(hung.status, 503);
+  // Nothing waits for it: past the bound, it holds nothing, and the instance goes on.
+  await new Promise((resolve) => setTimeout(resolve, TIMEOUT_MS * 1.5));
+  assert.equal((await call(other, "o1", 0)).status, 200);
+  assert.ok(!logLines.some((l) => l.includes("never returned")));
+  // The sequence's next step waits for it: the bound runs from then.
+  const next = call(id, "h1", 0);
   const line = await eventually("the log of the ended worker", () =>
     logLines.find((l) => l.includes("never returned")),
   );
@@ -310,6 +316,7 @@ test("a step whose execute() never returns holds its sequence handler_timeout_ms
     });
     assert.match(gone.body.error as string, /it has ended \(reason 'instance_failed'\)/);
   }
+  assert.notEqual((await next).status, 200);
   // The restarted instance serves.
   const fresh = await eventually("the restarted instance", async () => {
     const answer = await call(9, "f0", 0, true);

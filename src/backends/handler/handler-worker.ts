@@ -340,8 +340,10 @@ class OpenRequest implements HandlerRequest {
 
   /**
    * A request of a sequence answered in its code's place (timed out, cancelled) while the
-   * code still runs holds its sequence's next steps back (see the gate below): the main
-   * thread is told, so that it can bound how long, and told again when the code is through.
+   * code still runs holds its sequence's next steps back (see the gate below): once
+   * something waits behind it, the main thread is told, so that it can bound how long,
+   * and told again when the code is through. Code that goes on with nothing waiting for
+   * it holds nothing, and is left to finish.
    */
   #checkThrough(): void {
     if (this.sequenceKey === undefined || !this.#done || this.#reported === "through") return;
@@ -351,7 +353,12 @@ class OpenRequest implements HandlerRequest {
       codeThrough(this);
       return;
     }
-    if (!this.#done) return;
+    if (hasWaiting(this.sequenceKey)) this.reportLingering();
+  }
+
+  /** Tells the main thread that this request's code still holds its sequence back, and on what. */
+  reportLingering(): void {
+    if (!this.#done || this.#reported === "through" || this.through) return;
     const waitingFor = this.#executeSettled ? "completion" : "execute";
     if (this.#reported === waitingFor) return;
     this.#reported = waitingFor;
@@ -772,10 +779,25 @@ function free(key: string): boolean {
   return entry === undefined || (entry.running.size === 0 && entry.waiting.length === 0);
 }
 
+/** Whether something waits behind the sequence's steps. */
+function hasWaiting(key: string): boolean {
+  return (steps.get(key)?.waiting.length ?? 0) > 0;
+}
+
+/**
+ * `action` waits until every earlier step of the sequence is through; from now on, a step
+ * whose code holds it back is reported (the main thread bounds the wait).
+ */
+function waitBehind(key: string, action: () => void): void {
+  const entry = stepsOf(key);
+  entry.waiting.push(action);
+  for (const request of entry.running) request.reportLingering();
+}
+
 /** Runs `action` now, or once every earlier step of the sequence is through. */
 function afterSteps(key: string, action: () => void): void {
   if (free(key)) action();
-  else stepsOf(key).waiting.push(action);
+  else waitBehind(key, action);
 }
 
 function codeThrough(request: OpenRequest): void {
@@ -805,7 +827,7 @@ async function execute(message: ExecuteMessage): Promise<void> {
       // Held behind its sequence's previous step: it runs as a batch of its own when that
       // step's code is through (unless it was cancelled meanwhile). Its clock stops meanwhile.
       post({ type: "held", rid: request.rid, held: true });
-      stepsOf(key).waiting.push(() => {
+      waitBehind(key, () => {
         if (request.done) return;
         post({ type: "held", rid: request.rid, held: false });
         runBatch([request], message.decoupled, undefined, performance.now()).catch(workerFailed);
