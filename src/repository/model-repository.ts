@@ -1,4 +1,5 @@
 import { existsSync, readFileSync, statSync } from "node:fs";
+import { setTimeout as delay } from "node:timers/promises";
 import pLimit, { type LimitFunction } from "p-limit";
 import type { ParsedModelConfig } from "../config/index.ts";
 import type { ModelControlMode, SingleModelOptions } from "../config/server-options.ts";
@@ -922,20 +923,34 @@ export class ModelRepository implements ModelRegistry {
     for (const model of this.#allLoaded()) model.beginShutdown();
   }
 
+  /**
+   * Lets work finish until `deadlineMs`. A Triton model's live sequences may finish too;
+   * an OVMS model's are not waited for (OVMS drops them as it stops): once its requests
+   * are answered, they end (`shutdown`).
+   */
   async drain(deadlineMs: number): Promise<void> {
-    await Promise.all(this.#allLoaded().map((m) => m.drain(deadlineMs)));
+    await Promise.all(
+      [...this.#models.values()].flatMap((entry) =>
+        [...entry.versions.values()].map((model) =>
+          entry.source?.ovms === undefined ? model.drain(deadlineMs) : drainRequests(model, deadlineMs),
+        ),
+      ),
+    );
   }
 
   /**
-   * The model versions with work in flight (requests accepted and not answered, and live
-   * or waiting sequences), as a stopping server reports them each second, Triton's way.
+   * The model versions with work in flight (requests accepted and not answered, and, of
+   * a Triton model, live or waiting sequences), as a stopping server reports them each
+   * second, Triton's way.
    */
   inFlight(): { model: string; version: string; count: number }[] {
     const busy: { model: string; version: string; count: number }[] = [];
-    for (const model of this.#allLoaded()) {
-      const summary = model.sequences?.summary();
-      const count = model.pending + (summary === undefined ? 0 : summary.live + summary.backlog);
-      if (count > 0) busy.push({ model: model.name, version: model.version, count });
+    for (const entry of this.#models.values()) {
+      for (const model of entry.versions.values()) {
+        const summary = entry.source?.ovms === undefined ? model.sequences?.summary() : undefined;
+        const count = model.pending + (summary === undefined ? 0 : summary.live + summary.backlog);
+        if (count > 0) busy.push({ model: model.name, version: model.version, count });
+      }
     }
     return busy;
   }
@@ -988,6 +1003,19 @@ export class ModelRepository implements ModelRegistry {
     return [...this.#models.values()].flatMap((e) => [...e.versions.values()]);
   }
 }
+
+/**
+ * Waits until `model` has answered the requests it accepted (or `deadlineMs`), then ends
+ * what is left, its live sequences included, as OVMS stops.
+ */
+async function drainRequests(model: LoadedModel, deadlineMs: number): Promise<void> {
+  model.beginShutdown();
+  while (model.pending > 0 && Date.now() < deadlineMs) await delay(REQUESTS_DRAIN_POLL_MS);
+  await model.drain(Math.min(Date.now(), deadlineMs));
+}
+
+/** How often a stopping OVMS model looks whether its requests are answered. */
+const REQUESTS_DRAIN_POLL_MS = 20;
 
 /** A model's loaded versions in Triton's order, ascending (a std::map of int64). */
 function byVersion(entry: ModelEntry): LoadedModel[] {
