@@ -245,6 +245,13 @@ class OvmsReader {
         `max_sequence_number of model '${name}' must be at least 1`,
       );
     }
+    // OVMS reads it as an unsigned int: more is its INVALID_MAX_SEQUENCE_NUMBER.
+    if (maxSequenceNumber > 2 ** 32 - 1) {
+      invalid ??= fields.error(
+        "max_sequence_number",
+        `Sequence max number parameter too high: max_sequence_number of model '${name}' is above 4294967295`,
+      );
+    }
     const sequence: OvmsSequenceOptions | undefined = stateful
       ? {
           maxSequenceNumber,

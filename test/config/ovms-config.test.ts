@@ -212,6 +212,13 @@ describe("OpenVINO Model Server config.json", () => {
       includes: "key 'idle_sequence_cleanup' of model 'm' applies to stateful models only",
     },
     {
+      name: "a max_sequence_number above an unsigned int, as OVMS's INVALID_MAX_SEQUENCE_NUMBER",
+      config: { name: "m", base_path: "/m", stateful: true, max_sequence_number: 2 ** 32 },
+      line: 8,
+      includes:
+        "Sequence max number parameter too high: max_sequence_number of model 'm' is above 4294967295",
+    },
+    {
       name: "a cloud base path",
       config: { name: "m", base_path: "s3://bucket/m" },
       line: 6,
