@@ -289,7 +289,8 @@ for (const transport of ["grpc", "rest"] as const) {
       });
     } else {
       it("REST: a special input that is not a list of unsigned integers is not a valid ndarray", async () => {
-        for (const value of ["5", "[-1]", "[1.5]", '["7"]', "[18446744073709551616]"]) {
+        // `[5.0]` and `[1e3]` too: rapidjson reads them as doubles, which OVMS refuses.
+        for (const value of ["5", "[-1]", "[1.5]", "[5.0]", "[1e3]", '["7"]', "[18446744073709551616]"]) {
           assertRefused(
             await send("vad", { control: START, restSpecials: { sequence_id: value } }),
             transport,
@@ -299,6 +300,12 @@ for (const transport of ["grpc", "rest"] as const) {
         }
         assertRefused(
           await send("vad", { id: freshId(), restSpecials: { sequence_control_input: "[4294967296]" } }),
+          transport,
+          CODES.invalid,
+          "Could not parse input content. Not valid ndarray detected",
+        );
+        assertRefused(
+          await send("vad", { id: freshId(), restSpecials: { sequence_control_input: "[1.0]" } }),
           transport,
           CODES.invalid,
           "Could not parse input content. Not valid ndarray detected",

@@ -155,7 +155,8 @@ export function exactInteger(token: string, min: bigint, max: bigint): bigint | 
 }
 
 const SEQUENCE_ID_KEY = '"sequence_id"';
-const FRACTION_OR_EXPONENT_AFTER_KEY = /\s*:\s*-?\d+[.eE]/y;
+/** After a key: a number, or a list of numbers, one of them with a fraction or an exponent. */
+const FRACTION_OR_EXPONENT_AFTER_KEY = /\s*:\s*\[?(?:\s*-?\d+\s*,)*\s*-?\d+[.eE]/y;
 
 /**
  * Whether a `sequence_id` is written with a fraction or an exponent anywhere in a JSON
@@ -163,8 +164,17 @@ const FRACTION_OR_EXPONENT_AFTER_KEY = /\s*:\s*-?\d+[.eE]/y;
  * a regular expression over the whole text took 4 µs).
  */
 export function mayHaveSequenceIdNotInteger(text: string): boolean {
-  for (let i = text.indexOf(SEQUENCE_ID_KEY); i !== -1; i = text.indexOf(SEQUENCE_ID_KEY, i + 1)) {
-    FRACTION_OR_EXPONENT_AFTER_KEY.lastIndex = i + SEQUENCE_ID_KEY.length;
+  return mayHaveNotIntegerAfter(text, SEQUENCE_ID_KEY);
+}
+
+/**
+ * Whether the member named `key` (quoted, as JSON writes it) is anywhere written as a
+ * number, or a list of numbers, with a fraction or an exponent (`5.0`, `[1e3]`), which
+ * rapidjson reads as a double where JSON.parse gives an integer.
+ */
+export function mayHaveNotIntegerAfter(text: string, key: string): boolean {
+  for (let i = text.indexOf(key); i !== -1; i = text.indexOf(key, i + 1)) {
+    FRACTION_OR_EXPONENT_AFTER_KEY.lastIndex = i + key.length;
     if (FRACTION_OR_EXPONENT_AFTER_KEY.test(text)) return true;
   }
   return false;

@@ -11,6 +11,7 @@ import {
   elementSourceTexts,
   exactInteger,
   longNumberTokens,
+  mayHaveNotIntegerAfter,
   memberSourceText,
 } from "../common/json-source-text.ts";
 import type { SourceTokens } from "../common/kserve/json-tensor.ts";
@@ -130,6 +131,12 @@ function specialInput(
     return exact;
   });
   if (values.some((v) => v > max)) throw ovmsInvalid("rest_input");
+  // OVMS takes only unsigned integers (rapidjson's IsUint64): `5.0` or `1e3`, which
+  // JSON.parse makes integers, are refused as any other value that is not one.
+  if (mayHaveNotIntegerAfter(source.text, `"${name}"`)) {
+    const texts = elementSourceTexts(memberSourceText(source.text, ["inputs", name]) ?? "");
+    if (texts.some((text) => !/^\d+$/.test(text))) throw ovmsInvalid("rest_input");
+  }
   return { dims: [values.length], values };
 }
 
