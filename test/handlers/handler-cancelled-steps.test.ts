@@ -247,13 +247,14 @@ test("a step whose client leaves: sequenceEnded('cancelled') comes once its code
     signal: leaving.signal,
   }).catch((error: Error) => error);
   await eventOf(repository.eventsFile, "c0 running", (e) => e.hook === "start" && e.rid === "c0");
-  // Before its timeout, and late enough that its code returns within handler_timeout_ms of the cancel.
-  await new Promise((resolve) => setTimeout(resolve, 400));
+  // At once: its code (1200 ms) runs past handler_timeout_ms from the cancel, but not past
+  // twice handler_timeout_ms from its start, the time a step may take: it is waited for.
   leaving.abort();
   assert.ok((await left) instanceof Error);
   await eventOf(repository.eventsFile, "the end", (e) => e.hook === "ended" && e.id === String(id));
   assert.deepEqual(story(id), ["start s0", "end s0", "start c0", "end c0", "ended cancelled"]);
   assertNoOverlap(id);
+  assert.ok(!logLines.some((l) => l.includes("never returned")), "no worker was ended");
 });
 
 test("a model that is not decoupled: the next step of a sequence whose step timed out waits for its execute() to return", async () => {

@@ -92,6 +92,7 @@ interface Running {
 
 /** A step answered in its code's place while that code still runs (LingeringMessage). */
 interface Lingering {
+  /** It may hold its sequence until handler_timeout_ms after this (epoch ms). */
   readonly sinceMs: number;
   readonly request: string;
   readonly sequence: string;
@@ -390,8 +391,11 @@ export class HandlerExecutor implements RequestExecutor {
     const known = this.#lingering.get(message.rid);
     if (known !== undefined) known.waitingFor = message.waitingFor;
     else {
+      // Its code keeps the time a step may take (twice handler_timeout_ms from its start, as
+      // a stuck worker's), and at least handler_timeout_ms more from when something waits:
+      // a client that gives up early does not shorten it.
       this.#lingering.set(message.rid, {
-        sinceMs: Date.now(),
+        sinceMs: Math.max(Date.now(), message.startedAtMs + this.#options.timeoutMs),
         request: message.request,
         sequence: message.sequence,
         waitingFor: message.waitingFor,

@@ -240,6 +240,8 @@ export interface LingeringMessage {
   readonly request: string;
   readonly sequence: string;
   readonly waitingFor: "execute" | "completion";
+  /** When its code was handed the request (epoch ms). */
+  readonly startedAtMs: number;
 }
 
 /**

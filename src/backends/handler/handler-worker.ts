@@ -239,8 +239,9 @@ class OpenRequest implements HandlerRequest {
   #done = false;
   /** Whether the handler's execute() has returned (before that it may read the state). */
   #executeReturned = false;
-  /** Handed to execute() (a request held behind its sequence's previous step is not yet). */
+  /** Handed to execute() (a request held behind its sequence's previous step is not yet), and when. */
   #started = false;
+  #startedAtMs = 0;
   /** Its batch's execute() has settled: returned, thrown, or rejected (not merely given up on). */
   #executeSettled = false;
   /** The handler's code said it is done with it: its response, complete(), a final send(). */
@@ -306,6 +307,7 @@ class OpenRequest implements HandlerRequest {
   /** Handed to execute() now. */
   start(): void {
     this.#started = true;
+    this.#startedAtMs = Date.now();
   }
 
   /** Its batch's execute() has settled. */
@@ -368,6 +370,7 @@ class OpenRequest implements HandlerRequest {
       request: this.named,
       sequence: String(this.sequence!.id),
       waitingFor,
+      startedAtMs: this.#startedAtMs,
     });
   }
 
