@@ -14,6 +14,9 @@ import type { Logger } from "./logger.ts";
 /** How often failures that go on are summed up. */
 export const FAILURE_SUMMARY_INTERVAL_MS = 10_000;
 
+/** How long without a failure before an answer says the store answers again. */
+const RECOVERY_QUIET_MS = 1000;
+
 export class StateStoreLog implements StateStoreObserver {
   readonly #logger: Logger;
   readonly #location: string;
@@ -25,6 +28,8 @@ export class StateStoreLog implements StateStoreObserver {
    * Redis refuses writes and still answers reads, which say nothing of its writes).
    */
   readonly #failing = new Set<StateStoreOperation>();
+  /** When a request last failed (epoch ms). */
+  #lastFailureMs = 0;
   /** Failures since the first one: in all, and since the last line, by operation and kind. */
   #failures = 0;
   #unsaid = new Map<string, number>();
@@ -41,6 +46,9 @@ export class StateStoreLog implements StateStoreObserver {
 
   answered(operation: StateStoreOperation): void {
     if (this.#failingSinceMs === undefined || !this.#failing.has(operation)) return;
+    // A store at its limit takes a write now and then (an end freed room) while it refuses
+    // the rest: only an answer after a quiet while says it answers again.
+    if (Date.now() - this.#lastFailureMs < RECOVERY_QUIET_MS) return;
     this.#summarise();
     this.#logger.info(
       {
@@ -60,6 +68,7 @@ export class StateStoreLog implements StateStoreObserver {
 
   failed(operation: StateStoreOperation, kind: StateStoreFailureKind, said: string): void {
     this.#failures++;
+    this.#lastFailureMs = Date.now();
     this.#failing.add(operation);
     this.#lastSaid = said;
     if (this.#failingSinceMs !== undefined) {
