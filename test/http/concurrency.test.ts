@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { request as httpRequest } from "node:http";
+import { Agent, request as httpRequest } from "node:http";
 import { after, before, describe, it } from "node:test";
 import { startServer, type TestServer } from "./support/http-server.ts";
 
@@ -51,5 +51,59 @@ describe("concurrency and cancellation", () => {
     // The server goes on answering.
     const next = await fetch(`${server.url}/v2/health/live`);
     assert.equal(next.status, 200);
+  });
+});
+
+describe("cancellation on a kept-alive connection", () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer();
+  });
+  after(() => server.close());
+
+  // Requests on one connection share its signal (connection-signal.ts): the answered ones
+  // before must not have aborted it, and its close aborts the one still waiting.
+  it("a client that disconnects after earlier answers aborts the request it waits for", {
+    timeout: 10_000,
+  }, async () => {
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const post = (path: string, body: unknown) =>
+      new Promise<{ status: number | undefined; socket: unknown; request: ReturnType<typeof httpRequest> }>(
+        (resolve, reject) => {
+          const request = httpRequest(
+            { host: "127.0.0.1", port: server.port, method: "POST", path, agent },
+            (response) => {
+              response.resume();
+              response.on("end", () =>
+                resolve({ status: response.statusCode, socket: request.socket, request }),
+              );
+            },
+          );
+          request.on("error", reject);
+          request.end(JSON.stringify(body));
+        },
+      );
+    const echo = { inputs: [{ name: "X", datatype: "INT64", shape: [1], data: [1] }] };
+    const first = await post("/v2/models/echo/infer", echo);
+    const second = await post("/v2/models/echo/infer", echo);
+    assert.equal(first.status, 200);
+    assert.equal(second.status, 200);
+    assert.equal(second.socket, first.socket, "the answers came on one connection");
+    const waiting = httpRequest({
+      host: "127.0.0.1",
+      port: server.port,
+      method: "POST",
+      path: "/v2/models/hang/infer",
+      agent,
+    });
+    waiting.on("error", () => {});
+    waiting.end(JSON.stringify({ id: "gone", inputs: [] }));
+    await server.fake.hang.started;
+    assert.equal(waiting.socket, first.socket, "the waiting request went on the same connection");
+    waiting.destroy();
+    const aborted = await server.fake.hang.aborted;
+    assert.equal(aborted.id, "gone");
+    assert.equal(aborted.signal?.aborted, true);
+    agent.destroy();
   });
 });

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { invalidArg, SERVER_EXITING, ServerError } from "../../core/errors.ts";
 import type { ModelLoadOptions, ServedModel, ServerContext } from "../../core/model.ts";
 import { callSites, recordCall, recordReadiness } from "../common/api-call-recording.ts";
-import { watchDisconnect } from "../common/http/client-disconnect.ts";
+import { connectionSignal } from "../common/http/connection-signal.ts";
 import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
 import { isJsonObject, readJsonBody } from "../common/http/json-body.ts";
 import { sendJson } from "../common/http/json-text.ts";
@@ -172,12 +172,12 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
     const receivedNs = performance.now() * 1e6;
     const body = (request.body as Buffer | undefined) ?? EMPTY_BODY;
     const headerLength = readHeaderLength(request.headers[HEADER_LENGTH], body.byteLength);
-    const disconnect = watchDisconnect(request, reply);
+    const signal = connectionSignal(request, reply);
     let decoded: DecodedInferRequest | undefined;
     try {
       // A promise only for a large JSON body: an await on every request costs throughput.
       const decoding = decodeInferRequestOffThread(body, headerLength, model, {
-        signal: disconnect.signal,
+        signal,
         principal: request.principal,
         sharedMemory: context.sharedMemory,
         // Triton's HTTP_RECV_START and _END: the head read, the body read.
@@ -194,7 +194,6 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
       if (encoded.headerLength !== undefined) reply.header(HEADER_LENGTH_NAME, encoded.headerLength);
       return reply.type(encoded.contentType).send(encoded.body);
     } finally {
-      disconnect.dispose();
       // The regions it named stay open, and the bytes it read count, until it is answered.
       decoded?.encoding.sharedMemory?.use.release();
     }
