@@ -40,10 +40,21 @@ export type TierStamp = Pick<TierRecord, "version" | "life" | "ended">;
  * - `new`: a new life of the id, whatever the tier held (a START);
  * - `new_exclusive`: a new life, only if the id has no live record (OpenVINO Model Server's START);
  * - `new_end`: a new life that ends at once (a START that is also the END), whatever the tier held;
+ * - `create`, `create_end`: the first write of a life whose START wrote nothing (it failed in
+ *   its model): as `new` and `new_end`, but only if the id has no live record, since a
+ *   life begun on another replica meanwhile supersedes it (its writer takes that record);
  * - `end`: the life ends (the record is kept as a tombstone with `endReason`), only if still at `expect`;
  * - `force_end`: whatever live life the id has ends (an operator's DELETE).
  */
-export type TierWriteMode = "next" | "new" | "new_exclusive" | "new_end" | "end" | "force_end";
+export type TierWriteMode =
+  | "next"
+  | "new"
+  | "new_exclusive"
+  | "new_end"
+  | "create"
+  | "create_end"
+  | "end"
+  | "force_end";
 
 /** How long a live record lives without being written again. */
 export type TierExpiry =

@@ -23,15 +23,15 @@ local function write(key, a)
   local ended = current[3]
   if mode == 'next' or mode == 'end' then
     if (not life) or ended or life ~= a[3] or version ~= tonumber(a[2]) then return {0, redis.call('HGETALL', key)} end
-  elseif mode == 'new_exclusive' then
+  elseif mode == 'new_exclusive' or mode == 'create' or mode == 'create_end' then
     if life and not ended then return {0, redis.call('HGETALL', key)} end
   elseif mode == 'force_end' then
     if (not life) or ended then return {0, redis.call('HGETALL', key)} end
   end
   version = version + 1
-  if mode == 'end' or mode == 'force_end' or mode == 'new_end' then
+  if mode == 'end' or mode == 'force_end' or mode == 'new_end' or mode == 'create_end' then
     local keep = life
-    if mode == 'new_end' then keep = a[4] end
+    if mode == 'new_end' or mode == 'create_end' then keep = a[4] end
     redis.call('HSET', key, 'v', version, 'life', keep, 'body', a[5], 'ended', a[6], 'at', a[10])
     redis.call('HDEL', key, 'moved_to')
     redis.call('PEXPIRE', key, a[9])
@@ -54,7 +54,7 @@ end
 export const WRITE_ARGUMENTS = 10;
 
 /** The modes that end a record: their writes drop its state (see END_SCRIPT_FLAGS). */
-export const END_MODES: ReadonlySet<string> = new Set(["end", "force_end", "new_end"]);
+export const END_MODES: ReadonlySet<string> = new Set(["end", "force_end", "new_end", "create_end"]);
 
 const ONE_RECORD = `
 return write(KEYS[1], ARGV)
@@ -91,7 +91,7 @@ const END_SCRIPT_FLAGS = "#!lua flags=allow-oom\n";
 
 const ENDS_ONLY = `
 local function write_end(key, a)
-  if not (a[1] == 'end' or a[1] == 'force_end' or a[1] == 'new_end') then
+  if not (a[1] == 'end' or a[1] == 'force_end' or a[1] == 'new_end' or a[1] == 'create_end') then
     return redis.error_reply('an end script was given a ' .. tostring(a[1]) .. ' write')
   end
   return write(key, a)
