@@ -718,6 +718,18 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   // ---- SequenceOwner: called by instances ----
 
   afterStep(sequence: Sequence): void {
+    // A step that wrote nothing to the tier on a copy the tier has never held (its START
+    // failed in the model, or was not written): another replica may have begun the id
+    // since, so the tier is read before the copy's next step (#reload), never run on it
+    // blindly, nor judged by it (a numbered step).
+    const place = sequence.tier;
+    if (place !== undefined && place.version === undefined && !place.ended && this.#all.has(sequence))
+      place.stale = true;
+    this.#goOn(sequence);
+  }
+
+  /** After a step or a read of the tier: ends a sequence that is done, or runs its next request. */
+  #goOn(sequence: Sequence): void {
     const notKept = sequence.startNotKept;
     sequence.startNotKept = undefined;
     if (notKept !== undefined && this.#undoStart(sequence, notKept)) return;
@@ -1558,6 +1570,15 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       (record) => {
         place.loading = false;
         if (!this.#all.has(sequence)) return;
+        if (place.version === undefined && this.#stillOnlyLife(sequence, record)) {
+          // A copy the tier has never held, and no other life of the id since it began: it
+          // goes on from what it holds, as on one server (its first write is a `create`,
+          // which a life begun elsewhere meanwhile still fences).
+          place.stale = false;
+          place.verified = true;
+          this.#goOn(sequence);
+          return;
+        }
         if (record !== undefined && record.ended === undefined) {
           if (this.#endIfAnotherCallers(sequence, record)) return;
           try {
@@ -1596,6 +1617,28 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         sequence.queue.shift()?.reject(this.#tierError(sequence.id, "reading", error));
         this.afterStep(sequence);
       },
+    );
+  }
+
+  /**
+   * Whether `record` (the tier's, read for a copy of `sequence` that the tier has never
+   * held) leaves the copy the id's only life: there is no record (and the store has not
+   * lost its data since the sequence began), or only the end of another life, written
+   * before this one began. A live record is a life begun or going on elsewhere, and the
+   * copy takes it; the end of a life begun after this one ends the copy too. (Ends are
+   * dated by the clock of the replica that wrote them: between replicas whose clocks
+   * differ, an end written within that difference of this life's start may be judged
+   * either way; either way nothing live is overwritten.)
+   */
+  #stillOnlyLife(sequence: Sequence, record: TierRecord | undefined): boolean {
+    if (record === undefined) {
+      const lostAtMs = this.#tier!.tier.dataLostAtMs;
+      return lostAtMs === undefined || sequence.createdMs > lostAtMs;
+    }
+    return (
+      record.ended !== undefined &&
+      record.life !== sequence.tier!.life &&
+      record.writtenAtMs < sequence.createdMs
     );
   }
 
@@ -1752,9 +1795,25 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       answers.push(kept);
       const exclusive = row.request.request.sequence?.admission === "exclusive";
       const fresh = place.version === undefined;
+      // A START writes its new life whatever the tier holds (it restarts the id, as on one
+      // server); a first write that is no START (its START failed, and wrote nothing) must
+      // not replace a life begun on another replica meanwhile.
+      const starts = row.request.request.sequence?.start === true;
       writes.push({
         id: sequence.id,
-        mode: end ? (fresh ? "new_end" : "end") : fresh ? (exclusive ? "new_exclusive" : "new") : "next",
+        mode: end
+          ? fresh
+            ? starts
+              ? "new_end"
+              : "create_end"
+            : "end"
+          : fresh
+            ? exclusive
+              ? "new_exclusive"
+              : starts
+                ? "new"
+                : "create"
+            : "next",
         ...(fresh ? {} : { expect: { version: place.version!, life: place.life } }),
         life: place.life,
         body: this.#body(sequence, sequence.applied + 1, kept, !end),
