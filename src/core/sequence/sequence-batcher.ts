@@ -35,7 +35,14 @@ import { answerStep, type SequenceModel, type StepDone } from "./sequence-batch-
 import type { SequenceInstance, SequenceOwner } from "./sequence-instance.ts";
 import { formatSequenceId } from "./sequence-parameters.ts";
 import { decodeRecordBody, encodeRecordBody, type SequenceRecordBody } from "./sequence-record.ts";
-import type { ModelTier, TierExpiry, TierRecord, TierWrite, TierWriteResult } from "./sequence-tier.ts";
+import type {
+  ModelTier,
+  TierExpiry,
+  TierRecord,
+  TierWrite,
+  TierWriteMode,
+  TierWriteResult,
+} from "./sequence-tier.ts";
 import { type SequenceTransfer, stateSignature, type TransferredSequence } from "./sequence-transfer.ts";
 import { stateRowBytes } from "./slab-state-store.ts";
 import type { StateBudget } from "./state-budget.ts";
@@ -140,6 +147,23 @@ const FIRST_TIER_ID = 1n << 62n;
 function keepsSequenceOnCancel(request: PendingRequest): boolean {
   const control = request.request.sequence;
   return control?.admission === "exclusive" || control?.keepOnCancel === true || control?.step !== undefined;
+}
+
+/**
+ * How a step's state is written to the tier: `fresh`, the tier holds nothing of its life
+ * yet; `starts`, a START (which begins its life whatever the tier holds); `exclusive`,
+ * OVMS's START (only on an id without a live record).
+ */
+function writeMode(step: {
+  end: boolean;
+  fresh: boolean;
+  starts: boolean;
+  exclusive: boolean;
+}): TierWriteMode {
+  if (!step.fresh) return step.end ? "end" : "next";
+  if (step.end) return step.starts ? "new_end" : "create_end";
+  if (step.exclusive) return "new_exclusive";
+  return step.starts ? "new" : "create";
 }
 
 function copyState(state: SequenceState | undefined): SequenceState | undefined {
@@ -1801,19 +1825,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       const starts = row.request.request.sequence?.start === true;
       writes.push({
         id: sequence.id,
-        mode: end
-          ? fresh
-            ? starts
-              ? "new_end"
-              : "create_end"
-            : "end"
-          : fresh
-            ? exclusive
-              ? "new_exclusive"
-              : starts
-                ? "new"
-                : "create"
-            : "next",
+        mode: writeMode({ end, fresh, starts, exclusive }),
         ...(fresh ? {} : { expect: { version: place.version!, life: place.life } }),
         life: place.life,
         body: this.#body(sequence, sequence.applied + 1, kept, !end),
