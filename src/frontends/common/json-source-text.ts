@@ -172,10 +172,18 @@ export function mayHaveSequenceIdNotInteger(text: string): boolean {
  * number, or a list of numbers, with a fraction or an exponent (`5.0`, `[1e3]`), which
  * rapidjson reads as a double where JSON.parse gives an integer.
  */
-export function mayHaveNotIntegerAfter(text: string, key: string): boolean {
+function mayHaveNotIntegerAfter(text: string, key: string): boolean {
+  return matchesAfter(text, key, FRACTION_OR_EXPONENT_AFTER_KEY);
+}
+
+/**
+ * Whether `sticky` (a regular expression with the y flag) matches right after any place
+ * `key` is found in `text`: a first look that costs one string search.
+ */
+export function matchesAfter(text: string, key: string, sticky: RegExp): boolean {
   for (let i = text.indexOf(key); i !== -1; i = text.indexOf(key, i + 1)) {
-    FRACTION_OR_EXPONENT_AFTER_KEY.lastIndex = i + key.length;
-    if (FRACTION_OR_EXPONENT_AFTER_KEY.test(text)) return true;
+    sticky.lastIndex = i + key.length;
+    if (sticky.test(text)) return true;
   }
   return false;
 }

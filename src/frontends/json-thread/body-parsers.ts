@@ -2,7 +2,7 @@ import { isJsonObject } from "../common/http/json-body.ts";
 import { mayHaveSequenceIdNotInteger } from "../common/json-source-text.ts";
 import { parseRequestJson } from "../common/json-syntax.ts";
 import { flattenLeaves } from "../common/kserve/json-tensor.ts";
-import { packRestTensors, parseRestJsonBody } from "../tfs/rest-json.ts";
+import { mayHaveSpecialInputNotInteger, packRestTensors, parseRestJsonBody } from "../tfs/rest-json.ts";
 import type { ParseFindings, ParseForm } from "./json-thread.ts";
 import { type PackedLeaves, packLeaves, packNested } from "./packed-json.ts";
 
@@ -27,7 +27,10 @@ export function parseBody(form: ParseForm, text: string): ParsedBody {
         findings: { sequenceIdsAreIntegers: !mayHaveSequenceIdNotInteger(text) },
       };
     case "tfs":
-      return { object: parseRestJsonBody(text).json, findings: {} };
+      return {
+        object: parseRestJsonBody(text).json,
+        findings: { specialInputsAreIntegers: !mayHaveSpecialInputNotInteger(text) },
+      };
     case "array":
       return { object: parseRequestJson(text), findings: {} };
   }

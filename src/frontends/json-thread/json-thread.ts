@@ -76,6 +76,8 @@ interface Returned {
 export interface ParseFindings {
   /** KServe: no `sequence_id` is written as a fraction (json-source-text.ts). */
   readonly sequenceIdsAreIntegers?: boolean;
+  /** TF-Serving REST: no special input is written as a fraction (rest-json.ts). */
+  readonly specialInputsAreIntegers?: boolean;
 }
 
 /** A ServerError as it crosses from the thread. */

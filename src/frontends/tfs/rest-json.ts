@@ -6,6 +6,7 @@ import { checkedElementCount } from "../../core/tensor-size.ts";
 import { isJsonObject, type JsonObject } from "../common/http/json-body.ts";
 import { checkJsonDepth } from "../common/json-depth.ts";
 import { jsonPreview } from "../common/json-preview.ts";
+import { matchesAfter } from "../common/json-source-text.ts";
 import { jsonSyntaxFault } from "../common/json-syntax.ts";
 import { decodeJsonTensor, jsonTensorData, type SourceTokens } from "../common/kserve/json-tensor.ts";
 import { parseJsonWithNonFinite } from "../common/non-finite-json.ts";
@@ -224,4 +225,18 @@ export function tensorRow(tensor: Tensor, row: number): Tensor {
       ? (tensor.data as BytesElements).slice(row * per, (row + 1) * per)
       : (tensor as NumericTensor).data.subarray(row * per, (row + 1) * per);
   return { datatype: tensor.datatype, shape, data } as Tensor;
+}
+
+/** The rest of a special input's name after `"sequence_`, then a number written with a fraction or an exponent. */
+const SPECIAL_INPUT_NOT_INTEGER = /(?:id|control_input|step)"\s*:\s*\[?(?:\s*-?\d+\s*,)*\s*-?\d+[.eE]/y;
+
+/**
+ * Whether a special input (`sequence_id`, `sequence_control_input`, `sequence_step`) may
+ * be written with a fraction or an exponent (`[5.0]`, `[1e3]`): OVMS's rapidjson reads
+ * those as doubles and refuses them, where JSON.parse gives integers. One string search,
+ * made where the body is parsed (on the JSON thread for a large one): false, and the
+ * special inputs are read from the parsed value alone.
+ */
+export function mayHaveSpecialInputNotInteger(text: string): boolean {
+  return matchesAfter(text, '"sequence_', SPECIAL_INPUT_NOT_INTEGER);
 }

@@ -11,7 +11,6 @@ import {
   elementSourceTexts,
   exactInteger,
   longNumberTokens,
-  mayHaveNotIntegerAfter,
   memberSourceText,
 } from "../common/json-source-text.ts";
 import type { SourceTokens } from "../common/kserve/json-tensor.ts";
@@ -85,6 +84,8 @@ function parseModelPath(path: string): ModelPath {
 /** A predict body's JSON text, decoded when first read (only 64-bit integers past 2^53 need it). */
 interface RestSource {
   readonly text: string;
+  /** No special input is written as a fraction (found where the body was parsed). */
+  readonly specialInputsAreIntegers?: boolean;
 }
 
 interface RestBody {
@@ -132,8 +133,9 @@ function specialInput(
   });
   if (values.some((v) => v > max)) throw ovmsInvalid("rest_input");
   // OVMS takes only unsigned integers (rapidjson's IsUint64): `5.0` or `1e3`, which
-  // JSON.parse makes integers, are refused as any other value that is not one.
-  if (mayHaveNotIntegerAfter(source.text, `"${name}"`)) {
+  // JSON.parse makes integers, are refused as any other value that is not one. The text
+  // is read only where the body's first look found one may be.
+  if (source.specialInputsAreIntegers !== true) {
     const texts = elementSourceTexts(memberSourceText(source.text, ["inputs", name]) ?? "");
     if (texts.some((text) => !/^\d+$/.test(text))) throw ovmsInvalid("rest_input");
   }
