@@ -24,7 +24,7 @@ import { nonFiniteValue } from "../non-finite-json.ts";
 import { decodeRawTensor, type RawTensorRequest } from "../raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
 import { type Classification, classificationCount, classificationFor } from "./classification.ts";
-import { decodeJsonTensor } from "./json-tensor.ts";
+import { decodeJsonTensor, notSentAsJson, sentAsJson } from "./json-tensor.ts";
 import { checkReservedParameter } from "./reserved-parameters.ts";
 import { type SharedMemoryHold, SharedMemoryRequest } from "./shared-memory-tensors.ts";
 import { refuseUnsupportedExtensions } from "./unsupported-extensions.ts";
@@ -426,12 +426,10 @@ function checkJsonOutputs(
   encoding: OutputEncoding,
 ): void {
   for (const output of model.outputs) {
-    if (output.datatype !== "FP16" && output.datatype !== "BF16") continue;
+    if (sentAsJson(output.datatype)) continue;
     if (names !== undefined && !names.includes(output.name)) continue;
     if (isBinaryOutput(encoding, output.name) || encoding.sharedMemory?.outputs.has(output.name)) continue;
-    throw invalidArg(
-      `sending ${output.datatype} data via JSON is not supported. Please use the binary data format for output`,
-    );
+    throw notSentAsJson(output.datatype);
   }
 }
 

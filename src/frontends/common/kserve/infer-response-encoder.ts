@@ -1,4 +1,3 @@
-import { invalidArg } from "../../../core/errors.ts";
 import type { InferResponse, Parameters, ParameterValue } from "../../../core/infer.ts";
 import { formatShape } from "../../../core/tensor.ts";
 import {
@@ -12,6 +11,7 @@ import { encodeRawTensor } from "../raw-tensor.ts";
 import { binaryBody } from "./binary-tensor.ts";
 import { classifyOutputs } from "./classification.ts";
 import { isBinaryOutput, type OutputEncoding } from "./infer-request-decoder.ts";
+import { notSentAsJson, sentAsJson } from "./json-tensor.ts";
 import type { SharedMemoryHold } from "./shared-memory-tensors.ts";
 
 // InferResponse → the KServe v2 HTTP response body. The JSON is written by hand: it is
@@ -77,11 +77,9 @@ function responseParts(answer: InferResponse, encoding: OutputEncoding): Respons
       const bytes = encodeRawTensor(output);
       binaryParts.push(bytes);
       json += `,"parameters":{"binary_data_size":${bytes.byteLength}}}`;
-    } else if (output.datatype === "FP16" || output.datatype === "BF16") {
+    } else if (!sentAsJson(output.datatype)) {
       // Caught before inference for declared outputs; this is for undeclared ones.
-      throw invalidArg(
-        `sending ${output.datatype} data via JSON is not supported. Please use the binary data format for output`,
-      );
+      throw notSentAsJson(output.datatype);
     } else {
       parts.push(`${json},"data":`, output);
       jsonElements += output.data.length;

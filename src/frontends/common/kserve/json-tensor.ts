@@ -400,6 +400,16 @@ function floatText(array: Float32Array | Float64Array): string {
   return from < array.length ? text + finiteFloatsText(array.subarray(from)) : text;
 }
 
+/** Whether an output of `datatype` can be sent as JSON: FP16 and BF16 cannot, as in Triton. */
+export const sentAsJson = (datatype: DataType): boolean => datatype !== "FP16" && datatype !== "BF16";
+
+/** The refusal of an output of `datatype` asked for as JSON, in Triton's words. */
+export function notSentAsJson(datatype: DataType) {
+  return invalidArg(
+    `sending ${datatype} data via JSON is not supported. Please use the binary data format for output`,
+  );
+}
+
 /** The JSON text of a tensor's data as a flat array, e.g. `[1,2,3]`. */
 export function jsonTensorData(tensor: Tensor): string {
   switch (tensor.datatype) {
@@ -420,9 +430,7 @@ export function jsonTensorData(tensor: Tensor): string {
       return `[${floatText((tensor as NumericTensor).data as Float32Array | Float64Array)}]`;
     case "FP16":
     case "BF16":
-      throw invalidArg(
-        `sending ${tensor.datatype} data via JSON is not supported. Please use the binary data format for output`,
-      );
+      throw notSentAsJson(tensor.datatype);
     default:
       // Integer arrays (BigInt64Array included) join to their exact decimal digits.
       return `[${((tensor as NumericTensor).data as Int32Array).join(",")}]`;
