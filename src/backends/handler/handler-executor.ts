@@ -92,8 +92,8 @@ interface Running {
 
 /** A step answered in its code's place while that code still runs (LingeringMessage). */
 interface Lingering {
-  /** It may hold its sequence until handler_timeout_ms after this (epoch ms). */
-  readonly sinceMs: number;
+  /** Until when it may hold its sequence (epoch ms). */
+  readonly deadlineMs: number;
   readonly request: string;
   readonly sequence: string;
   waitingFor: "execute" | "completion";
@@ -380,8 +380,9 @@ export class HandlerExecutor implements RequestExecutor {
 
   /**
    * A step answered in its code's place (timed out, cancelled) whose code goes on holds its
-   * sequence's next step and end (the worker keeps them until the code is through), for at
-   * most `timeoutMs` more: past it, an execute() that has still not returned is taken as
+   * sequence's next step and end (the worker keeps them until the code is through, and
+   * tells of it once something waits), until its deadline: past it, an execute() that has
+   * still not returned is taken as
    * never returning and its worker is ended (as a stuck one: its sequences end with
    * instance_failed), since a step still running must not be run over. A decoupled request
    * whose execute() has returned but which its code never completed is let go instead, with
@@ -394,8 +395,9 @@ export class HandlerExecutor implements RequestExecutor {
       // Its code keeps the time a step may take (twice handler_timeout_ms from its start, as
       // a stuck worker's), and at least handler_timeout_ms more from when something waits:
       // a client that gives up early does not shorten it.
+      const timeoutMs = this.#options.timeoutMs;
       this.#lingering.set(message.rid, {
-        sinceMs: Math.max(Date.now(), message.startedAtMs + this.#options.timeoutMs),
+        deadlineMs: Math.max(Date.now(), message.startedAtMs + timeoutMs) + timeoutMs,
         request: message.request,
         sequence: message.sequence,
         waitingFor: message.waitingFor,
@@ -406,10 +408,10 @@ export class HandlerExecutor implements RequestExecutor {
 
   #checkLingering(): void {
     if (this.#lingerTimer !== undefined) return;
-    let oldest: number | undefined;
+    let first: number | undefined;
     for (const lingering of this.#lingering.values())
-      if (oldest === undefined || lingering.sinceMs < oldest) oldest = lingering.sinceMs;
-    if (oldest === undefined) return;
+      if (first === undefined || lingering.deadlineMs < first) first = lingering.deadlineMs;
+    if (first === undefined) return;
     const limit = this.#options.timeoutMs;
     this.#lingerTimer = setTimeout(
       () => {
@@ -418,7 +420,7 @@ export class HandlerExecutor implements RequestExecutor {
         if (worker === undefined) return;
         const model = this.#options.load.modelName;
         for (const [rid, lingering] of this.#lingering) {
-          if (Date.now() - lingering.sinceMs < limit) continue;
+          if (Date.now() < lingering.deadlineMs) continue;
           const what = `${lingering.request} of sequence ${lingering.sequence}`;
           if (lingering.waitingFor === "execute") {
             const why = `its execute() did not return within ${limit} ms after ${what} was answered in its place (timed out or cancelled)`;
@@ -439,7 +441,7 @@ export class HandlerExecutor implements RequestExecutor {
         }
         this.#checkLingering();
       },
-      timerDelay(Math.max(0, oldest + limit - Date.now())),
+      timerDelay(Math.max(0, first - Date.now())),
     );
   }
 
