@@ -58,8 +58,8 @@ type Env = Readonly<Record<string, string | undefined>>;
 
 /** A whole number from the environment, or undefined when unset. */
 function envNumber(env: Env, name: string, max: number): string | undefined {
-  const value = env[name];
-  if (value === undefined || value === "") return undefined;
+  const value = envValue(env, name);
+  if (value === undefined) return undefined;
   if (!/^\d+$/.test(value) || Number(value) > max) {
     throw new UsageError(`${name} must be a whole number up to ${max}, got '${value}'`);
   }
@@ -189,6 +189,18 @@ export function serveArgs(args: readonly string[], env: Env): string[] {
   ];
 }
 
+/** `value` if it is one of `allowed`; else refused at start, naming where it came from (Triton's image's words). */
+function oneOf<T extends string>(value: string, allowed: readonly T[], source: string): T {
+  if ((allowed as readonly string[]).includes(value)) return value as T;
+  throw new UsageError(`Invalid ${source} '${value}'. Must be one of: ${allowed.join(", ")}`);
+}
+
+/** A variable of the environment, or undefined when unset or empty. */
+function envValue(env: Env, name: string): string | undefined {
+  const value = env[name];
+  return value === undefined || value === "" ? undefined : value;
+}
+
 const INFERENCE_TYPES: readonly SageMakerInferenceType[] = ["infer", "generate", "generate_stream"];
 
 /**
@@ -197,11 +209,9 @@ const INFERENCE_TYPES: readonly SageMakerInferenceType[] = ["infer", "generate",
  * infer. Another value is refused at start, with the words of Triton's image.
  */
 export function readInferenceType(flag: string | undefined, env: Env): SageMakerInferenceType {
-  const fromEnv = env.SAGEMAKER_TRITON_INFERENCE_TYPE;
-  const value = flag ?? (fromEnv === "" ? undefined : fromEnv) ?? "infer";
-  if ((INFERENCE_TYPES as readonly string[]).includes(value)) return value as SageMakerInferenceType;
-  const source = flag === undefined ? "SAGEMAKER_TRITON_INFERENCE_TYPE" : "--sagemaker-inference-type";
-  throw new UsageError(`Invalid ${source} '${value}'. Must be one of: infer, generate, generate_stream`);
+  if (flag !== undefined) return oneOf(flag, INFERENCE_TYPES, "--sagemaker-inference-type");
+  const fromEnv = envValue(env, "SAGEMAKER_TRITON_INFERENCE_TYPE");
+  return fromEnv === undefined ? "infer" : oneOf(fromEnv, INFERENCE_TYPES, "SAGEMAKER_TRITON_INFERENCE_TYPE");
 }
 
 const PING_MODES: readonly SageMakerPingMode[] = ["ready", "live"];
@@ -212,14 +222,8 @@ const PING_MODES: readonly SageMakerPingMode[] = ["ready", "live"];
  * what the health check means.
  */
 function pingModeOf(env: Env, name: string): SageMakerPingMode | undefined {
-  const value = env[name];
-  if (value === undefined || value === "") return undefined;
-  return checkedPingMode(value, name);
-}
-
-function checkedPingMode(value: string, source: string): SageMakerPingMode {
-  if ((PING_MODES as readonly string[]).includes(value)) return value as SageMakerPingMode;
-  throw new UsageError(`Invalid ${source} '${value}'. Must be one of: ready, live`);
+  const value = envValue(env, name);
+  return value === undefined ? undefined : oneOf(value, PING_MODES, name);
 }
 
 /**
@@ -228,6 +232,6 @@ function checkedPingMode(value: string, source: string): SageMakerPingMode {
  * variable, else ready.
  */
 export function readPingMode(flag: string | undefined, env: Env): SageMakerPingMode {
-  if (flag !== undefined) return checkedPingMode(flag, "--sagemaker-ping-mode");
+  if (flag !== undefined) return oneOf(flag, PING_MODES, "--sagemaker-ping-mode");
   return pingModeOf(env, "SAGEMAKER_TRITON_PING_MODE") ?? "ready";
 }
