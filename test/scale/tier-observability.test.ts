@@ -81,6 +81,8 @@ describe("the state store's failures, for operators", { skip }, () => {
       redis.cli("config", "set", "maxmemory", "0");
     }
     assert.equal(outputData(await infer(replica.url, MODEL, int32Input(1), { id: 1 }), "OUTPUT")[0], 2);
+    // The replica's log comes by its standard output, which may trail the answer.
+    await waitFor("the store's return in the log", async () => linesOf("state_store_recovered")[0], 10_000);
     const recovered = linesOf("state_store_recovered");
     assert.equal(recovered.length, 1);
     assert.match(recovered[0]!.msg as string, /answers again: 6 request\(s\) failed since /);
