@@ -51,6 +51,8 @@ export const ERROR_REASONS = [
   "server_stopping",
   /** A step's state would take every sequence's state past --max-state-bytes. */
   "state_budget",
+  /** A step's state would pass its model's own bound on one sequence's state (sequence_state_max_bytes). */
+  "state_bound",
 ] as const;
 
 export type ErrorReason = (typeof ERROR_REASONS)[number];

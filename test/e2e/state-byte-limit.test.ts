@@ -51,3 +51,34 @@ describe("sequence_state_max_bytes", () => {
     assert.deepEqual(outputData(end, "LENGTH"), [5]);
   });
 });
+
+describe("sequence_state_max_bytes on a START", () => {
+  let server: TestServer;
+  before(async () => {
+    // The cache starts as one zero column (4 bytes, the limit): any START passes it.
+    const config = growingStateConfig(
+      "max_sequence_idle_microseconds: 60000000",
+      'parameters [ { key: "sequence_state_max_bytes" value: { string_value: "4" } } ]',
+    );
+    server = await startTestServer({ growing: { config, onnx: growingStateModel() } });
+  });
+  after(() => server.stop());
+
+  const step = (start: boolean) =>
+    infer(server.url, "growing", [{ name: "INPUT", datatype: "FP32", shape: [1, 1], data: [1] }], {
+      id: 6,
+      start,
+    });
+
+  it("refuses the START, which leaves no sequence: a step after it is told to start one, not run on an empty state", async () => {
+    const refused = await step(true);
+    assert.equal(refused.status, 429);
+    assert.deepEqual(refused.body, {
+      error:
+        "the state of sequence 6 of model 'growing' would hold 8 bytes, more than its sequence_state_max_bytes (4): the sequence is not started",
+    });
+    const next = await step(false);
+    assert.equal(next.status, 400);
+    assert.match(String((next.body as { error: string }).error), /must specify the START flag/);
+  });
+});

@@ -316,7 +316,7 @@ test("a final response whose state the model cannot keep is not sent: the reques
     {
       id: "too-big",
       error:
-        "the state of sequence 5 would hold 2004 bytes, more than the model's sequence_state_max_bytes (1000)",
+        "the state of sequence 5 would hold 2004 bytes, more than the model's sequence_state_max_bytes (1000): the step is not applied, and the state stays as it was",
       // A request that failed once its model took it is its last answer, flagged so, as Triton's stream flags it.
       final: true,
       steps: undefined,
@@ -328,6 +328,26 @@ test("a final response whose state the model cannot keep is not sent: the reques
     { id: "fits-again", error: undefined, final: true, steps: 2, late: "no exception" },
     { id: "big-end", error: undefined, final: true, steps: 3, late: "no exception" },
   ]);
+});
+
+test("a START whose state the model cannot keep leaves no sequence: the step after it is told to start one", async () => {
+  const request = (id: string, bytes: number, start: boolean) => ({
+    model_name: "bounded",
+    id,
+    parameters: {
+      sequence_id: { int64_param: "6" },
+      ...(start ? { sequence_start: { bool_param: true } } : {}),
+    },
+    inputs: [{ name: "COUNT", datatype: "INT32", shape: [1] }],
+    raw_input_contents: [Buffer.from(Int32Array.of(bytes).buffer)],
+  });
+  const [started] = await streamAll(server.grpcPort, [request("start", 2000, true)]);
+  assert.equal(
+    started?.error_message,
+    "the state of sequence 6 would hold 2004 bytes, more than the model's sequence_state_max_bytes (1000): the sequence is not started",
+  );
+  const [next] = await streamAll(server.grpcPort, [request("next", 10, false)]);
+  assert.match(next?.error_message ?? "", /must specify the START flag/);
 });
 
 test("/generate refuses a step of many responses once it has run to its end, as Triton does: the sequence goes on", async () => {

@@ -1,7 +1,7 @@
 import { parentPort } from "node:worker_threads";
 import pLimit from "p-limit";
 import { ERROR_CODES, type ErrorCode } from "../../core/errors.ts";
-import { stateBudgetExceeded } from "../../core/sequence/state-budget.ts";
+import { refusedStepOutcome, stateBudgetExceeded } from "../../core/sequence/state-budget.ts";
 import { type Tensor, tensorByteLength } from "../../core/tensor.ts";
 import type {
   CallError,
@@ -111,18 +111,24 @@ function quietly<T>(promise: Promise<T>): Promise<T> {
 }
 
 /**
- * A state the server's --max-state-bytes has no room for: the client's refusal, not the
- * handler's failure (not logged as one); the main thread counts it by its reason.
+ * A state the server's --max-state-bytes has no room for (`state_budget`), or larger than
+ * the model's sequence_state_max_bytes (`state_bound`): the client's refusal, not the
+ * handler's failure (not logged as one); the main thread acts on it by its reason.
  */
-class StateBudgetRefusal extends Error {
+class StateRefusal extends Error {
   readonly code = "RESOURCE_EXHAUSTED";
-  readonly reason = "state_budget" as const;
+  constructor(
+    message: string,
+    readonly reason: "state_budget" | "state_bound",
+  ) {
+    super(message);
+  }
 }
 
 /** The client's message (never the stack); the stack goes to the log. */
 function handlerError(error: unknown, where: string): WireError {
   const stack = error instanceof Error ? error.stack : undefined;
-  if (!(error instanceof StateBudgetRefusal)) {
+  if (!(error instanceof StateRefusal)) {
     log("error", `handler ${where} failed: ${errorText(error)}`, stack === undefined ? undefined : { stack });
   }
   const code = (error as { code?: unknown } | undefined)?.code;
@@ -133,7 +139,7 @@ function handlerError(error: unknown, where: string): WireError {
         : "INTERNAL",
     message: errorText(error),
     // Only the worker's own refusal carries a reason (a handler's error may have any fields).
-    ...(error instanceof StateBudgetRefusal ? { reason: error.reason } : {}),
+    ...(error instanceof StateRefusal ? { reason: error.reason } : {}),
   };
 }
 
@@ -514,17 +520,19 @@ class OpenRequest implements HandlerRequest {
     if (this.#state === undefined) return undefined;
     const kept = this.#state.result(transfer, !this.#executeReturned);
     // An END's state is freed with it: the bound protects nothing there (as the budget's).
-    if (kept.bytes > limits.maxStateBytes && this.sequence?.end !== true) {
-      throw Object.assign(
-        new Error(
-          `the state of sequence ${String(this.sequence!.id)} would hold ${kept.bytes} bytes, more than the model's sequence_state_max_bytes (${limits.maxStateBytes})`,
-        ),
-        { code: "RESOURCE_EXHAUSTED" },
+    const sequence = this.sequence!;
+    if (kept.bytes > limits.maxStateBytes && sequence.end !== true) {
+      throw new StateRefusal(
+        `the state of sequence ${String(sequence.id)} would hold ${kept.bytes} bytes, more than the model's sequence_state_max_bytes (${limits.maxStateBytes}): ${refusedStepOutcome(sequence.start)}`,
+        "state_bound",
       );
     }
     const budget = this.#budget;
     if (budget !== undefined && kept.bytes > budget.roomBytes) {
-      throw new StateBudgetRefusal(stateBudgetExceeded(budget.step, kept.bytes, budget.maxBytes).message);
+      throw new StateRefusal(
+        stateBudgetExceeded(budget.step, kept.bytes, budget.maxBytes).message,
+        "state_budget",
+      );
     }
     return kept.entries;
   }

@@ -16,7 +16,7 @@ import { cloneTensor, formatShape, type NumericTensor, type Tensor, zeroTensor }
 import { controlTensors } from "./control-tensors.ts";
 import type { Sequence } from "./sequence.ts";
 import { formatSequenceId } from "./sequence-parameters.ts";
-import type { BudgetedStep, StateBudget } from "./state-budget.ts";
+import { type BudgetedStep, refusedState, refusedStepOutcome, type StateBudget } from "./state-budget.ts";
 import { type SequenceState, type StateStore, stateBytes } from "./state-store.ts";
 import { StepAnswers, stepAnswer } from "./step-answers.ts";
 
@@ -289,8 +289,7 @@ export async function runSequenceBatch(
       if (refusal !== undefined) {
         row.request.reject(refusal);
         refused.add(row);
-        // A START refused for want of room (worth retrying) leaves no sequence behind.
-        if (refusal.reason === "state_budget" && row.request.request.sequence?.start === true) {
+        if (refusedState(refusal.reason) && row.request.request.sequence?.start === true) {
           row.sequence.startNotKept = row.request;
         }
       }
@@ -343,7 +342,8 @@ function stateTooLarge(
   if (maxBytes === undefined || bytes <= maxBytes) return undefined;
   return new ServerError(
     "RESOURCE_EXHAUSTED",
-    `the state of sequence ${formatSequenceId(row.sequence.id)} of model '${model}' would hold ${bytes} bytes, more than its sequence_state_max_bytes (${maxBytes}): the step is not applied, and the state stays as it was`,
+    `the state of sequence ${formatSequenceId(row.sequence.id)} of model '${model}' would hold ${bytes} bytes, more than its sequence_state_max_bytes (${maxBytes}): ${refusedStepOutcome(row.request.request.sequence?.start === true)}`,
+    { reason: "state_bound" },
   );
 }
 

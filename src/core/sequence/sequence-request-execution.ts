@@ -11,6 +11,7 @@ import {
   type SequenceModel,
   type SequenceRow,
 } from "./sequence-batch-execution.ts";
+import { refusedState } from "./state-budget.ts";
 
 // One step of a batch of sequences on model code that takes requests (a handler). Each
 // request goes with its sequence's id, flags and state; the state is lent to the executor
@@ -48,8 +49,8 @@ export async function runSequenceRequests(
     if (settled.has(row)) return;
     settled.add(row);
     execution.settled(outcome?.ok === true);
-    if (outcome?.ok === false && outcome.error.reason === "state_budget") {
-      model.budget?.counted();
+    if (outcome?.ok === false && refusedState(outcome.error.reason)) {
+      if (outcome.error.reason === "state_budget") model.budget?.counted();
       if (row.request.request.sequence?.start === true) row.sequence.startNotKept = row.request;
     }
     keepState(model, row.sequence, outcome);

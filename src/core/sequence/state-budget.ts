@@ -1,4 +1,4 @@
-import { ServerError } from "../errors.ts";
+import { type ErrorReason, ServerError } from "../errors.ts";
 import type { Refusals } from "../refusals.ts";
 import type { StateStore } from "./state-store.ts";
 
@@ -75,12 +75,21 @@ export function stateBudgetExceeded(step: BudgetedStep, bytes: number, maxBytes:
   const sequence = step.starts
     ? `a new sequence${step.id === undefined ? "" : ` ${step.id}`}`
     : `sequence ${step.id}`;
-  const outcome = step.starts
-    ? "the sequence is not started"
-    : "the step is not applied, and the state stays as it was";
   return new ServerError(
     "RESOURCE_EXHAUSTED",
-    `the state of ${sequence} of model '${step.model}' would hold ${bytes} bytes, more than the server's sequence state memory has left (--max-state-bytes ${maxBytes}, for every model's sequences together): ${outcome}`,
+    `the state of ${sequence} of model '${step.model}' would hold ${bytes} bytes, more than the server's sequence state memory has left (--max-state-bytes ${maxBytes}, for every model's sequences together): ${refusedStepOutcome(step.starts)}`,
     { reason: "state_budget" },
   );
 }
+
+/** What a step refused for its state leaves: a START began nothing; another step, the state as it was. */
+export const refusedStepOutcome = (starts: boolean): string =>
+  starts ? "the sequence is not started" : "the step is not applied, and the state stays as it was";
+
+/**
+ * Whether `reason` refused a step's state: the server's budget, or its model's bound on one
+ * sequence. A START so refused leaves no sequence (as one refused before it ran): a client
+ * that went on without it would step from an empty state.
+ */
+export const refusedState = (reason: ErrorReason | undefined): boolean =>
+  reason === "state_budget" || reason === "state_bound";

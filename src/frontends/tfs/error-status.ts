@@ -36,11 +36,12 @@ const table = <T>(pick: (s: TfsStatus) => T): Readonly<Record<ErrorCode, T>> =>
 export const TFS_GRPC_STATUS: GrpcStatusTable = table((s) => s.grpc);
 export const TFS_HTTP_STATUS: HttpStatusTable = table((s) => s.http);
 
-/** Refusals OVMS has no words of its own for, which keep seqserve's: a stopping server, the state budget. */
-type SeqserveWorded = "server_stopping" | "state_budget";
+/** Refusals OVMS has no words of its own for, which keep seqserve's: a stopping server, the state limits. */
+type SeqserveWorded = "server_stopping" | "state_budget" | "state_bound";
 const SEQSERVE_WORDED: ReadonlySet<ErrorReason> = new Set<SeqserveWorded>([
   "server_stopping",
   "state_budget",
+  "state_bound",
 ]);
 
 /** OVMS's texts (status.cpp) for the refusals and lookups it words its own way. */
