@@ -64,7 +64,11 @@ export class ResponseChannel implements ResponseSink, InferResponseStream {
   }
 
   deliver(response: StreamedInferResponse, bytes: number): void {
-    if (this.#done) return;
+    if (this.#done) {
+      // Dropped (the client left, and the request goes on: see cancel()), it counts as taken.
+      this.#taken(bytes);
+      return;
+    }
     this.#queue.push({ response, bytes });
     this.#changeWaiting(bytes);
     this.#signal();
@@ -101,10 +105,16 @@ export class ResponseChannel implements ResponseSink, InferResponseStream {
 
   // ---- consumer side ----
 
+  /**
+   * The client leaves. The producer is told (`onCancel`), and what it still sends is
+   * dropped and counted as taken, so that a request that goes on all the same (one whose
+   * sequence a cancel does not end runs to its end) is never held back waiting for a
+   * client that is gone.
+   */
   cancel(): void {
     const wasDone = this.#done;
     this.#done = true;
-    this.#queue.drain();
+    for (const queued of this.#queue.drain()) this.#taken(queued.bytes);
     this.#changeWaiting(-this.#waitingBytes);
     this.#signal();
     if (!wasDone || this.#error === undefined) this.#onCancel();
@@ -127,7 +137,7 @@ export class ResponseChannel implements ResponseSink, InferResponseStream {
       const queued = this.#queue.shift();
       if (queued !== undefined) {
         this.#changeWaiting(-queued.bytes);
-        for (const listener of this.#consumed) listener(queued.bytes);
+        this.#taken(queued.bytes);
         return { done: false, value: queued.response };
       }
       if (this.#error !== undefined) {
@@ -140,6 +150,10 @@ export class ResponseChannel implements ResponseSink, InferResponseStream {
         this.#wake = resolve;
       });
     }
+  }
+
+  #taken(bytes: number): void {
+    for (const listener of this.#consumed) listener(bytes);
   }
 
   #signal(): void {

@@ -1,7 +1,10 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import type { SageMakerRuntimeClient } from "@aws-sdk/client-sagemaker-runtime";
+import {
+  InvokeEndpointWithResponseStreamCommand,
+  type SageMakerRuntimeClient,
+} from "@aws-sdk/client-sagemaker-runtime";
 import type { SpeechEvent } from "../../examples/models/vad_segmenter/1/segmenter.ts";
 import { decoupledCountConfig, handlerRepository } from "../handlers/support/handler-kit.ts";
 import { pieces, segmenterStreams } from "../support/segmenter-oracle.ts";
@@ -350,5 +353,78 @@ describe("a decoupled model's stream, and its failures", () => {
     const after = await post(1, false);
     assert.equal(after.status, 400);
     assert.match(((await after.json()) as { message: string }).message, /is closed/);
+  });
+});
+
+// Responses numbered on from the session's count of those it sent (its state); the client
+// of a session step may take only two untaken responses at a time.
+const SESSION_COUNTDOWN = `
+export default {
+  execute(requests: any[]) {
+    for (const r of requests) void run(r);
+  },
+};
+async function run(r: any) {
+  const count = Number(r.inputs.COUNT.data[0]);
+  const sent = r.sequence.state.get("sent") ?? 0;
+  for (let i = 0; i < count; i++) {
+    await r.send({ outputs: { INDEX: { datatype: "INT32", shape: [1], data: Int32Array.of(sent + i) } } });
+  }
+  r.sequence.state.set("sent", sent + count);
+  r.complete();
+}
+`;
+
+describe("a decoupled session step whose client leaves mid-stream", () => {
+  let server: TestServer;
+  let client: SageMakerRuntimeClient;
+  before(async () => {
+    const repository = handlerRepository({
+      session_countdown: {
+        config: decoupledCountConfig(`
+sequence_batching { oldest { max_candidate_sequences: 4 } }
+parameters { key: "handler_max_unacked_responses" value { string_value: "2" } }
+`),
+        files: { "1/model.ts": SESSION_COUNTDOWN },
+      },
+    });
+    server = await startTestServer(repository.path, {
+      sagemakerPort: 0,
+      sagemakerModel: "session_countdown",
+    });
+    client = sdkClient(server.server.sagemakerPort!);
+  });
+  after(async () => {
+    client?.destroy();
+    await server?.stop();
+  });
+
+  const count = (value: number) =>
+    JSON.stringify({ inputs: [{ name: "COUNT", datatype: "INT32", shape: [1], data: [value] }] });
+
+  it("runs to its end, its responses dropped rather than waited for, and the session goes on from it", async () => {
+    const { id } = await openSession(client);
+    const leaving = new AbortController();
+    const output = await client.send(
+      new InvokeEndpointWithResponseStreamCommand({
+        EndpointName: "seqserve",
+        Body: Buffer.from(count(50)),
+        ContentType: "application/json",
+        SessionId: id,
+      }),
+      { abortSignal: leaving.signal },
+    );
+    for await (const event of output.Body!) {
+      if (event.PayloadPart !== undefined) break;
+    }
+    leaving.abort();
+    // The step sent its 50 responses (no client took them) and was applied: the next one numbers on.
+    const next = await invokeStream(client, { body: count(2), sessionId: id });
+    assert.equal(next.error, undefined);
+    assert.deepEqual(
+      next.parts.flatMap((bytes) => lines(bytes).map((line) => line.outputs![0]!.data[0])),
+      [50, 51],
+    );
+    await closeSession(client, id);
   });
 });

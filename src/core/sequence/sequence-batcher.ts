@@ -28,6 +28,7 @@ import { checkCorrelationIdType, takesStringIds } from "./control-tensors.ts";
 import { DirectInstance } from "./direct-instance.ts";
 import { IdReservation } from "./id-reservation.ts";
 import { initialStateTensor } from "./initial-state.ts";
+import { keepsSequenceOnCancel } from "./keeps-sequence-on-cancel.ts";
 import { OldestInstance } from "./oldest-instance.ts";
 import { RecentEnds } from "./recent-ends.ts";
 import { Sequence, type TierPlace } from "./sequence.ts";
@@ -136,18 +137,6 @@ const idKey = (id: SequenceId): string => (typeof id === "bigint" ? `u${id}` : `
 const FIRST_EXCLUSIVE_ID = 1n;
 const FIRST_ASSIGNED_ID = 1n << 52n;
 const FIRST_TIER_ID = 1n << 62n;
-
-/**
- * Whether a cancelled request leaves its sequence going on. Triton ends the sequence of a
- * cancelled request; OVMS (the "exclusive" admission) and SageMaker sessions have no
- * cancellation: their client's giving up (a deadline, a closed connection) only drops the
- * request, if it has not run. A numbered step is kept too: its client retries it by its
- * number, and the retry finds its sequence, and its answer if it ran.
- */
-function keepsSequenceOnCancel(request: PendingRequest): boolean {
-  const control = request.request.sequence;
-  return control?.admission === "exclusive" || control?.keepOnCancel === true || control?.step !== undefined;
-}
 
 /**
  * How a step's state is written to the tier: `fresh`, the tier holds nothing of its life
@@ -927,7 +916,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     request.cancel();
     // Handing over, the sequence goes on elsewhere: a stream cut by the shutdown does not end it.
     if (this.#handingOver) return;
-    if (keepsSequenceOnCancel(request)) {
+    if (keepsSequenceOnCancel(request.request)) {
       this.#dropped(sequence, request);
       return;
     }
@@ -1000,7 +989,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   runningRequestCancelled(sequence: Sequence, request: PendingRequest): void {
-    if (this.#handingOver || keepsSequenceOnCancel(request)) {
+    if (this.#handingOver || keepsSequenceOnCancel(request.request)) {
       this.afterStep(sequence);
       return;
     }

@@ -4,6 +4,7 @@ import { ExecutionCount } from "../scheduler/execution-count.ts";
 import type { RequestResult } from "../scheduler/pending-request.ts";
 import { executionRequest } from "../scheduler/request-batch-execution.ts";
 import { cloneTensor, type Tensor } from "../tensor.ts";
+import { keepsSequenceOnCancel } from "./keeps-sequence-on-cancel.ts";
 import type { Sequence } from "./sequence.ts";
 import {
   answerStep,
@@ -82,6 +83,12 @@ export async function runSequenceRequests(
       const request = executionRequest(row.request);
       return {
         ...request,
+        // A request whose client's giving up leaves its sequence going on runs to its end
+        // once it runs: its model code is not told of the cancel, so its step is applied
+        // whole (a retry finds it so), not undone halfway.
+        ...(keepsSequenceOnCancel(request.request)
+          ? { request: { ...request.request, signal: undefined } }
+          : {}),
         // With a shared tier, a step whose sequence another replica advanced meanwhile runs
         // again on the tier's state: it needs its inputs, which the executor may take to its
         // worker's thread, so the executor gets copies.
