@@ -89,7 +89,8 @@ export default {
 };
 `;
 
-// Sends COUNT responses, a moment apart, then completes its request; fails it for a COUNT below 0.
+// Sends COUNT responses, a moment apart, then completes its request; for a COUNT below 0,
+// sends -COUNT - 1 of them, then fails it.
 const COUNTED = `
 export default {
   execute(requests: any[]) {
@@ -98,12 +99,11 @@ export default {
 };
 async function run(r: any) {
   const count = Number(r.inputs.COUNT.data[0]);
-  if (count < 0) return r.complete(new Error("asked to fail"));
-  for (let i = 0; i < count; i++) {
+  for (let i = 0; i < (count < 0 ? -count - 1 : count); i++) {
     await new Promise((resolve) => setTimeout(resolve, 20));
     await r.send({ outputs: { INDEX: { datatype: "INT32", shape: [1], data: Int32Array.of(i) } } });
   }
-  r.complete();
+  r.complete(count < 0 ? new Error("asked to fail") : undefined);
 }
 `;
 
@@ -350,6 +350,10 @@ test("a START whose state the model cannot keep leaves no sequence: the step aft
   assert.match(next?.error_message ?? "", /must specify the START flag/);
 });
 
+/** Triton's words for /generate's answer to a request of other than one response. */
+const NOT_ONE_RESPONSE =
+  "generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses";
+
 test("/generate refuses a step of many responses once it has run to its end, as Triton does: the sequence goes on", async () => {
   const step = (count: number, parameters: Record<string, unknown>) =>
     postJson(`${server.url}/v2/models/counted_seq/generate`, {
@@ -359,8 +363,9 @@ test("/generate refuses a step of many responses once it has run to its end, as 
     });
   assert.equal((await step(1, { sequence_start: true })).status, 200);
   const many = await step(40, {});
-  assert.equal(many.status, 500);
-  assert.match(many.body.error as string, /generate expects model to produce exactly 1 response/);
+  // Triton's status is the first response's: 200; its refusal is in the body.
+  assert.equal(many.status, 200);
+  assert.equal(many.body.error, NOT_ONE_RESPONSE);
   // Not cancelled halfway (which ended the sequence): the next step is the sequence's.
   const next = await step(1, {});
   assert.equal(next.status, 200, JSON.stringify(next.body));
@@ -425,8 +430,8 @@ test("Server-Sent Events on /generate_stream, in order; /generate refuses severa
   assert.equal(single.status, 200);
   assert.deepEqual(single.body, { model_name: "ticker", model_version: "1", INDEX: 0, PAYLOAD: 0 });
   const several = await postJson(`${server.url}/v2/models/ticker/generate`, { COUNT: 2 });
-  assert.equal(several.status, 500);
-  assert.match(several.body.error as string, /generate expects model to produce exactly 1 response/);
+  assert.equal(several.status, 200);
+  assert.deepEqual(several.body, { error: NOT_ONE_RESPONSE });
   const unary = await postJson(`${server.url}/v2/models/ticker/infer`, { inputs: [countInput(1)] });
   assert.equal(unary.status, 501);
   // Triton's words, as its HTTP endpoint and unary RPC refuse such a model.
@@ -447,6 +452,18 @@ test("Server-Sent Events on /generate_stream, in order; /generate refuses severa
   } finally {
     client.close();
   }
+});
+
+test("/generate answers a request without a response, or with one and then a failure, as Triton does: 200 and its refusal", async () => {
+  // Completed with no response (a flag-only final).
+  const none = await postJson(`${server.url}/v2/models/counted/generate`, { COUNT: 0 });
+  assert.deepEqual([none.status, none.body], [200, { error: NOT_ONE_RESPONSE }]);
+  // One response, then a failure: two of Triton's responses.
+  const oneThenFailed = await postJson(`${server.url}/v2/models/counted/generate`, { COUNT: -2 });
+  assert.deepEqual([oneThenFailed.status, oneThenFailed.body], [200, { error: NOT_ONE_RESPONSE }]);
+  // A request the model failed before any response is that failure, with its status.
+  const failed = await postJson(`${server.url}/v2/models/counted/generate`, { COUNT: -1 });
+  assert.deepEqual([failed.status, failed.body], [500, { error: "asked to fail" }]);
 });
 
 test("a slow SSE reader makes the handler wait; every event still arrives, in order", async () => {

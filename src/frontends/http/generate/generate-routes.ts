@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { internal } from "../../../core/errors.ts";
+import type { ServerError } from "../../../core/errors.ts";
 import type { ServedModel, ServerContext } from "../../../core/model.ts";
-import { type InferResponseStream, inferStream } from "../../../core/response-stream.ts";
+import { inferStream, type StreamedInferResponse } from "../../../core/response-stream.ts";
 import { watchDisconnect } from "../../common/http/client-disconnect.ts";
 import { createErrorHandler } from "../../common/http/error-reply.ts";
 import { readJsonBody } from "../../common/http/json-body.ts";
@@ -144,7 +144,34 @@ export interface GenerateDelivery {
 }
 
 const JSON_TYPE = "application/json";
-const EVENT_STREAM_TYPE = "text/event-stream; charset=utf-8";
+const EVENT_STREAM_HEADERS = {
+  "content-type": "text/event-stream; charset=utf-8",
+  "cache-control": "no-cache",
+};
+
+/**
+ * /generate's answer to a request that did not end with exactly one response (none, a
+ * flag-only final; several; one and a failure), with the first response's status, 200
+ * unless that failed: Triton's words, in the body only.
+ */
+const NOT_ONE_RESPONSE = JSON.stringify({
+  error:
+    "generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses",
+});
+
+/**
+ * Takes `responses` to the request's end; whether nothing came (no response, no failure:
+ * a failure is a response of its own in Triton's count).
+ */
+async function nothingFollows(responses: AsyncIterator<StreamedInferResponse>): Promise<boolean> {
+  let more = false;
+  try {
+    while ((await responses.next()).done !== true) more = true;
+  } catch {
+    return false;
+  }
+  return !more;
+}
 
 /**
  * Answers `body` as Triton's generate extension does, for `model`: one JSON object, or
@@ -160,10 +187,9 @@ export async function answerGenerate(
   delivery: GenerateDelivery,
 ): Promise<FastifyReply | undefined> {
   const disconnect = watchDisconnect(request, reply);
-  let stream: InferResponseStream | undefined;
   try {
     const routed = routedSequenceId(request.headers[SEQUENCE_ID_HEADER]);
-    stream = inferStream(
+    const stream = inferStream(
       model,
       withRoutedSequenceId(
         decodeGenerateRequest(body.json, model, disconnect.signal, request.principal, body.text),
@@ -172,37 +198,30 @@ export async function answerGenerate(
       ),
     );
     const responses = stream[Symbol.asyncIterator]();
-    const first = await responses.next();
-    if (!streaming) {
-      const second = first.done === true ? first : await responses.next();
-      if (first.done === true || second.done !== true) {
-        // As Triton, the request runs to its end (a sequence's step is not cancelled
-        // halfway, which would end the sequence): what else it sends is let go.
-        if (second.done !== true) {
-          try {
-            while ((await responses.next()).done !== true);
-          } catch {
-            // Its failure changes nothing: the refusal is the same.
-          }
-        }
-        throw internal(
-          "generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses",
-        );
-      }
-      const answer = encodeGenerateResponse(first.value);
-      return delivery.parts === undefined
-        ? sendJsonText(reply, answer)
-        : delivery.parts.one(reply, JSON_TYPE, Buffer.from(answer, "utf8"));
-    }
     const parts = delivery.parts;
     const event = (text: string): string | Uint8Array =>
       parts === undefined ? sse(text) : parts.frame(sse(text));
+    const failureEvent = (error: ServerError) => event(JSON.stringify({ error: error.message }));
+    const streamHeaders = parts?.headers ?? EVENT_STREAM_HEADERS;
+    const first = await responses.next();
+    if (!streaming) {
+      // As Triton, the answer waits for the request's end; the status is the first
+      // response's (a failure is a response there). A sequence's step is not cancelled
+      // halfway, which would end the sequence: what else it sends is let go.
+      const answer =
+        first.done !== true && (await nothingFollows(responses))
+          ? encodeGenerateResponse(first.value)
+          : NOT_ONE_RESPONSE;
+      return parts === undefined
+        ? sendJsonText(reply, answer)
+        : parts.one(reply, JSON_TYPE, Buffer.from(answer, "utf8"));
+    }
     await writeStreamedReply(reply, {
-      headers: parts?.headers ?? { "content-type": EVENT_STREAM_TYPE, "cache-control": "no-cache" },
+      headers: streamHeaders,
       first: first.done === true ? undefined : first.value,
       rest: responses,
       frame: (response) => event(encodeGenerateResponse(response)),
-      failure: (error) => event(JSON.stringify({ error: error.message })),
+      failure: failureEvent,
       budgets: delivery.budgets,
       idleTimeoutMs: delivery.idleTimeoutMs,
     });
