@@ -146,7 +146,12 @@ export class LoadedModel implements ServedModel {
     return this.config.decoupled === true;
   }
 
-  async infer(request: InferRequest): Promise<InferResponse> {
+  infer(request: InferRequest): Promise<InferResponse> {
+    return this.#infer(request, undefined);
+  }
+
+  /** `channel`: the stream that carries the answer, told of the request's way to the model. */
+  async #infer(request: InferRequest, channel: ResponseChannel | undefined): Promise<InferResponse> {
     const startNs = nowNs();
     this.#requestObserver?.requestArrived?.(request);
     let pending: PendingRequest | undefined;
@@ -161,6 +166,7 @@ export class LoadedModel implements ServedModel {
         );
       }
       pending = new PendingRequest(request, this.#validate(request));
+      channel?.follow(pending);
       this.#scheduler.enqueue(pending);
       enqueued = true;
       result = await pending.promise;
@@ -187,7 +193,10 @@ export class LoadedModel implements ServedModel {
    * with a response channel; any other model's one answer is streamed as it is.
    */
   stream(request: InferRequest): InferResponseStream {
-    if (!this.decoupled) return singleResponseStream(this.infer(request));
+    if (!this.decoupled) {
+      const single = new ResponseChannel(() => {});
+      return singleResponseStream(this.#infer(request, single), single);
+    }
     const startNs = nowNs();
     this.#requestObserver?.requestArrived?.(request);
     const controller = new AbortController();
@@ -216,6 +225,7 @@ export class LoadedModel implements ServedModel {
     try {
       pending = new PendingRequest({ ...request, signal }, this.#validate(request));
       pending.responses = channel;
+      channel.follow(pending);
       channel.parameters = pending.responseParameters;
       this.#scheduler.enqueue(pending);
     } catch (error) {

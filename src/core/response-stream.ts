@@ -25,6 +25,12 @@ export interface InferResponseStream extends AsyncIterable<StreamedInferResponse
    */
   readonly parameters: Parameters;
   /**
+   * Whether the request has been handed to a model instance. A failure from then on is
+   * the model's, after its inference began (a protocol may answer it as a response); one
+   * before was a refusal (a check, a full queue, a sequence's admission).
+   */
+  readonly dispatched: boolean;
+  /**
    * `listener(change)` runs as responses wait here to be taken: +bytes as one arrives,
    * −bytes as it is taken or dropped, so that a frontend can count what its connection's
    * requests hold before it reads them. Runs at once with what already waits.
@@ -48,6 +54,7 @@ export class ResponseChannel implements ResponseSink, InferResponseStream {
   #done = false;
   #error: ServerError | undefined;
   #iterating = false;
+  #request: { readonly dispatched: boolean } | undefined;
   parameters: Parameters = {};
 
   /** `toResponse` completes a model's partial response (model name, version, request id). */
@@ -57,6 +64,15 @@ export class ResponseChannel implements ResponseSink, InferResponseStream {
   }
 
   // ---- producer side ----
+
+  /** The request on its way through its scheduler, whose dispatch this stream tells. */
+  follow(request: { readonly dispatched: boolean }): void {
+    this.#request = request;
+  }
+
+  get dispatched(): boolean {
+    return this.#request?.dispatched === true;
+  }
 
   push(partial: PartialResponse, bytes: number): void {
     if (this.#toResponse === undefined) throw new Error("this channel takes complete responses");
@@ -163,9 +179,14 @@ export class ResponseChannel implements ResponseSink, InferResponseStream {
   }
 }
 
-/** One response as a stream: how a model that answers once is streamed. */
-export function singleResponseStream(response: Promise<InferResponse>): InferResponseStream {
-  const channel = new ResponseChannel(() => {});
+/**
+ * One response as a stream: how a model that answers once is streamed. `channel`: the
+ * stream to carry it, when it follows its request (ResponseChannel.follow).
+ */
+export function singleResponseStream(
+  response: Promise<InferResponse>,
+  channel = new ResponseChannel(() => {}),
+): InferResponseStream {
   response.then(
     (value) => {
       channel.parameters = value.parameters;

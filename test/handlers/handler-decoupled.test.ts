@@ -454,6 +454,19 @@ test("Server-Sent Events on /generate_stream, in order; /generate refuses severa
   }
 });
 
+/** A POST's status, Content-Type and text, as a client of /generate_stream reads them. */
+async function postForText(
+  path: string,
+  body: unknown,
+): Promise<{ status: number; type: string | null; text: string }> {
+  const response = await fetch(`${server.url}${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  return { status: response.status, type: response.headers.get("content-type"), text: await response.text() };
+}
+
 test("/generate answers a request without a response, or with one and then a failure, as Triton does: 200 and its refusal", async () => {
   // Completed with no response (a flag-only final).
   const none = await postJson(`${server.url}/v2/models/counted/generate`, { COUNT: 0 });
@@ -464,6 +477,36 @@ test("/generate answers a request without a response, or with one and then a fai
   // A request the model failed before any response is that failure, with its status.
   const failed = await postJson(`${server.url}/v2/models/counted/generate`, { COUNT: -1 });
   assert.deepEqual([failed.status, failed.body], [500, { error: "asked to fail" }]);
+});
+
+test("/generate_stream: a request the model failed before its first response is its failure's event, with its status, as Triton's", async () => {
+  const failed = await postForText("/v2/models/counted/generate_stream", { COUNT: -1 });
+  assert.deepEqual(failed, {
+    status: 500,
+    type: "text/event-stream; charset=utf-8",
+    text: 'data: {"error":"asked to fail"}\n\n',
+  });
+  // A START the model ran, refused after it for want of state room.
+  const refused = await postForText("/v2/models/bounded/generate_stream", {
+    COUNT: 2000,
+    sequence_id: 71,
+    sequence_start: true,
+  });
+  assert.deepEqual(refused, {
+    status: 429,
+    type: "text/event-stream; charset=utf-8",
+    text: `data: ${JSON.stringify({ error: "the state of sequence 71 would hold 2004 bytes, more than the model's sequence_state_max_bytes (1000)" })}\n\n`,
+  });
+  // Refused before the model had it (a check, a sequence's admission): a JSON error, as
+  // extension_generate.md says.
+  const invalid = await postForText("/v2/models/counted/generate_stream", {});
+  assert.equal(invalid.status, 400);
+  assert.equal(invalid.type, "application/json; charset=utf-8");
+  assert.match(JSON.parse(invalid.text).error, /COUNT/);
+  const unknown = await postForText("/v2/models/counted_seq/generate_stream", { COUNT: 1, sequence_id: 72 });
+  assert.equal(unknown.status, 400);
+  assert.equal(unknown.type, "application/json; charset=utf-8");
+  assert.match(JSON.parse(unknown.text).error, /START/);
 });
 
 test("a slow SSE reader makes the handler wait; every event still arrives, in order", async () => {

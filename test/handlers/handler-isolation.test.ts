@@ -169,6 +169,17 @@ test("an Error returned for one request fails only it, with its message and not 
   assert.equal(good.status, 200);
   assert.equal(echoed(good), "fine");
   assert.ok(logLines.some((line) => line.includes("the handler refused this one") && line.includes("stack")));
+  // Over /generate_stream, a model of one answer that failed in its run is that failure's
+  // event, with its status, as Triton answers any failure after the model took the request.
+  const streamed = await fetch(`${server.url}/v2/models/faulty/generate_stream`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ MODE: "throw" }),
+  });
+  assert.deepEqual(
+    [streamed.status, streamed.headers.get("content-type"), await streamed.text()],
+    [500, "text/event-stream; charset=utf-8", 'data: {"error":"the handler refused this one"}\n\n'],
+  );
 });
 
 test("a handler's log lines have each key once, the handler's fields of the line's own names renamed", async () => {

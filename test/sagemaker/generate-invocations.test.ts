@@ -17,12 +17,16 @@ import { containerMessage, invoke, invokeStream, sdkClient, sdkError } from "./s
 // /v2/models/{m}/generate and /generate_stream answer it (one flat JSON object; Server-Sent
 // Events), as Triton's SageMaker server calls its HTTP server's HandleGenerate.
 
-// Sends COUNT responses, INDEX 0, 1, …, then completes.
+// Sends COUNT responses, INDEX 0, 1, …, then completes; fails a request of a COUNT below 0.
 const COUNTER = `
 export default {
   async execute(requests: any[]) {
     for (const r of requests) {
       const count = Number(r.inputs.COUNT.data[0]);
+      if (count < 0) {
+        r.complete(new Error("asked to fail"));
+        continue;
+      }
       for (let i = 0; i < count; i++)
         await r.send({ outputs: { INDEX: { datatype: "INT32", shape: [1], data: Int32Array.of(i) } } });
       r.complete();
@@ -165,6 +169,30 @@ describe("SageMaker invocations as Triton's generate_stream", { timeout: 120_000
         ),
         [0, 1, 2],
       );
+    } finally {
+      client.destroy();
+    }
+  });
+
+  it("a request its model failed before its first response: /invocations answers it as generate_stream, its status and its event", async () => {
+    const answer = await fetch(`${stream.url}/invocations`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ COUNT: -1 }),
+    });
+    assert.equal(answer.status, 500);
+    assert.match(answer.headers.get("content-type") ?? "", /^text\/event-stream/);
+    assert.equal(await answer.text(), 'data: {"error":"asked to fail"}\n\n');
+  });
+
+  it("a request its model failed before its first response: the runtime API's paths answer a ModelError, as SageMaker makes of a container's error status", async () => {
+    const client = sdkClient(stream.port);
+    try {
+      for (const call of [invoke, invokeStream]) {
+        const error = await sdkError(call(client, { body: JSON.stringify({ COUNT: -1 }) }));
+        assert.equal(containerMessage(error), "asked to fail");
+        assert.equal(error.originalStatus, 500);
+      }
     } finally {
       client.destroy();
     }

@@ -9,7 +9,9 @@ import { EVENT_STREAM_TYPE, payloadPart, sendOnePart } from "./streamed-answer.t
 // extension (POST /v2/models/{m}/generate or /generate_stream) is, for the model an
 // invocation goes to. Triton's SageMaker server calls the same handler as its HTTP
 // server, so the answer is the same: one JSON object, or Server-Sent Events
-// (text/event-stream) for generate_stream; only an error keeps the SageMaker form.
+// (text/event-stream) for generate_stream; only an error keeps the SageMaker form (a
+// stream its model failed on /invocations is generate_stream's: the failure's status, and
+// its event).
 
 /** What /invocations is: an inference in SageMaker's body forms, or Triton's generate extension. */
 export type InferenceType = SageMakerInferenceType;
@@ -37,6 +39,10 @@ export function answerGenerateInvocation(
   responseStream = false,
 ): Promise<FastifyReply | undefined> {
   if (responseStream) delivery = { ...delivery, parts: RESPONSE_STREAM_PARTS };
+  // A stream its model failed before the first response is the container's answer with
+  // an error status (Triton's generate_stream): on the runtime API's paths SageMaker hands
+  // such an answer over as a ModelError, which the error handler makes of it.
+  if (request.sageMakerForwarded) delivery = { ...delivery, failedStreamAsError: true };
   // A generate body has no session: its sequence is in its parameters (sequence_id,
   // sequence_start, sequence_end), as on the HTTP port. A session header would be ignored.
   if (request.headers[SESSION_ID] !== undefined) {

@@ -9,10 +9,11 @@ import type { ResponseBudgets } from "../response-budget.ts";
 // One HTTP answer carrying a request's responses as the model produces them (Server-Sent
 // Events, SageMaker's JSON lines and response stream). The status goes out with the first
 // response; each later one is written when it comes, in the route's framing, and a
-// failure after the status can only be a frame of its own. Slow readers are waited for
-// (the next frame is written once the socket drains, and the model's sending waits with
-// it), for at most the idle time; a client that leaves, or takes nothing for that long,
-// cancels the request, and the model is told.
+// failure after the status can only be a frame of its own (a protocol may answer a
+// failure before the first response so too, with the failure's status). Slow readers are
+// waited for (the next frame is written once the socket drains, and the model's sending
+// waits with it), for at most the idle time; a client that leaves, or takes nothing for
+// that long, cancels the request, and the model is told.
 
 export interface StreamedReplyOptions {
   /** The status line's headers (Content-Type among them); those hooks set on the reply go too. */
@@ -50,9 +51,12 @@ async function drained(raw: ServerResponse, ms: number | undefined): Promise<boo
 const byteLength = (frame: string | Uint8Array): number =>
   typeof frame === "string" ? Buffer.byteLength(frame) : frame.byteLength;
 
-/** Writes the answer on `reply`, taken over from Fastify, and ends it. */
-export async function writeStreamedReply(reply: FastifyReply, options: StreamedReplyOptions): Promise<void> {
-  const { rest, frame, budgets, idleTimeoutMs } = options;
+/** Takes `reply` over from Fastify and writes its status line. */
+function takeOver(
+  reply: FastifyReply,
+  status: number,
+  headers: Readonly<Record<string, string>>,
+): ServerResponse {
   // The headers hooks set on the reply (CORS's among them) are only written by Fastify's
   // send: a hijacked reply writes them itself, or a browser page of an allowed origin
   // cannot read the stream.
@@ -62,7 +66,28 @@ export async function writeStreamedReply(reply: FastifyReply, options: StreamedR
   for (const [name, value] of Object.entries(hooked)) {
     if (value !== undefined) raw.setHeader(name, value);
   }
-  raw.writeHead(200, options.headers);
+  raw.writeHead(status, headers);
+  return raw;
+}
+
+/**
+ * Answers a request that failed before its first response, once its model had it (Triton's
+ * generate_stream): the stream's status is the failure's, and it holds only `failure`,
+ * the failure's frame.
+ */
+export function writeFailedStream(
+  reply: FastifyReply,
+  status: number,
+  headers: Readonly<Record<string, string>>,
+  failure: string | Uint8Array,
+): void {
+  takeOver(reply, status, headers).end(failure);
+}
+
+/** Writes the answer on `reply`, taken over from Fastify, and ends it. */
+export async function writeStreamedReply(reply: FastifyReply, options: StreamedReplyOptions): Promise<void> {
+  const { rest, frame, budgets, idleTimeoutMs } = options;
+  const raw = takeOver(reply, 200, options.headers);
   // Frames count against the connection's budget until the socket has taken them.
   const budget = budgets?.acquire(raw.socket ?? raw);
   let next = options.first;

@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import type { ServerError } from "../../../core/errors.ts";
+import { asServerError, type ServerError } from "../../../core/errors.ts";
 import type { ServedModel, ServerContext } from "../../../core/model.ts";
 import { inferStream, type StreamedInferResponse } from "../../../core/response-stream.ts";
 import { watchDisconnect } from "../../common/http/client-disconnect.ts";
@@ -7,7 +7,7 @@ import { createErrorHandler } from "../../common/http/error-reply.ts";
 import { readJsonBody } from "../../common/http/json-body.ts";
 import { sendJsonText } from "../../common/http/json-text.ts";
 import { OPTIONAL_BODY } from "../../common/http/openapi.ts";
-import { writeStreamedReply } from "../../common/http/streamed-reply.ts";
+import { writeFailedStream, writeStreamedReply } from "../../common/http/streamed-reply.ts";
 import { modelVersion } from "../../common/kserve/model-version.ts";
 import type { ResponseBudgets } from "../../common/response-budget.ts";
 import { routedSequenceId, SEQUENCE_ID_HEADER, withRoutedSequenceId } from "../../common/sequence-routing.ts";
@@ -18,8 +18,10 @@ import { decodeGenerateRequest, encodeGenerateResponse } from "./generate-codec.
 
 // Triton's generate extension: `/generate` answers one JSON object; `/generate_stream`
 // answers Server-Sent Events, one `data:` event per response, as a decoupled model
-// produces them. The status comes with the first response: a request that fails before
-// it gets a JSON error with its status; a failure after it is an `{"error"}` event.
+// produces them. The status comes with the first response: a request refused before its
+// model had it gets a JSON error with its status; one the model failed before its first
+// response gets the failure's status and only its `{"error"}` event; a failure after the
+// first response is an `{"error"}` event.
 // Slow readers are waited for (the next event is written once the socket drains, and the
 // model's sending waits with it), for at most the stream idle time; a client that leaves,
 // or takes nothing for that long, cancels the request, and the model is told.
@@ -141,6 +143,13 @@ export interface GenerateDelivery {
     readonly frame: (text: string) => Uint8Array;
     readonly headers: Readonly<Record<string, string>>;
   };
+  /**
+   * A stream the model failed before its first response is thrown to the route's error
+   * handler, as a refusal is (SageMaker's runtime API, which makes a container's error
+   * status a ModelError). Otherwise it is answered as Triton's generate_stream answers
+   * it: the failure's status, and its `{"error"}` event.
+   */
+  readonly failedStreamAsError?: boolean;
 }
 
 const JSON_TYPE = "application/json";
@@ -175,8 +184,9 @@ async function nothingFollows(responses: AsyncIterator<StreamedInferResponse>): 
 
 /**
  * Answers `body` as Triton's generate extension does, for `model`: one JSON object, or
- * (`streaming`) Server-Sent Events. Errors are thrown to the route's error handler, which
- * answers them in its protocol's form (KServe here; SageMaker's for its invocations).
+ * (`streaming`) Server-Sent Events. Refusals are thrown to the route's error handler, which
+ * answers them in its protocol's form (KServe here; SageMaker's for its invocations), and
+ * so are /generate's failures; a stream its model failed is answered here.
  */
 export async function answerGenerate(
   model: ServedModel,
@@ -203,7 +213,18 @@ export async function answerGenerate(
       parts === undefined ? sse(text) : parts.frame(sse(text));
     const failureEvent = (error: ServerError) => event(JSON.stringify({ error: error.message }));
     const streamHeaders = parts?.headers ?? EVENT_STREAM_HEADERS;
-    const first = await responses.next();
+    let first: IteratorResult<StreamedInferResponse>;
+    try {
+      first = await responses.next();
+    } catch (error) {
+      // Refused before the model had it (a check, an unknown model, a sequence's admission:
+      // Triton's TRITONSERVER_ServerInferAsync errors), or /generate's one answer: the
+      // route's error answer. A stream the model failed is that failure's event.
+      if (!streaming || !stream.dispatched || delivery.failedStreamAsError === true) throw error;
+      const failure = asServerError(error);
+      writeFailedStream(reply, KSERVE_HTTP_STATUS[failure.code], streamHeaders, failureEvent(failure));
+      return undefined;
+    }
     if (!streaming) {
       // As Triton, the answer waits for the request's end; the status is the first
       // response's (a failure is a response there). A sequence's step is not cancelled
