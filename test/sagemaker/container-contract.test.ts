@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { gzipSync } from "node:zlib";
-import type { SageMakerRuntimeClient } from "@aws-sdk/client-sagemaker-runtime";
+import { InvokeEndpointCommand, type SageMakerRuntimeClient } from "@aws-sdk/client-sagemaker-runtime";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
 import { type HandlerRepository, handlerRepository } from "../handlers/support/handler-kit.ts";
@@ -344,7 +344,7 @@ describe("body forms and Accept", { timeout: 60_000 }, () => {
     const mislabelled = await sdkError(
       invoke(client, {
         body: JSON.stringify({ inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [1] }] }),
-        contentType: "application/octet-stream",
+        contentType: "text/plain",
         sessionId: id,
       }),
     );
@@ -361,6 +361,62 @@ describe("body forms and Accept", { timeout: 60_000 }, () => {
     );
     const listed = (await listSequences(server.url, "accumulator")).sequences.find((s) => s.id === id);
     assert.equal(listed?.steps, 4);
+  });
+
+  it("JSON sent without a ContentType (the SDK then says application/octet-stream) is read as JSON, as Triton reads it: a step, and a CLOSE that closes", async () => {
+    const { id } = newSession(
+      await invoke(client, {
+        body: JSON.stringify({ requestType: "NEW_SESSION" }),
+        sessionId: "NEW_SESSION",
+      }),
+    );
+    // The SDK unmodified, as a caller writes it: no ContentType.
+    const untyped = (body: string) =>
+      client.send(
+        new InvokeEndpointCommand({ EndpointName: "seqserve", SessionId: id, Body: Buffer.from(body) }),
+      );
+    const step = await untyped(
+      JSON.stringify({ inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [5] }] }),
+    );
+    assert.deepEqual((jsonAnswer(step) as { outputs: { data: number[] }[] }).outputs[0]!.data, [5]);
+    const bare = await untyped(" [[2]]\n");
+    assert.deepEqual(jsonAnswer(bare), [[7]]);
+    const closed = await untyped('{"requestType": "CLOSE"}');
+    assert.equal(closed.ClosedSessionId, id);
+    const after = await sdkError(untyped("[[1]]"));
+    assert.equal(after.originalStatus, 400);
+    assert.match(containerMessage(after), new RegExp(`^session '${id}' is closed`));
+  });
+
+  it("raw bytes that begin and end as JSON does but are not JSON stay the input's bytes, small or large", async () => {
+    const echo = (body: Uint8Array, contentType?: string) =>
+      client.send(
+        new InvokeEndpointCommand({
+          EndpointName: "seqserve",
+          TargetModel: "blob",
+          Body: body,
+          Accept: "application/octet-stream",
+          ...(contentType === undefined ? {} : { ContentType: contentType }),
+        }),
+      );
+    const small = Uint8Array.of(0x7b, 0, 1, 2, 0x7d);
+    assert.deepEqual([...(await echo(small)).Body!], [...small]);
+    assert.deepEqual([...(await echo(small, "application/octet-stream")).Body!], [...small]);
+    // Large enough to be parsed on the JSON thread: its bytes come back from there intact.
+    const large = new Uint8Array(2 * 1024 * 1024).map((_, i) => i % 251);
+    large[0] = 0x5b;
+    large[large.length - 1] = 0x5d;
+    const echoed = await echo(large, "application/octet-stream");
+    assert.ok(Buffer.from(echoed.Body!).equals(large));
+    // Bytes the model's input cannot take either are refused saying why they were not JSON.
+    const refused = await sdkError(
+      invoke(client, { body: "{not json}", contentType: "application/octet-stream" }),
+    );
+    assert.equal(refused.originalStatus, 400);
+    assert.match(
+      containerMessage(refused),
+      /\(the body was read as raw input bytes: it looks like JSON, but is not \(failed to parse the request JSON buffer: /,
+    );
   });
 
   it("Accept's weight is read whatever its case: Q=0 rules a type out as q=0 does", async () => {

@@ -94,6 +94,20 @@ const refused = (refusal: Refusal): ServerError =>
     refusal.reason === undefined ? {} : { reason: refusal.reason },
   );
 
+/**
+ * The client's JSON refused by parseJsonOffThread, with the body given back in place of
+ * the one given (its memory went to the thread and came back with the refusal): a caller
+ * that reads a body which is not JSON another way still has its bytes.
+ */
+export class RefusedJson extends ServerError {
+  readonly body: Buffer;
+
+  constructor(refusal: Refusal, body: Buffer) {
+    super(refusal.code, refusal.message, refusal.reason === undefined ? {} : { reason: refusal.reason });
+    this.body = body;
+  }
+}
+
 /** What the thread answers a request with. */
 export type ThreadAnswer =
   | (Returned & { readonly object: unknown; readonly findings: ParseFindings })
@@ -219,12 +233,17 @@ export async function parseJsonOffThread(
   };
   const reply = await ask(message, [buffer as ArrayBuffer]);
   const returned = Buffer.from(reply.buffer, byteOffset, byteLength);
-  if ("refusal" in reply) throw refused(reply.refusal);
+  if ("refusal" in reply) throw new RefusedJson(reply.refusal, returned);
   if ("failure" in reply) throw internal(`the request JSON could not be parsed: ${reply.failure}`);
   if ("parseInPlace" in reply) {
     // The thread's copy of this value is let go first (its heap, if it grew large).
     await ending;
-    return parsedInPlace(returned, jsonLength, form);
+    try {
+      return parsedInPlace(returned, jsonLength, form);
+    } catch (error) {
+      if (!(error instanceof ServerError)) throw error;
+      throw new RefusedJson(error, returned);
+    }
   }
   let text: string | undefined;
   if (!("object" in reply)) throw internal("the JSON thread answered a parse with a body");
