@@ -13,6 +13,7 @@ import { DynamicBatcher } from "./scheduler/dynamic-batcher.ts";
 import { nowNs, PendingRequest, type RequestResult } from "./scheduler/pending-request.ts";
 import type { RequestObserver } from "./scheduler/request-observer.ts";
 import type { DrainReason, Scheduler } from "./scheduler/scheduler.ts";
+import type { RecentEnd } from "./sequence/recent-ends.ts";
 import { SequenceBatcher } from "./sequence/sequence-batcher.ts";
 import type { ModelTier } from "./sequence/sequence-tier.ts";
 import type { HandoverResult } from "./sequence/sequence-transfer.ts";
@@ -368,6 +369,11 @@ export class LoadedModel implements ServedModel {
   async unload(deadlineMs: number, reason: DrainReason = "unloaded"): Promise<void> {
     await this.drain(deadlineMs, reason);
     await this.close();
+  }
+
+  /** Why its sequences no longer live ended, oldest first, by sequenceKey: none without sequence batching. */
+  sequenceEnds(): Iterable<[string, RecentEnd]> {
+    return this.#scheduler instanceof SequenceBatcher ? this.#scheduler.recentEnds() : [];
   }
 
   // ---- reloads that keep live sequences ----

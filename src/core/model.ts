@@ -91,6 +91,14 @@ export type SequenceLookup =
   | { readonly kind: "ended"; readonly reason: SequenceEndReason; readonly endedAtMs: number }
   | { readonly kind: "unknown" };
 
+/** How a sequence of a model version since unloaded ended (the repository keeps a bounded memory of them). */
+export interface UnloadedSequenceEnd {
+  readonly model: string;
+  readonly version: string;
+  readonly reason: SequenceEndReason;
+  readonly endedAtMs: number;
+}
+
 /** A model's use of a sequence tier shared with other replicas (state-tiers/, --state-store). */
 export interface SequenceTierSummary {
   /** Where the tier is (no credentials). */
@@ -214,6 +222,12 @@ export interface ModelRegistry {
   statistics(name?: string, version?: string): ModelStatisticsSnapshot[];
   /** Every ready model version. */
   served(): ServedModel[];
+  /**
+   * How sequence `id` of a model version unloaded since ended (the unload, or what ended
+   * it before), while a bounded memory keeps it; undefined when none of them had it. The
+   * versions served answer for their own sequences (SequenceAdmin.lookup).
+   */
+  unloadedSequence?(id: SequenceId): UnloadedSequenceEnd | undefined;
   /**
    * OVMS's config reload on request: the config files read again and applied now.
    * Whether anything changed; throws when a file cannot be read or parsed.

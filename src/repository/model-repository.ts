@@ -5,6 +5,7 @@ import type { ParsedModelConfig } from "../config/index.ts";
 import type { ModelControlMode, SingleModelOptions } from "../config/server-options.ts";
 import type { ModelBackend } from "../core/backend.ts";
 import { asServerError, invalidArg, ServerError, unavailable } from "../core/errors.ts";
+import type { SequenceId } from "../core/infer.ts";
 import type { LoadedModel } from "../core/loaded-model.ts";
 import type {
   ModelLoadOptions,
@@ -13,6 +14,7 @@ import type {
   ModelState,
   RepositoryIndexEntry,
   ServedModel,
+  UnloadedSequenceEnd,
 } from "../core/model.ts";
 import type { Refusals } from "../core/refusals.ts";
 import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
@@ -24,6 +26,7 @@ import type { Logger } from "../observability/logger.ts";
 import { checkInstanceCount, openVersion, parseConfigOverride, prepareModel } from "./model-loader.ts";
 import { type ModelOverride, writeModelOverride } from "./model-override.ts";
 import { discoverModels, type ModelSource, readOvmsSources, sourceSignature } from "./model-source.ts";
+import { UnloadedSequences } from "./unloaded-sequences.ts";
 import { selectVersions, versionFolders } from "./version-folders.ts";
 
 // The models on disk and their lifecycle: discovery across repositories (Triton layout
@@ -116,6 +119,8 @@ export class ModelRepository implements ModelRegistry {
   readonly #ovmsTexts = new Map<string, string>();
   /** Sent model files being removed once the versions loaded from them have unloaded. */
   readonly #removals = new Set<Promise<void>>();
+  /** How the sequences of unloaded versions ended, for their clients' next requests. */
+  readonly #unloadedSequences = new UnloadedSequences();
   #pollTimer: NodeJS.Timeout | undefined;
   #configTimer: NodeJS.Timeout | undefined;
   /** A reconciliation with the disk is running (polls do not overlap). */
@@ -620,6 +625,7 @@ export class ModelRepository implements ModelRegistry {
       model.resume();
       const unloaded = model
         .unload(Date.now() + 30_000)
+        .then(() => this.#unloadedSequences.keep(model))
         .catch((error: unknown) =>
           this.#logger.warn({ err: error, model: name }, "unloading a replaced version failed"),
         );
@@ -695,7 +701,12 @@ export class ModelRepository implements ModelRegistry {
       entry.versions = new Map();
       entry.failedVersions = new Map();
       entry.state = "UNLOADING";
-      await Promise.all([...versions.values()].map((m) => m.unload(Date.now() + graceMs, "unloaded")));
+      await Promise.all(
+        [...versions.values()].map(async (m) => {
+          await m.unload(Date.now() + graceMs, "unloaded");
+          this.#unloadedSequences.keep(m);
+        }),
+      );
       await entry.override?.remove();
       entry.override = undefined;
       entry.state = "UNAVAILABLE";
@@ -875,6 +886,10 @@ export class ModelRepository implements ModelRegistry {
     const models: ServedModel[] = [];
     for (const entry of this.#models.values()) models.push(...entry.versions.values());
     return models;
+  }
+
+  unloadedSequence(id: SequenceId): UnloadedSequenceEnd | undefined {
+    return this.#unloadedSequences.find(id);
   }
 
   /**

@@ -220,4 +220,29 @@ describe("SageMaker multi-model endpoint", { timeout: 120_000 }, () => {
     // The name can be loaded again.
     assert.equal((await load("a1b2", join(root, "a1b2", "model"))).status, 200);
   });
+
+  it("a step of a session whose model DELETE unloaded is told so (400, as for a session ended otherwise), before and after the model is loaded again", async () => {
+    const url = join(root, "a1b2", "model");
+    assert.equal((await load("e5f6", url)).status, 200);
+    const opened = await invoke("e5f6", "[2]", "NEW_SESSION");
+    assert.equal(opened.status, 200, await opened.clone().text());
+    const session = opened.headers.get("x-amzn-sagemaker-new-session-id")!.split(";")[0]!;
+    assert.equal((await fetch(`${base}/models/e5f6`, { method: "DELETE" })).status, 200);
+    const told = new RegExp(
+      `^session '${session}' ended at \\S+: its model 'e5f6' version 1 was unloaded; open a new session with NEW_SESSION$`,
+    );
+    // On /invocations, which names no model: the session would say which.
+    const stepped = await fetch(`${base}/invocations`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-amzn-sagemaker-session-id": session },
+      body: "[1]",
+    });
+    assert.equal(stepped.status, 400);
+    assert.match(((await stepped.json()) as { error: string }).error, told);
+    // SageMaker loads the model again for its next invocation: the new load has no session of the old.
+    assert.equal((await load("e5f6", url)).status, 200);
+    const again = await invoke("e5f6", "[1]", session);
+    assert.equal(again.status, 400);
+    assert.match(((await again.json()) as { error: string }).error, told);
+  });
 });

@@ -1,10 +1,12 @@
+import type { SequenceId } from "../infer.ts";
 import type { SequenceEndReason } from "../model.ts";
 
 // A short memory of sequences that ended, and why, so that a request naming an id that
 // is no longer live can be told whether it was closed, expired, timed out or never
 // existed. Clients choose ids (KServe string ids can be as long as a request body), so
 // the memory is bounded in bytes: the oldest ends are forgotten first, and an id too
-// long to be worth keeping is not kept at all.
+// long to be worth keeping is not kept at all. The ends of a model version that is
+// unloaded are kept on by its repository, in one such memory for all its models.
 
 export interface RecentEnd {
   readonly reason: SequenceEndReason;
@@ -13,15 +15,18 @@ export interface RecentEnd {
   readonly movedTo?: string | undefined;
 }
 
+/** The key of sequence `id` in the memory: integer and string ids apart. */
+export const sequenceKey = (id: SequenceId): string => (typeof id === "bigint" ? `u${id}` : `s${id}`);
+
 /** Default budget: about 6,000 UUID-sized ids. */
 export const RECENT_ENDS_BUDGET_BYTES = 1024 * 1024;
 
 /** Map entry, timestamp and reason, beside the key's characters (an estimate of V8's cost). */
 const ENTRY_OVERHEAD_BYTES = 96;
 
-export class RecentEnds {
+export class RecentEnds<End extends RecentEnd = RecentEnd> {
   readonly #budget: number;
-  readonly #ends = new Map<string, RecentEnd>();
+  readonly #ends = new Map<string, End>();
   #bytes = 0;
 
   constructor(budgetBytes = RECENT_ENDS_BUDGET_BYTES) {
@@ -37,7 +42,7 @@ export class RecentEnds {
     return this.#ends.size;
   }
 
-  remember(key: string, end: RecentEnd): void {
+  remember(key: string, end: End): void {
     const cost = costOf(key);
     // One id may take at most 1/16 of the memory: a few huge ids cannot wipe it.
     if (cost > this.#budget / 16) return;
@@ -50,8 +55,13 @@ export class RecentEnds {
     }
   }
 
-  get(key: string): RecentEnd | undefined {
+  get(key: string): End | undefined {
     return this.#ends.get(key);
+  }
+
+  /** The ends remembered, oldest first. */
+  entries(): IterableIterator<[string, End]> {
+    return this.#ends.entries();
   }
 
   /** The id is live again (a new START): its old end no longer describes it. */

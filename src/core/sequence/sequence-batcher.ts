@@ -30,7 +30,7 @@ import { IdReservation } from "./id-reservation.ts";
 import { initialStateTensor } from "./initial-state.ts";
 import { keepsSequenceOnCancel } from "./keeps-sequence-on-cancel.ts";
 import { OldestInstance } from "./oldest-instance.ts";
-import { RecentEnds } from "./recent-ends.ts";
+import { sequenceKey as idKey, type RecentEnd, RecentEnds } from "./recent-ends.ts";
 import { Sequence, type TierPlace } from "./sequence.ts";
 import { answerStep, type SequenceModel, type StepDone } from "./sequence-batch-execution.ts";
 import type { SequenceInstance, SequenceOwner } from "./sequence-instance.ts";
@@ -123,8 +123,6 @@ const isExclusive = (pending: PendingRequest): boolean => pending.request.sequen
 
 /** The request ends its sequence. */
 const isEndRequest = (pending: PendingRequest): boolean => pending.request.sequence?.end === true;
-
-const idKey = (id: SequenceId): string => (typeof id === "bigint" ? `u${id}` : `s${id}`);
 
 /**
  * Where a server-assigned id starts. OVMS counts from 1, skipping live ids, and its
@@ -2452,6 +2450,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   checkCaller(id: SequenceId, principal: string | undefined): void {
     const live = this.#live.get(idKey(id));
     if (live !== undefined) this.#checkOwner(live, principal);
+  }
+
+  /** Why the ids no longer live ended, oldest first, by sequenceKey (what lookup() answers from). */
+  recentEnds(): IterableIterator<[string, RecentEnd]> {
+    return this.#recentEnds.entries();
   }
 
   lookup(id: SequenceId): SequenceLookup {

@@ -1,5 +1,11 @@
 import { invalidArg, type ServerError } from "../../core/errors.ts";
-import type { ModelRegistry, SequenceEndReason, SequenceLookup, ServedModel } from "../../core/model.ts";
+import type {
+  ModelRegistry,
+  SequenceEndReason,
+  SequenceLookup,
+  ServedModel,
+  UnloadedSequenceEnd,
+} from "../../core/model.ts";
 import { formatExpiry, NEW_SESSION, newSessionId } from "./session-id.ts";
 
 // SageMaker stateful sessions are sequences of the model they were opened on: the
@@ -7,7 +13,8 @@ import { formatExpiry, NEW_SESSION, newSessionId } from "./session-id.ts";
 // a session opens a sequence with an expiry (the TTL counts from opening; the model's
 // idle timeout does not apply, but one opened without a step has a minute for it); closing one ends it as an END would. When a session can
 // no longer be used, the core remembers why for a while, and the caller is told which:
-// closed, expired, ended for another reason, or never known here.
+// closed, expired, ended for another reason (its model unloaded among them: the
+// repository keeps the ends of unloaded versions a while), or never known here.
 
 export interface OpenedSession {
   readonly id: string;
@@ -45,6 +52,8 @@ function why(reason: SequenceEndReason): string {
       return "the server was shutting down";
     case "timeout":
       return "it was opened without a step and sent none within a minute (or its model's idle timeout, max_sequence_idle_microseconds, if longer), which holds a session's slot until its first step";
+    case "unloaded":
+      return "its model was unloaded";
     case "backlog_timeout":
       return `it waited ${SESSION_SLOT_WAIT_SECS} s for one of its model's sequence slots, all in use by other sequences (close the sessions no longer in use, or give the model more slots)`;
     default:
@@ -130,6 +139,8 @@ export class SageMakerSessions {
       found = mostTelling(located);
     }
     if (found === undefined) {
+      const unloaded = this.#registry.unloadedSequence?.(id);
+      if (unloaded !== undefined) throw invalidArg(this.#unloaded(id, unloaded));
       throw invalidArg(
         `unknown session id '${id}': no session with this id is open on this server (open one with X-Amzn-SageMaker-Session-Id: ${NEW_SESSION})`,
       );
@@ -156,6 +167,20 @@ export class SageMakerSessions {
     throw invalidArg(
       `session '${id}' ended at ${iso(lookup.endedAtMs)}: ${why(lookup.reason)}; open a new session with ${NEW_SESSION}`,
     );
+  }
+
+  /** Why a session of a model version unloaded since cannot be used: as for a served model's, naming the model. */
+  #unloaded(id: string, end: UnloadedSequenceEnd): string {
+    const model = `model '${end.model}' version ${end.version}`;
+    if (end.reason === "end") {
+      return `session '${id}' is closed (closed at ${iso(end.endedAtMs)}; its ${model} has been unloaded since): open a new session with ${NEW_SESSION}`;
+    }
+    if (end.reason === "expired") return this.#expired(id, end.endedAtMs);
+    const cause =
+      end.reason === "unloaded"
+        ? `its ${model} was unloaded`
+        : `${why(end.reason)} (its ${model} has been unloaded since)`;
+    return `session '${id}' ended at ${iso(end.endedAtMs)}: ${cause}; open a new session with ${NEW_SESSION}`;
   }
 
   #expired(id: string, atMs: number): string {
