@@ -506,7 +506,8 @@ describe("model status and metadata", () => {
             serving_default: {
               inputs: { INPUT0: info("INPUT0"), INPUT1: info("INPUT1") },
               outputs: { OUTPUT0: info("OUTPUT0"), OUTPUT1: info("OUTPUT1") },
-              methodName: "tensorflow/serving/predict",
+              // OVMS never sets it, and prints primitive fields: "".
+              methodName: "",
               defaults: {},
             },
           },
@@ -560,7 +561,8 @@ describe("model status and metadata", () => {
       signature_def: Record<string, { inputs: Record<string, unknown>; method_name: string }>;
     };
     const signature = decoded.signature_def.serving_default!;
-    assert.equal(signature.method_name, "tensorflow/serving/predict");
+    // OVMS never sets method_name: an empty proto3 string, absent from the wire.
+    assert.equal(Object.hasOwn(signature, "method_name"), false);
     assert.deepEqual(signature.inputs.input, {
       name: "input",
       dtype: "DT_FLOAT",

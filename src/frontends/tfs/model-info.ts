@@ -60,6 +60,7 @@ export interface TensorInfo {
 export interface Signature {
   readonly inputs: ReadonlyMap<string, TensorInfo>;
   readonly outputs: ReadonlyMap<string, TensorInfo>;
+  /** Empty, as in OVMS, which never sets it (REST prints it as ""; on gRPC an empty proto3 string is not on the wire). */
   readonly methodName: string;
 }
 
@@ -87,7 +88,9 @@ export function signatureOf(metadata: ModelMetadata, config: ModelConfig): Signa
   return {
     inputs: tensorInfos(metadata.inputs, config.inputs, config),
     outputs: tensorInfos(metadata.outputs, config.outputs, config),
-    methodName: "tensorflow/serving/predict",
+    // OVMS leaves the SignatureDef's method_name unset, not "tensorflow/serving/predict":
+    // a client comparing metadata with an OVMS deployment's sees the same.
+    methodName: "",
   };
 }
 
