@@ -16,7 +16,7 @@ import type { DrainReason, Scheduler } from "./scheduler/scheduler.ts";
 import type { RecentEnd } from "./sequence/recent-ends.ts";
 import { SequenceBatcher } from "./sequence/sequence-batcher.ts";
 import type { ModelTier } from "./sequence/sequence-tier.ts";
-import type { HandoverResult } from "./sequence/sequence-transfer.ts";
+import type { HandoverEnd, HandoverResult } from "./sequence/sequence-transfer.ts";
 import type { StateBudget } from "./sequence/state-budget.ts";
 import type { StateStore } from "./sequence/state-store.ts";
 import {
@@ -401,7 +401,7 @@ export class LoadedModel implements ServedModel {
    */
   moveSequencesTo(successor: LoadedModel): HandoverResult {
     const from = this.#scheduler;
-    if (!(from instanceof SequenceBatcher)) return { moved: 0, ended: 0, reason: "" };
+    if (!(from instanceof SequenceBatcher)) return { moved: 0, ended: [] };
     const to = successor.#scheduler;
     let reason = "";
     if (!(to instanceof SequenceBatcher))
@@ -409,16 +409,20 @@ export class LoadedModel implements ServedModel {
     else if (to.stateSignature !== from.stateSignature) {
       reason = `its state changed from [${from.stateSignature}] to [${to.stateSignature}]`;
     }
-    let ended = 0;
+    const ended: HandoverEnd[] = [];
     if (reason !== "") {
-      ended = from.list().length;
+      const count = from.list().length;
       // Quiesced, so nothing is running: every sequence finishes here and now.
       from.endAll("reloaded", `model '${this.name}' was reloaded and ${reason}`);
+      if (count > 0) ended.push({ count, reason });
     }
     // What is left moves (nothing, when the state did not fit); the ends counted so far
     // go along, so the sequences API of the model goes on counting across the reload.
     const transfer = from.export();
-    if (to instanceof SequenceBatcher) to.adopt(transfer);
-    return { moved: transfer.sequences.length, ended, reason };
+    if (!(to instanceof SequenceBatcher)) return { moved: 0, ended };
+    // The new version may take fewer over than were handed to it (fewer places, an id
+    // taken by a sequence moved from another version): those end there, and say why.
+    const adopted = to.adopt(transfer);
+    return { moved: adopted.moved, ended: [...ended, ...adopted.ended] };
   }
 }

@@ -670,10 +670,12 @@ export class ModelRepository implements ModelRegistry {
           `${result.moved} live sequence(s) of model '${name}' moved from version ${version} to version ${successor.version} with their state`,
         );
       }
-      if (result.ended > 0) {
+      // Those that did not move, each group with why (the state no longer fits; the new
+      // version has no room for them, or holds a live sequence of their id already).
+      for (const ended of result.ended) {
         this.#logger.warn(
-          { event: "sequences_ended", model: name, version, count: result.ended, reason: "reloaded" },
-          `${result.ended} live sequence(s) of model '${name}' version ${version} ended: ${result.reason}`,
+          { event: "sequences_ended", model: name, version, count: ended.count, reason: "reloaded" },
+          `${ended.count} live sequence(s) of model '${name}' version ${version} ended: ${ended.reason}`,
         );
       }
     }

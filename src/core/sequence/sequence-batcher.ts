@@ -44,7 +44,12 @@ import type {
   TierWriteMode,
   TierWriteResult,
 } from "./sequence-tier.ts";
-import { type SequenceTransfer, stateSignature, type TransferredSequence } from "./sequence-transfer.ts";
+import {
+  type HandoverResult,
+  type SequenceTransfer,
+  stateSignature,
+  type TransferredSequence,
+} from "./sequence-transfer.ts";
 import { stateRowBytes } from "./slab-state-store.ts";
 import type { StateBudget } from "./state-budget.ts";
 import {
@@ -2256,12 +2261,19 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * Takes over sequences exported by the previous version of the model (whose state
    * signature the caller checked): each gets a slot (or a place in the backlog) with its
    * state, and its requests are checked against this version's config and queued in order.
-   * A sequence that finds no room ends (reason "reloaded"), as does a request that this
-   * version refuses.
+   * A sequence that finds no room ends (reason "reloaded"), as does one whose id a live
+   * sequence already holds here, and a request that this version refuses. What it took
+   * over and what ended: the handover's log must not call an ended sequence moved.
    */
-  adopt(transfer: SequenceTransfer): void {
+  adopt(transfer: SequenceTransfer): HandoverResult {
     for (const reason of SEQUENCE_END_REASONS) this.#ended[reason] += transfer.ended[reason];
-    for (const moving of transfer.sequences) this.#adoptOne(moving);
+    let moved = 0;
+    const ended = new Map<string, number>();
+    for (const moving of transfer.sequences) {
+      const why = this.#adoptOne(moving);
+      if (why === undefined) moved++;
+      else ended.set(why, (ended.get(why) ?? 0) + 1);
+    }
     // The moved sequences keep their idle clocks: the reaper's list is in arrival order again.
     const byArrival = [...this.#byArrival.keys()].sort((a, b) => a.lastArrivalMs - b.lastArrivalMs);
     this.#byArrival.clear();
@@ -2269,18 +2281,19 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     clearTimeout(this.#idleTimer);
     this.#idleTimer = undefined;
     this.#armIdleTimer();
+    return { moved, ended: [...ended].map(([reason, count]) => ({ count, reason })) };
   }
 
-  #adoptOne(moving: TransferredSequence): void {
+  /** Takes one sequence over; why it ended instead, if it did. */
+  #adoptOne(moving: TransferredSequence): string | undefined {
     if (moving.live && this.#live.has(idKey(moving.id))) {
       // Two versions folded into one, each with a live sequence of this id: the one that
       // came first keeps it, and this one ends as the reload's, its requests refused.
-      const refusal = cancelled(
-        `sequence ${formatSequenceId(moving.id)} ended: the reloaded model '${this.#config.name}' already holds a live sequence with its id, moved from another version`,
-      );
+      const why = `the reloaded model '${this.#config.name}' already holds a live sequence with its id, moved from another version`;
+      const refusal = cancelled(`sequence ${formatSequenceId(moving.id)} ended: ${why}`);
       for (const request of moving.requests) request.reject(refusal);
       this.#ended.reloaded++;
-      return;
+      return why;
     }
     const sequence = new Sequence(moving.id, moving.createdMs, moving.owner);
     sequence.steps = moving.steps;
@@ -2306,12 +2319,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     try {
       this.#place(sequence);
     } catch (error) {
-      const refusal = cancelled(
-        `sequence ${formatSequenceId(moving.id)} ended: the reloaded model '${this.#config.name}' has no room for it (${(error as Error).message})`,
-      );
+      const why = `the reloaded model '${this.#config.name}' has no room (${(error as Error).message})`;
+      const refusal = cancelled(`sequence ${formatSequenceId(moving.id)} ended: ${why}`);
       for (const request of moving.requests) request.reject(refusal);
       this.#ended.reloaded++;
-      return;
+      return why;
     }
     if (sequence.status === "active" && moving.endReason !== undefined) sequence.status = "ending";
     if (moving.state !== undefined) this.#model.store.set(sequence.key, moving.state);

@@ -68,10 +68,18 @@ export function stateSignature(sequencing: SequenceBatchingConfig): string {
     .join(" ");
 }
 
-/** How a handover went: sequences that moved, and those that ended because their state did not fit. */
+/** Sequences that ended in a handover instead of moving, and why. */
+export interface HandoverEnd {
+  readonly count: number;
+  readonly reason: string;
+}
+
+/**
+ * How a handover went: the sequences the new version took over, and those that ended
+ * instead (their state did not fit; the new version had no room for them, or already held
+ * a live sequence of their id), one group per reason.
+ */
 export interface HandoverResult {
   readonly moved: number;
-  readonly ended: number;
-  /** Why the sequences could not move (empty when they all did). */
-  readonly reason: string;
+  readonly ended: readonly HandoverEnd[];
 }
