@@ -1,5 +1,6 @@
+import { statSync } from "node:fs";
 import { readFile } from "node:fs/promises";
-import { dirname, isAbsolute, resolve } from "node:path";
+import { dirname, isAbsolute, join, resolve } from "node:path";
 import type { VersionPolicy } from "../core/model-config.ts";
 import { ConfigError, type SourcePosition } from "./config-error.ts";
 import { deepFreeze } from "./deep-freeze.ts";
@@ -20,6 +21,12 @@ import type { SingleModelOptions } from "./server-options.ts";
 // and batches nothing across them, Oldest is the closest that still batches), at most
 // max_sequence_number live sequences and no backlog (OVMS refuses the next one at once),
 // and an idle timeout from idle_sequence_cleanup.
+//
+// A `model_config_list` entry may also be a MediaPipe graph (OVMS's recommended place for
+// them): OVMS takes an entry for a graph when its graph file is there (graph_path, by
+// default graph.pbtxt, in base_path, by default the folder named as the entry beside the
+// config file; or graph.pbtxt in base_path's folder 1), and for a model otherwise. seqserve
+// serves no graphs: such an entry is left out with a warning, and the models served.
 
 export const DEFAULT_MAX_SEQUENCE_NUMBER = 500;
 /** OVMS's sequence_cleaner_poll_wait_minutes default. */
@@ -41,6 +48,9 @@ const MODEL_KEYS = new Set([
   "max_sequence_number",
   "allow_cache",
   "custom_loader_options",
+  // A MediaPipe graph's (OVMS's schema allows them on any entry; a model ignores them).
+  "graph_path",
+  "subconfig",
   "state_pairs",
   "shared_inputs",
 ]);
@@ -158,7 +168,8 @@ class OvmsReader {
     }
     const models: OvmsModelEntry[] = [];
     for (const item of list.value.items) {
-      const model = this.#model(item);
+      const model = this.#model(item, notes);
+      if (model === undefined) continue;
       const earlier = models.find((m) => m.name === model.name);
       if (earlier !== undefined)
         throw this.#error(item.position, `model '${model.name}' is listed twice in 'model_config_list'`);
@@ -167,7 +178,8 @@ class OvmsReader {
     return deepFreeze({ file: this.#file, models, notes });
   }
 
-  #model(item: JsonNode): OvmsModelEntry {
+  /** The entry's model; undefined for a MediaPipe graph, which is left out with a note. */
+  #model(item: JsonNode, fileNotes: string[]): OvmsModelEntry | undefined {
     if (item.kind !== "object")
       throw this.#error(
         item.position,
@@ -210,12 +222,27 @@ class OvmsReader {
     }
     const fields = new EntryFields(this, name, config, keys);
 
-    const basePath = fields.string("base_path");
-    if (basePath === undefined || basePath === "")
-      throw fields.error("base_path", `model '${name}' must have a non-empty 'base_path'`);
+    const givenPath = fields.string("base_path");
+    const graphPath = fields.string("graph_path");
+    fields.string("subconfig");
+    const graph = this.#graph(name, givenPath, graphPath);
+    if (graph.found !== undefined) {
+      fileNotes.push(
+        `${this.#file}: '${name}' in 'model_config_list' is a MediaPipe graph (${graph.found}), which seqserve does not serve: it is left out`,
+      );
+      return undefined;
+    }
     // What OVMS checks per model, the file being valid: a model that fails them is not
     // loaded, and the others are.
     let invalid: ConfigError | undefined;
+    // OVMS would read such a model's versions from the config file's own folder.
+    const basePath = givenPath === undefined || givenPath === "" ? "." : givenPath;
+    if (basePath === ".") {
+      invalid ??= fields.error(
+        "base_path",
+        `model '${name}' must have a non-empty 'base_path' (nor is it a MediaPipe graph: there is no ${graph.looked.join(" nor ")})`,
+      );
+    }
     if (/^[a-z][a-z0-9+.-]*:\/\//i.test(basePath)) {
       invalid ??= fields.error(
         "base_path",
@@ -261,6 +288,12 @@ class OvmsReader {
       : undefined;
 
     const notes: string[] = [];
+    for (const key of ["graph_path", "subconfig"]) {
+      if (keys.has(key) && graph.looked.length > 0)
+        notes.push(
+          `'${key}' of model '${name}' has no effect: it is read as a model, there being no ${graph.looked.join(" nor ")}`,
+        );
+    }
     for (const key of WITHOUT_EFFECT) {
       if (keys.has(key)) notes.push(`'${key}' of model '${name}' has no effect on ONNX models in seqserve`);
     }
@@ -297,6 +330,35 @@ class OvmsReader {
         buildParsedConfig(this.#file, fields, { name, policy, sequence, statePairs, sharedInputs }, options),
     };
     return entry;
+  }
+
+  /**
+   * Where OVMS looks for an entry's MediaPipe graph (MediapipeGraphConfig::parseNode, then
+   * ModelManager::CheckStartFromGraph): graph_path (default graph.pbtxt) in base_path
+   * (default: the entry's name, beside the config file), then graph.pbtxt in its folder 1.
+   * `found`: the first that is a file, if one is.
+   */
+  #graph(
+    name: string,
+    basePath: string | undefined,
+    graphPath: string | undefined,
+  ): { found: string | undefined; looked: string[] } {
+    // A cloud path is no file here; OVMS opens none there either.
+    if (basePath !== undefined && /^[a-z][a-z0-9+.-]*:\/\//i.test(basePath))
+      return { found: undefined, looked: [] };
+    const base = resolve(this.#folder, basePath === undefined || basePath === "" ? name : basePath);
+    const looked = [
+      graphPath === undefined ? join(base, "graph.pbtxt") : resolve(base, graphPath),
+      join(base, "1", "graph.pbtxt"),
+    ];
+    const isFile = (path: string): boolean => {
+      try {
+        return statSync(path, { throwIfNoEntry: false })?.isFile() === true;
+      } catch {
+        return false; // a base_path that is a file, say
+      }
+    };
+    return { found: looked.find(isFile), looked };
   }
 
   error(position: SourcePosition, detail: string): ConfigError {

@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
-import { join } from "node:path";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
 import { describe, it } from "node:test";
 import { parseOvmsConfig, readOvmsConfig, resolveModelConfig } from "../../src/config/index.ts";
 import { assertConfigError, FIXTURES } from "./config-assertions.ts";
@@ -160,12 +162,6 @@ describe("OpenVINO Model Server config.json", () => {
       includes: "unknown key 'extra' in a 'model_config_list' entry",
     },
     {
-      name: "a missing base path",
-      models: [{ config: { name: "m" } }],
-      line: 4,
-      includes: "model 'm' must have a non-empty 'base_path'",
-    },
-    {
       name: "a mistyped value",
       models: [{ config: { name: "m", base_path: "/m", stateful: "yes" } }],
       line: 7,
@@ -219,6 +215,12 @@ describe("OpenVINO Model Server config.json", () => {
         "Sequence max number parameter too high: max_sequence_number of model 'm' is above 4294967295",
     },
     {
+      name: "a missing base path, no MediaPipe graph found either",
+      config: { name: "m" },
+      line: 4,
+      includes: "model 'm' must have a non-empty 'base_path' (nor is it a MediaPipe graph: there is no ",
+    },
+    {
       name: "a cloud base path",
       config: { name: "m", base_path: "s3://bucket/m" },
       line: 6,
@@ -253,6 +255,47 @@ describe("OpenVINO Model Server config.json", () => {
       ["m"],
     );
     assert.match(config.notes.join("\n"), /'pipeline_config_list' is not supported by seqserve/);
+  });
+
+  it("tells MediaPipe graphs from models as OVMS does, and leaves the graphs out with a note", () => {
+    const dir = mkdtempSync(join(tmpdir(), "seqserve-ovms-graphs-"));
+    try {
+      const file = join(dir, "config.json");
+      for (const path of ["named/graph.pbtxt", "graphs/g2/custom.pbtxt", "mesh/1/graph.pbtxt"]) {
+        mkdirSync(dirname(join(dir, path)), { recursive: true });
+        writeFileSync(join(dir, path), "");
+      }
+      const config = parseOvmsConfig(
+        JSON.stringify({
+          model_config_list: [
+            // No base_path: the folder of its name beside the config file.
+            { config: { name: "named" } },
+            {
+              config: { name: "g2", base_path: "graphs/g2", graph_path: "custom.pbtxt", subconfig: "s.json" },
+            },
+            // graph.pbtxt in the base path's version folder 1 (OVMS's model-mesh layout).
+            { config: { name: "g3", base_path: "mesh" } },
+            // No graph file where graph_path says: a model, whose graph_path does nothing.
+            { config: { name: "m", base_path: "models/m", graph_path: "missing.pbtxt" } },
+          ],
+        }),
+        file,
+      );
+      assert.deepEqual(
+        config.models.map((m) => [m.name, m.invalid]),
+        [["m", undefined]],
+      );
+      assert.deepEqual(config.notes, [
+        `${file}: 'named' in 'model_config_list' is a MediaPipe graph (${join(dir, "named", "graph.pbtxt")}), which seqserve does not serve: it is left out`,
+        `${file}: 'g2' in 'model_config_list' is a MediaPipe graph (${join(dir, "graphs", "g2", "custom.pbtxt")}), which seqserve does not serve: it is left out`,
+        `${file}: 'g3' in 'model_config_list' is a MediaPipe graph (${join(dir, "mesh", "1", "graph.pbtxt")}), which seqserve does not serve: it is left out`,
+      ]);
+      assert.deepEqual(config.models[0]?.notes, [
+        `'graph_path' of model 'm' has no effect: it is read as a model, there being no ${join(dir, "models", "m", "missing.pbtxt")} nor ${join(dir, "models", "m", "1", "graph.pbtxt")}`,
+      ]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("reports a JSON syntax error at its line", () => {

@@ -1,6 +1,6 @@
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { type RunningServer, startServer } from "../../../src/app/server.ts";
 import { DEFAULT_SERVER_OPTIONS, type ServerOptions } from "../../../src/config/server-options.ts";
 import { type Logger, silentLogger } from "../../../src/observability/logger.ts";
@@ -12,8 +12,10 @@ import { SILERO_PATH } from "../../support/silero-oracle.ts";
 export interface OvmsModel {
   /** The entry's `config` (name and base_path are filled in). */
   readonly config?: Record<string, unknown>;
-  /** ONNX bytes, or a path to copy; per version (a single value is version 1). */
-  readonly onnx: Uint8Array | string | Readonly<Record<number, Uint8Array | string>>;
+  /** ONNX bytes, or a path to copy; per version (a single value is version 1); none for a MediaPipe graph. */
+  readonly onnx?: Uint8Array | string | Readonly<Record<number, Uint8Array | string>>;
+  /** Other files (a graph.pbtxt), by path from the config file's folder: their texts. */
+  readonly files?: Readonly<Record<string, string>>;
 }
 
 export interface OvmsServer {
@@ -41,7 +43,13 @@ export async function startOvmsServer(
     const list = Object.entries(all).map(([name, model]) => {
       const base = join(dir, name);
       const versions =
-        typeof model.onnx === "string" || model.onnx instanceof Uint8Array ? { 1: model.onnx } : model.onnx;
+        typeof model.onnx === "string" || model.onnx instanceof Uint8Array
+          ? { 1: model.onnx }
+          : (model.onnx ?? {});
+      for (const [path, text] of Object.entries(model.files ?? {})) {
+        mkdirSync(dirname(join(dir, path)), { recursive: true });
+        writeFileSync(join(dir, path), text);
+      }
       for (const [version, onnx] of Object.entries(versions)) {
         mkdirSync(join(base, version), { recursive: true });
         const file = join(base, version, "model.onnx");
