@@ -1,12 +1,14 @@
 import { SEQSERVE_VERSION, startServer } from "../app/server.ts";
 import { reopenLogFile } from "../observability/logger.ts";
 import { helpText, parseCommandLine, UsageError } from "./options.ts";
+import { runOvmsConfigEdit } from "./ovms-config-edit.ts";
 
 // `seqserve …` and `seqserve serve …`: parse flags (and, for serve, SageMaker's
 // environment), start, and stop cleanly on SIGINT/SIGTERM (a second signal stops at once);
 // SIGHUP reopens the log file.
 // Exit codes: 0 clean stop, 2 bad usage, 1 failed start. `seqserve bench …` runs the
-// benchmark instead (loaded only then).
+// benchmark instead (loaded only then). OVMS's --add_to_config and --remove_from_config
+// edit a config.json and exit: 0, or 1 when the edit is refused.
 
 async function main(): Promise<number> {
   if (process.argv[2] === "bench") {
@@ -30,6 +32,11 @@ async function main(): Promise<number> {
   if (command.kind === "version") {
     process.stdout.write(`${SEQSERVE_VERSION}\n`);
     return 0;
+  }
+  if (command.kind === "ovms-config") {
+    const { output, code } = runOvmsConfigEdit(command.edit);
+    process.stdout.write(output);
+    return code;
   }
   let server: Awaited<ReturnType<typeof startServer>>;
   try {

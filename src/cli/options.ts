@@ -10,6 +10,7 @@ import {
 } from "../config/server-options.ts";
 import { LOG_LEVELS, type LogFormat, type LogLevel } from "../observability/logger.ts";
 import { flagBoolean } from "./flag-boolean.ts";
+import { type OvmsConfigEdit, readOvmsConfigEdit } from "./ovms-config-edit.ts";
 import {
   OVMS_FLAGS,
   OVMS_IGNORED_FLAGS,
@@ -306,7 +307,12 @@ function logFormat(value: string): LogFormat {
   return format === "default" ? "text" : format;
 }
 
-export type CliCommand = { kind: "help" } | { kind: "version" } | { kind: "serve"; options: ServerOptions };
+export type CliCommand =
+  | { kind: "help" }
+  | { kind: "version" }
+  | { kind: "serve"; options: ServerOptions }
+  /** OVMS's --add_to_config / --remove_from_config: edit a config.json, serve nothing. */
+  | { kind: "ovms-config"; edit: OvmsConfigEdit };
 
 export interface CommandLineContext {
   /** Standard output is a terminal: logs default to text rather than JSON. */
@@ -353,6 +359,9 @@ export function parseCommandLine(
 
   if (str("help") !== undefined && flagBoolean("help", str("help")!)) return { kind: "help" };
   if (str("version") !== undefined && flagBoolean("version", str("version")!)) return { kind: "version" };
+  // Before the files are checked: an add creates a config file that is not there yet.
+  const edit = readOvmsConfigEdit(values, env);
+  if (edit !== undefined) return { kind: "ovms-config", edit };
 
   const given = [...list("model-repository"), ...list("model-store")];
   if (given.length === 0 && serve) prepareServeRepository(defaults["model-repository"]!, env);

@@ -117,6 +117,26 @@ export const OVMS_FLAGS: readonly OvmsFlagSpec[] = [
     value: "names",
     help: "OVMS's metric families to serve, separated by commas (with --metrics_enable); default: OVMS's default list.",
   },
+  {
+    name: "add_to_config",
+    boolean: true,
+    help: "Lists the model --model_name (base path --model_path, or its folder in --model_repository_path) in the --config_path file, creating it if need be, and exits.",
+  },
+  {
+    name: "remove_from_config",
+    boolean: true,
+    help: "Takes the model --model_name out of the --config_path file, and exits.",
+  },
+  {
+    name: "model_repository_path",
+    value: "dir",
+    help: "With --add_to_config: the folder holding the model's folder (default: $OVMS_MODEL_REPOSITORY_PATH, whose config.json is then the default --config_path).",
+  },
+  {
+    name: "list_models",
+    boolean: true,
+    help: "Refused: it lists the generative models OVMS pulls, and seqserve pulls none.",
+  },
 ];
 
 /** Flags OVMS has that do not apply to seqserve: accepted with a notice saying why. */
