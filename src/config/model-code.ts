@@ -4,12 +4,12 @@ import { cloneParsed, type ParsedModelConfig, SourceLocations } from "./parsed-c
 import { HANDLER_FILENAMES, TYPESCRIPT_BACKEND } from "./resolve/model-identity.ts";
 
 // Model code found by its file: a version folder with model.ts or model.js (and no
-// model.onnx) is a handler even when nothing says `backend: "typescript"` — a model
+// model.onnx; for an OVMS entry, no .onnx file of any name, as OVMS names none) is a handler even when nothing says `backend: "typescript"` — a model
 // without a config (Triton's auto-complete), a config that names no backend or platform,
 // or an OpenVINO Model Server entry, whose format OVMS also tells from the files.
 
-/** Whether the latest version folder of `modelDir` holds a handler file and no ONNX model. */
-export function holdsModelCode(modelDir: string): boolean {
+/** Whether the latest version folder of `modelDir` holds a handler file and no ONNX model (`anyOnnxName`: OVMS's rule, any `*.onnx`). */
+export function holdsModelCode(modelDir: string, anyOnnxName = false): boolean {
   let versions: string[];
   try {
     versions = readdirSync(modelDir).filter((name) => /^\d+$/.test(name));
@@ -20,7 +20,16 @@ export function holdsModelCode(modelDir: string): boolean {
   if (latest === undefined) return false;
   const folder = join(modelDir, latest);
   if (existsSync(join(folder, "model.onnx"))) return false;
+  if (anyOnnxName && namesInFolder(folder).some((name) => name.endsWith(".onnx"))) return false;
   return HANDLER_FILENAMES.some((file) => existsSync(join(folder, file)));
+}
+
+function namesInFolder(folder: string): string[] {
+  try {
+    return readdirSync(folder);
+  } catch {
+    return [];
+  }
 }
 
 /**
@@ -37,7 +46,7 @@ export function withModelCodeBackend(
     parsed !== undefined &&
     !fromFiles &&
     (parsed.message.backend !== undefined || parsed.message.platform !== undefined);
-  if (chosen || !holdsModelCode(modelDir)) return parsed;
+  if (chosen || !holdsModelCode(modelDir, fromFiles)) return parsed;
   if (parsed === undefined) {
     return {
       file: modelDir,

@@ -1,5 +1,5 @@
 import { existsSync, readFileSync, statSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import {
   findSharedInputs,
   findStatePairs,
@@ -28,6 +28,7 @@ import type { Logger } from "../observability/logger.ts";
 import { modelRunnerLog } from "../observability/model-runner-log.ts";
 import type { ModelSource } from "./model-source.ts";
 import { runWarmup } from "./model-warmup-run.ts";
+import { ovmsModelFile } from "./ovms-model-file.ts";
 import { versionPath } from "./version-folders.ts";
 
 // Turning a model folder into loaded versions: read its config (or the one a load request
@@ -170,15 +171,7 @@ export async function openVersion(
 ): Promise<{ model: LoadedModel; configJson: Record<string, unknown> }> {
   const { source, settings } = prepared;
   const startedMs = performance.now();
-  let modelPath = versionPath(source.dir, version, settings.defaultModelFilename);
-  if (settings.backend === TYPESCRIPT_BACKEND)
-    modelPath = handlerFile(dirname(modelPath), settings.defaultModelFilename);
-  // Triton's ONNX layout for a model with external data (over 2 GB): `model.onnx` is a
-  // folder holding `model.onnx` and the data files it names.
-  else if (isDirectory(modelPath)) modelPath = join(modelPath, "model.onnx");
-  if (!existsSync(modelPath)) {
-    throw unavailable(`model '${source.name}' version ${version}: file '${modelPath}' not found`);
-  }
+  const modelPath = versionModelFile(prepared, version, options.logger);
   const opened = await options.backend.open({
     modelName: source.name,
     modelPath,
@@ -232,6 +225,34 @@ export async function openVersion(
     await Promise.all(opened.executors.map((e) => e.close()));
     throw error;
   }
+}
+
+/**
+ * The file a version is opened from: model code's handler file; an OVMS model's `.onnx`
+ * file, whatever its name (ovms-model-file.ts); else Triton's `default_model_filename`.
+ */
+function versionModelFile(prepared: PreparedModel, version: number, logger: Logger): string {
+  const { source, settings } = prepared;
+  let modelPath = versionPath(source.dir, version, settings.defaultModelFilename);
+  if (settings.backend === TYPESCRIPT_BACKEND)
+    modelPath = handlerFile(dirname(modelPath), settings.defaultModelFilename);
+  else if (source.ovms !== undefined) {
+    const file = ovmsModelFile(source.name, version, dirname(modelPath));
+    if (file.passedOver.length > 0) {
+      logger.warn(
+        { event: "model_file", model: source.name, version, file: file.path, passedOver: file.passedOver },
+        `model '${source.name}' version ${version}: its folder holds ${file.passedOver.length + 1} .onnx files; serving '${basename(file.path)}', the first in sorted order`,
+      );
+    }
+    return file.path;
+  }
+  // Triton's ONNX layout for a model with external data (over 2 GB): `model.onnx` is a
+  // folder holding `model.onnx` and the data files it names.
+  else if (isDirectory(modelPath)) modelPath = join(modelPath, "model.onnx");
+  if (!existsSync(modelPath)) {
+    throw unavailable(`model '${source.name}' version ${version}: file '${modelPath}' not found`);
+  }
+  return modelPath;
 }
 
 function isDirectory(path: string): boolean {

@@ -16,6 +16,10 @@ export interface OvmsModel {
   readonly onnx?: Uint8Array | string | Readonly<Record<number, Uint8Array | string>>;
   /** Other files (a graph.pbtxt), by path from the config file's folder: their texts. */
   readonly files?: Readonly<Record<string, string>>;
+  /** The ONNX file's name in each version folder (OVMS takes any); model.onnx by default. */
+  readonly fileName?: string;
+  /** Other files written in each version folder (text, or bytes), by name: mapping_config.json, a second model. */
+  readonly versionFiles?: Readonly<Record<string, string | Uint8Array>>;
 }
 
 export interface OvmsServer {
@@ -52,9 +56,11 @@ export async function startOvmsServer(
       }
       for (const [version, onnx] of Object.entries(versions)) {
         mkdirSync(join(base, version), { recursive: true });
-        const file = join(base, version, "model.onnx");
+        const file = join(base, version, model.fileName ?? "model.onnx");
         if (typeof onnx === "string") copyFileSync(onnx, file);
         else writeFileSync(file, onnx);
+        for (const [name, content] of Object.entries(model.versionFiles ?? {}))
+          writeFileSync(join(base, version, name), content);
       }
       return { config: { name, base_path: name, ...model.config } };
     });
