@@ -14,8 +14,9 @@ import {
   TYPESCRIPT_BACKEND,
   withModelCodeBackend,
 } from "../config/index.ts";
+import { readMappingConfig, type TensorNameMapping } from "../config/ovms-mapping-config.ts";
 import { fileInFolder } from "../config/resolve/file-in-folder.ts";
-import type { ModelBackend } from "../core/backend.ts";
+import type { ModelBackend, OpenedModel } from "../core/backend.ts";
 import { invalidArg, unavailable } from "../core/errors.ts";
 import { LoadedModel } from "../core/loaded-model.ts";
 import type { ModelConfig } from "../core/model-config.ts";
@@ -26,6 +27,11 @@ import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
 import type { StateBudget } from "../core/sequence/state-budget.ts";
 import type { Logger } from "../observability/logger.ts";
 import { modelRunnerLog } from "../observability/model-runner-log.ts";
+import {
+  sharedInputsInClientNames,
+  statePairsInClientNames,
+  withClientNames,
+} from "./client-tensor-names.ts";
 import type { ModelSource } from "./model-source.ts";
 import { runWarmup } from "./model-warmup-run.ts";
 import { ovmsModelFile } from "./ovms-model-file.ts";
@@ -117,6 +123,7 @@ export function checkInstanceCount(
 function withFoundStatePairs(
   prepared: PreparedModel,
   io: ModelIo | undefined,
+  mapping: TensorNameMapping | undefined,
 ): ParsedModelConfig | undefined {
   const entry = prepared.source.ovms?.entry;
   // Model code keeps its state itself: it has no state pairs to find.
@@ -133,7 +140,12 @@ function withFoundStatePairs(
     if (search.pairs === undefined) throw invalidArg(search.problem ?? "");
     statePairs = search.pairs;
   }
-  const sharedInputs = entry.sharedInputs ?? findSharedInputs(io);
+  let sharedInputs = entry.sharedInputs ?? findSharedInputs(io);
+  // Found, or named, by the model's own names: the config holds those its clients see.
+  if (mapping !== undefined) {
+    statePairs = statePairsInClientNames(statePairs, mapping);
+    if (sharedInputs !== undefined) sharedInputs = sharedInputsInClientNames(sharedInputs, mapping);
+  }
   return entry.toParsedConfig({
     ...prepared.ovms,
     statePairs,
@@ -172,6 +184,7 @@ export async function openVersion(
   const { source, settings } = prepared;
   const startedMs = performance.now();
   const modelPath = versionModelFile(prepared, version, options.logger);
+  const mapping = tensorMapping(prepared, version, dirname(modelPath), options.logger);
   const opened = await options.backend.open({
     modelName: source.name,
     modelPath,
@@ -183,11 +196,12 @@ export async function openVersion(
   });
   let requestObserver: RequestObserver | undefined;
   try {
+    const served = servedUnderMapping(source.name, version, opened, mapping, options.logger);
     const resolved = resolveModelConfig({
-      parsed: withFoundStatePairs(prepared, opened.io),
+      parsed: withFoundStatePairs(prepared, opened.io, mapping),
       modelName: source.name,
       modelDir: source.dir,
-      modelIo: opened.io,
+      modelIo: served.io,
       strict: prepared.strict,
       defaultMaxBatchSize: source.ovms === undefined ? options.defaultMaxBatchSize : OVMS_MAX_BATCH_SIZE,
     });
@@ -198,14 +212,14 @@ export async function openVersion(
     const observer =
       sequencing === undefined ? undefined : modelRunnerLog(source.name, sequencing.logging, logger);
     const labels = readLabels(source.dir, resolved.config);
-    await runWarmup(resolved.config, opened.executors, logger);
+    await runWarmup(resolved.config, served.executors, logger);
     requestObserver = options.observeRequests?.(source.name, String(version));
     const model = new LoadedModel({
       config: resolved.config,
       ...(labels.size === 0 ? {} : { labels }),
       version: String(version),
-      executors: opened.executors,
-      ...(opened.checkInputs === undefined ? {} : { checkInputs: opened.checkInputs }),
+      executors: served.executors,
+      ...(served.checkInputs === undefined ? {} : { checkInputs: served.checkInputs }),
       warn: (message) => logger.warn({ event: "sequence", model: source.name }, message),
       info: (message) => logger.info({ event: "sequence", model: source.name }, message),
       ...(options.maxSequenceIdBytes === undefined ? {} : { maxSequenceIdBytes: options.maxSequenceIdBytes }),
@@ -253,6 +267,48 @@ function versionModelFile(prepared: PreparedModel, version: number, logger: Logg
     throw unavailable(`model '${source.name}' version ${version}: file '${modelPath}' not found`);
   }
   return modelPath;
+}
+
+/**
+ * An OVMS model version's mapping_config.json (config/ovms-mapping-config.ts); one that is
+ * not valid is logged, and the model keeps its own names, as OVMS goes on loading it.
+ */
+function tensorMapping(
+  prepared: PreparedModel,
+  version: number,
+  versionDir: string,
+  logger: Logger,
+): TensorNameMapping | undefined {
+  const { source, settings } = prepared;
+  // Model code names its tensors itself; Triton's repositories have no such file.
+  if (source.ovms === undefined || settings.backend === TYPESCRIPT_BACKEND) return undefined;
+  const read = readMappingConfig(versionDir);
+  if (read.problem !== undefined) {
+    logger.error(
+      { event: "mapping_config", model: source.name, version },
+      `model '${source.name}' version ${version}: ${read.problem}; its inputs and outputs keep the model's names`,
+    );
+  }
+  return read.mapping;
+}
+
+/** The opened model as its clients see it: under its mapping's names, when it has one. */
+function servedUnderMapping(
+  modelName: string,
+  version: number,
+  opened: OpenedModel,
+  mapping: TensorNameMapping | undefined,
+  logger: Logger,
+): OpenedModel {
+  if (mapping === undefined || opened.io === undefined) return opened;
+  const { opened: served, unknown } = withClientNames(modelName, { ...opened, io: opened.io }, mapping);
+  if (unknown.length > 0) {
+    logger.warn(
+      { event: "mapping_config", model: modelName, version },
+      `model '${modelName}' version ${version}: '${mapping.file}' names ${unknown.join(", ")}, which the model does not have`,
+    );
+  }
+  return served;
 }
 
 function isDirectory(path: string): boolean {
