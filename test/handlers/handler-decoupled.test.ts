@@ -495,7 +495,7 @@ test("/generate_stream: a request the model failed before its first response is 
   assert.deepEqual(refused, {
     status: 429,
     type: "text/event-stream; charset=utf-8",
-    text: `data: ${JSON.stringify({ error: "the state of sequence 71 would hold 2004 bytes, more than the model's sequence_state_max_bytes (1000)" })}\n\n`,
+    text: `data: ${JSON.stringify({ error: "the state of sequence 71 would hold 2004 bytes, more than the model's sequence_state_max_bytes (1000): the sequence is not started" })}\n\n`,
   });
   // Refused before the model had it (a check, a sequence's admission): a JSON error, as
   // extension_generate.md says.
