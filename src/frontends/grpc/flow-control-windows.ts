@@ -1,5 +1,6 @@
-import type { Http2SecureServer, Http2Server, ServerHttp2Session } from "node:http2";
-import type { Server, ServerCredentials } from "@grpc/grpc-js";
+import type { ServerHttp2Session } from "node:http2";
+import type { Server } from "@grpc/grpc-js";
+import { onEachHttp2Server } from "./http2-servers.ts";
 
 // The gRPC port's HTTP/2 flow-control windows. Node's are 64 KiB, for each stream and
 // for the whole connection, and a client may send only that much until the server says
@@ -15,25 +16,15 @@ import type { Server, ServerCredentials } from "@grpc/grpc-js";
 //
 // grpc-js's server has no option for this yet (grpc-node pull request #3058 adds
 // `grpc-node.flow_control_window`). Until then the windows are set on the HTTP/2 server
-// that grpc-js creates for a connection injector, through its `createHttp2Server`. With a
-// grpc-js that lacks that method, Node's windows stay, and the test of the windows fails.
+// that grpc-js creates for a connection injector (http2-servers.ts). With a grpc-js that
+// lacks that hook, Node's windows stay, and the test of the windows fails.
 
 /** Both windows of every gRPC connection, in bytes. */
 export const GRPC_FLOW_CONTROL_WINDOW = 1024 * 1024;
 
-type Http2ServerOf = Http2Server | Http2SecureServer;
-
-interface Http2ServerFactory {
-  createHttp2Server?: (credentials: ServerCredentials) => Http2ServerOf;
-}
-
 /** Makes every HTTP/2 server `server` creates from now on open its sessions with `window`-byte windows. */
 export function widenFlowControlWindows(server: Server, window = GRPC_FLOW_CONTROL_WINDOW): void {
-  const factory = server as unknown as Http2ServerFactory;
-  const create = factory.createHttp2Server;
-  if (typeof create !== "function") return;
-  factory.createHttp2Server = (credentials) => {
-    const http2Server = create.call(server, credentials);
+  onEachHttp2Server(server, (http2Server) => {
     // Each stream's window, announced in the server's SETTINGS.
     http2Server.updateSettings({ initialWindowSize: window });
     // The connection's, which SETTINGS cannot change: a WINDOW_UPDATE as the session opens.
@@ -44,6 +35,5 @@ export function widenFlowControlWindows(server: Server, window = GRPC_FLOW_CONTR
         // A session already closing: there is nothing left to widen.
       }
     });
-    return http2Server;
-  };
+  });
 }
