@@ -12,6 +12,7 @@ import { untilDeadline } from "../core/timer-delay.ts";
 import { AccessPolicy } from "../frontends/common/access/access-policy.ts";
 import { ResponseBudgets } from "../frontends/common/response-budget.ts";
 import { createGrpcFrontend, type GrpcFrontend } from "../frontends/grpc/grpc-frontend.ts";
+import { PartialMessageBytes } from "../frontends/grpc/partial-messages.ts";
 import { createHttpFrontend } from "../frontends/http/http-frontend.ts";
 import { createSageMakerFrontend } from "../frontends/sagemaker/sagemaker-frontend.ts";
 import { logSettingsControl } from "../observability/log-settings.ts";
@@ -101,6 +102,7 @@ export async function startServer(
     limits.maxBufferedResponseBytesTotal,
     refusals,
   );
+  const partialMessages = new PartialMessageBytes(limits.grpcMaxPartialMessageBytesTotal, refusals);
   const httpAccess = new AccessPolicy({
     access,
     restrictions: access.httpRestrictions,
@@ -131,6 +133,7 @@ export async function startServer(
             refusals,
             bufferedResponseBytes: () => budgets.totalBytes,
             bufferedResponsePeakBytes: () => budgets.peakBytes,
+            grpcPartialMessageBytes: () => partialMessages.totalBytes,
           },
           options.ovmsMetrics,
         );
@@ -273,6 +276,7 @@ export async function startServer(
         budgets,
         streamStallTimeoutMs: limits.grpcStreamStallTimeoutSecs * 1000,
         streamMaxHeldRequestBytes: limits.maxHeldRequestBytes,
+        partialMessages,
         tls: security.grpcTls,
         access: new AccessPolicy({
           access,

@@ -81,6 +81,16 @@ const LIMIT_FLAGS: readonly [FlagSpec, keyof LimitOptions, number][] = [
   ],
   [
     limit(
+      "grpc-max-partial-message-bytes-total",
+      "bytes",
+      "grpcMaxPartialMessageBytesTotal",
+      "What gRPC messages received in part (sent more slowly than read, or never finished) may hold, all connections together (default: a quarter of the memory the process may use); a message that would pass it ends a call of the connection holding the most, which may be its own (RESOURCE_EXHAUSTED).",
+    ),
+    "grpcMaxPartialMessageBytesTotal",
+    1024,
+  ],
+  [
+    limit(
       "http-max-header-bytes",
       "bytes",
       "httpMaxHeaderBytes",

@@ -75,6 +75,8 @@ export interface LimitOptions {
   readonly maxBufferedResponseBytesTotal: number;
   /** What one gzip / deflate gRPC message may inflate to. */
   readonly grpcMaxDecompressedBytes: number;
+  /** What gRPC messages received in part (not yet whole) hold, every connection together. */
+  readonly grpcMaxPartialMessageBytesTotal: number;
   /** Largest HTTP request head (request line and headers). */
   readonly httpMaxHeaderBytes: number;
   /** Time to receive a request's headers. */
@@ -136,6 +138,8 @@ export const DEFAULT_LIMITS: LimitOptions = Object.freeze({
   // A quarter of the memory the process may use (sequence state may take half).
   maxBufferedResponseBytesTotal: Math.floor(defaultMaxStateBytes() / 2),
   grpcMaxDecompressedBytes: 64 * MiB,
+  // A quarter of the memory the process may use, as the answers slow readers hold.
+  grpcMaxPartialMessageBytesTotal: Math.floor(defaultMaxStateBytes() / 2),
   httpMaxHeaderBytes: 16 * 1024,
   httpHeaderTimeoutSecs: 30,
   httpRequestTimeoutSecs: 120,

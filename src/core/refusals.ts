@@ -14,6 +14,8 @@ export const LIMITS = [
   "buffered_response_bytes_total",
   /** A gRPC message inflated past --grpc-max-decompressed-bytes. */
   "grpc_decompressed_bytes",
+  /** A gRPC call ended: messages received in part would have held more than --grpc-max-partial-message-bytes-total, its connection the most. */
+  "grpc_partial_message_bytes",
   /** An HTTP body larger than --http-max-body-bytes (after decompression). */
   "http_body_bytes",
   /** An HTTP request head larger than --http-max-header-bytes. */

@@ -10,6 +10,8 @@ export interface SecurityMetricsSource {
   bufferedResponseBytes(): number;
   /** The most such bytes held at once since the server started. */
   bufferedResponsePeakBytes(): number;
+  /** Bytes of gRPC messages received in part, over every connection. */
+  grpcPartialMessageBytes(): number;
 }
 
 export function registerSecurityMetrics(registry: Registry, source: SecurityMetricsSource): void {
@@ -47,6 +49,14 @@ export function registerSecurityMetrics(registry: Registry, source: SecurityMetr
     registers: [registry],
     collect(this: Gauge) {
       this.set(source.bufferedResponsePeakBytes());
+    },
+  });
+  new Gauge({
+    name: "seqserve_grpc_partial_message_bytes",
+    help: "Bytes of gRPC messages received in part, not yet whole (all connections)",
+    registers: [registry],
+    collect(this: Gauge) {
+      this.set(source.grpcPartialMessageBytes());
     },
   });
 }

@@ -8,11 +8,13 @@ import { onEachHttp2Server } from "./http2-servers.ts";
 // on one connection, or 256 sequences on 16 streams, are more than 64 KiB in flight, so
 // every request waited for the event loop's next turn to let the next one in: the tail
 // of the latency was the window's. This sets both windows to 1 MiB, gRPC Java's
-// server default. A client can make a connection hold no more than that of data the
-// server has not read (the connection's window caps all its streams together), so the
-// server holds at most --grpc-max-connections MiB of it: 4 GiB at the default of 4096
-// connections, against 256 MiB with Node's windows. An operator who needs a smaller
-// bound lowers the connection count.
+// server default.
+//
+// The window bounds only what the server has not read: grpc-js reads each DATA frame as
+// it comes (which opens the window again) and keeps a message's bytes until the message
+// is whole, so a client declaring a 2 GiB message and sending it slowly makes the server
+// hold what it has sent. Those bytes are bounded apart, server-wide, by
+// --grpc-max-partial-message-bytes-total (partial-messages.ts).
 //
 // grpc-js's server has no option for this yet (grpc-node pull request #3058 adds
 // `grpc-node.flow_control_window`). Until then the windows are set on the HTTP/2 server

@@ -13,7 +13,9 @@ import { decompressionLimit } from "./decompression-limit.ts";
 import { widenFlowControlWindows } from "./flow-control-windows.ts";
 import { accessInterceptor } from "./grpc-access.ts";
 import { healthService } from "./health-service.ts";
+import { onEachHttp2Server } from "./http2-servers.ts";
 import { inferenceService } from "./inference-service.ts";
+import { followPartialMessages, type PartialMessageBytes } from "./partial-messages.ts";
 import type { DecodeLimit } from "./proto-definitions.ts";
 import type { GrpcServiceRegistration } from "./service-registration.ts";
 import { unaryAnswerBudget } from "./unary-answer-budget.ts";
@@ -22,7 +24,8 @@ import { unaryAnswerBudget } from "./unary-answer-budget.ts";
 // grpc.health.v1.Health, and TF-Serving's PredictionService and ModelService. Its port is
 // seqserve's own listener (connection-listener.ts), which bounds connections and the time
 // to the HTTP/2 preface; interceptors bound what a compressed message may inflate to and
-// check every call's access before its first message is read.
+// check every call's access before its first message is read; every stream's DATA is
+// followed to bound what messages received in part hold (partial-messages.ts).
 
 /** Triton's default message limit (INT32_MAX): tensors are routinely far above grpc-js's 4 MiB. */
 export const DEFAULT_MAX_MESSAGE_BYTES = 2 ** 31 - 1;
@@ -76,6 +79,8 @@ export interface GrpcFrontendOptions {
   readonly streamStallTimeoutMs?: number;
   /** Request bytes a ModelStreamInfer stream holds unanswered before it stops reading (default unbounded). */
   readonly streamMaxHeldRequestBytes?: number;
+  /** The server-wide bound on messages received in part (default unbounded, and not followed). */
+  readonly partialMessages?: PartialMessageBytes;
   readonly tls?: TlsOptions | undefined;
   readonly access?: AccessPolicy | undefined;
   readonly refusals?: Refusals | undefined;
@@ -161,6 +166,10 @@ export function createGrpcFrontend(options: GrpcFrontendOptions): GrpcFrontend {
     interceptors: interceptors(options, budgets, decodeLimit),
   });
   widenFlowControlWindows(server);
+  const partialMessages = options.partialMessages;
+  if (partialMessages !== undefined) {
+    onEachHttp2Server(server, (http2Server) => followPartialMessages(http2Server, partialMessages));
+  }
   const services: GrpcServiceRegistration[] = [
     inferenceService({
       context,

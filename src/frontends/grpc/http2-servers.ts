@@ -2,11 +2,12 @@ import type { Http2SecureServer, Http2Server } from "node:http2";
 import type { Server, ServerCredentials } from "@grpc/grpc-js";
 
 // grpc-js's server has no public hook on the HTTP/2 servers it creates (one per port, or
-// per connection injector), and seqserve sets the flow-control windows on them
-// (flow-control-windows.ts). That goes through grpc-js's `createHttp2Server`, which it
-// calls for each; it has already added its own `stream` and `session` listeners to the
-// server it returns, so listeners added here run after grpc-js's. With a grpc-js that
-// lacks that method nothing is set up, and the test of the windows fails.
+// per connection injector), and seqserve needs two: the flow-control windows
+// (flow-control-windows.ts) and following what each stream's partial message holds
+// (partial-messages.ts). Both go through grpc-js's `createHttp2Server`, which it calls for
+// each; it has already added its own `stream` and `session` listeners to the server it
+// returns, so listeners added here run after grpc-js's. With a grpc-js that lacks that
+// method nothing is set up, and the tests of both fail.
 
 export type Http2ServerOf = Http2Server | Http2SecureServer;
 
