@@ -6,6 +6,7 @@ import { DEFAULT_SERVER_OPTIONS } from "../config/server-options.ts";
 import type { ModelBackend } from "../core/backend.ts";
 import type { ServerContext, ServerMetadata } from "../core/model.ts";
 import { Refusals } from "../core/refusals.ts";
+import { QueueBudget } from "../core/scheduler/queue-budget.ts";
 import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
 import { StateBudget } from "../core/sequence/state-budget.ts";
 import { untilDeadline } from "../core/timer-delay.ts";
@@ -103,6 +104,7 @@ export async function startServer(
     refusals,
   );
   const partialMessages = new PartialMessageBytes(limits.grpcMaxPartialMessageBytesTotal, refusals);
+  const queueBudget = new QueueBudget(limits.maxQueuedRequestBytes, refusals);
   const httpAccess = new AccessPolicy({
     access,
     restrictions: access.httpRestrictions,
@@ -134,6 +136,7 @@ export async function startServer(
             bufferedResponseBytes: () => budgets.totalBytes,
             bufferedResponsePeakBytes: () => budgets.peakBytes,
             grpcPartialMessageBytes: () => partialMessages.totalBytes,
+            queuedRequestBytes: () => queueBudget.heldBytes,
           },
           options.ovmsMetrics,
         );
@@ -189,6 +192,7 @@ export async function startServer(
       maxSequenceIdBytes: security.limits.maxSequenceIdBytes,
       refusals,
       stateBudget: new StateBudget(security.limits.maxStateBytes, refusals),
+      queueBudget,
       configName: options.modelConfigName,
       observeRequests: combineObservers(observers, (error) =>
         logger.warn({ err: error }, "a request observer failed"),

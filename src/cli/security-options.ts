@@ -201,6 +201,16 @@ const LIMIT_FLAGS: readonly [FlagSpec, keyof LimitOptions, number][] = [
   ],
   [
     limit(
+      "max-queued-request-bytes",
+      "bytes",
+      "maxQueuedRequestBytes",
+      "Input bytes of the requests every model has queued and not yet running, together (a dynamic batcher's queue, a sequence backlog, a sequence's own queue; default: a quarter of the memory the process may use); a request that would pass it is refused at once (503 with Retry-After, UNAVAILABLE).",
+    ),
+    "maxQueuedRequestBytes",
+    1,
+  ],
+  [
+    limit(
       "max-shared-memory-regions",
       "n",
       "maxSharedMemoryRegions",

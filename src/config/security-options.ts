@@ -98,6 +98,8 @@ export interface LimitOptions {
   readonly grpcStreamStallTimeoutSecs: number;
   /** Request bytes a stream (ModelStreamInfer, a WebSocket) holds unanswered before it stops reading. */
   readonly maxHeldRequestBytes: number;
+  /** Input bytes of the requests every model has queued and not yet running, together. */
+  readonly maxQueuedRequestBytes: number;
   /** System shared memory regions registered at once (with --allow-client-shm). */
   readonly maxSharedMemoryRegions: number;
   /** Bytes read from shared memory by requests not yet answered, server-wide. */
@@ -151,6 +153,8 @@ export const DEFAULT_LIMITS: LimitOptions = Object.freeze({
   grpcMaxConcurrentStreams: 1024,
   grpcStreamStallTimeoutSecs: 600,
   maxHeldRequestBytes: 64 * MiB,
+  // A quarter of the memory the process may use, as answers waiting for slow readers.
+  maxQueuedRequestBytes: Math.floor(defaultMaxStateBytes() / 2),
   maxSharedMemoryRegions: 1024,
   maxSharedMemoryBytes: 256 * MiB,
   maxStateBytes: defaultMaxStateBytes(),

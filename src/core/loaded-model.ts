@@ -11,6 +11,7 @@ import { type InferResponseStream, ResponseChannel, singleResponseStream } from 
 import type { BatchObserver } from "./scheduler/batch-observer.ts";
 import { DynamicBatcher } from "./scheduler/dynamic-batcher.ts";
 import { nowNs, PendingRequest, type RequestResult } from "./scheduler/pending-request.ts";
+import type { QueueBudget } from "./scheduler/queue-budget.ts";
 import type { RequestObserver } from "./scheduler/request-observer.ts";
 import type { DrainReason, Scheduler } from "./scheduler/scheduler.ts";
 import type { RecentEnd } from "./sequence/recent-ends.ts";
@@ -52,6 +53,8 @@ export interface LoadedModelOptions {
   readonly refusals?: Refusals;
   /** The server's budget of state bytes, shared by every model (--max-state-bytes). */
   readonly stateBudget?: StateBudget;
+  /** The server's budget of bytes of requests waiting to run, shared by every model (--max-queued-request-bytes). */
+  readonly queueBudget?: QueueBudget;
   /** The backend's check of a request's inputs (see OpenedModel.checkInputs). */
   readonly checkInputs?: (inputs: ReadonlyMap<string, Tensor>) => void;
   /** Class labels by output (see ServedModel.labels). */
@@ -99,6 +102,7 @@ export class LoadedModel implements ServedModel {
   #carriedCounters: CounterTotals | (() => CounterTotals) | undefined;
   #requestObserver: RequestObserver | undefined;
   readonly #checkInputs: ((inputs: ReadonlyMap<string, Tensor>) => void) | undefined;
+  readonly #queueBudget: QueueBudget | undefined;
 
   constructor(options: LoadedModelOptions) {
     const { config } = options;
@@ -110,6 +114,7 @@ export class LoadedModel implements ServedModel {
     this.outputs = metadata.outputs;
     this.#executors = options.executors;
     this.#checkInputs = options.checkInputs;
+    this.#queueBudget = options.queueBudget;
     this.labels = options.labels;
     this.loadSeconds = options.loadSeconds;
     this.#statistics = new ModelStatistics(config.name, options.version);
@@ -168,7 +173,7 @@ export class LoadedModel implements ServedModel {
       }
       pending = new PendingRequest(request, this.#validate(request));
       channel?.follow(pending);
-      this.#scheduler.enqueue(pending);
+      this.#enqueue(pending);
       enqueued = true;
       result = await pending.promise;
     } catch (error) {
@@ -228,7 +233,7 @@ export class LoadedModel implements ServedModel {
       pending.responses = channel;
       channel.follow(pending);
       channel.parameters = pending.responseParameters;
-      this.#scheduler.enqueue(pending);
+      this.#enqueue(pending);
     } catch (error) {
       // Refused before the scheduler took it: no failure of the model's (see #failed).
       channel.fail(this.#failed(request, startNs, pending, false, error));
@@ -256,6 +261,21 @@ export class LoadedModel implements ServedModel {
       },
     );
     return channel;
+  }
+
+  /**
+   * Hands `pending` to the scheduler, its input bytes held in the server's queue budget
+   * until it runs or is answered: refused first when they do not fit, and given back when
+   * the scheduler refuses it.
+   */
+  #enqueue(pending: PendingRequest): void {
+    if (this.#queueBudget !== undefined) pending.holdQueuedBytes(this.#queueBudget, this.name);
+    try {
+      this.#scheduler.enqueue(pending);
+    } catch (error) {
+      pending.releaseQueuedBytes();
+      throw error;
+    }
   }
 
   /** Tells the statistics and the request observer that an accepted request was answered. */

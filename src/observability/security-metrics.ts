@@ -1,8 +1,9 @@
 import { type Counter, Gauge, Counter as PromCounter, type Registry } from "prom-client";
 import { LIMITS, type Refusals } from "../core/refusals.ts";
 
-// What the limits and access control refused, and the bytes of answers waiting for slow
-// readers, read at scrape time like the rest of the metrics.
+// What the limits and access control refused, the bytes of answers waiting for slow
+// readers and those of requests waiting to run, read at scrape time like the rest of the
+// metrics.
 
 export interface SecurityMetricsSource {
   readonly refusals: Refusals;
@@ -12,6 +13,8 @@ export interface SecurityMetricsSource {
   bufferedResponsePeakBytes(): number;
   /** Bytes of gRPC messages received in part, over every connection. */
   grpcPartialMessageBytes(): number;
+  /** Input bytes of the requests queued and not yet running, over every model. */
+  queuedRequestBytes(): number;
 }
 
 export function registerSecurityMetrics(registry: Registry, source: SecurityMetricsSource): void {
@@ -57,6 +60,14 @@ export function registerSecurityMetrics(registry: Registry, source: SecurityMetr
     registers: [registry],
     collect(this: Gauge) {
       this.set(source.grpcPartialMessageBytes());
+    },
+  });
+  new Gauge({
+    name: "seqserve_queued_request_bytes",
+    help: "Input bytes of the requests queued and not yet running (every model's queues and sequence backlogs)",
+    registers: [registry],
+    collect(this: Gauge) {
+      this.set(source.queuedRequestBytes());
     },
   });
 }

@@ -22,6 +22,7 @@ import { LoadedModel } from "../core/loaded-model.ts";
 import type { ModelConfig } from "../core/model-config.ts";
 import type { ModelIo } from "../core/model-io.ts";
 import type { Refusals } from "../core/refusals.ts";
+import type { QueueBudget } from "../core/scheduler/queue-budget.ts";
 import type { RequestObserver, RequestObserverFactory } from "../core/scheduler/request-observer.ts";
 import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
 import type { StateBudget } from "../core/sequence/state-budget.ts";
@@ -174,6 +175,7 @@ export interface VersionLoadOptions {
   readonly maxSequenceIdBytes?: number;
   readonly refusals?: Refusals;
   readonly stateBudget?: StateBudget;
+  readonly queueBudget?: QueueBudget;
 }
 
 export async function openVersion(
@@ -225,6 +227,7 @@ export async function openVersion(
       ...(options.maxSequenceIdBytes === undefined ? {} : { maxSequenceIdBytes: options.maxSequenceIdBytes }),
       ...(options.refusals === undefined ? {} : { refusals: options.refusals }),
       ...(options.stateBudget === undefined ? {} : { stateBudget: options.stateBudget }),
+      ...(options.queueBudget === undefined ? {} : { queueBudget: options.queueBudget }),
       ...(observer === undefined ? {} : { observer }),
       requestObserver,
       ...(sequencing === undefined || options.sequenceTier === undefined

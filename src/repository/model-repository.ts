@@ -17,6 +17,7 @@ import type {
   UnloadedSequenceEnd,
 } from "../core/model.ts";
 import type { Refusals } from "../core/refusals.ts";
+import type { QueueBudget } from "../core/scheduler/queue-budget.ts";
 import type { RequestObserverFactory } from "../core/scheduler/request-observer.ts";
 import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
 import type { StateBudget } from "../core/sequence/state-budget.ts";
@@ -75,6 +76,8 @@ export interface ModelRepositoryOptions {
   readonly refusals?: Refusals;
   /** The server's budget of state bytes, for every model's sequences (--max-state-bytes). */
   readonly stateBudget?: StateBudget;
+  /** The server's budget of bytes of requests waiting to run, for every model (--max-queued-request-bytes). */
+  readonly queueBudget?: QueueBudget;
 }
 
 interface ModelEntry {

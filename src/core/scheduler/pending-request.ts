@@ -4,6 +4,7 @@ import type { InferRequest, Parameters, ParameterValue } from "../infer.ts";
 import type { ValidatedRequest } from "../request-validation.ts";
 import type { RequestTimings } from "../statistics.ts";
 import type { Tensor } from "../tensor.ts";
+import { type QueueBudget, queuedBytesOf } from "./queue-budget.ts";
 
 export interface RequestResult {
   readonly outputs: ReadonlyMap<string, Tensor>;
@@ -35,6 +36,9 @@ export class PendingRequest {
   #settled = false;
   #onAbort: (() => void) | undefined;
   #gate: ((deliver: () => void) => void) | undefined;
+  /** The budget holding the request's input bytes while it waits to run, and how many. */
+  #queueBudget: QueueBudget | undefined;
+  #queuedBytes = 0;
 
   constructor(request: InferRequest, validated: ValidatedRequest) {
     this.request = request;
@@ -103,8 +107,33 @@ export class PendingRequest {
     return this.#gate !== undefined;
   }
 
+  /**
+   * Holds the request's input bytes in `budget` until it is dispatched or settles,
+   * whichever comes first; throws (holding nothing) when they do not fit. `model` names the
+   * model in the refusal.
+   */
+  holdQueuedBytes(budget: QueueBudget, model: string): void {
+    const bytes = queuedBytesOf(this.#validated.inputs);
+    budget.take(bytes, model, this.request.id);
+    this.#queueBudget = budget;
+    this.#queuedBytes = bytes;
+  }
+
+  /**
+   * Gives the bytes held by holdQueuedBytes back, once: on dispatch, on settling, or when
+   * the scheduler refused the request. A request moved to another scheduler (a reload)
+   * keeps them; one queued again after it ran (a step retried) does not take them again.
+   */
+  releaseQueuedBytes(): void {
+    const budget = this.#queueBudget;
+    if (budget === undefined) return;
+    this.#queueBudget = undefined;
+    budget.give(this.#queuedBytes);
+  }
+
   markDispatched(): void {
     this.dispatchNs = nowNs();
+    this.releaseQueuedBytes();
   }
 
   resolve(result: RequestResult): void {
@@ -149,6 +178,7 @@ export class PendingRequest {
   #settle(): boolean {
     if (this.#settled) return false;
     this.#settled = true;
+    this.releaseQueuedBytes();
     if (this.#onAbort !== undefined) this.request.signal?.removeEventListener("abort", this.#onAbort);
     return true;
   }

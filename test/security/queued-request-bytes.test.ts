@@ -1,0 +1,183 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { securityOptions } from "../../src/config/security-options.ts";
+import { identityModel } from "../../tools/onnx/test-models.ts";
+import { type HandlerRepository, handlerRepository, LOG_MODEL } from "../handlers/support/handler-kit.ts";
+import { type HttpAnswer, infer, inferBody, outputData, postJson } from "../support/http-client.ts";
+import { assertError, listSequences, metricValue, waitFor } from "../support/sequence-kit.ts";
+import { startTestServer, type TestServer } from "../support/test-server.ts";
+
+// --max-queued-request-bytes bounds the input bytes of the requests every model holds
+// queued and not yet running, where each queue alone is bounded only by a count (a
+// sequence backlog of 1024 STARTs of 64 MiB each). Reported: a client filled a model's
+// sequence slots with tiny sessions, then parked 30 STARTs of 30 MB each in its backlog.
+// Here the slots are full, big STARTs wait, and the START that would pass the budget is
+// refused at once as a full backlog is (503, Retry-After) while the running sequences go
+// on; a dynamic batcher's queue is bounded by the same budget. What the requests hold
+// comes back exactly once, whether they ran, were cancelled, were refused, or moved to a
+// reloaded version: the count is 0 when nothing waits.
+
+const BUDGET = 2500;
+
+let repository: HandlerRepository;
+let server: TestServer;
+before(async () => {
+  repository = handlerRepository({
+    // LOG_MODEL (state: every byte sent; answers KEPT and SUM) with 2 sequence slots.
+    session: {
+      config: `name: "session"\n${LOG_MODEL.config!.replace("max_candidate_sequences: 4", "max_candidate_sequences: 2")}\ninstance_group [ { count: 1 kind: KIND_CPU } ]`,
+      files: LOG_MODEL.files,
+    },
+    // Requests of one size wait for a batch of 4 (or a minute).
+    batched: {
+      config: `
+name: "batched"
+backend: "onnxruntime"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
+dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 60000000 }
+`,
+      files: { "1/model.onnx": identityModel("UINT8", [-1, -1]) },
+    },
+  });
+  server = await startTestServer(repository.path, {
+    modelControlMode: "explicit",
+    loadModels: ["session", "batched"],
+    security: securityOptions({ limits: { ...securityOptions().limits, maxQueuedRequestBytes: BUDGET } }),
+  });
+});
+after(async () => {
+  await server.stop();
+  repository.remove();
+});
+
+const queuedBytes = async () =>
+  (await metricValue(server.metricsUrl, "seqserve_queued_request_bytes", {})) ?? 0;
+const refusals = async () =>
+  (await metricValue(server.metricsUrl, "seqserve_limit_refusals_total", {
+    limit: "queued_request_bytes",
+  })) ?? 0;
+const untilQueued = (bytes: number) =>
+  waitFor(`${bytes} bytes queued`, async () => ((await queuedBytes()) === bytes ? true : undefined));
+
+/** A step of `session` sending `bytes` bytes of value `value`. */
+const note = (id: number, bytes: number, value: number, sequence: { start?: boolean; end?: boolean } = {}) =>
+  infer(
+    server.url,
+    "session",
+    [{ name: "IN", datatype: "UINT8", shape: [bytes], data: new Array(bytes).fill(value) }],
+    {
+      id,
+      ...sequence,
+    },
+  );
+
+/** [KEPT, SUM] of an answer of `session`. */
+const kept = (answer: HttpAnswer) => [outputData(answer, "KEPT")[0], outputData(answer, "SUM")[0]];
+
+const refusedMessage = (model: string, bytes: number) =>
+  `[request id: <id_unknown>] model '${model}' cannot queue the request: its ${bytes} bytes of inputs would take the requests waiting to run past the server's limit of ${BUDGET} bytes (--max-queued-request-bytes, for every model's queues together); retry later`;
+
+test("a full model's backlog of big STARTs: the START past the budget is refused at once, the running sequences go on", async () => {
+  // Tiny sessions take both slots.
+  assert.deepEqual(kept(await note(1, 1, 1, { start: true })), [1, 1]);
+  assert.deepEqual(kept(await note(2, 1, 2, { start: true })), [1, 2]);
+  // Two big STARTs wait in the backlog, holding 2000 of the 2500 bytes.
+  const big11 = note(11, 1000, 1, { start: true });
+  await untilQueued(1000);
+  const big12 = note(12, 1000, 2, { start: true });
+  await untilQueued(2000);
+  assert.equal((await listSequences(server.url, "session")).summary.backlog, 2);
+
+  // A third would take 3000: refused before it is queued, as a full backlog refuses.
+  const refused = await note(13, 1000, 3, { start: true });
+  assertError(refused, 503, refusedMessage("session", 1000));
+  assert.equal(refused.headers["retry-after"], "1");
+  assert.equal(await refusals(), 1);
+  const listing = await listSequences(server.url, "session");
+  assert.deepEqual(
+    listing.sequences.map((s) => Number(s.id)).sort((a, b) => a - b),
+    [1, 2, 11, 12],
+  );
+  assert.equal(await queuedBytes(), 2000);
+
+  // One that fits waits, until its client gives up: what it held comes back.
+  const gaveUp = new AbortController();
+  const abandoned = fetch(`${server.url}/v2/models/session/infer`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: inferBody([{ name: "IN", datatype: "UINT8", shape: [400], data: new Array(400).fill(4) }], {
+      id: 14,
+      start: true,
+    }),
+    signal: gaveUp.signal,
+  }).catch((error: Error) => error.name);
+  await untilQueued(2400);
+  gaveUp.abort();
+  assert.equal(await abandoned, "AbortError");
+  await untilQueued(2000);
+
+  // The running sequences' steps fit in what is left, and are answered as ever.
+  assert.deepEqual(kept(await note(1, 2, 5)), [3, 11]);
+  assert.deepEqual(kept(await note(2, 3, 1)), [4, 5]);
+  assert.equal(await queuedBytes(), 2000);
+
+  // A reload moves the sequences with their queued requests, which keep what they hold.
+  const reload = await postJson(`${server.url}/v2/repository/models/session/load`, {});
+  assert.equal(reload.status, 200, JSON.stringify(reload.body));
+  assert.equal(await queuedBytes(), 2000);
+
+  // Slots free up: the big STARTs run, and the budget has room again.
+  assert.deepEqual(kept(await note(1, 1, 0, { end: true })), [4, 11]);
+  assert.deepEqual(kept(await big11), [1000, 1000]);
+  assert.deepEqual(kept(await note(2, 1, 0, { end: true })), [5, 5]);
+  assert.deepEqual(kept(await big12), [1000, 2000]);
+  assert.equal(await queuedBytes(), 0);
+  await note(11, 1, 0, { end: true });
+  assert.deepEqual(kept(await note(13, 1000, 3, { start: true })), [1000, 3000]);
+  for (const id of [12, 13]) await note(id, 1, 0, { end: true });
+  assert.equal(await queuedBytes(), 0);
+  assert.equal(await refusals(), 1);
+});
+
+test("a dynamic batcher's queue is bounded by the same budget; answered, cancelled and refused requests give back what they held", async () => {
+  const refusedBefore = await refusals();
+  const send = (bytes: number, signal?: AbortSignal) =>
+    fetch(`${server.url}/v2/models/batched/infer`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: inferBody([
+        { name: "INPUT0", datatype: "UINT8", shape: [1, bytes], data: new Array(bytes).fill(9) },
+      ]),
+      ...(signal === undefined ? {} : { signal }),
+    });
+  // Three of 600 bytes wait for a fourth to make a batch; one of them is given up on.
+  const waiting = [send(600), send(600)];
+  await untilQueued(1200);
+  const gaveUp = new AbortController();
+  const abandoned = send(600, gaveUp.signal).catch((error: Error) => error.name);
+  await untilQueued(1800);
+  gaveUp.abort();
+  assert.equal(await abandoned, "AbortError");
+  await untilQueued(1200);
+  waiting.push(send(600));
+  await untilQueued(1800);
+
+  // 1000 more would take 2800: refused at once; the waiting requests are not disturbed.
+  const refused = await send(1000);
+  assert.equal(refused.status, 503);
+  assert.equal(refused.headers.get("retry-after"), "1");
+  assert.deepEqual(await refused.json(), { error: refusedMessage("batched", 1000) });
+  assert.equal(await refusals(), refusedBefore + 1);
+  assert.equal(await queuedBytes(), 1800);
+
+  // The fourth makes the batch: all four are answered, and nothing is held.
+  waiting.push(send(600));
+  for (const answer of await Promise.all(waiting)) {
+    assert.equal(answer.status, 200);
+    const body = (await answer.json()) as { outputs: { data: number[] }[] };
+    assert.deepEqual(body.outputs[0]!.data, new Array(600).fill(9));
+  }
+  assert.equal(await queuedBytes(), 0);
+});
