@@ -140,8 +140,9 @@ export const DEFAULT_LIMITS: LimitOptions = Object.freeze({
   // A quarter of the memory the process may use (sequence state may take half).
   maxBufferedResponseBytesTotal: Math.floor(defaultMaxStateBytes() / 2),
   grpcMaxDecompressedBytes: 64 * MiB,
-  // A quarter of the memory the process may use, as the answers slow readers hold.
-  grpcMaxPartialMessageBytesTotal: Math.floor(defaultMaxStateBytes() / 2),
+  // An eighth of the memory the process may use: with the state's half, the answers'
+  // quarter and the queued requests' eighth, the bounds a client can fill add up to it.
+  grpcMaxPartialMessageBytesTotal: Math.floor(defaultMaxStateBytes() / 4),
   httpMaxHeaderBytes: 16 * 1024,
   httpHeaderTimeoutSecs: 30,
   httpRequestTimeoutSecs: 120,
@@ -153,8 +154,8 @@ export const DEFAULT_LIMITS: LimitOptions = Object.freeze({
   grpcMaxConcurrentStreams: 1024,
   grpcStreamStallTimeoutSecs: 600,
   maxHeldRequestBytes: 64 * MiB,
-  // A quarter of the memory the process may use, as answers waiting for slow readers.
-  maxQueuedRequestBytes: Math.floor(defaultMaxStateBytes() / 2),
+  // An eighth of the memory the process may use (see grpcMaxPartialMessageBytesTotal).
+  maxQueuedRequestBytes: Math.floor(defaultMaxStateBytes() / 4),
   maxSharedMemoryRegions: 1024,
   maxSharedMemoryBytes: 256 * MiB,
   maxStateBytes: defaultMaxStateBytes(),
