@@ -252,7 +252,7 @@ export class LoadedModel implements ServedModel {
       (result) => {
         ended(false);
         const firstNs = firstResponseAtNs === undefined ? undefined : firstResponseAtNs - accepted.arrivalNs;
-        this.#succeeded(request, accepted, result, firstNs);
+        this.#succeeded(request, accepted, result, { firstResponseNs: firstNs });
         channel.finish();
       },
       (error: unknown) => {
@@ -283,7 +283,8 @@ export class LoadedModel implements ServedModel {
     request: InferRequest,
     pending: PendingRequest,
     result: RequestResult,
-    firstResponseNs?: number,
+    /** For a request of a decoupled model: when its first response went, if it sent any. */
+    streamed?: { readonly firstResponseNs: number | undefined },
   ): void {
     this.#statistics.recordSuccess(result.timings, pending.validated.rows);
     this.#requestObserver?.requestDone({
@@ -293,7 +294,8 @@ export class LoadedModel implements ServedModel {
       sequenceId: sequenceIdOf(request, pending),
       timings: result.timings,
       outputs: result.outputs,
-      ...(firstResponseNs === undefined ? {} : { firstResponseNs }),
+      ...(streamed === undefined ? {} : { streamed: true }),
+      ...(streamed?.firstResponseNs === undefined ? {} : { firstResponseNs: streamed.firstResponseNs }),
     });
   }
 

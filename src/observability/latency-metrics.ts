@@ -109,15 +109,15 @@ export function latencyMetrics(
         ),
         input: summary(
           "nv_inference_compute_input_summary_us",
-          "Summary of compute input duration in microseconds (does not include cached requests)",
+          "Cumulative compute input duration in microseconds (does not include cached requests)",
         ),
         infer: summary(
           "nv_inference_compute_infer_summary_us",
-          "Summary of compute inference duration in microseconds (does not include cached requests)",
+          "Cumulative compute inference duration in microseconds (does not include cached requests)",
         ),
         output: summary(
           "nv_inference_compute_output_summary_us",
-          "Summary of inference compute output duration in microseconds (does not include cached requests)",
+          "Cumulative inference compute output duration in microseconds (does not include cached requests)",
         ),
       }
     : undefined;
@@ -138,6 +138,9 @@ export function latencyMetrics(
       failed[reason] = failures.labels({ ...labels, reason });
       failed[reason].inc(0);
     }
+    // At 0 from the load, as Triton's (a series that appears with the first request leaves
+    // an idle model out of a dashboard's sums and sets off `absent()` alerts).
+    for (const family of Object.values(histograms ?? {})) family.zero(labels);
     const hist = histograms && {
       firstResponse: histograms.firstResponse.labels(labels),
       request: histograms.request.labels(labels),
@@ -167,7 +170,10 @@ export function latencyMetrics(
         // Answered without a run (see ModelStatistics.recordSuccess): no compute to time.
         const ran = timings.batchSize > 0;
         if (hist !== undefined) {
-          hist.firstResponse.observe((record.firstResponseNs ?? timings.totalNs) / 1e6);
+          // A decoupled request that completed without a response had no first response
+          // (Triton observes it as a response is sent, never for the final flag alone).
+          if (record.firstResponseNs !== undefined || record.streamed !== true)
+            hist.firstResponse.observe((record.firstResponseNs ?? timings.totalNs) / 1e6);
           hist.request.observe(timings.totalNs / 1e9);
           hist.queue.observe(timings.queueNs / 1e9);
           if (ran)

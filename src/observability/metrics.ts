@@ -15,6 +15,7 @@ import type { StateStoreObserver } from "../state-tiers/state-store-observer.ts"
 import { cpuMetrics } from "./cpu-metrics.ts";
 import { latencyMetrics } from "./latency-metrics.ts";
 import { ovmsMetrics } from "./ovms-metrics.ts";
+import { pinnedMemoryMetrics } from "./pinned-memory-metrics.ts";
 import { registerSecurityMetrics, type SecurityMetricsSource } from "./security-metrics.ts";
 import { stateStoreMetrics } from "./state-store-metrics.ts";
 
@@ -73,6 +74,7 @@ export function createMetricsRegistry(
   collectDefaultMetrics({ register: registry });
   if (security !== undefined) registerSecurityMetrics(registry, security);
   const cpu = settings.cpuMetrics ? cpuMetrics(registry, settings.intervalMs) : undefined;
+  pinnedMemoryMetrics(registry);
   const latency = latencyMetrics(registry, settings);
   const ovmsFamilies = ovms === undefined ? undefined : ovmsMetrics(registry, ovms);
   return {

@@ -95,6 +95,12 @@ describe("the metrics port", () => {
       assert.equal(metrics.value(name, SIMPLE), 0, name);
     }
     assert.equal(metrics.value("nv_inference_pending_request_count", SIMPLE), 0);
+    // Histograms too, as Triton creates them at load: an idle model is in a dashboard's sums.
+    assert.equal(metrics.value("nv_inference_first_response_histogram_ms_count", SIMPLE), 0);
+    assert.equal(metrics.value("seqserve_inference_request_duration_seconds_count", SIMPLE), 0);
+    // Triton's pinned memory pool, which every Triton serves: empty here.
+    assert.equal(metrics.value("nv_pinned_memory_pool_total_bytes", {}), 0);
+    assert.equal(metrics.value("nv_pinned_memory_pool_used_bytes", {}), 0);
     // Triton's load time gauge: set once the version loaded.
     assert.match(metrics.text, /^# TYPE nv_model_load_duration_secs gauge$/m);
     assert.ok((metrics.value("nv_model_load_duration_secs", SIMPLE) ?? 0) > 0);

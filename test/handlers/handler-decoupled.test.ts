@@ -246,6 +246,27 @@ test("a decoupled model's requests are counted as any other's: executions, failu
   assert.equal(await metric("seqserve_inference_request_duration_seconds_count"), 2);
 });
 
+test("the first-response histogram counts no request that completed without a response, as Triton's", async () => {
+  const labels = { model: "counted_seq", version: "1" };
+  const metric = (name: string) => metricValue(server.metricsUrl, name, labels);
+  const [firstBefore, successBefore] = [
+    await metric("nv_inference_first_response_histogram_ms_count"),
+    await metric("nv_inference_request_success"),
+  ];
+  const received = await streamAll(server.grpcPort, [
+    {
+      model_name: "counted_seq",
+      id: "none",
+      parameters: { sequence_id: { int64_param: "91" }, sequence_start: { bool_param: true } },
+      inputs: [{ name: "COUNT", datatype: "INT32", shape: [1] }],
+      raw_input_contents: [Buffer.from(Int32Array.of(0).buffer)],
+    },
+  ]);
+  assert.deepEqual(received, [], "no response (nor an empty final one, not asked for)");
+  assert.equal(await metric("nv_inference_request_success"), successBefore! + 1);
+  assert.equal(await metric("nv_inference_first_response_histogram_ms_count"), firstBefore);
+});
+
 test("the first-response histogram times a decoupled request's first response, not its end", async () => {
   const client = new TestClient(server.grpcPort);
   const gapMs = 300;

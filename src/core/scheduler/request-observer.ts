@@ -23,6 +23,8 @@ export interface RequestRecord {
    * sent any (`totalNs` runs to its last); otherwise the one answer is the first.
    */
   readonly firstResponseNs?: number;
+  /** A request of a decoupled model, answered by as many responses as it sent: none, without `firstResponseNs`. */
+  readonly streamed?: true;
   readonly outputs?: ReadonlyMap<string, Tensor>;
   /** Present when the request failed. */
   readonly error?: ServerError;
