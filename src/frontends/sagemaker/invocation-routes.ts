@@ -64,7 +64,7 @@ export interface InvocationRoutesOptions {
   readonly inferenceType?: InferenceType | undefined;
   /** ready: /ping is 200 while every model is ready; live: while the server runs. */
   readonly pingMode?: SageMakerPingMode | undefined;
-  /** The models a multi-model endpoint loaded (POST /models), which /models/{name}/invoke invokes. */
+  /** The models a multi-model endpoint loaded (POST /models), which /models/{hash}/invoke invokes. */
   readonly models: MultiModelEndpoint;
   /** Per-connection budgets of answers waiting for slow readers (streamed answers). */
   readonly budgets?: ResponseBudgets | undefined;
@@ -264,8 +264,8 @@ export async function invocationRoutes(
 
   /**
    * `runtime`: called on the runtime API's path, as the SDKs call SageMaker (not as
-   * SageMaker calls a container); `loaded`: a multi-model endpoint's model, which the
-   * path names (its TargetModel is SageMaker's name of the artifact, for its logs).
+   * SageMaker calls a container); `loaded`: the name a multi-model endpoint's model is
+   * served under, found by the hash the path names (whatever TargetModel the request says).
    */
   const invoke = async (
     delivery: Delivery,
@@ -492,16 +492,17 @@ export async function invocationRoutes(
     invoke("container", false, request, reply),
   );
   // A multi-model endpoint's invocation, in every body form and with sessions, as
-  // /invocations; Triton answers 404 without a body for a model it has not loaded.
+  // /invocations, of the model SageMaker calls by its hash (model_name), under the name it
+  // is served; Triton answers 404 without a body for a model it has not loaded.
   app.post(
     "/models/:name/invoke",
     { schema: SAGEMAKER_SCHEMAS.modelInvoke },
     (request: FastifyRequest<{ Params: { name: string } }>, reply) => {
-      const { name } = request.params;
-      if (options.models.url(name) === undefined) return reply.code(404).send();
+      const loaded = options.models.model(request.params.name);
+      if (loaded === undefined) return reply.code(404).send();
       // An invocation that ran out of memory is 507, as a load's, as Triton's
       // (SageMakerMMEHandleOOMError): SageMaker then unloads other models.
-      return invoke("container", false, request, reply, name).catch((error: unknown) => {
+      return invoke("container", false, request, reply, loaded.served).catch((error: unknown) => {
         if (!isOutOfMemory(error)) throw error;
         throw new HttpError(
           MULTI_MODEL_STATUS.outOfMemory,

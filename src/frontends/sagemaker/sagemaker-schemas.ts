@@ -95,7 +95,9 @@ const invocation = (operationId: string, withEndpoint: boolean) => ({
   },
 });
 
-const MODEL_NAME = pathParams(["name"], { name: "The model_name it was loaded with (POST /models)" });
+const MODEL_NAME = pathParams(["name"], {
+  name: "The model_name it was loaded with (POST /models): SageMaker's hash of the artifact",
+});
 const NOT_LOADED = emptyResponse("No model of this name was loaded through POST /models");
 const MODEL_URL = {
   type: "object",
@@ -170,7 +172,8 @@ export const SAGEMAKER_SCHEMAS = {
   loadModel: {
     operationId: "loadModel",
     tags: ["sagemaker"],
-    summary: "Loads the model folder at url under model_name (SageMaker's multi-model endpoint)",
+    summary:
+      "Loads the model folder at url as model_name, served under the X-Amzn-SageMaker-Target-Model header's name, else model_name (SageMaker's multi-model endpoint)",
     body: jsonContent({
       type: "object",
       properties: { model_name: { type: "string" }, url: { type: "string" } },
@@ -178,7 +181,10 @@ export const SAGEMAKER_SCHEMAS = {
     }),
     response: {
       200: emptyResponse("Loaded"),
-      409: { ...SAGEMAKER_ERROR, description: "A model of this name is loaded already" },
+      409: {
+        ...SAGEMAKER_ERROR,
+        description: "A model of this model_name, or served under this name, is loaded already",
+      },
       507: { ...SAGEMAKER_ERROR, description: "The load ran out of memory" },
       default: SAGEMAKER_ERROR,
     },

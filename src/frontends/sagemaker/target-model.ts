@@ -5,8 +5,9 @@ import type { ModelRegistry, ServedModel } from "../../core/model.ts";
 // when the request names one, else its InferenceComponentName
 // (X-Amzn-SageMaker-Inference-Component, a model per component), else the model the server was told to use
 // (--sagemaker-model), else the only model served. On a SageMaker multi-model endpoint a
-// TargetModel names an artifact such as "vad.tar.gz": when no model has that exact name,
-// the name without the archive extension is tried.
+// TargetModel names an artifact such as "vad.tar.gz", the name a model loaded with it is
+// served under (multi-model-endpoint.ts): when no model has that exact name, the name
+// without the archive extension is tried (a repository's model "vad").
 
 const ARCHIVE_EXTENSION = /\.(tar\.gz|tgz)$/;
 
