@@ -11,13 +11,20 @@ import type { ModelRegistry, ServedModel } from "../../core/model.ts";
 
 const ARCHIVE_EXTENSION = /\.(tar\.gz|tgz)$/;
 
+const isNotFound = (error: unknown): boolean => error instanceof ServerError && error.code === "NOT_FOUND";
+
 function named(registry: ModelRegistry, name: string): ServedModel {
   try {
     return registry.model(name);
   } catch (error) {
     const bare = name.replace(ARCHIVE_EXTENSION, "");
-    if (bare === name || !(error instanceof ServerError) || error.code !== "NOT_FOUND") throw error;
-    return registry.model(bare);
+    if (bare === name || !isNotFound(error)) throw error;
+    try {
+      return registry.model(bare);
+    } catch (bareError) {
+      // Neither is served: the refusal names the TargetModel as the caller gave it.
+      throw isNotFound(bareError) ? error : bareError;
+    }
   }
 }
 
