@@ -320,6 +320,7 @@ export async function startServer(
           tls: security.httpTls,
           access: (header) => httpAccess.check("metrics", header),
           maxConnections: limits.httpMaxConnections,
+          headerTimeoutMs: limits.httpHeaderTimeoutSecs * 1000,
           refusals,
         },
       );

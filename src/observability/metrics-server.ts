@@ -10,6 +10,7 @@ import type { Registry } from "prom-client";
 import type { TlsOptions } from "../config/security-options.ts";
 import type { Refusals } from "../core/refusals.ts";
 import { closeConnectionsOnceIdle } from "../frontends/common/http/close-connections.ts";
+import { FirstRequestTimeout } from "../frontends/common/http/first-request-timeout.ts";
 
 // The metrics endpoint on its own port (Triton's --metrics-port), so scraping never
 // competes with inference traffic for the inference ports' connection limits. It serves
@@ -27,6 +28,8 @@ export interface MetricsServerOptions {
   readonly tls?: TlsOptions | undefined;
   readonly access?: MetricsAccess | undefined;
   readonly maxConnections?: number | undefined;
+  /** How long a connection may take to begin its first request, and to send a request's headers. */
+  readonly headerTimeoutMs?: number | undefined;
   readonly refusals?: Refusals | undefined;
 }
 
@@ -44,7 +47,9 @@ export async function startMetricsServer(
   port: number,
   options: MetricsServerOptions = {},
 ): Promise<MetricsServer> {
+  let firstRequest: FirstRequestTimeout | undefined;
   const handle = (request: IncomingMessage, response: ServerResponse): void => {
+    firstRequest?.begun(request.socket);
     const path = (request.url ?? "/").split("?")[0];
     if (request.method !== "GET" || path !== "/metrics") {
       answerError(response, 404, "not found: the metrics are at GET /metrics");
@@ -78,6 +83,10 @@ export async function startMetricsServer(
           },
           handle,
         );
+  if (options.headerTimeoutMs !== undefined) {
+    server.headersTimeout = options.headerTimeoutMs;
+    firstRequest = new FirstRequestTimeout(server, options.headerTimeoutMs, options.refusals);
+  }
   if (options.maxConnections !== undefined) {
     server.maxConnections = options.maxConnections;
     server.on("drop", () => options.refusals?.refused("http_connections"));

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { once } from "node:events";
+import { Agent, get as httpGet } from "node:http";
 import { connect, type Socket } from "node:net";
 import { after, before, test } from "node:test";
 import WebSocket from "ws";
@@ -132,6 +133,35 @@ test(
       assert.deepEqual(await client.unary("ServerLive"), { live: true });
     } finally {
       client.close();
+    }
+  },
+);
+
+test(
+  "an HTTP connection that sends nothing is closed after the header time, on every HTTP port; the others are served",
+  WAIT,
+  async () => {
+    const before = (await refused("http_request_timeout")) ?? 0;
+    const ports = [server.server.httpPort!, server.server.metricsPort!];
+    // Without the bound these stay open for good, each holding a place among --http-max-connections.
+    const silent = await Promise.all(ports.map((port) => open(port)));
+    assert.deepEqual(await Promise.all(silent.map(untilClosed)), ["", ""]);
+    assert.ok(((await refused("http_request_timeout")) ?? 0) >= before + 2);
+    // A connection whose requests begin in time is not cut off: it serves one after another.
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      for (let i = 0; i < 2; i++) {
+        const answer = await new Promise<number>((resolve, reject) =>
+          httpGet(`${server.url}/v2/health/live`, { agent }, (response) => {
+            response.resume();
+            response.on("end", () => resolve(response.statusCode ?? 0));
+          }).on("error", reject),
+        );
+        assert.equal(answer, 200);
+        await new Promise((resolve) => setTimeout(resolve, 700));
+      }
+    } finally {
+      agent.destroy();
     }
   },
 );

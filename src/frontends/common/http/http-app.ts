@@ -13,6 +13,7 @@ import type { AccessPolicy } from "../access/access-policy.ts";
 import { type CorsHeaders, guardHttpApp } from "../access/http-access.ts";
 import { closeConnectionsOnceIdle } from "./close-connections.ts";
 import { type ErrorBody, KSERVE_ERROR_BODY } from "./error-reply.ts";
+import { FirstRequestTimeout } from "./first-request-timeout.ts";
 import { HttpError } from "./http-error.ts";
 import { DESCRIBING_SCHEMAS, documentRoutes, type OpenApiInfo } from "./openapi.ts";
 import { BodyTooLargeError, readRequestBody } from "./request-body.ts";
@@ -200,6 +201,8 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
       }
     },
   }) as unknown as HttpApp;
+  const firstRequest =
+    limits === undefined ? undefined : new FirstRequestTimeout(app.server, limits.headerTimeoutMs, refusals);
   if (limits !== undefined) {
     app.server.headersTimeout = limits.headerTimeoutMs;
     app.server.maxConnections = limits.maxConnections;
@@ -210,6 +213,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   app.addHook("onRequest", (request, _reply, done) => {
     // When its head was read: Triton's HTTP_RECV_START, for tracing.
     request.receivedNs = performance.now() * 1e6;
+    firstRequest?.begun(request.raw.socket);
     if (!closing) done();
     else
       done(new HttpError(503, "the server is stopping: it takes no new requests", { connection: "close" }));
