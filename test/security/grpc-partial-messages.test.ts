@@ -198,3 +198,27 @@ test(
     await until(async () => (await held()) === 0);
   },
 );
+
+test(
+  "a new call of the connection holding the most is the one refused, not another connection's message",
+  WAIT,
+  async () => {
+    const smaller = connect(`http://127.0.0.1:${server.grpcPort}`);
+    const larger = connect(`http://127.0.0.1:${server.grpcPort}`);
+    for (const session of [smaller, larger]) session.on("error", () => {});
+    const path = "/inference.GRPCInferenceService/ModelInfer";
+    // 3 MiB on one connection, 5 MiB on the other: the whole bound, held.
+    const kept = Array.from({ length: 3 }, () => partialCall(smaller, path, 1));
+    const held5 = Array.from({ length: 5 }, () => partialCall(larger, path, 1));
+    await until(async () => (await held()) === BOUND);
+    const before = await refusals();
+    // Its first chunk passes the bound: its own connection holds the most.
+    exhausted(await partialCall(larger, path, 1));
+    assert.equal(await refusals(), before + 1);
+    assert.equal(await held(), BOUND, "the other connection's messages are held still");
+    smaller.destroy();
+    larger.destroy();
+    for (const ending of await Promise.all([...kept, ...held5])) assert.equal(ending.status, undefined);
+    await until(async () => (await held()) === 0);
+  },
+);

@@ -68,7 +68,9 @@ export class PartialMessageBytes {
     let hold = stream.hold;
     while (this.#total + bytes > this.limitBytes) {
       const largest = this.#largestOther(stream.session);
-      if (largest === undefined || largest.bytes <= (hold?.bytes ?? 0) + bytes) return false;
+      // What this stream's connection holds: its other streams' too, if this one holds nothing yet.
+      const own = (hold ?? this.#holds.get(stream.session))?.bytes ?? 0;
+      if (largest === undefined || largest.bytes <= own + bytes) return false;
       for (const victim of largest.streams) {
         victim.refuse();
         break;
