@@ -104,7 +104,7 @@ export async function startServer(
     refusals,
   );
   const partialMessages = new PartialMessageBytes(limits.grpcMaxPartialMessageBytesTotal, refusals);
-  const queueBudget = new QueueBudget(limits.maxQueuedRequestBytes, refusals);
+  const queueBudget = new QueueBudget(limits.maxQueuedStartBytes, refusals);
   const httpAccess = new AccessPolicy({
     access,
     restrictions: access.httpRestrictions,
@@ -136,7 +136,7 @@ export async function startServer(
             bufferedResponseBytes: () => budgets.totalBytes,
             bufferedResponsePeakBytes: () => budgets.peakBytes,
             grpcPartialMessageBytes: () => partialMessages.totalBytes,
-            queuedRequestBytes: () => queueBudget.heldBytes,
+            queuedStartBytes: () => queueBudget.heldBytes,
           },
           options.ovmsMetrics,
         );

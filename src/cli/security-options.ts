@@ -201,12 +201,12 @@ const LIMIT_FLAGS: readonly [FlagSpec, keyof LimitOptions, number][] = [
   ],
   [
     limit(
-      "max-queued-request-bytes",
+      "max-queued-start-bytes",
       "bytes",
-      "maxQueuedRequestBytes",
-      "Input bytes of the requests every model has queued and not yet running, together (a dynamic batcher's queue, a sequence backlog, a sequence's own queue; default: an eighth of the memory the process may use); a request that would pass it is refused at once (503 with Retry-After, UNAVAILABLE).",
+      "maxQueuedStartBytes",
+      "Input bytes of the STARTs every model has queued and not yet running, together (a sequence backlog waiting for slots; default: an eighth of the memory the process may use); a START that would pass it is refused at once (503 with Retry-After, UNAVAILABLE).",
     ),
-    "maxQueuedRequestBytes",
+    "maxQueuedStartBytes",
     1,
   ],
   [

@@ -99,7 +99,7 @@ export interface LimitOptions {
   /** Request bytes a stream (ModelStreamInfer, a WebSocket) holds unanswered before it stops reading. */
   readonly maxHeldRequestBytes: number;
   /** Input bytes of the requests every model has queued and not yet running, together. */
-  readonly maxQueuedRequestBytes: number;
+  readonly maxQueuedStartBytes: number;
   /** System shared memory regions registered at once (with --allow-client-shm). */
   readonly maxSharedMemoryRegions: number;
   /** Bytes read from shared memory by requests not yet answered, server-wide. */
@@ -141,7 +141,7 @@ export const DEFAULT_LIMITS: LimitOptions = Object.freeze({
   maxBufferedResponseBytesTotal: Math.floor(defaultMaxStateBytes() / 2),
   grpcMaxDecompressedBytes: 64 * MiB,
   // An eighth of the memory the process may use: with the state's half, the answers'
-  // quarter and the queued requests' eighth, the bounds a client can fill add up to it.
+  // quarter and the queued STARTs' eighth, the bounds a client can fill add up to it.
   grpcMaxPartialMessageBytesTotal: Math.floor(defaultMaxStateBytes() / 4),
   httpMaxHeaderBytes: 16 * 1024,
   httpHeaderTimeoutSecs: 30,
@@ -155,7 +155,7 @@ export const DEFAULT_LIMITS: LimitOptions = Object.freeze({
   grpcStreamStallTimeoutSecs: 600,
   maxHeldRequestBytes: 64 * MiB,
   // An eighth of the memory the process may use (see grpcMaxPartialMessageBytesTotal).
-  maxQueuedRequestBytes: Math.floor(defaultMaxStateBytes() / 4),
+  maxQueuedStartBytes: Math.floor(defaultMaxStateBytes() / 4),
   maxSharedMemoryRegions: 1024,
   maxSharedMemoryBytes: 256 * MiB,
   maxStateBytes: defaultMaxStateBytes(),

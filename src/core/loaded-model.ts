@@ -53,7 +53,7 @@ export interface LoadedModelOptions {
   readonly refusals?: Refusals;
   /** The server's budget of state bytes, shared by every model (--max-state-bytes). */
   readonly stateBudget?: StateBudget;
-  /** The server's budget of bytes of requests waiting to run, shared by every model (--max-queued-request-bytes). */
+  /** The server's budget of bytes of STARTs waiting to run, shared by every model (--max-queued-start-bytes). */
   readonly queueBudget?: QueueBudget;
   /** The backend's check of a request's inputs (see OpenedModel.checkInputs). */
   readonly checkInputs?: (inputs: ReadonlyMap<string, Tensor>) => void;
@@ -264,12 +264,13 @@ export class LoadedModel implements ServedModel {
   }
 
   /**
-   * Hands `pending` to the scheduler, its input bytes held in the server's queue budget
-   * until it runs or is answered: refused first when they do not fit, and given back when
-   * the scheduler refuses it.
+   * Hands `pending` to the scheduler; a START's input bytes held in the server's budget of
+   * waiting STARTs until it runs or is answered: refused first when they do not fit, and
+   * given back when the scheduler refuses it (queue-budget.ts).
    */
   #enqueue(pending: PendingRequest): void {
-    if (this.#queueBudget !== undefined) pending.holdQueuedBytes(this.#queueBudget, this.name);
+    if (this.#queueBudget !== undefined && pending.request.sequence?.start === true)
+      pending.holdQueuedBytes(this.#queueBudget, this.name);
     try {
       this.#scheduler.enqueue(pending);
     } catch (error) {

@@ -40,8 +40,8 @@ export const LIMITS = [
   "shared_memory_bytes",
   /** A sequence step whose state would take every sequence's state past --max-state-bytes. */
   "state_bytes",
-  /** A request whose inputs would take those of every request waiting to run past --max-queued-request-bytes. */
-  "queued_request_bytes",
+  /** A request whose inputs would take those of every request waiting to run past --max-queued-start-bytes. */
+  "queued_start_bytes",
 ] as const;
 
 export type LimitName = (typeof LIMITS)[number];

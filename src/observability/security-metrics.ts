@@ -13,8 +13,8 @@ export interface SecurityMetricsSource {
   bufferedResponsePeakBytes(): number;
   /** Bytes of gRPC messages received in part, over every connection. */
   grpcPartialMessageBytes(): number;
-  /** Input bytes of the requests queued and not yet running, over every model. */
-  queuedRequestBytes(): number;
+  /** Input bytes of the STARTs queued and not yet running, over every model. */
+  queuedStartBytes(): number;
 }
 
 export function registerSecurityMetrics(registry: Registry, source: SecurityMetricsSource): void {
@@ -63,11 +63,11 @@ export function registerSecurityMetrics(registry: Registry, source: SecurityMetr
     },
   });
   new Gauge({
-    name: "seqserve_queued_request_bytes",
-    help: "Input bytes of the requests queued and not yet running (every model's queues and sequence backlogs)",
+    name: "seqserve_queued_start_bytes",
+    help: "Input bytes of the STARTs queued and not yet running (every model's sequence backlogs and queues)",
     registers: [registry],
     collect(this: Gauge) {
-      this.set(source.queuedRequestBytes());
+      this.set(source.queuedStartBytes());
     },
   });
 }

@@ -76,7 +76,7 @@ export interface ModelRepositoryOptions {
   readonly refusals?: Refusals;
   /** The server's budget of state bytes, for every model's sequences (--max-state-bytes). */
   readonly stateBudget?: StateBudget;
-  /** The server's budget of bytes of requests waiting to run, for every model (--max-queued-request-bytes). */
+  /** The server's budget of bytes of requests waiting to run, for every model (--max-queued-start-bytes). */
   readonly queueBudget?: QueueBudget;
 }
 

@@ -3,19 +3,25 @@ import type { Refusals } from "../refusals.ts";
 import { requestLabel } from "../request-label.ts";
 import { type BytesElements, type Tensor, tensorByteLength } from "../tensor.ts";
 
-// The server's budget of bytes for requests admitted and not yet running
-// (--max-queued-request-bytes): every model's queues together — the dynamic batcher's, a
-// sequence model's backlog and its sequences' own queues, and requests waiting for the
-// state store. Each of those is bounded by a count (max_queue_size, 0 by default:
-// unbounded; sequence_backlog_limit, 1024), which says nothing of size: one client
-// filling a model's sequence slots with tiny sessions could park a thousand 64 MiB STARTs
-// in its backlog.
+// The server's budget of bytes for STARTs admitted and not yet running
+// (--max-queued-start-bytes), every model's together. A sequence backlog is bounded by a
+// count (sequence_backlog_limit, 1024), which says nothing of size, and a START waits
+// there until a slot frees, for as long as the sequences holding the slots live: one
+// client filling a model's slots with tiny sessions could park a thousand 64 MiB STARTs.
 //
-// A request holds its input bytes here from when it is queued until it is handed to a
+// Only STARTs count. The other requests are steps of sequences begun (their ENDs free the
+// slots the backlog waits for: refusing them for the backlog's bytes would keep it full),
+// stateless requests (a queue the model drains as fast as it runs) and calls from model
+// code; each is bounded by its connection or stream (--max-held-request-bytes, the body
+// and message limits).
+//
+// A START holds its input bytes here from when it is queued until it is handed to a
 // model instance or answered, whichever comes first (PendingRequest gives them back, once,
-// on either); a request moved to a reloaded version keeps what it holds. One that would
-// take the total past the budget is refused before it is queued, as a full queue refuses
-// it: UNAVAILABLE (503) with Retry-After. The count is an add and a compare per request.
+// on either); one moved to a reloaded version keeps what it holds. One that would take
+// the total past the budget is refused before it is queued, as a full backlog refuses it:
+// UNAVAILABLE (503) with Retry-After. One larger than the whole budget is taken while
+// nothing else is held, so that it is not told to retry for ever. The count is an add and
+// a compare per START.
 
 export class QueueBudget {
   readonly maxBytes: number;
@@ -27,21 +33,22 @@ export class QueueBudget {
     this.#refusals = refusals;
   }
 
-  /** Bytes of the requests queued and not yet running, over every model. */
+  /** Bytes of the STARTs queued and not yet running, over every model. */
   get heldBytes(): number {
     return this.#heldBytes;
   }
 
   /**
-   * Counts `bytes` of a request of `model` about to be queued; throws UNAVAILABLE, and
-   * counts nothing, when they would take the total past the budget.
+   * Counts `bytes` of a START of `model` about to be queued; throws UNAVAILABLE, and
+   * counts nothing, when they would take the total past the budget (unless nothing else
+   * is held: one START larger than the budget waits alone).
    */
   take(bytes: number, model: string, requestId: string): void {
-    if (this.#heldBytes + bytes > this.maxBytes) {
-      this.#refusals?.refused("queued_request_bytes");
+    if (this.#heldBytes > 0 && this.#heldBytes + bytes > this.maxBytes) {
+      this.#refusals?.refused("queued_start_bytes");
       throw new ServerError(
         "UNAVAILABLE",
-        `${requestLabel(requestId)}model '${model}' cannot queue the request: its ${bytes} bytes of inputs would take the requests waiting to run past the server's limit of ${this.maxBytes} bytes (--max-queued-request-bytes, for every model's queues together); retry later`,
+        `${requestLabel(requestId)}model '${model}' cannot queue the START: its ${bytes} bytes of inputs would take the STARTs waiting to run past the server's limit of ${this.maxBytes} bytes (--max-queued-start-bytes, for every model's together); retry later`,
         { retryAfterSeconds: 1 },
       );
     }

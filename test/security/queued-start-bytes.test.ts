@@ -7,15 +7,15 @@ import { type HttpAnswer, infer, inferBody, outputData, postJson } from "../supp
 import { assertError, listSequences, metricValue, waitFor } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
-// --max-queued-request-bytes bounds the input bytes of the requests every model holds
-// queued and not yet running, where each queue alone is bounded only by a count (a
-// sequence backlog of 1024 STARTs of 64 MiB each). Reported: a client filled a model's
-// sequence slots with tiny sessions, then parked 30 STARTs of 30 MB each in its backlog.
-// Here the slots are full, big STARTs wait, and the START that would pass the budget is
-// refused at once as a full backlog is (503, Retry-After) while the running sequences go
-// on; a dynamic batcher's queue is bounded by the same budget. What the requests hold
-// comes back exactly once, whether they ran, were cancelled, were refused, or moved to a
-// reloaded version: the count is 0 when nothing waits.
+// --max-queued-start-bytes bounds the input bytes of the STARTs every model holds queued
+// and not yet running, where a sequence backlog alone is bounded only by a count (1024
+// STARTs of 64 MiB each). Reported: a client filled a model's sequence slots with tiny
+// sessions, then parked 30 STARTs of 30 MB each in its backlog. Here the slots are full,
+// big STARTs wait, and the START that would pass the budget is refused at once as a full
+// backlog is (503, Retry-After), while the running sequences' steps and ENDs (which free
+// the slots) and every other model's requests go on: only STARTs count. What the STARTs
+// hold comes back exactly once, whether they ran, were cancelled, were refused, or moved
+// to a reloaded version: the count is 0 when nothing waits.
 
 const BUDGET = 2500;
 
@@ -28,23 +28,22 @@ before(async () => {
       config: `name: "session"\n${LOG_MODEL.config!.replace("max_candidate_sequences: 4", "max_candidate_sequences: 2")}\ninstance_group [ { count: 1 kind: KIND_CPU } ]`,
       files: LOG_MODEL.files,
     },
-    // Requests of one size wait for a batch of 4 (or a minute).
-    batched: {
+    // A stateless model.
+    plain: {
       config: `
-name: "batched"
+name: "plain"
 backend: "onnxruntime"
 max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
-dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 60000000 }
 `,
       files: { "1/model.onnx": identityModel("UINT8", [-1, -1]) },
     },
   });
   server = await startTestServer(repository.path, {
     modelControlMode: "explicit",
-    loadModels: ["session", "batched"],
-    security: securityOptions({ limits: { ...securityOptions().limits, maxQueuedRequestBytes: BUDGET } }),
+    loadModels: ["session", "plain"],
+    security: securityOptions({ limits: { ...securityOptions().limits, maxQueuedStartBytes: BUDGET } }),
   });
 });
 after(async () => {
@@ -53,10 +52,10 @@ after(async () => {
 });
 
 const queuedBytes = async () =>
-  (await metricValue(server.metricsUrl, "seqserve_queued_request_bytes", {})) ?? 0;
+  (await metricValue(server.metricsUrl, "seqserve_queued_start_bytes", {})) ?? 0;
 const refusals = async () =>
   (await metricValue(server.metricsUrl, "seqserve_limit_refusals_total", {
-    limit: "queued_request_bytes",
+    limit: "queued_start_bytes",
   })) ?? 0;
 const untilQueued = (bytes: number) =>
   waitFor(`${bytes} bytes queued`, async () => ((await queuedBytes()) === bytes ? true : undefined));
@@ -77,7 +76,7 @@ const note = (id: number, bytes: number, value: number, sequence: { start?: bool
 const kept = (answer: HttpAnswer) => [outputData(answer, "KEPT")[0], outputData(answer, "SUM")[0]];
 
 const refusedMessage = (model: string, bytes: number) =>
-  `[request id: <id_unknown>] model '${model}' cannot queue the request: its ${bytes} bytes of inputs would take the requests waiting to run past the server's limit of ${BUDGET} bytes (--max-queued-request-bytes, for every model's queues together); retry later`;
+  `[request id: <id_unknown>] model '${model}' cannot queue the START: its ${bytes} bytes of inputs would take the STARTs waiting to run past the server's limit of ${BUDGET} bytes (--max-queued-start-bytes, for every model's together); retry later`;
 
 test("a full model's backlog of big STARTs: the START past the budget is refused at once, the running sequences go on", async () => {
   // Tiny sessions take both slots.
@@ -118,7 +117,7 @@ test("a full model's backlog of big STARTs: the START past the budget is refused
   assert.equal(await abandoned, "AbortError");
   await untilQueued(2000);
 
-  // The running sequences' steps fit in what is left, and are answered as ever.
+  // The running sequences' steps do not count, and are answered as ever.
   assert.deepEqual(kept(await note(1, 2, 5)), [3, 11]);
   assert.deepEqual(kept(await note(2, 3, 1)), [4, 5]);
   assert.equal(await queuedBytes(), 2000);
@@ -141,43 +140,36 @@ test("a full model's backlog of big STARTs: the START past the budget is refused
   assert.equal(await refusals(), 1);
 });
 
-test("a dynamic batcher's queue is bounded by the same budget; answered, cancelled and refused requests give back what they held", async () => {
+test("only STARTs count: with the budget full, the running sequences' steps and ENDs and other models' requests are served; a START larger than the whole budget waits alone", async () => {
   const refusedBefore = await refusals();
-  const send = (bytes: number, signal?: AbortSignal) =>
-    fetch(`${server.url}/v2/models/batched/infer`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: inferBody([
-        { name: "INPUT0", datatype: "UINT8", shape: [1, bytes], data: new Array(bytes).fill(9) },
-      ]),
-      ...(signal === undefined ? {} : { signal }),
-    });
-  // Three of 600 bytes wait for a fourth to make a batch; one of them is given up on.
-  const waiting = [send(600), send(600)];
+  assert.deepEqual(kept(await note(21, 1, 1, { start: true })), [1, 1]);
+  assert.deepEqual(kept(await note(22, 1, 2, { start: true })), [1, 2]);
+  const big31 = note(31, 1200, 1, { start: true });
   await untilQueued(1200);
-  const gaveUp = new AbortController();
-  const abandoned = send(600, gaveUp.signal).catch((error: Error) => error.name);
-  await untilQueued(1800);
-  gaveUp.abort();
-  assert.equal(await abandoned, "AbortError");
-  await untilQueued(1200);
-  waiting.push(send(600));
-  await untilQueued(1800);
-
-  // 1000 more would take 2800: refused at once; the waiting requests are not disturbed.
-  const refused = await send(1000);
-  assert.equal(refused.status, 503);
-  assert.equal(refused.headers.get("retry-after"), "1");
-  assert.deepEqual(await refused.json(), { error: refusedMessage("batched", 1000) });
-  assert.equal(await refusals(), refusedBefore + 1);
-  assert.equal(await queuedBytes(), 1800);
-
-  // The fourth makes the batch: all four are answered, and nothing is held.
-  waiting.push(send(600));
-  for (const answer of await Promise.all(waiting)) {
-    assert.equal(answer.status, 200);
-    const body = (await answer.json()) as { outputs: { data: number[] }[] };
-    assert.deepEqual(body.outputs[0]!.data, new Array(600).fill(9));
-  }
+  const big32 = note(32, 1200, 2, { start: true });
+  await untilQueued(2400);
+  assertError(await note(33, 200, 3, { start: true }), 503, refusedMessage("session", 200));
+  // Steps larger than what is left, of the sequences holding the slots, and a stateless request.
+  assert.deepEqual(kept(await note(21, 2000, 1)), [2001, 2001]);
+  const plain = await infer(server.url, "plain", [
+    { name: "INPUT0", datatype: "UINT8", shape: [1, 3000], data: new Array(3000).fill(9) },
+  ]);
+  assert.deepEqual(outputData(plain, "OUTPUT0"), new Array(3000).fill(9));
+  assert.equal(await queuedBytes(), 2400);
+  // The ENDs free the slots the STARTs wait for.
+  assert.deepEqual(kept(await note(21, 1, 0, { end: true })), [2002, 2001]);
+  assert.deepEqual(kept(await big31), [1200, 1200]);
+  assert.deepEqual(kept(await note(22, 1, 0, { end: true })), [2, 2]);
+  assert.deepEqual(kept(await big32), [1200, 2400]);
   assert.equal(await queuedBytes(), 0);
+
+  // With both slots taken, a START larger than the whole budget waits, alone: others are refused.
+  const huge = note(33, 3000, 3, { start: true });
+  await untilQueued(3000);
+  assertError(await note(34, 1, 4, { start: true }), 503, refusedMessage("session", 1));
+  await note(31, 1, 0, { end: true });
+  assert.deepEqual(kept(await huge), [3000, 9000]);
+  for (const id of [32, 33]) await note(id, 1, 0, { end: true });
+  assert.equal(await queuedBytes(), 0);
+  assert.equal(await refusals(), refusedBefore + 2);
 });
