@@ -7,8 +7,8 @@ import { eventOf, type HandlerRepository, handlerRepository, RECORDER } from "./
 
 // What the statistics and metrics say of model code, measured against a workload whose
 // every request is known, as Triton defines each figure: a batch counts its rows and only
-// when some request of it succeeded; each request carries its batch's input and output
-// times; a request refused before the scheduler took it is no failure; the pending gauge
+// when some request of it succeeded; each request carries its batch's compute (input, infer,
+// output) times; a request refused before the scheduler took it is no failure; the pending gauge
 // counts the requests waiting for an instance, not the one running.
 
 const DOUBLER = `
@@ -41,6 +41,29 @@ export default {
 };
 `;
 
+// Answers its batch X ms (the first request's VALUE) after execute() was called, by returning.
+const SLOW = `
+export default {
+  async execute(requests: any[]) {
+    await new Promise((resolve) => setTimeout(resolve, Number(requests[0].inputs.VALUE.data[0])));
+    return requests.map((r) => ({ outputs: { OUT: r.inputs.VALUE } }));
+  },
+};
+`;
+
+// Decoupled: execute() returns at once, and each request is answered and completed X ms later.
+const LATER = `
+export default {
+  execute(requests: any[]) {
+    for (const r of requests)
+      setTimeout(async () => {
+        await r.send({ outputs: { OUT: r.inputs.VALUE } });
+        r.complete();
+      }, Number(r.inputs.VALUE.data[0]));
+  },
+};
+`;
+
 const io = `
 input [ { name: "VALUE" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
@@ -51,6 +74,14 @@ let server: TestServer;
 before(async () => {
   repository = handlerRepository((eventsFile) => ({
     doubler: { config: `backend: "typescript"\nmax_batch_size: 8\n${io}`, files: { "1/model.ts": DOUBLER } },
+    slow: {
+      config: `backend: "typescript"\nmax_batch_size: 4\ndynamic_batching { }\n${io}`,
+      files: { "1/model.ts": SLOW },
+    },
+    later: {
+      config: `backend: "typescript"\nmax_batch_size: 0\nmodel_transaction_policy { decoupled: true }\n${io}`,
+      files: { "1/model.ts": LATER },
+    },
     steps: {
       config: `backend: "typescript"\nmax_batch_size: 1\n${io}
 sequence_batching { max_sequence_idle_microseconds: 60000000 direct { } }
@@ -72,8 +103,14 @@ interface Duration {
 }
 interface ModelStats {
   execution_count: number;
-  inference_stats: Record<"success" | "fail" | "compute_input" | "compute_output", Duration>;
-  batch_stats: { batch_size: number; compute_infer: Duration }[];
+  inference_stats: Record<
+    "success" | "fail" | "compute_input" | "compute_infer" | "compute_output",
+    Duration
+  >;
+  batch_stats: ({ batch_size: number } & Record<
+    "compute_input" | "compute_infer" | "compute_output",
+    Duration
+  >)[];
 }
 
 const statsOf = async (model: string): Promise<ModelStats> =>
@@ -104,6 +141,28 @@ describe("model code's statistics and metrics", () => {
     assert.equal(stats.execution_count, 1);
     assert.equal(stats.inference_stats.fail.count, 1);
     assert.equal(await metricValue(server.metricsUrl, "nv_inference_exec_count", { model: "doubler" }), 1);
+  });
+
+  it("batches of one report per request the compute times they report per batch, as Triton's backends report both from one run's timestamps", async () => {
+    // One at a time: every batch is of one request.
+    for (let i = 0; i < 5; i++) {
+      const answered = await infer("slow", [5]);
+      assert.equal(answered.status, 200, JSON.stringify(answered.body));
+      // Decoupled, completed after its execute() returned: it reports its batch's run.
+      const generated = await postJson(`${server.url}/v2/models/later/generate`, { VALUE: 5 });
+      assert.equal(generated.status, 200, JSON.stringify(generated.body));
+    }
+    for (const model of ["slow", "later"]) {
+      const stats = await statsOf(model);
+      assert.deepEqual(
+        stats.batch_stats.map((b) => b.batch_size),
+        [1],
+        model,
+      );
+      const batch = stats.batch_stats[0]!;
+      for (const phase of ["compute_input", "compute_infer", "compute_output"] as const)
+        assert.deepEqual(stats.inference_stats[phase], batch[phase], `${model} ${phase}`);
+    }
   });
 
   it("a step without its sequence's START is no failure; the pending gauge counts the sequence waiting for the slot, not the one running", async () => {

@@ -169,7 +169,7 @@ export interface DoneMessage {
   readonly parameters: Parameters;
   /** The sequence's state after the request (as it was before, when the request failed). */
   readonly state: readonly WireStateEntry[] | undefined;
-  /** Its batch's building, its own run, and its answer's encoding (Triton's compute_input, _infer, _output). */
+  /** Its batch's compute_input, _infer and _output, as the batch reports them (batch-clock.ts). */
   readonly inputNs: number;
   readonly inferNs: number;
   readonly outputNs: number;
@@ -178,6 +178,7 @@ export interface DoneMessage {
 export interface ExecutedMessage {
   readonly type: "executed";
   readonly batch: number;
+  /** The batch's compute_input, _infer and _output (batch-clock.ts). */
   readonly inputNs: number;
   readonly inferNs: number;
   readonly outputNs: number;

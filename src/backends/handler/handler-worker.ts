@@ -1,6 +1,7 @@
 import { parentPort } from "node:worker_threads";
 import pLimit from "p-limit";
 import { ERROR_CODES, type ErrorCode } from "../../core/errors.ts";
+import type { ExecutorTimings } from "../../core/executor.ts";
 import { refusedStepOutcome, stateBudgetExceeded } from "../../core/sequence/state-budget.ts";
 import { type Tensor, tensorByteLength } from "../../core/tensor.ts";
 import type {
@@ -14,11 +15,13 @@ import type {
   SendOptions,
 } from "../../handler-api.ts";
 import { fromWire, toWire, type WireTensor } from "../worker/wire-tensor.ts";
+import { BatchClock } from "./batch-clock.ts";
 import { copyableFields, uncopyableText } from "./clone-failure.ts";
 import type {
   CallResultMessage,
   CancelMessage,
   CreditMessage,
+  DoneMessage,
   EndedMessage,
   ExecuteMessage,
   FromHandlerMessage,
@@ -51,6 +54,8 @@ let limitCalls: ReturnType<typeof pLimit>;
 let nextCall = 1;
 const calls = new Map<number, (message: CallResultMessage["result"]) => void>();
 const open = new Map<number, OpenRequest>();
+/** The compute times of a request that never ran (and of a batch left with none to run). */
+const NO_TIMINGS: ExecutorTimings = { inputNs: 0, inferNs: 0, outputNs: 0 };
 
 function post(message: FromHandlerMessage, transfer?: ArrayBuffer[]): void {
   port.postMessage(message, transfer);
@@ -239,9 +244,8 @@ class OpenRequest implements HandlerRequest {
   readonly #budget: WireSequence["stateBudget"];
   readonly #controller = new AbortController();
   readonly #decoupled: boolean;
-  /** When its batch began to run, and how long building the batch's requests took. */
-  #startMs = performance.now();
-  #inputNs = 0;
+  /** The clock of the batch it runs in (none while it has not begun: held, or cancelled before). */
+  #clock: BatchClock | undefined;
   #done = false;
   /** Whether the handler's execute() has returned (before that it may read the state). */
   #executeReturned = false;
@@ -268,10 +272,9 @@ class OpenRequest implements HandlerRequest {
     this.#executeReturned = true;
   }
 
-  /** Its batch is built (at `atMs`, after `inputNs`) and handed to execute(). */
-  began(atMs: number, inputNs: number): void {
-    this.#startMs = atMs;
-    this.#inputNs = inputNs;
+  /** Its batch is built and handed to execute(); `clock` times it. */
+  began(clock: BatchClock): void {
+    this.#clock = clock;
   }
   #unackedBytes = 0;
   #waiting: { resolve: () => void; reject: (error: Error) => void }[] = [];
@@ -558,7 +561,6 @@ class OpenRequest implements HandlerRequest {
     let outputs: WireTensor[] = [];
     let parameters: Parameters = {};
     let state = kept?.state;
-    const outputStartMs = performance.now();
     if (error === undefined) {
       try {
         if (kept === undefined) state = this.#keptState(transfer);
@@ -575,10 +577,21 @@ class OpenRequest implements HandlerRequest {
     }
     // A failed request leaves the state as it was.
     if (error !== undefined) state = this.#state?.original(transfer, !this.#executeReturned);
-    const inferNs = (outputStartMs - this.#startMs) * 1e6;
-    const timings = { inputNs: this.#inputNs, inferNs, outputNs: (performance.now() - outputStartMs) * 1e6 };
+    const answer = { type: "done", rid: this.rid, error, outputs, parameters, state } as const;
+    const clock = this.#clock;
+    if (clock === undefined) this.#post(answer, transfer, NO_TIMINGS);
+    else clock.post(() => this.#post(answer, transfer, clock.timings()));
+  }
+
+  /** Posts the request's answer, with the compute times it reports (its batch's: batch-clock.ts). */
+  #post(
+    answer: Omit<DoneMessage, keyof ExecutorTimings>,
+    transfer: ArrayBuffer[],
+    timings: ExecutorTimings,
+  ): void {
+    const { parameters } = answer;
     try {
-      post({ type: "done", rid: this.rid, error, outputs, parameters, state, ...timings }, transfer);
+      post({ ...answer, ...timings }, transfer);
     } catch (failure) {
       // postMessage clones before it transfers: nothing of the answer left, the state's
       // buffers are still here. The request fails with the reason, not the worker with it.
@@ -856,15 +869,16 @@ async function runBatch(
   start: number,
 ): Promise<void> {
   if (requests.length === 0) {
-    if (batch !== undefined) post({ type: "executed", batch, inputNs: 0, inferNs: 0, outputNs: 0 });
+    if (batch !== undefined) post({ type: "executed", batch, ...NO_TIMINGS });
     return;
   }
+  const clock = new BatchClock(start);
   for (const request of requests) {
     request.start();
     if (request.sequenceKey !== undefined) stepsOf(request.sequenceKey).running.add(request);
   }
-  const built = performance.now();
-  for (const request of requests) request.began(built, (built - start) * 1e6);
+  clock.built();
+  for (const request of requests) request.began(clock);
   let result: unknown;
   let failure: WireError | undefined;
   // The handler's own promise, whose settling says its code is out of execute() (a throw
@@ -883,7 +897,23 @@ async function runBatch(
   }
   // (After GAVE_UP it may still run, but every request is done by then.)
   for (const request of requests) request.executeReturned();
-  const executed = performance.now();
+  clock.returned();
+  try {
+    answer(requests, decoupled, result, failure);
+  } finally {
+    clock.answered();
+  }
+  if (batch === undefined) return;
+  post({ type: "executed", batch, ...clock.timings() });
+}
+
+/** Answers `requests` with what their execute() returned (`result`), or its `failure`. */
+function answer(
+  requests: readonly OpenRequest[],
+  decoupled: boolean,
+  result: unknown,
+  failure: WireError | undefined,
+): void {
   if (failure !== undefined) {
     for (const request of requests) request.failedInExecute(failure);
   } else if (Array.isArray(result)) {
@@ -910,14 +940,6 @@ async function runBatch(
     };
     for (const request of requests) request.fail(error);
   }
-  if (batch === undefined) return;
-  post({
-    type: "executed",
-    batch,
-    inputNs: (built - start) * 1e6,
-    inferNs: (executed - built) * 1e6,
-    outputNs: (performance.now() - executed) * 1e6,
-  });
 }
 
 const GAVE_UP = Symbol("every request of the batch is done");
