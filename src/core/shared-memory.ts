@@ -25,21 +25,27 @@ export interface SharedMemorySlice {
   readonly byteSize: number;
 }
 
+/**
+ * The regions clients registered. `principal` is the caller, by its API key's name
+ * (undefined without one, as InferRequest.principal): a region registered with a key
+ * belongs to it, and another caller's use, status or unregister of it is refused
+ * (PERMISSION_DENIED); one registered without a key is any caller's.
+ */
 export interface SharedMemoryRegions {
   /** Whether clients may register regions (Triton's `--allow-client-shm`). */
   readonly clientRegistration: boolean;
-  register(name: string, key: string, offset: number, byteSize: number): void;
+  register(name: string, key: string, offset: number, byteSize: number, principal?: string): void;
   /**
-   * Unregisters one region, or every region when `name` is undefined; an unknown name is no
-   * error. A region a request still uses goes when the last such request is done (Triton's
-   * "awaiting unregister"): until then its name stays taken and its slices keep working for
-   * those requests; new requests no longer find it.
+   * Unregisters one region, or every region the caller may when `name` is undefined; an
+   * unknown name is no error. A region a request still uses goes when the last such
+   * request is done (Triton's "awaiting unregister"): until then its name stays taken and
+   * its slices keep working for those requests; new requests no longer find it.
    */
-  unregister(name?: string): void;
-  /** Every region, or the one named (NOT_FOUND when there is none). */
-  status(name?: string): SharedMemoryRegionStatus[];
-  /** What one request reads and writes, held for it until it is released. */
-  use(): SharedMemoryUse;
+  unregister(name?: string, principal?: string): void;
+  /** Every region the caller may see, or the one named (NOT_FOUND when there is none). */
+  status(name?: string, principal?: string): SharedMemoryRegionStatus[];
+  /** What one request of `principal` reads and writes, held for it until it is released. */
+  use(principal?: string): SharedMemoryUse;
   /** Unregisters every region at once (the server is stopping). */
   close(): void;
 }

@@ -17,6 +17,15 @@ import {
 // pages the client has mapped: what the client wrote before the request is what is read,
 // and what the server wrote is there when the client reads the answer. The messages are
 // Triton's (shared_memory_manager.cc).
+//
+// With API keys, a region belongs to the key that registered it, as a sequence belongs to
+// the key that started it: another key can neither read nor write it in a request, see it
+// listed, nor unregister it (PERMISSION_DENIED), and cannot register regions of its
+// object while it is registered. Region names are one namespace, as in Triton, and
+// guessable (tritonclient's examples use `input_data`); without ownership any key could
+// read another's inputs or overwrite its outputs by naming them. A region registered
+// without a key (no keys, or the shared-memory API open) belongs to no one: any caller
+// may use it.
 
 /** Where POSIX shared-memory objects live on Linux. */
 const SHM_DIRECTORY = "/dev/shm";
@@ -67,6 +76,8 @@ interface OpenObject {
 
 interface Region extends SharedMemoryRegionStatus {
   readonly object: OpenObject;
+  /** The API key's name that registered it; undefined registered without one. */
+  readonly owner: string | undefined;
   /** Requests holding the region. */
   users: number;
   /** Unregistered while requests held it: it goes when the last one is done. */
@@ -95,6 +106,16 @@ const unableToOpen = (key: string): ServerError => internal(`Unable to open shar
 
 const disabled = (): ServerError => new ServerError("UNSUPPORTED", CLIENT_SHM_DISABLED);
 
+/** Whether `principal` may use, list and unregister `region`: its own, or no one's. */
+const mayUse = (region: Region, principal: string | undefined): boolean =>
+  region.owner === undefined || region.owner === principal;
+
+const notOwned = (name: string): ServerError =>
+  new ServerError(
+    "PERMISSION_DENIED",
+    `shared memory region '${name}' belongs to another caller: only the API key that registered it may use, list or unregister it`,
+  );
+
 export class SystemSharedMemory implements SharedMemoryRegions {
   readonly clientRegistration: boolean;
   readonly #options: SystemSharedMemoryOptions;
@@ -110,7 +131,7 @@ export class SystemSharedMemory implements SharedMemoryRegions {
     this.#directory = options.directory ?? SHM_DIRECTORY;
   }
 
-  register(name: string, key: string, offset: number, byteSize: number): void {
+  register(name: string, key: string, offset: number, byteSize: number, principal?: string): void {
     if (!this.clientRegistration) throw disabled();
     if (name === "") {
       throw invalidArg("'region name' is necessary to register system shared memory region");
@@ -149,6 +170,13 @@ export class SystemSharedMemory implements SharedMemoryRegions {
       }
       const id = `${stat.dev}:${stat.ino}`;
       const open = this.#objects.get(id);
+      // Its regions' bytes are another key's: registering the object anew would read them.
+      if (open !== undefined && this.#ownedByAnother(open, principal)) {
+        throw new ServerError(
+          "PERMISSION_DENIED",
+          `failed to register shared memory region '${name}': its key '${key}' is registered by another caller, only the API key that registered it may register it again`,
+        );
+      }
       if (open === undefined) {
         object = { fd, id, regions: 0 };
         this.#objects.set(id, object);
@@ -162,33 +190,51 @@ export class SystemSharedMemory implements SharedMemoryRegions {
       throw error;
     }
     object.regions++;
-    this.#regions.set(name, { name, key, offset, byteSize, object, users: 0, unregistering: false });
+    this.#regions.set(name, {
+      name,
+      key,
+      offset,
+      byteSize,
+      object,
+      owner: principal,
+      users: 0,
+      unregistering: false,
+    });
   }
 
-  unregister(name?: string): void {
+  unregister(name?: string, principal?: string): void {
     if (!this.clientRegistration) throw disabled();
-    const regions = name === undefined ? [...this.#regions.values()] : [this.#regions.get(name)];
+    let regions: Region[];
+    if (name === undefined) {
+      // Every region the caller may unregister; another key's stay.
+      regions = [...this.#regions.values()].filter((region) => mayUse(region, principal));
+    } else {
+      const region = this.#regions.get(name);
+      if (region === undefined) return;
+      if (!mayUse(region, principal)) throw notOwned(name);
+      regions = [region];
+    }
     for (const region of regions) {
-      if (region === undefined) continue;
       if (region.users > 0) region.unregistering = true;
       else this.#remove(region);
     }
   }
 
-  status(name?: string): SharedMemoryRegionStatus[] {
+  status(name?: string, principal?: string): SharedMemoryRegionStatus[] {
     let regions: Region[];
     if (name === undefined) {
-      regions = [...this.#regions.values()];
+      regions = [...this.#regions.values()].filter((region) => mayUse(region, principal));
     } else {
       const region = this.#regions.get(name);
       if (region === undefined) throw notFound(`Unable to find system shared memory region: '${name}'`);
+      if (!mayUse(region, principal)) throw notOwned(name);
       regions = [region];
     }
     return regions.map(({ name, key, offset, byteSize }) => ({ name, key, offset, byteSize }));
   }
 
-  use(): SharedMemoryUse {
-    return new RequestUse(this);
+  use(principal?: string): SharedMemoryUse {
+    return new RequestUse(this, principal);
   }
 
   close(): void {
@@ -203,13 +249,15 @@ export class SystemSharedMemory implements SharedMemoryRegions {
   /**
    * The slice's region, with the slice checked against it. A region being unregistered is
    * not found: only the requests already holding it finish with it, so traffic cannot
-   * keep it, its descriptor and its name, for ever.
+   * keep it, its descriptor and its name, for ever. Another key's region is refused before
+   * the slice is checked, so the refusal says nothing of its size.
    */
-  region(slice: SharedMemorySlice): Region {
+  region(slice: SharedMemorySlice, principal: string | undefined): Region {
     const region = this.#regions.get(slice.region);
     if (region === undefined || region.unregistering) {
       throw notFound(`Unable to find shared memory region: '${slice.region}'`);
     }
+    if (!mayUse(region, principal)) throw notOwned(slice.region);
     return checkSlice(region, slice);
   }
 
@@ -234,6 +282,14 @@ export class SystemSharedMemory implements SharedMemoryRegions {
   leave(region: Region): void {
     region.users--;
     if (region.users === 0 && region.unregistering) this.#remove(region);
+  }
+
+  /** Whether a region of `object` is one `principal` may not use. */
+  #ownedByAnother(object: OpenObject, principal: string | undefined): boolean {
+    for (const region of this.#regions.values()) {
+      if (region.object === object && !mayUse(region, principal)) return true;
+    }
+    return false;
   }
 
   #remove(region: Region): void {
@@ -272,13 +328,16 @@ function checkedEnd(region: Region, slice: SharedMemorySlice): number {
 
 class RequestUse implements SharedMemoryUse {
   readonly #regions: SystemSharedMemory;
+  /** The request's caller: it reaches only the regions it may use. */
+  readonly #principal: string | undefined;
   /** The regions held, by name as the request named them. */
   readonly #held = new Map<string, Region>();
   #bytes = 0;
   #released = false;
 
-  constructor(regions: SystemSharedMemory) {
+  constructor(regions: SystemSharedMemory, principal: string | undefined) {
     this.#regions = regions;
+    this.#principal = principal;
   }
 
   hold(slice: SharedMemorySlice): void {
@@ -331,7 +390,7 @@ class RequestUse implements SharedMemoryUse {
     if (this.#released) throw internal("a request's shared memory was used after it was released");
     const held = this.#held.get(slice.region);
     if (held !== undefined) return checkSlice(held, slice);
-    const region = this.#regions.region(slice);
+    const region = this.#regions.region(slice, this.#principal);
     region.users++;
     this.#held.set(slice.region, region);
     return region;

@@ -231,6 +231,50 @@ describe("SystemSharedMemory", () => {
     assert.deepEqual(regions.status(), []);
   });
 
+  it("a region registered with an API key is that key's; one registered without is any caller's", () => {
+    const regions = registry();
+    const owned = object("owned");
+    regions.register("owned", owned, 0, 64, "tenant-a");
+    regions.register("open", object("open"), 0, 64);
+    const denied = failsWith(
+      "PERMISSION_DENIED",
+      "shared memory region 'owned' belongs to another caller: only the API key that registered it may use, list or unregister it",
+    );
+    const slice = { region: "owned", offset: 0, byteSize: 4 };
+    // Refused before the slice is checked: an offset past its end says nothing of its size.
+    for (const caller of ["tenant-b", undefined]) {
+      const use = regions.use(caller);
+      assert.throws(() => use.read(slice), denied);
+      assert.throws(() => use.hold({ ...slice, offset: 4096 }), denied);
+      assert.deepEqual([...use.read({ ...slice, region: "open" })], [0, 1, 2, 3]);
+      use.release();
+      assert.throws(() => regions.status("owned", caller), denied);
+      assert.throws(() => regions.unregister("owned", caller), denied);
+      assert.deepEqual(
+        regions.status(undefined, caller).map((r) => r.name),
+        ["open"],
+      );
+    }
+    const mine = regions.use("tenant-a");
+    assert.deepEqual([...mine.read(slice)], [0, 1, 2, 3]);
+    mine.release();
+    assert.throws(
+      () => regions.register("again", owned, 0, 64, "tenant-b"),
+      failsWith(
+        "PERMISSION_DENIED",
+        "failed to register shared memory region 'again': its key '/owned' is registered by another caller, only the API key that registered it may register it again",
+      ),
+    );
+    regions.unregister(undefined, "tenant-b");
+    assert.deepEqual(
+      regions.status(undefined, "tenant-a").map((r) => r.name),
+      ["owned"],
+    );
+    regions.unregister(undefined, "tenant-a");
+    assert.deepEqual(regions.status(undefined, "tenant-a"), []);
+    regions.close();
+  });
+
   it("refuses registrations where clients may not register, and lists none", () => {
     const regions = registry({ clientRegistration: false });
     const disabled =

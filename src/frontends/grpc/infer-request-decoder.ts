@@ -175,7 +175,8 @@ export function decodeInferRequest(
   const version = message.model_version;
   const modelVersion = version === undefined || version === "" ? undefined : version;
   const { sharedMemory } = options;
-  const held = sharedMemory && new SharedMemoryRequest(sharedMemory, model.config, message.id ?? "");
+  const held =
+    sharedMemory && new SharedMemoryRequest(sharedMemory, model.config, message.id ?? "", options.principal);
   try {
     return decodeMessage(message, model.config, modelVersion, options, held);
   } catch (error) {

@@ -366,9 +366,9 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     SystemSharedMemoryStatus: unary(
       logger,
       "SystemSharedMemoryStatus",
-      (m: SharedMemoryNameMessage): SystemSharedMemoryStatusMessage => {
+      (m: SharedMemoryNameMessage, call): SystemSharedMemoryStatusMessage => {
         const regions = sharedMemoryRegions("system shared memory");
-        const listed = regions.status(given(m.name));
+        const listed = regions.status(given(m.name), principalOf(call.metadata));
         return {
           regions: Object.fromEntries(
             listed.map((r) => [
@@ -382,13 +382,14 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     SystemSharedMemoryRegister: unary(
       logger,
       "SystemSharedMemoryRegister",
-      (m: SystemSharedMemoryRegisterMessage) => {
+      (m: SystemSharedMemoryRegisterMessage, call) => {
         const regions = sharedMemoryRegions("system shared memory");
         regions.register(
           m.name ?? "",
           m.key ?? "",
           byteCount(m.offset, "offset"),
           byteCount(m.byte_size, "byte_size"),
+          principalOf(call.metadata),
         );
         return {};
       },
@@ -396,13 +397,17 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
     SystemSharedMemoryUnregister: unary(
       logger,
       "SystemSharedMemoryUnregister",
-      (m: SharedMemoryNameMessage) => {
-        sharedMemoryRegions("system shared memory").unregister(given(m.name));
+      (m: SharedMemoryNameMessage, call) => {
+        sharedMemoryRegions("system shared memory").unregister(given(m.name), principalOf(call.metadata));
         return {};
       },
     ),
-    CudaSharedMemoryStatus: unary(logger, "CudaSharedMemoryStatus", (m: SharedMemoryNameMessage) => {
-      cudaSharedMemoryStatus(sharedMemoryRegions("CUDA shared memory"), given(m.name));
+    CudaSharedMemoryStatus: unary(logger, "CudaSharedMemoryStatus", (m: SharedMemoryNameMessage, call) => {
+      cudaSharedMemoryStatus(
+        sharedMemoryRegions("CUDA shared memory"),
+        given(m.name),
+        principalOf(call.metadata),
+      );
       return { regions: {} };
     }),
     CudaSharedMemoryRegister: unary(logger, "CudaSharedMemoryRegister", (m: SharedMemoryNameMessage) => {

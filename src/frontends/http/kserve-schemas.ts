@@ -175,12 +175,15 @@ export function sharedMemorySchemas(kind: "system" | "cuda", path: string) {
   const which = kind === "system" ? "system" : "CUDA";
   const whose = named ? `the ${which} shared memory region named` : `every ${which} shared memory region`;
   const id = (action: string): string => `${kind}SharedMemory${action}${named ? "Region" : ""}`;
-  const cpuOnly = kind === "cuda" ? " (seqserve runs on the CPU: there are none)" : "";
+  const aside =
+    kind === "cuda"
+      ? " (seqserve runs on the CPU: there are none)"
+      : " (with API keys, the caller's own: a region belongs to the key that registered it)";
   return {
     status: {
       operationId: id("Status"),
       tags: ["shared memory"],
-      summary: `The status of ${whose}${cpuOnly}`,
+      summary: `The status of ${whose}${aside}`,
       ...params,
       response: {
         200: {
@@ -216,7 +219,7 @@ export function sharedMemorySchemas(kind: "system" | "cuda", path: string) {
     unregister: {
       operationId: id("Unregister"),
       tags: ["shared memory"],
-      summary: `Unregisters ${whose}${cpuOnly}`,
+      summary: `Unregisters ${whose}${aside}`,
       ...params,
       response: { 200: emptyResponse("Unregistered"), default: KSERVE_ERROR },
     },

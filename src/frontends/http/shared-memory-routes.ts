@@ -12,7 +12,8 @@ import { sharedMemorySchemas } from "./kserve-schemas.ts";
 
 // Triton's shared memory extensions over HTTP: `/v2/systemsharedmemory` and
 // `/v2/cudasharedmemory`, each `[/region/{name}]/status|register|unregister`
-// (http_server.cc's HandleSystemSharedMemory / HandleCudaSharedMemory).
+// (http_server.cc's HandleSystemSharedMemory / HandleCudaSharedMemory). With API keys a
+// region belongs to the key that registered it (system-shared-memory.ts).
 
 type RegionRequest = FastifyRequest<{ Params: { region?: string } }>;
 
@@ -51,7 +52,7 @@ export function sharedMemoryRoutes(app: FastifyInstance, regions: SharedMemoryRe
     app.get(`${system}/status`, { schema: systemSchemas.status }, (request: RegionRequest, reply) =>
       sendJson(
         reply,
-        regions.status(request.params.region).map((r) => ({
+        regions.status(request.params.region, request.principal).map((r) => ({
           name: r.name,
           key: r.key,
           offset: r.offset,
@@ -67,14 +68,14 @@ export function sharedMemoryRoutes(app: FastifyInstance, regions: SharedMemoryRe
         throw invalidArg("'region name' is necessary to register system shared memory region");
       }
       const { key, offset, byteSize } = readRegisterRequest(request.body as Buffer | undefined);
-      regions.register(name, key, offset, byteSize);
+      regions.register(name, key, offset, byteSize, request.principal);
       return reply.code(200).send();
     });
     app.post(
       `${system}/unregister`,
       { schema: systemSchemas.unregister },
       (request: RegionRequest, reply) => {
-        regions.unregister(request.params.region);
+        regions.unregister(request.params.region, request.principal);
         return reply.code(200).send();
       },
     );
@@ -82,7 +83,7 @@ export function sharedMemoryRoutes(app: FastifyInstance, regions: SharedMemoryRe
     const cuda = `/v2/cudasharedmemory${region}`;
     const cudaSchemas = sharedMemorySchemas("cuda", cuda);
     app.get(`${cuda}/status`, { schema: cudaSchemas.status }, (request: RegionRequest, reply) =>
-      sendJson(reply, cudaSharedMemoryStatus(regions, request.params.region)),
+      sendJson(reply, cudaSharedMemoryStatus(regions, request.params.region, request.principal)),
     );
     app.post(`${cuda}/register`, { schema: cudaSchemas.register }, (request: RegionRequest) => {
       if (!regions.clientRegistration) throw new ServerError("UNSUPPORTED", CLIENT_SHM_DISABLED);

@@ -5,10 +5,17 @@ import { CLIENT_SHM_DISABLED, type SharedMemoryRegions } from "../../../core/sha
 // it (seqserve runs on the CPU): nothing can be registered, so there is never a region to
 // list or to unregister. Shared by HTTP and gRPC.
 
-/** The CUDA regions, or the one named: there are none. */
-export function cudaSharedMemoryStatus(regions: SharedMemoryRegions, name: string | undefined): [] {
+/**
+ * The CUDA regions, or the one named: there are none. A system region of that name is
+ * pointed out to the caller who may see it (`principal`'s own, or no one's).
+ */
+export function cudaSharedMemoryStatus(
+  regions: SharedMemoryRegions,
+  name: string | undefined,
+  principal: string | undefined,
+): [] {
   if (name === undefined) return [];
-  if (regions.status().some((region) => region.name === name)) {
+  if (regions.status(undefined, principal).some((region) => region.name === name)) {
     throw notFound(
       `The region named '${name}' is registered as system shared memory, not CUDA shared memory`,
     );

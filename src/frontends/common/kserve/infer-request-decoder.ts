@@ -508,7 +508,8 @@ export function decodeInferJson(
   );
   const sequence = readSequenceControl(parameters);
   const access = options.sharedMemory;
-  const sharedMemory = access && new SharedMemoryRequest(access, model.config, json.id ?? "");
+  const sharedMemory =
+    access && new SharedMemoryRequest(access, model.config, json.id ?? "", options.principal);
   try {
     const fields = { parameters, binaryOutput, sequence, sharedMemory };
     return decodeTensors(json, body, headerLength, model, options, fields, parsed);

@@ -24,6 +24,7 @@ export class SharedMemoryRequest {
   readonly #regions: SharedMemoryRegions;
   readonly #config: ModelConfig;
   readonly #requestId: string;
+  readonly #principal: string | undefined;
   #use: SharedMemoryUse | undefined;
   #outputs: Map<string, SharedMemorySlice> | undefined;
 
@@ -33,15 +34,22 @@ export class SharedMemoryRequest {
    * The bytes a request reads are bounded by the regions' own limit on bytes read by
    * requests in flight (`--max-shared-memory-bytes`), not by the protocol's request size:
    * clients use shared memory for tensors larger than a request may be, as Triton allows.
+   * `principal`: the request's caller, who reaches only its own regions (and no one's).
    */
-  constructor(regions: SharedMemoryRegions, config: ModelConfig, requestId: string) {
+  constructor(
+    regions: SharedMemoryRegions,
+    config: ModelConfig,
+    requestId: string,
+    principal: string | undefined,
+  ) {
     this.#regions = regions;
     this.#config = config;
     this.#requestId = requestId;
+    this.#principal = principal;
   }
 
   #used(): SharedMemoryUse {
-    this.#use ??= this.#regions.use();
+    this.#use ??= this.#regions.use(this.#principal);
     return this.#use;
   }
 
