@@ -427,4 +427,18 @@ parameters { key: "handler_max_unacked_responses" value { string_value: "2" } }
     );
     await closeSession(client, id);
   });
+
+  it("a numbered step sent again is refused saying why: a decoupled model's responses are not kept to send again", async () => {
+    const { id } = await openSession(client);
+    const numbered = () =>
+      invokeStream(client, { body: count(2), sessionId: id, customAttributes: "sequence_step=1" });
+    assert.equal((await numbered()).error, undefined);
+    const error = await sdkError(numbered());
+    assert.equal(error.originalStatus, 400);
+    assert.match(
+      containerMessage(error),
+      /^step 1 of sequence .* was already applied and its answer is no longer kept \(a decoupled model's responses go out as they are made, and none is kept to send again\)$/,
+    );
+    await closeSession(client, id);
+  });
 });

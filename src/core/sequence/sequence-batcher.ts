@@ -779,7 +779,14 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         this.#leave(head);
         // The tier's word was used once: the next surprise asks it again.
         if (place !== undefined) place.verified = false;
-        const check = checkStep(step, sequence.applied, sequence.answers, sequence.id, this.#config.name);
+        const check = checkStep(
+          step,
+          sequence.applied,
+          sequence.answers,
+          sequence.id,
+          this.#config.name,
+          head.responses !== undefined,
+        );
         if (check.kind === "answered") {
           head.resolve(this.#recorded(head, check.answer));
           this.#renew(sequence);

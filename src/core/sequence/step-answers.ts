@@ -97,17 +97,22 @@ export function checkStep(
   answers: StepAnswers | undefined,
   id: SequenceId,
   model: string,
+  /** The request is a decoupled model's: its responses went out as they came, and none is kept. */
+  decoupled = false,
 ): StepCheck {
   if (step === applied + 1) return { kind: "run" };
   const sequence = `sequence ${formatSequenceId(id)} of model '${model}'`;
   if (step <= applied) {
     const answer = answers?.get(step);
     if (answer !== undefined) return { kind: "answered", answer };
+    const why = decoupled
+      ? "a decoupled model's responses go out as they are made, and none is kept to send again"
+      : `the sequence has applied ${applied} steps; only the answers of the last ${STEP_ANSWERS_KEPT} steps sent with a step number are kept`;
     return {
       kind: "refused",
       error: new ServerError(
         "FAILED_PRECONDITION",
-        `step ${step} of ${sequence} was already applied and its answer is no longer kept (the sequence has applied ${applied} steps; only the answers of the last ${STEP_ANSWERS_KEPT} steps sent with a step number are kept)`,
+        `step ${step} of ${sequence} was already applied and its answer is no longer kept (${why})`,
       ),
     };
   }
