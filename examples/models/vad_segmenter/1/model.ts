@@ -56,10 +56,15 @@ async function segment(request: HandlerRequest, context: HandlerContext): Promis
       for (const event of pushChunk(segmenter, probability, CHUNK))
         await request.send({ outputs: eventOutputs(event) });
     }
+    // A client that left while the last chunk's events went out has ended the request:
+    // a state changed now would not be kept (and the log would say so).
+    if (request.signal.aborted) return;
     if (sequence.end) {
       for (const event of finish(segmenter)) await request.send({ outputs: eventOutputs(event) });
       if (vad !== undefined) await context.closeSequence(VAD, vad);
-      state.clear();
+      // The VAD sequence is closed: nothing is left for the finally block to end.
+      finished = true;
+      if (!request.signal.aborted) state.clear();
     } else {
       state.set("segmenter", segmenter);
       if (vad !== undefined) state.set("vad_sequence", vad);
