@@ -264,13 +264,13 @@ export class LoadedModel implements ServedModel {
   }
 
   /**
-   * Hands `pending` to the scheduler; a START's input bytes held in the server's budget of
-   * waiting STARTs until it runs or is answered: refused first when they do not fit, and
-   * given back when the scheduler refuses it (queue-budget.ts).
+   * Hands `pending` to the scheduler; a START goes with the server's budget of STARTs
+   * waiting for a slot, which holds its bytes if it must wait (queue-budget.ts); they come
+   * back if the scheduler refuses it.
    */
   #enqueue(pending: PendingRequest): void {
     if (this.#queueBudget !== undefined && pending.request.sequence?.start === true)
-      pending.holdQueuedBytes(this.#queueBudget, this.name);
+      pending.startBudget = { budget: this.#queueBudget, model: this.name };
     try {
       this.#scheduler.enqueue(pending);
     } catch (error) {

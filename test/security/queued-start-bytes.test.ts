@@ -28,6 +28,11 @@ before(async () => {
       config: `name: "session"\n${LOG_MODEL.config!.replace("max_candidate_sequences: 4", "max_candidate_sequences: 2")}\ninstance_group [ { count: 1 kind: KIND_CPU } ]`,
       files: LOG_MODEL.files,
     },
+    // The same with slots to spare.
+    roomy: {
+      config: `name: "roomy"\n${LOG_MODEL.config!}\ninstance_group [ { count: 1 kind: KIND_CPU } ]`,
+      files: LOG_MODEL.files,
+    },
     // A stateless model.
     plain: {
       config: `
@@ -42,7 +47,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
   });
   server = await startTestServer(repository.path, {
     modelControlMode: "explicit",
-    loadModels: ["session", "plain"],
+    loadModels: ["session", "roomy", "plain"],
     security: securityOptions({ limits: { ...securityOptions().limits, maxQueuedStartBytes: BUDGET } }),
   });
 });
@@ -140,7 +145,7 @@ test("a full model's backlog of big STARTs: the START past the budget is refused
   assert.equal(await refusals(), 1);
 });
 
-test("only STARTs count: with the budget full, the running sequences' steps and ENDs and other models' requests are served; a START larger than the whole budget waits alone", async () => {
+test("only STARTs that wait count: with the budget full, the running sequences' steps and ENDs and other models' requests are served; a START larger than the whole budget waits alone", async () => {
   const refusedBefore = await refusals();
   assert.deepEqual(kept(await note(21, 1, 1, { start: true })), [1, 1]);
   assert.deepEqual(kept(await note(22, 1, 2, { start: true })), [1, 2]);
@@ -149,6 +154,18 @@ test("only STARTs count: with the budget full, the running sequences' steps and 
   const big32 = note(32, 1200, 2, { start: true });
   await untilQueued(2400);
   assertError(await note(33, 200, 3, { start: true }), 503, refusedMessage("session", 200));
+  // A START that finds a free slot waits for nothing: it holds nothing, and is served.
+  const roomy = await infer(
+    server.url,
+    "roomy",
+    [{ name: "IN", datatype: "UINT8", shape: [1000], data: new Array(1000).fill(1) }],
+    {
+      id: 41,
+      start: true,
+      end: true,
+    },
+  );
+  assert.deepEqual(kept(roomy), [1000, 1000]);
   // Steps larger than what is left, of the sequences holding the slots, and a stateless request.
   assert.deepEqual(kept(await note(21, 2000, 1)), [2001, 2001]);
   const plain = await infer(server.url, "plain", [

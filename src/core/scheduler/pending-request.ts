@@ -108,19 +108,27 @@ export class PendingRequest {
   }
 
   /**
-   * Holds the request's input bytes in `budget` until it is dispatched or settles,
-   * whichever comes first; throws (holding nothing) when they do not fit. `model` names the
-   * model in the refusal.
+   * For a START: the server's budget of STARTs waiting for a slot, and the model that names
+   * it in a refusal (queue-budget.ts); its scheduler holds the bytes there if it must wait.
    */
-  holdQueuedBytes(budget: QueueBudget, model: string): void {
+  startBudget: { readonly budget: QueueBudget; readonly model: string } | undefined;
+
+  /**
+   * The START waits for a slot: its input bytes are held in its startBudget until it is
+   * dispatched or settles, whichever comes first; throws (holding nothing) when they do
+   * not fit.
+   */
+  holdWhileWaiting(): void {
+    const to = this.startBudget;
+    if (to === undefined || this.#queueBudget !== undefined) return;
     const bytes = queuedBytesOf(this.#validated.inputs);
-    budget.take(bytes, model, this.request.id);
-    this.#queueBudget = budget;
+    to.budget.take(bytes, to.model, this.request.id);
+    this.#queueBudget = to.budget;
     this.#queuedBytes = bytes;
   }
 
   /**
-   * Gives the bytes held by holdQueuedBytes back, once: on dispatch, on settling, or when
+   * Gives the bytes held by holdWhileWaiting back, once: on dispatch, on settling, or when
    * the scheduler refused the request. A request moved to another scheduler (a reload)
    * keeps them; one queued again after it ran (a step retried) does not take them again.
    */

@@ -15,10 +15,11 @@ import { type BytesElements, type Tensor, tensorByteLength } from "../tensor.ts"
 // code; each is bounded by its connection or stream (--max-held-request-bytes, the body
 // and message limits).
 //
-// A START holds its input bytes here from when it is queued until it is handed to a
-// model instance or answered, whichever comes first (PendingRequest gives them back, once,
-// on either); one moved to a reloaded version keeps what it holds. One that would take
-// the total past the budget is refused before it is queued, as a full backlog refuses it:
+// A START that finds no free slot holds its input bytes here from when it joins the
+// backlog until it is handed to a model instance or answered, whichever comes first
+// (PendingRequest gives them back, once, on either); one moved to a reloaded version keeps
+// what it holds; one that finds a slot holds nothing. One that would take the total past
+// the budget is refused instead of joining the backlog, as a full backlog refuses it:
 // UNAVAILABLE (503) with Retry-After. One larger than the whole budget is taken while
 // nothing else is held, so that it is not told to retry for ever. The count is an add and
 // a compare per START.

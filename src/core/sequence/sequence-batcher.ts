@@ -431,6 +431,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         this.#restart(existing, sequence);
       } else {
         this.#place(sequence);
+        if (sequence.status === "backlogged") this.#holdWaitingStart(sequence, pending);
         this.#all.add(sequence);
       }
       this.#live.set(key, sequence);
@@ -612,6 +613,19 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       `model '${this.#config.name}' has all ${this.capacity} sequence slots in use and its backlog of ${this.#sequencing.backlogLimit} sequences is full; retry later`,
       { retryAfterSeconds: 1, reason: "sequence_limit" },
     );
+  }
+
+  /**
+   * A START that waits in the backlog holds its bytes in the server's budget of waiting
+   * STARTs (queue-budget.ts); refused for want of room there, it leaves the backlog.
+   */
+  #holdWaitingStart(sequence: Sequence, pending: PendingRequest): void {
+    try {
+      pending.holdWhileWaiting();
+    } catch (error) {
+      this.#backlog.remove((s) => s === sequence);
+      throw error;
+    }
   }
 
   /** A new sequence takes a free slot on the least-loaded instance, or joins the backlog. */
