@@ -190,3 +190,26 @@ test("connections past --http-max-connections are closed at once", WAIT, async (
   assert.ok(((await refused("http_connections")) ?? 0) >= 1);
   for (const socket of held) socket.destroy();
 });
+
+test(
+  "a head whose first bytes come before the header time and the rest after is still read (Node's header time counts from its first byte)",
+  WAIT,
+  async () => {
+    const slow = await startTestServer(
+      { floats: { onnx: identityModel("FP32", [-1, 4]) } },
+      { security: securityOptions({ limits: { ...DEFAULT_LIMITS, httpHeaderTimeoutSecs: 3 } }) },
+    );
+    try {
+      const socket = await open(slow.server.httpPort!);
+      const answer = untilClosed(socket);
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      socket.write("GET /v2/health/live HTTP/1.1\r\nhost: x\r\n");
+      // Past the header time from the accept, within it from the head's first byte.
+      await new Promise((resolve) => setTimeout(resolve, 2500));
+      socket.write("connection: close\r\n\r\n");
+      assert.match(await answer, /^HTTP\/1\.1 200/);
+    } finally {
+      await slow.stop();
+    }
+  },
+);

@@ -6,7 +6,9 @@ import type { Refusals } from "../../../core/refusals.ts";
 // nothing, or stops inside its TLS handshake, held its place among --http-max-connections
 // for good, and enough of them turned every other client away before access control ran.
 // A connection that has not begun a request within the header timeout of its accept is
-// closed (counted as http_request_timeout). A kept-alive connection's later requests are
+// closed (counted as http_request_timeout). One whose bytes have begun to come (a head
+// split across packets, a TLS handshake) gets the header time once more, which covers
+// Node's own count from the first byte; a kept-alive connection's later requests are
 // bounded by Node's keep-alive and header timeouts.
 
 export class FirstRequestTimeout {
@@ -14,11 +16,19 @@ export class FirstRequestTimeout {
 
   constructor(server: Server, timeoutMs: number, refusals?: Refusals) {
     server.on("connection", (socket: Socket) => {
-      const timer = setTimeout(() => {
+      let lastLook = false;
+      const look = (): void => {
         if (this.#begun.has(socket)) return;
+        if (!lastLook && socket.bytesRead > 0) {
+          lastLook = true;
+          timer = setTimeout(look, timeoutMs);
+          timer.unref();
+          return;
+        }
         refusals?.refused("http_request_timeout");
         socket.destroy();
-      }, timeoutMs);
+      };
+      let timer = setTimeout(look, timeoutMs);
       timer.unref();
       socket.once("close", () => clearTimeout(timer));
     });

@@ -155,6 +155,8 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     // maxParamLength) is answered in the family's form, not fastify's, and without
     // echoing the path back.
     frameworkErrors: (error, request, reply: FastifyReply) => {
+      // Answered without the hooks: its connection has begun its requests all the same.
+      firstRequest?.begun(request.raw.socket);
       // A WebSocket upgrade's socket has left node's HTTP handling (no timeout applies):
       // refused, it is closed once answered, as the onResponse hook below closes others
       // (framework errors skip the hooks).
