@@ -356,8 +356,9 @@ describe("a decoupled model's stream, and its failures", () => {
   });
 });
 
-// Responses numbered on from the session's count of those it sent (its state); the client
-// of a session step may take only two untaken responses at a time.
+// Responses numbered on from the session's count of those it sent (its state), the
+// second a moment after the first; the client of a session step may take only two
+// untaken responses at a time.
 const SESSION_COUNTDOWN = `
 export default {
   execute(requests: any[]) {
@@ -369,13 +370,15 @@ async function run(r: any) {
   const sent = r.sequence.state.get("sent") ?? 0;
   for (let i = 0; i < count; i++) {
     await r.send({ outputs: { INDEX: { datatype: "INT32", shape: [1], data: Int32Array.of(sent + i) } } });
+    // Its client may leave after the first: the next ones are made after it has gone.
+    if (i === 0) await new Promise((resolve) => setTimeout(resolve, 300));
   }
   r.sequence.state.set("sent", sent + count);
   r.complete();
 }
 `;
 
-describe("a decoupled session step whose client leaves mid-stream", () => {
+describe("a decoupled session step whose client leaves mid-stream", { timeout: 30_000 }, () => {
   let server: TestServer;
   let client: SageMakerRuntimeClient;
   before(async () => {

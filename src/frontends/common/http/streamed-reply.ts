@@ -34,6 +34,9 @@ export interface StreamedReplyOptions {
 
 /** Whether `raw` drains before `ms` pass (false also when it closes first). */
 async function drained(raw: ServerResponse, ms: number | undefined): Promise<boolean> {
+  // Closed before this wait (a client that left while the frame was made): its "close" has
+  // gone, and nothing drains; waiting would hold the request for the whole idle time.
+  if (raw.destroyed) return false;
   const stop = new AbortController();
   const { signal } = stop;
   const waits: Promise<boolean>[] = [
