@@ -184,6 +184,13 @@ describe("a decoupled model's session, streamed", () => {
 
 // Sends COUNT responses, one by one, then completes its request; for a COUNT below 0,
 // sends -COUNT - 1 and fails it.
+/** A request of a COUNT model's `value`, in KServe JSON. */
+const count = (value: number) =>
+  JSON.stringify({ inputs: [{ name: "COUNT", datatype: "INT32", shape: [1], data: [value] }] });
+/** The INDEX of each JSON line the parts hold. */
+const indexes = (parts: readonly Buffer[]) =>
+  parts.flatMap((bytes) => lines(bytes).map((line) => line.outputs![0]!.data[0]));
+
 const COUNTDOWN = `
 export default {
   execute(requests: any[]) {
@@ -238,11 +245,6 @@ describe("a decoupled model's stream, and its failures", () => {
     client?.destroy();
     await server?.stop();
   });
-
-  const count = (value: number) =>
-    JSON.stringify({ inputs: [{ name: "COUNT", datatype: "INT32", shape: [1], data: [value] }] });
-  const indexes = (parts: readonly Buffer[]) =>
-    parts.flatMap((bytes) => lines(bytes).map((line) => line.outputs![0]!.data[0]));
 
   it("each response is a part, in order", async () => {
     const answer = await invokeStream(client, { body: count(4) });
@@ -402,9 +404,6 @@ parameters { key: "handler_max_unacked_responses" value { string_value: "2" } }
     await server?.stop();
   });
 
-  const count = (value: number) =>
-    JSON.stringify({ inputs: [{ name: "COUNT", datatype: "INT32", shape: [1], data: [value] }] });
-
   it("runs to its end, its responses dropped rather than waited for, and the session goes on from it", async () => {
     const { id } = await openSession(client);
     const leaving = new AbortController();
@@ -424,10 +423,7 @@ parameters { key: "handler_max_unacked_responses" value { string_value: "2" } }
     // The step sent its 50 responses (no client took them) and was applied: the next one numbers on.
     const next = await invokeStream(client, { body: count(2), sessionId: id });
     assert.equal(next.error, undefined);
-    assert.deepEqual(
-      next.parts.flatMap((bytes) => lines(bytes).map((line) => line.outputs![0]!.data[0])),
-      [50, 51],
-    );
+    assert.deepEqual(indexes(next.parts), [50, 51]);
     await closeSession(client, id);
   });
 
