@@ -67,18 +67,18 @@ export interface InvocationBody {
 const JSON_TYPES = new Set(["application/json", "text/json"]);
 const OCTET_STREAM = "application/octet-stream";
 
-function firstByte(bytes: Buffer): number | undefined {
-  for (const byte of bytes) if (byte !== 0x20 && byte !== 0x0a && byte !== 0x0d && byte !== 0x09) return byte;
-  return undefined;
-}
+const isBlank = (byte: number): boolean => byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09;
 
-function lastByte(bytes: Buffer): number | undefined {
-  for (let i = bytes.byteLength - 1; i >= 0; i--) {
-    const byte = bytes[i]!;
-    if (byte !== 0x20 && byte !== 0x0a && byte !== 0x0d && byte !== 0x09) return byte;
+/** The first byte that is not blank, looking from the start (`step` 1) or the end (-1). */
+function edgeByte(bytes: Buffer, step: 1 | -1): number | undefined {
+  for (let i = step === 1 ? 0 : bytes.byteLength - 1; i >= 0 && i < bytes.byteLength; i += step) {
+    if (!isBlank(bytes[i]!)) return bytes[i];
   }
   return undefined;
 }
+
+const firstByte = (bytes: Buffer): number | undefined => edgeByte(bytes, 1);
+const lastByte = (bytes: Buffer): number | undefined => edgeByte(bytes, -1);
 
 const startsLikeJson = (bytes: Buffer): boolean => {
   const first = firstByte(bytes);
