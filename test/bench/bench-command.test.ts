@@ -100,21 +100,14 @@ describe("seqserve bench", { timeout: 120_000 }, () => {
   it("the same over TF-Serving gRPC, SageMaker sessions (also with the response stream) and WebSocket streams", async () => {
     for (const protocol of ["tfs-grpc", "sagemaker", "sagemaker-stream", "ws"]) {
       const [report] = await runBench(
-        options([
-          "--model",
-          SILERO_STATEFUL_MODEL,
-          "--protocol",
-          protocol,
-          "--concurrency",
-          "4",
-          "--sequence-length",
-          "5",
-          "--input",
-          "sr=16000",
-          "--verify",
-        ]),
-        // A sequence of 5 steps a lane: under load, one WebSocket lane's took longer than 0.6 s.
-        "2",
+        options(
+          [
+            ...["--model", SILERO_STATEFUL_MODEL, "--protocol", protocol, "--concurrency", "4"],
+            ...["--sequence-length", "5", "--input", "sr=16000", "--verify"],
+          ],
+          // A sequence of 5 steps a lane: under load, one WebSocket lane's took longer than 0.6 s.
+          "2",
+        ),
       );
       assertSane(report!);
       assertVerified(report!, protocol);
