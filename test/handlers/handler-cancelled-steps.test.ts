@@ -257,6 +257,66 @@ test("a step whose client leaves: sequenceEnded('cancelled') comes once its code
   assert.ok(!logLines.some((l) => l.includes("never returned")), "no worker was ended");
 });
 
+test("an END still queued when its sequence is cancelled did not end it: sequenceEnded and the counts say 'cancelled'", async () => {
+  const id = 40;
+  const infer = (
+    rid: string,
+    ms: number,
+    flags: { start?: boolean; end?: boolean } = {},
+    signal?: AbortSignal,
+  ) =>
+    fetch(`${server.url}/v2/models/steps_unary/infer`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({
+        id: rid,
+        parameters: {
+          sequence_id: id,
+          sequence_start: flags.start ?? false,
+          sequence_end: flags.end ?? false,
+        },
+        inputs: [{ name: "MS", datatype: "INT32", shape: [1], data: [ms] }],
+      }),
+      ...(signal === undefined ? {} : { signal }),
+    });
+  const endedCounts = async (): Promise<Record<string, number>> =>
+    (
+      (await (await fetch(`${server.url}/v2/models/steps_unary/sequences`)).json()) as {
+        summary: { ended: Record<string, number> };
+      }
+    ).summary.ended;
+  assert.equal((await infer("q0", 0, { start: true })).status, 200);
+  const before = await endedCounts();
+  const running = infer("q1", 600);
+  await eventOf(repository.eventsFile, "q1 running", (e) => e.hook === "start" && e.rid === "q1");
+  const leaving = new AbortController();
+  const left = infer("q2", 0, {}, leaving.signal).catch((error: Error) => error);
+  const end = infer("q3", 0, { end: true });
+  // Both queued behind q1; the END's admission has released the id.
+  await eventually("the END admitted", async () => {
+    const listing = (await (await fetch(`${server.url}/v2/models/steps_unary/sequences`)).json()) as {
+      sequences: { id: unknown; status: string }[];
+    };
+    return listing.sequences.some((s) => String(s.id) === String(id) && s.status === "ending")
+      ? true
+      : undefined;
+  });
+  leaving.abort();
+  assert.ok((await left) instanceof Error);
+  const endAnswer = await end;
+  assert.equal(endAnswer.status, 400);
+  assert.match(((await endAnswer.json()) as { error: string }).error, /one of its requests was cancelled/);
+  assert.equal((await running).status, 200);
+  await eventOf(repository.eventsFile, "the end", (e) => e.hook === "ended" && e.id === String(id));
+  assert.deepEqual(story(id), ["start q0", "end q0", "start q1", "end q1", "ended cancelled"]);
+  const after = await endedCounts();
+  assert.equal((after.cancelled ?? 0) - (before.cancelled ?? 0), 1);
+  assert.equal((after.end ?? 0) - (before.end ?? 0), 0);
+  // Ended, the id asks for a START.
+  const next = await infer("q4", 0);
+  assert.match(((await next.json()) as { error: string }).error, /must specify the START flag/);
+});
+
 test("a model that is not decoupled: the next step of a sequence whose step timed out waits for its execute() to return", async () => {
   const id = 7;
   const call = (ms: number, flags: { start?: boolean; end?: boolean } = {}) =>

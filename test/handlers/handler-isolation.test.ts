@@ -47,6 +47,11 @@ export default {
       // A change of the state once the request is complete (from a timer): not kept.
       if (mode === "late-state") setTimeout(() => r.sequence.state.set("late", 1), 20);
       if (mode === "exit") process.exit(3);
+      if (mode === "exit-soon") {
+        record({ hook: "exiting" });
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        process.exit(3);
+      }
       // Errors nobody catches: a promise left rejected, a timer that throws.
       if (mode === "floating-rejection") Promise.reject(new Error("floating rejection"));
       if (mode === "timer-throw") setTimeout(() => { throw new Error("thrown from a timer"); }, 10);
@@ -89,13 +94,19 @@ function text(r: any): string {
 }
 `;
 
-function config(sequences: boolean, eventsFile: string, decoupled = false): string {
+function config(sequences: boolean | "direct", eventsFile: string, decoupled = false): string {
+  const batching =
+    sequences === "direct"
+      ? "sequence_batching { direct { } }"
+      : sequences
+        ? "sequence_batching { oldest { max_candidate_sequences: 8 } }"
+        : "dynamic_batching { }";
   return `
 backend: "typescript"
-max_batch_size: 8
+max_batch_size: ${sequences === "direct" ? 2 : 8}
 input [ { name: "MODE" data_type: TYPE_STRING dims: [ 1 ] } ]
 output [ { name: "ECHO" data_type: TYPE_STRING dims: [ 1 ] } ]
-${sequences ? "sequence_batching { oldest { max_candidate_sequences: 8 } }" : "dynamic_batching { }"}
+${batching}
 ${decoupled ? "model_transaction_policy { decoupled: true }" : ""}
 instance_group [ { count: 1 kind: KIND_CPU } ]
 parameters { key: "handler_timeout_ms" value { string_value: "400" } }
@@ -111,6 +122,8 @@ before(async () => {
   repository = handlerRepository((eventsFile) => ({
     faulty: { config: config(false, eventsFile), files: { "1/model.ts": FAULTY } },
     faulty_seq: { config: config(true, eventsFile), files: { "1/model.ts": FAULTY } },
+    // Direct: one batch in flight, so a sequence's first request can wait while another runs.
+    faulty_direct: { config: config("direct", eventsFile), files: { "1/model.ts": FAULTY } },
     // Decoupled: execute()'s responses are sent as each request's final response.
     faulty_stream: { config: config(true, eventsFile, true), files: { "1/model.ts": FAULTY } },
   }));
@@ -440,4 +453,19 @@ test("a worker that dies is restarted; the sequences it held end ('instance_fail
     return answer.status === 200 ? answer : undefined;
   });
   assert.equal(echoed(fresh), "c1");
+});
+
+test("a worker that dies ends only the sequences its model code had seen: one whose START still waited is served by the new worker", async () => {
+  assert.equal(echoed(await call("faulty_direct", "a1", { id: 70, start: true })), "a1");
+  const dying = call("faulty_direct", "exit-soon", { id: 70 });
+  await eventOf(repository.eventsFile, "the step that ends its worker", (e) => e.hook === "exiting");
+  // The instance's one batch in flight is that step's: this START waits for it.
+  const waiting = call("faulty_direct", "b1", { id: 71, start: true });
+  assert.equal((await dying).status, 500);
+  const started = await waiting;
+  assert.equal(started.status, 200, JSON.stringify(started.body));
+  assert.equal(echoed(started), "b1");
+  assert.equal(echoed(await call("faulty_direct", "b2", { id: 71, end: true })), "b2");
+  const gone = await call("faulty_direct", "a2", { id: 70 });
+  assert.match(gone.body.error as string, /it has ended \(reason 'instance_failed'\)/);
 });

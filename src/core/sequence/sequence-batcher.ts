@@ -926,8 +926,18 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     }
   }
 
-  /** Ends `sequence` now: its queued requests fail with `error`; a running request completes first. */
-  #endNow(sequence: Sequence, reason: SequenceEndReason, error: ServerError): void {
+  /**
+   * Ends `sequence` now: its queued requests fail with `error`; a running request completes
+   * first. `lost` is a request of it that will not run either (one its client gave up on).
+   */
+  #endNow(sequence: Sequence, reason: SequenceEndReason, error: ServerError, lost?: PendingRequest): void {
+    // An END that will never run did not end the sequence (its admission named the reason
+    // `end`): this does, and model code and the counts are told so.
+    if (
+      sequence.endReason === "end" &&
+      (lost?.request.sequence?.end === true || [...sequence.queue].some(isEndRequest))
+    )
+      this.#renameEnd(sequence, reason);
     sequence.endReason ??= reason;
     this.#releaseId(sequence);
     for (const p of sequence.queue.drain()) p.reject(error);
@@ -948,7 +958,17 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       sequence,
       "cancelled",
       cancelled(`sequence ${formatSequenceId(sequence.id)} ended: one of its requests was cancelled`),
+      request,
     );
+  }
+
+  /** A sequence whose END was admitted ends for `reason` after all; its id's recent end says so. */
+  #renameEnd(sequence: Sequence, reason: SequenceEndReason): void {
+    sequence.endReason = reason;
+    const key = idKey(sequence.id);
+    const remembered = this.#recentEnds.get(key);
+    if (remembered !== undefined && this.#ending.get(key) === sequence && !this.#live.has(key))
+      this.#recentEnds.remember(key, { ...remembered, reason });
   }
 
   /**
@@ -1026,11 +1046,12 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
 
   /**
    * An instance whose model code kept per-sequence data was replaced (its thread died):
-   * every sequence it held ends, its queued requests failing with the reason.
+   * every sequence it held ends, its queued requests failing with the reason. One whose
+   * requests have all waited so far held nothing there: they run on the new thread.
    */
   #instanceFailed(instance: SequenceInstance, why: string): void {
     for (const sequence of [...this.#all]) {
-      if (sequence.holder !== instance) continue;
+      if (sequence.holder !== instance || (sequence.steps === 0 && !sequence.running)) continue;
       this.#endNow(
         sequence,
         "instance_failed",
