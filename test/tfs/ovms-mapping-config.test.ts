@@ -49,6 +49,12 @@ before(async () => {
         onnx: SILERO_PATH,
         versionFiles: { "mapping_config.json": VAD_MAPPING },
       },
+      // A data input named as seqserve's numbered-step special input: the model keeps it.
+      vad_step: {
+        config: { stateful: true },
+        onnx: SILERO_PATH,
+        versionFiles: { "mapping_config.json": JSON.stringify({ inputs: { input: "sequence_step" } }) },
+      },
       unreadable: {
         onnx: addSubModel("INT32", [-1, 2]),
         versionFiles: { "mapping_config.json": "{inputs:" },
@@ -140,6 +146,47 @@ test("a stateful model with mapped names keeps its state: its answers are the un
     mapped.push(await step("vad_mapped", { input: "audio", output: "speech" }, 42n, i));
   }
   assert.deepEqual(mapped, plain);
+  assert.ok(new Set(plain).size > 1, "the answers vary along the sequence");
+});
+
+test("a stateful model with a data input named sequence_step keeps it over TF-Serving gRPC and REST: OVMS reserves only its two special inputs", async () => {
+  const audio = sequenceAudio(4, 4);
+  const grpcStep = async (model: string, input: string, id: bigint, i: number) => {
+    const control = i === 0 ? 1 : i === audio.length - 1 ? 2 : undefined;
+    const response = await client.predict({
+      model_spec: { name: model },
+      inputs: {
+        [input]: floatTensor(audio[i]!, [1, audio[i]!.length]),
+        sr: int64Tensor([16000n], [1]),
+        sequence_id: sequenceIdTensor(id),
+        ...(control === undefined ? {} : { sequence_control_input: controlTensor(control) }),
+      },
+    });
+    return floatOutput(response, "output")[0]!;
+  };
+  const restStep = async (id: number, i: number) => {
+    const control = i === 0 ? 1 : i === audio.length - 1 ? 2 : 0;
+    const answer = await postJson(`${ovms.url}/v1/models/vad_step:predict`, {
+      inputs: {
+        sequence_step: [Array.from(audio[i]!)],
+        sr: [16000],
+        sequence_id: [id],
+        sequence_control_input: [control],
+      },
+    });
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    return (answer.body as { outputs: { output: number[][] } }).outputs.output[0]![0]!;
+  };
+  const plain: number[] = [];
+  const overGrpc: number[] = [];
+  const overRest: number[] = [];
+  for (let i = 0; i < audio.length; i++) {
+    plain.push(await grpcStep("vad", "input", 51n, i));
+    overGrpc.push(await grpcStep("vad_step", "sequence_step", 52n, i));
+    overRest.push(await restStep(53, i));
+  }
+  assert.deepEqual(overGrpc, plain);
+  assert.deepEqual(overRest.map(Math.fround), plain.map(Math.fround));
   assert.ok(new Set(plain).size > 1, "the answers vary along the sequence");
 });
 

@@ -34,8 +34,8 @@ import {
   SEQUENCE_CONTROL_INPUT,
   SEQUENCE_ID_INPUT,
   SEQUENCE_STEP_INPUT,
-  SPECIAL_INPUTS,
   type SpecialInput,
+  specialInputsOf,
 } from "./special-inputs.ts";
 import { decodeTensorProto, encodeTensorProto, sequenceIdProto, shapeOf } from "./tensor-proto.ts";
 
@@ -134,25 +134,26 @@ export function tfsGrpcServices(options: TfsGrpcOptions): GrpcServiceRegistratio
     const model = findModel(registry, selectorOf(message.model_spec));
     identify(model.name, model.version);
     const protos = message.inputs ?? {};
+    const specials = specialInputsOf(model);
     const sequence = sequenceOf(
       model,
       specialInput(protos[SEQUENCE_ID_INPUT], "uint64_val"),
       specialInput(protos[SEQUENCE_CONTROL_INPUT], "uint32_val"),
-      specialInput(protos[SEQUENCE_STEP_INPUT], "uint64_val"),
+      specials.has(SEQUENCE_STEP_INPUT) ? specialInput(protos[SEQUENCE_STEP_INPUT], "uint64_val") : undefined,
       routedSequenceId(call.metadata.get(SEQUENCE_ID_METADATA)[0]?.toString()),
     );
     // Every name is checked before any tensor is read: a name the model does not have
     // is refused without expanding its values.
     const known = new Set(model.inputs.map((input) => input.name));
     for (const name in protos) {
-      if (sequence !== undefined && SPECIAL_INPUTS.has(name)) continue;
+      if (sequence !== undefined && specials.has(name)) continue;
       if (!known.has(name))
         throw invalidArg(`unexpected inference input '${name}' for model '${model.name}'`);
     }
     const inputs = new Map<string, Tensor>();
     const fill = { bytesLeft: options.maxExpandedBytes ?? Number.POSITIVE_INFINITY };
     for (const name in protos) {
-      if (sequence !== undefined && SPECIAL_INPUTS.has(name)) continue;
+      if (sequence !== undefined && specials.has(name)) continue;
       inputs.set(name, decodeTensorProto(name, protos[name]!, fill));
     }
     const controller = new AbortController();

@@ -34,8 +34,8 @@ import {
   SEQUENCE_CONTROL_INPUT,
   SEQUENCE_ID_INPUT,
   SEQUENCE_STEP_INPUT,
-  SPECIAL_INPUTS,
   type SpecialInput,
+  specialInputsOf,
 } from "./special-inputs.ts";
 import { tfDtypeName } from "./tf-dtype.ts";
 
@@ -193,7 +193,9 @@ function columnSpecials(
   return [
     specialInput(value[SEQUENCE_ID_INPUT], source, SEQUENCE_ID_INPUT, UINT64_MAX),
     specialInput(value[SEQUENCE_CONTROL_INPUT], source, SEQUENCE_CONTROL_INPUT, UINT32_MAX),
-    specialInput(value[SEQUENCE_STEP_INPUT], source, SEQUENCE_STEP_INPUT, UINT64_MAX),
+    specialInputsOf(model).has(SEQUENCE_STEP_INPUT)
+      ? specialInput(value[SEQUENCE_STEP_INPUT], source, SEQUENCE_STEP_INPUT, UINT64_MAX)
+      : undefined,
   ];
 }
 
@@ -204,9 +206,9 @@ function decodeColumns(model: ServedModel, value: unknown, source: RestSource): 
     inputs.set(...decodeNamed(model, onlyInput(model), value, tokensAt(source, ["inputs"])));
     return { inputs, rows: undefined };
   }
-  const stateful = isStateful(model);
+  const specials = isStateful(model) ? specialInputsOf(model) : undefined;
   for (const name in value) {
-    if (stateful && SPECIAL_INPUTS.has(name)) continue;
+    if (specials?.has(name) === true) continue;
     inputs.set(...decodeNamed(model, name, value[name], tokensAt(source, ["inputs", name])));
   }
   return { inputs, rows: undefined };

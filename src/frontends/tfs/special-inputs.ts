@@ -17,12 +17,23 @@ export const SEQUENCE_ID_INPUT = "sequence_id";
 export const SEQUENCE_CONTROL_INPUT = "sequence_control_input";
 export const SEQUENCE_STEP_INPUT = "sequence_step";
 
-/** The inputs that carry sequence fields rather than data. */
-export const SPECIAL_INPUTS: ReadonlySet<string> = new Set([
-  SEQUENCE_ID_INPUT,
-  SEQUENCE_CONTROL_INPUT,
-  SEQUENCE_STEP_INPUT,
-]);
+/** OVMS's own two: every stateful model's requests carry them. */
+const OVMS_SPECIAL_INPUTS: ReadonlySet<string> = new Set([SEQUENCE_ID_INPUT, SEQUENCE_CONTROL_INPUT]);
+const WITH_STEP: ReadonlySet<string> = new Set([...OVMS_SPECIAL_INPUTS, SEQUENCE_STEP_INPUT]);
+
+/** Any name that may carry a sequence field rather than data, whatever the model. */
+export const SPECIAL_INPUTS = WITH_STEP;
+
+/**
+ * The inputs of `model`'s requests that carry sequence fields rather than data. OVMS
+ * reserves only its two: a model with a data input of its own named `sequence_step` keeps
+ * it, and its requests are not numbered.
+ */
+export function specialInputsOf(model: {
+  readonly inputs: readonly { readonly name: string }[];
+}): ReadonlySet<string> {
+  return model.inputs.some((input) => input.name === SEQUENCE_STEP_INPUT) ? OVMS_SPECIAL_INPUTS : WITH_STEP;
+}
 
 const NO_CONTROL = 0n;
 const SEQUENCE_START = 1n;
