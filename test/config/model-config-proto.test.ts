@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import protoLoader from "@grpc/proto-loader";
+import protobuf from "protobufjs";
 import {
   loadModelConfigRoot,
   MODEL_CONFIG_PROTO_PATH,
@@ -12,56 +13,41 @@ import {
 } from "../../src/config/index.ts";
 import { FIXTURES } from "./config-assertions.ts";
 import { MODEL_IO } from "./model-io-fixtures.ts";
+import { TRITON_ENUMS, TRITON_MESSAGES } from "./triton-model-config-fields.ts";
 
-// Field numbers are wire facts: a sample of Triton's, including the late additions.
-const TRITON_FIELD_NUMBERS: [string, string, number][] = [
-  ["ModelConfig", "name", 1],
-  ["ModelConfig", "platform", 2],
-  ["ModelConfig", "version_policy", 3],
-  ["ModelConfig", "max_batch_size", 4],
-  ["ModelConfig", "input", 5],
-  ["ModelConfig", "output", 6],
-  ["ModelConfig", "instance_group", 7],
-  ["ModelConfig", "default_model_filename", 8],
-  ["ModelConfig", "cc_model_filenames", 9],
-  ["ModelConfig", "metric_tags", 10],
-  ["ModelConfig", "dynamic_batching", 11],
-  ["ModelConfig", "optimization", 12],
-  ["ModelConfig", "sequence_batching", 13],
-  ["ModelConfig", "parameters", 14],
-  ["ModelConfig", "ensemble_scheduling", 15],
-  ["ModelConfig", "model_warmup", 16],
-  ["ModelConfig", "backend", 17],
-  ["ModelConfig", "model_operations", 18],
-  ["ModelConfig", "model_transaction_policy", 19],
-  ["ModelConfig", "batch_input", 20],
-  ["ModelConfig", "batch_output", 21],
-  ["ModelConfig", "model_repository_agents", 23],
-  ["ModelConfig", "response_cache", 24],
-  ["ModelConfig", "runtime", 25],
-  ["ModelConfig", "model_metrics", 26],
-  ["ModelInstanceGroup", "count", 2],
-  ["ModelInstanceGroup", "kind", 4],
-  ["ModelInstanceGroup", "passive", 7],
-  ["ModelInstanceGroup", "host_policy", 9],
-  ["ModelInput", "reshape", 5],
-  ["ModelInput", "is_non_linear_format_io", 9],
-  ["ModelOutput", "label_filename", 4],
-  ["ModelOutput", "reshape", 5],
-  ["ModelSequenceBatching", "max_sequence_idle_microseconds", 1],
-  ["ModelSequenceBatching", "direct", 3],
-  ["ModelSequenceBatching", "oldest", 4],
-  ["ModelSequenceBatching", "state", 5],
-  ["ModelSequenceBatching", "iterative_sequence", 6],
-  ["ModelSequenceBatching.Control", "data_type", 4],
-  ["ModelSequenceBatching.Control", "bool_false_true", 5],
-  ["ModelSequenceBatching.InitialState", "name", 5],
-  ["ModelSequenceBatching.State", "use_growable_memory", 7],
-  ["ModelSequenceBatching.StrategyOldest", "preserve_ordering", 4],
-  ["ModelDynamicBatching", "priority_queue_policy", 7],
-  ["ModelOptimizationPolicy", "eager_batching", 8],
-  ["ModelWarmup", "count", 4],
-];
+/** Every message's fields and every enum's values of a proto, written as the table writes them. */
+function describeProto(root: protobuf.Root): {
+  messages: Record<string, string[]>;
+  enums: Record<string, string[]>;
+} {
+  const messages: Record<string, string[]> = {};
+  const enums: Record<string, string[]> = {};
+  const inPackage = (name: string) => name.replace(/^\.inference\./, "");
+  const walk = (namespace: protobuf.NamespaceBase) => {
+    for (const nested of namespace.nestedArray) {
+      if (nested instanceof protobuf.Type) {
+        messages[inPackage(nested.fullName)] = nested.fieldsArray.map((field) => {
+          const type = field.resolvedType === null ? field.type : inPackage(field.resolvedType.fullName);
+          const shape =
+            field instanceof protobuf.MapField
+              ? `map<${field.keyType}, ${type}>`
+              : field.repeated
+                ? `repeated ${type}`
+                : type;
+          const oneof = field.partOf === null ? "" : ` (oneof ${field.partOf.name})`;
+          return `${field.id} ${field.name}: ${shape}${oneof}`;
+        });
+      } else if (nested instanceof protobuf.Enum) {
+        enums[inPackage(nested.fullName)] = Object.entries(nested.values).map(
+          ([name, id]) => `${id} ${name}`,
+        );
+      }
+      if (nested instanceof protobuf.Namespace) walk(nested);
+    }
+  };
+  walk(root.lookup("inference") as protobuf.Namespace);
+  return { messages, enums };
+}
 
 /** protobufjs writes unset messages as null; Triton's JSON leaves them out. */
 function withoutNulls(value: unknown): unknown {
@@ -88,11 +74,10 @@ describe("proto/model_config.proto", () => {
     assert.equal(modelConfigType().fullName, ".inference.ModelConfig");
   });
 
-  it("uses Triton's field numbers", () => {
-    const root = loadModelConfigRoot();
-    for (const [message, field, id] of TRITON_FIELD_NUMBERS) {
-      assert.equal(root.lookupType(`inference.${message}`).fields[field]?.id, id, `${message}.${field}`);
-    }
+  it("has Triton's messages, field names, numbers and types, and enum values", () => {
+    const { messages, enums } = describeProto(loadModelConfigRoot());
+    assert.deepEqual(messages, TRITON_MESSAGES);
+    assert.deepEqual(enums, TRITON_ENUMS);
     const wire = modelConfigType().encode({ max_batch_size: 8, backend: "x" }).finish();
     assert.deepEqual([...wire], [0x20, 0x08, 0x8a, 0x01, 0x01, 0x78]);
   });
