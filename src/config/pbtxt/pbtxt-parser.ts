@@ -189,9 +189,8 @@ export class PbtxtParser {
         () => ["key", "value"],
       );
       const key = mapKeyString((entry.key as ParsedScalar | undefined) ?? defaultScalar(shape.key));
-      if (Object.hasOwn(entries, key)) {
-        throw this.#error(position, `key '${key}' given twice in map field '${spec.name}'`);
-      }
+      // A key given again replaces its earlier entry, as protobuf's text parsers (and so
+      // Triton) keep the last; Triton's own test configs rely on it.
       setEntry(entries, key, entry.value ?? defaultValue(shape.value));
       this.#locations.set(entries, key, this.#locations.get(entry, "value") ?? at(position));
     });
