@@ -22,6 +22,13 @@ export type Conversion =
 export interface ConversionOptions {
   /** Enum names may differ in case (Triton parses JSON configs this way). */
   readonly caseInsensitiveEnums?: boolean;
+  /**
+   * The literal was written in protobuf text format (config.pbtxt), which protobuf's C++
+   * parser (Triton's) reads more strictly than JSON: an enum value is a bare name or a
+   * number, never a quoted string; a float field takes decimal numbers only, not 0x10 or
+   * 010; an unsigned integer takes no '-', even on 0.
+   */
+  readonly textFormat?: boolean;
 }
 
 const INTEGER_RANGES = {
@@ -63,11 +70,19 @@ export function convertScalar(
       if (literal.value < min || literal.value > max) {
         return fail(`value ${literal.text} is out of range for field '${field}' (${type.scalar})`);
       }
+      if (options.textFormat === true && min === 0n && literal.text.startsWith("-")) {
+        return fail(`field '${field}' is unsigned (${type.scalar}), so it takes no '-', got ${literal.text}`);
+      }
       return ok(type.scalar === "int64" || type.scalar === "uint64" ? literal.value : Number(literal.value));
     }
     case "float":
     case "double": {
-      if (literal.kind === "integer") return ok(Number(literal.value));
+      if (literal.kind === "integer") {
+        if (options.textFormat === true && /^-?0[0-9xX]/.test(literal.text)) {
+          return fail(`field '${field}' expects a decimal number, got ${literal.text}`);
+        }
+        return ok(Number(literal.value));
+      }
       if (literal.kind === "float") return ok(literal.value);
       if (literal.kind === "identifier") {
         const value = floatWord(literal.text);
@@ -98,6 +113,11 @@ function convertEnum(
   options: ConversionOptions,
 ): Conversion {
   const typeName = typeDisplayName(enumType);
+  if (literal.kind === "string" && options.textFormat === true) {
+    return fail(
+      `field '${field}' expects a value of enum ${typeName} as a bare name or a number, got the quoted string ${literal.text}`,
+    );
+  }
   if (literal.kind === "integer") {
     const name =
       literal.value >= -(2n ** 31n) && literal.value < 2n ** 31n

@@ -202,6 +202,35 @@ describe("config.pbtxt errors", () => {
       includes: "out of range for field 'max_queue_delay_microseconds' (uint64)",
     },
     {
+      name: "a minus sign on zero for an unsigned integer",
+      text: "dynamic_batching {\n  max_queue_delay_microseconds: - 0\n}",
+      line: 2,
+      column: 33,
+      includes: "field 'max_queue_delay_microseconds' is unsigned (uint64), so it takes no '-', got -0",
+    },
+    {
+      name: "an octal integer for a float",
+      text: "sequence_batching { direct { minimum_slot_utilization: 010 } }",
+      line: 1,
+      column: 56,
+      includes: "field 'minimum_slot_utilization' expects a decimal number, got 010",
+    },
+    {
+      name: "a hex integer for a double",
+      text: "model_metrics { metric_control { histogram_options { buckets: [ 1, -0x10 ] } } }",
+      line: 1,
+      column: 68,
+      includes: "field 'buckets' expects a decimal number, got -0x10",
+    },
+    {
+      name: "a quoted string for an enum (JSON configs may quote enums, config.pbtxt may not)",
+      text: 'input {\n  name: "x"\n  data_type: "TYPE_FP32"\n}',
+      line: 3,
+      column: 14,
+      includes:
+        "field 'data_type' expects a value of enum inference.DataType as a bare name or a number, got the quoted string \"TYPE_FP32\"",
+    },
+    {
       name: "a field given twice",
       text: 'name: "a"\nname: "b"',
       line: 2,

@@ -235,7 +235,7 @@ export class PbtxtParser {
     }
     const position = this.#peek();
     const literal = this.#literal(field);
-    const converted = convertScalar(type, literal, field);
+    const converted = convertScalar(type, literal, field, { textFormat: true });
     if (!converted.ok) throw this.#error(position, converted.message);
     return converted.value;
   }
