@@ -52,6 +52,20 @@ function floatWord(text: string): number | undefined {
   return undefined;
 }
 
+/**
+ * The value of a `float` field. Triton keeps it as a float32 (1e-50 becomes 0, 1e39
+ * infinity) and prints it as protobuf does (SimpleFtoa: 6 significant digits, or 9 when 6
+ * do not give the same float32 back), so 0.1 stays 0.1 and 0.123456789 becomes
+ * 0.123456791. The number kept is that printed one: its float32 is the same, and the
+ * config's JSON is Triton's.
+ */
+function float32Value(value: number): number {
+  const single = Math.fround(value);
+  if (!Number.isFinite(single) || single === 0) return single;
+  const short = Number(single.toPrecision(6));
+  return Math.fround(short) === single ? short : Number(single.toPrecision(9));
+}
+
 export function convertScalar(
   type: ValueType,
   literal: Literal,
@@ -77,18 +91,9 @@ export function convertScalar(
     }
     case "float":
     case "double": {
-      if (literal.kind === "integer") {
-        if (options.textFormat === true && /^-?0[0-9xX]/.test(literal.text)) {
-          return fail(`field '${field}' expects a decimal number, got ${literal.text}`);
-        }
-        return ok(Number(literal.value));
-      }
-      if (literal.kind === "float") return ok(literal.value);
-      if (literal.kind === "identifier") {
-        const value = floatWord(literal.text);
-        if (value !== undefined) return ok(value);
-      }
-      return fail(`field '${field}' expects a number, got ${literal.text}`);
+      const value = floatLiteral(literal, field, options);
+      if (!value.ok || type.scalar === "double") return value;
+      return ok(float32Value(value.value as number));
     }
     case "bool": {
       if (literal.kind === "bool") return ok(literal.value);
@@ -104,6 +109,21 @@ export function convertScalar(
       if (literal.kind === "string") return ok(literal.value);
       return fail(`field '${field}' expects a string, got ${literal.text}`);
   }
+}
+
+function floatLiteral(literal: Literal, field: string, options: ConversionOptions): Conversion {
+  if (literal.kind === "integer") {
+    if (options.textFormat === true && /^-?0[0-9xX]/.test(literal.text)) {
+      return fail(`field '${field}' expects a decimal number, got ${literal.text}`);
+    }
+    return ok(Number(literal.value));
+  }
+  if (literal.kind === "float") return ok(literal.value);
+  if (literal.kind === "identifier") {
+    const value = floatWord(literal.text);
+    if (value !== undefined) return ok(value);
+  }
+  return fail(`field '${field}' expects a number, got ${literal.text}`);
 }
 
 function convertEnum(

@@ -136,6 +136,12 @@ describe("invalid model configurations", () => {
       includes: "sequence batching minimum slot utilization must be in range (0.0, 1.0] for model 'm'",
     },
     {
+      name: "a slot utilization beyond float32, so infinite",
+      text: `${IO}sequence_batching {\n  direct { minimum_slot_utilization: 1e39 }\n}`,
+      line: 4,
+      includes: "sequence batching minimum slot utilization must be in range (0.0, 1.0] for model 'm'",
+    },
+    {
       name: "a preferred batch size above max_batch_size for Oldest",
       text: `max_batch_size: 4\n${IO}sequence_batching {\n  oldest {\n    max_candidate_sequences: 4\n    preferred_batch_size: [ 8 ]\n  }\n}`,
       line: 7,
