@@ -54,6 +54,16 @@ describe("config.pbtxt syntax", () => {
     assert.equal(message.default_model_filename, "café.onnx");
   });
 
+  it("joins a surrogate pair written as two \\u escapes into one character, as protobuf's C++ parser", () => {
+    const message = parse(String.raw`
+      name: "\uD83D\uDE00 \ud83d\ude00 \U0001F600 \U0000D83D\uDE00"
+      platform: "\uD83D\u0041 \uDE00"
+    `);
+    assert.equal(message.name, "\u{1F600} \u{1F600} \u{1F600} \u{1F600}");
+    // A surrogate not in a pair is no character: it reads as U+FFFD, and what follows is kept.
+    assert.equal(message.platform, "\uFFFDA \uFFFD");
+  });
+
   it("keeps 64-bit integers exact and reads hex, octal and negative integers", () => {
     const message = parse(`
       max_batch_size: 0x10

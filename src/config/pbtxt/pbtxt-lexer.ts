@@ -217,11 +217,18 @@ export class PbtxtLexer {
       if (hex.length !== width || !/^[0-9a-fA-F]+$/.test(hex)) {
         throw this.#error(`invalid escape '\\${c}' in string: expected ${width} hex digits`, escapePosition);
       }
-      const codePoint = Number.parseInt(hex, 16);
+      let codePoint = Number.parseInt(hex, 16);
       if (codePoint > 0x10ffff)
         throw this.#error(`invalid code point '\\${c}${hex}' in string`, escapePosition);
-      bytes.push(...Buffer.from(String.fromCodePoint(codePoint), "utf8"));
       this.#index += 2 + width;
+      // A high surrogate followed by a \u low surrogate is one character written as its
+      // UTF-16 pair (\uD83D\uDE00 is U+1F600), which protobuf's C++ tokenizer joins too.
+      const low = text.startsWith("\\u", this.#index) ? text.slice(this.#index + 2, this.#index + 6) : "";
+      if (codePoint >= 0xd800 && codePoint <= 0xdbff && /^[dD][c-fC-F][0-9a-fA-F]{2}$/.test(low)) {
+        codePoint = 0x10000 + ((codePoint - 0xd800) << 10) + (Number.parseInt(low, 16) - 0xdc00);
+        this.#index += 6;
+      }
+      bytes.push(...Buffer.from(String.fromCodePoint(codePoint), "utf8"));
       return;
     }
     throw this.#error(`invalid escape '\\${c}' in string`, escapePosition);
