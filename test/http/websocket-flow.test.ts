@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, afterEach, before, describe, it } from "node:test";
 import type { WebSocket } from "ws";
-import { startServer, type TestServer } from "./support/http-server.ts";
+import { postJson, startServer, type TestServer } from "./support/http-server.ts";
 import { type RunningSumModel, runningSumModel } from "./support/running-sum-model.ts";
 import { framed, StreamClient, until } from "./support/ws-client.ts";
 
@@ -106,6 +106,52 @@ describe("WebSocket streams: closing, back-pressure and limits", { timeout: 30_0
       false,
     );
     await b.close();
+  });
+
+  it("a stream continuing a sequence stepped over HTTP ends it on leaving only once it has driven it", async () => {
+    /** A step of sequence `id` over HTTP: its answer's status and running sum. */
+    const httpStep = async (id: string, value: number, start = false) => {
+      const answer = await postJson(server, "/v2/models/running_sum/infer", {
+        parameters: { sequence_id: id, ...(start ? { sequence_start: true } : {}) },
+        inputs: [{ name: "INPUT", datatype: "INT32", shape: [1], data: [value] }],
+      });
+      return [answer.status, (answer.json.outputs as { data: number[] }[] | undefined)?.[0]?.data[0]];
+    };
+    const continuing = (id: string) =>
+      StreamClient.open(server, `/v2/models/running_sum/stream?sequence_id=${id}&sequence_start=false`);
+    const endsOf = (id: string) => model.sums.endCalls.filter((e) => e.id === id);
+    assert.deepEqual(await httpStep("shared", 1, true), [200, 1]);
+    assert.deepEqual(await httpStep("shared", 2), [200, 3]);
+
+    // Opened and dropped, or closed deliberately, having sent nothing: the HTTP client's
+    // sequence goes on.
+    for (const leave of [
+      (c: StreamClient) => c.socket.terminate(),
+      (c: StreamClient) => c.socket.close(1000),
+    ]) {
+      leave(await continuing("shared"));
+      await until(() => server.app.websocketServer.clients.size === 0, "the server to see the close");
+    }
+    assert.deepEqual(endsOf("shared"), []);
+    assert.deepEqual(await httpStep("shared", 3), [200, 6]);
+
+    // A stream that has run a step drives the sequence: its leaving ends it.
+    const driver = await continuing("shared");
+    driver.send(message([4]));
+    assert.equal(await sum(driver), 10);
+    driver.socket.terminate();
+    await until(() => !model.sums.has("shared"), "the sequence to end");
+    assert.deepEqual(endsOf("shared"), [{ id: "shared", reason: "cancelled" }]);
+
+    // So does one whose first step is in flight when it leaves.
+    assert.deepEqual(await httpStep("midway", 1, true), [200, 1]);
+    const midway = await continuing("midway");
+    model.gate.hold();
+    midway.send(message([2]));
+    await until(() => model.gate.waiting === 1, "the step in flight");
+    midway.socket.terminate();
+    await until(() => !model.sums.has("midway"), "the sequence to end");
+    assert.deepEqual(endsOf("midway"), [{ id: "midway", reason: "cancelled" }]);
   });
 
   it("a stream that starts the same id again takes the sequence over from the old stream", async () => {

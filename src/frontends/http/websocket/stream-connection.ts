@@ -58,9 +58,13 @@ import type { StreamOptions } from "./stream-options.ts";
 // A client that leaves before ending its sequence ends it: reason "end" for a deliberate
 // close, "cancelled" for anything else. If another stream has started the same id since
 // (a client reconnecting before its old connection was seen to drop), the old stream
-// neither continues nor ends the new sequence. Requests not yet run are aborted through
-// one signal shared by the whole connection (one AbortController per message would be a
-// measurable part of its cost; a request no longer listens once it is answered).
+// neither continues nor ends the new sequence. A stream continuing a sequence begun
+// elsewhere (`sequence_start=false`) ends it on leaving only once it has driven it: one of
+// its steps has run, or is in flight. Until then the sequence is still its other client's,
+// which may be stepping it over HTTP or gRPC: a socket opened and dropped ends nothing.
+// Requests not yet run are aborted through one signal shared by the whole connection (one
+// AbortController per message would be a measurable part of its cost; a request no longer
+// listens once it is answered).
 
 export interface StreamLimits {
   /** Messages received and not yet answered beyond which reading stops. */
@@ -189,6 +193,10 @@ export class StreamConnection {
   #id: SequenceId | undefined;
   /** A start has succeeded (always true for a stateless model: nothing to start). */
   #established: boolean;
+  /** The stream continues a sequence begun elsewhere (`sequence_start=false`). */
+  #continues = false;
+  /** One of the stream's steps (not a start) has been answered: it has run in the sequence. */
+  #stepped = false;
   #startRunning = false;
   /** A large message is being parsed on the JSON thread: what follows it waits. */
   #parsing = false;
@@ -242,6 +250,17 @@ export class StreamConnection {
     return this.#model.sequences;
   }
 
+  /**
+   * Whether the stream's sequence is the stream's to end when its client leaves: it
+   * started it, or, continuing one begun elsewhere, one of its steps has run or is in
+   * flight (a client that leaves mid-step leaves the sequence half driven). A continuing
+   * stream that has run nothing leaves the sequence to whoever was driving it (an HTTP or
+   * gRPC client, another stream): opening a socket and dropping it ends nothing.
+   */
+  get #drives(): boolean {
+    return this.#established && (!this.#continues || this.#stepped || this.#running > 0);
+  }
+
   constructor(
     socket: WebSocket,
     model: ServedModel,
@@ -274,10 +293,12 @@ export class StreamConnection {
     this.#established = model.sequences === undefined;
     // Continuing a sequence begun elsewhere: its messages are steps, not a START, and the
     // stream holds the sequence from the start (a stream of the same id still open here,
-    // cut, no longer ends it). Another key's stream of a sequence live here was refused
-    // before the upgrade (streamTarget).
+    // cut, no longer ends it). Its own close ends the sequence only once it has driven it
+    // (#drives). Another key's stream of a sequence live here was refused before the
+    // upgrade (streamTarget).
     if (options.continues && model.sequences !== undefined && this.#id !== undefined) {
       this.#established = true;
+      this.#continues = true;
       this.#claim(this.#id, true);
     }
     const signal = this.#controller.signal;
@@ -560,7 +581,7 @@ export class StreamConnection {
 
   #overflow(): void {
     const message = `the client is not reading its answers: ${this.#budget.refusal}`;
-    if (this.#sequences !== undefined && !this.#over && this.#established && this.#id !== undefined) {
+    if (this.#sequences !== undefined && !this.#over && this.#drives && this.#id !== undefined) {
       this.#endSequence("cancelled");
     }
     this.#over = true;
@@ -599,6 +620,7 @@ export class StreamConnection {
       return;
     }
     if (entry.starts) this.#established = true;
+    else this.#stepped = true;
     const encoded = response === undefined ? undefined : this.#encodeAnswer(entry, response);
     if (encoded instanceof Promise) {
       // A large JSON answer, written on the JSON thread: sent in its turn once written.
@@ -813,7 +835,7 @@ export class StreamConnection {
     this.#closed = true;
     this.#closing = true;
     this.#stopped = true;
-    if (this.#sequences !== undefined && !this.#over && (this.#established || this.#startRunning)) {
+    if (this.#sequences !== undefined && !this.#over && (this.#drives || this.#startRunning)) {
       const reason: SequenceEndReason = isDeliberateClose(code) ? "end" : "cancelled";
       if (this.#id !== undefined) this.#endSequence(reason);
       else this.#lateEnd = reason;
