@@ -87,15 +87,20 @@ function httpsOptions(tls: TlsOptions): Record<string, unknown> {
   };
 }
 
+/** Sockets whose refusal waits for an earlier request's answer to go out. */
+const refusalsWaiting = new WeakSet<Socket>();
+
 /**
  * A refusal written straight to a socket whose request never reached a route, or never
- * arrived whole. Answers go out in the order of their requests: a refusal is written only
- * where the client will take it for the answer to the request that failed, else the
- * connection is closed. A request that cannot be parsed (`current` false) is the next in
- * order only when no earlier request's answer is outstanding; one that did not arrive in
- * time (`current`) owns the outstanding answer, which must not have begun (node's own
- * handler's test). On a kept-alive connection whose answers have all gone out, the
- * refusal is the next answer.
+ * arrived whole. Answers go out in the order of their requests, so the refusal goes where
+ * the client will take it for the answer to the request that failed. The answer node keeps
+ * outstanding on the socket is that request's own when its request did not arrive whole
+ * (a body that could not be parsed, or did not come in time): the refusal takes its place
+ * if it has not begun (node's own handler's test), else the connection is closed. An
+ * earlier request's answer (its request arrived whole: what failed came after it, a
+ * pipelined head, or the rest of a body longer than its Content-Length) goes out first,
+ * and the refusal after it; destroying the socket lost that answer too. Node's parser
+ * stops at the error, so the refusal ends the connection.
  */
 function refuseOnSocket(
   socket: Socket,
@@ -103,12 +108,24 @@ function refuseOnSocket(
   reason: string,
   message: string,
   errorBody: ErrorBody,
-  current: boolean,
 ): void {
+  // One refusal per connection: a parser that has failed fails again on any byte that follows.
+  if (refusalsWaiting.has(socket)) return;
   // Node keeps the answer outstanding on a socket as `_httpMessage` (null once it went out).
   const outstanding = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage ?? undefined;
-  const inTurn = current ? outstanding?.headersSent !== true : outstanding === undefined;
-  if (!socket.writable || !inTurn) {
+  // An earlier request's answer, still to go out: the refusal follows it.
+  if (outstanding?.req.complete === true && !outstanding.writableFinished) {
+    refusalsWaiting.add(socket);
+    // Node's own listener, added first, has handed the socket to the next answer by then.
+    outstanding.once("finish", () => {
+      refusalsWaiting.delete(socket);
+      refuseOnSocket(socket, status, reason, message, errorBody);
+    });
+    return;
+  }
+  // The earlier answer was the connection's last (connection: close): it closes once sent.
+  if (socket.writableEnded) return;
+  if (!socket.writable || outstanding?.headersSent === true) {
     socket.destroy();
     return;
   }
@@ -186,20 +203,12 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
           "Request Header Fields Too Large",
           `the request head is larger than the limit of ${limits?.maxHeaderBytes ?? 16384} bytes`,
           errorBody,
-          false,
         );
       } else if (error.code === "ERR_HTTP_REQUEST_TIMEOUT") {
         refusals?.refused("http_request_timeout");
-        refuseOnSocket(
-          socket,
-          408,
-          "Request Timeout",
-          "the request was not received in time",
-          errorBody,
-          true,
-        );
+        refuseOnSocket(socket, 408, "Request Timeout", "the request was not received in time", errorBody);
       } else {
-        refuseOnSocket(socket, 400, "Bad Request", "the request is not valid HTTP", errorBody, false);
+        refuseOnSocket(socket, 400, "Bad Request", "the request is not valid HTTP", errorBody);
       }
     },
   }) as unknown as HttpApp;
