@@ -185,6 +185,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   /** When the last look began (epoch ms), and the timer of the next one. */
   #lastReclaimMs = 0;
   #reclaimTimer: NodeJS.Timeout | undefined;
+  /** Told when the next look is over: new sequences that found no room (#admitAfterLook). */
+  #lookWaiters: (() => void)[] = [];
   readonly #model: SequenceModel;
   readonly #instances: SequenceInstance[];
   readonly #warn: (message: string) => void;
@@ -332,8 +334,12 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#admit(pending, false);
   }
 
-  /** Admits `pending`; `looked`: the tier was already asked about its id (or need not be). */
-  #admit(pending: PendingRequest, looked: boolean): void {
+  /**
+   * Admits `pending`; `looked`: the tier was already asked about its id (or need not be);
+   * `reclaimed`: a START that found no room, admitted again after the tier said which
+   * copies held here are behind (#admitAfterLook).
+   */
+  #admit(pending: PendingRequest, looked: boolean, reclaimed = false): void {
     const model = this.#config.name;
     const control = pending.request.sequence;
     const start = control?.start ?? false;
@@ -412,7 +418,14 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (existing !== undefined) this.#checkOwner(existing, principal);
     // A full model refuses a START before anything else, as OVMS's sequence manager does
     // (even one naming a live id); a Triton-style START on a live id restarts it in place.
-    if (starts && (exclusive || existing === undefined)) this.#checkRoomForNew();
+    if (starts && (exclusive || existing === undefined)) {
+      const refusal = this.#noRoomForNew();
+      if (refusal !== undefined) {
+        if (this.#tier === undefined || reclaimed) throw refusal;
+        this.#admitAfterLook(pending, refusal);
+        return;
+      }
+    }
     if (starts && exclusive) this.#checkExclusiveStart(id, existing);
 
     let sequence: Sequence;
@@ -527,16 +540,16 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   /**
-   * Refuses a new sequence at once past max_candidate_sequence_use_ratio's share of the
-   * slots, or when every slot is taken and the backlog is full.
+   * Why a new sequence is refused at once, if it is: past max_candidate_sequence_use_ratio's
+   * share of the slots, or when every slot is taken and the backlog is full.
    */
-  #checkRoomForNew(): void {
+  #noRoomForNew(): ServerError | undefined {
     if (this.#live.size < this.#maxLive) {
-      if (this.#backlog.length < this.#sequencing.backlogLimit) return;
-      if (this.#instances.some((instance) => instance.free > 0)) return;
-      throw this.#slotsFullError();
+      if (this.#backlog.length < this.#sequencing.backlogLimit) return undefined;
+      if (this.#instances.some((instance) => instance.free > 0)) return undefined;
+      return this.#slotsFullError();
     }
-    throw new ServerError(
+    return new ServerError(
       "UNAVAILABLE",
       `model '${this.#config.name}' has ${this.#live.size} live sequences, as many as max_candidate_sequence_use_ratio ` +
         `${this.#sequencing.maxSequenceUseRatio} of its ${this.capacity} sequence slots allows; retry later`,
@@ -642,29 +655,66 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (this.#backlog.length >= this.#sequencing.backlogLimit) throw this.#slotsFullError();
     sequence.status = "backlogged";
     this.#backlog.push(sequence);
-    if (this.#tier !== undefined) void this.#reclaimStaleCopies();
+    if (this.#tier !== undefined) this.#reclaimStaleCopies();
+  }
+
+  /**
+   * A new sequence that finds no room, with a tier: the slots (and the live count that
+   * max_candidate_sequence_use_ratio bounds) may be taken by copies of sequences that moved
+   * on (#lookForStaleCopies), which on one server would have ended or never been here. It
+   * waits for the tier to say which, and is admitted again once they are let go: refused,
+   * as on one server, only if there is still no room. `refusal`: what it is told when it
+   * cannot wait (as many requests wait for the tier as it allows).
+   */
+  #admitAfterLook(pending: PendingRequest, refusal: ServerError): void {
+    if (!this.#roomToWaitForTier) throw refusal;
+    this.#waitingForTier++;
+    this.#pending++;
+    this.#reclaimStaleCopies(() => {
+      this.#pending--;
+      this.#waitingForTier--;
+      try {
+        this.#admit(pending, true, true);
+      } catch (error) {
+        pending.reject(asServerError(error));
+      }
+      this.#notifyIdle();
+    });
   }
 
   /**
    * With a tier, a slot may hold a copy of a sequence that has moved on: its requests went
    * to another replica (a balancer without stickiness, a failover), which advanced it, ended
-   * it or began it again. Such a copy is let go when a sequence waits for a slot (rather
-   * than at its idle timeout, or never with `never`): the tier says which copies are behind.
-   * Let go, it is not an end (neither counted nor told): the sequence is elsewhere.
+   * it or began it again. Such a copy is let go when a sequence needs its slot (rather than
+   * at its idle timeout, or never with `never`): one waits in the backlog, or a new one
+   * finds no room (`then` runs when the look that begins next is over).
    */
-  async #reclaimStaleCopies(): Promise<void> {
+  #reclaimStaleCopies(then?: () => void): void {
+    if (then !== undefined) this.#lookWaiters.push(then);
+    // A look under way tells its waiters; those that came since wait for the next one,
+    // which begins when it ends: copies may have moved on after it read them.
     if (this.#reclaiming || this.#reclaimTimer !== undefined) return;
-    // At most one look a second: under a full model every new sequence backlogs, and each
-    // look asks the tier about every copy held.
+    // At most one look a second: under a full model every new sequence backlogs (or waits
+    // here), and each look asks the tier about every copy held.
     const waitMs = this.#lastReclaimMs + RECLAIM_INTERVAL_MS - Date.now();
     if (waitMs > 0) {
       this.#reclaimTimer = setTimeout(() => {
         this.#reclaimTimer = undefined;
-        if (this.#backlog.length > 0) void this.#reclaimStaleCopies();
+        if (this.#backlog.length > 0 || this.#lookWaiters.length > 0) this.#reclaimStaleCopies();
       }, waitMs);
       this.#reclaimTimer.unref();
       return;
     }
+    void this.#lookForStaleCopies();
+  }
+
+  /**
+   * Asks the tier about every idle copy held here and lets go of those that are behind.
+   * Let go, a copy is not an end (neither counted nor told): the sequence is elsewhere.
+   */
+  async #lookForStaleCopies(): Promise<void> {
+    const waiters = this.#lookWaiters;
+    this.#lookWaiters = [];
     this.#lastReclaimMs = Date.now();
     this.#reclaiming = true;
     try {
@@ -703,6 +753,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       });
     } finally {
       this.#reclaiming = false;
+      for (const waiter of waiters) waiter();
+      if (this.#lookWaiters.length > 0) this.#reclaimStaleCopies();
     }
   }
 
@@ -1449,12 +1501,18 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * replica hold their requests without limit while Redis answers.
    */
   #checkRoomToWait(): void {
-    const room = Math.min(this.capacity + this.#sequencing.backlogLimit, MAX_WAITING_FOR_TIER);
-    if (this.#waitingForTier < room) return;
+    if (this.#roomToWaitForTier) return;
     throw new ServerError(
       "UNAVAILABLE",
       `model '${this.#config.name}' has ${this.#waitingForTier} requests waiting for the state store at ${this.#tier!.tier.location}; retry later`,
       { retryAfterSeconds: 1, reason: "sequence_limit" },
+    );
+  }
+
+  /** Another request may wait for the tier (see #checkRoomToWait). */
+  get #roomToWaitForTier(): boolean {
+    return (
+      this.#waitingForTier < Math.min(this.capacity + this.#sequencing.backlogLimit, MAX_WAITING_FOR_TIER)
     );
   }
 
@@ -2416,6 +2474,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   open(id: SequenceId, options: SequenceOpenOptions = {}): void | Promise<void> {
+    return this.#open(id, options, false);
+  }
+
+  /** `reclaimed`: opened again after the tier said which copies held here are behind (see #admitAfterLook). */
+  #open(id: SequenceId, options: SequenceOpenOptions, reclaimed: boolean): void | Promise<void> {
     const model = this.#config.name;
     this.checkId(id);
     if (this.#shuttingDown) {
@@ -2433,7 +2496,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       }
       this.#expire(existing);
     }
-    this.#checkRoomForNew();
+    const refusal = this.#noRoomForNew();
+    if (refusal !== undefined) {
+      if (this.#tier === undefined || reclaimed) throw refusal;
+      return this.#openAfterLook(id, options, refusal);
+    }
     const sequence = new Sequence(id, Date.now(), options.owner);
     sequence.expiresAtMs = options.expiresAtMs;
     this.#place(sequence);
@@ -2467,6 +2534,22 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         throw failure;
       },
     );
+  }
+
+  /** A session that finds no room, opened again once stale copies are let go (as #admitAfterLook). */
+  #openAfterLook(id: SequenceId, options: SequenceOpenOptions, refusal: ServerError): Promise<void> {
+    if (!this.#roomToWaitForTier) throw refusal;
+    this.#waitingForTier++;
+    return new Promise<void>((resolve, reject) => {
+      this.#reclaimStaleCopies(() => {
+        this.#waitingForTier--;
+        try {
+          resolve(this.#open(id, options, true));
+        } catch (error) {
+          reject(error);
+        }
+      });
+    });
   }
 
   close(id: SequenceId, caller?: SequenceCaller): boolean | Promise<boolean> {

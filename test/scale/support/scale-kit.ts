@@ -234,16 +234,18 @@ async function listening(port: number): Promise<boolean> {
   }
 }
 
+/** Where a replica's models are: a model repository's folder, or an OVMS config.json (`--config_path`). */
+export type ReplicaModels = string | { readonly configPath: string };
+
 /** A seqserve replica writing sequence state through to `stateStore`. */
 export class Replica {
   readonly process: ServerProcess;
   #ports: ListeningLine | undefined;
 
-  constructor(repository: string, stateStore: string, extra: readonly string[] = []) {
+  constructor(models: ReplicaModels, stateStore: string, extra: readonly string[] = []) {
     this.process = new ServerProcess(process.execPath, [
       BIN,
-      "--model-repository",
-      repository,
+      ...(typeof models === "string" ? ["--model-repository", models] : ["--config_path", models.configPath]),
       "--state-store",
       stateStore,
       ...FREE_PORT_FLAGS,
@@ -295,7 +297,7 @@ export class Replica {
 
 /** Replicas of `repository` writing through to `stateStore`, one per list of extra flags, all listening. */
 export async function startReplicas(
-  repository: string,
+  repository: ReplicaModels,
   stateStore: string,
   flags: readonly (readonly string[])[],
 ): Promise<Replica[]> {
@@ -321,7 +323,10 @@ export class SharedStoreCluster {
   ) {}
 
   /** One replica per list of extra flags. */
-  static async start(repository: string, flags: readonly (readonly string[])[]): Promise<SharedStoreCluster> {
+  static async start(
+    repository: ReplicaModels,
+    flags: readonly (readonly string[])[],
+  ): Promise<SharedStoreCluster> {
     const redis = await RedisServer.start();
     try {
       return new SharedStoreCluster(redis, await startReplicas(repository, redis.url, flags));
