@@ -1,7 +1,8 @@
 // One error type for the whole server. `code` is the status class (Triton's
-// TRITONSERVER_Error codes plus FAILED_PRECONDITION); each frontend maps it to its
-// protocol's status with a single table (frontends/http/error-status.ts,
-// frontends/grpc/error-status.ts). Messages are written for the client: they name the
+// TRITONSERVER_Error codes plus FAILED_PRECONDITION); each protocol family maps it to its
+// protocol's statuses with its one table (KServe v2: frontends/common/kserve/error-status.ts,
+// for HTTP and gRPC; TF-Serving: frontends/tfs/error-status.ts; SageMaker:
+// frontends/sagemaker/error-status.ts). Messages are written for the client: they name the
 // model, input, sequence or field at fault, and keep Triton's wording where Triton has one.
 
 export const ERROR_CODES = [

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { Metadata, status } from "@grpc/grpc-js";
 import { ERROR_CODES, type ErrorCode } from "../../src/core/errors.ts";
-import { KSERVE_GRPC_STATUS } from "../../src/frontends/grpc/error-status.ts";
+import { KSERVE_GRPC_STATUS } from "../../src/frontends/common/kserve/error-status.ts";
 import type { InferParameterMessage, ModelInferResponseMessage } from "../../src/frontends/grpc/messages.ts";
 import { DeclaredModel, UINT64_MAX } from "./support/fake-context.ts";
 import { callError, type Harness, startServer } from "./support/grpc-harness.ts";

@@ -4,7 +4,7 @@ import { test } from "node:test";
 import { pino } from "pino";
 import { createErrorHandler, sendError } from "../../src/frontends/common/http/error-reply.ts";
 import { createHttpApp } from "../../src/frontends/common/http/http-app.ts";
-import { KSERVE_HTTP_STATUS } from "../../src/frontends/http/error-status.ts";
+import { KSERVE_HTTP_STATUS } from "../../src/frontends/common/kserve/error-status.ts";
 
 // A request that arrives on a kept-alive connection while the server closes is refused
 // with a 503 in the family's error form, through its error handler (fastify's own answer

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { ERROR_CODES, type ErrorCode, INTERNAL_ERROR_MESSAGE } from "../../src/core/errors.ts";
-import { KSERVE_HTTP_STATUS } from "../../src/frontends/http/error-status.ts";
+import { KSERVE_HTTP_STATUS } from "../../src/frontends/common/kserve/error-status.ts";
 import { postJson, startServer, type TestServer } from "./support/http-server.ts";
 
 const EXPECTED: Record<ErrorCode, number> = {

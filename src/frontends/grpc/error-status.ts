@@ -1,29 +1,15 @@
 import type { StatusObject } from "@grpc/grpc-js";
-import { Metadata, status } from "@grpc/grpc-js";
+import { Metadata, type status } from "@grpc/grpc-js";
 import { asServerError, type ErrorCode, type ServerError } from "../../core/errors.ts";
 import { cutToBytes } from "../common/cut-text.ts";
+import { KSERVE_GRPC_STATUS } from "../common/kserve/error-status.ts";
 
-// The one place where seqserve's error codes become gRPC status codes. Each gRPC service
-// family has its own table (KServe v2 here; a TF-Serving PredictionService gets its own
-// beside it), and every handler goes through `statusOf` rather than picking codes itself.
+// How a seqserve error ends a gRPC call: its code through the family's table (KServe v2's
+// in common/kserve/error-status.ts, TF-Serving's in tfs/error-status.ts), its message as
+// the details. Every handler goes through `statusOf` rather than picking codes itself.
 
+/** A protocol family's table from seqserve's error codes to gRPC status codes. */
 export type GrpcStatusTable = Readonly<Record<ErrorCode, status>>;
-
-/** Triton's table (GrpcStatusUtil), plus the codes Triton does not produce. */
-export const KSERVE_GRPC_STATUS: GrpcStatusTable = {
-  INVALID_ARG: status.INVALID_ARGUMENT,
-  NOT_FOUND: status.NOT_FOUND,
-  ALREADY_EXISTS: status.ALREADY_EXISTS,
-  FAILED_PRECONDITION: status.FAILED_PRECONDITION,
-  UNAVAILABLE: status.UNAVAILABLE,
-  UNSUPPORTED: status.UNIMPLEMENTED,
-  INTERNAL: status.INTERNAL,
-  CANCELLED: status.CANCELLED,
-  RESOURCE_EXHAUSTED: status.RESOURCE_EXHAUSTED,
-  UNAUTHENTICATED: status.UNAUTHENTICATED,
-  PERMISSION_DENIED: status.PERMISSION_DENIED,
-  UNKNOWN: status.UNKNOWN,
-};
 
 /** The trailer gRPC clients read as "retry after this many milliseconds" (gRFC A6). */
 const RETRY_PUSHBACK = "grpc-retry-pushback-ms";

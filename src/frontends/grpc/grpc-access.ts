@@ -6,7 +6,8 @@ import {
 } from "@grpc/grpc-js";
 import type { ApiGroup } from "../../config/security-options.ts";
 import type { AccessPolicy } from "../common/access/access-policy.ts";
-import { type GrpcStatusTable, KSERVE_GRPC_STATUS, statusOf } from "./error-status.ts";
+import { KSERVE_GRPC_STATUS } from "../common/kserve/error-status.ts";
+import { type GrpcStatusTable, statusOf } from "./error-status.ts";
 
 // Access control for every gRPC service, before a call's first message is read: the
 // method's API group (Triton's restricted-protocol categories) is checked against the

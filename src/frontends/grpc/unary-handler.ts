@@ -1,6 +1,7 @@
 import type { handleUnaryCall, ServerUnaryCall } from "@grpc/grpc-js";
 import type { Logger } from "../../observability/logger.ts";
-import { type GrpcStatusTable, KSERVE_GRPC_STATUS, statusOf } from "./error-status.ts";
+import { KSERVE_GRPC_STATUS } from "../common/kserve/error-status.ts";
+import { type GrpcStatusTable, statusOf } from "./error-status.ts";
 
 /** What a unary handler computes; throwing (or rejecting) ends the call with a status. */
 export type UnaryFunction<Request, Response> = (

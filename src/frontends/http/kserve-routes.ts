@@ -7,6 +7,7 @@ import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
 import { isJsonObject, readJsonBody } from "../common/http/json-body.ts";
 import { sendJson } from "../common/http/json-text.ts";
 import { HEADER_LENGTH, HEADER_LENGTH_NAME, readHeaderLength } from "../common/kserve/binary-tensor.ts";
+import { KSERVE_HTTP_STATUS } from "../common/kserve/error-status.ts";
 import {
   type DecodedInferRequest,
   decodeInferRequestOffThread,
@@ -22,7 +23,6 @@ import {
 } from "../common/kserve/trace-settings-wire.ts";
 import { routedSequenceId, SEQUENCE_ID_HEADER, withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
-import { KSERVE_HTTP_STATUS } from "./error-status.ts";
 import {
   modelSchemas,
   namedRepositoryControlSchema,

@@ -11,8 +11,8 @@ import type {
 import { formatSequenceId } from "../../core/sequence/sequence-parameters.ts";
 import { createErrorHandler } from "../common/http/error-reply.ts";
 import { sendJson } from "../common/http/json-text.ts";
+import { KSERVE_HTTP_STATUS } from "../common/kserve/error-status.ts";
 import { modelVersion } from "../common/kserve/model-version.ts";
-import { KSERVE_HTTP_STATUS } from "./error-status.ts";
 import { MODEL_PATHS, type ModelParams } from "./kserve-routes.ts";
 import { modelSchemas } from "./kserve-schemas.ts";
 

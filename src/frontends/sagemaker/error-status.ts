@@ -3,7 +3,7 @@ import { ServerError } from "../../core/errors.ts";
 import type { HttpStatusTable } from "../common/http/error-reply.ts";
 import { sendJsonText } from "../common/http/json-text.ts";
 import { BodyTooLargeError } from "../common/http/request-body.ts";
-import { KSERVE_HTTP_STATUS } from "../http/error-status.ts";
+import { KSERVE_HTTP_STATUS } from "../common/kserve/error-status.ts";
 
 // The one place where seqserve's error codes become the statuses of the SageMaker
 // family, and where a status becomes the error type the AWS SDKs look for.

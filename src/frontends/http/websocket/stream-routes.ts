@@ -4,10 +4,10 @@ import type { ModelRegistry, ServedModel, ServerContext } from "../../../core/mo
 import type { Refusals } from "../../../core/refusals.ts";
 import { createErrorHandler } from "../../common/http/error-reply.ts";
 import { HttpError } from "../../common/http/http-error.ts";
+import { KSERVE_HTTP_STATUS } from "../../common/kserve/error-status.ts";
 import { modelVersion } from "../../common/kserve/model-version.ts";
 import { ResponseBudgets } from "../../common/response-budget.ts";
 import { routedRequestId, routedSequenceId, SEQUENCE_ID_HEADER } from "../../common/sequence-routing.ts";
-import { KSERVE_HTTP_STATUS } from "../error-status.ts";
 import { MODEL_PATHS, type ModelParams } from "../kserve-routes.ts";
 import { modelSchemas } from "../kserve-schemas.ts";
 import { CLOSE_CODES } from "./close-codes.ts";

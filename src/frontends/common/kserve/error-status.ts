@@ -1,0 +1,43 @@
+import { status as grpcStatus } from "@grpc/grpc-js";
+import type { ErrorCode } from "../../../core/errors.ts";
+import type { GrpcStatusTable } from "../../grpc/error-status.ts";
+import type { HttpStatusTable } from "../http/error-reply.ts";
+
+// The one error table of the KServe v2 family, over HTTP (frontends/http) and gRPC
+// (frontends/grpc): each seqserve error code has its HTTP status and its gRPC code here.
+// Handlers never pick a status themselves.
+
+interface KserveStatus {
+  readonly http: number;
+  readonly grpc: grpcStatus;
+}
+
+/**
+ * Triton's tables (HttpCodeFromError, GrpcStatusUtil), plus the codes Triton does not
+ * produce. FAILED_PRECONDITION is 400 over HTTP, as in Google's canonical code mapping:
+ * the request cannot be served in the current state and must not be retried unchanged.
+ * 412 would suggest a failed conditional header (If-Match…), which KServe clients never send.
+ */
+const KSERVE_STATUS: Readonly<Record<ErrorCode, KserveStatus>> = {
+  INVALID_ARG: { http: 400, grpc: grpcStatus.INVALID_ARGUMENT },
+  NOT_FOUND: { http: 404, grpc: grpcStatus.NOT_FOUND },
+  ALREADY_EXISTS: { http: 400, grpc: grpcStatus.ALREADY_EXISTS },
+  FAILED_PRECONDITION: { http: 400, grpc: grpcStatus.FAILED_PRECONDITION },
+  UNAVAILABLE: { http: 503, grpc: grpcStatus.UNAVAILABLE },
+  UNSUPPORTED: { http: 501, grpc: grpcStatus.UNIMPLEMENTED },
+  INTERNAL: { http: 500, grpc: grpcStatus.INTERNAL },
+  CANCELLED: { http: 400, grpc: grpcStatus.CANCELLED },
+  RESOURCE_EXHAUSTED: { http: 429, grpc: grpcStatus.RESOURCE_EXHAUSTED },
+  UNAUTHENTICATED: { http: 401, grpc: grpcStatus.UNAUTHENTICATED },
+  PERMISSION_DENIED: { http: 403, grpc: grpcStatus.PERMISSION_DENIED },
+  UNKNOWN: { http: 400, grpc: grpcStatus.UNKNOWN },
+};
+
+const table = <T>(pick: (s: KserveStatus) => T): Readonly<Record<ErrorCode, T>> =>
+  Object.fromEntries(Object.entries(KSERVE_STATUS).map(([code, s]) => [code, pick(s)])) as Record<
+    ErrorCode,
+    T
+  >;
+
+export const KSERVE_HTTP_STATUS: HttpStatusTable = table((s) => s.http);
+export const KSERVE_GRPC_STATUS: GrpcStatusTable = table((s) => s.grpc);
