@@ -3,7 +3,6 @@ import { ServerError } from "../../core/errors.ts";
 import type { HttpStatusTable } from "../common/http/error-reply.ts";
 import { sendJsonText } from "../common/http/json-text.ts";
 import { BodyTooLargeError } from "../common/http/request-body.ts";
-import { KSERVE_HTTP_STATUS } from "../common/kserve/error-status.ts";
 
 // The one place where seqserve's error codes become the statuses of the SageMaker
 // family, and where a status becomes the error type the AWS SDKs look for.
@@ -28,10 +27,25 @@ declare module "fastify" {
 
 /**
  * SageMaker leaves a container's statuses to the container. Triton's SageMaker mode
- * answers with the statuses of its HTTP API, and so does seqserve: a client moving
- * between the two sees the same status for the same failure.
+ * answers with the statuses of its HTTP API (HttpCodeFromError), and so does seqserve: a
+ * client moving between the two sees the same status for the same failure. The table is
+ * the family's own, written out where it equals KServe's: a change to KServe's statuses
+ * is not a change to SageMaker's.
  */
-export const SAGEMAKER_HTTP_STATUS: HttpStatusTable = KSERVE_HTTP_STATUS;
+export const SAGEMAKER_HTTP_STATUS: HttpStatusTable = {
+  INVALID_ARG: 400,
+  ALREADY_EXISTS: 400,
+  CANCELLED: 400,
+  UNKNOWN: 400,
+  FAILED_PRECONDITION: 400,
+  NOT_FOUND: 404,
+  RESOURCE_EXHAUSTED: 429,
+  UNAUTHENTICATED: 401,
+  PERMISSION_DENIED: 403,
+  INTERNAL: 500,
+  UNSUPPORTED: 501,
+  UNAVAILABLE: 503,
+};
 
 const ERROR_TYPE = "x-amzn-errortype";
 /** SageMaker's status for an error answer of the model's container. */
