@@ -7,7 +7,7 @@ import { createErrorHandler, sendError } from "../common/http/error-reply.ts";
 import { isJsonObject, readJsonBody } from "../common/http/json-body.ts";
 import { sendJson } from "../common/http/json-text.ts";
 import { HEADER_LENGTH, HEADER_LENGTH_NAME, readHeaderLength } from "../common/kserve/binary-tensor.ts";
-import { KSERVE_HTTP_STATUS } from "../common/kserve/error-status.ts";
+import { KSERVE_HTTP_ANSWERS, KSERVE_HTTP_STATUS } from "../common/kserve/error-status.ts";
 import {
   type DecodedInferRequest,
   decodeInferRequestOffThread,
@@ -104,17 +104,17 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
   // A stopping server is neither: Triton answers both UNAVAILABLE "Server exiting".
   app.get("/v2/health/live", { schema: SERVER_SCHEMAS.live }, (_request, reply) =>
     context.isExiting?.() === true
-      ? sendError(reply, 503, SERVER_EXITING)
+      ? sendError(reply, KSERVE_HTTP_STATUS.UNAVAILABLE, SERVER_EXITING)
       : context.isLive()
         ? reply.code(200).send()
-        : sendError(reply, 400, "server is not live"),
+        : sendError(reply, KSERVE_HTTP_ANSWERS.notReady, "server is not live"),
   );
   app.get("/v2/health/ready", { schema: SERVER_SCHEMAS.ready }, (_request, reply) =>
     context.isExiting?.() === true
-      ? sendError(reply, 503, SERVER_EXITING)
+      ? sendError(reply, KSERVE_HTTP_STATUS.UNAVAILABLE, SERVER_EXITING)
       : context.isReady()
         ? reply.code(200).send()
-        : sendError(reply, 400, "server is not ready"),
+        : sendError(reply, KSERVE_HTTP_ANSWERS.notReady, "server is not ready"),
   );
   app.get("/v2/models/stats", { schema: SERVER_SCHEMAS.statistics }, (_request, reply) =>
     sendJson(reply, { model_stats: registry.statistics() }),
@@ -137,7 +137,7 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
       recordReadiness(context.apiCalls, REST_CALLS.ModelReady, registry, model, modelVersion(version));
       if (ready) return reply.code(200).send();
       const which = version === undefined ? `model '${model}'` : `version ${version} of model '${model}'`;
-      return sendError(reply, 400, `${which} is not ready`);
+      return sendError(reply, KSERVE_HTTP_ANSWERS.notReady, `${which} is not ready`);
     });
     app.get(`${path}/config`, { schema: schemas.config }, (request: ModelRequest, reply) => {
       const { model, version } = request.params;

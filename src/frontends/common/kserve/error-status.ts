@@ -4,8 +4,9 @@ import type { GrpcStatusTable } from "../../grpc/error-status.ts";
 import type { HttpStatusTable } from "../http/error-reply.ts";
 
 // The one error table of the KServe v2 family, over HTTP (frontends/http) and gRPC
-// (frontends/grpc): each seqserve error code has its HTTP status and its gRPC code here.
-// Handlers never pick a status themselves.
+// (frontends/grpc): each seqserve error code has its HTTP status and its gRPC code here,
+// and so do the few answers KServe's HTTP API gives outside an error code. Handlers never
+// pick a status themselves.
 
 interface KserveStatus {
   readonly http: number;
@@ -41,3 +42,16 @@ const table = <T>(pick: (s: KserveStatus) => T): Readonly<Record<ErrorCode, T>> 
 
 export const KSERVE_HTTP_STATUS: HttpStatusTable = table((s) => s.http);
 export const KSERVE_GRPC_STATUS: GrpcStatusTable = table((s) => s.grpc);
+
+/**
+ * KServe's HTTP answers that no error code gives, because over gRPC they are no error.
+ * - notReady: a health or readiness check (server live, server ready, model ready) whose
+ *   answer is no. Triton answers 400 with no error of its own; over gRPC the answer is
+ *   `ready: false` (or `live: false`) with OK.
+ * - streamRequired: a plain GET of a WebSocket endpoint (426 Upgrade Required, with
+ *   `Upgrade: websocket`); gRPC has no such endpoint.
+ */
+export const KSERVE_HTTP_ANSWERS = {
+  notReady: 400,
+  streamRequired: 426,
+} as const;

@@ -4,7 +4,7 @@ import type { ModelRegistry, ServedModel, ServerContext } from "../../../core/mo
 import type { Refusals } from "../../../core/refusals.ts";
 import { createErrorHandler } from "../../common/http/error-reply.ts";
 import { HttpError } from "../../common/http/http-error.ts";
-import { KSERVE_HTTP_STATUS } from "../../common/kserve/error-status.ts";
+import { KSERVE_HTTP_ANSWERS, KSERVE_HTTP_STATUS } from "../../common/kserve/error-status.ts";
 import { modelVersion } from "../../common/kserve/model-version.ts";
 import { ResponseBudgets } from "../../common/response-budget.ts";
 import { routedRequestId, routedSequenceId, SEQUENCE_ID_HEADER } from "../../common/sequence-routing.ts";
@@ -116,9 +116,13 @@ export async function streamRoutes(app: FastifyInstance, options: StreamRoutesOp
         targets.set(request, streamTarget(registry, request));
       },
       handler: () => {
-        throw new HttpError(426, "this endpoint is a WebSocket: send the GET with 'Upgrade: websocket'", {
-          upgrade: "websocket",
-        });
+        throw new HttpError(
+          KSERVE_HTTP_ANSWERS.streamRequired,
+          "this endpoint is a WebSocket: send the GET with 'Upgrade: websocket'",
+          {
+            upgrade: "websocket",
+          },
+        );
       },
       wsHandler: (socket: WebSocket, request: FastifyRequest) => {
         const target = targets.get(request);
