@@ -6,6 +6,7 @@ import {
 } from "@grpc/grpc-js";
 import type { Refusals } from "../../core/refusals.ts";
 import type { DecodeRefusal } from "./decoded-size.ts";
+import { statusTableOf } from "./service-status-table.ts";
 
 // What one gzip or deflate message may inflate to. grpc-js checks an inflating message
 // against the call's receive limit only, which is --grpc-max-message-bytes (INT32_MAX, as
@@ -37,7 +38,7 @@ export function decompressionLimit(
   refusals?: Refusals,
   decoded?: DecodeRefusal,
 ): ServerInterceptor {
-  return (_method, call: ServerInterceptingCallInterface) => {
+  return (method, call: ServerInterceptingCallInterface) => {
     if (!isInflatingCall(call)) {
       throw new Error(
         "grpc-js changed: its call no longer has the receive limit seqserve bounds inflation with",
@@ -58,7 +59,7 @@ export function decompressionLimit(
       const why = sent.code === status.INTERNAL ? decoded?.take() : undefined;
       if (why !== undefined) {
         refusals?.refused("grpc_decompressed_bytes");
-        send({ ...sent, code: status.RESOURCE_EXHAUSTED, details: why });
+        send({ ...sent, code: statusTableOf(method.path).RESOURCE_EXHAUSTED, details: why });
         return;
       }
       send(sent);

@@ -6,8 +6,8 @@ import {
 } from "@grpc/grpc-js";
 import type { ApiGroup } from "../../config/security-options.ts";
 import type { AccessPolicy } from "../common/access/access-policy.ts";
-import { KSERVE_GRPC_STATUS } from "../common/kserve/error-status.ts";
-import { type GrpcStatusTable, statusOf } from "./error-status.ts";
+import { statusOf } from "./error-status.ts";
+import { statusTableOf } from "./service-status-table.ts";
 
 // Access control for every gRPC service, before a call's first message is read: the
 // method's API group (Triton's restricted-protocol categories) is checked against the
@@ -76,10 +76,7 @@ function lookup(metadata: Metadata): (name: string) => string | undefined {
   };
 }
 
-export function accessInterceptor(
-  policy: AccessPolicy,
-  table: GrpcStatusTable = KSERVE_GRPC_STATUS,
-): ServerInterceptor {
+export function accessInterceptor(policy: AccessPolicy): ServerInterceptor {
   return (method, call: ServerInterceptingCallInterface) =>
     new ServerInterceptingCall(call, {
       start: (next) => {
@@ -89,7 +86,7 @@ export function accessInterceptor(
             try {
               principal = policy.check(methodApiGroup(method.path), lookup(metadata));
             } catch (error) {
-              const refusal = statusOf(error, table);
+              const refusal = statusOf(error, statusTableOf(method.path));
               call.sendStatus({ ...refusal, metadata: refusal.metadata ?? new Metadata() });
               return;
             }

@@ -1,7 +1,9 @@
-import { constants, type ServerHttp2Stream } from "node:http2";
-import { status } from "@grpc/grpc-js";
+import { constants, type IncomingHttpHeaders, type ServerHttp2Stream } from "node:http2";
+import { ServerError } from "../../core/errors.ts";
 import type { Refusals } from "../../core/refusals.ts";
+import { statusOf } from "./error-status.ts";
 import type { Http2ServerOf } from "./http2-servers.ts";
+import { statusTableOf } from "./service-status-table.ts";
 
 // What gRPC messages not yet received in full hold, server-wide
 // (--grpc-max-partial-message-bytes-total). grpc-js reads every DATA frame as it comes,
@@ -119,6 +121,8 @@ export class StreamFollower {
   /** Its connection's hold, while it holds bytes. */
   hold: ConnectionHold | undefined;
   readonly #stream: ServerHttp2Stream;
+  /** The called method (`/<package>.<Service>/<Method>`), whose family's table gives the refusal's code. */
+  readonly #method: string;
   readonly #budget: PartialMessageBytes;
   /** Bytes of the current prefix read (0 = the next byte begins a message). */
   #prefixRead = 0;
@@ -127,8 +131,9 @@ export class StreamFollower {
   #remaining = 0;
   #refused = false;
 
-  constructor(stream: ServerHttp2Stream, session: object, budget: PartialMessageBytes) {
+  constructor(stream: ServerHttp2Stream, method: string, session: object, budget: PartialMessageBytes) {
     this.#stream = stream;
+    this.#method = method;
     this.session = session;
     this.#budget = budget;
   }
@@ -177,13 +182,17 @@ export class StreamFollower {
     const stream = this.#stream;
     if (stream.closed || stream.destroyed) return;
     if (!stream.headersSent) {
+      const refusal = statusOf(
+        new ServerError("RESOURCE_EXHAUSTED", this.#budget.refusal),
+        statusTableOf(this.#method),
+      );
       try {
         stream.respond(
           {
             ":status": 200,
             "content-type": "application/grpc+proto",
-            "grpc-status": String(status.RESOURCE_EXHAUSTED),
-            "grpc-message": encodeURI(this.#budget.refusal),
+            "grpc-status": String(refusal.code),
+            "grpc-message": encodeURI(refusal.details),
           },
           { endStream: true },
         );
@@ -200,13 +209,13 @@ export class StreamFollower {
 
 /** Follows the partial messages of every gRPC call `http2Server` receives. */
 export function followPartialMessages(http2Server: Http2ServerOf, budget: PartialMessageBytes): void {
-  http2Server.on("stream", (stream: ServerHttp2Stream) => {
+  http2Server.on("stream", (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => {
     // grpc-js's listener has run: a call it answered at once (an unknown method, a wrong
     // content type) is read by no one, and following it would set its data flowing.
     if (stream.headersSent || stream.closed || stream.destroyed) return;
     const session = stream.session;
     if (session === undefined) return;
-    const follower = new StreamFollower(stream, session, budget);
+    const follower = new StreamFollower(stream, headers[":path"] ?? "", session, budget);
     stream.on("data", (chunk: Buffer) => follower.received(chunk));
     stream.once("close", () => follower.closed());
   });

@@ -1,7 +1,7 @@
 import { setMaxListeners } from "node:events";
-import { type MetadataValue, type ServerDuplexStream, status } from "@grpc/grpc-js";
+import type { MetadataValue, ServerDuplexStream } from "@grpc/grpc-js";
 import { failedAfterAdmission } from "../../core/admitted-failure.ts";
-import { asServerError, cancelled } from "../../core/errors.ts";
+import { asServerError, cancelled, ServerError, unavailable } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, SequenceId } from "../../core/infer.ts";
 import type { ModelRegistry, ServedModel } from "../../core/model.ts";
 import type { Refusals } from "../../core/refusals.ts";
@@ -18,6 +18,7 @@ import type { SharedMemoryHold } from "../common/kserve/shared-memory-tensors.ts
 import type { ConnectionBudget } from "../common/response-budget.ts";
 import { withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
+import { statusOf } from "./error-status.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse, streamError } from "./infer-response-encoder.ts";
 import type { ModelInferRequestMessage, ModelStreamInferResponseMessage } from "./messages.ts";
@@ -586,7 +587,7 @@ export class StreamInferSession {
     this.#logger.warn({ event: "stream_stalled" }, details);
     this.#refusals?.refused("grpc_stream_stall_timeout");
     this.#abandon("the client stopped reading its responses");
-    if (!resetCall(this.#call)) this.#call.emit("error", { code: status.UNAVAILABLE, details });
+    if (!resetCall(this.#call)) this.#call.emit("error", statusOf(unavailable(details)));
   }
 
   /** A request of `bytes` is answered (a decoupled one: its last response was sent). */
@@ -637,7 +638,7 @@ export class StreamInferSession {
     const details = `the client is not reading its responses: ${this.#budget.refusal}`;
     this.#logger.warn({ event: "stream_overflow" }, details);
     this.#abandon("the client did not read its responses");
-    this.#call.emit("error", { code: status.RESOURCE_EXHAUSTED, details });
+    this.#call.emit("error", statusOf(new ServerError("RESOURCE_EXHAUSTED", details)));
   }
 
   #close(): void {

@@ -1,11 +1,12 @@
 import {
-  Metadata,
   ServerInterceptingCall,
   type ServerInterceptingCallInterface,
   type ServerInterceptor,
-  status,
 } from "@grpc/grpc-js";
+import { ServerError } from "../../core/errors.ts";
 import type { ConnectionBudget, ResponseBudgets } from "../common/response-budget.ts";
+import { statusOf } from "./error-status.ts";
+import { statusTableOf } from "./service-status-table.ts";
 
 // Unary answers in the connection's byte budget (--max-buffered-response-bytes), as
 // streams' answers are: a client that sends calls and reads none of their answers made
@@ -41,7 +42,7 @@ export function unaryAnswerBudget(budgets: ResponseBudgets): ServerInterceptor {
     };
     const refuse = (details: string): void => {
       refused = true;
-      call.sendStatus({ code: status.RESOURCE_EXHAUSTED, details, metadata: new Metadata() });
+      call.sendStatus(statusOf(new ServerError("RESOURCE_EXHAUSTED", details), statusTableOf(method.path)));
     };
     return new ServerInterceptingCall(call, {
       start: (next) =>
