@@ -4,8 +4,9 @@ import type { HttpStatusTable } from "../common/http/error-reply.ts";
 import { sendJsonText } from "../common/http/json-text.ts";
 import { BodyTooLargeError } from "../common/http/request-body.ts";
 
-// The one place where seqserve's error codes become the statuses of the SageMaker
-// family, and where a status becomes the error type the AWS SDKs look for.
+// The one error table of the SageMaker family: the status of each seqserve error code,
+// and of the answers SageMaker's API gives outside an error code; and where a status
+// becomes the error type the AWS SDKs look for. Handlers never pick a status themselves.
 //
 // On the container's path (/invocations) an error is the container's answer: its status,
 // and seqserve's body. SageMaker hands such an answer to the caller inside a ModelError
@@ -46,6 +47,25 @@ export const SAGEMAKER_HTTP_STATUS: HttpStatusTable = {
   UNSUPPORTED: 501,
   UNAVAILABLE: 503,
 };
+
+/**
+ * The family's answers that no error code gives, as Triton's SageMaker server gives them:
+ * - notReady: GET /ping while the server, or a model, is not ready (503).
+ * - noAcceptableAnswer: an invocation whose Accept no answer form satisfies (406 Not
+ *   Acceptable), refused before anything runs.
+ * - alreadyLoaded: a multi-model endpoint's load of a name it serves already (409).
+ * - outOfMemory: a multi-model endpoint's load or invocation that ran out of memory (507):
+ *   SageMaker then unloads other models and tries again.
+ * - loadFailed: a multi-model endpoint's load or unload that failed otherwise (400,
+ *   whatever the failure).
+ */
+export const SAGEMAKER_HTTP_ANSWERS = {
+  notReady: 503,
+  noAcceptableAnswer: 406,
+  alreadyLoaded: 409,
+  outOfMemory: 507,
+  loadFailed: 400,
+} as const;
 
 const ERROR_TYPE = "x-amzn-errortype";
 /** SageMaker's status for an error answer of the model's container. */
@@ -138,9 +158,6 @@ const OUT_OF_MEMORY = [
   "No space left on device",
 ];
 
-/** SageMaker's multi-model statuses (Triton's): 409 for a name already loaded, 507 for want of memory. */
-export const MULTI_MODEL_STATUS = { alreadyLoaded: 409, outOfMemory: 507, failed: 400 } as const;
-
 /** Whether `error` says it ran out of memory, in the words Triton's SageMaker server looks for. */
 export function isOutOfMemory(error: unknown): boolean {
   const message = error instanceof Error ? error.message : String(error);
@@ -149,5 +166,5 @@ export function isOutOfMemory(error: unknown): boolean {
 
 /** The status of a multi-model endpoint's failed load: 507 when it ran out of memory, else 400, as Triton answers. */
 export function multiModelLoadStatus(error: unknown): number {
-  return isOutOfMemory(error) ? MULTI_MODEL_STATUS.outOfMemory : MULTI_MODEL_STATUS.failed;
+  return isOutOfMemory(error) ? SAGEMAKER_HTTP_ANSWERS.outOfMemory : SAGEMAKER_HTTP_ANSWERS.loadFailed;
 }

@@ -9,6 +9,7 @@ import {
 } from "../common/kserve/infer-response-encoder.ts";
 import { encodeRawTensor } from "../common/raw-tensor.ts";
 import { writeParts } from "../json-thread/write-parts.ts";
+import { SAGEMAKER_HTTP_ANSWERS } from "./error-status.ts";
 import { BINARY_JSON_TYPE, type BodyForm } from "./invocation-body.ts";
 
 // How an invocation is answered: in the form of its request, unless Accept asks for
@@ -83,7 +84,7 @@ export function chooseAnswer(
   }
   const fp16 = binaryOnly(outputs);
   throw new HttpError(
-    406,
+    SAGEMAKER_HTTP_ANSWERS.noAcceptableAnswer,
     `no answer fits Accept '${accept}': seqserve answers ${JSON_TYPE}${fp16 === undefined ? "" : ` (not for ${fp16.datatype} output '${fp16.name}')`}, ${BINARY_JSON_TYPE}, or ${OCTET_STREAM} when one output comes back (this request returns ${outputs.length})`,
   );
 }
@@ -96,7 +97,7 @@ export function checkJsonLinesAnswer(accept: string | undefined, outputs: readon
   const binary = binaryOnly(outputs);
   if (binary !== undefined) {
     throw new HttpError(
-      406,
+      SAGEMAKER_HTTP_ANSWERS.noAcceptableAnswer,
       `a model with several responses per request is answered in ${JSON_LINES_TYPE}, and its ${binary.datatype} output '${binary.name}' travels only as binary data`,
     );
   }
@@ -105,7 +106,7 @@ export function checkJsonLinesAnswer(accept: string | undefined, outputs: readon
     type === "*/*" || type === "application/*" || type === JSON_LINES_TYPE;
   if (mediaRanges(accept).some(fits)) return;
   throw new HttpError(
-    406,
+    SAGEMAKER_HTTP_ANSWERS.noAcceptableAnswer,
     `no answer fits Accept '${accept}': a model with several responses per request is answered in ${JSON_LINES_TYPE}, one KServe v2 JSON response per line`,
   );
 }

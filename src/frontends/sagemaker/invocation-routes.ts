@@ -18,7 +18,7 @@ import { sendJson } from "../common/http/json-text.ts";
 import type { OutputEncoding } from "../common/kserve/infer-request-decoder.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
 import { withTraceContext } from "../common/trace-context.ts";
-import { isOutOfMemory, MULTI_MODEL_STATUS, SAGEMAKER_HTTP_STATUS } from "./error-status.ts";
+import { isOutOfMemory, SAGEMAKER_HTTP_ANSWERS, SAGEMAKER_HTTP_STATUS } from "./error-status.ts";
 import { answerGenerateInvocation, type InferenceType } from "./generate-invocation.ts";
 import {
   decodeInvocation,
@@ -257,9 +257,10 @@ export async function invocationRoutes(
   const registry = context.registry;
 
   app.get("/ping", { schema: SAGEMAKER_SCHEMAS.ping }, (_request, reply) => {
-    if (context.isExiting?.() === true) throw new HttpError(503, SERVER_EXITING);
+    if (context.isExiting?.() === true)
+      throw new HttpError(SAGEMAKER_HTTP_STATUS.UNAVAILABLE, SERVER_EXITING);
     if (options.pingMode === "live" ? context.isLive() : context.isReady()) return reply.code(200).send();
-    throw new HttpError(503, describeReadiness(registry));
+    throw new HttpError(SAGEMAKER_HTTP_ANSWERS.notReady, describeReadiness(registry));
   });
 
   /**
@@ -499,13 +500,13 @@ export async function invocationRoutes(
     { schema: SAGEMAKER_SCHEMAS.modelInvoke },
     (request: FastifyRequest<{ Params: { name: string } }>, reply) => {
       const loaded = options.models.model(request.params.name);
-      if (loaded === undefined) return reply.code(404).send();
+      if (loaded === undefined) return reply.code(SAGEMAKER_HTTP_STATUS.NOT_FOUND).send();
       // An invocation that ran out of memory is 507, as a load's, as Triton's
       // (SageMakerMMEHandleOOMError): SageMaker then unloads other models.
       return invoke("container", false, request, reply, loaded.served).catch((error: unknown) => {
         if (!isOutOfMemory(error)) throw error;
         throw new HttpError(
-          MULTI_MODEL_STATUS.outOfMemory,
+          SAGEMAKER_HTTP_ANSWERS.outOfMemory,
           error instanceof Error ? error.message : String(error),
         );
       });

@@ -6,7 +6,7 @@ import type { ModelRegistry } from "../../core/model.ts";
 import { HttpError } from "../common/http/http-error.ts";
 import { isJsonObject, readJsonBody } from "../common/http/json-body.ts";
 import { sendJson } from "../common/http/json-text.ts";
-import { MULTI_MODEL_STATUS, multiModelLoadStatus } from "./error-status.ts";
+import { multiModelLoadStatus, SAGEMAKER_HTTP_ANSWERS, SAGEMAKER_HTTP_STATUS } from "./error-status.ts";
 import type { MultiModelEndpoint } from "./multi-model-endpoint.ts";
 import { SAGEMAKER_SCHEMAS } from "./sagemaker-schemas.ts";
 
@@ -108,7 +108,7 @@ function loadRequest(request: FastifyRequest): LoadRequest {
 }
 
 /** Triton's 404 for a name the endpoint has not loaded: no body. */
-const notLoaded = (reply: FastifyReply): FastifyReply => reply.code(404).send();
+const notLoaded = (reply: FastifyReply): FastifyReply => reply.code(SAGEMAKER_HTTP_STATUS.NOT_FOUND).send();
 
 export async function multiModelRoutes(
   app: FastifyInstance,
@@ -142,21 +142,21 @@ export async function multiModelRoutes(
     const { hash, served, url } = loadRequest(request);
     if (models.has(hash)) {
       throw new HttpError(
-        MULTI_MODEL_STATUS.alreadyLoaded,
+        SAGEMAKER_HTTP_ANSWERS.alreadyLoaded,
         `failed to load '${hash}': a model of this name is loaded already (unload it first)`,
       );
     }
     const as = served === hash ? "" : ` as TargetModel '${served}'`;
     if (models.serves(served)) {
       throw new HttpError(
-        MULTI_MODEL_STATUS.alreadyLoaded,
+        SAGEMAKER_HTTP_ANSWERS.alreadyLoaded,
         `failed to load '${hash}'${as}: a model is served under '${served}' already (unload it first)`,
       );
     }
     // The endpoint's own models (its repository's) are not this API's to replace.
     if (registry.index().some((entry) => entry.name === served)) {
       throw new HttpError(
-        MULTI_MODEL_STATUS.alreadyLoaded,
+        SAGEMAKER_HTTP_ANSWERS.alreadyLoaded,
         `failed to load '${hash}'${as}: the endpoint's model repository has a model of this name`,
       );
     }
@@ -186,7 +186,7 @@ export async function multiModelRoutes(
         await registry.unload(model.served);
       } catch (error) {
         throw new HttpError(
-          MULTI_MODEL_STATUS.failed,
+          SAGEMAKER_HTTP_ANSWERS.loadFailed,
           error instanceof Error ? error.message : String(error),
         );
       }
