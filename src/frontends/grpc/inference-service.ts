@@ -50,7 +50,8 @@ import { STREAM_ORDER_METADATA, type StreamInferCall, StreamInferSession } from 
 import { unary } from "./unary-handler.ts";
 
 // inference.GRPCInferenceService (KServe v2 / Triton) over a ServerContext. Handlers only
-// translate: the registry and the models do the work, errors map through error-status.ts.
+// translate: the registry and the models do the work, errors map through the KServe
+// family's table (common/kserve/error-status.ts).
 
 export interface InferenceServiceOptions {
   readonly context: ServerContext;

@@ -11,8 +11,8 @@ export type UnaryFunction<Request, Response> = (
 
 /**
  * A grpc-js unary handler around a function that returns the response or throws a
- * ServerError; errors become statuses through one table. Failures the client did not
- * cause (INTERNAL, UNKNOWN) are logged.
+ * ServerError; errors become statuses through the family's table (`table`: KServe's unless
+ * given). Failures the client did not cause (INTERNAL, UNKNOWN) are logged.
  */
 export function unary<Request, Response>(
   logger: Logger,

@@ -2,11 +2,12 @@ import type { FastifyReply, FastifyRequest } from "fastify";
 import { asServerError, type ErrorCode, ServerError } from "../../../core/errors.ts";
 import { HttpError } from "./http-error.ts";
 
-// Every error leaves the server as `{"error": "<message>"}`: ServerErrors through the
-// protocol family's status table, transport errors with their own status, and fastify's
-// own errors (bad media type, body limits, bad URLs) reshaped with a precise message.
+// Every error leaves the server in its protocol family's error body (`{"error": "<message>"}`
+// unless the family says otherwise): ServerErrors with the status their code has in the
+// family's table, HttpErrors with the status they carry, and fastify's own errors (bad
+// media type, body limits, bad URLs) reshaped with a precise message.
 
-/** A protocol family's one table from seqserve's error codes to HTTP statuses. */
+/** The HTTP status of each of seqserve's error codes, from a protocol family's one error table. */
 export type HttpStatusTable = Readonly<Record<ErrorCode, number>>;
 
 export interface ErrorReply {
