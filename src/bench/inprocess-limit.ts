@@ -14,7 +14,7 @@ import type { Workload } from "./workload.ts";
 // a run can say what share of the hardware's speed it reached. Each batch size is timed on
 // its own (median of repeated runs); the limit weighs them as the server's histogram does.
 
-export interface BatchTiming {
+interface BatchTiming {
   readonly size: number;
   readonly ms: number;
 }

@@ -36,7 +36,7 @@ export interface WorkloadOptions {
 }
 
 /** Mono samples in [-1, 1] from a PCM16 or float32 WAV (channels averaged). */
-export function readWav(path: string): Float32Array {
+function readWav(path: string): Float32Array {
   const bytes = readFileSync(path);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   if (bytes.toString("latin1", 0, 4) !== "RIFF" || bytes.toString("latin1", 8, 12) !== "WAVE") {

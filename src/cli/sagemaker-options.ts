@@ -45,14 +45,14 @@ export const SAGEMAKER_FLAGS: readonly FlagSpec[] = [
 ];
 
 /** Where SageMaker mounts the model artifacts in a container. */
-export const SAGEMAKER_MODEL_DIR = "/opt/ml/model";
+const SAGEMAKER_MODEL_DIR = "/opt/ml/model";
 
 /**
  * The repository of a multi-model endpoint, as Triton's image names it: SageMaker puts each
  * model elsewhere (/opt/ml/models/<hash>/model) and loads it through POST /models, so this
  * one stays empty; it only has to exist.
  */
-export const SAGEMAKER_MULTI_MODEL_DIR = "/tmp/sagemaker";
+const SAGEMAKER_MULTI_MODEL_DIR = "/tmp/sagemaker";
 
 type Env = Readonly<Record<string, string | undefined>>;
 
@@ -102,7 +102,7 @@ export function serveDefaults(env: Env): Record<string, string> {
 }
 
 /** SAGEMAKER_MULTI_MODEL=true: a multi-model endpoint (Triton's image compares it to "true" alone). */
-export function isMultiModel(env: Env): boolean {
+function isMultiModel(env: Env): boolean {
   return env.SAGEMAKER_MULTI_MODEL === "true";
 }
 

@@ -351,7 +351,7 @@ const KEY_NAME = /^[A-Za-z0-9._@-]{1,64}$/;
 const MIN_KEY_LENGTH = 16;
 
 /** API keys in the '<name> <apis> <key>' line format; `source` names where they came from. */
-export function parseApiKeys(text: string, source: string): ApiKey[] {
+function parseApiKeys(text: string, source: string): ApiKey[] {
   const keys: ApiKey[] = [];
   const lines = text.split(/\r?\n|;/);
   for (let i = 0; i < lines.length; i++) {
@@ -406,7 +406,7 @@ function readApiKeys(values: Values, env: Env): ApiKey[] {
  * Triton's parser requires. `prefix` goes before the header name (gRPC's
  * `triton-grpc-protocol-`).
  */
-export function parseRestrictions(
+function parseRestrictions(
   flagName: string,
   entries: readonly string[],
   prefix: string,

@@ -8,7 +8,7 @@ import { splitSettingFlag } from "./setting-flag.ts";
 // one-line notice, so a Triton launch script runs unchanged.
 
 /** ONNX Runtime's log severity (ORT_LOGGING_LEVEL_*): 0 verbose, 1 info, 2 warning, 3 error, 4 fatal. */
-export type OrtLogSeverity = 0 | 1 | 2 | 3 | 4;
+type OrtLogSeverity = 0 | 1 | 2 | 3 | 4;
 
 export interface BackendSettings {
   /** max_batch_size that autocomplete gives a model that can batch (Triton's default: 4). */

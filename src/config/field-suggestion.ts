@@ -15,7 +15,7 @@ function editDistance(a: string, b: string): number {
 }
 
 /** The known name closest to `name`, if it is within a typo's reach. */
-export function closestName(name: string, known: Iterable<string>): string | undefined {
+function closestName(name: string, known: Iterable<string>): string | undefined {
   let best: string | undefined;
   let bestDistance = Math.max(2, Math.floor(name.length / 4)) + 1;
   for (const candidate of known) {

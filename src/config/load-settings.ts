@@ -11,7 +11,7 @@ import { ModelParameters } from "./resolve/model-parameters.ts";
 // file, which versions, how many instances, and the session settings.
 
 /** ONNX Runtime's graph optimization levels, as onnxruntime-node names them. */
-export type GraphOptimization = "disabled" | "basic" | "extended" | "all";
+type GraphOptimization = "disabled" | "basic" | "extended" | "all";
 
 export interface LoadSettings {
   readonly name: string;
@@ -29,7 +29,7 @@ export interface LoadSettings {
   readonly parameters: Readonly<Record<string, string>>;
 }
 
-export function graphOptimizationOf(level: number | undefined): GraphOptimization {
+function graphOptimizationOf(level: number | undefined): GraphOptimization {
   if (level === -1) return "basic";
   if (level === 1) return "extended";
   if (level === 2) return "disabled";

@@ -9,7 +9,7 @@ import { HANDLER_FILENAMES, TYPESCRIPT_BACKEND } from "./resolve/model-identity.
 // or an OpenVINO Model Server entry, whose format OVMS also tells from the files.
 
 /** Whether the latest version folder of `modelDir` holds a handler file and no ONNX model (`anyOnnxName`: OVMS's rule, any `*.onnx`). */
-export function holdsModelCode(modelDir: string, anyOnnxName = false): boolean {
+function holdsModelCode(modelDir: string, anyOnnxName = false): boolean {
   let versions: string[];
   try {
     versions = readdirSync(modelDir).filter((name) => /^\d+$/.test(name));

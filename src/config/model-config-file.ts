@@ -17,7 +17,7 @@ export interface ModelConfigTextOptions {
   readonly format?: ModelConfigTextFormat;
 }
 
-export function formatOfFile(file: string): ModelConfigTextFormat {
+function formatOfFile(file: string): ModelConfigTextFormat {
   return extname(file).toLowerCase() === ".json" ? "json" : "pbtxt";
 }
 

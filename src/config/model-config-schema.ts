@@ -26,16 +26,7 @@ export function modelConfigType(): protobuf.Type {
 }
 
 /** The kinds a scalar value can take, whatever its wire encoding. */
-export type ScalarKind =
-  | "int32"
-  | "uint32"
-  | "int64"
-  | "uint64"
-  | "float"
-  | "double"
-  | "bool"
-  | "string"
-  | "bytes";
+type ScalarKind = "int32" | "uint32" | "int64" | "uint64" | "float" | "double" | "bool" | "string" | "bytes";
 
 const SCALAR_KINDS: Record<string, ScalarKind> = {
   int32: "int32",
@@ -61,7 +52,7 @@ export type ValueType =
   | { readonly kind: "enum"; readonly enumType: protobuf.Enum }
   | { readonly kind: "message"; readonly messageType: protobuf.Type };
 
-export function valueTypeOf(typeName: string, resolved: protobuf.ReflectionObject | null): ValueType {
+function valueTypeOf(typeName: string, resolved: protobuf.ReflectionObject | null): ValueType {
   const scalar = SCALAR_KINDS[typeName];
   if (scalar !== undefined) return { kind: "scalar", scalar };
   if (resolved instanceof protobuf.Enum) return { kind: "enum", enumType: resolved };
@@ -93,11 +84,6 @@ export function findField(
   if (field !== undefined) return field;
   if (!allowJsonName) return undefined;
   return type.fieldsArray.find((f) => f.jsonName === name);
-}
-
-/** The name of the enum value numbered `value`, if any. */
-export function enumValueName(enumType: protobuf.Enum, value: number): string | undefined {
-  return enumType.valuesById[value];
 }
 
 /** A short, stable name for messages: "inference.ModelConfig". */

@@ -28,9 +28,9 @@ import type { SingleModelOptions } from "./server-options.ts";
 // config file; or graph.pbtxt in base_path's folder 1), and for a model otherwise. seqserve
 // serves no graphs: such an entry is left out with a warning, and the models served.
 
-export const DEFAULT_MAX_SEQUENCE_NUMBER = 500;
+const DEFAULT_MAX_SEQUENCE_NUMBER = 500;
 /** OVMS's sequence_cleaner_poll_wait_minutes default. */
-export const DEFAULT_SEQUENCE_CLEANER_POLL_MINUTES = 5;
+const DEFAULT_SEQUENCE_CLEANER_POLL_MINUTES = 5;
 
 const MODEL_KEYS = new Set([
   "name",
@@ -69,7 +69,7 @@ const UNSUPPORTED_LISTS = [
 ];
 const TOP_LEVEL_KEYS = new Set(["model_config_list", "monitoring", ...UNSUPPORTED_LISTS]);
 
-export interface OvmsSequenceOptions {
+interface OvmsSequenceOptions {
   /** Live sequences at most; a new one beyond them is refused. */
   readonly maxSequenceNumber: number;
   /** Idle sequences are ended by the periodic sequence cleaner. */
@@ -562,7 +562,7 @@ export async function readOvmsConfig(path: string): Promise<OvmsConfig> {
 }
 
 /** Where single-model mode's entry comes from, in messages. */
-export const SINGLE_MODEL_SOURCE = "the command line (--model_path)";
+const SINGLE_MODEL_SOURCE = "the command line (--model_path)";
 
 /**
  * OVMS single-model mode: the model given with --model_path / --model_name and its flags,

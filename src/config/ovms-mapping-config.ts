@@ -10,7 +10,7 @@ import { join } from "node:path";
 // A tensor the file does not name keeps the model's name. As in OVMS, a file that is not
 // valid is logged and the model is served with its own names (OVMS goes on loading).
 
-export const MAPPING_CONFIG_FILE = "mapping_config.json";
+const MAPPING_CONFIG_FILE = "mapping_config.json";
 
 /** The model's tensor names to the names clients see, per direction. */
 export interface TensorNameMapping {

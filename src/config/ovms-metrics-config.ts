@@ -4,7 +4,7 @@
 // the default list and the messages are OVMS's (metric_config.cpp, config.cpp).
 
 /** The families `metrics_enable` turns on (the MediaPipe ones have no series without graphs). */
-export const OVMS_DEFAULT_METRIC_FAMILIES = [
+const OVMS_DEFAULT_METRIC_FAMILIES = [
   "ovms_current_requests",
   "ovms_requests_success",
   "ovms_requests_fail",
@@ -21,10 +21,7 @@ export const OVMS_DEFAULT_METRIC_FAMILIES = [
 ] as const;
 
 /** The families only `metrics_list` turns on. */
-export const OVMS_ADDITIONAL_METRIC_FAMILIES = [
-  "ovms_infer_req_queue_size",
-  "ovms_infer_req_active",
-] as const;
+const OVMS_ADDITIONAL_METRIC_FAMILIES = ["ovms_infer_req_queue_size", "ovms_infer_req_active"] as const;
 
 export interface OvmsMetricsSettings {
   /** The families served (at `/metrics` on the REST port, as OVMS serves them). */

@@ -26,7 +26,7 @@ export interface ParsedMessage {
   [field: string]: ParsedValue;
 }
 
-export type ConfigFormat = "pbtxt" | "json" | "ovms";
+type ConfigFormat = "pbtxt" | "json" | "ovms";
 
 export interface ParsedModelConfig {
   /** The file named in messages. */

@@ -29,7 +29,7 @@ export type ServerOptionsInput = Partial<
 };
 
 /** SecurityOptions in part, its limits and access too. */
-export type SecurityOptionsInput = Partial<Omit<SecurityOptions, "limits" | "access">> & {
+type SecurityOptionsInput = Partial<Omit<SecurityOptions, "limits" | "access">> & {
   readonly limits?: Partial<LimitOptions>;
   readonly access?: Partial<AccessOptions>;
 };

@@ -6,7 +6,7 @@ import type { Tensor } from "./tensor.ts";
 // The app picks the implementation (ONNX Runtime in worker threads); the repository and
 // the core only see this interface.
 
-export interface OpenModelRequest {
+interface OpenModelRequest {
   readonly modelName: string;
   readonly modelPath: string;
   /** The config's backend: "onnxruntime", or "stateful" (Triton's ONNX stateful backend). */

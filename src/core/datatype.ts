@@ -129,11 +129,3 @@ export function configTypeName(datatype: DataType): string {
 export function fromConfigTypeName(name: string): DataType | undefined {
   return FROM_CONFIG_NAME.get(name);
 }
-
-export function isIntegerType(datatype: DataType): boolean {
-  return datatype.startsWith("INT") || datatype.startsWith("UINT");
-}
-
-export function is64BitInteger(datatype: DataType): datatype is "INT64" | "UINT64" {
-  return datatype === "INT64" || datatype === "UINT64";
-}

@@ -29,7 +29,7 @@ export type ErrorCode = (typeof ERROR_CODES)[number];
  * Server's sequence errors have fixed texts, Triton's are about flags). A frontend that
  * must use its protocol's wording looks at `reason`; the others send the message.
  */
-export const ERROR_REASONS = [
+const ERROR_REASONS = [
   /** A request that is not a START names no sequence id. */
   "sequence_id_missing",
   /** The id names no live sequence (never started, or ended). */

@@ -58,7 +58,7 @@ export interface SequenceControl {
  *   live id is refused (ALREADY_EXISTS), a START on an id whose END has not run yet too
  *   (FAILED_PRECONDITION), and a request for an unknown id is NOT_FOUND.
  */
-export type SequenceAdmission = "restart" | "exclusive";
+type SequenceAdmission = "restart" | "exclusive";
 
 /** A caller's W3C trace context (`traceparent` / `tracestate`), carried for tracing. */
 export interface TraceCarrier {

@@ -9,7 +9,7 @@ import { shapeInMessage } from "./tensor.ts";
 // more elements than MAX_BYTES_ELEMENTS.
 
 /** The most elements one tensor may have (V8's typed arrays hold at most 2^32 - 1). */
-export const MAX_TENSOR_ELEMENTS = 2 ** 32 - 1;
+const MAX_TENSOR_ELEMENTS = 2 ** 32 - 1;
 
 /**
  * The most elements one BYTES tensor may have. Each element is held as an object of its
@@ -48,7 +48,7 @@ export function checkedElementCount(
 }
 
 /** Refuses (INVALID_ARG) a tensor of `bytes` bytes when that is more than `maxBytes`. */
-export function checkTensorBytes(
+function checkTensorBytes(
   input: string,
   datatype: DataType,
   shape: readonly number[],

@@ -22,10 +22,6 @@ export interface NumericTensor extends Tensor {
   readonly data: NumericArray;
 }
 
-export function isNumericTensor(tensor: Tensor): tensor is NumericTensor {
-  return tensor.datatype !== "BYTES";
-}
-
 export function elementCount(shape: readonly number[]): number {
   let count = 1;
   for (const dim of shape) count *= dim;

@@ -5,7 +5,7 @@
 // sequence's deadline), the timer checks the time when it fires and waits again.
 
 /** The longest delay a Node timer keeps. */
-export const MAX_TIMER_MS = 2 ** 31 - 1;
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** `ms` as a delay a Node timer keeps: from 0 to 24.8 days, which stands in for any longer wait. */
 export function timerDelay(ms: number): number {

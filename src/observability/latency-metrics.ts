@@ -14,14 +14,14 @@ import { SeriesHolders } from "./series-holders.ts";
 type Labels = "model" | "version";
 
 /** Triton's failure reasons (nv_inference_request_failure{reason}). */
-export const FAILURE_REASONS = ["REJECTED", "CANCELED", "BACKEND", "OTHER"] as const;
+const FAILURE_REASONS = ["REJECTED", "CANCELED", "BACKEND", "OTHER"] as const;
 type FailureReason = (typeof FAILURE_REASONS)[number];
 
 /**
  * Triton's reason for a failure: turned away by the scheduler, cancelled, failed in the
  * model (any failure of a request that went to an instance, but its cancellation), or else.
  */
-export function failureReason(code: ErrorCode, dispatched = false): FailureReason {
+function failureReason(code: ErrorCode, dispatched = false): FailureReason {
   if (dispatched && code !== "CANCELLED") return "BACKEND";
   switch (code) {
     case "UNAVAILABLE":

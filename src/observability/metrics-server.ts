@@ -22,7 +22,7 @@ export interface MetricsServer {
 }
 
 /** Whether a request may read the metrics; throws an error with `status` and `message` when not. */
-export type MetricsAccess = (header: (name: string) => string | undefined) => void;
+type MetricsAccess = (header: (name: string) => string | undefined) => void;
 
 export interface MetricsServerOptions {
   readonly tls?: TlsOptions | undefined;

@@ -12,7 +12,7 @@ import type { Logger } from "./logger.ts";
 // errors (the client retries them) are logged once each, and its return once.
 
 /** How often failures that go on are summed up. */
-export const FAILURE_SUMMARY_INTERVAL_MS = 10_000;
+const FAILURE_SUMMARY_INTERVAL_MS = 10_000;
 
 /** How long without a failure before an answer says the store answers again. */
 const RECOVERY_QUIET_MS = 1000;

@@ -14,7 +14,7 @@ const root = new protobuf.Root().loadSync(fileURLToPath(new URL("./onnx.proto", 
 const ModelProto = root.lookupType("onnx.ModelProto");
 
 /** ONNX TensorProto.DataType numbers for each KServe datatype. */
-export const ONNX_ELEMENT_TYPES: Readonly<Record<DataType, number>> = {
+const ONNX_ELEMENT_TYPES: Readonly<Record<DataType, number>> = {
   FP32: 1,
   UINT8: 2,
   INT8: 3,
@@ -47,7 +47,7 @@ export type OnnxTensorData =
   | readonly string[]
   | readonly Uint8Array[];
 
-export interface OnnxTensorValue {
+interface OnnxTensorValue {
   readonly datatype: DataType;
   readonly dims: readonly number[];
   readonly data: OnnxTensorData;

@@ -94,7 +94,7 @@ export interface CancelMessage {
 }
 
 /** The main thread stops waiting for a decoupled handler to complete request `rid`, answered in its place. */
-export interface ReleaseMessage {
+interface ReleaseMessage {
   readonly type: "release";
   readonly rid: number;
 }
@@ -122,7 +122,7 @@ export interface CallResultMessage {
     | { readonly ok: true; readonly closed: boolean };
 }
 
-export interface HandlerCloseMessage {
+interface HandlerCloseMessage {
   readonly type: "close";
 }
 
@@ -138,13 +138,13 @@ export type ToHandlerMessage =
 
 // ── worker → main thread ────────────────────────────────────────────────────────────
 
-export interface HandlerLoadedMessage {
+interface HandlerLoadedMessage {
   readonly type: "loaded";
   /** What the handler's `metadata` declares; undefined when it declares nothing. */
   readonly io: ModelIo | undefined;
 }
 
-export interface HandlerLoadFailedMessage {
+interface HandlerLoadFailedMessage {
   readonly type: "load-failed";
   readonly message: string;
   readonly stack: string | undefined;
@@ -175,7 +175,7 @@ export interface DoneMessage {
   readonly outputNs: number;
 }
 
-export interface ExecutedMessage {
+interface ExecutedMessage {
   readonly type: "executed";
   readonly batch: number;
   /** The batch's compute_input, _infer and _output (batch-clock.ts). */
@@ -196,7 +196,7 @@ export interface CallMessage {
 }
 
 /** The handler gave up a call (its signal was aborted): the request stops where it can. */
-export interface CallCancelMessage {
+interface CallCancelMessage {
   readonly type: "call-cancel";
   readonly cid: number;
 }
@@ -208,7 +208,7 @@ export interface CloseSequenceMessage {
   readonly id: SequenceId;
 }
 
-export interface LogMessage {
+interface LogMessage {
   readonly type: "log";
   readonly level: "debug" | "info" | "warn" | "error";
   readonly message: string;
@@ -220,7 +220,7 @@ export interface LogMessage {
  * worker ends (and is restarted) right after; otherwise it was the handler's code (an
  * unhandled rejection, an exception from a timer), and the worker goes on.
  */
-export interface FaultMessage {
+interface FaultMessage {
   readonly type: "fault";
   readonly kind: "unhandled rejection" | "uncaught exception";
   readonly fatal: boolean;
@@ -249,13 +249,13 @@ export interface LingeringMessage {
  * Request `rid` waits behind its sequence's previous step (`held`), or has been handed to
  * execute() after waiting: its handler_timeout_ms runs only while the handler has it.
  */
-export interface HeldMessage {
+interface HeldMessage {
   readonly type: "held";
   readonly rid: number;
   readonly held: boolean;
 }
 
-export interface ThroughMessage {
+interface ThroughMessage {
   readonly type: "through";
   readonly rid: number;
 }

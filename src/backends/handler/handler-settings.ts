@@ -20,7 +20,7 @@ export interface HandlerSettings {
   readonly limits: HandlerLimits;
 }
 
-export const HANDLER_DEFAULTS = {
+const HANDLER_DEFAULTS = {
   handler_timeout_ms: 60_000,
   handler_call_timeout_ms: 60_000,
   handler_initialize_timeout_ms: 60_000,

@@ -12,7 +12,7 @@ export function stateToWire(state: SequenceState | undefined, transfer: ArrayBuf
   return entries;
 }
 
-export function entryToWire(key: string, entry: StateEntry, transfer: ArrayBuffer[]): WireStateEntry {
+function entryToWire(key: string, entry: StateEntry, transfer: ArrayBuffer[]): WireStateEntry {
   if (isSerializedValue(entry)) {
     return { key, serialized: transferableArray(entry.serialized, transfer) as Uint8Array };
   }

@@ -6,7 +6,7 @@ import { invalidArg } from "../../core/errors.ts";
 // enable_mem_pattern and session.use_device_allocator_for_initializers. Other parameter
 // keys belong to other parts of the server (state_pairs, ...) and are left alone.
 
-export type GraphOptimizationLevel = "disabled" | "basic" | "extended" | "all";
+type GraphOptimizationLevel = "disabled" | "basic" | "extended" | "all";
 
 /** A plain, structured-cloneable subset of onnxruntime-node's SessionOptions. */
 export interface OnnxSessionOptions {

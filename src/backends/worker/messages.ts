@@ -46,13 +46,13 @@ export interface RunMessage {
 }
 
 /** Release one instance's model once the runs already sent are answered. */
-export interface UnloadMessage {
+interface UnloadMessage {
   readonly type: "unload";
   readonly instanceKey: string;
 }
 
 /** Release every model and end the thread once the runs already sent are answered. */
-export interface CloseMessage {
+interface CloseMessage {
   readonly type: "close";
 }
 
@@ -60,7 +60,7 @@ export type ToWorkerMessage = LoadMessage | RunMessage | UnloadMessage | CloseMe
 
 // ── worker → main thread ────────────────────────────────────────────────────────────
 
-export interface LoadedMessage {
+interface LoadedMessage {
   readonly type: "loaded";
   readonly instanceKey: string;
   readonly io: ModelIo;
@@ -68,7 +68,7 @@ export interface LoadedMessage {
   readonly sharesSession: boolean;
 }
 
-export interface UnloadedMessage {
+interface UnloadedMessage {
   readonly type: "unloaded";
   readonly instanceKey: string;
 }

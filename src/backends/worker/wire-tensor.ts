@@ -40,10 +40,7 @@ export function transferableArray(array: NumericArray, transfer: ArrayBuffer[]):
   return owned;
 }
 
-export function packBytes(
-  elements: BytesElements | readonly Uint8Array[],
-  transfer: ArrayBuffer[],
-): PackedBytes {
+function packBytes(elements: BytesElements | readonly Uint8Array[], transfer: ArrayBuffer[]): PackedBytes {
   const offsets = new Uint32Array(elements.length + 1);
   let total = 0;
   for (let i = 0; i < elements.length; i++) {
@@ -56,7 +53,7 @@ export function packBytes(
   return { offsets, bytes };
 }
 
-export function unpackBytes(packed: PackedBytes): Uint8Array[] {
+function unpackBytes(packed: PackedBytes): Uint8Array[] {
   const { offsets, bytes } = packed;
   const count = offsets.length - 1;
   const elements: Uint8Array[] = new Array(count);

@@ -147,7 +147,7 @@ export function parseJsonConfig(text: string, file: string): ParsedModelConfig {
 }
 
 /** Converts an already read JSON value into a parsed config (of `type`, inference.ModelConfig by default). */
-export function jsonToParsedConfig(
+function jsonToParsedConfig(
   node: JsonNode,
   file: string,
   type: protobuf.Type = modelConfigType(),

@@ -4,11 +4,11 @@ import type { MessageNode } from "./config-node.ts";
 // Which model a config describes and which files it serves: its name, platform and
 // backend, model file name and version policy, with Triton's defaults filled in.
 
-export const ONNX_PLATFORM = "onnxruntime_onnx";
+const ONNX_PLATFORM = "onnxruntime_onnx";
 export const ONNX_BACKEND = "onnxruntime";
 /** Triton's ONNX stateful backend (triton-inference-server/stateful_backend): ONNX models whose state the server keeps. */
 export const STATEFUL_BACKEND = "stateful";
-export const DEFAULT_MODEL_FILENAME = "model.onnx";
+const DEFAULT_MODEL_FILENAME = "model.onnx";
 /** Model code in TypeScript or JavaScript (src/handler-api.ts): `model.ts`, else `model.js`. */
 export const TYPESCRIPT_BACKEND = "typescript";
 export const HANDLER_FILENAMES = ["model.ts", "model.js"] as const;

@@ -26,13 +26,13 @@ import {
 // infer_end_requests, max_candidate_sequence_use_ratio).
 
 /** Triton's default idle time of a sequence (max_sequence_idle_microseconds unset or 0). */
-export const DEFAULT_SEQUENCE_IDLE_US = 1_000_000;
-export const DEFAULT_BACKLOG_LIMIT = 1024;
+const DEFAULT_SEQUENCE_IDLE_US = 1_000_000;
+const DEFAULT_BACKLOG_LIMIT = 1024;
 /** The most bytes a sequence's state may hold unless `sequence_state_max_bytes` says (as for handler models). */
-export const DEFAULT_STATE_MAX_BYTES = 64 * 1024 * 1024;
+const DEFAULT_STATE_MAX_BYTES = 64 * 1024 * 1024;
 
 /** Parameters that only mean something with sequence batching. */
-export const SEQUENCE_PARAMETERS = [
+const SEQUENCE_PARAMETERS = [
   "state_pairs",
   "sequence_idle_timeout",
   "sequence_idle_from",

@@ -37,7 +37,7 @@ export const STATEFUL_BACKEND_SEQUENCE_PARAMETERS = [
 ] as const;
 
 /** The backend's default share of max_candidate_sequences a model may use at once. */
-export const STATEFUL_BACKEND_USE_RATIO = 0.9;
+const STATEFUL_BACKEND_USE_RATIO = 0.9;
 
 /** seqserve's own slab size when a config does not set one. */
 const DEFAULT_SLAB_ROWS = 256;

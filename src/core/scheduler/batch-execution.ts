@@ -11,10 +11,7 @@ import { nowNs, type PendingRequest } from "./pending-request.ts";
 // axis, run, split the outputs back into per-request views, and account for the time.
 
 /** The model-facing batch inputs of `requests` (all share a batch key). */
-export function concatRequestInputs(
-  config: ModelConfig,
-  requests: readonly PendingRequest[],
-): Map<string, Tensor> {
+function concatRequestInputs(config: ModelConfig, requests: readonly PendingRequest[]): Map<string, Tensor> {
   const inputs = new Map<string, Tensor>();
   const first = requests[0]!;
   // A request alone runs once (nothing runs it again): the run may take its tensors.

@@ -17,7 +17,7 @@ export function executionRequest(pending: PendingRequest): Omit<ExecutionRequest
 }
 
 /** Settles `pending` with `outcome`: its response, or its error. */
-export function settleWith(pending: PendingRequest, outcome: ExecutionOutcome, batchSize: number): void {
+function settleWith(pending: PendingRequest, outcome: ExecutionOutcome, batchSize: number): void {
   if (!outcome.ok) {
     pending.reject(outcome.error);
     return;

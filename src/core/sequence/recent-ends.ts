@@ -19,7 +19,7 @@ export interface RecentEnd {
 export const sequenceKey = (id: SequenceId): string => (typeof id === "bigint" ? `u${id}` : `s${id}`);
 
 /** Default budget: about 6,000 UUID-sized ids. */
-export const RECENT_ENDS_BUDGET_BYTES = 1024 * 1024;
+const RECENT_ENDS_BUDGET_BYTES = 1024 * 1024;
 
 /** Map entry, timestamp and reason, beside the key's characters (an estimate of V8's cost). */
 const ENTRY_OVERHEAD_BYTES = 96;

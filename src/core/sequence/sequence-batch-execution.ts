@@ -99,7 +99,7 @@ function stateOf(model: SequenceModel, row: SequenceRow, state: StateConfig): Te
 }
 
 /** The part of a batch key that comes from state: sequences whose state shapes differ cannot share a batch. */
-export function stateKey(model: SequenceModel, row: SequenceRow): string {
+function stateKey(model: SequenceModel, row: SequenceRow): string {
   const states = model.config.sequenceBatching?.states ?? [];
   if (states.length === 0 || model.fixedStateShapes) return "";
   let key = "";

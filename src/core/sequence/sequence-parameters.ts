@@ -7,14 +7,6 @@ import type { Parameters, ParameterValue, SequenceControl, SequenceId } from "..
 // adds `sequence_step`, the request's place in its sequence (1 for the START), with which
 // a retried step is answered from its recorded answer instead of running twice.
 
-export const SEQUENCE_PARAMETERS = [
-  "sequence_id",
-  "sequence_start",
-  "sequence_end",
-  "timeout",
-  "sequence_step",
-] as const;
-
 const UINT64_MAX = (1n << 64n) - 1n;
 
 /** The request parameters Triton reads itself, each of one JSON type (`priority` too). */

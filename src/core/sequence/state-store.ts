@@ -23,7 +23,7 @@ export function isSerializedValue(entry: StateEntry): entry is SerializedValue {
 }
 
 /** Bytes an entry holds. */
-export function stateEntryBytes(entry: StateEntry): number {
+function stateEntryBytes(entry: StateEntry): number {
   return isSerializedValue(entry) ? entry.serialized.byteLength : tensorByteLength(entry);
 }
 

@@ -166,11 +166,3 @@ export function encodeRawTensor(tensor: Tensor): Uint8Array {
   }
   return out;
 }
-
-/** Byte length of a tensor in raw layout (without encoding it). */
-export function rawByteLength(tensor: Tensor): number {
-  if (tensor.datatype !== "BYTES") return (tensor as NumericTensor).data.byteLength;
-  let total = 0;
-  for (const element of tensor.data as BytesElements) total += 4 + element.byteLength;
-  return total;
-}

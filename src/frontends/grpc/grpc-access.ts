@@ -54,7 +54,7 @@ const SERVICES: Readonly<Record<string, Readonly<Record<string, ApiGroup>> | Api
 };
 
 /** The API group of a method path ("/package.Service/Method"); unknown methods count as inference. */
-export function methodApiGroup(path: string): ApiGroup {
+function methodApiGroup(path: string): ApiGroup {
   const [, service = "", method = ""] = path.split("/");
   const groups = SERVICES[service];
   if (groups === undefined) return "inference";

@@ -28,10 +28,10 @@ import { unaryAnswerBudget } from "./unary-answer-budget.ts";
 // followed to bound what messages received in part hold (partial-messages.ts).
 
 /** Triton's default message limit (INT32_MAX): tensors are routinely far above grpc-js's 4 MiB. */
-export const DEFAULT_MAX_MESSAGE_BYTES = 2 ** 31 - 1;
-export const DEFAULT_MAX_INFLIGHT_PER_STREAM = 128;
+const DEFAULT_MAX_MESSAGE_BYTES = 2 ** 31 - 1;
+const DEFAULT_MAX_INFLIGHT_PER_STREAM = 128;
 
-export interface GrpcKeepaliveOptions {
+interface GrpcKeepaliveOptions {
   /** Interval of the server's keepalive pings on each connection (grpc.keepalive_time_ms). */
   readonly timeMs: number;
   /** How long a ping may go unanswered before the connection is dropped (grpc.keepalive_timeout_ms). */
@@ -51,7 +51,7 @@ export interface GrpcKeepaliveOptions {
 }
 
 /** Triton's defaults: a ping every 2 hours, 20 s to answer it. */
-export const DEFAULT_KEEPALIVE: GrpcKeepaliveOptions = {
+const DEFAULT_KEEPALIVE: GrpcKeepaliveOptions = {
   timeMs: 7_200_000,
   timeoutMs: 20_000,
   permitWithoutCalls: false,

@@ -106,7 +106,7 @@ export function readRequestParameters(map: ParameterMap | undefined): Parameters
   return parameters;
 }
 
-export function writeParameter(value: ParameterValue): InferParameterMessage {
+function writeParameter(value: ParameterValue): InferParameterMessage {
   switch (typeof value) {
     case "boolean":
       return { bool_param: value };

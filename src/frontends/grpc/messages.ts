@@ -7,14 +7,7 @@ import type { Int64 } from "./int64.ts";
 // messages null); see proto-definitions.ts. Both give bytes as Buffer views over the
 // received message. For encoding, 64-bit integers may be numbers or decimal strings.
 
-export type { Int64 };
-
-export type InferParameterChoice =
-  | "bool_param"
-  | "int64_param"
-  | "string_param"
-  | "double_param"
-  | "uint64_param";
+type InferParameterChoice = "bool_param" | "int64_param" | "string_param" | "double_param" | "uint64_param";
 
 export interface InferParameterMessage {
   /** Which member of the oneof is set (undefined when none is). */
@@ -51,7 +44,7 @@ export interface InferInputTensorMessage {
   readonly contents?: InferTensorContentsMessage | null;
 }
 
-export interface InferRequestedOutputMessage {
+interface InferRequestedOutputMessage {
   readonly name?: string;
   readonly parameters?: ParameterMap;
 }

@@ -15,7 +15,7 @@ const ERROR_BODY: JsonSchema = {
 };
 
 /** Any failure: the status follows Triton's table (400, 404, 413, 503, ...), the body names the problem. */
-export const KSERVE_ERROR = { description: "An error", ...jsonContent(ERROR_BODY) };
+const KSERVE_ERROR = { description: "An error", ...jsonContent(ERROR_BODY) };
 
 const PARAMETERS: JsonSchema = {
   type: "object",

@@ -121,7 +121,7 @@ export type ThreadAnswer =
   | (Returned & { readonly written: number });
 
 /** An answer, with the thread's heap as it answered (V8's total heap size), in bytes. */
-export type ThreadReply = ThreadAnswer & { readonly heapBytes: number };
+type ThreadReply = ThreadAnswer & { readonly heapBytes: number };
 
 interface Waiting {
   readonly resolve: (reply: ThreadReply) => void;

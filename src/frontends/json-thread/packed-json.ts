@@ -8,7 +8,7 @@ import { isStringLeaves, packStrings, type StringLeaves } from "../common/kserve
 // these forms: a value holding one came from the thread.
 
 /** Smaller arrays are sent as they are: copying them costs less than the typed array. */
-export const MIN_PACKED_LEAVES = 256;
+const MIN_PACKED_LEAVES = 256;
 
 /** Leaves packed for the move: all numbers as doubles, or all strings as UTF-8 bytes. */
 export type PackedLeaves = Float64Array | StringLeaves;

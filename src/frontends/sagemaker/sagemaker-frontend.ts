@@ -50,7 +50,7 @@ const SAGEMAKER_CORS_HEADERS = {
 };
 
 /** SageMaker refuses real-time invocation bodies over 6 MB (6,291,456 bytes); so does seqserve. */
-export const SAGEMAKER_MAX_BODY_BYTES = 6 * 1024 * 1024;
+const SAGEMAKER_MAX_BODY_BYTES = 6 * 1024 * 1024;
 
 export interface SageMakerFrontendOptions {
   readonly context: ServerContext;

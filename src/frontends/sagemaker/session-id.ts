@@ -7,7 +7,7 @@ import { invalidArg } from "../../core/errors.ts";
 
 /** The value of X-Amzn-SageMaker-Session-Id that asks for a new session. */
 export const NEW_SESSION = "NEW_SESSION";
-export const MAX_SESSION_ID_LENGTH = 256;
+const MAX_SESSION_ID_LENGTH = 256;
 
 const SESSION_ID_PATTERN = /^[a-zA-Z0-9](-*[a-zA-Z0-9])*$/;
 

@@ -3,7 +3,6 @@ import type { ModelMetadata, ModelRegistry, TensorMetadata } from "../../core/mo
 import type { InputConfig, ModelConfig, OutputConfig } from "../../core/model-config.ts";
 import { OVMS_MESSAGES } from "./error-status.ts";
 import { isModelScalar, isRowScalar } from "./model-scalars.ts";
-import { DEFAULT_SIGNATURE } from "./predict.ts";
 import { tfDtypeOf } from "./tf-dtype.ts";
 
 // What GetModelStatus and GetModelMetadata answer, over REST and gRPC alike: the
@@ -11,7 +10,7 @@ import { tfDtypeOf } from "./tf-dtype.ts";
 // signature (its inputs and outputs with TensorFlow dtypes; -1 for a variable dimension,
 // the batch dimension included).
 
-export type VersionState = "UNKNOWN" | "START" | "LOADING" | "AVAILABLE" | "UNLOADING" | "END";
+type VersionState = "UNKNOWN" | "START" | "LOADING" | "AVAILABLE" | "UNLOADING" | "END";
 
 export interface VersionStatus {
   readonly version: string;
@@ -93,5 +92,3 @@ export function signatureOf(metadata: ModelMetadata, config: ModelConfig): Signa
     methodName: "",
   };
 }
-
-export { DEFAULT_SIGNATURE };

@@ -31,7 +31,7 @@ const decoder = new TextDecoder("utf-8", { fatal: true });
 /** TensorFlow's limit on a tensor's rank; it also bounds how deep the lists are walked. */
 const MAX_RANK = 254;
 
-export const isB64 = (value: unknown): value is { b64: string } =>
+const isB64 = (value: unknown): value is { b64: string } =>
   typeof value === "object" &&
   value !== null &&
   !Array.isArray(value) &&
@@ -43,7 +43,7 @@ export const isB64 = (value: unknown): value is { b64: string } =>
  * list whose items differ in length or depth). A list the JSON thread packed is taken as
  * it is (packed only when it was an ndarray).
  */
-export function shapeAndLeaves(
+function shapeAndLeaves(
   input: string,
   value: unknown,
 ): { shape: number[]; leaves: unknown[] | PackedLeaves } {

@@ -51,7 +51,7 @@ end
 `;
 
 /** The number of ARGV entries per record. */
-export const WRITE_ARGUMENTS = 10;
+const WRITE_ARGUMENTS = 10;
 
 /** The modes that end a record: their writes drop its state (see END_SCRIPT_FLAGS). */
 export const END_MODES: ReadonlySet<string> = new Set(["end", "force_end", "new_end", "create_end"]);

@@ -9,7 +9,7 @@
 // sequences share the prefix), ended_ttl_secs=N (how long an ended sequence's record is
 // kept to answer retries and say why it ended, default 600).
 
-export interface RedisNode {
+interface RedisNode {
   readonly host: string;
   readonly port: number;
 }

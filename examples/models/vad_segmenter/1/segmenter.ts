@@ -22,7 +22,7 @@ export interface SegmenterOptions {
   readonly minSilenceSamples: number;
 }
 
-export const DEFAULT_SEGMENTER: SegmenterOptions = { threshold: 0.5, minSilenceSamples: 1600 };
+const DEFAULT_SEGMENTER: SegmenterOptions = { threshold: 0.5, minSilenceSamples: 1600 };
 
 export function newSegmenter(): SegmenterState {
   return { position: 0, speaking: false, silenceStart: 0 };

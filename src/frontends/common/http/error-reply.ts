@@ -10,7 +10,7 @@ import { HttpError } from "./http-error.ts";
 /** The HTTP status of each of seqserve's error codes, from a protocol family's one error table. */
 export type HttpStatusTable = Readonly<Record<ErrorCode, number>>;
 
-export interface ErrorReply {
+interface ErrorReply {
   readonly status: number;
   readonly message: string;
   readonly headers: Readonly<Record<string, string>>;
@@ -42,7 +42,7 @@ function retryHeaders(error: ServerError): Readonly<Record<string, string>> {
 }
 
 /** The status, message and headers that answer `error`. */
-export function describeError(
+function describeError(
   error: unknown,
   table: HttpStatusTable,
   request: FastifyRequest,

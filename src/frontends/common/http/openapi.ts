@@ -16,7 +16,7 @@ export interface OpenApiInfo {
 }
 
 /** The path of the document on every HTTP server. */
-export const OPENAPI_PATH = "/openapi.json";
+const OPENAPI_PATH = "/openapi.json";
 
 type JsonSchema = Record<string, unknown>;
 

@@ -9,7 +9,7 @@ import type { ConnectionBudget } from "../response-budget.ts";
 // `triton_enable_empty_final_response` also gets an empty response marking the end when
 // the model's last response did not say it was the last.
 
-export const FINAL_RESPONSE = "triton_final_response";
+const FINAL_RESPONSE = "triton_final_response";
 export const ENABLE_EMPTY_FINAL = "triton_enable_empty_final_response";
 
 /** Where the responses waiting to be relayed are counted: the connection's budget. */

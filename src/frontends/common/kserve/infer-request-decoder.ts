@@ -479,7 +479,7 @@ export async function parseInferJsonOffThread(
 }
 
 /** The parsed JSON of an inference request, checked to be an object. */
-export function inferJsonObject(json: unknown): JsonObject {
+function inferJsonObject(json: unknown): JsonObject {
   if (!isJsonObject(json)) {
     throw invalidArg(`failed to parse the request JSON buffer: expected an object, got ${kindOf(json)}`);
   }

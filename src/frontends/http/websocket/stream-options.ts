@@ -9,7 +9,7 @@ import { pathSequenceId } from "../sequence-routes.ts";
 // cut, on another replica), `format` (`framed` or `raw`) and `binary_data_output` (`true`
 // or `false`). Checked before the upgrade, so a bad query is an ordinary HTTP 400.
 
-export type StreamFormat = "framed" | "raw";
+type StreamFormat = "framed" | "raw";
 
 export interface StreamOptions {
   /** The client's sequence id; undefined when the server assigns one. */
