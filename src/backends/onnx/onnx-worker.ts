@@ -1,5 +1,4 @@
-import { createHash } from "node:crypto";
-import { closeSync, openSync, readdirSync, readSync, statSync } from "node:fs";
+import { readdirSync, type Stats, statSync } from "node:fs";
 import { dirname } from "node:path";
 import { parentPort } from "node:worker_threads";
 import { Tensor } from "onnxruntime-node";
@@ -15,6 +14,7 @@ import {
   type ToWorkerMessage,
 } from "../worker/messages.ts";
 import { type PackedBytes, transferableArray, type WireTensor } from "../worker/wire-tensor.ts";
+import { digestOfSync, sameFile } from "./model-file-identity.ts";
 import { datatypeOfOrtType, elementType, type OrtTensorType, ortTensorType } from "./onnx-types.ts";
 import { type Binding, binding, initOrt } from "./ort-binding.ts";
 
@@ -90,49 +90,27 @@ function tensorInfo(metadata: Binding.ValueMetadata): ModelTensorInfo {
   };
 }
 
-/** One small read buffer for hashing model files, reused: no file is held whole for it. */
-const hashChunk = Buffer.allocUnsafe(64 << 10);
-
-function digestOf(path: string): string {
-  const hash = createHash("sha256");
-  const fd = openSync(path, "r");
-  try {
-    for (let read = readSync(fd, hashChunk); read > 0; read = readSync(fd, hashChunk)) {
-      hash.update(hashChunk.subarray(0, read));
-    }
-  } finally {
-    closeSync(fd);
-  }
-  return hash.digest("hex");
-}
-
-/** Stats that any write to the file changes (its ctime cannot be set back, unlike its mtime). */
-const fileVersion = (path: string): string => {
-  const { dev, ino, size, mtimeMs, ctimeMs } = statSync(path);
-  return `${dev}:${ino}:${size}:${mtimeMs}:${ctimeMs}`;
-};
-
 /**
  * The key under which `message`'s session may be shared on this thread. A file alone in
  * its folder is shared by what it holds: its bytes, hashed here, with the session options
  * (never by what its name or dates suggest). Any other file (external data may sit beside
  * it) only by the instances of one load: the main thread's key.
  */
-function sharing(message: LoadMessage): { key: string | undefined; version: string | undefined } {
+function sharing(message: LoadMessage): { key: string | undefined; hashed: Stats | undefined } {
   const { modelPath, sessionKey } = message;
-  if (sessionKey === undefined) return { key: undefined, version: undefined };
+  if (sessionKey === undefined) return { key: undefined, hashed: undefined };
   let alone = false;
   try {
     alone = readdirSync(dirname(modelPath)).length === 1;
   } catch {}
-  if (!alone) return { key: sessionKey, version: undefined };
+  if (!alone) return { key: sessionKey, hashed: undefined };
   try {
-    const version = fileVersion(modelPath);
-    const key = `sha256:${digestOf(modelPath)} ${JSON.stringify(message.sessionOptions)}`;
-    return { key, version };
+    const hashed = statSync(modelPath);
+    const key = `sha256:${digestOfSync(modelPath)} ${JSON.stringify(message.sessionOptions)}`;
+    return { key, hashed };
   } catch {
     // Not readable: ONNX Runtime's load says why, naming the file.
-    return { key: undefined, version: undefined };
+    return { key: undefined, hashed: undefined };
   }
 }
 
@@ -149,7 +127,7 @@ function load(message: LoadMessage): void {
       session.loadModel(message.modelPath, { ...message.sessionOptions });
       // A file written between its hashing and ONNX Runtime's read: the session holds
       // bytes other than the ones hashed, so it is this instance's alone.
-      if (sharable.version !== undefined && fileVersion(message.modelPath) !== sharable.version)
+      if (sharable.hashed !== undefined && !sameFile(statSync(message.modelPath), sharable.hashed))
         key = undefined;
       const io = {
         inputs: session.inputMetadata.map(tensorInfo),

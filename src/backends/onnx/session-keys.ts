@@ -1,7 +1,7 @@
-import { createHash } from "node:crypto";
-import { createReadStream, type Stats } from "node:fs";
+import type { Stats } from "node:fs";
 import { readdir, stat } from "node:fs/promises";
 import { dirname } from "node:path";
+import { digestOf, sameFile } from "./model-file-identity.ts";
 import type { OnnxSessionOptions } from "./session-options.ts";
 
 // Where an ONNX model's instances should go to share a session with others on a worker
@@ -30,19 +30,6 @@ interface KnownFile {
 
 /** Enough for any repository's models, and a bound for a server that loads files sent to it for ever. */
 const MAX_KNOWN = 1024;
-
-const sameFile = (a: Stats, b: Stats): boolean =>
-  a.dev === b.dev &&
-  a.ino === b.ino &&
-  a.size === b.size &&
-  a.mtimeMs === b.mtimeMs &&
-  a.ctimeMs === b.ctimeMs;
-
-async function digestOf(path: string): Promise<string> {
-  const hash = createHash("sha256");
-  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
-  return hash.digest("hex");
-}
 
 export class SessionKeys {
   /** Files alone in their folders, loaded lately (at most MAX_KNOWN): one entry per path and options. */
