@@ -1,12 +1,10 @@
-import ort from "onnxruntime-node";
-import { ortTensorType } from "../backends/onnx/onnx-types.ts";
+import type ort from "onnxruntime-node";
 import { concatAlongAxis } from "../core/batch/tensor-batching.ts";
-import type { NumericArray } from "../core/datatype.ts";
 import { validateRequest } from "../core/request-validation.ts";
 import { controlTensors } from "../core/sequence/control-tensors.ts";
 import { initialStateTensor } from "../core/sequence/initial-state.ts";
-import type { Tensor } from "../core/tensor.ts";
 import type { LocalModel } from "./local-model.ts";
+import { toOrt } from "./ort-tensor.ts";
 import type { Workload } from "./workload.ts";
 
 // The in-process limit: how many rows per second ONNX Runtime alone runs in this process
@@ -23,14 +21,6 @@ export interface InProcessLimit {
   /** Rows per second at the server's mix of batch sizes. */
   readonly rowsPerSecond: number;
   readonly timings: readonly BatchTiming[];
-}
-
-function toOrt(tensor: Tensor): ort.Tensor {
-  const data =
-    tensor.datatype === "BYTES"
-      ? (tensor.data as readonly Uint8Array[]).map((e) => Buffer.from(e).toString("utf8"))
-      : (tensor.data as NumericArray);
-  return new ort.Tensor(ortTensorType(tensor.datatype)!, data as never, tensor.shape as number[]);
 }
 
 /** The model's inputs for a batch of `size` rows: the workload's first step repeated. */

@@ -1,29 +1,17 @@
 import ort from "onnxruntime-node";
-import { ortTensorType } from "../backends/onnx/onnx-types.ts";
-import type { NumericArray } from "../core/datatype.ts";
 import { fromFloat16Array, toFloat16Array } from "../core/float16.ts";
 import type { InferRequest } from "../core/infer.ts";
 import { validateRequest } from "../core/request-validation.ts";
 import { controlTensors } from "../core/sequence/control-tensors.ts";
 import { initialStateTensor } from "../core/sequence/initial-state.ts";
-import type { Tensor } from "../core/tensor.ts";
 import type { Exchange } from "./load-loop.ts";
 import type { LocalModel } from "./local-model.ts";
+import { toOrt } from "./ort-tensor.ts";
 import type { Workload } from "./workload.ts";
 
 // The oracle: each sequence (or request) the run sent, replayed alone in this process on
 // ONNX Runtime — batch 1, the state fed back from the previous step, the control tensors
 // the config asks for — and compared with what the server answered, value for value.
-
-function toOrt(tensor: Tensor): ort.Tensor {
-  const type = ortTensorType(tensor.datatype);
-  if (type === undefined) throw new Error(`the oracle cannot feed ${tensor.datatype}`);
-  const data =
-    tensor.datatype === "BYTES"
-      ? (tensor.data as readonly Uint8Array[]).map((e) => Buffer.from(e).toString("utf8"))
-      : (tensor.data as NumericArray);
-  return new ort.Tensor(type, data as never, tensor.shape as number[]);
-}
 
 function values(data: unknown): number[] {
   return Array.from(data as ArrayLike<number | bigint>, (v) => Number(v));
