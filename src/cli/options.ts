@@ -10,6 +10,7 @@ import {
 } from "../config/server-options.ts";
 import { LOG_LEVELS, type LogFormat, type LogLevel } from "../observability/logger.ts";
 import { flagBoolean } from "./flag-boolean.ts";
+import { oneOf } from "./flag-choice.ts";
 import { type OvmsConfigEdit, readOvmsConfigEdit } from "./ovms-config-edit.ts";
 import {
   OVMS_FLAGS,
@@ -274,13 +275,6 @@ function clampedInteger(name: string, value: string, min: number): number {
   return Math.max(min, n);
 }
 
-function oneOf<T extends string>(name: string, value: string, allowed: readonly T[]): T {
-  if (!(allowed as readonly string[]).includes(value)) {
-    throw new UsageError(`--${name} must be one of ${allowed.join(", ")}, got '${value}'`);
-  }
-  return value as T;
-}
-
 function checkDirectory(path: string): string {
   const absolute = resolve(path);
   let isDirectory = false;
@@ -303,7 +297,7 @@ function checkFile(path: string): string {
 
 /** `default` is Triton's name for its text format. */
 function logFormat(value: string): LogFormat {
-  const format = oneOf("log-format", value, ["json", "text", "default", "ISO8601"] as const);
+  const format = oneOf("--log-format", value, ["json", "text", "default", "ISO8601"] as const);
   return format === "default" ? "text" : format;
 }
 

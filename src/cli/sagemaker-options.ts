@@ -5,6 +5,7 @@ import {
   type SageMakerInferenceType,
   type SageMakerPingMode,
 } from "../config/server-options.ts";
+import { oneOf } from "./flag-choice.ts";
 import type { FlagSpec } from "./options.ts";
 import { UsageError } from "./usage-error.ts";
 
@@ -189,12 +190,6 @@ export function serveArgs(args: readonly string[], env: Env): string[] {
   ];
 }
 
-/** `value` if it is one of `allowed`; else refused at start, naming where it came from (Triton's image's words). */
-function oneOf<T extends string>(value: string, allowed: readonly T[], source: string): T {
-  if ((allowed as readonly string[]).includes(value)) return value as T;
-  throw new UsageError(`Invalid ${source} '${value}'. Must be one of: ${allowed.join(", ")}`);
-}
-
 /** A variable of the environment, or undefined when unset or empty. */
 function envValue(env: Env, name: string): string | undefined {
   const value = env[name];
@@ -209,9 +204,12 @@ const INFERENCE_TYPES: readonly SageMakerInferenceType[] = ["infer", "generate",
  * infer. Another value is refused at start, with the words of Triton's image.
  */
 export function readInferenceType(flag: string | undefined, env: Env): SageMakerInferenceType {
-  if (flag !== undefined) return oneOf(flag, INFERENCE_TYPES, "--sagemaker-inference-type");
+  if (flag !== undefined)
+    return oneOf("--sagemaker-inference-type", flag, INFERENCE_TYPES, "triton-sagemaker-image");
   const fromEnv = envValue(env, "SAGEMAKER_TRITON_INFERENCE_TYPE");
-  return fromEnv === undefined ? "infer" : oneOf(fromEnv, INFERENCE_TYPES, "SAGEMAKER_TRITON_INFERENCE_TYPE");
+  return fromEnv === undefined
+    ? "infer"
+    : oneOf("SAGEMAKER_TRITON_INFERENCE_TYPE", fromEnv, INFERENCE_TYPES, "triton-sagemaker-image");
 }
 
 const PING_MODES: readonly SageMakerPingMode[] = ["ready", "live"];
@@ -223,7 +221,7 @@ const PING_MODES: readonly SageMakerPingMode[] = ["ready", "live"];
  */
 function pingModeOf(env: Env, name: string): SageMakerPingMode | undefined {
   const value = envValue(env, name);
-  return value === undefined ? undefined : oneOf(value, PING_MODES, name);
+  return value === undefined ? undefined : oneOf(name, value, PING_MODES, "triton-sagemaker-image");
 }
 
 /**
@@ -232,6 +230,6 @@ function pingModeOf(env: Env, name: string): SageMakerPingMode | undefined {
  * variable, else ready.
  */
 export function readPingMode(flag: string | undefined, env: Env): SageMakerPingMode {
-  if (flag !== undefined) return oneOf(flag, PING_MODES, "--sagemaker-ping-mode");
+  if (flag !== undefined) return oneOf("--sagemaker-ping-mode", flag, PING_MODES, "triton-sagemaker-image");
   return pingModeOf(env, "SAGEMAKER_TRITON_PING_MODE") ?? "ready";
 }
