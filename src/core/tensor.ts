@@ -28,7 +28,10 @@ export function elementCount(shape: readonly number[]): number {
   return count;
 }
 
-/** "[1,512]": the spelling Triton uses (and JSON's): every dimension. */
+/**
+ * "[1,512]": the spelling Triton uses (and JSON's): every dimension, no spaces (the
+ * configuration's messages write "[1, 512]": config-node.ts's formatShapeSpaced).
+ */
 export function formatShape(shape: readonly number[]): string {
   return `[${shape.join(",")}]`;
 }

@@ -159,7 +159,11 @@ export class MessageNode {
   }
 }
 
-/** "[1, -1, 3]" */
-export function formatShape(shape: readonly number[]): string {
+/**
+ * "[1, -1, 3]": a comma and a space between dimensions, as the model configuration
+ * layer's messages write shapes (core/tensor.ts's formatShape writes "[1,-1,3]", as
+ * messages about requests' tensors do).
+ */
+export function formatShapeSpaced(shape: readonly number[]): string {
   return `[${shape.join(", ")}]`;
 }

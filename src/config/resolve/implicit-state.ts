@@ -8,7 +8,7 @@ import {
 } from "../../core/datatype.ts";
 import type { InitialState, StateConfig } from "../../core/model-config.ts";
 import type { ModelIo, ModelTensorInfo } from "../../core/model-io.ts";
-import { formatShape, type MessageNode } from "./config-node.ts";
+import { formatShapeSpaced, type MessageNode } from "./config-node.ts";
 import { fileInFolder } from "./file-in-folder.ts";
 import type { ModelParameters } from "./model-parameters.ts";
 import { checkAgainstModel, checkDims } from "./tensor-shapes.ts";
@@ -143,7 +143,7 @@ function resolveInitialState(
   if (!compatible) {
     node.fail(
       "dims",
-      `initial_state dims ${formatShape(dims)} of state '${inputName}' do not fit the state's dims ${formatShape(stateDims)}`,
+      `initial_state dims ${formatShapeSpaced(dims)} of state '${inputName}' do not fit the state's dims ${formatShapeSpaced(stateDims)}`,
     );
   }
   // The state one sequence keeps: the batch axis, when there is one, has size 1.
@@ -174,7 +174,7 @@ function resolveInitialState(
   if (size !== expected) {
     node.fail(
       "data_file",
-      `initial_state data_file '${file}' of state '${inputName}' has ${size} bytes, but dims ${formatShape(dims)} ` +
+      `initial_state data_file '${file}' of state '${inputName}' has ${size} bytes, but dims ${formatShapeSpaced(dims)} ` +
         `of ${configTypeName(datatype)} need ${expected} bytes`,
     );
   }
@@ -242,7 +242,7 @@ function pairedStates(ctx: StateContext): StateConfig[] {
     if (!sameShape) {
       params.fail(
         key,
-        `state '${inputName}' of model '${modelName}' has shape ${formatShape(shape)}, but its output '${outputName}' has ${formatShape(outputShape)}`,
+        `state '${inputName}' of model '${modelName}' has shape ${formatShapeSpaced(shape)}, but its output '${outputName}' has ${formatShapeSpaced(outputShape)}`,
       );
     }
     let batchAxis: number | undefined;
@@ -252,7 +252,7 @@ function pairedStates(ctx: StateContext): StateConfig[] {
         params.fail(
           key,
           `state '${inputName}' of model '${modelName}' must have exactly one variable dimension, its batch axis, ` +
-            `but its shape is ${formatShape(shape)}`,
+            `but its shape is ${formatShapeSpaced(shape)}`,
         );
       }
       batchAxis = variable[0];

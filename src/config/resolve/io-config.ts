@@ -2,7 +2,7 @@ import { configTypeName, type DataType, fromConfigTypeName } from "../../core/da
 import type { InputConfig, OutputConfig } from "../../core/model-config.ts";
 import type { ModelIo, ModelTensorInfo } from "../../core/model-io.ts";
 import type { ParsedMessage } from "../parsed-config.ts";
-import { formatShape, type MessageNode } from "./config-node.ts";
+import { formatShapeSpaced, type MessageNode } from "./config-node.ts";
 import { namesFileInside } from "./file-in-folder.ts";
 import { checkAgainstModel, checkDims, checkReshape } from "./tensor-shapes.ts";
 
@@ -237,7 +237,7 @@ function markedBatchAxis(io: IoContext, t: CommonTensor): number | undefined {
   if (marked.length !== 1) {
     t.node.fail(
       "dims",
-      `${t.what} of model '${io.root.ctx.modelName}' has dims ${formatShape(t.dims)}: backend 'stateful' batches ` +
+      `${t.what} of model '${io.root.ctx.modelName}' has dims ${formatShapeSpaced(t.dims)}: backend 'stateful' batches ` +
         "along the one dimension marked -1, and every other dimension must be fixed",
     );
   }
@@ -295,7 +295,7 @@ export function resolveInputs(io: IoContext): InputConfig[] {
         // Either the batch dimension was forgotten or the input is shared: only the config can say which.
         node.fail(
           field,
-          `${t.what} of model '${modelName}' has ${shape.length} dimensions ${formatShape(shape)} in the model, as many ` +
+          `${t.what} of model '${modelName}' has ${shape.length} dimensions ${formatShapeSpaced(shape)} in the model, as many ` +
             "as its configured dims, but max_batch_size > 0 needs one more, the batch dimension first " +
             "(an input shared by the whole batch is named in the 'shared_inputs' parameter)",
         );
@@ -304,7 +304,7 @@ export function resolveInputs(io: IoContext): InputConfig[] {
           node.fail(
             field,
             `input '${t.name}' is listed in shared_inputs, but model '${modelName}' gives it a batch dimension ` +
-              `${formatShape(shape)}`,
+              `${formatShapeSpaced(shape)}`,
           );
         }
         shared = true;

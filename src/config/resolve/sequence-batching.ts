@@ -7,7 +7,7 @@ import type {
   StateConfig,
 } from "../../core/model-config.ts";
 import type { ModelIo } from "../../core/model-io.ts";
-import { formatShape, type MessageNode } from "./config-node.ts";
+import { formatShapeSpaced, type MessageNode } from "./config-node.ts";
 import { preferredBatchSizes } from "./dynamic-batching.ts";
 import { resolveStates } from "./implicit-state.ts";
 import { STATEFUL_BACKEND } from "./model-identity.ts";
@@ -295,7 +295,7 @@ function checkControlAgainstModel(
     if (perRequest.length !== 1 || (perRequest[0] !== 1 && perRequest[0] !== -1)) {
       input.fail(
         "name",
-        `unable to load model '${modelName}', sequence control '${name}' in model has dims ${formatShape(perRequest)} but dims [1] is expected`,
+        `unable to load model '${modelName}', sequence control '${name}' in model has dims ${formatShapeSpaced(perRequest)} but dims [1] is expected`,
       );
     }
   }

@@ -1,5 +1,5 @@
 import type { MessageNode } from "./config-node.ts";
-import { formatShape } from "./config-node.ts";
+import { formatShapeSpaced } from "./config-node.ts";
 
 // Shape rules shared by inputs, outputs and state: Triton's checks of `dims` and
 // `reshape`, and the comparison of a configured shape with the model file's own.
@@ -87,8 +87,8 @@ export function checkAgainstModel(
   if (modelShape.length !== expected.length) {
     node.fail(
       field,
-      `${what} of model '${modelName}' has ${modelShape.length} dimensions ${formatShape(modelShape)} in the model, ` +
-        `but the configuration gives it ${expected.length} ${formatShape(expected)}` +
+      `${what} of model '${modelName}' has ${modelShape.length} dimensions ${formatShapeSpaced(modelShape)} in the model, ` +
+        `but the configuration gives it ${expected.length} ${formatShapeSpaced(expected)}` +
         (batched ? " (the batch dimension, as max_batch_size > 0, followed by dims)" : ""),
     );
   }
@@ -96,7 +96,7 @@ export function checkAgainstModel(
     node.fail(
       field,
       `${what} of model '${modelName}' has a first dimension of ${modelShape[0]} in the model ` +
-        `${formatShape(modelShape)}, so it cannot be the batch dimension that max_batch_size > 0 implies`,
+        `${formatShapeSpaced(modelShape)}, so it cannot be the batch dimension that max_batch_size > 0 implies`,
     );
   }
   modelShape.forEach((modelDim, i) => {
@@ -105,7 +105,7 @@ export function checkAgainstModel(
       node.fail(
         field,
         `dimension ${i} of ${what} is ${configDim} in the configuration but ${modelDim} in model '${modelName}' ` +
-          `(model shape ${formatShape(modelShape)}, configured shape ${formatShape(expected)})`,
+          `(model shape ${formatShapeSpaced(modelShape)}, configured shape ${formatShapeSpaced(expected)})`,
       );
     }
   });
