@@ -193,6 +193,9 @@ export function helpText(version: string): string {
     "Usage: seqserve --model-repository <dir> [options]",
     "       seqserve serve [options]     a SageMaker container: SageMaker API on $SAGEMAKER_BIND_TO_PORT",
     "                                    (default 8080), models from /opt/ml/model, other endpoints off",
+    "       seqserve bench --model <name> (--model-repository <dir> | --url <http://host:port>) [options]",
+    "                                    load a model through one protocol and report its throughput and",
+    "                                    latency (seqserve bench --help lists its options)",
     "",
     "Options (also --name=value):",
   ];

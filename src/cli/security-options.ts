@@ -28,6 +28,12 @@ const limit = (name: string, value: string, key: keyof LimitOptions, help: strin
   help,
 });
 
+/**
+ * A limit whose default is a share of the memory the process may use, which its help
+ * says: the figure that share comes to on this machine is not printed as its default.
+ */
+const memoryShareLimit = (name: string, value: string, help: string): FlagSpec => ({ name, value, help });
+
 const LIMIT_FLAGS: readonly [FlagSpec, keyof LimitOptions, number][] = [
   [
     limit(
@@ -60,10 +66,9 @@ const LIMIT_FLAGS: readonly [FlagSpec, keyof LimitOptions, number][] = [
     1024,
   ],
   [
-    limit(
+    memoryShareLimit(
       "max-buffered-response-bytes-total",
       "bytes",
-      "maxBufferedResponseBytesTotal",
       "Answers all connections together may have waiting for clients that do not read (default: a quarter of the memory the process may use): past half of it, connections holding answers stop reading requests; an answer that would take the total past it ends its stream, unless its connection holds none.",
     ),
     "maxBufferedResponseBytesTotal",
@@ -80,10 +85,9 @@ const LIMIT_FLAGS: readonly [FlagSpec, keyof LimitOptions, number][] = [
     1,
   ],
   [
-    limit(
+    memoryShareLimit(
       "grpc-max-partial-message-bytes-total",
       "bytes",
-      "grpcMaxPartialMessageBytesTotal",
       "What gRPC messages received in part (sent more slowly than read, or never finished) may hold, all connections together (default: an eighth of the memory the process may use); a message that would pass it ends a call of the connection holding the most, which may be its own (RESOURCE_EXHAUSTED).",
     ),
     "grpcMaxPartialMessageBytesTotal",
@@ -200,10 +204,9 @@ const LIMIT_FLAGS: readonly [FlagSpec, keyof LimitOptions, number][] = [
     1,
   ],
   [
-    limit(
+    memoryShareLimit(
       "max-queued-start-bytes",
       "bytes",
-      "maxQueuedStartBytes",
       "Input bytes of the STARTs every model has queued and not yet running, together (a sequence backlog waiting for slots; default: an eighth of the memory the process may use); a START that would pass it is refused at once (503 with Retry-After, UNAVAILABLE).",
     ),
     "maxQueuedStartBytes",
@@ -230,10 +233,9 @@ const LIMIT_FLAGS: readonly [FlagSpec, keyof LimitOptions, number][] = [
     1,
   ],
   [
-    limit(
+    memoryShareLimit(
       "max-state-bytes",
       "bytes",
-      "maxStateBytes",
       "Bytes every model's sequences may keep as state together (default: half the memory the process may use, the machine's or its container's limit); a step whose state would pass it fails, and its state stays as it was.",
     ),
     "maxStateBytes",

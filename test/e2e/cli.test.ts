@@ -46,6 +46,26 @@ describe("seqserve --help", { timeout: 120_000 }, () => {
     }
   });
 
+  it("lists every command in its Usage block: serve and bench", () => {
+    assert.match(help.stdout, /^ {7}seqserve serve \[options\] /m);
+    assert.match(
+      help.stdout,
+      /^ {7}seqserve bench --model <name> \(--model-repository <dir> \| --url <http:\/\/host:port>\) \[options\]$/m,
+    );
+  });
+
+  it("gives each flag one default: a share of memory, not also this machine's figure for it", () => {
+    const lines = help.stdout.split("\n");
+    for (const flag of FLAGS) {
+      const text =
+        lines[lines.findIndex((line) => new RegExp(`^  --${flag.name}(\\s|\\[|$)`).test(line)) + 1]!;
+      assert.ok((text.match(/default:/g) ?? []).length <= 1, `--${flag.name}: ${text}`);
+    }
+    const stateLine = lines.find((line) => line.includes("Bytes every model's sequences may keep as state"))!;
+    assert.match(stateLine, /\(default: half the memory the process may use/);
+    assert.doesNotMatch(stateLine, /\(default: \d+\)/);
+  });
+
   it("--version prints the package version", async () => {
     const version = await run(["--version"]);
     assert.equal(version.code, 0);
