@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
-import { type HttpAnswer, infer, outputData, type SequenceParams } from "../support/http-client.ts";
+import { type HttpAnswer, infer, outputData, postJson, type SequenceParams } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
 import { accumulatorConfig, findSequence, int32Input } from "../support/sequence-kit.ts";
 import { missingTools, RedisServer, Replica } from "./support/scale-kit.ts";
@@ -71,6 +71,28 @@ describe("a sequence whose record is missing from the store", { skip }, () => {
       /sequence 1002 to model 'acc' must specify the START flag .*: its record is no longer in the state store at redis:\/\/127\.0\.0\.1:\d+ \(it expired after the sequence's idle timeout, or was evicted or deleted\)/,
     );
     assert.equal(await stateLost(), lostBefore, "not counted as lost with the store's data");
+  });
+
+  it("is OVMS's 404 to a TF-Serving client when the store lost its data", async () => {
+    const predict = (value: number, control?: 1 | 2) =>
+      postJson(`${replica.url}/v1/models/${MODEL}:predict`, {
+        inputs: {
+          INPUT: [[value]],
+          sequence_id: [1004],
+          ...(control === undefined ? {} : { sequence_control_input: [control] }),
+        },
+      });
+    const started = await predict(1, 1);
+    assert.equal(started.status, 200, JSON.stringify(started.body));
+    await redis.restart();
+    let answer = await predict(1);
+    for (let tries = 0; answer.status === 503 && tries < 200; tries++) {
+      await pause(25);
+      answer = await predict(1);
+    }
+    // OVMS pairs its text for a missing sequence with NOT_FOUND (status.cpp, http_server.cpp).
+    assert.equal(answer.status, 404, JSON.stringify(answer.body));
+    assert.deepEqual(answer.body, { error: "Sequence with provided ID does not exist" });
   });
 
   it("leaves no sequence behind when the store refuses its START", async () => {

@@ -70,9 +70,12 @@ export const OVMS_MESSAGES = {
 /**
  * Where OVMS's code differs from seqserve's for the same refusal: a version not ready, or
  * a model with no version left, is NOT_FOUND to OVMS (404), where Triton answers
- * UNAVAILABLE (503, worth retrying).
+ * UNAVAILABLE (503, worth retrying); OVMS's text for a missing sequence goes with
+ * NOT_FOUND (404) whatever seqserve's code (a sequence whose state the store lost is
+ * FAILED_PRECONDITION to seqserve's other families).
  */
 const OVMS_CODES: Partial<Readonly<Record<ErrorReason, ErrorCode>>> = {
+  sequence_unknown: "NOT_FOUND",
   version_retired: "NOT_FOUND",
   version_loading: "NOT_FOUND",
   version_unknown: "NOT_FOUND",
