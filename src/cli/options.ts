@@ -115,7 +115,7 @@ export const FLAGS: readonly FlagSpec[] = [
     name: "exit-timeout-secs",
     value: "seconds",
     default: "30",
-    help: "On shutdown, how long live sequences and requests may finish.",
+    help: "On shutdown, how long live sequences and requests may finish (with --state-store, how long the accepted steps may finish and be written: the sequences are handed over to the other replicas, not ended).",
   },
   {
     name: "http-max-body-bytes",

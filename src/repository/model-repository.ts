@@ -1026,7 +1026,8 @@ export class ModelRepository implements ModelRegistry {
 
 /**
  * Waits until `model` has answered the requests it accepted (or `deadlineMs`), then ends
- * what is left, its live sequences included, as OVMS stops.
+ * what is left, its live sequences included, as OVMS stops (with a state store, the
+ * batcher's drain hands the sequences over instead: they go on on other replicas).
  */
 async function drainRequests(model: LoadedModel, deadlineMs: number): Promise<void> {
   model.beginShutdown();
