@@ -36,13 +36,14 @@ import { answerStep, type SequenceModel, type StepDone } from "./sequence-batch-
 import type { SequenceInstance, SequenceOwner } from "./sequence-instance.ts";
 import { formatSequenceId } from "./sequence-parameters.ts";
 import { decodeRecordBody, encodeRecordBody, type SequenceRecordBody } from "./sequence-record.ts";
-import type {
-  ModelTier,
-  TierExpiry,
-  TierRecord,
-  TierWrite,
-  TierWriteMode,
-  TierWriteResult,
+import {
+  type ModelTier,
+  TierAnswerLost,
+  type TierExpiry,
+  type TierRecord,
+  type TierWrite,
+  type TierWriteMode,
+  type TierWriteResult,
 } from "./sequence-tier.ts";
 import {
   type HandoverResult,
@@ -1392,6 +1393,23 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     );
   }
 
+  /**
+   * A step whose write failed. A refusal changed nothing, and the step is retried as any
+   * (#tierError). A write the store was sent and did not answer (TierAnswerLost: it timed
+   * out, or its connection closed) may have landed, or may land yet when the store
+   * answers again: the step may have been applied, and only its sequence_step makes a
+   * retry safe (one applied is answered from its recorded answer); a retry without one
+   * may apply it twice. The client is told so rather than that it failed.
+   */
+  #stepWriteError(id: SequenceId, error: unknown): ServerError {
+    if (!(error instanceof TierAnswerLost)) return this.#tierError(id, "writing the state of", error);
+    return new ServerError(
+      "UNAVAILABLE",
+      `writing the state of ${this.#describe(id)} in the state store at ${this.#tier!.tier.location} was not confirmed (${error.message}): the step may have been applied, or may be when the store answers; retry it with its sequence_step to have it applied once (without one, a retry may apply it twice)`,
+      { retryAfterSeconds: 1, cause: error },
+    );
+  }
+
   /** What a request for a sequence that ended on another replica (or whose record is gone) is told. */
   /** `exclusive`: asked by a client with OVMS's admission, told as OVMS tells a missing sequence. */
   /** `record`: the tier's record of it, when read (it may say where a reload moved the sequence). */
@@ -1951,7 +1969,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
             // the error asks) would find the sequence ended and its answer gone. The record
             // is left as the tier has it: the retry applies the END, or finds its answer.
             if (end) row.sequence.tier!.ended = true;
-            row.request.reject(this.#tierError(row.sequence.id, "writing the state of", error));
+            row.request.reject(this.#stepWriteError(row.sequence.id, error));
           }
           return;
         }

@@ -13,6 +13,14 @@ import type { SequenceId } from "../infer.ts";
 // still current, atomically, so two replicas can never both advance one sequence; the
 // loser learns the current record in the same answer.
 
+/**
+ * A request the tier was sent and did not answer (it timed out, or its connection closed
+ * under it): what it was to do may have been done, or may be done yet when the tier
+ * answers again (a write queued behind a frozen store lands when the store thaws). Unlike
+ * a refusal (a full store), which changed nothing.
+ */
+export class TierAnswerLost extends Error {}
+
 /** One sequence's record as the tier holds it. */
 export interface TierRecord {
   /** Incremented by every write of the id; the fencing token. */

@@ -1,16 +1,17 @@
 import { randomUUID } from "node:crypto";
 import { Cluster, Redis, type RedisOptions } from "ioredis";
 import type { SequenceId } from "../../core/infer.ts";
-import type {
-  ModelTier,
-  SequenceTier,
-  TierExpiry,
-  TierMove,
-  TierMoveResult,
-  TierRecord,
-  TierStamp,
-  TierWrite,
-  TierWriteResult,
+import {
+  type ModelTier,
+  type SequenceTier,
+  TierAnswerLost,
+  type TierExpiry,
+  type TierMove,
+  type TierMoveResult,
+  type TierRecord,
+  type TierStamp,
+  type TierWrite,
+  type TierWriteResult,
 } from "../../core/sequence/sequence-tier.ts";
 import { untilDeadline } from "../../core/timer-delay.ts";
 import type {
@@ -120,13 +121,19 @@ const COMMAND_TIMEOUT_MS = 10_000;
  * A failed command, in words a client of the server can act on (they reach clients in 503
  * answers, "… failed (<this>); retry the request"): ioredis's own texts name options of a
  * library the client cannot set, and Redis's name the script that failed by its SHA and
- * line. The original error is its cause, for the log.
+ * line. The original error is its cause, for the log. A command that timed out, or whose
+ * connection was closed under it, was sent and may run yet (ioredis does not take back a
+ * command it wrote, and Redis runs what it reads, however late): its outcome is unknown,
+ * a TierAnswerLost, which the core tells its clients apart from a refusal.
  */
 function storeFailure(error: unknown): { readonly kind: StateStoreFailureKind; readonly error: Error } {
   const message = error instanceof Error ? error.message : String(error);
   const said = (kind: StateStoreFailureKind, text: string) => ({
     kind,
-    error: new Error(text, { cause: error }),
+    error:
+      kind === "timeout" || kind === "closed"
+        ? new TierAnswerLost(text, { cause: error })
+        : new Error(text, { cause: error }),
   });
   if (/^OOM /.test(message))
     return said(
