@@ -25,6 +25,7 @@ import type { Refusals } from "../core/refusals.ts";
 import type { QueueBudget } from "../core/scheduler/queue-budget.ts";
 import type { RequestObserver, RequestObserverFactory } from "../core/scheduler/request-observer.ts";
 import type { SequenceTier } from "../core/sequence/sequence-tier.ts";
+import { stateSignature } from "../core/sequence/sequence-transfer.ts";
 import type { StateBudget } from "../core/sequence/state-budget.ts";
 import type { Logger } from "../observability/logger.ts";
 import { modelRunnerLog } from "../observability/model-runner-log.ts";
@@ -232,7 +233,11 @@ export async function openVersion(
       requestObserver,
       ...(sequencing === undefined || options.sequenceTier === undefined
         ? {}
-        : { tier: options.sequenceTier.forModel(source.name, String(version)) }),
+        : {
+            // Registered with its state signature: a replica serving another version of
+            // the model can then take over this one's sequences, or say where they are.
+            tier: options.sequenceTier.forModel(source.name, String(version), stateSignature(sequencing)),
+          }),
       // From its file to ready, its warmup included, as Triton times a load.
       loadSeconds: (performance.now() - startedMs) / 1000,
     });

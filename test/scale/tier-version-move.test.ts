@@ -82,7 +82,7 @@ describe("a sequence moved to a new version by a reload on one replica", { skip 
       assert.match(
         refused.body.error as string,
         new RegExp(
-          `sequence ${id} of model '${MODEL}' moved to version 2 of model '${MODEL}' by a reload; this replica serves version 1: send its requests to a replica serving version 2`,
+          `sequence ${id} of model '${MODEL}' moved to version 2 of model '${MODEL}'; this replica serves version 1: send its requests to a replica serving version 2`,
         ),
       );
       const old = `seqserve:seq:${MODEL}:1:u:${id}`;

@@ -1435,15 +1435,16 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   /**
-   * A sequence that a reload on another replica moved to another version of the model: this
-   * replica, serving the version whose record it left, must not advance that record (the
-   * sequence would fork); a replica serving the version it went to goes on with it.
+   * A sequence that another replica moved to another version of the model (by a reload, or
+   * taking it over: #readForLookUp): this replica, serving the version whose record it
+   * left, must not advance that record (the sequence would fork); a replica serving the
+   * version it went to goes on with it.
    */
   #movedError(id: SequenceId, movedTo: string): ServerError {
     const model = this.#config.name;
     return new ServerError(
       "UNAVAILABLE",
-      `${this.#describe(id)} moved to version ${movedTo} of model '${model}' by a reload; this replica serves version ${this.#tier!.version}: send its requests to a replica serving version ${movedTo}`,
+      `${this.#describe(id)} moved to version ${movedTo} of model '${model}'; this replica serves version ${this.#tier!.version}: send its requests to a replica serving version ${movedTo}`,
       { retryAfterSeconds: 1 },
     );
   }
@@ -1546,21 +1547,60 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     }
     this.#looks.set(key, [pending]);
     const held = this.#live.get(key);
-    this.#tier!.read(id).then(
-      (record) => this.#looked(key, id, record, held),
+    this.#readForLookUp(id, pending).then(
+      ({ record, from }) => this.#looked(key, id, record, held, from),
       (error: unknown) => {
         const failed = this.#looks.get(key) ?? [];
         this.#looks.delete(key);
         this.#pending -= failed.length;
         this.#waitingForTier -= failed.length;
-        for (const p of failed) p.reject(this.#tierError(id, "reading", error));
+        const refusal = error instanceof ServerError ? error : this.#tierError(id, "reading", error);
+        for (const p of failed) p.reject(refusal);
         this.#notifyIdle();
       },
     );
   }
 
-  /** `held`: the copy of the id this replica held when it asked (a START asks about it). */
-  #looked(key: string, id: SequenceId, record: TierRecord | undefined, held: Sequence | undefined): void {
+  /**
+   * The tier's record of `id` for a request that finds no sequence here. When this
+   * version's records hold none and the request is no START, the model's other versions'
+   * records are looked in (a rolling upgrade: the sequence began on a replica serving
+   * another version, and may go on there): a live record there whose version has this
+   * version's state signature is taken over as a reload takes a sequence over (`from`,
+   * the records it moves from, fencing them, before its first step here: nothing is
+   * lost); one whose state differs cannot go on here, and the request is told which
+   * version to send it to, never that the sequence is unknown.
+   */
+  async #readForLookUp(
+    id: SequenceId,
+    pending: PendingRequest,
+  ): Promise<{ readonly record: TierRecord | undefined; readonly from?: ModelTier }> {
+    const here = this.#tier!;
+    const record = await here.read(id);
+    if (record !== undefined || pending.request.sequence?.start === true) return { record };
+    const [found] = await here.findElsewhere(id);
+    if (found === undefined) return { record };
+    if (found.stateSignature !== this.stateSignature) {
+      throw new ServerError(
+        "UNAVAILABLE",
+        `${this.#describe(id)} is live in version ${found.version} of model '${this.#config.name}', whose state differs from version ${here.version}'s, served here ([${found.stateSignature ?? "not known"}] there, [${this.stateSignature}] here): send its requests to a replica serving version ${found.version}`,
+        { retryAfterSeconds: 1 },
+      );
+    }
+    return { record: found.record, from: found.records };
+  }
+
+  /**
+   * `held`: the copy of the id this replica held when it asked (a START asks about it);
+   * `from`: the other version's records that `record` is in (#readForLookUp).
+   */
+  #looked(
+    key: string,
+    id: SequenceId,
+    record: TierRecord | undefined,
+    held: Sequence | undefined,
+    from?: ModelTier,
+  ): void {
     const waiting = this.#looks.get(key) ?? [];
     this.#looks.delete(key);
     this.#pending -= waiting.length;
@@ -1582,7 +1622,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       }
       if (record !== undefined && record.ended === undefined) {
         if (!this.#live.has(key) && !this.#ending.has(key)) {
-          this.#adoptFromTier(key, id, record, waiting.some(isEndRequest));
+          this.#adoptFromTier(key, id, record, waiting.some(isEndRequest), from);
         }
       } else if (record !== undefined) {
         this.#recentEnds.remember(key, {
@@ -1612,12 +1652,32 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#notifyIdle();
   }
 
-  /** A sequence this replica did not hold, taken up from the tier's record (`ending`: see #install). */
-  #adoptFromTier(key: string, id: SequenceId, record: TierRecord, ending = false): Sequence {
+  /**
+   * A sequence this replica did not hold, taken up from the tier's record (`ending`: see
+   * #install); `from`: another version's records that hold it (#readForLookUp).
+   */
+  #adoptFromTier(
+    key: string,
+    id: SequenceId,
+    record: TierRecord,
+    ending = false,
+    from?: ModelTier,
+  ): Sequence {
     const body = decodeRecordBody(record.body, this.#describe(id));
     const sequence = new Sequence(id, body.createdMs, body.owner);
     sequence.expiresAtMs = body.expiresAtMs;
     this.#install(sequence, record, body, ending);
+    if (from !== undefined) {
+      // As a sequence a reload moved here (#adoptOne): its record moves into this
+      // version's records before its first step (#moveRecord), from the current record.
+      const place = sequence.tier!;
+      place.movingFrom = from;
+      place.stale = true;
+      place.verified = false;
+      this.#info(
+        `${this.#describe(id)} is taken over from version ${from.version}, where it began on another replica: its record moves to version ${this.#tier!.version} with its state before its next step here (nothing is lost); replicas serving version ${from.version} then refuse it, naming version ${this.#tier!.version}`,
+      );
+    }
     try {
       this.#place(sequence);
     } catch (error) {

@@ -108,6 +108,17 @@ export type TierMoveResult =
   /** These records already hold a live record of the id (another life): nothing moved. */
   | { readonly kind: "occupied"; readonly current: TierRecord };
 
+/** A live record of a sequence id in another version's records of the model (ModelTier.findElsewhere). */
+export interface TierRecordElsewhere {
+  /** The version whose records hold it. */
+  readonly version: string;
+  /** That version's records (to move the record from: ModelTier.moveFrom). */
+  readonly records: ModelTier;
+  /** The state signature the replicas serving that version registered (undefined: none did). */
+  readonly stateSignature: string | undefined;
+  readonly record: TierRecord;
+}
+
 /** One model version's records. */
 export interface ModelTier {
   /** The tier the records are in. */
@@ -117,6 +128,12 @@ export interface ModelTier {
   /** The model version the records are keyed by. */
   readonly version: string;
   read(id: SequenceId): Promise<TierRecord | undefined>;
+  /**
+   * The live records of `id` in the model's other versions' records, of the versions any
+   * replica sharing the tier has served (a rolling upgrade: the sequence began on a
+   * replica serving another version), newest write first.
+   */
+  findElsewhere(id: SequenceId): Promise<readonly TierRecordElsewhere[]>;
   /**
    * The record's version, life and end, without its body (where a replica only checks
    * whether its copy is current); undefined when there is none.
@@ -145,7 +162,13 @@ export interface ModelTier {
 export interface SequenceTier {
   /** Where the tier is, for messages and logs (no credentials). */
   readonly location: string;
-  forModel(model: string, version: string): ModelTier;
+  /**
+   * A model version's records. `stateSignature` (its sequences' state tensors: see
+   * sequence-transfer.ts) is registered with the tier, as one of the versions of the model
+   * served, so that a replica serving another version can find this one's records
+   * (ModelTier.findElsewhere) and tell whether it can take them over.
+   */
+  forModel(model: string, version: string, stateSignature?: string): ModelTier;
   /**
    * Reserves `count` consecutive numbers, from 0 up to below 2^63, that no replica sharing
    * the tier is ever given again, even after the tier lost its data; resolves with the

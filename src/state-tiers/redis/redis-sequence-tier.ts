@@ -9,6 +9,7 @@ import {
   type TierMove,
   type TierMoveResult,
   type TierRecord,
+  type TierRecordElsewhere,
   type TierStamp,
   type TierWrite,
   type TierWriteResult,
@@ -37,8 +38,13 @@ import type { RedisLocation } from "./redis-location.ts";
 // fails, and the core reads the record again, rather than risk a step applied twice.
 //
 // Keys: <prefix>:seq:<model>:<version>:<u|s>:<id> (model and id URI-encoded), the id
-// counter <prefix>:ids, and <prefix>:marker, a random value whose disappearance after a
-// reconnect shows that Redis lost its data (restarted without persistence).
+// counter <prefix>:ids, <prefix>:marker, a random value whose disappearance after a
+// reconnect shows that Redis lost its data (restarted without persistence), and
+// <prefix>:versions:<model>, a hash of the versions of the model that replicas have served
+// (each with its state signature), where a replica serving one version looks for a
+// sequence's record in the others (a rolling upgrade). A replica registers the versions it
+// serves at their load and again at every (re)connection, before anything it queued
+// meanwhile is sent, so a version is registered before its first record is written.
 
 /**
  * The id counter never goes back, not even when Redis loses it: a counter that started
@@ -81,6 +87,10 @@ interface ScriptCommands {
 }
 
 const encode = (text: string): string => encodeURIComponent(text);
+
+function versionsKey(prefix: string, model: string): string {
+  return `${prefix}:versions:${encode(model)}`;
+}
 
 function recordKey(prefix: string, model: string, version: string, id: SequenceId): string {
   const idPart = typeof id === "bigint" ? `u:${id}` : `s:${encode(id)}`;
@@ -169,6 +179,8 @@ export class RedisSequenceTier implements SequenceTier {
   readonly #keys = new WeakMap<ModelTier, (id: SequenceId) => string>();
   #marker: string | undefined;
   #dataLostAtMs: number | undefined;
+  /** The versions this replica has served, by model, with their state signatures: registered at every connection. */
+  readonly #served = new Map<string, Map<string, string>>();
   /** The end of the last block of ids this replica reserved: a missing counter starts no lower. */
   #reservedUpTo = 0n;
   #closed = false;
@@ -188,6 +200,11 @@ export class RedisSequenceTier implements SequenceTier {
     // Every (re)connection checks that Redis still has its data.
     client.on("ready", () => {
       this.#observer.connected();
+      // Before the commands queued while disconnected (ioredis sends them after "ready"):
+      // the versions go back into a store that lost them with its data.
+      for (const [model, versions] of this.#served) {
+        for (const [version, signature] of versions) this.#register(model, version, signature);
+      }
       void this.#checkMarker().catch(() => {});
     });
   }
@@ -292,13 +309,25 @@ export class RedisSequenceTier implements SequenceTier {
     return last - BigInt(count);
   }
 
-  forModel(model: string, version: string): ModelTier {
+  /** Best effort: a failed registration is made again at the next connection. */
+  #register(model: string, version: string, signature: string): void {
+    this.#client.hset(versionsKey(this.#location.prefix, model), version, signature).catch(() => {});
+  }
+
+  forModel(model: string, version: string, stateSignature?: string): ModelTier {
+    if (stateSignature !== undefined) {
+      let versions = this.#served.get(model);
+      if (versions === undefined) this.#served.set(model, (versions = new Map()));
+      versions.set(version, stateSignature);
+      this.#register(model, version, stateSignature);
+    }
     const records: ModelTier = {
       tier: this,
       records: `${model}:${version}`,
       version,
       read: (id) =>
         this.#observed("read", () => this.#read(recordKey(this.#location.prefix, model, version, id))),
+      findElsewhere: (id) => this.#observed("read", () => this.#findElsewhere(model, version, id)),
       stamp: (id) =>
         this.#observed("read", () => this.#stamp(recordKey(this.#location.prefix, model, version, id))),
       write: (writes) => this.#track(this.#write(model, version, writes)),
@@ -352,6 +381,22 @@ export class RedisSequenceTier implements SequenceTier {
     ]);
     if (written?.kind === "written") return { kind: "moved", version: written.version };
     throw new Error("the moved record could not be written");
+  }
+
+  /** One read of the model's registered versions, then one of each other version's record (pipelined). */
+  async #findElsewhere(model: string, version: string, id: SequenceId): Promise<TierRecordElsewhere[]> {
+    const versions = await this.#client.hgetall(versionsKey(this.#location.prefix, model));
+    const others = Object.entries(versions).filter(([other]) => other !== version);
+    const records = await Promise.all(
+      others.map(([other]) => this.#read(recordKey(this.#location.prefix, model, other, id))),
+    );
+    const found: TierRecordElsewhere[] = [];
+    others.forEach(([other, signature], i) => {
+      const record = records[i];
+      if (record === undefined || record.ended !== undefined) return;
+      found.push({ version: other, records: this.forModel(model, other), stateSignature: signature, record });
+    });
+    return found.sort((a, b) => b.record.writtenAtMs - a.record.writtenAtMs);
   }
 
   async #read(key: string): Promise<TierRecord | undefined> {

@@ -1,0 +1,114 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { accumulatorModel, growingStateConfig, growingStateModel } from "../../tools/onnx/sequence-models.ts";
+import { type HttpAnswer, infer, outputData, postJson, type SequenceParams } from "../support/http-client.ts";
+import { type TempRepository, tempRepository } from "../support/model-repository.ts";
+import { accumulatorConfig, int32Input } from "../support/sequence-kit.ts";
+import { missingTools, RedisServer, type Replica, startReplicas, stopReplicas } from "./support/scale-kit.ts";
+
+// A rolling upgrade: replicas serving different versions of a model share the store, and
+// a sequence begun on a replica serving version 1 reaches one serving only version 2.
+// That replica takes it over as a reload would when the two versions' state is the same
+// (its record moves to version 2 with its state, and the old record is fenced, saying
+// where it went); when the state differs it cannot go on there, and the client is told
+// which version holds it. Never that the sequence is unknown, which clients take as gone.
+
+const MODEL = "acc";
+const BATCHING = "max_sequence_idle_microseconds: 60000000";
+const CONFIG = accumulatorConfig(MODEL, 8, BATCHING);
+/** Version 2 of MODEL with other state (a growing FP32 cache, not an INT32 sum). */
+const OTHER_STATE_CONFIG = growingStateConfig(BATCHING).replace('name: "growing"', `name: "${MODEL}"`);
+
+const skip = missingTools(["redis-server", "redis-cli"]);
+
+const add = (replica: Replica, value: number, sequence: SequenceParams): Promise<HttpAnswer> =>
+  infer(replica.url, MODEL, int32Input(value), sequence);
+const sum = (answer: HttpAnswer): number => {
+  assert.equal(answer.status, 200, JSON.stringify(answer.body));
+  return outputData(answer, "OUTPUT")[0] as number;
+};
+
+describe("a sequence reaching a replica that serves another version of its model", { skip }, () => {
+  let version1: TempRepository;
+  let version2: TempRepository;
+  let otherState: TempRepository;
+  let redis: RedisServer;
+  let replicas: Replica[] = [];
+
+  before(async () => {
+    version1 = tempRepository({ [MODEL]: { config: CONFIG, onnx: accumulatorModel() } });
+    version2 = tempRepository({ [MODEL]: { config: CONFIG, onnx: { 2: accumulatorModel() } } });
+    otherState = tempRepository({
+      [MODEL]: { config: OTHER_STATE_CONFIG, onnx: { 2: growingStateModel() } },
+    });
+    redis = await RedisServer.start();
+  });
+
+  after(async () => {
+    await stopReplicas(replicas);
+    await redis?.stop();
+    for (const repository of [version1, version2, otherState]) repository?.remove();
+  });
+
+  it("is taken over when the state is the same: its record moves, and the old version's replica says where", async () => {
+    const [r1] = (replicas = await startReplicas(version1.path, redis.url, [[]]));
+    const [r2] = await startReplicas(version2.path, redis.url, [[]]);
+    replicas.push(r2!);
+    const id = 330001;
+    assert.equal(sum(await add(r1!, 1, { id, start: true })), 1);
+    assert.equal(sum(await add(r1!, 2, { id })), 3);
+    // Its next step reaches the replica serving only version 2: it goes on from its state.
+    assert.equal(sum(await add(r2!, 3, { id })), 6);
+    assert.equal(redis.cli("hget", `seqserve:seq:${MODEL}:1:u:${id}`, "moved_to"), "2");
+    // The replica serving version 1 (which holds a copy of it) no longer advances it.
+    const refused = await add(r1!, 100, { id });
+    assert.equal(refused.status, 503, JSON.stringify(refused.body));
+    assert.match(
+      refused.body.error as string,
+      new RegExp(
+        `sequence ${id} of model '${MODEL}' moved to version 2 of model '${MODEL}'; this replica serves version 1: send its requests to a replica serving version 2`,
+      ),
+    );
+    assert.equal(sum(await add(r2!, 4, { id, end: true })), 10);
+
+    // An OpenVINO-style client (TF-Serving REST) the same: its step is not OVMS's 404.
+    const predict = (replica: Replica, value: number, control?: 1) =>
+      postJson(`${replica.url}/v1/models/${MODEL}:predict`, {
+        inputs: {
+          INPUT: [[value]],
+          sequence_id: [330002],
+          ...(control === undefined ? {} : { sequence_control_input: [control] }),
+        },
+      });
+    assert.equal((await predict(r1!, 5, 1)).status, 200);
+    const step = await predict(r2!, 6);
+    assert.equal(step.status, 200, JSON.stringify(step.body));
+    assert.deepEqual((step.body.outputs as { OUTPUT: number[][] }).OUTPUT, [[11]]);
+  });
+
+  it("is sent to the version that holds it when the state differs", async () => {
+    const [r3] = await startReplicas(otherState.path, redis.url, [[]]);
+    replicas.push(r3!);
+    const r1 = replicas[0]!;
+    const id = 330003;
+    assert.equal(sum(await add(r1, 7, { id, start: true })), 7);
+    const step = await infer(
+      r3!.url,
+      MODEL,
+      [{ name: "INPUT", datatype: "FP32", shape: [1, 1], data: [1] }],
+      {
+        id,
+      },
+    );
+    assert.equal(step.status, 503, JSON.stringify(step.body));
+    assert.equal(step.headers["retry-after"], "1");
+    assert.match(
+      step.body.error as string,
+      new RegExp(
+        `sequence ${id} of model '${MODEL}' is live in version 1 of model '${MODEL}', whose state differs from version 2's, served here \\(.*\\): send its requests to a replica serving version 1`,
+      ),
+    );
+    // It was left where it is: version 1 goes on with it.
+    assert.equal(sum(await add(r1, 1, { id })), 8);
+  });
+});
