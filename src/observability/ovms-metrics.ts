@@ -1,9 +1,10 @@
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 import type { OvmsMetricsSettings } from "../config/ovms-metrics-config.ts";
-import { type ApiCall, type ApiCallRecorder, COUNTED_CALLS, type CountedCall } from "../core/api-calls.ts";
+import type { ApiCall, ApiCallRecorder } from "../core/api-calls.ts";
 import type { ModelRegistry, ServedModel } from "../core/model.ts";
 import { instanceCount } from "../core/model-config.ts";
 import type { RequestObserver } from "../core/scheduler/request-observer.ts";
+import { COUNTED_CALLS, type CountedCall } from "./ovms-counted-calls.ts";
 import { SeriesHolders } from "./series-holders.ts";
 
 // OpenVINO Model Server's metric families (model_metric_reporter.cpp), for OVMS users'

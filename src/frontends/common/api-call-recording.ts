@@ -1,5 +1,6 @@
-import { type ApiCallRecorder, COUNTED_CALLS, type CountedApi } from "../../core/api-calls.ts";
+import type { ApiCallRecorder } from "../../core/api-calls.ts";
 import type { ModelRegistry } from "../../core/model.ts";
+import { COUNTED_CALLS, type CountedApi } from "../../observability/ovms-counted-calls.ts";
 
 // A frontend's calls, recorded for metrics counted per API, method and transport (OVMS's
 // ovms_requests_success / _fail, ovms_request_time_us). A call counts for the model it
