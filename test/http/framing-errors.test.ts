@@ -6,6 +6,8 @@ import {
   type SageMakerFrontend,
 } from "../../src/frontends/sagemaker/sagemaker-frontend.ts";
 import { silentLogger } from "../../src/observability/logger.ts";
+import { type HandlerRepository, handlerRepository, SLEEPER } from "../handlers/support/handler-kit.ts";
+import { startTestServer } from "../support/test-server.ts";
 import { fakeServer } from "./support/fake-context.ts";
 import { startServer, type TestServer } from "./support/http-server.ts";
 
@@ -110,3 +112,60 @@ for (const family of families) {
     });
   });
 }
+
+// Pipelined requests answered out of the order they run in: the later ones finish in the
+// model first and wait, answered, behind the first. Every answer goes out in its
+// request's order, and the 400 for the bytes after them last.
+describe("HTTP framing errors behind pipelined requests", { timeout: 60_000 }, () => {
+  let repository: HandlerRepository;
+  let server: Awaited<ReturnType<typeof startTestServer>>;
+  before(async () => {
+    repository = handlerRepository({
+      sleeper: {
+        config: `
+backend: "typescript"
+max_batch_size: 0
+input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 3 kind: KIND_CPU } ]
+`,
+        files: { "1/model.ts": SLEEPER },
+      },
+    });
+    server = await startTestServer(repository.path);
+  });
+  after(async () => {
+    await server.stop();
+    repository.remove();
+  });
+  const sleep = (ms: number) => {
+    const body = JSON.stringify({ inputs: [{ name: "MS", datatype: "INT32", shape: [1], data: [ms] }] });
+    return `POST /v2/models/sleeper/infer HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+  };
+  const port = () => Number(new URL(server.url).port);
+  /** The MS each answer gives back, or its status line when it is not a 200. */
+  const slept = (received: string) =>
+    answers(received).map((answer) =>
+      answer.status === "HTTP/1.1 200 OK"
+        ? (JSON.parse(answer.body) as { outputs: { data: number[] }[] }).outputs[0]?.data[0]
+        : answer.status,
+    );
+  const refusal = "HTTP/1.1 400 Bad Request";
+
+  it("two answers, then the 400 for a head that cannot be parsed", async () => {
+    const received = await exchange(port(), `${sleep(500)}${sleep(10)}GARBAGE\r\n\r\n`);
+    assert.deepEqual(slept(received), [500, 10, refusal]);
+  });
+
+  it("two answers, then the 400 for a chunk size that is not hex", async () => {
+    const chunked =
+      "POST /v2/models/sleeper/infer HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n";
+    const received = await exchange(port(), `${sleep(500)}${sleep(10)}${chunked}`);
+    assert.deepEqual(slept(received), [500, 10, refusal]);
+  });
+
+  it("three answers, then the 400", async () => {
+    const received = await exchange(port(), `${sleep(300)}${sleep(10)}${sleep(10)}GARBAGE\r\n\r\n`);
+    assert.deepEqual(slept(received), [300, 10, 10, refusal]);
+  });
+});

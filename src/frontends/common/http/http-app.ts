@@ -99,8 +99,9 @@ const refusalsWaiting = new WeakSet<Socket>();
  * if it has not begun (node's own handler's test), else the connection is closed. An
  * earlier request's answer (its request arrived whole: what failed came after it, a
  * pipelined head, or the rest of a body longer than its Content-Length) goes out first,
- * and the refusal after it; destroying the socket lost that answer too. Node's parser
- * stops at the error, so the refusal ends the connection.
+ * with every other earlier request's after it, and the refusal last; destroying the socket
+ * lost those answers too. Node's parser stops at the error, so the refusal ends the
+ * connection.
  */
 function refuseOnSocket(
   socket: Socket,
@@ -113,8 +114,12 @@ function refuseOnSocket(
   if (refusalsWaiting.has(socket)) return;
   // Node keeps the answer outstanding on a socket as `_httpMessage` (null once it went out).
   const outstanding = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage ?? undefined;
-  // An earlier request's answer, still to go out: the refusal follows it.
-  if (outstanding?.req.complete === true && !outstanding.writableFinished) {
+  // An earlier request's answer, still to go out: the refusal follows it. Node hands the
+  // socket to the next answer (detaching this one) only on its `finish`, so one that holds
+  // the socket has not finished, even written whole (writableFinished): one answered while
+  // it waited behind another is written at once when handed the socket. Each answer is
+  // waited for in turn, the refusal after the last: pipelined answers go out in order.
+  if (outstanding?.req.complete === true) {
     refusalsWaiting.add(socket);
     // Node's own listener, added first, has handed the socket to the next answer by then.
     outstanding.once("finish", () => {
