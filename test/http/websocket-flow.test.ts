@@ -154,6 +154,82 @@ describe("WebSocket streams: closing, back-pressure and limits", { timeout: 30_0
     assert.deepEqual(endsOf("midway"), [{ id: "midway", reason: "cancelled" }]);
   });
 
+  it("a stream continuing a sequence that leaves without driving it gives it back to the stream it took it from", async () => {
+    const continuing = () =>
+      StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=handback&sequence_start=false");
+    const streams = (count: number) =>
+      until(() => server.app.websocketServer.clients.size === count, `${count} streams open`);
+    const owner = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=handback");
+    owner.send(message([1]));
+    assert.equal(await sum(owner), 1);
+
+    // Opened and dropped having sent nothing: the owner goes on, never told.
+    (await continuing()).socket.terminate();
+    await streams(1);
+    owner.send(message([2]));
+    assert.equal(await sum(owner), 3);
+
+    // Open and idle, the owner still steps the sequence; a deliberate close gives it back.
+    const idle = await continuing();
+    owner.send(message([3]));
+    assert.equal(await sum(owner), 6);
+    await idle.close(1000);
+    await streams(1);
+    owner.send(message([4]));
+    assert.equal(await sum(owner), 10);
+
+    // Taken from one that took it and left without driving it: back to the one before.
+    const first = await continuing();
+    const second = await continuing();
+    first.socket.terminate();
+    await streams(2);
+    second.socket.terminate();
+    await streams(1);
+    owner.send(message([5]));
+    assert.equal(await sum(owner), 15);
+    assert.deepEqual(
+      model.sums.endCalls.filter((e) => e.id === "handback"),
+      [],
+    );
+
+    // One that runs a step has taken it: the owner is told, and the taker's close ends it.
+    const taker = await continuing();
+    taker.send(message([6]));
+    assert.equal(await sum(taker), 21);
+    owner.send(message([7], "late"));
+    assert.deepEqual(await owner.nextText(), {
+      error: "sequence handback of model 'running_sum' was started again by another stream",
+      id: "late",
+    });
+    assert.equal((await owner.closed).code, 4410);
+    assert.deepEqual(
+      model.sums.endCalls.filter((e) => e.id === "handback"),
+      [],
+    );
+    await taker.close(1000);
+    await until(() => !model.sums.has("handback"), "the sequence to end");
+    assert.deepEqual(
+      model.sums.endCalls.filter((e) => e.id === "handback"),
+      [{ id: "handback", reason: "end" }],
+    );
+
+    // The owner's end message ends the sequence a stream took and has not driven.
+    const ender = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=handend");
+    ender.send(message([1]));
+    assert.equal(await sum(ender), 1);
+    const bystander = await StreamClient.open(
+      server,
+      "/v2/models/running_sum/stream?sequence_id=handend&sequence_start=false",
+    );
+    ender.send({ sequence_end: true });
+    assert.deepEqual(await ender.nextText(), { sequence_end: true, sequence_id: "handend" });
+    assert.deepEqual(
+      model.sums.endCalls.filter((e) => e.id === "handend"),
+      [{ id: "handend", reason: "end" }],
+    );
+    await bystander.close(1000);
+  });
+
   it("a stream that starts the same id again takes the sequence over from the old stream", async () => {
     const old = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=roam");
     const stale = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=roam");

@@ -6,31 +6,82 @@ import type { ServedModel } from "../../../core/model.ts";
 // may only be noticed later, must then neither continue nor end the new sequence.
 // Only streams are tracked: a start sent over plain HTTP takes an id without the streams
 // knowing.
+//
+// A stream continuing a sequence (sequence_start=false) takes it at once from the stream
+// that held it (a client resuming after a cut: the cut stream's late close must not end
+// it), but it has taken it for good only once it drives it (one of its steps runs, or its
+// end message). Until then the stream it took the sequence from goes on stepping it, never
+// told it was taken, and gets it back if the taker leaves without driving it: a socket
+// opened and dropped does not leave the sequence with no stream until its idle timeout.
+
+/** A stream that may own sequences. */
+export interface SequenceHolder {
+  /** Still open: it can hold a sequence given back to it. */
+  readonly open: boolean;
+}
 
 export class SequenceOwners {
-  readonly #owners = new Map<string, object>();
+  readonly #owners = new Map<string, SequenceHolder>();
+  /** Streams that took a sequence to continue it and have not driven it yet: whom from. */
+  readonly #tookFrom = new WeakMap<SequenceHolder, SequenceHolder>();
 
   /** The key of `id` in `model` (ids of different model versions are different sequences). */
   static key(model: ServedModel, id: SequenceId): string {
     return `${model.name}\u0000${model.version}\u0000${typeof id === "bigint" ? "u" : "s"}${id}`;
   }
 
-  claim(key: string, owner: object): void {
+  /** `owner` has started `key` again: whoever held it holds it no more. */
+  claim(key: string, owner: SequenceHolder): void {
+    this.#owners.set(key, owner);
+  }
+
+  /**
+   * `owner` continues `key`, begun elsewhere: it holds it from now on, but the stream it
+   * took it from keeps stepping it, and gets it back, until `owner` drives it (`drove`).
+   */
+  claimToContinue(key: string, owner: SequenceHolder): void {
+    const previous = this.#owners.get(key);
+    if (previous !== undefined && previous !== owner) this.#tookFrom.set(owner, previous);
     this.#owners.set(key, owner);
   }
 
   /** Claims `key` unless another stream holds it; true when `owner` holds it afterwards. */
-  claimIfFree(key: string, owner: object): boolean {
+  claimIfFree(key: string, owner: SequenceHolder): boolean {
     const current = this.#owners.get(key);
     if (current === undefined) this.#owners.set(key, owner);
     return current === undefined || current === owner;
   }
 
-  owns(key: string, owner: object): boolean {
+  /** `owner` has driven the sequence it continues (a step, its end): it has taken it for good. */
+  drove(owner: SequenceHolder): void {
+    this.#tookFrom.delete(owner);
+  }
+
+  /** `owner` holds `key`: its leaving may end the sequence. */
+  owns(key: string, owner: SequenceHolder): boolean {
     return this.#owners.get(key) === owner;
   }
 
-  release(key: string, owner: object): void {
-    if (this.#owners.get(key) === owner) this.#owners.delete(key);
+  /**
+   * `owner` may step `key`: it holds it, or the streams that took it since (each from the
+   * one before) have not driven it.
+   */
+  steers(key: string, owner: SequenceHolder): boolean {
+    let holder = this.#owners.get(key);
+    while (holder !== undefined && holder !== owner) holder = this.#tookFrom.get(holder);
+    return holder === owner;
+  }
+
+  /**
+   * `owner` leaves. A sequence it holds without having driven it goes back to the stream
+   * it took it from, if that one is open (else to the one that stream took it from, and so
+   * on); otherwise no stream holds it.
+   */
+  release(key: string, owner: SequenceHolder): void {
+    if (this.#owners.get(key) !== owner) return;
+    let previous = this.#tookFrom.get(owner);
+    while (previous !== undefined && !previous.open) previous = this.#tookFrom.get(previous);
+    if (previous === undefined) this.#owners.delete(key);
+    else this.#owners.set(key, previous);
   }
 }

@@ -28,7 +28,7 @@ import { STREAM_RESERVED_PARAMETERS } from "../../common/kserve/reserved-paramet
 import type { ConnectionBudget } from "../../common/response-budget.ts";
 import { OFF_THREAD_JSON_BYTES } from "../../json-thread/json-thread.ts";
 import { CLOSE_CODES, isDeliberateClose } from "./close-codes.ts";
-import { SequenceOwners } from "./sequence-owners.ts";
+import { type SequenceHolder, SequenceOwners } from "./sequence-owners.ts";
 import {
   closeReason,
   endText,
@@ -62,6 +62,8 @@ import type { StreamOptions } from "./stream-options.ts";
 // elsewhere (`sequence_start=false`) ends it on leaving only once it has driven it: one of
 // its steps has run, or is in flight. Until then the sequence is still its other client's,
 // which may be stepping it over HTTP or gRPC: a socket opened and dropped ends nothing.
+// A stream of the same id it took the sequence from goes on stepping it until then, and
+// gets it back if it leaves without driving it (sequence-owners.ts).
 // Requests not yet run are aborted through one signal shared by the whole connection (one
 // AbortController per message would be a measurable part of its cost; a request no longer
 // listens once it is answered).
@@ -171,7 +173,7 @@ function isSequenceGone(error: ServerError): boolean {
   return error.code === "CANCELLED" || error.code === "UNAVAILABLE" || isStartMissing(error);
 }
 
-export class StreamConnection {
+export class StreamConnection implements SequenceHolder {
   readonly #socket: WebSocket;
   /** The model the stream opened on, used once it is no longer served (unloaded). */
   readonly #opened: ServedModel;
@@ -261,6 +263,11 @@ export class StreamConnection {
     return this.#established && (!this.#continues || this.#stepped || this.#running > 0);
   }
 
+  /** The client has not left: a sequence another stream took and did not drive comes back to it. */
+  get open(): boolean {
+    return !this.#closed;
+  }
+
   constructor(
     socket: WebSocket,
     model: ServedModel,
@@ -294,12 +301,13 @@ export class StreamConnection {
     // Continuing a sequence begun elsewhere: its messages are steps, not a START, and the
     // stream holds the sequence from the start (a stream of the same id still open here,
     // cut, no longer ends it). Its own close ends the sequence only once it has driven it
-    // (#drives). Another key's stream of a sequence live here was refused before the
+    // (#drives); until then that other stream goes on stepping it, and gets it back if this
+    // one leaves. Another key's stream of a sequence live here was refused before the
     // upgrade (streamTarget).
     if (options.continues && model.sequences !== undefined && this.#id !== undefined) {
       this.#established = true;
       this.#continues = true;
-      this.#claim(this.#id, true);
+      this.#claim(this.#id, "continue");
     }
     const signal = this.#controller.signal;
     // One listener per request in flight, so up to maxInFlight: not a leak.
@@ -375,9 +383,13 @@ export class StreamConnection {
     }
     if (entry.starts) {
       this.#startRunning = true;
-    } else if (this.#ownerKey !== undefined && !this.#owners.owns(this.#ownerKey, this)) {
-      this.#takenOver(entry);
-      return;
+    } else if (this.#ownerKey !== undefined) {
+      // Another stream started the id again, or took it to continue it and drove it.
+      if (!this.#owners.steers(this.#ownerKey, this)) {
+        this.#takenOver(entry);
+        return;
+      }
+      this.#owners.drove(this);
     }
     if (entry.ends) this.#stopped = true;
     this.#running++;
@@ -543,7 +555,7 @@ export class StreamConnection {
   /** The first answer of a start names the sequence, also when the client chose the id. */
   #named(response: InferResponse): InferResponse {
     this.#id ??= answeredId(response);
-    if (this.#ownerKey === undefined && this.#id !== undefined) this.#claim(this.#id, false);
+    if (this.#ownerKey === undefined && this.#id !== undefined) this.#claim(this.#id, "ifFree");
     if (response.parameters.sequence_id !== undefined || this.#id === undefined) return response;
     return { ...response, parameters: { ...response.parameters, sequence_id: this.#id } };
   }
@@ -611,7 +623,7 @@ export class StreamConnection {
     if (entry.starts) {
       this.#startRunning = false;
       if (response !== undefined) this.#id ??= answeredId(response);
-      if (this.#ownerKey === undefined && this.#id !== undefined) this.#claim(this.#id, false);
+      if (this.#ownerKey === undefined && this.#id !== undefined) this.#claim(this.#id, "ifFree");
     }
     if (this.#closed) {
       // The client left while the start ran: end the sequence its answer names.
@@ -739,7 +751,10 @@ export class StreamConnection {
   /** Its turn comes once every earlier message is answered, so ending cancels nothing. */
   #endByMessage(entry: StreamEntry): void {
     const id = this.#established ? this.#id : undefined;
-    if (id !== undefined) this.#endSequence("end");
+    if (id !== undefined) {
+      this.#endSequence("end", true);
+      this.#owners.drove(this);
+    }
     this.#over = true;
     this.#answer(entry, endText(id));
     entry.closeCode = CLOSE_CODES.sequenceEnded;
@@ -753,25 +768,32 @@ export class StreamConnection {
    * nothing: its aborted signal makes the core cancel the start, which ends the sequence.
    */
   readonly #startTaken = (): void => {
-    if (!this.#closed && this.#id !== undefined) this.#claim(this.#id, true);
+    if (!this.#closed && this.#id !== undefined) this.#claim(this.#id, "start");
   };
 
   /**
    * Claims the sequence's id for this stream: for a start with the client's id, once the
-   * core has taken the start, whoever held it; for a server-assigned id only if no
-   * stream has taken it meanwhile.
+   * core has taken the start, whoever held it; for a stream continuing a sequence, whoever
+   * held it, until this stream leaves without driving it; for a server-assigned id only if
+   * no stream has taken it meanwhile.
    */
-  #claim(id: SequenceId, start: boolean): void {
+  #claim(id: SequenceId, how: "start" | "continue" | "ifFree"): void {
     const key = SequenceOwners.key(this.#model, id);
     this.#ownerKey = key;
-    if (start) this.#owners.claim(key, this);
+    if (how === "start") this.#owners.claim(key, this);
+    else if (how === "continue") this.#owners.claimToContinue(key, this);
     else this.#owners.claimIfFree(key, this);
   }
 
-  /** Ends the sequence, unless another stream has started its id since. */
-  #endSequence(reason: SequenceEndReason): void {
+  /**
+   * Ends the sequence, unless another stream has started its id since, or taken it to
+   * continue it: a stream that leaves ends only a sequence it holds. The client's own end
+   * (`asked`) ends one the stream still steers, taken by a stream that has not driven it.
+   */
+  #endSequence(reason: SequenceEndReason, asked = false): void {
     const key = this.#ownerKey;
-    if (key === undefined || this.#id === undefined || !this.#owners.owns(key, this)) return;
+    if (key === undefined || this.#id === undefined) return;
+    if (!(asked ? this.#owners.steers(key, this) : this.#owners.owns(key, this))) return;
     this.#sequences?.end(this.#id, reason);
   }
 
