@@ -11,6 +11,13 @@ export const ERROR_CODES = [
   "ALREADY_EXISTS",
   "FAILED_PRECONDITION",
   "UNAVAILABLE",
+  /**
+   * The outcome is unknown: what was asked may have been done, or may be done yet (a step
+   * whose state write the store was sent and did not answer). gRPC's DEADLINE_EXCEEDED,
+   * which "may be returned even if the operation has completed successfully": unlike
+   * UNAVAILABLE, no client or gateway retries it by default, and it carries no Retry-After.
+   */
+  "DEADLINE_EXCEEDED",
   "UNSUPPORTED",
   "INTERNAL",
   "CANCELLED",
@@ -59,7 +66,10 @@ const ERROR_REASONS = [
 export type ErrorReason = (typeof ERROR_REASONS)[number];
 
 export interface ServerErrorOptions {
-  /** For UNAVAILABLE: when the client may retry (HTTP Retry-After). */
+  /**
+   * For UNAVAILABLE: when the client may retry (HTTP Retry-After, gRPC
+   * grpc-retry-pushback-ms). Never for an outcome that may have happened (DEADLINE_EXCEEDED).
+   */
   readonly retryAfterSeconds?: number;
   readonly cause?: unknown;
   readonly reason?: ErrorReason;

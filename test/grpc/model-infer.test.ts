@@ -391,6 +391,7 @@ test("every error code maps through the one table, with the message in the detai
     ALREADY_EXISTS: status.ALREADY_EXISTS,
     FAILED_PRECONDITION: status.FAILED_PRECONDITION,
     UNAVAILABLE: status.UNAVAILABLE,
+    DEADLINE_EXCEEDED: status.DEADLINE_EXCEEDED,
     UNSUPPORTED: status.UNIMPLEMENTED,
     INTERNAL: status.INTERNAL,
     CANCELLED: status.CANCELLED,

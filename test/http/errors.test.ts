@@ -17,6 +17,7 @@ const EXPECTED: Record<ErrorCode, number> = {
   INTERNAL: 500,
   UNSUPPORTED: 501,
   UNAVAILABLE: 503,
+  DEADLINE_EXCEEDED: 504,
 };
 
 describe("the KServe error table", () => {

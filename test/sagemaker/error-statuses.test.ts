@@ -26,6 +26,7 @@ const EXPECTED: Record<ErrorCode, number> = {
   INTERNAL: 500,
   UNSUPPORTED: 501,
   UNAVAILABLE: 503,
+  DEADLINE_EXCEEDED: 504,
 };
 
 const ERROR_TYPE: Record<number, string> = {
@@ -37,6 +38,7 @@ const ERROR_TYPE: Record<number, string> = {
   500: "InternalFailure",
   501: "InternalFailure",
   503: "ServiceUnavailable",
+  504: "InternalFailure",
 };
 
 describe("the SageMaker error table", () => {

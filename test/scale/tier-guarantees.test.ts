@@ -454,9 +454,9 @@ describe("the shared state tier's guarantees", { skip }, () => {
       // The write it waited for was cut short: its exit fails, as Triton's does at its exit timeout.
       assert.equal(busyExit.code, 1, busyExit.stderr);
       // The step whose write was not answered is told it may have been applied, and to
-      // retry it numbered (it is applied once).
+      // retry it numbered (it is applied once), as 504, which no client retries unasked.
       const answer = await step;
-      assert.equal(answer.status, 503, answer.text);
+      assert.equal(answer.status, 504, answer.text);
       assert.match(
         answer.text,
         /in the state store at .* was not confirmed .*: the step may have been applied, .*retry it with its sequence_step/,

@@ -1399,14 +1399,17 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * out, or its connection closed) may have landed, or may land yet when the store
    * answers again: the step may have been applied, and only its sequence_step makes a
    * retry safe (one applied is answered from its recorded answer); a retry without one
-   * may apply it twice. The client is told so rather than that it failed.
+   * may apply it twice. The client is told so rather than that it failed, and as
+   * DEADLINE_EXCEEDED (504), with no Retry-After: UNAVAILABLE (503, Retry-After, gRPC's
+   * retry pushback) is what client libraries, gateways and gRPC retry policies retry on
+   * their own, without a sequence_step, and OVMS's clients never send one.
    */
   #stepWriteError(id: SequenceId, error: unknown): ServerError {
     if (!(error instanceof TierAnswerLost)) return this.#tierError(id, "writing the state of", error);
     return new ServerError(
-      "UNAVAILABLE",
+      "DEADLINE_EXCEEDED",
       `writing the state of ${this.#describe(id)} in the state store at ${this.#tier!.tier.location} was not confirmed (${error.message}): the step may have been applied, or may be when the store answers; retry it with its sequence_step to have it applied once (without one, a retry may apply it twice)`,
-      { retryAfterSeconds: 1, cause: error },
+      { cause: error },
     );
   }
 

@@ -31,7 +31,10 @@ declare module "fastify" {
  * answers with the statuses of its HTTP API (HttpCodeFromError), and so does seqserve: a
  * client moving between the two sees the same status for the same failure. The table is
  * the family's own, written out where it equals KServe's: a change to KServe's statuses
- * is not a change to SageMaker's.
+ * is not a change to SageMaker's. An outcome that may have happened (DEADLINE_EXCEEDED),
+ * which Triton does not have, is 504 as on seqserve's HTTP API, with no Retry-After; on
+ * the runtime API's path it reaches the SDKs inside a ModelError (424), which they do not
+ * retry.
  */
 export const SAGEMAKER_HTTP_STATUS: HttpStatusTable = {
   INVALID_ARG: 400,
@@ -46,6 +49,7 @@ export const SAGEMAKER_HTTP_STATUS: HttpStatusTable = {
   INTERNAL: 500,
   UNSUPPORTED: 501,
   UNAVAILABLE: 503,
+  DEADLINE_EXCEEDED: 504,
 };
 
 /**

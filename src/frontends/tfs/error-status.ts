@@ -14,13 +14,19 @@ interface TfsStatus {
   readonly http: number;
 }
 
-/** OVMS's statuses (its http_server.cpp / grpc_utils.cpp tables) for seqserve's codes. */
+/**
+ * OVMS's statuses (its http_server.cpp / grpc_utils.cpp tables) for seqserve's codes.
+ * OVMS has no status for an outcome that may have happened (DEADLINE_EXCEEDED):
+ * TF-Serving's own gives gRPC's DEADLINE_EXCEEDED and, over REST, 504 (http_server.cc's
+ * ToHTTPStatusCode), which clients do not retry unasked as they retry UNAVAILABLE.
+ */
 const TFS_STATUS: Readonly<Record<ErrorCode, TfsStatus>> = {
   INVALID_ARG: { grpc: grpcStatus.INVALID_ARGUMENT, http: 400 },
   NOT_FOUND: { grpc: grpcStatus.NOT_FOUND, http: 404 },
   ALREADY_EXISTS: { grpc: grpcStatus.ALREADY_EXISTS, http: 409 },
   FAILED_PRECONDITION: { grpc: grpcStatus.FAILED_PRECONDITION, http: 412 },
   UNAVAILABLE: { grpc: grpcStatus.UNAVAILABLE, http: 503 },
+  DEADLINE_EXCEEDED: { grpc: grpcStatus.DEADLINE_EXCEEDED, http: 504 },
   UNSUPPORTED: { grpc: grpcStatus.UNIMPLEMENTED, http: 501 },
   INTERNAL: { grpc: grpcStatus.INTERNAL, http: 500 },
   CANCELLED: { grpc: grpcStatus.CANCELLED, http: 400 },

@@ -134,7 +134,11 @@ const COMMAND_TIMEOUT_MS = 10_000;
  * line. The original error is its cause, for the log. A command that timed out, or whose
  * connection was closed under it, was sent and may run yet (ioredis does not take back a
  * command it wrote, and Redis runs what it reads, however late): its outcome is unknown,
- * a TierAnswerLost, which the core tells its clients apart from a refusal.
+ * a TierAnswerLost, which the core tells its clients apart from a refusal. So is one that
+ * timed out before it was ever sent (queued while a connection came up, to a Redis that
+ * took the connection and did not answer its handshake): ioredis sends what it queued
+ * once the connection is ready, timed out or not, and its queue is private, so a command
+ * cannot be withdrawn, nor told apart from one sent.
  */
 function storeFailure(error: unknown): { readonly kind: StateStoreFailureKind; readonly error: Error } {
   const message = error instanceof Error ? error.message : String(error);

@@ -18,6 +18,10 @@ interface KserveStatus {
  * produce. FAILED_PRECONDITION is 400 over HTTP, as in Google's canonical code mapping:
  * the request cannot be served in the current state and must not be retried unchanged.
  * 412 would suggest a failed conditional header (If-Match…), which KServe clients never send.
+ * DEADLINE_EXCEEDED, an outcome that may have happened (Triton has no such code), is
+ * 504 Gateway Timeout and gRPC's DEADLINE_EXCEEDED, as in that mapping: neither is
+ * retried by gRPC retry policies or HTTP clients by default, where UNAVAILABLE (503, with
+ * Retry-After or grpc-retry-pushback-ms) invites a retry that could apply a step twice.
  */
 const KSERVE_STATUS: Readonly<Record<ErrorCode, KserveStatus>> = {
   INVALID_ARG: { http: 400, grpc: grpcStatus.INVALID_ARGUMENT },
@@ -25,6 +29,7 @@ const KSERVE_STATUS: Readonly<Record<ErrorCode, KserveStatus>> = {
   ALREADY_EXISTS: { http: 400, grpc: grpcStatus.ALREADY_EXISTS },
   FAILED_PRECONDITION: { http: 400, grpc: grpcStatus.FAILED_PRECONDITION },
   UNAVAILABLE: { http: 503, grpc: grpcStatus.UNAVAILABLE },
+  DEADLINE_EXCEEDED: { http: 504, grpc: grpcStatus.DEADLINE_EXCEEDED },
   UNSUPPORTED: { http: 501, grpc: grpcStatus.UNIMPLEMENTED },
   INTERNAL: { http: 500, grpc: grpcStatus.INTERNAL },
   CANCELLED: { http: 400, grpc: grpcStatus.CANCELLED },
