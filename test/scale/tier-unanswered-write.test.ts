@@ -115,6 +115,15 @@ describe("a step whose write the store did not answer", { skip }, () => {
     assert.equal(sum(await add(100, { id: numbered, step: 3 })), 111);
     assert.equal(sum(await add(100, { id: bare })), 111);
     assert.equal(sum(await add(100, { id: overGrpc })), 111);
+    // The OVMS client's step was sent without a number: following the advice now, numbered,
+    // it is refused (its answer was never kept), in words that say only a step numbered
+    // from the first can be retried safely; the refusal applies nothing.
+    const late = await predict(ovms, 10, 2);
+    assert.equal(late.status, 412, JSON.stringify(late.body));
+    assert.equal(
+      late.body.error,
+      `step 2 of sequence ${ovms} of model '${MODEL}' was already applied and its answer is no longer kept (it was sent without a sequence_step, or its answer did not fit in the 256 KiB of answers kept: only a step sent with its sequence_step from the first can be retried safely)`,
+    );
     assert.equal(sum(await add(100, { id: ovms })), 111);
   });
 });

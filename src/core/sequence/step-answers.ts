@@ -105,9 +105,15 @@ export function checkStep(
   if (step <= applied) {
     const answer = answers?.get(step);
     if (answer !== undefined) return { kind: "answered", answer };
+    // A step among the last few with no answer kept was most likely sent without its
+    // number (an answer too large to keep is the other way): its client retries it
+    // numbered now, after a failure that says the step may have been applied, and is told
+    // that only the number on the first sending makes a retry safe, for next time.
     const why = decoupled
       ? "a decoupled model's responses go out as they are made, and none is kept to send again"
-      : `the sequence has applied ${applied} steps; only the answers of the last ${STEP_ANSWERS_KEPT} steps sent with a step number are kept`;
+      : applied - step < STEP_ANSWERS_KEPT
+        ? `it was sent without a sequence_step, or its answer did not fit in the ${STEP_ANSWERS_MAX_BYTES / 1024} KiB of answers kept: only a step sent with its sequence_step from the first can be retried safely`
+        : `the sequence has applied ${applied} steps; only the answers of the last ${STEP_ANSWERS_KEPT} steps sent with a step number are kept`;
     return {
       kind: "refused",
       error: new ServerError(
