@@ -103,6 +103,7 @@ export class LoadedModel implements ServedModel {
   #requestObserver: RequestObserver | undefined;
   readonly #checkInputs: ((inputs: ReadonlyMap<string, Tensor>) => void) | undefined;
   readonly #queueBudget: QueueBudget | undefined;
+  readonly #tier: ModelTier | undefined;
 
   constructor(options: LoadedModelOptions) {
     const { config } = options;
@@ -119,6 +120,7 @@ export class LoadedModel implements ServedModel {
     this.loadSeconds = options.loadSeconds;
     this.#statistics = new ModelStatistics(config.name, options.version);
     this.#requestObserver = options.requestObserver;
+    this.#tier = options.tier;
     if (config.sequenceBatching !== undefined) {
       const batcher = new SequenceBatcher({
         config,
@@ -382,6 +384,7 @@ export class LoadedModel implements ServedModel {
 
   /** Frees the instances (after drain). */
   async close(): Promise<void> {
+    this.#tier?.stopServing();
     const observer = this.#requestObserver;
     this.#requestObserver = undefined;
     observer?.close?.();
@@ -390,6 +393,9 @@ export class LoadedModel implements ServedModel {
   }
 
   async unload(deadlineMs: number, reason: DrainReason = "unloaded"): Promise<void> {
+    // The repository no longer sends this load requests: from now, a version of the model
+    // still served here may take over the sequences another replica began in this one.
+    this.#tier?.stopServing();
     await this.drain(deadlineMs, reason);
     await this.close();
   }

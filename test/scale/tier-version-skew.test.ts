@@ -1,7 +1,14 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { accumulatorModel, growingStateConfig, growingStateModel } from "../../tools/onnx/sequence-models.ts";
-import { type HttpAnswer, infer, outputData, postJson, type SequenceParams } from "../support/http-client.ts";
+import {
+  type HttpAnswer,
+  infer,
+  inferBody,
+  outputData,
+  postJson,
+  type SequenceParams,
+} from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
 import { accumulatorConfig, int32Input } from "../support/sequence-kit.ts";
 import { missingTools, RedisServer, type Replica, startReplicas, stopReplicas } from "./support/scale-kit.ts";
@@ -12,6 +19,8 @@ import { missingTools, RedisServer, type Replica, startReplicas, stopReplicas } 
 // (its record moves to version 2 with its state, and the old record is fenced, saying
 // where it went); when the state differs it cannot go on there, and the client is told
 // which version holds it. Never that the sequence is unknown, which clients take as gone.
+// Only a version the replica does not serve is taken over from: two versions served side
+// by side are two models, as in Triton, each with its own sequences.
 
 const MODEL = "acc";
 const BATCHING = "max_sequence_idle_microseconds: 60000000";
@@ -110,5 +119,64 @@ describe("a sequence reaching a replica that serves another version of its model
     );
     // It was left where it is: version 1 goes on with it.
     assert.equal(sum(await add(r1, 1, { id })), 8);
+  });
+});
+
+describe("a sequence of a version the replica serves beside the one a step names", { skip }, () => {
+  let both: TempRepository;
+  let redis: RedisServer;
+  let replicas: Replica[] = [];
+
+  before(async () => {
+    both = tempRepository({
+      [MODEL]: {
+        config: accumulatorConfig(MODEL, 8, BATCHING, "version_policy: { all { } }"),
+        onnx: { 1: accumulatorModel(), 2: accumulatorModel() },
+      },
+    });
+    redis = await RedisServer.start();
+  });
+
+  after(async () => {
+    await stopReplicas(replicas);
+    await redis?.stop();
+    both?.remove();
+  });
+
+  /** A step to one version of MODEL, as a KServe client names it. */
+  const addTo = (replica: Replica, version: number, value: number, sequence: SequenceParams) =>
+    postJson(
+      `${replica.url}/v2/models/${MODEL}/versions/${version}/infer`,
+      inferBody(int32Input(value), sequence),
+    );
+
+  it("is not taken over: each version keeps its own, as Triton's models do", async () => {
+    const [replica] = (replicas = await startReplicas(both.path, redis.url, [[]]));
+    const id = 330101;
+    assert.equal(sum(await addTo(replica!, 2, 100, { id, start: true })), 100);
+    // Version 1 never saw the id: it asks for a START, as one server does.
+    const unknown = await addTo(replica!, 1, 1, { id });
+    assert.equal(unknown.status, 400, JSON.stringify(unknown.body));
+    assert.match(unknown.body.error as string, /must specify the START flag/);
+    assert.equal(redis.cli("hexists", `seqserve:seq:${MODEL}:2:u:${id}`, "moved_to"), "0");
+    // Version 2's client goes on with its sequence.
+    assert.equal(sum(await addTo(replica!, 2, 5, { id, end: true })), 105);
+  });
+
+  it("is taken over once the replica no longer serves that version (a reload retired it)", async () => {
+    const explicit = ["--model-control-mode", "explicit", "--load-model", MODEL];
+    const [reloading, serving1] = await startReplicas(both.path, redis.url, [explicit, []]);
+    replicas.push(reloading!, serving1!);
+    // Only version 2 stays on the reloading replica; the other still serves version 1.
+    both.add(MODEL, {
+      config: accumulatorConfig(MODEL, 8, BATCHING, "version_policy: { specific { versions: [ 2 ] } }"),
+      onnx: { 1: accumulatorModel(), 2: accumulatorModel() },
+    });
+    const loaded = await postJson(`${reloading!.url}/v2/repository/models/${MODEL}/load`, {});
+    assert.equal(loaded.status, 200, JSON.stringify(loaded.body));
+    const id = 330102;
+    assert.equal(sum(await addTo(serving1!, 1, 1, { id, start: true })), 1);
+    assert.equal(sum(await addTo(reloading!, 2, 2, { id })), 3);
+    assert.equal(redis.cli("hget", `seqserve:seq:${MODEL}:1:u:${id}`, "moved_to"), "2");
   });
 });

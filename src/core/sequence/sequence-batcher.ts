@@ -1566,13 +1566,16 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
 
   /**
    * The tier's record of `id` for a request that finds no sequence here. When this
-   * version's records hold none and the request is no START, the model's other versions'
-   * records are looked in (a rolling upgrade: the sequence began on a replica serving
-   * another version, and may go on there): a live record there whose version has this
-   * version's state signature is taken over as a reload takes a sequence over (`from`,
-   * the records it moves from, fencing them, before its first step here: nothing is
-   * lost); one whose state differs cannot go on here, and the request is told which
-   * version to send it to, never that the sequence is unknown.
+   * version's records hold none and the request is no START, the records of the model's
+   * versions this replica does not serve are looked in (a rolling upgrade: the sequence
+   * began on a replica serving a version that is gone from here, and may go on here, even
+   * while other replicas still serve that version): a live record there whose version has
+   * this version's state signature is taken over as a reload takes a sequence over
+   * (`from`, the records it moves from, fencing them, before its first step here: nothing
+   * is lost); one whose state differs cannot go on here, and the request is told which
+   * version to send it to, never that the sequence is unknown. A version served here is
+   * another model, as each version is in Triton, with its own scheduler: a step to this
+   * version never takes over its sequences (ModelTier.findElsewhere leaves them out).
    */
   async #readForLookUp(
     id: SequenceId,

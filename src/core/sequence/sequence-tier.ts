@@ -130,10 +130,18 @@ export interface ModelTier {
   read(id: SequenceId): Promise<TierRecord | undefined>;
   /**
    * The live records of `id` in the model's other versions' records, of the versions any
-   * replica sharing the tier has served (a rolling upgrade: the sequence began on a
-   * replica serving another version), newest write first.
+   * replica sharing the tier has served and this replica does not serve now (a rolling
+   * upgrade: the sequence began on a replica serving a version that is gone from here),
+   * newest write first. A version served here is another model, as each version is in
+   * Triton, with its own scheduler: its sequences are never taken over by this one.
    */
   findElsewhere(id: SequenceId): Promise<readonly TierRecordElsewhere[]>;
+  /**
+   * This replica no longer serves these records' version through this load (it is
+   * unloaded, replaced by a reload, or failed to load): once no load of it is served here,
+   * another version's sequences may be taken over from it (findElsewhere). Idempotent.
+   */
+  stopServing(): void;
   /**
    * The record's version, life and end, without its body (where a replica only checks
    * whether its copy is current); undefined when there is none.
@@ -164,9 +172,10 @@ export interface SequenceTier {
   readonly location: string;
   /**
    * A model version's records. `stateSignature` (its sequences' state tensors: see
-   * sequence-transfer.ts) is registered with the tier, as one of the versions of the model
-   * served, so that a replica serving another version can find this one's records
-   * (ModelTier.findElsewhere) and tell whether it can take them over.
+   * sequence-transfer.ts) is given by a load of the version that this replica serves
+   * (until ModelTier.stopServing): it is registered with the tier, as one of the versions
+   * of the model served, so that a replica serving another version can find this one's
+   * records (ModelTier.findElsewhere) and tell whether it can take them over.
    */
   forModel(model: string, version: string, stateSignature?: string): ModelTier;
   /**

@@ -185,6 +185,12 @@ export class RedisSequenceTier implements SequenceTier {
   #dataLostAtMs: number | undefined;
   /** The versions this replica has served, by model, with their state signatures: registered at every connection. */
   readonly #served = new Map<string, Map<string, string>>();
+  /**
+   * The versions this replica serves now, by model, with how many loads of each serve it (a
+   * reload of a version opens the new load before the old one goes): findElsewhere never
+   * takes a sequence over from one of them.
+   */
+  readonly #servingHere = new Map<string, Map<string, number>>();
   /** The end of the last block of ids this replica reserved: a missing counter starts no lower. */
   #reservedUpTo = 0n;
   #closed = false;
@@ -319,11 +325,14 @@ export class RedisSequenceTier implements SequenceTier {
   }
 
   forModel(model: string, version: string, stateSignature?: string): ModelTier {
+    let serving = false;
     if (stateSignature !== undefined) {
       let versions = this.#served.get(model);
       if (versions === undefined) this.#served.set(model, (versions = new Map()));
       versions.set(version, stateSignature);
       this.#register(model, version, stateSignature);
+      this.#countServing(model, version, 1);
+      serving = true;
     }
     const records: ModelTier = {
       tier: this,
@@ -345,6 +354,11 @@ export class RedisSequenceTier implements SequenceTier {
         const fromKey = this.#keys.get(from);
         if (fromKey === undefined) throw new Error(`records ${from.records} are not in ${this.location}`);
         return this.#track(this.#observed("move", () => this.#move(fromKey(move.id), model, version, move)));
+      },
+      stopServing: () => {
+        if (!serving) return;
+        serving = false;
+        this.#countServing(model, version, -1);
       },
     };
     this.#keys.set(records, (id) => recordKey(this.#location.prefix, model, version, id));
@@ -387,10 +401,25 @@ export class RedisSequenceTier implements SequenceTier {
     throw new Error("the moved record could not be written");
   }
 
-  /** One read of the model's registered versions, then one of each other version's record (pipelined). */
+  #countServing(model: string, version: string, change: 1 | -1): void {
+    let versions = this.#servingHere.get(model);
+    if (versions === undefined) this.#servingHere.set(model, (versions = new Map()));
+    const loads = (versions.get(version) ?? 0) + change;
+    if (loads > 0) versions.set(version, loads);
+    else versions.delete(version);
+  }
+
+  /**
+   * One read of the model's registered versions, then one of each other version's record
+   * (pipelined): of the versions not served here, whose replicas are elsewhere (a version
+   * served here is another model, as in Triton: its sequences stay its own).
+   */
   async #findElsewhere(model: string, version: string, id: SequenceId): Promise<TierRecordElsewhere[]> {
     const versions = await this.#client.hgetall(versionsKey(this.#location.prefix, model));
-    const others = Object.entries(versions).filter(([other]) => other !== version);
+    const servedHere = this.#servingHere.get(model);
+    const others = Object.entries(versions).filter(
+      ([other]) => other !== version && servedHere?.has(other) !== true,
+    );
     const records = await Promise.all(
       others.map(([other]) => this.#read(recordKey(this.#location.prefix, model, other, id))),
     );
