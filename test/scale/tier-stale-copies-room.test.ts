@@ -120,6 +120,25 @@ describe("a new sequence and the copies of sequences that moved on", { skip }, (
       assert.equal(typeof (await step(r1, id, 0, END)), "number");
   });
 
+  it("a step of a sequence begun on another replica is taken up in place of copies of sequences that ended there", async () => {
+    const base = 300;
+    for (const id of [base + 1, base + 2, base + 3]) {
+      assert.equal(await step(r1, id, 1, START), 1);
+      assert.equal(await step(r1, id, 2), 3);
+    }
+    for (const id of [base + 1, base + 2, base + 3]) {
+      assert.equal(await step(r2, id, 4), 7);
+      assert.equal(await step(r2, id, 8, END), 15);
+    }
+    assert.deepEqual(await held(r1), [`${base + 1} active`, `${base + 2} active`, `${base + 3} active`]);
+    // Begun on r2, its next step reaches r1, whose slots hold only those copies: it is
+    // taken up as a START would be, not refused as if the room were full.
+    assert.equal(await step(r2, base + 9, 5, START), 5);
+    assert.equal(await step(r1, base + 9, 1), 6);
+    assert.deepEqual(await held(r1), [`${base + 9} active`]);
+    assert.equal(await step(r1, base + 9, 0, END), 6);
+  });
+
   it("a SageMaker session opens in place of copies of sessions closed on another replica", async () => {
     const onR1 = sdkClient(r1.sagemakerPort);
     const onR2 = sdkClient(r2.sagemakerPort);

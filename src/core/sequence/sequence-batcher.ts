@@ -238,6 +238,11 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   #waitingForTier = 0;
   /** Steps sent back to their sequence's queue after a write conflict, and how often. */
   readonly #retries = new WeakMap<PendingRequest, number>();
+  /**
+   * Requests that found no room and waited for a look at the copies held here
+   * (#admitAfterLook): admitted again, they are refused if there is still none.
+   */
+  readonly #waitedForRoom = new WeakSet<PendingRequest>();
   #stopListening: (() => void) | undefined;
   #tierLoaded = 0;
   #tierConflicts = 0;
@@ -336,16 +341,17 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   }
 
   /**
-   * Admits `pending`; `looked`: the tier was already asked about its id (or need not be);
-   * `reclaimed`: a START that found no room, admitted again after the tier said which
-   * copies held here are behind (#admitAfterLook).
+   * Admits `pending`; `looked`: the tier was already asked about its id (or need not be).
+   * A request that found no room and was admitted again after the tier said which copies
+   * held here are behind (#admitAfterLook) is `reclaimed`.
    */
-  #admit(pending: PendingRequest, looked: boolean, reclaimed = false): void {
+  #admit(pending: PendingRequest, looked: boolean): void {
     const model = this.#config.name;
     const control = pending.request.sequence;
     const start = control?.start ?? false;
     const end = control?.end ?? false;
     const exclusive = control?.admission === "exclusive";
+    const reclaimed = this.#waitedForRoom.has(pending);
     let id = control?.id;
     if (id === undefined) {
       if (!start) {
@@ -423,7 +429,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       const refusal = this.#noRoomForNew();
       if (refusal !== undefined) {
         if (this.#tier === undefined || reclaimed) throw refusal;
-        this.#admitAfterLook(pending, refusal);
+        this.#admitAfterLook(pending, refusal, true);
         return;
       }
     }
@@ -642,6 +648,14 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     }
   }
 
+  /** A sequence can be placed (#place): a slot is free, or the backlog has room. */
+  get #roomToPlace(): boolean {
+    return (
+      this.#backlog.length < this.#sequencing.backlogLimit ||
+      this.#instances.some((instance) => instance.free > 0)
+    );
+  }
+
   /** A new sequence takes a free slot on the least-loaded instance, or joins the backlog. */
   #place(sequence: Sequence): void {
     let best: SequenceInstance | undefined;
@@ -664,18 +678,21 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * max_candidate_sequence_use_ratio bounds) may be taken by copies of sequences that moved
    * on (#lookForStaleCopies), which on one server would have ended or never been here. It
    * waits for the tier to say which, and is admitted again once they are let go: refused,
-   * as on one server, only if there is still no room. `refusal`: what it is told when it
-   * cannot wait (as many requests wait for the tier as it allows).
+   * as on one server, only if there is still no room. A sequence begun on another replica
+   * whose step finds no room here to take it up waits the same way (#looked). `refusal`:
+   * what it is told when it cannot wait (as many requests wait for the tier as it
+   * allows); `looked`: admitted again without reading its record again (a START).
    */
-  #admitAfterLook(pending: PendingRequest, refusal: ServerError): void {
+  #admitAfterLook(pending: PendingRequest, refusal: ServerError, looked: boolean): void {
     if (!this.#roomToWaitForTier) throw refusal;
+    this.#waitedForRoom.add(pending);
     this.#waitingForTier++;
     this.#pending++;
     this.#reclaimStaleCopies(() => {
       this.#pending--;
       this.#waitingForTier--;
       try {
-        this.#admit(pending, true, true);
+        this.#admit(pending, looked);
       } catch (error) {
         pending.reject(asServerError(error));
       }
@@ -1628,6 +1645,20 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       }
       if (record !== undefined && record.ended === undefined) {
         if (!this.#live.has(key) && !this.#ending.has(key)) {
+          if (!this.#roomToPlace && !waiting.some((p) => this.#waitedForRoom.has(p))) {
+            // No room to take it up: the slots may hold copies of sequences that moved on,
+            // as for a START. Its requests wait for the tier to say which, and are then
+            // admitted again, reading its record again (it may have moved on meanwhile).
+            for (const p of waiting) {
+              try {
+                this.#admitAfterLook(p, this.#slotsFullError(), false);
+              } catch (error) {
+                p.reject(asServerError(error));
+              }
+            }
+            this.#notifyIdle();
+            return;
+          }
           this.#adoptFromTier(key, id, record, waiting.some(isEndRequest), from);
         }
       } else if (record !== undefined) {
