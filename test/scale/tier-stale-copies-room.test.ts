@@ -12,7 +12,7 @@ import {
   newSession,
   sdkClient,
 } from "../sagemaker/support/sagemaker-kit.ts";
-import { getJson, infer, outputData } from "../support/http-client.ts";
+import { infer, outputData } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
 import { accumulatorConfig, int32Input } from "../support/sequence-kit.ts";
 import { missingTools, type Replica, SharedStoreCluster } from "./support/scale-kit.ts";
@@ -43,27 +43,45 @@ const runningSum = new OnnxModelBuilder({ opset: 17 })
 const skip = missingTools(["redis-server", "redis-cli"]);
 
 /** One TF-Serving REST step of sequence `id` on `replica`: the sum, or the refusal's status and body. */
-async function step(replica: Replica, id: number, value: number, control?: number): Promise<number | string> {
+async function step(
+  replica: Replica,
+  id: number | bigint,
+  value: number,
+  control?: number,
+): Promise<number | string> {
+  // Written as text: an id the server assigned is past 2^53 (a bigint).
+  const controlPart = control === undefined ? "" : `,"sequence_control_input":[${control}]`;
   const response = await fetch(`${replica.url}/v1/models/${MODEL}:predict`, {
     method: "POST",
-    body: JSON.stringify({
-      inputs: {
-        value: [[value]],
-        sequence_id: [id],
-        ...(control === undefined ? {} : { sequence_control_input: [control] }),
-      },
-    }),
+    body: `{"inputs":{"value":[[${value}]],"sequence_id":[${id}]${controlPart}}}`,
   });
   const text = await response.text();
   if (response.status !== 200) return `${response.status} ${text}`;
   return (JSON.parse(text) as { outputs: { sum: number[][] } }).outputs.sum[0]![0]!;
 }
 
+/** An OVMS START without a sequence_id (value 1): the id the replica gave the new sequence. */
+async function startWithoutId(replica: Replica): Promise<bigint> {
+  const response = await fetch(`${replica.url}/v1/models/${MODEL}:predict`, {
+    method: "POST",
+    body: JSON.stringify({ inputs: { value: [[1]], sequence_control_input: [START] } }),
+  });
+  const text = await response.text();
+  assert.equal(response.status, 200, text);
+  // Read from the text: the id is past 2^53, beyond a JSON number's exact integers in JavaScript.
+  const id = /"sequence_id":\s*\[\s*(\d+)/.exec(text)?.[1];
+  assert.ok(id !== undefined, text);
+  return BigInt(id);
+}
+
 /** The ids of the sequences `replica` holds, and their statuses. */
 async function held(replica: Replica): Promise<string[]> {
-  const answer = await getJson(`${replica.url}/v2/models/${MODEL}/sequences`);
-  const sequences = (answer.body as { sequences: { id: number; status: string }[] }).sequences;
-  return sequences.map((s) => `${s.id} ${s.status}`).sort();
+  const text = await (await fetch(`${replica.url}/v2/models/${MODEL}/sequences`)).text();
+  // Ids kept as text: an id the server assigned is past 2^53.
+  const answer = JSON.parse(text.replace(/"id":(\d+)/g, '"id":"$1"')) as {
+    sequences: { id: string; status: string }[];
+  };
+  return answer.sequences.map((s) => `${s.id} ${s.status}`).sort();
 }
 
 describe("a new sequence and the copies of sequences that moved on", { skip }, () => {
@@ -137,6 +155,24 @@ describe("a new sequence and the copies of sequences that moved on", { skip }, (
     assert.equal(await step(r1, base + 9, 1), 6);
     assert.deepEqual(await held(r1), [`${base + 9} active`]);
     assert.equal(await step(r1, base + 9, 0, END), 6);
+  });
+
+  it("an OVMS START without an id that waits for the copies to be let go keeps the id it was given", async () => {
+    const base = 400;
+    // The id the replica gives next (its ids come from a block the store reserved for it).
+    const first = await startWithoutId(r1);
+    assert.equal(await step(r1, first, 0, END), 1);
+    for (const id of [base + 1, base + 2, base + 3]) {
+      assert.equal(await step(r1, id, 1, START), 1);
+      assert.equal(await step(r2, id, 2, END), 3);
+    }
+    assert.deepEqual(await held(r1), [`${base + 1} active`, `${base + 2} active`, `${base + 3} active`]);
+    // It waits for the look that lets the copies go, then is admitted under the id it was
+    // first given: none is taken and dropped on the way.
+    const second = await startWithoutId(r1);
+    assert.equal(second, first + 1n);
+    assert.deepEqual(await held(r1), [`${second} active`]);
+    assert.equal(await step(r1, second, 0, END), 1);
   });
 
   it("a SageMaker session opens in place of copies of sessions closed on another replica", async () => {

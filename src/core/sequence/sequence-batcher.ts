@@ -240,9 +240,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   readonly #retries = new WeakMap<PendingRequest, number>();
   /**
    * Requests that found no room and waited for a look at the copies held here
-   * (#admitAfterLook): admitted again, they are refused if there is still none.
+   * (#admitAfterLook): admitted again, they are refused if there is still none. A START
+   * given an id by the server keeps it (`assignedId`).
    */
-  readonly #waitedForRoom = new WeakSet<PendingRequest>();
+  readonly #waitedForRoom = new WeakMap<PendingRequest, { readonly assignedId: SequenceId | undefined }>();
   #stopListening: (() => void) | undefined;
   #tierLoaded = 0;
   #tierConflicts = 0;
@@ -351,7 +352,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     const start = control?.start ?? false;
     const end = control?.end ?? false;
     const exclusive = control?.admission === "exclusive";
-    const reclaimed = this.#waitedForRoom.has(pending);
+    const reclaimed = this.#waitedForRoom.get(pending);
     let id = control?.id;
     if (id === undefined) {
       if (!start) {
@@ -364,7 +365,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       if (this.#shuttingDown) {
         throw stopping(STOPPED_ACCEPTING);
       }
-      const assigned = this.#assignId(exclusive);
+      // A START that waited for room keeps the id it was given first: the tier's ids are
+      // never given twice, so nobody took it meanwhile, and none is spent for nothing.
+      const assigned = reclaimed?.assignedId ?? this.#assignId(exclusive);
       if (assigned === undefined) {
         this.#waitForIds(pending);
         return;
@@ -428,8 +431,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (starts && (exclusive || existing === undefined)) {
       const refusal = this.#noRoomForNew();
       if (refusal !== undefined) {
-        if (this.#tier === undefined || reclaimed) throw refusal;
-        this.#admitAfterLook(pending, refusal, true);
+        if (this.#tier === undefined || reclaimed !== undefined) throw refusal;
+        this.#admitAfterLook(pending, refusal, true, control?.id === undefined ? id : undefined);
         return;
       }
     }
@@ -681,11 +684,17 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * as on one server, only if there is still no room. A sequence begun on another replica
    * whose step finds no room here to take it up waits the same way (#looked). `refusal`:
    * what it is told when it cannot wait (as many requests wait for the tier as it
-   * allows); `looked`: admitted again without reading its record again (a START).
+   * allows); `looked`: admitted again without reading its record again (a START);
+   * `assignedId`: the id the server gave a START without one.
    */
-  #admitAfterLook(pending: PendingRequest, refusal: ServerError, looked: boolean): void {
+  #admitAfterLook(
+    pending: PendingRequest,
+    refusal: ServerError,
+    looked: boolean,
+    assignedId?: SequenceId,
+  ): void {
     if (!this.#roomToWaitForTier) throw refusal;
-    this.#waitedForRoom.add(pending);
+    this.#waitedForRoom.set(pending, { assignedId });
     this.#waitingForTier++;
     this.#pending++;
     this.#reclaimStaleCopies(() => {
