@@ -2664,13 +2664,18 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   #openAfterLook(id: SequenceId, options: SequenceOpenOptions, refusal: ServerError): Promise<void> {
     if (!this.#roomToWaitForTier) throw refusal;
     this.#waitingForTier++;
+    // Counted as a request pending: a stop waits for its answer before handing over.
+    this.#pending++;
     return new Promise<void>((resolve, reject) => {
       this.#reclaimStaleCopies(() => {
+        this.#pending--;
         this.#waitingForTier--;
         try {
           resolve(this.#open(id, options, true));
         } catch (error) {
           reject(error);
+        } finally {
+          this.#notifyIdle();
         }
       });
     });
