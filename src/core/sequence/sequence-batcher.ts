@@ -25,6 +25,7 @@ import type { ModelStatistics } from "../statistics.ts";
 import { cloneTensor, type NumericTensor } from "../tensor.ts";
 import { timerDelay } from "../timer-delay.ts";
 import { checkCorrelationIdType, takesStringIds } from "./control-tensors.ts";
+import { CopyChecks } from "./copy-checks.ts";
 import { DirectInstance } from "./direct-instance.ts";
 import { IdReservation } from "./id-reservation.ts";
 import { initialStateTensor } from "./initial-state.ts";
@@ -105,6 +106,17 @@ export interface SequenceBatcherOptions {
 
 /** The least time between two looks at the tier for copies that moved on (#reclaimStaleCopies). */
 const RECLAIM_INTERVAL_MS = 1000;
+
+/** The least time between two looks at the tier for quiet copies (#checkCopies). */
+const COPY_CHECK_INTERVAL_MS = 1000;
+
+/**
+ * A session's copy quiet here this long (or for the model's idle timeout, if shorter) is
+ * asked about (#armSessionCheck): far less than a session's expiry (20 minutes for
+ * SageMaker's), so a session that went on, or was closed, on another replica leaves this
+ * one soon after; the same time between looks while it stays the current copy.
+ */
+const SESSION_QUIET_MS = 60_000;
 
 /**
  * How long a sequence opened without a request (a SageMaker session) keeps its slot
@@ -199,6 +211,13 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   readonly #backlog = new Deque<Sequence>();
   readonly #backlogTimers = new Map<Sequence, NodeJS.Timeout>();
   readonly #expiryTimers = new Map<Sequence, NodeJS.Timeout>();
+  /** Copies of sequences asked about before they end idle, or while a session's sits quiet (#checkCopies). */
+  readonly #copyChecks = new CopyChecks<Sequence>(
+    (copies) => this.#checkCopies(copies),
+    COPY_CHECK_INTERVAL_MS,
+  );
+  /** Sessions' copies, until they are quiet enough to be asked about (#armSessionCheck). */
+  readonly #sessionCheckTimers = new Map<Sequence, NodeJS.Timeout>();
   /** Sequences opened without a request, until their first (#armFirstRequest). */
   readonly #firstRequestTimers = new Map<Sequence, NodeJS.Timeout>();
   readonly #firstRequestWindow: number;
@@ -1179,6 +1198,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   /** The sequence ends at `atMs` (epoch ms), live or backlogged, whatever it is doing. */
   #armExpiry(sequence: Sequence, atMs: number): void {
     sequence.expiresAtMs = atMs;
+    if (this.#tier !== undefined && !this.#sessionCheckTimers.has(sequence))
+      this.#armSessionCheck(sequence, sequence.lastArrivalMs + this.#sessionQuietMs);
     const timer = setTimeout(
       () => {
         this.#expiryTimers.delete(sequence);
@@ -1194,6 +1215,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
 
   #clearExpiry(sequence: Sequence): void {
     clearTimer(this.#expiryTimers, sequence);
+    clearTimer(this.#sessionCheckTimers, sequence);
   }
 
   #pastExpiry(sequence: Sequence): boolean {
@@ -1297,13 +1319,119 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
         this.#startIdleClock(sequence);
         continue;
       }
-      sequence.endReason = "timeout";
-      this.#releaseId(sequence);
-      this.#info(
-        `sequence ${formatSequenceId(sequence.id)} of model '${this.#config.name}' ended after ${this.#idleMs} ms without a request`,
-      );
-      if (sequence.idle) this.#finish(sequence);
+      // With a tier, this may be a copy of a sequence that went on, or ended, on another
+      // replica, where it ends (once): the tier says before it ends here. Off the idle
+      // clock meanwhile; a request that comes puts it back on.
+      if (this.#mayHaveMovedOn(sequence)) {
+        this.#byArrival.delete(sequence);
+        this.#copyChecks.add(sequence);
+        continue;
+      }
+      this.#timeOut(sequence);
     }
+  }
+
+  /** The idle timeout ends `sequence` (once its running request, if any, is done). */
+  #timeOut(sequence: Sequence): void {
+    sequence.endReason = "timeout";
+    this.#releaseId(sequence);
+    this.#info(
+      `sequence ${formatSequenceId(sequence.id)} of model '${this.#config.name}' ended after ${this.#idleMs} ms without a request`,
+    );
+    if (sequence.idle) this.#finish(sequence);
+  }
+
+  /** A copy the tier holds a record of, with nothing to run here: it may be behind another replica's. */
+  #mayHaveMovedOn(sequence: Sequence): boolean {
+    const place = sequence.tier;
+    return (
+      this.#tier !== undefined &&
+      place !== undefined &&
+      place.version !== undefined &&
+      !place.loading &&
+      !place.leaving &&
+      !place.ended &&
+      sequence.holder !== undefined &&
+      sequence.idle &&
+      sequence.endReason === undefined
+    );
+  }
+
+  get #sessionQuietMs(): number {
+    return Math.min(this.#idleMs ?? SESSION_QUIET_MS, SESSION_QUIET_MS);
+  }
+
+  /**
+   * A session's copy has no idle timeout: it would stay (live, counted, listed active)
+   * until its expiry, though the session went on, or was closed, on another replica (a
+   * balancer hashes a session's open on the request, its later requests on its id).
+   * Once it has been quiet here a while, the tier is asked (#checkCopies).
+   */
+  #armSessionCheck(sequence: Sequence, atMs: number): void {
+    clearTimer(this.#sessionCheckTimers, sequence);
+    const timer = setTimeout(
+      () => {
+        this.#sessionCheckTimers.delete(sequence);
+        if (!this.#all.has(sequence) || sequence.endReason !== undefined) return;
+        const quietUntilMs = sequence.lastArrivalMs + this.#sessionQuietMs;
+        if (quietUntilMs > Date.now()) this.#armSessionCheck(sequence, quietUntilMs);
+        else if (this.#mayHaveMovedOn(sequence)) this.#copyChecks.add(sequence);
+        else this.#armSessionCheck(sequence, Date.now() + this.#sessionQuietMs);
+      },
+      timerDelay(atMs - Date.now()),
+    );
+    timer.unref();
+    this.#sessionCheckTimers.set(sequence, timer);
+  }
+
+  /**
+   * Asks the tier about copies that reached their idle timeout, and sessions' copies quiet
+   * here a while (the records' stamps, in one batch). A copy that is behind (its sequence
+   * ended, or was advanced or begun again, on another replica) is let go, as
+   * #lookForStaleCopies lets go: not an end here (neither counted nor told, nor logged),
+   * the sequence ended or goes on there. The current copy, one without a record (its
+   * record expired, or the store lost it: this copy may be all there is), and one the tier
+   * did not answer for, fare as without the question: an idle copy times out, a session
+   * keeps its expiry (and is asked about again after a while).
+   */
+  async #checkCopies(copies: readonly Sequence[]): Promise<void> {
+    // Ended meanwhile (the model stopped or was reloaded too): nothing to ask.
+    const asked = copies.filter((s) => this.#all.has(s) && s.endReason === undefined);
+    const quietSince = asked.map((s) => s.lastArrivalMs);
+    const stamps = await Promise.all(
+      asked.map((s) =>
+        this.#recordsOf(s.tier!)
+          .stamp(s.id)
+          .catch(() => null),
+      ),
+    );
+    asked.forEach((sequence, i) => {
+      if (!this.#all.has(sequence) || sequence.endReason !== undefined) return;
+      const session = sequence.expiresAtMs !== undefined;
+      // A request came meanwhile: the copy is not quiet, and the clocks go on from it.
+      if (session && (sequence.lastArrivalMs !== quietSince[i] || !this.#mayHaveMovedOn(sequence))) {
+        this.#armSessionCheck(sequence, sequence.lastArrivalMs + this.#sessionQuietMs);
+        return;
+      }
+      if (!session && this.#byArrival.has(sequence)) return;
+      const stamp = stamps[i];
+      const place = sequence.tier!;
+      // A version behind this copy's is a step it wrote since the look: it is current.
+      const behind =
+        stamp !== null &&
+        stamp !== undefined &&
+        this.#mayHaveMovedOn(sequence) &&
+        (stamp.ended !== undefined || stamp.life !== place.life || stamp.version > (place.version ?? 0));
+      if (behind) {
+        place.leaving = true;
+        sequence.endReason = "end";
+        this.#finish(sequence);
+      } else if (session) {
+        this.#armSessionCheck(sequence, Date.now() + SESSION_QUIET_MS);
+      } else {
+        this.#timeOut(sequence);
+      }
+    });
   }
 
   // ---- Scheduler lifecycle ----
@@ -2467,7 +2595,13 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#ending.clear();
     this.#byArrival.clear();
     this.#backlog.drain();
-    for (const timers of [this.#backlogTimers, this.#expiryTimers, this.#firstRequestTimers]) {
+    this.#copyChecks.clear();
+    for (const timers of [
+      this.#backlogTimers,
+      this.#expiryTimers,
+      this.#sessionCheckTimers,
+      this.#firstRequestTimers,
+    ]) {
       for (const timer of timers.values()) clearTimeout(timer);
       timers.clear();
     }
