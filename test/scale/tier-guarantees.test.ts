@@ -356,13 +356,14 @@ describe("the shared state tier's guarantees", { skip }, () => {
         ),
       );
     }
-    // The log names them too, and counts them as ended for that reason.
-    const named = a.process.lines.find(
-      (line) =>
-        typeof line.msg === "string" &&
-        line.msg.includes("lost their state") &&
-        ids.every((id) => (line.msg as string).includes(String(id))),
-    );
+    // The log names them too, and counts them as ended for that reason. (The line comes
+    // through the replica's stdout, which may be read after its answers came.)
+    const namesThem = (line: (typeof a.process.lines)[number]): boolean =>
+      typeof line.msg === "string" &&
+      line.msg.includes("lost their state") &&
+      ids.every((id) => (line.msg as string).includes(String(id)));
+    for (let tries = 0; !a.process.lines.some(namesThem) && tries < 200; tries++) await pause(25);
+    const named = a.process.lines.find(namesThem);
     assert.ok(named !== undefined, "the replica's log names the sequences lost");
     assert.ok(a.process.lines.some((line) => line.event === "state_store_lost"));
     // (A copy of an earlier test's sequence, still cached here, is counted with them.)
