@@ -148,6 +148,8 @@ export class LoadedModel implements ServedModel {
       });
       this.sequences = undefined;
     }
+    // Last: a load whose construction failed above never counts as served.
+    this.#tier?.startServing();
   }
 
   get decoupled(): boolean {

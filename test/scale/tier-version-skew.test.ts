@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { after, before, describe, it } from "node:test";
 import { accumulatorModel, growingStateConfig, growingStateModel } from "../../tools/onnx/sequence-models.ts";
 import {
@@ -11,6 +12,7 @@ import {
 } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
 import { accumulatorConfig, int32Input } from "../support/sequence-kit.ts";
+import { SILERO_PATH, SILERO_STATEFUL_CONFIG, SILERO_STATEFUL_MODEL } from "../support/silero-oracle.ts";
 import { missingTools, RedisServer, type Replica, startReplicas, stopReplicas } from "./support/scale-kit.ts";
 
 // A rolling upgrade: replicas serving different versions of a model share the store, and
@@ -178,5 +180,40 @@ describe("a sequence of a version the replica serves beside the one a step names
     assert.equal(sum(await addTo(serving1!, 1, 1, { id, start: true })), 1);
     assert.equal(sum(await addTo(reloading!, 2, 2, { id })), 3);
     assert.equal(redis.cli("hget", `seqserve:seq:${MODEL}:1:u:${id}`, "moved_to"), "2");
+  });
+  it("is taken over by a replica whose load of that version failed: a failed load never counts as served", async () => {
+    // Version 1 fails to load here (a Silero VAD, whose 1 KiB of state passes
+    // --max-state-bytes), and so must register nothing; version 2 (the accumulator) loads.
+    const failing = tempRepository({
+      [MODEL]: {
+        config: SILERO_STATEFUL_CONFIG.replace(`name: "${SILERO_STATEFUL_MODEL}"`, `name: "${MODEL}"`).concat(
+          "\nversion_policy: { specific { versions: [ 1 ] } }\n",
+        ),
+        onnx: { 1: readFileSync(SILERO_PATH) },
+      },
+    });
+    try {
+      const flags = ["--model-control-mode", "explicit", "--max-state-bytes", "100"];
+      const [upgraded] = await startReplicas(failing.path, redis.url, [flags]);
+      replicas.push(upgraded!);
+      const refused = await postJson(`${upgraded!.url}/v2/repository/models/${MODEL}/load`, {});
+      assert.notEqual(refused.status, 200, JSON.stringify(refused.body));
+      assert.match(refused.body.error as string, /--max-state-bytes/);
+      failing.add(MODEL, {
+        config: accumulatorConfig(MODEL, 8, BATCHING, "version_policy: { specific { versions: [ 2 ] } }"),
+        onnx: { 1: accumulatorModel(), 2: accumulatorModel() },
+      });
+      const loaded = await postJson(`${upgraded!.url}/v2/repository/models/${MODEL}/load`, {});
+      assert.equal(loaded.status, 200, JSON.stringify(loaded.body));
+      const [serving1] = await startReplicas(both.path, redis.url, [
+        ["--model-control-mode", "explicit", "--load-model", MODEL],
+      ]);
+      replicas.push(serving1!);
+      const id = 330103;
+      assert.equal(sum(await addTo(serving1!, 1, 10, { id, start: true })), 10);
+      assert.equal(sum(await addTo(upgraded!, 2, 5, { id })), 15);
+    } finally {
+      failing.remove();
+    }
   });
 });

@@ -137,9 +137,15 @@ export interface ModelTier {
    */
   findElsewhere(id: SequenceId): Promise<readonly TierRecordElsewhere[]>;
   /**
+   * The load these records were opened for (with a state signature) is built and serves:
+   * the version is registered with the tier, and counted as served here. A load that fails
+   * before it serves registers nothing. Once only.
+   */
+  startServing(): void;
+  /**
    * This replica no longer serves these records' version through this load (it is
-   * unloaded, replaced by a reload, or failed to load): once no load of it is served here,
-   * another version's sequences may be taken over from it (findElsewhere). Idempotent.
+   * unloaded, or replaced by a reload): once no load of it is served here, another
+   * version's sequences may be taken over from it (findElsewhere). Idempotent.
    */
   stopServing(): void;
   /**
@@ -173,7 +179,7 @@ export interface SequenceTier {
   /**
    * A model version's records. `stateSignature` (its sequences' state tensors: see
    * sequence-transfer.ts) is given by a load of the version that this replica serves
-   * (until ModelTier.stopServing): it is registered with the tier, as one of the versions
+   * (from ModelTier.startServing until ModelTier.stopServing): it is registered with the tier, as one of the versions
    * of the model served, so that a replica serving another version can find this one's
    * records (ModelTier.findElsewhere) and tell whether it can take them over.
    */

@@ -325,15 +325,8 @@ export class RedisSequenceTier implements SequenceTier {
   }
 
   forModel(model: string, version: string, stateSignature?: string): ModelTier {
-    let serving = false;
-    if (stateSignature !== undefined) {
-      let versions = this.#served.get(model);
-      if (versions === undefined) this.#served.set(model, (versions = new Map()));
-      versions.set(version, stateSignature);
-      this.#register(model, version, stateSignature);
-      this.#countServing(model, version, 1);
-      serving = true;
-    }
+    /** Undefined until the load serves (startServing), and again once it stops. */
+    let serving: boolean | undefined;
     const records: ModelTier = {
       tier: this,
       records: `${model}:${version}`,
@@ -355,8 +348,17 @@ export class RedisSequenceTier implements SequenceTier {
         if (fromKey === undefined) throw new Error(`records ${from.records} are not in ${this.location}`);
         return this.#track(this.#observed("move", () => this.#move(fromKey(move.id), model, version, move)));
       },
+      startServing: () => {
+        if (stateSignature === undefined || serving !== undefined) return;
+        serving = true;
+        let versions = this.#served.get(model);
+        if (versions === undefined) this.#served.set(model, (versions = new Map()));
+        versions.set(version, stateSignature);
+        this.#register(model, version, stateSignature);
+        this.#countServing(model, version, 1);
+      },
       stopServing: () => {
-        if (!serving) return;
+        if (serving !== true) return;
         serving = false;
         this.#countServing(model, version, -1);
       },
