@@ -230,6 +230,55 @@ describe("WebSocket streams: closing, back-pressure and limits", { timeout: 30_0
     await bystander.close(1000);
   });
 
+  it("a stream that leaves while one continuing its sequence is idle ends it once that one leaves without driving it", async () => {
+    const endsOf = (id: string) => model.sums.endCalls.filter((e) => e.id === id);
+    const streams = (count: number) =>
+      until(() => server.app.websocketServer.clients.size === count, `${count} streams open`);
+    /** A stream driving sequence `id` (its sum 3), and an idle one opened to continue it. */
+    const drivenAndIdle = async (id: string) => {
+      const owner = await StreamClient.open(server, `/v2/models/running_sum/stream?sequence_id=${id}`);
+      owner.send(message([1]));
+      assert.equal(await sum(owner), 1);
+      const idle = await StreamClient.open(
+        server,
+        `/v2/models/running_sum/stream?sequence_id=${id}&sequence_start=false`,
+      );
+      owner.send(message([2]));
+      assert.equal(await sum(owner), 3);
+      return { owner, idle };
+    };
+
+    // The driver closes deliberately: the idle stream still holds the sequence, which ends
+    // with the driver's reason once that one leaves without having driven it.
+    const orphan = await drivenAndIdle("orph");
+    await orphan.owner.close(1000);
+    await streams(1);
+    assert.deepEqual(endsOf("orph"), []);
+    assert.equal(model.sums.has("orph"), true);
+    await orphan.idle.close(1000);
+    await until(() => !model.sums.has("orph"), "the sequence to end");
+    assert.deepEqual(endsOf("orph"), [{ id: "orph", reason: "end" }]);
+
+    // The driver dropped: its reason, not the idle stream's deliberate close, ends it.
+    const dropped = await drivenAndIdle("orph-cut");
+    dropped.owner.socket.terminate();
+    await streams(1);
+    await dropped.idle.close(1000);
+    await until(() => !model.sums.has("orph-cut"), "the sequence to end");
+    assert.deepEqual(endsOf("orph-cut"), [{ id: "orph-cut", reason: "cancelled" }]);
+
+    // The idle stream drives it after the driver left: it owns it, and its own close decides.
+    const resumed = await drivenAndIdle("orph-taken");
+    resumed.owner.socket.terminate();
+    await streams(1);
+    resumed.idle.send(message([3]));
+    assert.equal(await sum(resumed.idle), 6);
+    assert.deepEqual(endsOf("orph-taken"), []);
+    await resumed.idle.close(1000);
+    await until(() => !model.sums.has("orph-taken"), "the sequence to end");
+    assert.deepEqual(endsOf("orph-taken"), [{ id: "orph-taken", reason: "end" }]);
+  });
+
   it("a stream that starts the same id again takes the sequence over from the old stream", async () => {
     const old = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=roam");
     const stale = await StreamClient.open(server, "/v2/models/running_sum/stream?sequence_id=roam");

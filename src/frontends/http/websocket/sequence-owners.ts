@@ -1,5 +1,5 @@
 import type { SequenceId } from "../../../core/infer.ts";
-import type { ServedModel } from "../../../core/model.ts";
+import type { SequenceEndReason, ServedModel } from "../../../core/model.ts";
 
 // Which stream owns each sequence. A client that reconnects with its id starts the
 // sequence again from the new stream (the core restarts it); the old stream, whose close
@@ -13,6 +13,10 @@ import type { ServedModel } from "../../../core/model.ts";
 // end message). Until then the stream it took the sequence from goes on stepping it, never
 // told it was taken, and gets it back if the taker leaves without driving it: a socket
 // opened and dropped does not leave the sequence with no stream until its idle timeout.
+// The stream driving it may itself leave while the taker is idle: its close, which would
+// have ended the sequence, is kept (`leftEnding`), and the taker that leaves without
+// driving it ends it with that close's reason; one that drives it owns it, and the kept
+// close is forgotten.
 
 /** A stream that may own sequences. */
 export interface SequenceHolder {
@@ -24,6 +28,8 @@ export class SequenceOwners {
   readonly #owners = new Map<string, SequenceHolder>();
   /** Streams that took a sequence to continue it and have not driven it yet: whom from. */
   readonly #tookFrom = new WeakMap<SequenceHolder, SequenceHolder>();
+  /** Streams that left while steering a sequence another stream took: the end their close asked. */
+  readonly #leftEnding = new WeakMap<SequenceHolder, SequenceEndReason>();
 
   /** The key of `id` in `model` (ids of different model versions are different sequences). */
   static key(model: ServedModel, id: SequenceId): string {
@@ -73,15 +79,33 @@ export class SequenceOwners {
   }
 
   /**
+   * `owner`, which steers `key` and no longer holds it (a stream that took it has not driven
+   * it), leaves with a close that would have ended it with `reason`: the sequence ends so
+   * if it comes back to no open stream (`release`).
+   */
+  leftEnding(owner: SequenceHolder, reason: SequenceEndReason): void {
+    this.#leftEnding.set(owner, reason);
+  }
+
+  /**
    * `owner` leaves. A sequence it holds without having driven it goes back to the stream
    * it took it from, if that one is open (else to the one that stream took it from, and so
-   * on); otherwise no stream holds it.
+   * on); otherwise no stream holds it, and the end a stream it passes asked on leaving
+   * (`leftEnding`) is returned: the caller ends the sequence with it.
    */
-  release(key: string, owner: SequenceHolder): void {
-    if (this.#owners.get(key) !== owner) return;
+  release(key: string, owner: SequenceHolder): SequenceEndReason | undefined {
+    if (this.#owners.get(key) !== owner) return undefined;
+    let ending: SequenceEndReason | undefined;
     let previous = this.#tookFrom.get(owner);
-    while (previous !== undefined && !previous.open) previous = this.#tookFrom.get(previous);
-    if (previous === undefined) this.#owners.delete(key);
-    else this.#owners.set(key, previous);
+    while (previous !== undefined && !previous.open) {
+      ending ??= this.#leftEnding.get(previous);
+      previous = this.#tookFrom.get(previous);
+    }
+    if (previous !== undefined) {
+      this.#owners.set(key, previous);
+      return undefined;
+    }
+    this.#owners.delete(key);
+    return ending;
   }
 }

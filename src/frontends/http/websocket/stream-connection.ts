@@ -63,7 +63,8 @@ import type { StreamOptions } from "./stream-options.ts";
 // its steps has run, or is in flight. Until then the sequence is still its other client's,
 // which may be stepping it over HTTP or gRPC: a socket opened and dropped ends nothing.
 // A stream of the same id it took the sequence from goes on stepping it until then, and
-// gets it back if it leaves without driving it (sequence-owners.ts).
+// gets it back if it leaves without driving it (sequence-owners.ts); if that stream leaves
+// first, its close ends the sequence once the taker leaves without driving it.
 // Requests not yet run are aborted through one signal shared by the whole connection (one
 // AbortController per message would be a measurable part of its cost; a request no longer
 // listens once it is answered).
@@ -628,7 +629,7 @@ export class StreamConnection implements SequenceHolder {
     if (this.#closed) {
       // The client left while the start ran: end the sequence its answer names.
       if (this.#lateEnd !== undefined) this.#endSequence(this.#lateEnd);
-      if (this.#ownerKey !== undefined) this.#owners.release(this.#ownerKey, this);
+      this.#leave();
       return;
     }
     if (entry.starts) this.#established = true;
@@ -789,12 +790,27 @@ export class StreamConnection implements SequenceHolder {
    * Ends the sequence, unless another stream has started its id since, or taken it to
    * continue it: a stream that leaves ends only a sequence it holds. The client's own end
    * (`asked`) ends one the stream still steers, taken by a stream that has not driven it.
+   * A stream leaving one it steers without holding it leaves its end to the taker: it ends
+   * the sequence so if it leaves without driving it (#leave), as this close alone would.
    */
   #endSequence(reason: SequenceEndReason, asked = false): void {
     const key = this.#ownerKey;
     if (key === undefined || this.#id === undefined) return;
-    if (!(asked ? this.#owners.steers(key, this) : this.#owners.owns(key, this))) return;
-    this.#sequences?.end(this.#id, reason);
+    if (asked ? this.#owners.steers(key, this) : this.#owners.owns(key, this)) {
+      this.#sequences?.end(this.#id, reason);
+    } else if (!asked && this.#owners.steers(key, this)) {
+      this.#owners.leftEnding(this, reason);
+    }
+  }
+
+  /**
+   * The stream has left: a sequence it holds goes back to the stream it took it from, or,
+   * none open, ends with the end the stream that drove it asked on leaving meanwhile.
+   */
+  #leave(): void {
+    if (this.#ownerKey === undefined) return;
+    const ending = this.#owners.release(this.#ownerKey, this);
+    if (ending !== undefined && this.#id !== undefined) this.#sequences?.end(this.#id, ending);
   }
 
   /** Another stream started this sequence's id again: the sequence is no longer this stream's. */
@@ -862,7 +878,7 @@ export class StreamConnection implements SequenceHolder {
       if (this.#id !== undefined) this.#endSequence(reason);
       else this.#lateEnd = reason;
     }
-    if (this.#ownerKey !== undefined) this.#owners.release(this.#ownerKey, this);
+    this.#leave();
     // Requests not yet run fail (those of an ended sequence already have): nobody is left to
     // answer; decoupled requests running are cancelled (their model is told).
     this.#controller.abort(cancelled("the client closed the stream"));
