@@ -148,6 +148,29 @@ describe("a handler model's sequence spread over two replicas ends once", { skip
     assert.equal(idleLines(a).length, 0);
     assert.equal(idleLines(b).length, 1);
   });
+  it("abandoned with its last steps milliseconds apart on both replicas, it times out once, where it is current", async () => {
+    const ids = [11, 12, 13, 14, 15];
+    await Promise.all(
+      ids.map(async (id) => {
+        assert.equal(await add(a, id, 1, { start: true }), 1);
+        assert.equal(await add(b, id, 2), 3);
+        assert.equal(await add(a, id, 3), 6);
+      }),
+    );
+    await waitFor("both replicas to hold none of them", async () => {
+      const left = [...(await held(a)), ...(await held(b))].filter((id) => ids.includes(Number(id)));
+      return left.length === 0 ? true : undefined;
+    });
+    // Markers: a replica's model code hears of their ends after any end its copies had.
+    assert.equal(await add(a, 18, 1, { start: true, end: true }), 1);
+    assert.equal(await add(b, 19, 1, { start: true, end: true }), 1);
+    await eventOf(repository.eventsFile, "the end of sequence 18", (e: HandlerEvent) => e.id === "18");
+    await eventOf(repository.eventsFile, "the end of sequence 19", (e: HandlerEvent) => e.id === "19");
+    assert.deepEqual(
+      ends().filter((end) => ids.some((id) => end.split(" ")[1] === String(id))),
+      ids.map((id) => `A ${id} timeout sum=6`),
+    );
+  });
 });
 
 describe("a SageMaker session opened on one replica and closed on the other", { skip }, () => {

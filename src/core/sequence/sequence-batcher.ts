@@ -111,6 +111,15 @@ const RECLAIM_INTERVAL_MS = 1000;
 const COPY_CHECK_INTERVAL_MS = 1000;
 
 /**
+ * How long a live record outlives its idle timeout in the tier. A replica's copy that is
+ * behind reaches its idle timeout no later than the current copy, but asks the tier up to
+ * a look's interval later: the record must still be there (or the current copy's end
+ * written in its place), or the copy would take the missing record for its own and time
+ * out too, its model code told a second, false end with old state.
+ */
+const IDLE_RECORD_GRACE_MS = 5 * COPY_CHECK_INTERVAL_MS;
+
+/**
  * A session's copy quiet here this long (or for the model's idle timeout, if shorter) is
  * asked about (#armSessionCheck): far less than a session's expiry (20 minutes for
  * SageMaker's), so a session that went on, or was closed, on another replica leaves this
@@ -1618,7 +1627,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
 
   #expiry(sequence: { readonly expiresAtMs: number | undefined }): TierExpiry {
     if (sequence.expiresAtMs !== undefined) return { kind: "at", epochMs: sequence.expiresAtMs };
-    return this.#idleMs === undefined ? { kind: "never" } : { kind: "idle", ms: Math.ceil(this.#idleMs) };
+    return this.#idleMs === undefined
+      ? { kind: "never" }
+      : { kind: "idle", ms: Math.ceil(this.#idleMs) + IDLE_RECORD_GRACE_MS };
   }
 
   #body(
