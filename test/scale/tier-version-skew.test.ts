@@ -184,6 +184,7 @@ describe("a sequence of a version the replica serves beside the one a step names
   it("is taken over by a replica whose load of that version failed: a failed load never counts as served", async () => {
     // Version 1 fails to load here (a Silero VAD, whose 1 KiB of state passes
     // --max-state-bytes), and so must register nothing; version 2 (the accumulator) loads.
+    const version1 = tempRepository({ [MODEL]: { config: CONFIG, onnx: accumulatorModel() } });
     const failing = tempRepository({
       [MODEL]: {
         config: SILERO_STATEFUL_CONFIG.replace(`name: "${SILERO_STATEFUL_MODEL}"`, `name: "${MODEL}"`).concat(
@@ -205,15 +206,15 @@ describe("a sequence of a version the replica serves beside the one a step names
       });
       const loaded = await postJson(`${upgraded!.url}/v2/repository/models/${MODEL}/load`, {});
       assert.equal(loaded.status, 200, JSON.stringify(loaded.body));
-      const [serving1] = await startReplicas(both.path, redis.url, [
-        ["--model-control-mode", "explicit", "--load-model", MODEL],
-      ]);
+      // Another replica serves version 1 (the describe's repository may serve 2 only by now).
+      const [serving1] = await startReplicas(version1.path, redis.url, [[]]);
       replicas.push(serving1!);
       const id = 330103;
       assert.equal(sum(await addTo(serving1!, 1, 10, { id, start: true })), 10);
       assert.equal(sum(await addTo(upgraded!, 2, 5, { id })), 15);
     } finally {
       failing.remove();
+      version1.remove();
     }
   });
 });
