@@ -725,16 +725,19 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#waitedForRoom.set(pending, { assignedId });
     this.#waitingForTier++;
     this.#pending++;
-    this.#reclaimStaleCopies(() => {
-      this.#pending--;
-      this.#waitingForTier--;
-      try {
-        this.#admit(pending, looked);
-      } catch (error) {
-        pending.reject(asServerError(error));
-      }
-      this.#notifyIdle();
-    });
+    this.#reclaimStaleCopies(() => this.#readmit(pending, looked));
+  }
+
+  /** `pending`, back from waiting for the tier (counted in #pending and #waitingForTier), is admitted again. */
+  #readmit(pending: PendingRequest, looked: boolean): void {
+    this.#pending--;
+    this.#waitingForTier--;
+    try {
+      this.#admit(pending, looked);
+    } catch (error) {
+      pending.reject(asServerError(error));
+    }
+    this.#notifyIdle();
   }
 
   /**
@@ -1884,16 +1887,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#waitingForTier++;
     this.#pending++;
     this.#ids!.ready().then(
-      () => {
-        this.#pending--;
-        this.#waitingForTier--;
-        try {
-          this.#admit(pending, false);
-        } catch (error) {
-          pending.reject(asServerError(error));
-        }
-        this.#notifyIdle();
-      },
+      () => this.#readmit(pending, false),
       (error: unknown) => {
         this.#pending--;
         this.#waitingForTier--;
