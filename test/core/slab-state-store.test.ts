@@ -73,15 +73,45 @@ describe("SlabStateStore", () => {
     assert.equal(store.totalBytes, 0);
   });
 
-  it("refuses a state of the wrong shape or type without taking a row", () => {
+  it("refuses a state of the wrong type without taking a row", () => {
     const store = new SlabStateStore(LAYOUTS, POLICY, 8);
     const wrong = stateOf(1);
     wrong.set("count", { datatype: "INT32", shape: [1, 3], data: Int32Array.of(1, 2, 3) });
     assert.throws(
       () => store.set("a", wrong),
-      (e: unknown) => e instanceof ServerError && /state 'count' must be INT8 \[1,3\]/.test(e.message),
+      (e: unknown) =>
+        e instanceof ServerError && /state 'count' must be INT8 to be kept, got INT32/.test(e.message),
     );
     assert.equal(store.size, 0);
+  });
+
+  it("keeps a state the model gave in other shapes apart, as given, and takes it back into a row when it fits again", () => {
+    const store = new SlabStateStore(LAYOUTS, POLICY, 8);
+    const row = 256 * 4 + 3;
+    store.set("a", stateOf(1));
+    store.set("b", stateOf(2));
+    const grown = stateOf(1);
+    grown.set("count", { datatype: "INT8", shape: [1, 5], data: Int8Array.of(1, 2, 3, 4, 5) });
+    store.set("a", grown);
+    assert.equal(store.laidOut("a"), false);
+    assert.equal(store.laidOut("b"), true);
+    const kept = store.get("a")!;
+    assert.deepEqual(kept.get("count")!.shape, [1, 5]);
+    assert.deepEqual([...(kept.get("count")!.data as Int8Array)], [1, 2, 3, 4, 5]);
+    // Counted as held: its row is free again.
+    assert.equal(store.bytesOf("a"), 256 * 4 + 5);
+    assert.equal(store.totalBytes, row + 256 * 4 + 5);
+    assert.equal(store.allocatedBytes, 2 * row + 256 * 4 + 5);
+    assert.equal(store.size, 2);
+    store.set("a", stateOf(9));
+    assert.equal(store.laidOut("a"), true);
+    assert.equal((store.get("a")!.get("count")!.data as Int8Array)[0], 9);
+    assert.equal(store.totalBytes, 2 * row);
+    store.set("a", grown);
+    store.delete("a");
+    assert.equal(store.get("a"), undefined);
+    assert.equal(store.totalBytes, row);
+    assert.equal(store.size, 1);
   });
 });
 

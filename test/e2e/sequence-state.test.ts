@@ -104,22 +104,28 @@ ${extra}
 `;
 }
 
-/** A model whose state output grows a column each step, while its config keeps the state at [1]. */
-function growingStateModel(): Uint8Array {
+/**
+ * A state that grows a column each step, while its config keeps it at [1] (Triton's QA
+ * growable-memory model): STATE_OUT = Concat(STATE, INPUT) on the last axis, OUTPUT its
+ * sum. Batched, INT32 [batch, n]; unbatched, [n].
+ */
+function growingStateModel(batched: boolean): Uint8Array {
+  const dims = (...rest: (number | string)[]) => (batched ? ["batch", ...rest] : rest);
   return new OnnxModelBuilder({ opset: 17 })
-    .input("INPUT", "INT32", ["batch", 1])
-    .input("STATE", "INT32", ["batch", "s"])
-    .output("OUTPUT", "INT32", ["batch", 1])
-    .output("STATE_OUT", "INT32", ["batch", "s2"])
-    .node("Identity", ["INPUT"], ["OUTPUT"])
-    .node("Concat", ["STATE", "INPUT"], ["STATE_OUT"], { axis: 1 })
+    .input("INPUT", "INT32", dims(1))
+    .input("STATE", "INT32", dims("s"))
+    .output("OUTPUT", "INT32", dims(1))
+    .output("STATE_OUT", "INT32", dims("s2"))
+    .initializer("last", "INT64", [1], [batched ? 1 : 0])
+    .node("Concat", ["STATE", "INPUT"], ["STATE_OUT"], { axis: batched ? 1 : 0 })
+    .node("ReduceSum", ["STATE_OUT", "last"], ["OUTPUT"], { keepdims: 1 })
     .toBytes();
 }
 
-const MISFIT_CONFIG = `
-name: "misfit"
+const growingConfig = (name: string, maxBatchSize: number) => `
+name: "${name}"
 backend: "onnxruntime"
-max_batch_size: 4
+max_batch_size: ${maxBatchSize}
 input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 sequence_batching {
@@ -168,7 +174,8 @@ before(async () => {
       onnx: accumulatorModel(),
     },
     shared: { config: SHARED_CONFIG, onnx: accumulatorModel({ scaled: true }) },
-    misfit: { config: MISFIT_CONFIG, onnx: growingStateModel() },
+    growing: { config: growingConfig("growing", 4), onnx: growingStateModel(true) },
+    growing_nobatch: { config: growingConfig("growing_nobatch", 0), onnx: growingStateModel(false) },
   });
 });
 after(() => server.stop());
@@ -408,30 +415,53 @@ describe("implicit state and shared inputs", { timeout: 60_000 }, () => {
     assert.equal(await executionCount(server.url, "no_end_run"), executions);
   });
 
-  it("a state output that does not fit the config fails its step with a message, and the state stays", async () => {
+  it("a state the model gives back larger than its config's dims is kept as the model gave it, as Triton keeps it", async () => {
+    // Triton's growable-memory QA: steps 1, 2, 3 answer 1, 3, 6 (the state [0, 1, 2, 3]).
     const step = (value: number, sequence: { id: number; start?: boolean; end?: boolean }) =>
       infer(
         server.url,
-        "misfit",
-        [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [value] }],
+        "growing_nobatch",
+        [{ name: "INPUT", datatype: "INT32", shape: [1], data: [value] }],
         sequence,
       );
-    for (const sequence of [{ id: 71, start: true }, { id: 71 }]) {
-      const answer = await step(7, sequence);
-      assert.equal(answer.status, 500, JSON.stringify(answer.body));
-      assert.match(
-        String(answer.body.error),
-        /state 'STATE' must be INT32 \[1,1\] to be kept, got INT32 \[1,2\]/,
-      );
+    const sums: number[] = [];
+    for (const [value, sequence] of [
+      [1, { id: 81, start: true }],
+      [2, { id: 81 }],
+    ] as const) {
+      sums.push(outputData(await step(value, sequence), "OUTPUT")[0] as number);
     }
-    assert.equal(
-      (await findSequence(server.url, "misfit", 71))?.stateBytes,
-      0,
-      "nothing kept of the failed steps",
+    // The state is counted as it is held: [0, 1, 2] INT32.
+    assert.equal((await findSequence(server.url, "growing_nobatch", 81))?.stateBytes, 12);
+    sums.push(outputData(await step(3, { id: 81, end: true }), "OUTPUT")[0] as number);
+    assert.deepEqual(sums, [1, 3, 6]);
+    assert.equal(await findSequence(server.url, "growing_nobatch", 81), undefined);
+  });
+
+  it("batched: sequences whose states have grown apart run in batches of their own, each kept as its model gave it", async () => {
+    const step = (id: number, value: number, flags: { start?: boolean; end?: boolean } = {}) =>
+      infer(server.url, "growing", [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [value] }], {
+        id,
+        ...flags,
+      }).then((answer) => {
+        assert.equal(answer.status, 200, JSON.stringify(answer.body));
+        return outputData(answer, "OUTPUT")[0] as number;
+      });
+    assert.equal(await step(71, 5, { start: true }), 5);
+    assert.equal(await step(71, 7), 12);
+    // 71's state is [1, 3] now, a new sequence's [1, 2]: both step at once, with a START.
+    assert.deepEqual(
+      await Promise.all([step(71, 1), step(72, 10, { start: true }), step(73, 4, { start: true })]),
+      [13, 10, 4],
     );
-    // An END keeps no state: it is answered, and frees the sequence.
-    assert.deepEqual(outputData(await step(5, { id: 71, end: true }), "OUTPUT"), [5]);
-    assert.equal(await findSequence(server.url, "misfit", 71), undefined);
+    assert.deepEqual(await Promise.all([step(72, 1), step(73, 2)]), [11, 6]);
+    assert.equal((await findSequence(server.url, "growing", 71))?.stateBytes, 16);
+    assert.equal((await findSequence(server.url, "growing", 72))?.stateBytes, 12);
+    assert.deepEqual(
+      await Promise.all([step(71, 2, { end: true }), step(72, 0, { end: true }), step(73, 0, { end: true })]),
+      [15, 11, 6],
+    );
+    assert.equal((await listSequences(server.url, "growing")).sequences.length, 0);
   });
 
   it("shared inputs: requests that disagree on a shared input's value run in different batches", async () => {

@@ -38,8 +38,12 @@ export interface SequenceModel {
   readonly budget?: StateBudget;
   /** Per state input name: the tensor a START begins from. */
   readonly initialStates: ReadonlyMap<string, NumericTensor>;
-  /** Every sequence's state has the same shapes, so state never keeps sequences out of a batch. */
-  readonly fixedStateShapes: boolean;
+  /**
+   * For a model whose config gives every state a fixed shape: whether a sequence's state
+   * still has those shapes (a model may give it back grown). Sequences whose state does
+   * share batches whatever it holds; undefined when shapes vary (each sequence's count).
+   */
+  readonly laidOut?: (sequenceKey: string) => boolean;
   /** Told about each batch that ran (the model runner's log). */
   readonly observer?: BatchObserver;
   /**
@@ -101,7 +105,9 @@ function stateOf(model: SequenceModel, row: SequenceRow, state: StateConfig): Te
 /** The part of a batch key that comes from state: sequences whose state shapes differ cannot share a batch. */
 function stateKey(model: SequenceModel, row: SequenceRow): string {
   const states = model.config.sequenceBatching?.states ?? [];
-  if (states.length === 0 || model.fixedStateShapes) return "";
+  if (states.length === 0) return "";
+  // A START begins from the initial state, which has the config's shapes.
+  if (model.laidOut !== undefined && (isStart(row) || model.laidOut(row.sequence.key))) return "";
   let key = "";
   for (const state of states) {
     const stored = isStart(row)
@@ -274,8 +280,8 @@ export async function runSequenceBatch(
       const state = newStates[i] as SequenceState;
       const bytes = stateBytes(state);
       // A state the store cannot keep (too large for the model or for the server's budget,
-      // or not the shape its slab holds: model outputs that do not match the config) fails
-      // its step; the state stays as it was.
+      // or not the type its config gives) fails its step; the state stays as it was. One
+      // the model gave in other shapes than the config's is kept as it is, as Triton does.
       let refusal =
         stateTooLarge(config.name, row, bytes, sequencing.stateMaxBytes) ??
         model.budget?.refusal(store.bytesOf(row.sequence.key), bytes, () => budgetedStep(config.name, row));

@@ -52,7 +52,7 @@ import {
   stateSignature,
   type TransferredSequence,
 } from "./sequence-transfer.ts";
-import { stateRowBytes } from "./slab-state-store.ts";
+import { SlabStateStore, stateRowBytes } from "./slab-state-store.ts";
 import type { StateBudget } from "./state-budget.ts";
 import {
   isSerializedValue,
@@ -305,12 +305,13 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       strategy.kind === "direct" ? Math.max(1, config.maxBatchSize) : strategy.maxCandidateSequences;
     const slots = perInstance * options.executors.length;
     this.#tier = options.tier;
+    const store = options.store ?? stateStoreForModel(layouts, config, slots);
     this.#model = {
       config,
       statistics: options.statistics,
-      store: options.store ?? stateStoreForModel(layouts, config, slots),
+      store,
       initialStates,
-      fixedStateShapes: layouts !== undefined,
+      ...(store instanceof SlabStateStore ? { laidOut: (key: string) => store.laidOut(key) } : {}),
       ...(options.stateBudget === undefined ? {} : { budget: options.stateBudget }),
       ...(options.observer === undefined ? {} : { observer: options.observer }),
       ...(options.tier === undefined

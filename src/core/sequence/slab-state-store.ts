@@ -1,14 +1,20 @@
 import { allocateArray, type NumericArray, type NumericDataType } from "../datatype.ts";
 import { internal } from "../errors.ts";
 import type { StateBufferConfig } from "../model-config.ts";
-import { elementCount, formatShape, type Tensor } from "../tensor.ts";
-import type { SequenceState, StateStore } from "./state-store.ts";
+import { elementCount, type Tensor } from "../tensor.ts";
+import { MemoryStateStore, type SequenceState, type StateStore } from "./state-store.ts";
 
 // State kept in slabs: every state tensor of a sequence has the same fixed shape, so one
 // row per sequence in a few large typed arrays holds it with no per-sequence objects, and
 // memory grows and shrinks a slab at a time as sequences come and go (the ONNX stateful
 // backend's lazy buffer allocation). Reading a sequence's state gives views of its row;
 // writing copies into it.
+//
+// The shapes are the config's, and a model may give its state back in another one (a
+// state that grows each step, as Triton's growable-memory models do, whatever dims the
+// config gives): Triton keeps what the model gave as the next step's state. Such a
+// sequence leaves its row for a map of its own tensors (MemoryStateStore), and comes back
+// to a row if its state takes the config's shapes again.
 
 /** One state tensor as a sequence keeps it. */
 export interface StateLayout {
@@ -49,6 +55,8 @@ export class SlabStateStore implements StateStore {
   readonly #plannedRows: number;
   readonly #slabs: Slab[] = [];
   readonly #places = new Map<string, Place>();
+  /** Sequences whose state the model gave in other shapes than the rows'. */
+  readonly #outgrown = new MemoryStateStore();
   #allocatedRows = 0;
 
   constructor(layouts: readonly StateLayout[], policy: StateBufferConfig, plannedRows: number) {
@@ -63,7 +71,7 @@ export class SlabStateStore implements StateStore {
   /** Slabs hold tensors only. */
   get(key: string): ReadonlyMap<string, Tensor> | undefined {
     const place = this.#places.get(key);
-    if (place === undefined) return undefined;
+    if (place === undefined) return this.#outgrown.get(key) as ReadonlyMap<string, Tensor> | undefined;
     const state = new Map<string, Tensor>();
     for (let i = 0; i < this.#layouts.length; i++) {
       const layout = this.#layouts[i]!;
@@ -78,22 +86,26 @@ export class SlabStateStore implements StateStore {
   }
 
   set(key: string, state: SequenceState): void {
-    // Check before taking a row: a state that does not fit leaves the store as it was.
+    // Check before taking a row: a state that cannot be kept leaves the store as it was.
+    let laidOut = true;
     for (let i = 0; i < this.#layouts.length; i++) {
       const layout = this.#layouts[i]!;
-      // Slabs keep implicit-state tensors only (models whose states all have fixed shapes).
+      // Slabs keep implicit-state tensors only (models whose config gives every state a fixed shape).
       const tensor = state.get(layout.inputName) as Tensor | undefined;
-      if (
-        tensor === undefined ||
-        tensor.datatype !== layout.datatype ||
-        !sameSize(tensor, this.#elements[i]!)
-      ) {
+      if (tensor === undefined || tensor.datatype !== layout.datatype) {
         throw internal(
-          `state '${layout.inputName}' must be ${layout.datatype} ${formatShape(layout.shape)} to be kept, ` +
-            `got ${tensor === undefined ? "none" : `${tensor.datatype} ${formatShape(tensor.shape)}`}`,
+          `state '${layout.inputName}' must be ${layout.datatype} to be kept, ` +
+            `got ${tensor === undefined ? "none" : tensor.datatype}`,
         );
       }
+      if (!sameShape(tensor.shape, layout.shape) || !sameSize(tensor, this.#elements[i]!)) laidOut = false;
     }
+    if (!laidOut) {
+      this.#leaveRow(key);
+      this.#outgrown.set(key, state);
+      return;
+    }
+    this.#outgrown.delete(key);
     const place = this.#places.get(key) ?? this.#take(key);
     for (let i = 0; i < this.#layouts.length; i++) {
       const data = (state.get(this.#layouts[i]!.inputName) as Tensor).data as NumericArray;
@@ -110,32 +122,45 @@ export class SlabStateStore implements StateStore {
   }
 
   delete(key: string): void {
-    const place = this.#places.get(key);
-    if (place === undefined) return;
-    this.#places.delete(key);
-    place.slab.free.push(place.row);
-    this.#shrink();
+    this.#leaveRow(key);
+    this.#outgrown.delete(key);
   }
 
   bytesOf(key: string): number {
-    return this.#places.has(key) ? this.#rowBytes : 0;
+    return this.#places.has(key) ? this.#rowBytes : this.#outgrown.bytesOf(key);
   }
 
   get totalBytes(): number {
-    return this.#places.size * this.#rowBytes;
+    return this.#places.size * this.#rowBytes + this.#outgrown.totalBytes;
   }
 
   get allocatedBytes(): number {
-    return this.#allocatedRows * this.#rowBytes;
+    return this.#allocatedRows * this.#rowBytes + this.#outgrown.allocatedBytes;
   }
 
   get size(): number {
-    return this.#places.size;
+    return this.#places.size + this.#outgrown.size;
+  }
+
+  /**
+   * Whether the sequence's state has the rows' shapes (it has none kept, or a row): such
+   * sequences share batches whatever their state; one the model grew batches by its shapes.
+   */
+  laidOut(key: string): boolean {
+    return this.#outgrown.get(key) === undefined;
   }
 
   /** Slabs held now (for tests and the sequences API). */
   get slabs(): number {
     return this.#slabs.length;
+  }
+
+  #leaveRow(key: string): void {
+    const place = this.#places.get(key);
+    if (place === undefined) return;
+    this.#places.delete(key);
+    place.slab.free.push(place.row);
+    this.#shrink();
   }
 
   get #freeRows(): number {
@@ -181,6 +206,10 @@ export class SlabStateStore implements StateStore {
       this.#allocatedRows -= last.rows;
     }
   }
+}
+
+function sameShape(a: readonly number[], b: readonly number[]): boolean {
+  return a.length === b.length && a.every((dim, i) => dim === b[i]);
 }
 
 function sameSize(tensor: Tensor, elements: number): boolean {
