@@ -228,7 +228,20 @@ describe("invalid model configurations", () => {
       name: "an initial state with a variable dimension",
       text: `${IO}sequence_batching { state [ { input_name: "s" output_name: "t" data_type: TYPE_FP32 dims: [-1]\n initial_state { data_type: TYPE_FP32 dims: [-1] zero_data: true name: "a" } } ] }`,
       line: 4,
-      includes: "Field 'dims' must be fully specified when using initial_state for state input 's'.",
+      includes: "'initial_state' field for state input name 's' contains variable dimensions.",
+    },
+    {
+      name: "an initial state of another rank than its state",
+      text: `${IO}sequence_batching { state [ { input_name: "s" output_name: "t" data_type: TYPE_FP32 dims: [2]\n initial_state { data_type: TYPE_FP32 dims: [1, 2] zero_data: true name: "a" } } ] }`,
+      line: 4,
+      includes:
+        "Number of dimensions in 'initial_state' doesn't match the size of 'state' dimensions for state input 's'. 2 != 1",
+    },
+    {
+      name: "an initial state dim other than its state's",
+      text: `${IO}sequence_batching { state [ { input_name: "s" output_name: "t" data_type: TYPE_FP32 dims: [2]\n initial_state { data_type: TYPE_FP32 dims: [3] zero_data: true name: "a" } } ] }`,
+      line: 4,
+      includes: "'initial_state' dim for input name 's' doesn't match 'state' dim description. 3 != 2",
     },
     {
       name: "an initial state of another type",
@@ -241,7 +254,9 @@ describe("invalid model configurations", () => {
       name: "an initial state file that does not exist",
       text: `${IO}sequence_batching { state [ { input_name: "s" output_name: "t" data_type: TYPE_FP32 dims: [2]\n initial_state { data_type: TYPE_FP32 dims: [2] name: "a"\n data_file: "missing.bin" } } ] }`,
       line: 5,
-      includes: "initial_state data_file 'missing.bin' of state 's' does not exist",
+      includes:
+        "failed to open text file for read /models/m/initial_state/missing.bin: No such file or directory",
+      modelDir: "/models/m",
     },
     {
       name: "an initial state file outside the initial_state folder",
@@ -450,13 +465,13 @@ describe("configurations that do not match their model", () => {
     });
     after(() => rmSync(modelDir, { recursive: true, force: true }));
 
-    it("reports a data file of the wrong size", () =>
+    it("reports a data file too small for the state, in Triton's words", () =>
       check({
         name: "",
         text: `${IO}sequence_batching { state [ { input_name: "s" output_name: "t" data_type: TYPE_FP32 dims: [2]\n initial_state { data_type: TYPE_FP32 dims: [2] name: "a"\n data_file: "short.bin" } } ] }`,
         line: 5,
         includes:
-          "initial_state data_file 'short.bin' of state 's' has 4 bytes, but dims [2] of TYPE_FP32 need 8 bytes",
+          "initial_state setting expects 8 bytes, but the data provided from short.binonly has 4 bytes.",
         modelDir,
       }));
   });

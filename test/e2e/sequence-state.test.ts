@@ -156,6 +156,15 @@ before(async () => {
       onnx: adderModel(),
       files: { "initial_state/start.bin": new Uint8Array(new Int32Array([1000, -2000, 3000]).buffer) },
     },
+    init_file_long: {
+      config: adderConfig(
+        "init_file_long",
+        `initial_state { data_type: TYPE_INT32 dims: [ 3 ] data_file: "long.bin" name: "start" }`,
+        ADDER_OUTPUT,
+      ),
+      onnx: adderModel(),
+      files: { "initial_state/long.bin": new Uint8Array(new Int32Array([7, 8, 9, 10, 11]).buffer) },
+    },
     layers: { config: layeredConfig("layers", ""), onnx: layeredStateModel() },
     layers_fp16: {
       config: layeredConfig(
@@ -175,7 +184,10 @@ before(async () => {
     },
     shared: { config: SHARED_CONFIG, onnx: accumulatorModel({ scaled: true }) },
     growing: { config: growingConfig("growing", 4), onnx: growingStateModel(true) },
-    growing_nobatch: { config: growingConfig("growing_nobatch", 0), onnx: growingStateModel(false) },
+    growing_nobatch: {
+      config: growingConfig("growing_nobatch", 0),
+      onnx: growingStateModel(false),
+    },
   });
 });
 after(() => server.stop());
@@ -288,6 +300,15 @@ describe("implicit state and shared inputs", { timeout: 60_000 }, () => {
     assert.deepEqual(
       outputData(await add3("init_file", [0, 0, 0], { id: 1, start: true, end: true }), "OUTPUT"),
       [1000, -2000, 3000],
+    );
+  });
+
+  it("an initial_state data_file larger than the state loads, and a start begins from its first bytes, as in Triton", async () => {
+    const first = await add3("init_file_long", [1, 2, 3], { id: 1, start: true });
+    assert.deepEqual(outputData(first, "OUTPUT"), [8, 10, 12]);
+    assert.deepEqual(
+      outputData(await add3("init_file_long", [1, 1, 1], { id: 1, end: true }), "OUTPUT"),
+      [9, 11, 13],
     );
   });
 

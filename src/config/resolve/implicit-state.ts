@@ -131,21 +131,35 @@ function resolveInitialState(
   if (node.string("name") === "") {
     node.fail("name", `Field 'name' must be set when using initial_state for state input '${inputName}'.`);
   }
+  // Triton's checks, in its order and words (sequence_batch_scheduler.cc).
   const dims = node.safeNumbers("dims");
-  if (dims.some((dim) => dim < 1)) {
+  if (dims.length !== stateDims.length) {
     node.fail(
       "dims",
-      `Field 'dims' must be fully specified when using initial_state for state input '${inputName}'.`,
+      `Number of dimensions in 'initial_state' doesn't match the size of 'state' dimensions for state input '${inputName}'. ${dims.length} != ${stateDims.length}`,
     );
   }
-  const compatible =
-    dims.length === stateDims.length && dims.every((dim, i) => stateDims[i] === -1 || stateDims[i] === dim);
-  if (!compatible) {
-    node.fail(
-      "dims",
-      `initial_state dims ${formatShapeSpaced(dims)} of state '${inputName}' do not fit the state's dims ${formatShapeSpaced(stateDims)}`,
-    );
-  }
+  dims.forEach((dim, i) => {
+    if (dim === -1) {
+      node.fail(
+        "dims",
+        `'initial_state' field for state input name '${inputName}' contains variable dimensions.`,
+      );
+    }
+    if (dim < 1) {
+      node.fail(
+        "dims",
+        `Field 'dims' must be fully specified when using initial_state for state input '${inputName}'.`,
+      );
+    }
+    const stateDim = stateDims[i]!;
+    if (stateDim !== -1 && dim !== stateDim) {
+      node.fail(
+        "dims",
+        `'initial_state' dim for input name '${inputName}' doesn't match 'state' dim description. ${dim} != ${stateDim}`,
+      );
+    }
+  });
   // The state one sequence keeps: the batch axis, when there is one, has size 1.
   const perSequence =
     batchAxis === undefined ? dims : [...dims.slice(0, batchAxis), 1, ...dims.slice(batchAxis)];
@@ -164,21 +178,30 @@ function resolveInitialState(
   let size: number;
   try {
     size = statSync(path).size;
-  } catch {
-    return node.fail(
-      "data_file",
-      `initial_state data_file '${file}' of state '${inputName}' does not exist (looked for ${path})`,
-    );
+  } catch (error) {
+    return node.fail("data_file", `failed to open text file for read ${path}: ${systemErrorText(error)}`);
   }
+  // As Triton: a file larger than the state gives its first bytes; only one too small is
+  // refused. (Triton's message has no space before "only".)
   const expected = dims.reduce((a, b) => a * b, 1) * (elementByteSize(datatype) ?? 0);
-  if (size !== expected) {
+  if (size < expected) {
     node.fail(
       "data_file",
-      `initial_state data_file '${file}' of state '${inputName}' has ${size} bytes, but dims ${formatShapeSpaced(dims)} ` +
-        `of ${configTypeName(datatype)} need ${expected} bytes`,
+      `initial_state setting expects ${expected} bytes, but the data provided from ${file}only has ${size} bytes.`,
     );
   }
   return { kind: "file", datatype, dims: perSequence, path };
+}
+
+/** An error's text as the C library's strerror gives it (Triton's message quotes it). */
+function systemErrorText(error: unknown): string {
+  const code = (error as NodeJS.ErrnoException).code;
+  const texts: Record<string, string> = {
+    ENOENT: "No such file or directory",
+    EACCES: "Permission denied",
+    ENOTDIR: "Not a directory",
+  };
+  return (code === undefined ? undefined : texts[code]) ?? (error as Error).message;
 }
 
 /** States named by the `state_pairs` parameter; their type and shape come from the model file. */

@@ -4,7 +4,7 @@ import { internal } from "../errors.ts";
 import type { StateConfig } from "../model-config.ts";
 import { elementCount, type NumericTensor } from "../tensor.ts";
 
-// The state a sequence starts with: Triton's `initial_state` (zeros, or the contents of
+// The state a sequence starts with: Triton's `initial_state` (zeros, or the first bytes of
 // `<model>/initial_state/<data_file>`), or zeros with every variable dim at 1 when none is
 // configured. Its shape has 1 on the batch axis: one sequence's share of a batch.
 
@@ -22,12 +22,13 @@ export function initialStateTensor(state: StateConfig): NumericTensor {
   }
   const bytes = readFileSync(initial.path);
   const expected = count * (elementByteSize(state.datatype) ?? 0);
-  if (bytes.byteLength !== expected) {
+  // As Triton: the file's first bytes; one too small was refused with the config.
+  if (bytes.byteLength < expected) {
     throw internal(
-      `initial state file '${initial.path}' for state '${state.inputName}' has ${bytes.byteLength} bytes, expected ${expected}`,
+      `initial state file '${initial.path}' for state '${state.inputName}' has ${bytes.byteLength} bytes, expected at least ${expected}`,
     );
   }
-  const owned = new Uint8Array(bytes).slice();
+  const owned = new Uint8Array(bytes.subarray(0, expected));
   return {
     datatype: state.datatype,
     shape,
