@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
 import { accumulatorModel, scaledAccumulatorConfig } from "../../tools/onnx/sequence-models.ts";
+import { type LogLine, memoryLogger } from "../security/support/memory-logger.ts";
 import { infer, inferBinary, type JsonInput, outputData } from "../support/http-client.ts";
 import {
   accumulate,
@@ -122,7 +123,7 @@ function growingStateModel(batched: boolean): Uint8Array {
     .toBytes();
 }
 
-const growingConfig = (name: string, maxBatchSize: number) => `
+const growingConfig = (name: string, maxBatchSize: number, fields = "") => `
 name: "${name}"
 backend: "onnxruntime"
 max_batch_size: ${maxBatchSize}
@@ -130,65 +131,75 @@ input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 sequence_batching {
   ${IDLE}
-  state [ { input_name: "STATE" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] initial_state: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" } } ]
+  state [ { input_name: "STATE" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] initial_state: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" } ${fields} } ]
 }
 instance_group [ { count: 1 kind: KIND_CPU } ]`;
 
 const SHARED_CONFIG = scaledAccumulatorConfig("shared", 4, `${IDLE}\n  ${WAIT_FOR_ALL(0.5)}`);
 
 let server: TestServer;
+const lines: LogLine[] = [];
 before(async () => {
-  server = await startTestServer({
-    init_zero: {
-      config: adderConfig(
-        "init_zero",
-        `initial_state { data_type: TYPE_INT32 dims: [ 3 ] zero_data: true name: "zeros" }`,
-        ADDER_OUTPUT,
-      ),
-      onnx: adderModel(),
+  server = await startTestServer(
+    {
+      init_zero: {
+        config: adderConfig(
+          "init_zero",
+          `initial_state { data_type: TYPE_INT32 dims: [ 3 ] zero_data: true name: "zeros" }`,
+          ADDER_OUTPUT,
+        ),
+        onnx: adderModel(),
+      },
+      init_file: {
+        config: adderConfig(
+          "init_file",
+          `initial_state { data_type: TYPE_INT32 dims: [ 3 ] data_file: "start.bin" name: "start" }`,
+          `${ADDER_OUTPUT}, ${STATE_OUTPUT}`,
+        ),
+        onnx: adderModel(),
+        files: { "initial_state/start.bin": new Uint8Array(new Int32Array([1000, -2000, 3000]).buffer) },
+      },
+      init_file_long: {
+        config: adderConfig(
+          "init_file_long",
+          `initial_state { data_type: TYPE_INT32 dims: [ 3 ] data_file: "long.bin" name: "start" }`,
+          ADDER_OUTPUT,
+        ),
+        onnx: adderModel(),
+        files: { "initial_state/long.bin": new Uint8Array(new Int32Array([7, 8, 9, 10, 11]).buffer) },
+      },
+      layers: { config: layeredConfig("layers", ""), onnx: layeredStateModel() },
+      layers_fp16: {
+        config: layeredConfig(
+          "layers_fp16",
+          `parameters { key: "store_states_as_fp16" value { string_value: "true" } }`,
+        ),
+        onnx: layeredStateModel(),
+      },
+      no_end_run: {
+        config: accumulatorConfig(
+          "no_end_run",
+          4,
+          IDLE,
+          `parameters { key: "infer_end_requests" value { string_value: "0" } }`,
+        ),
+        onnx: accumulatorModel(),
+      },
+      shared: { config: SHARED_CONFIG, onnx: accumulatorModel({ scaled: true }) },
+      growing: { config: growingConfig("growing", 4), onnx: growingStateModel(true) },
+      // As Triton's growable-memory QA model declares its state.
+      growing_nobatch: {
+        config: growingConfig(
+          "growing_nobatch",
+          0,
+          "use_growable_memory: true use_same_buffer_for_input_output: true",
+        ),
+        onnx: growingStateModel(false),
+      },
     },
-    init_file: {
-      config: adderConfig(
-        "init_file",
-        `initial_state { data_type: TYPE_INT32 dims: [ 3 ] data_file: "start.bin" name: "start" }`,
-        `${ADDER_OUTPUT}, ${STATE_OUTPUT}`,
-      ),
-      onnx: adderModel(),
-      files: { "initial_state/start.bin": new Uint8Array(new Int32Array([1000, -2000, 3000]).buffer) },
-    },
-    init_file_long: {
-      config: adderConfig(
-        "init_file_long",
-        `initial_state { data_type: TYPE_INT32 dims: [ 3 ] data_file: "long.bin" name: "start" }`,
-        ADDER_OUTPUT,
-      ),
-      onnx: adderModel(),
-      files: { "initial_state/long.bin": new Uint8Array(new Int32Array([7, 8, 9, 10, 11]).buffer) },
-    },
-    layers: { config: layeredConfig("layers", ""), onnx: layeredStateModel() },
-    layers_fp16: {
-      config: layeredConfig(
-        "layers_fp16",
-        `parameters { key: "store_states_as_fp16" value { string_value: "true" } }`,
-      ),
-      onnx: layeredStateModel(),
-    },
-    no_end_run: {
-      config: accumulatorConfig(
-        "no_end_run",
-        4,
-        IDLE,
-        `parameters { key: "infer_end_requests" value { string_value: "0" } }`,
-      ),
-      onnx: accumulatorModel(),
-    },
-    shared: { config: SHARED_CONFIG, onnx: accumulatorModel({ scaled: true }) },
-    growing: { config: growingConfig("growing", 4), onnx: growingStateModel(true) },
-    growing_nobatch: {
-      config: growingConfig("growing_nobatch", 0),
-      onnx: growingStateModel(false),
-    },
-  });
+    {},
+    memoryLogger(lines),
+  );
 });
 after(() => server.stop());
 
@@ -457,6 +468,18 @@ describe("implicit state and shared inputs", { timeout: 60_000 }, () => {
     sums.push(outputData(await step(3, { id: 81, end: true }), "OUTPUT")[0] as number);
     assert.deepEqual(sums, [1, 3, 6]);
     assert.equal(await findSequence(server.url, "growing_nobatch", 81), undefined);
+  });
+
+  it("use_growable_memory and use_same_buffer_for_input_output are accepted, each with a line saying what seqserve does instead", () => {
+    const notes = lines.filter((l) => l.event === "config_note").map((l) => String(l.msg));
+    for (const field of ["use_growable_memory", "use_same_buffer_for_input_output"]) {
+      assert.ok(
+        notes.includes(
+          `${field} of state 'STATE' of model 'growing_nobatch' has no effect here: seqserve keeps the state in host memory and takes it as the model outputs it, grown or not`,
+        ),
+        notes.join("\n"),
+      );
+    }
   });
 
   it("batched: sequences whose states have grown apart run in batches of their own, each kept as its model gave it", async () => {

@@ -91,6 +91,7 @@ function tritonStates(ctx: StateContext): StateConfig[] {
         checkAgainstModel(node, "dims", `state tensor '${tensor.name}'`, tensor.shape, dims, batched);
       }
     }
+    noteDeviceBufferFields(node, inputName, modelName);
     const batchAxis = batched ? 0 : undefined;
     const initialState = resolveInitialState(ctx, node, inputName, datatype, dims, batchAxis);
     return {
@@ -102,6 +103,21 @@ function tritonStates(ctx: StateContext): StateConfig[] {
       ...(initialState === undefined ? {} : { initialState }),
     };
   });
+}
+
+/**
+ * Triton's choices of GPU buffers for a state (CUDA virtual memory that grows in place; one
+ * buffer for input and output): seqserve keeps every state in host memory, and keeps
+ * whatever the model gives back, grown or not, as the next step's state.
+ */
+function noteDeviceBufferFields(node: MessageNode, inputName: string, modelName: string): void {
+  for (const field of ["use_growable_memory", "use_same_buffer_for_input_output"]) {
+    if (node.bool(field)) {
+      node.ctx.note(
+        `${field} of state '${inputName}' of model '${modelName}' has no effect here: seqserve keeps the state in host memory and takes it as the model outputs it, grown or not`,
+      );
+    }
+  }
 }
 
 function resolveInitialState(
