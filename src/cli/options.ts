@@ -82,10 +82,10 @@ export const FLAGS: readonly FlagSpec[] = [
   { name: "log-level", value: LOG_LEVELS.join("|"), default: "info", help: "Least severe level logged." },
   {
     name: "log-format",
-    value: "json|text|default|ISO8601",
+    value: "json|default|ISO8601|text",
     help:
-      "json: one JSON object per line; text (or Triton's default): lines for people; ISO8601: the same " +
-      "with UTC timestamps. Without the flag: text when standard output is a terminal, else json.",
+      "json: one JSON object per line; default (or text) and ISO8601: Triton's records in its two formats, " +
+      "warnings and errors on standard error. Without the flag: default when standard output is a terminal, else json.",
   },
   {
     name: "strict-model-config",

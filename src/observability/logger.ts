@@ -1,11 +1,12 @@
 import { type DestinationStream, type Logger, pino } from "pino";
+import { isWarningOrError, tritonLogRecord } from "./triton-log-record.ts";
 
 export type { Logger };
 
 /**
- * json: one JSON object per line (what log collectors read); text: a line for people
- * (its fields as JSON at its end);
- * ISO8601: the same with UTC timestamps in ISO 8601, as Triton's --log-format ISO8601.
+ * json: one JSON object per line (seqserve's own); text: Triton's `default` record
+ * (`I1128 16:22:20.073000 <pid> seqserve:0] "message" key=value …`); ISO8601: Triton's
+ * ISO8601 record (`2024-11-28T16:22:20Z I <pid> seqserve:0] …`).
  */
 export type LogFormat = "json" | "text" | "ISO8601";
 export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
@@ -14,7 +15,7 @@ export type LogLevel = (typeof LOG_LEVELS)[number];
 export interface LoggerOptions {
   readonly level: LogLevel;
   readonly format: LogFormat;
-  /** Write to this file (created with its folders) instead of standard output. */
+  /** Write every record to this file (created with its folders) instead of standard output and error. */
   readonly file?: string | undefined;
 }
 
@@ -57,25 +58,27 @@ export function isoTimestamps(logger: Logger): boolean | undefined {
 }
 
 /**
- * The server's logger. JSON lines are pino's own, written in this thread; text is
- * formatted by pino-pretty in this thread too (no transport thread), loaded only then.
- * Its timestamps can switch to ISO 8601 in UTC and back while it runs: in JSON the `time`
- * field becomes a string, in text the time is printed so.
+ * The server's logger, pino in every format. JSON lines are pino's own. text (Triton's
+ * `default`) and ISO8601 are Triton's records, made from pino's line by the destination
+ * (triton-log-record.ts) in this thread: warnings and errors go to standard error and
+ * the rest to standard output, as Triton writes them, or all of them to the log file.
+ * The timestamps can switch to ISO 8601 in UTC and back while it runs: in JSON the
+ * `time` field becomes a string, in a Triton record the format becomes ISO8601.
  */
 export async function createLogger(options: LoggerOptions): Promise<Logger> {
   const style: TimestampStyle = { iso: options.format === "ISO8601" };
   const fileDestination = options.file === undefined ? undefined : logFile(options.file);
-  const logger = await styledLogger(options, style, fileDestination);
+  const logger = styledLogger(options, style, fileDestination);
   timestampStyles.set(logger, style);
   if (fileDestination !== undefined) logFiles.set(logger, fileDestination);
   return logger;
 }
 
-async function styledLogger(
+function styledLogger(
   options: LoggerOptions,
   style: TimestampStyle,
   fileDestination: ReturnType<typeof logFile> | undefined,
-): Promise<Logger> {
+): Logger {
   const { level, format } = options;
   if (format === "json") {
     const destination = fileDestination ?? pino.destination(1);
@@ -88,35 +91,21 @@ async function styledLogger(
       destination,
     );
   }
-  const { prettyFactory } = await import("pino-pretty");
-  // pino-pretty formats each line (its stream form would pipe to the destination, and a
-  // failed write would end that pipe for good); the destination is written here.
-  const destination = fileDestination ?? pino.destination({ dest: 1, sync: true });
-  const formatter = (isoTime: boolean): ((line: string) => string) =>
-    prettyFactory({
-      colorize: false,
-      translateTime: isoTime ? "UTC:yyyy-mm-dd'T'HH:MM:ss.l'Z'" : "SYS:standard",
-      ignore: "pid,hostname",
-      // One line per record, its fields as JSON after the message, as Triton writes one:
-      // collectors that read lines keep a record whole. An error is a field like any other
-      // (its stack escaped in the JSON), and a message's own line breaks are escaped, as
-      // Triton escapes its messages.
-      singleLine: true,
-      errorLikeObjectKeys: [],
-      messageFormat: (record: Record<string, unknown>, messageKey: string) =>
-        String(record[messageKey] ?? "").replace(/\r?\n/g, "\\n"),
-    });
-  // One formatter per timestamp style, made when first used; lines go through the current one.
-  const formatters = new Map<boolean, (line: string) => string>();
-  const prettyLine = (line: string): string => {
-    let pretty = formatters.get(style.iso);
-    if (pretty === undefined) {
-      pretty = formatter(style.iso);
-      formatters.set(style.iso, pretty);
-    }
-    return pretty(line);
-  };
-  return pino({ level }, { write: (line: string) => destination.write(prettyLine(line)) });
+  // Written as each record comes (sync), so that a record on standard error and the next
+  // on standard output keep their order for whoever reads both.
+  const stdout = fileDestination ?? pino.destination({ dest: 1, sync: true });
+  const stderr = fileDestination ?? pino.destination({ dest: 2, sync: true });
+  // No base fields: the record's pid is the preamble's, and the host is no part of it.
+  return pino(
+    { level, base: null },
+    {
+      write(line: string) {
+        const record = JSON.parse(line) as Record<string, unknown>;
+        const warningOrError = typeof record.level === "number" && isWarningOrError(record.level);
+        (warningOrError ? stderr : stdout).write(tritonLogRecord(record, style.iso));
+      },
+    },
+  );
 }
 
 /**

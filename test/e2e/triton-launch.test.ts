@@ -172,7 +172,7 @@ describe("a Triton launch script", { timeout: 180_000 }, () => {
     const text = readFileSync(join(logs, "server.log"), "utf8");
     // Each endpoint with the address it is bound to (the server's --host is 0.0.0.0).
     const listening = `listening: HTTP 127.0.0.1:${ports.http}, gRPC 127.0.0.1:${ports.grpc}, metrics 127.0.0.1:${ports.metrics}, SageMaker off`;
-    assert.match(text, /^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] INFO: seqserve [\d.]+ listening: /m);
+    assert.match(text, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ I \d+ seqserve:0\] "seqserve [\d.]+ listening: /m);
     assert.ok(
       text.includes(listening),
       text.split("\n").find((l) => l.includes("listening")),

@@ -163,18 +163,19 @@ describe("Triton's log_format changed while serving", () => {
     }
   });
 
-  it("text lines: the time is printed in ISO 8601 UTC, and as before again", async () => {
+  it("Triton's records: the default format becomes ISO8601, and default again", async () => {
     const { server, setFormat, loadLine } = await logging("text");
-    const iso = /^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\]/;
+    const iso = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ I \d+ seqserve:0\] /;
+    const triton = /^I\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ seqserve:0\] /;
     try {
       const line = await loadLine();
-      assert.doesNotMatch(line, iso);
-      // One line per record, its fields as JSON at its end (collectors read lines).
-      assert.match(line, /INFO: loaded model 'm'.* \{".*"model":"m".*\}$/);
+      assert.match(line, triton);
+      // One line per record, its message a JSON string, its fields after it (collectors read lines).
+      assert.match(line, /\] "loaded model 'm'.*" .*\bmodel=m\b/);
       assert.equal(await setFormat("ISO8601"), "ISO8601");
       assert.match(await loadLine(), iso);
       assert.equal(await setFormat("default"), "default");
-      assert.doesNotMatch(await loadLine(), iso);
+      assert.match(await loadLine(), triton);
     } finally {
       await server.stop();
     }
@@ -214,20 +215,21 @@ describe("Triton's log_format changed while serving", () => {
   }
 });
 
-test("a text record is one line whatever it holds: an error's stack and a message's line breaks are escaped", async () => {
+test("a Triton record is one line whatever it holds: an error's stack and a message's line breaks are escaped", async () => {
   const folder = mkdtempSync(join(tmpdir(), "seqserve-log-lines-"));
   try {
     const file = join(folder, "text.log");
     const logger = await createLogger({ level: "info", format: "ISO8601", file });
-    logger.error({ err: new Error("boom\nsecond line"), model: "m" }, "a failure\nnext");
-    logger.info({ model: "m" }, "plain");
+    logger.error({ err: new Error("boom\nsecond line"), model: "m" }, "a failure\nnext \u001b[31mred");
+    logger.info({ model: "m", note: "two words" }, "plain");
     const lines = readFileSync(file, "utf8").trim().split("\n");
     assert.equal(lines.length, 2, lines.join("\n"));
     assert.match(
       lines[0]!,
-      /ERROR: a failure\\nnext \{"err":\{"type":"Error","message":"boom\\nsecond line","stack":"Error: boom\\nsecond line\\n/,
+      /^\S+ E \d+ seqserve:0\] "a failure\\nnext \\u001b\[31mred" err=\{"type":"Error","message":"boom\\nsecond line","stack":"Error: boom\\nsecond line\\n/,
     );
-    assert.match(lines[1]!, /INFO: plain \{"model":"m"\}$/);
+    assert.match(lines[0]!, / model=m$/);
+    assert.match(lines[1]!, /^\S+ I \d+ seqserve:0\] "plain" model=m note="two words"$/);
   } finally {
     rmSync(folder, { recursive: true, force: true });
   }
