@@ -97,6 +97,8 @@ export const internal = (message: string, cause?: unknown): ServerError =>
   new ServerError("INTERNAL", message, { cause });
 /** Triton's answer to a health check of a stopping server. */
 export const SERVER_EXITING = "Server exiting";
+/** Triton's answer to a model readiness check, or a repository call, while the server is not READY (stopping). */
+export const SERVER_NOT_READY = "Server not ready";
 /** A refusal because the server is stopping (reason "server_stopping"): UNAVAILABLE, to be retried elsewhere or later. */
 export const stopping = (message: string): ServerError =>
   new ServerError("UNAVAILABLE", message, { reason: "server_stopping" });

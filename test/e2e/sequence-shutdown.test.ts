@@ -118,6 +118,12 @@ describe("ending well", { timeout: 60_000 }, () => {
       const refused = await callError(grpc.unary(rpc, {}));
       assert.deepEqual([refused.code, refused.details], [status.UNAVAILABLE, "Server exiting"], rpc);
     }
+    // Nor is any model ready, though its live sequence goes on: Triton's ModelIsReady
+    // refuses "Server not ready" once the server is not READY.
+    const modelReady = await fetch(`${server.url}/v2/models/acc/ready`);
+    assert.deepEqual([modelReady.status, await modelReady.json()], [503, { error: "Server not ready" }]);
+    const refusedReady = await callError(grpc.unary("ModelReady", { name: "acc" }));
+    assert.deepEqual([refusedReady.code, refusedReady.details], [status.UNAVAILABLE, "Server not ready"]);
     grpc.close();
     assert.equal(stopped, false, "the server stopped while a sequence was live");
     assert.equal(await accumulate(server.url, "acc", 2, { id: 1, end: true }), 10);

@@ -1,5 +1,12 @@
 import type { ServerUnaryCall } from "@grpc/grpc-js";
-import { cancelled, invalidArg, SERVER_EXITING, ServerError, unavailable } from "../../core/errors.ts";
+import {
+  cancelled,
+  invalidArg,
+  SERVER_EXITING,
+  SERVER_NOT_READY,
+  ServerError,
+  unavailable,
+} from "../../core/errors.ts";
 import type { InferResponse, SequenceId } from "../../core/infer.ts";
 import type { ModelLoadOptions, ModelMetadata, ServerContext, TensorMetadata } from "../../core/model.ts";
 import type { Refusals } from "../../core/refusals.ts";
@@ -274,6 +281,8 @@ export function inferenceService(options: InferenceServiceOptions): GrpcServiceR
       return { ready: context.isReady() };
     }),
     ModelReady: unary(logger, "ModelReady", (m: ModelRequestMessage) => {
+      // As Triton's ModelIsReady: no model of a stopping server is ready.
+      if (context.isExiting?.() === true) throw unavailable(SERVER_NOT_READY);
       const model = m.name ?? "";
       const ready = registry.isReady(model, modelVersion(given(m.version)));
       recordReadiness(

@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { invalidArg, SERVER_EXITING, ServerError } from "../../core/errors.ts";
+import { invalidArg, SERVER_EXITING, SERVER_NOT_READY, ServerError } from "../../core/errors.ts";
 import type { ModelLoadOptions, ServedModel, ServerContext } from "../../core/model.ts";
 import { callSites, recordCall, recordReadiness } from "../common/api-call-recording.ts";
 import { connectionSignal } from "../common/http/connection-signal.ts";
@@ -133,6 +133,10 @@ export async function kserveRoutes(app: FastifyInstance, options: KserveRoutesOp
     });
     app.get(`${path}/ready`, { schema: schemas.ready }, (request: ModelRequest, reply) => {
       const { model, version } = request.params;
+      // A stopping server's models are not ready, whatever their state: Triton's ModelIsReady
+      // refuses UNAVAILABLE "Server not ready" once the server is not READY.
+      if (context.isExiting?.() === true)
+        return sendError(reply, KSERVE_HTTP_STATUS.UNAVAILABLE, SERVER_NOT_READY);
       const ready = registry.isReady(model, modelVersion(version));
       recordReadiness(context.apiCalls, REST_CALLS.ModelReady, registry, model, modelVersion(version));
       if (ready) return reply.code(200).send();
