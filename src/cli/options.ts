@@ -91,7 +91,7 @@ export const FLAGS: readonly FlagSpec[] = [
     name: "strict-model-config",
     boolean: true,
     default: "false",
-    help: "Require a complete config.pbtxt; when false a missing or partial config is completed from the ONNX model.",
+    help: "Require a complete config.pbtxt; when false a missing or partial config is completed from the ONNX model. Triton's deprecated spelling of --disable-auto-complete-config: given, it is warned about as Triton warns.",
   },
   {
     name: "model-control-mode",
@@ -478,7 +478,16 @@ export function parseCommandLine(
     modelLoadThreadCount: clampedInteger("model-load-thread-count", get("model-load-thread-count"), 1),
     onnxWorkerThreads: parseInteger("onnx-worker-threads", get("onnx-worker-threads"), 0),
     // One line each, logged at start, for flags accepted without effect.
-    notices: [...ovms.notices, ...backendConfig.notices],
+    notices: [
+      ...ovms.notices,
+      ...backendConfig.notices,
+      // Triton's own warning for the flag, which it still honours (command_line_parser.cc).
+      ...(str("strict-model-config") === undefined
+        ? []
+        : [
+            "Warning: '--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead.",
+          ]),
+    ],
     sagemakerPort: port("sagemaker-port", "allow-sagemaker"),
     sagemakerModel: str("sagemaker-model") ?? defaults["sagemaker-model"],
     sagemakerSessionTtlSecs: parseInteger(

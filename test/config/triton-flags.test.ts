@@ -228,6 +228,12 @@ describe("Triton's flags", () => {
       [defaults.exitOnError, defaults.strictReadiness, defaults.serverId],
       [true, true, "seqserve"],
     );
+    // Triton's deprecated spelling: honoured, with Triton's warning; the new one is not warned about.
+    const deprecated =
+      "Warning: '--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead.";
+    const strict = withRepository("--strict-model-config=true");
+    assert.deepEqual([strict.strictModelConfig, strict.notices.includes(deprecated)], [true, true]);
+    assert.equal(options.notices.includes(deprecated), false);
     assert.throws(
       () => withRepository("--model-config-name", "../x"),
       /--model-config-name must be a file name/,
