@@ -4,7 +4,7 @@ import pLimit, { type LimitFunction } from "p-limit";
 import type { ParsedModelConfig } from "../config/index.ts";
 import type { ModelControlMode, SingleModelOptions } from "../config/server-options.ts";
 import type { ModelBackend } from "../core/backend.ts";
-import { asServerError, invalidArg, ServerError, unavailable } from "../core/errors.ts";
+import { asServerError, invalidArg, SERVER_NOT_READY, ServerError, unavailable } from "../core/errors.ts";
 import type { SequenceId } from "../core/infer.ts";
 import type { LoadedModel } from "../core/loaded-model.ts";
 import type {
@@ -105,6 +105,8 @@ interface ModelEntry {
   notUnique: string | undefined;
   /** The folder of files a load request sent, while the versions loaded from it serve. */
   override: ModelOverride | undefined;
+  /** The versions serving were loaded with a load request's config, not the folder's. */
+  configOverridden: boolean;
 }
 
 export class ModelRepository implements ModelRegistry {
@@ -235,6 +237,7 @@ export class ModelRepository implements ModelRegistry {
       transition: undefined,
       notUnique: undefined,
       override: undefined,
+      configOverridden: false,
     };
   }
 
@@ -391,13 +394,11 @@ export class ModelRepository implements ModelRegistry {
 
   load(name: string, options: ModelLoadOptions = {}): Promise<void> {
     if (this.#shuttingDown) return Promise.reject(notReady());
-    // As Triton: the repository API loads and unloads only in explicit mode.
+    // As Triton: the repository API loads and unloads only in explicit mode, refused in
+    // Triton's words in none mode too.
     if (this.#options.controlMode !== "explicit") {
       return Promise.reject(
-        new ServerError(
-          "UNAVAILABLE",
-          "explicit model load / unload is not allowed if polling is enabled or model control is none",
-        ),
+        new ServerError("UNAVAILABLE", "explicit model load / unload is not allowed if polling is enabled"),
       );
     }
     const badName = modelNameProblem(name);
@@ -415,7 +416,7 @@ export class ModelRepository implements ModelRegistry {
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.#load(name, config).catch(asLoadRefusal);
+    return this.#load(name, config, config === undefined).catch(asLoadRefusal);
   }
 
   /**
@@ -502,12 +503,20 @@ export class ModelRepository implements ModelRegistry {
     });
   }
 
-  async #load(name: string, configOverride?: ParsedModelConfig): Promise<void> {
+  /** `unlessUnchanged`: a model serving what its folder holds now is left as it is. */
+  async #load(name: string, configOverride?: ParsedModelConfig, unlessUnchanged = false): Promise<void> {
     const entry = this.#models.get(name);
     if (entry?.source === undefined) throw notInRepository(name);
-    return this.#afterTransition(entry, () => {
+    return this.#afterTransition(entry, async () => {
       const source = entry.source;
       if (source === undefined) throw notInRepository(name);
+      if (unlessUnchanged && servesAsOnDisk(entry, source)) {
+        this.#logger.debug(
+          { event: "model_load_skipped", model: name },
+          `model '${name}' not reloaded: no change in the model's directory`,
+        );
+        return;
+      }
       return this.#loadEntry(entry, source, configOverride, undefined);
     });
   }
@@ -542,7 +551,7 @@ export class ModelRepository implements ModelRegistry {
     const loaded = new Map<string, LoadedModel>();
     let configJson: Record<string, unknown> | undefined;
     const signature = sourceSignature(source);
-    const attempt: LoadAttempt = { versions: [], failed: undefined };
+    const attempt: LoadAttempt = { versions: [], failed: undefined, ignoredTold: false };
     try {
       const opened = await this.#loadSlots(() =>
         withRetries(this.#options.loadRetryCount ?? 0, async () => {
@@ -585,6 +594,7 @@ export class ModelRepository implements ModelRegistry {
       entry.failedVersions = new Map();
       for (const version of loaded.keys()) entry.everLoaded.add(version);
       entry.configJson = configJson;
+      entry.configOverridden = configOverride !== undefined;
       entry.state = "READY";
       entry.signature = signature;
       this.#changes++;
@@ -689,7 +699,7 @@ export class ModelRepository implements ModelRegistry {
     if (this.#options.controlMode !== "explicit") {
       throw new ServerError(
         "UNAVAILABLE",
-        "explicit model load / unload is not allowed if polling is enabled or model control is none",
+        "explicit model load / unload is not allowed if polling is enabled",
       );
     }
     return this.#unload(name);
@@ -751,19 +761,19 @@ export class ModelRepository implements ModelRegistry {
       for (const model of entry.versions.values())
         if (best === undefined || Number(model.version) > Number(best.version)) best = model;
       if (best === undefined) {
-        // Triton's UNAVAILABLE; OVMS's families tell a model still loading from one whose
-        // versions are all gone (its default version is then none: "not found").
-        throw new ServerError(
-          "UNAVAILABLE",
-          `Request for unknown model: '${name}' has no available versions`,
-          {
-            // A model still loading, or whose load failed, has a version not loaded (yet).
-            reason:
-              entry.state === "LOADING" || entry.failedVersions.size > 0
-                ? "version_loading"
-                : "version_unknown",
-          },
-        );
+        const message = `Request for unknown model: '${name}' has no available versions`;
+        // A model still loading will serve soon: UNAVAILABLE, to be retried (Triton answers
+        // NOT_FOUND then too, which clients would take for gone).
+        if (entry.state === "LOADING") {
+          throw new ServerError("UNAVAILABLE", message, { retryAfterSeconds: 1, reason: "version_loading" });
+        }
+        // Unloaded, its folder gone, or its load failed: Triton's NOT_FOUND
+        // (ModelLifeCycle::GetModel), not a 503 clients would retry for a model that is gone.
+        // OVMS's families tell a model whose load failed (a version not loaded) from one
+        // whose versions are all gone (its default version is then none: "not found").
+        throw new ServerError("NOT_FOUND", message, {
+          reason: entry.failedVersions.size > 0 ? "version_loading" : "version_unknown",
+        });
       }
       return best;
     }
@@ -1098,7 +1108,7 @@ function modelNameProblem(name: string): string | undefined {
  * inference requests go on, so live sequences may finish).
  */
 function notReady(): ServerError {
-  return new ServerError("UNAVAILABLE", "Server not ready");
+  return new ServerError("UNAVAILABLE", SERVER_NOT_READY);
 }
 
 /** Triton's answer to a load of a model no repository has. */
@@ -1149,6 +1159,8 @@ async function withRetries<T>(retries: number, open: () => Promise<T>): Promise<
 interface LoadAttempt {
   versions: string[];
   failed: string | undefined;
+  /** The version folders that are not versions were logged (by the first try). */
+  ignoredTold: boolean;
 }
 
 /** Opens every version the policy serves (told in `attempt`); false when there is none. */
@@ -1172,8 +1184,13 @@ async function openModelVersions(
     options.logger.info({ event: "config_note", model: source.name }, note);
   const available =
     existsSync(source.dir) && statSync(source.dir).isDirectory()
-      ? versionFolders(source.dir, source.ovms !== undefined)
+      ? versionFolders(source.dir, source.ovms !== undefined, (warning) => {
+          // Once per load, not again at each of its retries.
+          if (attempt.ignoredTold) return;
+          options.logger.warn({ event: "version_ignored", model: source.name }, warning);
+        })
       : [];
+  attempt.ignoredTold = true;
   const policy = prepared.settings.versionPolicy;
   // Triton's words for a version the policy names that has no folder; the others load.
   if (policy.kind === "specific") {
@@ -1195,4 +1212,23 @@ async function openModelVersions(
     onVersion(version, model, configJson);
   }
   return true;
+}
+
+/**
+ * As Triton (ModelRepositoryManager::LoadModel): a load request without a config or files
+ * of a model already serving, every version that its folder holds now and nothing else, is
+ * not necessary, and changes nothing: no new instances, no warmup, its statistics go on.
+ * A change in the folder, a version whose last load failed, or versions loaded from a
+ * request's config or files (the folder's own are then new to it) make it a reload.
+ */
+function servesAsOnDisk(entry: ModelEntry, source: ModelSource): boolean {
+  return (
+    entry.state === "READY" &&
+    entry.versions.size > 0 &&
+    entry.reason === "" &&
+    entry.failedVersions.size === 0 &&
+    entry.override === undefined &&
+    !entry.configOverridden &&
+    sourceSignature(source) === entry.signature
+  );
 }

@@ -4,17 +4,31 @@ import type { VersionPolicy } from "../core/model-config.ts";
 
 // A model's numeric version folders, and which of them its version policy serves.
 
+/** A model folder's subfolders that are not versions, and are not for Triton to warn about. */
+const NOT_VERSIONS = new Set(["warmup", "initial_state", "configs"]);
+
 /**
  * Numeric subfolders of `modelDir`, ascending. As Triton, a name with a leading zero
  * ("02") is not a version: its number would name another folder. OVMS reads such a name
- * as the number it spells (`zeroPadded`): "00000123" is version 123.
+ * as the number it spells (`zeroPadded`): "00000123" is version 123. `ignored` is told of
+ * each other subfolder of a Triton model that is not a version, in Triton's words
+ * (model_lifecycle.cc VersionsToLoad), the model's own folders (warmup, initial_state,
+ * configs) aside.
  */
-export function versionFolders(modelDir: string, zeroPadded = false): number[] {
+export function versionFolders(
+  modelDir: string,
+  zeroPadded = false,
+  ignored: (warning: string) => void = () => {},
+): number[] {
   const versions = new Set<number>();
   const name = zeroPadded ? /^\d+$/ : /^(0|[1-9]\d*)$/;
   for (const entry of readdirSync(modelDir, { withFileTypes: true })) {
     if (!entry.isDirectory() && !entry.isSymbolicLink()) continue;
     if (name.test(entry.name)) versions.add(Number(entry.name));
+    else if (zeroPadded || NOT_VERSIONS.has(entry.name)) continue;
+    else if (/^0\d+$/.test(entry.name))
+      ignored(`ignore version directory '${entry.name}' which contains leading zeros in its directory name`);
+    else ignored(`ignore version directory '${entry.name}' which fails to convert to integral number`);
   }
   return [...versions].sort((a, b) => a - b);
 }

@@ -227,9 +227,10 @@ test("RepositoryIndex lists every model of the repository, loaded or not", WAIT,
 
 test("RepositoryModelLoad and RepositoryModelUnload in explicit mode", WAIT, async () => {
   const values = new Float32Array([7, 8, 9]);
+  // Not loaded (yet), as unloaded below: Triton's NOT_FOUND, not UNAVAILABLE to retry.
   assert.equal(
     (await callError(client.unary("ModelInfer", identityRequest("later", values)))).code,
-    status.UNAVAILABLE,
+    status.NOT_FOUND,
   );
   assert.deepEqual(await client.unary("RepositoryModelLoad", { model_name: "later" }), {});
   assert.equal(await ready("later"), true);
@@ -242,7 +243,8 @@ test("RepositoryModelLoad and RepositoryModelUnload in explicit mode", WAIT, asy
   assert.deepEqual(await client.unary("RepositoryModelUnload", { model_name: "later" }), {});
   assert.equal(await ready("later"), false);
   const unloaded = await callError(client.unary("ModelInfer", identityRequest("later", values)));
-  assert.equal(unloaded.code, status.UNAVAILABLE);
+  assert.equal(unloaded.code, status.NOT_FOUND);
+  assert.match(unloaded.details, /Request for unknown model: 'later' has no available versions/);
   type Index = { models: Array<{ name: string; state?: string; reason?: string }> };
   const index = await client.unary<Index>("RepositoryIndex", {});
   const later = index.models.find((m) => m.name === "later");

@@ -215,7 +215,7 @@ test("a new version whose state does not fit ends the 16 live sequences with rea
   // The removed model's sequences ended too.
   for (const stream of gone) assert.ok(stream.refusal !== undefined && !stream.refusal.ok);
   // A removed model has no version left: OVMS's 404 "not found" (not a 503 to retry);
-  // Triton's 503 on KServe's API.
+  // on KServe's API Triton's 404 with its own words.
   const removed = await postJson(`${ovms.url}/v1/models/other:predict`, { inputs: {} });
   assert.deepEqual(
     [removed.status, removed.body],
@@ -224,7 +224,7 @@ test("a new version whose state does not fit ends the 16 live sequences with rea
   const removedKserve = await postJson(`${ovms.url}/v2/models/other/infer`, { inputs: [] });
   assert.deepEqual(
     [removedKserve.status, removedKserve.body],
-    [503, { error: "Request for unknown model: 'other' has no available versions" }],
+    [404, { error: "Request for unknown model: 'other' has no available versions" }],
   );
   // As OVMS, the retired version stays listed, in state END.
   assert.deepEqual((await getJson(`${ovms.url}/v1/models/other`)).body, {

@@ -282,7 +282,7 @@ describe("BF16 cannot reach ONNX Runtime from Node.js", () => {
     const inferAnswer = await infer(server.url, "bf16_config", [
       { name: "INPUT0", datatype: "FP32", shape: [1, 4], data: [1, 2, 3, 4] },
     ]);
-    assert.equal(inferAnswer.status, 503);
+    assert.equal(inferAnswer.status, 404);
     assert.equal(errorOf(inferAnswer), "Request for unknown model: 'bf16_config' has no available versions");
     const health = await fetch(`${server.url}/v2/health/ready`);
     assert.equal(health.status, 400);

@@ -126,10 +126,7 @@ describe("version policies", () => {
   it("load and unload are refused when the model control mode is none", async () => {
     const load = await postJson(`${server.url}/v2/repository/models/all/load`, {});
     assert.equal(load.status, 503);
-    assert.equal(
-      errorOf(load),
-      "explicit model load / unload is not allowed if polling is enabled or model control is none",
-    );
+    assert.equal(errorOf(load), "explicit model load / unload is not allowed if polling is enabled");
     const unload = await postJson(`${server.url}/v2/repository/models/all/unload`, {});
     assert.equal(unload.status, 503);
     assert.equal(await status(`${server.url}/v2/models/all/ready`), 200);
@@ -209,7 +206,7 @@ describe("a model that fails to load, with --exit-on-error=false", () => {
     assert.equal(await status(`${server.url}/v2/health/ready`), 400);
     assert.equal(await status(`${server.url}/v2/models/corrupt/ready`), 400);
     const corrupt = await infer(server.url, "corrupt", input(1));
-    assert.equal(corrupt.status, 503);
+    assert.equal(corrupt.status, 404);
     assert.equal(errorOf(corrupt), "Request for unknown model: 'corrupt' has no available versions");
     const answers = await Promise.all(
       Array.from({ length: 16 }, (_, i) => infer(server.url, "fine", simpleInputs(rowsOf(i), rowsOf(i + 1)))),
@@ -418,7 +415,8 @@ describe("explicit model control", () => {
     // Models nobody asked for do not make the server unready.
     assert.equal(await status(`${server.url}/v2/health/ready`), 200);
     assert.equal(await status(`${server.url}/v2/models/auto/ready`), 400);
-    assert.equal((await auto(1)).status, 503);
+    // Not loaded: Triton's NOT_FOUND.
+    assert.equal((await auto(1)).status, 404);
   });
 
   it("loads a model with a config override from the request", async () => {
@@ -523,8 +521,9 @@ describe("explicit model control", () => {
       { name: "simple", version: "1", state: "UNAVAILABLE", reason: "unloaded" },
     );
     const a = rowsOf(1);
+    // As Triton: no version left is NOT_FOUND (404), not a 503 a client would retry.
     const latest = await infer(server.url, "simple", simpleInputs(a, a));
-    assert.equal(latest.status, 503);
+    assert.equal(latest.status, 404);
     assert.equal(errorOf(latest), "Request for unknown model: 'simple' has no available versions");
     const versioned = await infer(server.url, "simple/versions/1", simpleInputs(a, a));
     assert.equal(versioned.status, 503);
@@ -533,7 +532,7 @@ describe("explicit model control", () => {
     assert.equal(never.status, 404);
     assert.equal(errorOf(never), "Request for unknown model: 'simple' version 2 is not found");
     assert.equal(await status(`${server.url}/v2/models/simple/ready`), 400);
-    assert.equal((await getJson(`${server.url}/v2/models/simple`)).status, 503);
+    assert.equal((await getJson(`${server.url}/v2/models/simple`)).status, 404);
     // The server stays ready: an unloaded model is not one it was asked to serve.
     assert.equal(await status(`${server.url}/v2/health/ready`), 200);
   });
@@ -662,10 +661,7 @@ describe("poll mode", () => {
     for (const action of ["load", "unload"]) {
       const answer = await postJson(`${url}/v2/repository/models/anything/${action}`, {});
       assert.equal(answer.status, 503);
-      assert.equal(
-        errorOf(answer),
-        "explicit model load / unload is not allowed if polling is enabled or model control is none",
-      );
+      assert.equal(errorOf(answer), "explicit model load / unload is not allowed if polling is enabled");
     }
   });
 
@@ -715,7 +711,7 @@ describe("poll mode", () => {
     const answer = await infer(url, "first", [
       { name: "INPUT0", datatype: "INT32", shape: [1, 4], data: [1, 2, 3, 4] },
     ]);
-    assert.equal(answer.status, 503);
+    assert.equal(answer.status, 404);
     assert.equal(errorOf(answer), "Request for unknown model: 'first' has no available versions");
     assert.equal(await status(`${url}/v2/models/added/ready`), 200);
   });

@@ -6,6 +6,7 @@ import { after, before, describe, it } from "node:test";
 import { status } from "@grpc/grpc-js";
 import { callError, TestClient } from "../grpc/support/grpc-harness.ts";
 import { getJson, postJson } from "../support/http-client.ts";
+import { touchModel } from "../support/model-repository.ts";
 import { metricValue } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import { plusVersionModel, waitUntil } from "./support/serving.ts";
@@ -107,6 +108,8 @@ describe("Triton's model file override (load with file:<version>/<name>)", () =>
     // Loaded anew after its unload, it counted from zero: the one request since.
     const served = await successes();
     assert.equal(served, 1);
+    // Its file touched: a load of a model whose folder did not change changes nothing.
+    touchModel(server.repositoryPath, "m", "3/model.onnx");
     assert.equal((await postJson(`${server.url}/v2/repository/models/m/load`, {})).status, 200);
     assert.equal(await failures("m", "3"), 0);
     assert.equal(await successes(), served);

@@ -7,6 +7,7 @@ import pino from "pino";
 import { createLogger, type LogFormat } from "../../src/observability/logger.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
+import { touchModel } from "../support/model-repository.ts";
 import { SERVER_OWN_LOGGER, startTestServer, type TestServer } from "../support/test-server.ts";
 
 // Triton's logging extension (`/v2/logging`, gRPC LogSettings), as tritonclient's
@@ -141,8 +142,9 @@ describe("Triton's log_format changed while serving", () => {
       assert.equal(response.status, 200);
       return ((await response.json()) as { log_format: string }).log_format;
     };
-    /** The log line a model load writes. */
+    /** The log line a model load writes (its file touched: a load of a model as it was changes nothing). */
     const loadLine = async (): Promise<string> => {
+      touchModel(server.repositoryPath, "m", "1/model.onnx");
       assert.equal((await fetch(`${url}/v2/repository/models/m/load`, { method: "POST" })).status, 200);
       const lines = readFileSync(file, "utf8").trim().split("\n");
       return lines.filter((line) => line.includes("loaded model 'm'")).at(-1)!;

@@ -138,16 +138,32 @@ describe("strict readiness in explicit mode after a failed load", () => {
   });
 });
 
-// Triton VersionsToLoad() (model_lifecycle.cc:102-106) ignores a version folder with
-// leading zeros: "02" would be read as version 2, whose folder is "2".
-describe("a version folder with a leading zero", () => {
-  it("is ignored, and the latest real version is served", async () => {
+// Triton VersionsToLoad() (model_lifecycle.cc:102-113) ignores a version folder with
+// leading zeros ("02" would be read as version 2, whose folder is "2") and one that is not
+// a number, with a warning for each.
+describe("a version folder with a leading zero, or not a number", () => {
+  it("is ignored with Triton's warning, once per load, and the latest real version is served", async () => {
     const r = repo({ m: { onnx: plusVersionModel(1) } });
-    mkdirSync(join(r.path, "m", "02"));
-    writeFileSync(join(r.path, "m", "02", "model.onnx"), plusVersionModel(2));
-    const server = await started(r.path);
+    for (const folder of ["02", "v3"]) {
+      mkdirSync(join(r.path, "m", folder));
+      writeFileSync(join(r.path, "m", folder, "model.onnx"), plusVersionModel(2));
+    }
+    // The model's own folders are not versions, and not warned about.
+    mkdirSync(join(r.path, "m", "warmup"));
+    const lines: LogLine[] = [];
+    const server = await started(r.path, {}, memoryLogger(lines));
     const metadata = await getJson(`${server.url}/v2/models/m`);
     assert.deepEqual(metadata.body.versions, ["1"]);
+    assert.deepEqual(
+      lines
+        .filter((line) => line.event === "version_ignored")
+        .map((line) => line.msg)
+        .sort(),
+      [
+        "ignore version directory '02' which contains leading zeros in its directory name",
+        "ignore version directory 'v3' which fails to convert to integral number",
+      ],
+    );
   });
 });
 
@@ -286,5 +302,32 @@ describe("an OVMS model's zero-padded version folder", () => {
     writeFileSync(config, JSON.stringify({ model_config_list: [{ config: { name: "m", base_path: "m" } }] }));
     const server = await started(r.path, { modelRepositories: [], ovmsConfigs: [config] });
     assert.equal(await status(`${server.url}/v1/models/m/versions/123`), 200);
+  });
+});
+
+// Triton's LoadModel (model_repository_manager.cc:1029-1031): a load of a model whose
+// folder has not changed since it loaded is "not necessary", and changes nothing
+// (qa/L0_lifecycle: an unmodified version "should not be reloaded"); a changed folder is
+// loaded again.
+describe("a load request for a model serving what its folder holds", () => {
+  it("changes nothing: its statistics go on; a change in its folder is loaded", async () => {
+    const r = repo({ m: { onnx: plusVersionModel(1) } });
+    const server = await started(r.path, { modelControlMode: "explicit", loadModels: ["m"] });
+    const input = [{ name: "INPUT0", datatype: "INT32", shape: [1, 1], data: [1] }];
+    assert.equal((await postJson(`${server.url}/v2/models/m/infer`, { inputs: input })).status, 200);
+    type Stats = { model_stats: { inference_stats: { success: { count: number } } }[] };
+    const successes = async () =>
+      ((await getJson(`${server.url}/v2/models/m/stats`)).body as Stats).model_stats[0]?.inference_stats
+        .success.count;
+    assert.equal(await successes(), 1);
+    const again = await postJson(`${server.url}/v2/repository/models/m/load`, {});
+    assert.equal(again.status, 200, JSON.stringify(again.body));
+    assert.equal(await successes(), 1, "the model was not loaded again: its statistics go on");
+    // A new version in its folder: loaded.
+    mkdirSync(join(r.path, "m", "2"));
+    writeFileSync(join(r.path, "m", "2", "model.onnx"), plusVersionModel(2));
+    writeFileSync(join(r.path, "m", "config.pbtxt"), 'backend: "onnxruntime"\nversion_policy: { all: {} }\n');
+    assert.equal((await postJson(`${server.url}/v2/repository/models/m/load`, {})).status, 200);
+    assert.deepEqual((await getJson(`${server.url}/v2/models/m`)).body.versions, ["1", "2"]);
   });
 });

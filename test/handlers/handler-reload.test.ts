@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { writeFileSync } from "node:fs";
 import { after, before, test } from "node:test";
 import { infer, outputData, postJson, type SequenceParams } from "../support/http-client.ts";
+import { touchModel } from "../support/model-repository.ts";
 import { metricValue } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import { eventOf, type HandlerRepository, handlerRepository, RECORDER } from "./support/handler-kit.ts";
@@ -93,6 +94,7 @@ test("a reload that finds a request still running past the exit timeout fails, a
   assert.equal(await add(1, { id: 7, start: true }), 1);
   const slow = add(999, { id: 7 });
   await eventOf(repository.eventsFile, "the slow request to run", (event) => event.value === 999);
+  touchModel(repository.path, "slow");
   const reload = await postJson(`${server.url}/v2/repository/models/slow/load`, {});
   assert.notEqual(reload.status, 200, JSON.stringify(reload.body));
   assert.match(
@@ -117,6 +119,7 @@ test("a request the replaced load answers after a reload counts in the version's
   const running = held(888);
   await eventOf(repository.eventsFile, "the held request to run", (event) => event.value === 888);
   // A model without sequences is reloaded while its request runs.
+  touchModel(repository.path, "held");
   const reload = await postJson(`${server.url}/v2/repository/models/held/load`, {});
   assert.equal(reload.status, 200, JSON.stringify(reload.body));
   writeFileSync(`${repository.eventsFile}.release-held`, "");

@@ -4,6 +4,7 @@ import { securityOptions } from "../../src/config/security-options.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
 import { type HandlerRepository, handlerRepository, LOG_MODEL } from "../handlers/support/handler-kit.ts";
 import { type HttpAnswer, infer, inferBody, outputData, postJson } from "../support/http-client.ts";
+import { touchModel } from "../support/model-repository.ts";
 import { assertError, listSequences, metricValue, waitFor } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
@@ -128,6 +129,7 @@ test("a full model's backlog of big STARTs: the START past the budget is refused
   assert.equal(await queuedBytes(), 2000);
 
   // A reload moves the sequences with their queued requests, which keep what they hold.
+  touchModel(repository.path, "session");
   const reload = await postJson(`${server.url}/v2/repository/models/session/load`, {});
   assert.equal(reload.status, 200, JSON.stringify(reload.body));
   assert.equal(await queuedBytes(), 2000);

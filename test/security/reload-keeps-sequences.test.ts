@@ -4,12 +4,14 @@ import { accumulatorModel } from "../../tools/onnx/sequence-models.ts";
 import { TestClient } from "../grpc/support/grpc-harness.ts";
 import { StreamClient } from "../http/support/ws-client.ts";
 import { postJson } from "../support/http-client.ts";
+import { touchModel } from "../support/model-repository.ts";
 import { accumulate, accumulatorConfig, listSequences, waitFor } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import { type LogLine, memoryLogger } from "./support/memory-logger.ts";
 
 // Reloading an unchanged sequence model through the repository API (HTTP or gRPC) keeps
-// its live sequences with their state: their next requests continue where they were,
+// its live sequences (its folder touched, so the load is one: as in Triton, a load of a
+// model whose folder did not change changes nothing) with their state: their next requests continue where they were,
 // over a WebSocket stream opened before the reload too, and the handover is logged.
 // (Reported as dropping every live sequence's state.)
 
@@ -40,11 +42,13 @@ test("live sequences keep their state across a reload of the unchanged model, ov
   assert.equal(await accumulate(server.url, "acc", 7, { id: "two", start: true }), 7);
   assert.equal(await accumulate(server.url, "acc", 3, { id: 1 }), 8);
 
+  touchModel(server.repositoryPath, "acc");
   const reload = await postJson(`${server.url}/v2/repository/models/acc/load`, {});
   assert.equal(reload.status, 200, JSON.stringify(reload.body));
   assert.equal(await accumulate(server.url, "acc", 10, { id: 1 }), 18);
   assert.equal(await accumulate(server.url, "acc", 1, { id: "two" }), 8);
 
+  touchModel(server.repositoryPath, "acc");
   await grpc.unary("RepositoryModelLoad", { model_name: "acc" });
   assert.equal(await accumulate(server.url, "acc", 2, { id: 1, end: true }), 20);
   assert.equal(await accumulate(server.url, "acc", 2, { id: "two", end: true }), 10);
@@ -72,6 +76,7 @@ test("a WebSocket stream open across a reload goes on with its sequence, and end
     return (answer.outputs as { data: number[] }[])[0]!.data[0];
   };
   assert.equal(await step(5), 5);
+  touchModel(server.repositoryPath, "acc");
   const reload = await postJson(`${server.url}/v2/repository/models/acc/load`, {});
   assert.equal(reload.status, 200, JSON.stringify(reload.body));
   assert.equal(await step(3), 8);

@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -40,4 +40,16 @@ export function tempRepository(models: Readonly<Record<string, TestModel>> = {})
   };
   for (const [name, model] of Object.entries(models)) add(name, model);
   return { path, add, remove: () => rmSync(path, { recursive: true, force: true }) };
+}
+
+let touches = 0;
+/**
+ * Marks model `name`'s `file` (its config.pbtxt) in `repositoryPath` as changed (a newer
+ * modification time, the same bytes): a load of a model whose folder did not change since it loaded is
+ * not necessary, and changes nothing (as in Triton), so a test reloading a model as it is
+ * touches it first.
+ */
+export function touchModel(repositoryPath: string, name: string, file = "config.pbtxt"): void {
+  const when = new Date(Date.now() + ++touches * 1000);
+  utimesSync(join(repositoryPath, name, file), when, when);
 }

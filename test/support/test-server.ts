@@ -12,6 +12,8 @@ export interface TestServer {
   readonly url: string;
   readonly grpcPort: number;
   readonly metricsUrl: string;
+  /** The first model repository's folder. */
+  readonly repositoryPath: string;
   stop(): Promise<void>;
 }
 
@@ -42,6 +44,7 @@ export async function startTestServer(
     url: `http://127.0.0.1:${server.httpPort}`,
     grpcPort: server.grpcPort ?? 0,
     metricsUrl: `http://127.0.0.1:${server.metricsPort}/metrics`,
+    repositoryPath: typeof models === "string" ? models : repository!.path,
     async stop() {
       await server.stop();
       repository?.remove();
