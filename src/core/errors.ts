@@ -67,8 +67,9 @@ export type ErrorReason = (typeof ERROR_REASONS)[number];
 
 export interface ServerErrorOptions {
   /**
-   * For UNAVAILABLE: when the client may retry (HTTP Retry-After, gRPC
-   * grpc-retry-pushback-ms). Never for an outcome that may have happened (DEADLINE_EXCEEDED).
+   * For UNAVAILABLE, and a RESOURCE_EXHAUSTED whose room comes back by itself (the state
+   * budget): when the client may retry (HTTP Retry-After, gRPC grpc-retry-pushback-ms).
+   * Never for an outcome that may have happened (DEADLINE_EXCEEDED).
    */
   readonly retryAfterSeconds?: number;
   readonly cause?: unknown;

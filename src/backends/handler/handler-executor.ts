@@ -12,6 +12,7 @@ import type {
 import type { InferRequest, InferResponse, SequenceId } from "../../core/infer.ts";
 import type { ModelIo } from "../../core/model-io.ts";
 import { readSequenceControl } from "../../core/sequence/sequence-parameters.ts";
+import { STATE_BUDGET_RETRY_AFTER_SECONDS } from "../../core/sequence/state-budget.ts";
 import type { Tensor } from "../../core/tensor.ts";
 import { timerDelay } from "../../core/timer-delay.ts";
 import type { Logger } from "../../observability/logger.ts";
@@ -471,11 +472,13 @@ export class HandlerExecutor implements RequestExecutor {
     } else if (message.error !== undefined) {
       outcome = {
         ok: false,
-        error: new ServerError(
-          message.error.code,
-          message.error.message,
-          message.error.reason === undefined ? {} : { reason: message.error.reason },
-        ),
+        error: new ServerError(message.error.code, message.error.message, {
+          ...(message.error.reason === undefined ? {} : { reason: message.error.reason }),
+          // The worker's budget refusal is the core's (stateBudgetExceeded): retry later.
+          ...(message.error.reason === "state_budget"
+            ? { retryAfterSeconds: STATE_BUDGET_RETRY_AFTER_SECONDS }
+            : {}),
+        }),
         state,
         timings,
       };

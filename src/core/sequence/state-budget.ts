@@ -70,6 +70,14 @@ export interface BudgetedStep {
   readonly starts: boolean;
 }
 
+/**
+ * When a step refused for the budget may be tried again: room comes back as other
+ * sequences step smaller or end, so the refusal is "the server is full now, retry later",
+ * as seqserve's other full-server refusals (a full backlog, --max-queued-start-bytes).
+ * Each protocol family answers it with its own such status (its error table).
+ */
+export const STATE_BUDGET_RETRY_AFTER_SECONDS = 1;
+
 /** The error for a step whose state the server's budget cannot keep. */
 export function stateBudgetExceeded(step: BudgetedStep, bytes: number, maxBytes: number): ServerError {
   const sequence = step.starts
@@ -78,7 +86,7 @@ export function stateBudgetExceeded(step: BudgetedStep, bytes: number, maxBytes:
   return new ServerError(
     "RESOURCE_EXHAUSTED",
     `the state of ${sequence} of model '${step.model}' would hold ${bytes} bytes, more than the server's sequence state memory has left (--max-state-bytes ${maxBytes}, for every model's sequences together): ${refusedStepOutcome(step.starts)}`,
-    { reason: "state_budget" },
+    { reason: "state_budget", retryAfterSeconds: STATE_BUDGET_RETRY_AFTER_SECONDS },
   );
 }
 

@@ -1,5 +1,5 @@
 import type { FastifyReply } from "fastify";
-import { ServerError } from "../../core/errors.ts";
+import { type ErrorCode, type ErrorReason, ServerError } from "../../core/errors.ts";
 import type { HttpStatusTable } from "../common/http/error-reply.ts";
 import { sendJsonText } from "../common/http/json-text.ts";
 import { BodyTooLargeError } from "../common/http/request-body.ts";
@@ -51,6 +51,30 @@ export const SAGEMAKER_HTTP_STATUS: HttpStatusTable = {
   UNAVAILABLE: 503,
   DEADLINE_EXCEEDED: 504,
 };
+
+/**
+ * Where the family's answer to a refusal is not its code's: a step refused for the
+ * server's state budget (--max-state-bytes, RESOURCE_EXHAUSTED) is "the server is full
+ * now, retry later", as a full backlog is. SageMaker's runtime has one error type that
+ * says so, ServiceUnavailable ("Try your call again"), which the AWS SDKs retry (as any
+ * 503), and it is 503; the code's 429 is ModelNotReadyException, which says the model is
+ * still loading or being provisioned. Triton has no such budget, and so no status of its
+ * own for it.
+ */
+const SAGEMAKER_CODES: Partial<Readonly<Record<ErrorReason, ErrorCode>>> = {
+  state_budget: "UNAVAILABLE",
+};
+
+/** `error` as this family answers it: a refusal it answers with another code carries that code. */
+export function sageMakerCoded(error: ServerError): ServerError {
+  const code = error.reason === undefined ? undefined : SAGEMAKER_CODES[error.reason];
+  if (code === undefined || code === error.code) return error;
+  return new ServerError(code, error.message, {
+    cause: error,
+    reason: error.reason!,
+    ...(error.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: error.retryAfterSeconds }),
+  });
+}
 
 /**
  * The family's answers that no error code gives, as Triton's SageMaker server gives them:

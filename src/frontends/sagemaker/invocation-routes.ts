@@ -18,7 +18,12 @@ import { sendJson } from "../common/http/json-text.ts";
 import type { OutputEncoding } from "../common/kserve/infer-request-decoder.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
 import { withTraceContext } from "../common/trace-context.ts";
-import { isOutOfMemory, SAGEMAKER_HTTP_ANSWERS, SAGEMAKER_HTTP_STATUS } from "./error-status.ts";
+import {
+  isOutOfMemory,
+  SAGEMAKER_HTTP_ANSWERS,
+  SAGEMAKER_HTTP_STATUS,
+  sageMakerCoded,
+} from "./error-status.ts";
 import { answerGenerateInvocation, type InferenceType } from "./generate-invocation.ts";
 import {
   decodeInvocation,
@@ -420,7 +425,9 @@ export async function invocationRoutes(
               if (close && closed === undefined && ended !== undefined) {
                 const failure = error instanceof HttpError ? error : asServerError(error);
                 throw new HttpError(
-                  failure instanceof HttpError ? failure.status : SAGEMAKER_HTTP_STATUS[failure.code],
+                  failure instanceof HttpError
+                    ? failure.status
+                    : SAGEMAKER_HTTP_STATUS[sageMakerCoded(failure).code],
                   `${failure.message} (the session is closed all the same: a CLOSE ends its session even when its last step fails)`,
                   {
                     ...(failure instanceof HttpError ? failure.headers : {}),

@@ -1,11 +1,12 @@
 import type { SageMakerPingMode } from "../../config/server-options.ts";
+import { ServerError } from "../../core/errors.ts";
 import type { ServerContext } from "../../core/model.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { createErrorHandler } from "../common/http/error-reply.ts";
 import { createHttpApp, type HttpApp, type HttpAppOptions } from "../common/http/http-app.ts";
 import { unroutedAnswer } from "../common/http/route-methods.ts";
 import type { ResponseBudgets } from "../common/response-budget.ts";
-import { SAGEMAKER_HTTP_STATUS, sageMakerError, sendSageMakerError } from "./error-status.ts";
+import { SAGEMAKER_HTTP_STATUS, sageMakerCoded, sageMakerError, sendSageMakerError } from "./error-status.ts";
 import type { InferenceType } from "./generate-invocation.ts";
 import { invocationRoutes } from "./invocation-routes.ts";
 import { MultiModelEndpoint } from "./multi-model-endpoint.ts";
@@ -103,7 +104,10 @@ export function createSageMakerFrontend(options: SageMakerFrontendOptions): Sage
     errorBody: sageMakerError,
     corsHeaders: SAGEMAKER_CORS_HEADERS,
   });
-  app.setErrorHandler(createErrorHandler(SAGEMAKER_HTTP_STATUS, limit, sendSageMakerError));
+  const handler = createErrorHandler(SAGEMAKER_HTTP_STATUS, limit, sendSageMakerError);
+  app.setErrorHandler((error, request, reply) =>
+    handler(error instanceof ServerError ? sageMakerCoded(error) : (error as Error), request, reply),
+  );
   const models = new MultiModelEndpoint();
   app.register(multiModelRoutes, { registry: options.context.registry, models });
   app.register(invocationRoutes, {

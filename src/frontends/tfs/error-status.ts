@@ -78,35 +78,38 @@ export const OVMS_MESSAGES = {
  * a model with no version left, is NOT_FOUND to OVMS (404), where Triton answers
  * UNAVAILABLE (503, worth retrying); OVMS's text for a missing sequence goes with
  * NOT_FOUND (404) whatever seqserve's code (a sequence whose state the store lost is
- * FAILED_PRECONDITION to seqserve's other families).
+ * FAILED_PRECONDITION to seqserve's other families). A step refused for the server's
+ * state budget (--max-state-bytes, worded seqserve's way) is "the server is full now":
+ * OVMS's only such answer is UNAVAILABLE (503, its sequence manager's full
+ * max_sequence_number), which TF-Serving clients retry; RESOURCE_EXHAUSTED (429) is a
+ * status neither server gives.
  */
 const OVMS_CODES: Partial<Readonly<Record<ErrorReason, ErrorCode>>> = {
   sequence_unknown: "NOT_FOUND",
   version_retired: "NOT_FOUND",
   version_loading: "NOT_FOUND",
   version_unknown: "NOT_FOUND",
+  state_budget: "UNAVAILABLE",
 };
 
 /** `error` as this family answers it: a refusal OVMS words its own way carries OVMS's text and code. */
 export function tfsError(error: unknown): ServerError {
   const serverError = asServerError(error);
   const reason = serverError.reason;
+  const retry =
+    serverError.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: serverError.retryAfterSeconds };
   if (reason === undefined || SEQSERVE_WORDED.has(reason)) {
     // Triton opens its request checks' messages with the request's id; TF-Serving's
     // requests have none.
     const message = withoutRequestLabel(serverError.message);
-    if (message === serverError.message) return serverError;
-    return new ServerError(serverError.code, message, { cause: serverError });
+    const code = (reason === undefined ? undefined : OVMS_CODES[reason]) ?? serverError.code;
+    if (message === serverError.message && code === serverError.code) return serverError;
+    return new ServerError(code, message, { cause: serverError, ...retry });
   }
   return new ServerError(
     OVMS_CODES[reason] ?? serverError.code,
     OVMS_MESSAGES[reason as Exclude<ErrorReason, SeqserveWorded>],
-    {
-      cause: serverError,
-      ...(serverError.retryAfterSeconds === undefined
-        ? {}
-        : { retryAfterSeconds: serverError.retryAfterSeconds }),
-    },
+    { cause: serverError, ...retry },
   );
 }
 

@@ -22,6 +22,9 @@ interface KserveStatus {
  * 504 Gateway Timeout and gRPC's DEADLINE_EXCEEDED, as in that mapping: neither is
  * retried by gRPC retry policies or HTTP clients by default, where UNAVAILABLE (503, with
  * Retry-After or grpc-retry-pushback-ms) invites a retry that could apply a step twice.
+ * A step refused for the server's state budget (--max-state-bytes) keeps RESOURCE_EXHAUSTED
+ * (429), with Retry-After and grpc-retry-pushback-ms: Triton has no such budget, so no
+ * status of its own to match, and 429 is HTTP's "too much now, retry later".
  */
 const KSERVE_STATUS: Readonly<Record<ErrorCode, KserveStatus>> = {
   INVALID_ARG: { http: 400, grpc: grpcStatus.INVALID_ARGUMENT },
