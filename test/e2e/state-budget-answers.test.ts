@@ -12,7 +12,8 @@ import { controlTensor, floatTensor, sequenceIdTensor, TfsClient } from "../tfs/
 // answer, with a Retry-After (grpc-retry-pushback-ms): KServe keeps 429 /
 // RESOURCE_EXHAUSTED (Triton has no such budget to match); the TF-Serving API answers as
 // OVMS answers a full server, 503 / UNAVAILABLE; SageMaker 503 with the error type
-// ServiceUnavailable (not ModelNotReadyException, which says the model is loading).
+// ServiceUnavailable (not ModelNotReadyException, which says the model is loading). A
+// SageMaker session whose opening is refused is told that no sequence was started.
 
 const MODEL = "growing";
 /** The growing model's state after a START: 8 bytes, the whole budget. */
@@ -103,7 +104,7 @@ test("TF-Serving gRPC: UNAVAILABLE with grpc-retry-pushback-ms", async () => {
   );
 });
 
-test("SageMaker: a session's opening refused is 503 ServiceUnavailable with Retry-After", async () => {
+test("SageMaker: a session's opening refused is 503 ServiceUnavailable with Retry-After, and starts nothing", async () => {
   const response = await fetch(`http://127.0.0.1:${server.server.sagemakerPort!}/invocations`, {
     method: "POST",
     headers: { "content-type": "application/json", "x-amzn-sagemaker-session-id": "NEW_SESSION" },
@@ -113,5 +114,6 @@ test("SageMaker: a session's opening refused is 503 ServiceUnavailable with Retr
   assert.equal(response.status, 503, JSON.stringify(body));
   assert.equal(response.headers.get("x-amzn-errortype"), "ServiceUnavailable");
   assert.equal(response.headers.get("retry-after"), "1");
-  assert.match(body.message, /--max-state-bytes 8/);
+  assert.match(body.message, /^the state of a new sequence \S+ of model 'growing' would hold 8 bytes, /);
+  assert.ok(body.message.endsWith(FULL), body.message);
 });

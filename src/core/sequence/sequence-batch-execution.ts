@@ -74,20 +74,23 @@ export function answerStep(row: SequenceRow, result: RequestResult): void {
   row.request.resolve(result);
 }
 
-/** `row`'s step as a budget refusal names it. */
+/** The first step of a sequence starts it: its START request, or the first one of a sequence opened without a request. */
+const isStart = (row: SequenceRow): boolean =>
+  row.request.request.sequence?.start === true || row.sequence.steps === 0;
+
+/**
+ * `row`'s step as a budget refusal names it: a start (a SageMaker session's opening
+ * included) is refused as one, "the sequence is not started", since no sequence was.
+ */
 export function budgetedStep(model: string, row: SequenceRow): BudgetedStep {
   const control = row.request.request.sequence;
-  const starts = control?.start === true;
+  const starts = isStart(row);
   return {
     model,
     id: starts && control?.id === undefined ? undefined : formatSequenceId(row.sequence.id),
     starts,
   };
 }
-
-/** The first step of a sequence starts it: its START request, or the first one of a sequence opened without a request. */
-const isStart = (row: SequenceRow): boolean =>
-  row.request.request.sequence?.start === true || row.sequence.steps === 0;
 const isEnd = (row: SequenceRow): boolean => row.request.request.sequence?.end === true;
 
 /** The state a row runs with: fresh on START (or when none was kept), else the stored one (FP32). */
@@ -348,7 +351,7 @@ function stateTooLarge(
   if (maxBytes === undefined || bytes <= maxBytes) return undefined;
   return new ServerError(
     "RESOURCE_EXHAUSTED",
-    `the state of sequence ${formatSequenceId(row.sequence.id)} of model '${model}' would hold ${bytes} bytes, more than its sequence_state_max_bytes (${maxBytes}): ${refusedStepOutcome(row.request.request.sequence?.start === true)}`,
+    `the state of sequence ${formatSequenceId(row.sequence.id)} of model '${model}' would hold ${bytes} bytes, more than its sequence_state_max_bytes (${maxBytes}): ${refusedStepOutcome(isStart(row))}`,
     { reason: "state_bound" },
   );
 }
