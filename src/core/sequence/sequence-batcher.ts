@@ -2204,6 +2204,10 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
               row.sequence.startNotKept = row.request;
             // What this replica holds is ahead of what the tier confirms: read it again first.
             row.sequence.tier!.stale = true;
+            // The step's state, in the store since the run, was never kept: it leaves, so
+            // that state_bytes and the budget count only state the sequence has (the read
+            // before its next step brings back what the tier holds).
+            this.#model.store.delete(row.sequence.key);
             // An END whose write failed is not written again as a bare end when its sequence
             // finishes here: that end would carry no answer for the END, and its retry (as
             // the error asks) would find the sequence ended and its answer gone. The record
