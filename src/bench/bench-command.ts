@@ -237,7 +237,7 @@ async function runOnce(
 
   let limit: InProcessLimit | undefined;
   if (local !== undefined && server !== undefined && server.batches.size > 0) {
-    const budget = Math.max(40, Math.floor(3000 / server.batches.size));
+    const budget = Math.max(40, Math.floor((options.limitSeconds * 1000) / server.batches.size));
     limit = await inProcessLimit(local, workload, server.batches, budget);
   }
   const oracle =

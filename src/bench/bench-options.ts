@@ -22,6 +22,8 @@ export interface BenchOptions {
   readonly rate: number | undefined;
   readonly seconds: number;
   readonly warmupSeconds: number;
+  /** Seconds spent timing ONNX Runtime alone at the batch sizes the run formed. */
+  readonly limitSeconds: number;
   readonly values: ReadonlyMap<string, readonly number[]>;
   readonly shapes: ReadonlyMap<string, readonly number[]>;
   readonly wavFile: string | undefined;
@@ -61,6 +63,7 @@ ONNX Runtime alone in this process at those batch sizes.
   --rate <r>                   open loop at r requests/s (default: closed loop)
   --duration <s>               measured seconds (default 10)
   --warmup <s>                 seconds before measuring (default 2)
+  --limit-duration <s>         seconds spent timing the in-process limit after the run (default 3)
   --input <name>=<v>[,<v>...]  a fixed value for an input (e.g. --input sr=16000)
   --shape <name>=<d>[,<d>...]  the client shape of an input with variable dims
   --data random|<file.wav>     input data: seeded random (default), or a WAV file's audio; made once,
@@ -153,6 +156,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions | "help" {
         rate: { type: "string" },
         duration: { type: "string" },
         warmup: { type: "string" },
+        "limit-duration": { type: "string" },
         input: { type: "string", multiple: true },
         shape: { type: "string", multiple: true },
         data: { type: "string" },
@@ -211,6 +215,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions | "help" {
     rate: positive("rate", str("rate")),
     seconds: positive("duration", str("duration")) ?? 10,
     warmupSeconds: positive("warmup", str("warmup"), true) ?? 2,
+    limitSeconds: positive("limit-duration", str("limit-duration")) ?? 3,
     values: assignments("input", (values.input as string[] | undefined) ?? []),
     shapes: assignments("shape", (values.shape as string[] | undefined) ?? []),
     wavFile: data === undefined || data === "random" ? undefined : data,

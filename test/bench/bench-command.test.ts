@@ -46,6 +46,9 @@ function options(args: string[], duration = "0.6"): BenchOptions {
     duration,
     "--warmup",
     "0.1",
+    // The in-process limit is timed for 3 s by default; a tenth of that gives its figure here.
+    "--limit-duration",
+    "0.3",
     "--quiet",
     ...args,
   ]);
@@ -271,7 +274,18 @@ describe("seqserve bench", { timeout: 300_000 }, () => {
       const bench = async (key: string) => {
         const parsed = parseBenchArgs([
           ...["--url", server.url, "--model", "acc", "--protocol", "http-binary"],
-          ...["--concurrency", "2", "--sequence-length", "3", "--duration", "0.3", "--warmup", "0"],
+          ...[
+            "--concurrency",
+            "2",
+            "--sequence-length",
+            "3",
+            "--duration",
+            "0.3",
+            "--warmup",
+            "0",
+            "--limit-duration",
+            "0.3",
+          ],
           ...["--header", `authorization: Bearer ${key}`, "--quiet"],
         ]);
         assert.notEqual(parsed, "help");
@@ -407,6 +421,8 @@ describe("seqserve bench", { timeout: 300_000 }, () => {
       /--warmup expects a number of 0 or more, got 'soon'/,
     );
     assert.equal(options(["--model", "acc", "--warmup", "0"]).warmupSeconds, 0);
+    assert.equal((parseBenchArgs(["--model", "acc", "--url", "http://h:1"]) as BenchOptions).limitSeconds, 3);
+    assert.equal(options(["--model", "acc", "--limit-duration", "1.5"]).limitSeconds, 1.5);
   });
 
   // The help writes them with a space: `--server-args "<flags>"`. parseArgs refuses a value
@@ -420,7 +436,19 @@ describe("seqserve bench", { timeout: 300_000 }, () => {
     const ran = await run([
       "bench",
       ...["--model", "acc", "--model-repository", repository.path, "--protocol", "http-binary"],
-      ...["--concurrency", "1", "--sequence-length", "2", "--duration", "0.3", "--warmup", "0", "--quiet"],
+      ...[
+        "--concurrency",
+        "1",
+        "--sequence-length",
+        "2",
+        "--duration",
+        "0.3",
+        "--warmup",
+        "0",
+        "--limit-duration",
+        "0.3",
+        "--quiet",
+      ],
       ...["--server-args", "--model-control-mode explicit --load-model acc"],
       ...["--server-node-args", "--max-old-space-size=512 --no-warnings"],
     ]);

@@ -59,7 +59,7 @@ function options(protocol: string): BenchOptions {
   const parsed = parseBenchArgs([
     ...["--url", server.url, "--grpc", `127.0.0.1:${server.grpcPort}`, "--model", "uneven"],
     ...["--protocol", protocol, "--concurrency", "2", "--sequence-length", "5"],
-    ...["--duration", "0.3", "--warmup", "0", "--quiet"],
+    ...["--duration", "0.3", "--warmup", "0", "--limit-duration", "0.3", "--quiet"],
   ]);
   assert.notEqual(parsed, "help");
   return parsed as BenchOptions;
@@ -81,7 +81,19 @@ describe("seqserve bench, a decoupled model", { timeout: 30_000 }, () => {
     const own = (...extra: string[]) =>
       parseBenchArgs([
         ...["--model-repository", repository.path, "--model", "uneven", "--protocol", "ws"],
-        ...["--concurrency", "2", "--sequence-length", "5", "--duration", "0.3", "--warmup", "0", "--quiet"],
+        ...[
+          "--concurrency",
+          "2",
+          "--sequence-length",
+          "5",
+          "--duration",
+          "0.3",
+          "--warmup",
+          "0",
+          "--limit-duration",
+          "0.3",
+          "--quiet",
+        ],
         ...extra,
       ]) as BenchOptions;
     const [report] = (await runBench(own())) as [BenchReport];
@@ -109,7 +121,7 @@ describe("seqserve bench, a decoupled model", { timeout: 30_000 }, () => {
     }
     const cli = await run([
       ...["bench", "--url", server.url, "--model", "uneven", "--protocol", "http-json"],
-      ...["--duration", "0.3", "--warmup", "0", "--quiet"],
+      ...["--duration", "0.3", "--warmup", "0", "--limit-duration", "0.3", "--quiet"],
     ]);
     assert.equal(cli.code, 2, cli.stderr);
     assert.match(
