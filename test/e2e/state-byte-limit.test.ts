@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { stateEntryBytes } from "../../src/core/sequence/state-store.ts";
 import { growingStateConfig, growingStateModel } from "../../tools/onnx/sequence-models.ts";
 import { infer, outputData } from "../support/http-client.ts";
 import { metricValue } from "../support/sequence-kit.ts";
@@ -8,11 +9,14 @@ import { startTestServer, type TestServer } from "../support/test-server.ts";
 // A state that grows with every step (a decoder's cache) is bounded in bytes per
 // sequence: sequence_state_max_bytes, 64 MiB unless the config says. A step that would
 // pass it fails with 429 naming the limit, and the sequence goes on from its state as it
-// was.
+// was. What a state holds counts its entries' keys and overhead besides their data.
+
+/** The growing model's one state entry, without data. */
+const CACHE = stateEntryBytes("CACHE", { datatype: "FP32", shape: [0], data: new Float32Array(0) });
 
 const GROWING = growingStateConfig(
   "max_sequence_idle_microseconds: 60000000",
-  'parameters [ { key: "sequence_state_max_bytes" value: { string_value: "16" } } ]',
+  `parameters [ { key: "sequence_state_max_bytes" value: { string_value: "${CACHE + 16}" } } ]`,
 );
 
 describe("sequence_state_max_bytes", () => {
@@ -32,14 +36,13 @@ describe("sequence_state_max_bytes", () => {
     // The cache starts as one zero column and gains one per step.
     assert.deepEqual(outputData(await step(1, { start: true }), "OUTPUT"), [1]);
     assert.deepEqual(outputData(await step(2), "OUTPUT"), [3]);
-    // Four FP32 values: 16 bytes, the limit.
+    // Four FP32 values: 16 bytes of data, the limit.
     const full = await step(3);
     assert.deepEqual([outputData(full, "OUTPUT"), outputData(full, "LENGTH")], [[6], [4]]);
     const refused = await step(100);
     assert.equal(refused.status, 429);
     assert.deepEqual(refused.body, {
-      error:
-        "the state of sequence 5 of model 'growing' would hold 20 bytes, more than its sequence_state_max_bytes (16): the step is not applied, and the state stays as it was",
+      error: `the state of sequence 5 of model 'growing' would hold ${CACHE + 20} bytes, more than its sequence_state_max_bytes (${CACHE + 16}): the step is not applied, and the state stays as it was`,
     });
     // The step ran, and failed after: a failure in the model, for Triton's metrics.
     const failures = (reason: string) =>
@@ -58,7 +61,7 @@ describe("sequence_state_max_bytes on a START", () => {
     // The cache starts as one zero column (4 bytes, the limit): any START passes it.
     const config = growingStateConfig(
       "max_sequence_idle_microseconds: 60000000",
-      'parameters [ { key: "sequence_state_max_bytes" value: { string_value: "4" } } ]',
+      `parameters [ { key: "sequence_state_max_bytes" value: { string_value: "${CACHE + 4}" } } ]`,
     );
     server = await startTestServer({ growing: { config, onnx: growingStateModel() } });
   });
@@ -74,8 +77,7 @@ describe("sequence_state_max_bytes on a START", () => {
     const refused = await step(true);
     assert.equal(refused.status, 429);
     assert.deepEqual(refused.body, {
-      error:
-        "the state of sequence 6 of model 'growing' would hold 8 bytes, more than its sequence_state_max_bytes (4): the sequence is not started",
+      error: `the state of sequence 6 of model 'growing' would hold ${CACHE + 8} bytes, more than its sequence_state_max_bytes (${CACHE + 4}): the sequence is not started`,
     });
     const next = await step(false);
     assert.equal(next.status, 400);

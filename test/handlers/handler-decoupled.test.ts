@@ -335,9 +335,10 @@ test("a final response whose state the model cannot keep is not sent: the reques
   assert.deepEqual(seen, [
     { id: "fits", error: undefined, final: true, steps: 1, late: "" },
     {
+      // 2000 bytes of history, 4 of the step count, and each entry's key and overhead.
       id: "too-big",
       error:
-        "the state of sequence 5 would hold 2004 bytes, more than the model's sequence_state_max_bytes (1000): the step is not applied, and the state stays as it was",
+        "the state of sequence 5 would hold 2528 bytes, more than the model's sequence_state_max_bytes (1000): the step is not applied, and the state stays as it was",
       // A request that failed once its model took it is its last answer, flagged so, as Triton's stream flags it.
       final: true,
       steps: undefined,
@@ -365,7 +366,7 @@ test("a START whose state the model cannot keep leaves no sequence: the step aft
   const [started] = await streamAll(server.grpcPort, [request("start", 2000, true)]);
   assert.equal(
     started?.error_message,
-    "the state of sequence 6 would hold 2004 bytes, more than the model's sequence_state_max_bytes (1000): the sequence is not started",
+    "the state of sequence 6 would hold 2528 bytes, more than the model's sequence_state_max_bytes (1000): the sequence is not started",
   );
   const [next] = await streamAll(server.grpcPort, [request("next", 10, false)]);
   assert.match(next?.error_message ?? "", /must specify the START flag/);
@@ -516,7 +517,7 @@ test("/generate_stream: a request the model failed before its first response is 
   assert.deepEqual(refused, {
     status: 429,
     type: "text/event-stream; charset=utf-8",
-    text: `data: ${JSON.stringify({ error: "the state of sequence 71 would hold 2004 bytes, more than the model's sequence_state_max_bytes (1000): the sequence is not started" })}\n\n`,
+    text: `data: ${JSON.stringify({ error: "the state of sequence 71 would hold 2528 bytes, more than the model's sequence_state_max_bytes (1000): the sequence is not started" })}\n\n`,
   });
   // Refused before the model had it (a check, a sequence's admission): a JSON error, as
   // extension_generate.md says.

@@ -135,7 +135,7 @@ describe("WebSocket streams: a start that fails", { timeout: 60_000 }, () => {
 
   it("a start that fails in the model ends the sequence it began, as with a server-assigned id", async () => {
     const refused = (id: string) =>
-      `the state of sequence ${id} of model 'growing' would hold 8 bytes, more than its sequence_state_max_bytes (4): the sequence is not started`;
+      `the state of sequence ${id} of model 'growing' would hold 269 bytes, more than its sequence_state_max_bytes (4): the sequence is not started`;
     const float = { id: "f", inputs: [{ name: "INPUT", datatype: "FP32", shape: [1, 1], data: [1] }] };
     const stream = await open(5, A, "growing");
     stream.send(float);
@@ -150,7 +150,7 @@ describe("WebSocket streams: a start that fails", { timeout: 60_000 }, () => {
     assigned.send(float);
     assert.match(
       String((await assigned.nextText()).error),
-      /^the state of sequence \d+ .* would hold 8 bytes/,
+      /^the state of sequence \d+ .* would hold 269 bytes/,
     );
     assert.deepEqual(await live("growing"), []);
     await waitFor("the three failed starts' sequences to be ended", async () =>

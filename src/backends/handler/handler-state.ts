@@ -1,6 +1,6 @@
 import { deserialize, serialize } from "node:v8";
 import type { NumericArray } from "../../core/datatype.ts";
-import { tensorByteLength } from "../../core/tensor.ts";
+import { stateEntryBytes } from "../../core/sequence/state-store.ts";
 import type { SequenceState } from "../../handler-api.ts";
 import {
   fromWire,
@@ -170,7 +170,8 @@ export class HandlerSequenceState implements SequenceState {
           serialized: new Uint8Array(serialized.buffer, serialized.byteOffset, serialized.byteLength),
         };
       }
-      bytes += "serialized" in wire ? wire.serialized.byteLength : tensorByteLength(fromWire(wire.tensor));
+      // Counted as the core's store will hold it (state-store.ts), key and all.
+      bytes += stateEntryBytes(key, "serialized" in wire ? wire : fromWire(wire.tensor));
       entries.push(wire);
     }
     return { entries: entries.map((wire) => retransfer(wire, transfer)), bytes };

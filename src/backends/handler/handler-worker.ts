@@ -3,7 +3,7 @@ import pLimit from "p-limit";
 import { ERROR_CODES, type ErrorCode } from "../../core/errors.ts";
 import type { ExecutorTimings } from "../../core/executor.ts";
 import { refusedStepOutcome, stateBudgetExceeded } from "../../core/sequence/state-budget.ts";
-import { type Tensor, tensorByteLength } from "../../core/tensor.ts";
+import { type Tensor, tensorHeldBytes } from "../../core/tensor.ts";
 import type {
   CallError,
   CallRequest,
@@ -164,7 +164,8 @@ function outputsToWire(
     const value = outputs[name];
     if (value === undefined) continue;
     const tensor = checkTensor(`output '${name}'`, value);
-    bytes += tensorByteLength(tensor);
+    // What the response holds in memory until its client takes it (handler_max_unacked_bytes).
+    bytes += tensorHeldBytes(tensor);
     wire.push(toWire(name, tensor, transfer ?? []));
   }
   return { wire, bytes };

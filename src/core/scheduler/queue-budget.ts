@@ -1,7 +1,7 @@
 import { ServerError } from "../errors.ts";
 import type { Refusals } from "../refusals.ts";
 import { requestLabel } from "../request-label.ts";
-import { type BytesElements, type Tensor, tensorByteLength } from "../tensor.ts";
+import { type Tensor, tensorHeldBytes } from "../tensor.ts";
 
 // The server's budget of bytes for STARTs admitted and not yet running
 // (--max-queued-start-bytes), every model's together. A sequence backlog is bounded by a
@@ -62,15 +62,11 @@ export class QueueBudget {
 }
 
 /**
- * What a request's inputs count in the budget: their data, and for BYTES each element's
- * 4-byte length prefix too, as the wire carries them (a tensor of empty strings is not free
- * to hold).
+ * What a request's inputs count in the budget: the bytes they hold in memory
+ * (tensorHeldBytes: a tensor of empty strings is not free to hold).
  */
 export function queuedBytesOf(inputs: ReadonlyMap<string, Tensor>): number {
   let bytes = 0;
-  for (const tensor of inputs.values()) {
-    bytes += tensorByteLength(tensor);
-    if (tensor.datatype === "BYTES") bytes += 4 * (tensor.data as BytesElements).length;
-  }
+  for (const tensor of inputs.values()) bytes += tensorHeldBytes(tensor);
   return bytes;
 }

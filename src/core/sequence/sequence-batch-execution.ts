@@ -17,7 +17,7 @@ import { controlTensors } from "./control-tensors.ts";
 import type { Sequence } from "./sequence.ts";
 import { formatSequenceId } from "./sequence-parameters.ts";
 import { type BudgetedStep, refusedState, refusedStepOutcome, type StateBudget } from "./state-budget.ts";
-import { type SequenceState, type StateStore, stateBytes } from "./state-store.ts";
+import type { SequenceState, StateStore } from "./state-store.ts";
 import { StepAnswers, stepAnswer } from "./step-answers.ts";
 
 // One step of a batch of sequences: gather each sequence's state into the batch along
@@ -281,7 +281,7 @@ export async function runSequenceBatch(
     if (isEnd(row)) store.delete(row.sequence.key);
     else if (sequencing.states.length > 0) {
       const state = newStates[i] as SequenceState;
-      const bytes = stateBytes(state);
+      const bytes = store.bytesFor(state);
       // A state the store cannot keep (too large for the model or for the server's budget,
       // or not the type its config gives) fails its step; the state stays as it was. One
       // the model gave in other shapes than the config's is kept as it is, as Triton does.

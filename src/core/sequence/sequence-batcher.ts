@@ -54,13 +54,7 @@ import {
 } from "./sequence-transfer.ts";
 import { SlabStateStore, stateRowBytes } from "./slab-state-store.ts";
 import type { StateBudget } from "./state-budget.ts";
-import {
-  isSerializedValue,
-  type SequenceState,
-  type StateEntry,
-  type StateStore,
-  stateBytes,
-} from "./state-store.ts";
+import { isSerializedValue, type SequenceState, type StateEntry, type StateStore } from "./state-store.ts";
 import { fixedStateLayouts, stateStoreForModel } from "./state-store-for-model.ts";
 import { checkStep, type StepAnswer, StepAnswers, stepAnswer } from "./step-answers.ts";
 
@@ -1667,7 +1661,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (body.state !== undefined && !ending) {
       const refusal = this.#model.budget?.refusal(
         this.#model.store.bytesOf(sequence.key),
-        stateBytes(body.state),
+        this.#model.store.bytesFor(body.state),
         () => ({ model: this.#config.name, id: formatSequenceId(sequence.id), starts: false }),
       );
       if (refusal !== undefined) throw refusal;

@@ -126,6 +126,11 @@ export class SlabStateStore implements StateStore {
     this.#outgrown.delete(key);
   }
 
+  /** A row, whatever the state: its tensors have the row's shapes (set refuses others). */
+  bytesFor(_state: SequenceState): number {
+    return this.#rowBytes;
+  }
+
   bytesOf(key: string): number {
     return this.#places.has(key) ? this.#rowBytes : this.#outgrown.bytesOf(key);
   }

@@ -1,5 +1,5 @@
 import type { NumericArray } from "../datatype.ts";
-import { cloneTensor, type Tensor, tensorByteLength } from "../tensor.ts";
+import { cloneTensor, type Tensor, tensorHeldBytes } from "../tensor.ts";
 
 // Where sequences keep their state between requests. The store is an interface so that a
 // write-through tier (Redis, for replicas that survive each other's loss) can sit behind
@@ -22,9 +22,23 @@ export function isSerializedValue(entry: StateEntry): entry is SerializedValue {
   return (entry as Partial<SerializedValue>).serialized !== undefined;
 }
 
-/** Bytes an entry holds. */
-function stateEntryBytes(entry: StateEntry): number {
-  return isSerializedValue(entry) ? entry.serialized.byteLength : tensorByteLength(entry);
+/**
+ * What an entry costs beyond its key's bytes and its data: its slot in the state's map, its
+ * key's string and the tensor or value object around the data (250 to 300 bytes of V8's
+ * heap for a one-entry map, measured). A handler names its entries as it likes: a key of
+ * 4,000,000 characters counted nothing.
+ */
+const STATE_ENTRY_OVERHEAD = 256;
+
+/**
+ * Bytes an entry of a sequence's state holds in memory: its key (UTF-8, at least what V8
+ * keeps of it), its data (tensorHeldBytes) and the entry's own overhead. The core's store
+ * and a handler's worker count an entry by this one function, so that the worker's check
+ * against the room the core gives it and the core's count agree.
+ */
+export function stateEntryBytes(key: string, entry: StateEntry): number {
+  const data = isSerializedValue(entry) ? entry.serialized.byteLength : tensorHeldBytes(entry);
+  return Buffer.byteLength(key, "utf8") + STATE_ENTRY_OVERHEAD + data;
 }
 
 /**
@@ -39,6 +53,8 @@ export interface StateStore {
   /** Keeps `state` for the sequence; the tensors may be views of a batch's output (the store copies what it keeps). */
   set(key: string, state: SequenceState): void;
   delete(key: string): void;
+  /** Bytes this store would hold for `state` (what a budget checks before set). */
+  bytesFor(state: SequenceState): number;
   /** Bytes held for one sequence (0 when it has none). */
   bytesOf(key: string): number;
   /** Bytes held for every sequence. */
@@ -48,10 +64,10 @@ export interface StateStore {
   readonly size: number;
 }
 
-/** Bytes a sequence's state holds, every entry counted. */
+/** Bytes a sequence's state holds in memory, every entry counted (stateEntryBytes). */
 export function stateBytes(state: SequenceState): number {
   let total = 0;
-  for (const entry of state.values()) total += stateEntryBytes(entry);
+  for (const [key, entry] of state) total += stateEntryBytes(key, entry);
   return total;
 }
 
@@ -89,6 +105,10 @@ export class MemoryStateStore implements StateStore {
     if (previous === undefined) return;
     this.#totalBytes -= previous.bytes;
     this.#states.delete(key);
+  }
+
+  bytesFor(state: SequenceState): number {
+    return stateBytes(state);
   }
 
   bytesOf(key: string): number {

@@ -1,7 +1,7 @@
 import { ServerError } from "../errors.ts";
 import type { Parameters, SequenceId } from "../infer.ts";
 import type { RequestResult } from "../scheduler/pending-request.ts";
-import { cloneTensor, type Tensor, tensorByteLength } from "../tensor.ts";
+import { cloneTensor, type Tensor, tensorHeldBytes } from "../tensor.ts";
 import { formatSequenceId } from "./sequence-parameters.ts";
 
 // Exactly-once steps. A request may say which step of its sequence it is
@@ -24,19 +24,9 @@ export interface StepAnswer {
   readonly encoded?: Uint8Array;
 }
 
-/**
- * What a kept BYTES element costs beyond its bytes: the copy an answer keeps is a
- * Uint8Array with an ArrayBuffer of its own, 194 bytes of V8's heap measured. Without it,
- * an answer of 262,144 empty strings counted as nothing and held 51 MB.
- */
-const BYTES_ELEMENT_OVERHEAD = 192;
-
 function answerBytes(answer: StepAnswer): number {
   let bytes = 64;
-  for (const [name, tensor] of answer.outputs) {
-    bytes += name.length + tensorByteLength(tensor);
-    if (tensor.datatype === "BYTES") bytes += tensor.data.length * BYTES_ELEMENT_OVERHEAD;
-  }
+  for (const [name, tensor] of answer.outputs) bytes += name.length + tensorHeldBytes(tensor);
   return bytes;
 }
 
