@@ -268,13 +268,13 @@ export class LoadedModel implements ServedModel {
   }
 
   /**
-   * Hands `pending` to the scheduler; a START goes with the server's budget of STARTs
-   * waiting for a slot, which holds its bytes if it must wait (queue-budget.ts); they come
-   * back if the scheduler refuses it.
+   * Hands `pending` to the scheduler; a request of a sequence goes with the server's budget
+   * of requests waiting for a slot, which holds its bytes if it must wait (queue-budget.ts);
+   * they come back if the scheduler refuses it.
    */
   #enqueue(pending: PendingRequest): void {
-    if (this.#queueBudget !== undefined && pending.request.sequence?.start === true)
-      pending.startBudget = { budget: this.#queueBudget, model: this.name };
+    if (this.#queueBudget !== undefined && pending.request.sequence !== undefined)
+      pending.backlogBudget = { budget: this.#queueBudget, model: this.name };
     try {
       this.#scheduler.enqueue(pending);
     } catch (error) {

@@ -14,7 +14,8 @@ import { startTestServer, type TestServer } from "../support/test-server.ts";
 // sessions, then parked 30 STARTs of 30 MB each in its backlog. Here the slots are full,
 // big STARTs wait, and the START that would pass the budget is refused at once as a full
 // backlog is (503, Retry-After), while the running sequences' steps and ENDs (which free
-// the slots) and every other model's requests go on: only STARTs count. What the STARTs
+// the slots) and every other model's requests go on: only STARTs count, and the steps
+// sent behind a START while it waits (held for the same slot). What the STARTs
 // hold comes back exactly once, whether they ran, were cancelled, were refused, or moved
 // to a reloaded version: the count is 0 when nothing waits.
 
@@ -191,4 +192,38 @@ test("only STARTs that wait count: with the budget full, the running sequences' 
   for (const id of [32, 33]) await note(id, 1, 0, { end: true });
   assert.equal(await queuedBytes(), 0);
   assert.equal(await refusals(), refusedBefore + 2);
+});
+
+test("the steps sent behind a START that waits in the backlog count with it: the one past the budget is refused, the sequence goes on", async () => {
+  const refusedBefore = await refusals();
+  assert.deepEqual(kept(await note(61, 1, 1, { start: true })), [1, 1]);
+  assert.deepEqual(kept(await note(62, 1, 2, { start: true })), [1, 2]);
+  // A 4-byte START waits for a slot; its client goes on sending steps, which wait behind it.
+  const start = note(71, 4, 1, { start: true });
+  await untilQueued(4);
+  const first = note(71, 1000, 1);
+  await untilQueued(1004);
+  const second = note(71, 1000, 1);
+  await untilQueued(2004);
+  // A third would take 3004: refused at once, as a START past the budget is.
+  const refused = await note(71, 1000, 1);
+  assertError(
+    refused,
+    503,
+    `[request id: <id_unknown>] model 'session' cannot queue a step of sequence 71, whose START waits in the backlog for a slot: its 1000 bytes of inputs would take the requests waiting for a sequence slot past the server's limit of ${BUDGET} bytes (--max-queued-start-bytes, for every model's together); retry later`,
+  );
+  assert.equal(refused.headers["retry-after"], "1");
+  assert.equal(await refusals(), refusedBefore + 1);
+  assert.equal(await queuedBytes(), 2004);
+  // A slot frees: the START and its steps run, the refused one not among them, and what
+  // they held comes back.
+  await note(61, 1, 0, { end: true });
+  assert.deepEqual(kept(await start), [4, 4]);
+  assert.deepEqual(kept(await first), [1004, 1004]);
+  assert.deepEqual(kept(await second), [2004, 2004]);
+  assert.equal(await queuedBytes(), 0);
+  // Steps of a sequence that holds its slot wait for nothing, and count nothing.
+  assert.deepEqual(kept(await note(71, 1000, 1)), [3004, 3004]);
+  for (const id of [62, 71]) await note(id, 1, 0, { end: true });
+  assert.equal(await queuedBytes(), 0);
 });

@@ -108,21 +108,23 @@ export class PendingRequest {
   }
 
   /**
-   * For a START: the server's budget of STARTs waiting for a slot, and the model that names
-   * it in a refusal (queue-budget.ts); its scheduler holds the bytes there if it must wait.
+   * For a request of a sequence: the server's budget of requests waiting for a slot (a
+   * START in the backlog, and the steps queued behind it), and the model that names it in
+   * a refusal (queue-budget.ts); its scheduler holds the bytes there if it must wait.
    */
-  startBudget: { readonly budget: QueueBudget; readonly model: string } | undefined;
+  backlogBudget: { readonly budget: QueueBudget; readonly model: string } | undefined;
 
   /**
-   * The START waits for a slot: its input bytes are held in its startBudget until it is
-   * dispatched or settles, whichever comes first; throws (holding nothing) when they do
-   * not fit.
+   * The request waits for its sequence's slot: its input bytes are held in its
+   * backlogBudget until it is dispatched or settles, whichever comes first; throws (holding
+   * nothing) when they do not fit. `sequence`: for a step behind the START, its sequence
+   * as messages write it (undefined for the START).
    */
-  holdWhileWaiting(): void {
-    const to = this.startBudget;
+  holdWhileWaiting(sequence?: string): void {
+    const to = this.backlogBudget;
     if (to === undefined || this.#queueBudget !== undefined) return;
     const bytes = queuedBytesOf(this.#validated.inputs);
-    to.budget.take(bytes, to.model, this.request.id);
+    to.budget.take(bytes, to.model, this.request.id, sequence);
     this.#queueBudget = to.budget;
     this.#queuedBytes = bytes;
   }

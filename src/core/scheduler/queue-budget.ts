@@ -3,26 +3,31 @@ import type { Refusals } from "../refusals.ts";
 import { requestLabel } from "../request-label.ts";
 import { type Tensor, tensorHeldBytes } from "../tensor.ts";
 
-// The server's budget of bytes for STARTs admitted and not yet running
+// The server's budget of bytes for requests waiting for a sequence slot
 // (--max-queued-start-bytes), every model's together. A sequence backlog is bounded by a
 // count (sequence_backlog_limit, 1024), which says nothing of size, and a START waits
 // there until a slot frees, for as long as the sequences holding the slots live: one
 // client filling a model's slots with tiny sessions could park a thousand 64 MiB STARTs.
+// Triton's backlog has no bound at all (its sequence batcher queues a backlogged
+// sequence's requests without limit): this is where seqserve bounds it.
 //
-// Only STARTs count. The other requests are steps of sequences begun (their ENDs free the
-// slots the backlog waits for: refusing them for the backlog's bytes would keep it full),
-// stateless requests (a queue the model drains as fast as it runs) and calls from model
-// code; each is bounded by its connection or stream (--max-held-request-bytes, the body
-// and message limits).
+// A START waiting in the backlog counts, and so do the steps its client sends after it
+// while it waits: they are held for the same reason, the sequence has no slot (30 steps of
+// 8 MiB queued behind a 4-byte START were counted nowhere). The other requests do not:
+// steps of sequences that hold a slot (their ENDs free the slots the backlog waits for:
+// refusing them for the backlog's bytes would keep it full), stateless requests (a queue
+// the model drains as fast as it runs) and calls from model code; each is bounded by its
+// connection or stream (--max-held-request-bytes, the body and message limits).
 //
-// A START that finds no free slot holds its input bytes here from when it joins the
-// backlog until it is handed to a model instance or answered, whichever comes first
-// (PendingRequest gives them back, once, on either); one moved to a reloaded version keeps
-// what it holds; one that finds a slot holds nothing. One that would take the total past
-// the budget is refused instead of joining the backlog, as a full backlog refuses it:
-// UNAVAILABLE (503) with Retry-After. One larger than the whole budget is taken while
-// nothing else is held, so that it is not told to retry for ever. The count is an add and
-// a compare per START.
+// A request that waits for its sequence's slot holds its input bytes here from when it is
+// queued until it is handed to a model instance or answered, whichever comes first
+// (PendingRequest gives them back, once, on either: a backlogged sequence dropped answers
+// its steps); one moved to a reloaded version keeps what it holds; a START that finds a
+// slot holds nothing. One that would take the total past the budget is refused instead of
+// being queued, as a full backlog refuses a START: UNAVAILABLE (503) with Retry-After; a
+// step so refused leaves its sequence as it was. One larger than the whole budget is
+// taken while nothing else is held, so that it is not told to retry for ever. The count
+// is an add and a compare per request.
 
 export class QueueBudget {
   readonly maxBytes: number;
@@ -34,22 +39,30 @@ export class QueueBudget {
     this.#refusals = refusals;
   }
 
-  /** Bytes of the STARTs queued and not yet running, over every model. */
+  /** Bytes of the requests waiting for a sequence slot, over every model. */
   get heldBytes(): number {
     return this.#heldBytes;
   }
 
   /**
-   * Counts `bytes` of a START of `model` about to be queued; throws UNAVAILABLE, and
+   * Counts `bytes` of a request of `model` about to wait for a slot: a START, or a step of
+   * `sequence` (as messages write it) queued behind its START; throws UNAVAILABLE, and
    * counts nothing, when they would take the total past the budget (unless nothing else
-   * is held: one START larger than the budget waits alone).
+   * is held: one request larger than the budget waits alone).
    */
-  take(bytes: number, model: string, requestId: string): void {
+  take(bytes: number, model: string, requestId: string, sequence?: string): void {
     if (this.#heldBytes > 0 && this.#heldBytes + bytes > this.maxBytes) {
       this.#refusals?.refused("queued_start_bytes");
+      const [what, waiting] =
+        sequence === undefined
+          ? ["the START", "the STARTs waiting to run"]
+          : [
+              `a step of sequence ${sequence}, whose START waits in the backlog for a slot`,
+              "the requests waiting for a sequence slot",
+            ];
       throw new ServerError(
         "UNAVAILABLE",
-        `${requestLabel(requestId)}model '${model}' cannot queue the START: its ${bytes} bytes of inputs would take the STARTs waiting to run past the server's limit of ${this.maxBytes} bytes (--max-queued-start-bytes, for every model's together); retry later`,
+        `${requestLabel(requestId)}model '${model}' cannot queue ${what}: its ${bytes} bytes of inputs would take ${waiting} past the server's limit of ${this.maxBytes} bytes (--max-queued-start-bytes, for every model's together); retry later`,
         { retryAfterSeconds: 1 },
       );
     }

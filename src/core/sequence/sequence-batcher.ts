@@ -485,6 +485,9 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       if (sequence.expiresAtMs !== undefined) this.#armExpiry(sequence, sequence.expiresAtMs);
     } else {
       sequence = existing!;
+      // A step behind a START that waits in the backlog waits as long, for the same slot:
+      // its bytes count with the START's (queue-budget.ts).
+      if (sequence.status === "backlogged") pending.holdWhileWaiting(formatSequenceId(id));
     }
 
     const endIfStartFails = control?.id === undefined || (starts && control.endIfStartFails === true);
