@@ -188,7 +188,7 @@ const LIMIT_FLAGS: readonly [FlagSpec, keyof LimitOptions, number][] = [
       "grpc-stream-stall-timeout-secs",
       "seconds",
       "grpcStreamStallTimeoutSecs",
-      "A ModelStreamInfer stream whose client takes none of its answers this long is reset; its sequences end.",
+      "A ModelStreamInfer stream whose client takes none of its answers this long is reset; its requests not yet run are cancelled.",
     ),
     "grpcStreamStallTimeoutSecs",
     1,

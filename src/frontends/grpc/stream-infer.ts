@@ -46,17 +46,22 @@ import { namedSequenceId, SequenceOrders } from "./sequence-orders.ts";
 // they are taken (decoupled-responses.ts). Reading stops while `maxInflight` requests are
 // unanswered or while the connection's budget is half used; a decoupled request's next
 // response waits while answers wait to be written. An answer that would take the connection past its budget
-// ends the stream (RESOURCE_EXHAUSTED), and the sequences whose answers were dropped end.
+// ends the stream (RESOURCE_EXHAUSTED), and its requests in flight are cancelled.
 // Time: an answer grpc-js has not handed to HTTP/2 within `stallTimeoutMs` (the client's
 // flow-control window stayed shut) means the client has stopped reading: the stream is
 // reset (a status would wait behind the unread answers), what it held is given back, and
-// its sequences end, as with the budget.
+// its requests in flight are cancelled, as with the budget.
 //
 // Cancellation: when the call is cancelled or the connection breaks, every request still
 // in flight has its signal aborted; the core fails those not yet run with CANCELLED. The
 // requests of a stream share one signal: a request already answered no longer listens
 // to it (the core removes its listener when the request settles), and one AbortController
-// per message would be a measurable part of the per-message cost.
+// per message would be a measurable part of the per-message cost. A request that has run
+// but whose answer was not written yet (it waited for the answers before it) is not
+// cancelled: its step was applied, and its sequence goes on without that answer, as in
+// Triton (a completed request leaves the stream's in-flight set, and its response is just
+// not written). Its client learns the sequence's state from its next step, or, for a step
+// numbered with `sequence_step`, gets that answer again by sending the step again.
 
 // Responses: errors go out as messages; successful answers already encoded (see #prepare).
 /**
@@ -70,12 +75,10 @@ export type StreamInferCall = ServerDuplexStream<
   ModelStreamInferResponseMessage | Uint8Array
 >;
 
-/** An answer ready to go: encoded, counted in the budget, and whose sequence it advanced. */
+/** An answer ready to go: encoded and counted in the budget. */
 interface Outgoing {
   readonly message: ModelStreamInferResponseMessage | Uint8Array;
   readonly bytes: number;
-  readonly model: ServedModel | undefined;
-  readonly sequenceId: SequenceId | undefined;
 }
 
 /** What an in-band error holds: its text, its request's id and model, and the message around them. */
@@ -296,12 +299,7 @@ export class StreamInferSession {
     }
     pending.then(
       (response) =>
-        this.#answerInTurn(
-          order,
-          turn,
-          this.#prepare(response, message.id, model, request, sharedOutputs),
-          answered,
-        ),
+        this.#answerInTurn(order, turn, this.#prepare(response, message.id, sharedOutputs), answered),
       (error: unknown) =>
         this.#answerInTurn(
           order,
@@ -352,8 +350,6 @@ export class StreamInferSession {
         const outgoing = this.#prepare(
           classifyOutputs(response, outputs.classification),
           requestId,
-          model,
-          request,
           outputs.sharedMemory,
         );
         if (outgoing === undefined) {
@@ -398,8 +394,6 @@ export class StreamInferSession {
   #prepare(
     response: InferResponse,
     requestId: string | undefined,
-    model: ServedModel,
-    request: InferRequest,
     sharedMemory: SharedMemoryHold | undefined,
   ): Outgoing | undefined {
     let message: ModelStreamInferResponseMessage | Uint8Array;
@@ -430,8 +424,7 @@ export class StreamInferSession {
       message = this.#inBandError(asServerError(error).message, requestId);
       bytes = errorBytes(message);
     }
-    const outgoing = { message, bytes, model, sequenceId: request.sequence?.id ?? sequenceOf(response) };
-    return this.#hold(outgoing);
+    return this.#hold({ message, bytes });
   }
 
   /**
@@ -457,7 +450,7 @@ export class StreamInferSession {
               parameters: { triton_final_response: { bool_param: true } },
             },
           };
-    return this.#hold({ message, bytes: errorBytes(message), model: undefined, sequenceId: undefined });
+    return this.#hold({ message, bytes: errorBytes(message) });
   }
 
   /**
@@ -477,29 +470,21 @@ export class StreamInferSession {
     return streamError(cutToBytes(text, room), id);
   }
 
-  /** Counts an answer in the budget; past it, the stream ends and the answer is dropped. */
+  /**
+   * Counts an answer in the budget; past it, the stream ends and the answer is dropped.
+   * An answer dropped (here, or once the stream is gone) ends nothing: its step ran, and
+   * its sequence goes on, as Triton's does (see Cancellation above).
+   */
   #hold(outgoing: Outgoing): Outgoing | undefined {
-    if (this.#closed) {
-      this.#dropped(outgoing);
-      return undefined;
-    }
+    if (this.#closed) return undefined;
     if (this.#budget.take(outgoing.bytes)) return outgoing;
-    this.#dropped(outgoing);
     this.#overflow();
     return undefined;
-  }
-
-  /** An answer nobody will get: its sequence moved on without its client, so it ends. */
-  #dropped(outgoing: Outgoing): void {
-    if (outgoing.model?.sequences !== undefined && outgoing.sequenceId !== undefined) {
-      outgoing.model.sequences.end(outgoing.sequenceId, "cancelled");
-    }
   }
 
   #send(outgoing: Outgoing): void {
     if (this.#closed) {
       this.#budget.give(outgoing.bytes);
-      this.#dropped(outgoing);
       return;
     }
     this.#outbox.push(outgoing);
@@ -524,7 +509,7 @@ export class StreamInferSession {
     this.#watchForStall();
     this.#call.write(next.message, () => {
       // Called back after the stream closed, the answer may never have reached the client.
-      if (!this.#writeDone(next, !this.#closed) || this.#closed) return;
+      if (!this.#writeDone(next) || this.#closed) return;
       this.#writeNext();
       this.#updateFlow();
     });
@@ -536,13 +521,13 @@ export class StreamInferSession {
    * deadline, a message over its limit), so the call's end settles it too, once. False
    * when it was settled already.
    */
-  #writeDone(outgoing: Outgoing, delivered: boolean): boolean {
+  #writeDone(outgoing: Outgoing): boolean {
     if (this.#inWrite !== outgoing) return false;
     this.#inWrite = undefined;
     if (this.#closed) this.#stopWatchingForStall();
+    // Gone with the call, it may never have reached the client; its step ran all the same,
+    // and its sequence goes on.
     this.#budget.give(outgoing.bytes);
-    // Its sequence moved on without its client: it ends, as for any answer dropped.
-    if (!delivered) this.#dropped(outgoing);
     if (this.#closed && this.#releasePending) {
       this.#releasePending = false;
       this.#budget.release();
@@ -631,8 +616,8 @@ export class StreamInferSession {
 
   /**
    * The client left more answers unread than the connection's budget: the answers waiting
-   * here are dropped (their sequences end), requests in flight are cancelled, and the call
-   * ends with RESOURCE_EXHAUSTED.
+   * here are dropped (their steps ran: their sequences go on, as when the client leaves),
+   * requests in flight are cancelled, and the call ends with RESOURCE_EXHAUSTED.
    */
   #overflow(): void {
     const details = `the client is not reading its responses: ${this.#budget.refusal}`;
@@ -647,11 +632,9 @@ export class StreamInferSession {
     // again holds it there until the stream is reset.
     if (this.#inWrite === undefined) this.#stopWatchingForStall();
     this.#stopWatchingBudget();
-    // Answers never written are given back; the one with grpc-js when it is done with.
-    for (const outgoing of this.#outbox.drain()) {
-      this.#budget.give(outgoing.bytes);
-      this.#dropped(outgoing);
-    }
+    // Answers never written are given back (their steps ran: their sequences go on); the
+    // one with grpc-js when it is done with.
+    for (const outgoing of this.#outbox.drain()) this.#budget.give(outgoing.bytes);
     if (this.#inWrite !== undefined) this.#releasePending = true;
     else this.#budget.release();
   }
@@ -660,16 +643,10 @@ export class StreamInferSession {
   #abandon(why: string): void {
     if (!this.#closed) this.#close();
     // The call has ended: an answer still with grpc-js will not be called back for.
-    if (this.#inWrite !== undefined) this.#writeDone(this.#inWrite, false);
+    if (this.#inWrite !== undefined) this.#writeDone(this.#inWrite);
     if (this.#inflight === 0) return;
     // Decoupled requests waiting to write see the stream closed and stop (their model is told).
     this.#releaseDrain?.();
     if (this.#inflight > 0) this.#controller.abort(cancelled(`request cancelled: ${why}`));
   }
-}
-
-/** The id a response names (a server-assigned one), when the request named none. */
-function sequenceOf(response: InferResponse): SequenceId | undefined {
-  const id = response.parameters.sequence_id;
-  return typeof id === "bigint" || (typeof id === "string" && id !== "") ? id : undefined;
 }
