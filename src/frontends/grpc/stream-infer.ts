@@ -18,7 +18,7 @@ import type { SharedMemoryHold } from "../common/kserve/shared-memory-tensors.ts
 import type { ConnectionBudget } from "../common/response-budget.ts";
 import { withRoutedSequenceId } from "../common/sequence-routing.ts";
 import { withTraceContext } from "../common/trace-context.ts";
-import { statusOf } from "./error-status.ts";
+import { type GrpcErrorStatus, statusOf } from "./error-status.ts";
 import { decodeInferRequest } from "./infer-request-decoder.ts";
 import { encodeInferResponse, streamError } from "./infer-response-encoder.ts";
 import type { ModelInferRequestMessage, ModelStreamInferResponseMessage } from "./messages.ts";
@@ -35,6 +35,14 @@ import { namedSequenceId, SequenceOrders } from "./sequence-orders.ts";
 // matches answers by their request id may ask for them as they complete instead (the call's
 // metadata `seqserve-stream-order: sequence`): each sequence's answers still come in its
 // own order, and a request waiting for a slot holds back no other sequence's answers.
+//
+// A client that opens the stream with Triton's metadata `triton_grpc_error: true` asks for
+// errors as gRPC statuses instead: the first request the model had taken that fails (its
+// run failed, its wait ran out) ends the call, in its turn, with that error's status (its
+// code through KServe's table, its message), as Triton ends it; what the end does to the
+// stream's other requests is what any end of the stream does (see Cancellation). A request
+// refused before its model took it (a check, a sequence's admission, a full queue) is still
+// answered in-band, as Triton's stream answers the errors it meets before issuing a request.
 //
 // A decoupled model's request is answered by each of its responses as they come (its
 // model decides their order and number); it counts as in flight until its last.
@@ -79,6 +87,8 @@ export type StreamInferCall = ServerDuplexStream<
 interface Outgoing {
   readonly message: ModelStreamInferResponseMessage | Uint8Array;
   readonly bytes: number;
+  /** The status the call ends with instead, in the answer's turn (`triton_grpc_error`). */
+  readonly endsCall?: GrpcErrorStatus;
 }
 
 /** What an in-band error holds: its text, its request's id and model, and the message around them. */
@@ -144,6 +154,9 @@ function heldBytes(message: ModelInferRequestMessage): number {
 /** The metadata that asks for answers as they complete rather than in request order. */
 export const STREAM_ORDER_METADATA = "seqserve-stream-order";
 
+/** Triton's metadata that asks for a failed request to end the stream with its gRPC status (value "true"). */
+export const TRITON_GRPC_ERROR_METADATA = "triton_grpc_error";
+
 export class StreamInferSession {
   readonly #call: StreamInferCall;
   readonly #routedId: SequenceId | undefined;
@@ -159,6 +172,8 @@ export class StreamInferSession {
   readonly #waitingResponses: WaitingResponses;
   readonly #principal: string | undefined;
   readonly #requestOrder: boolean;
+  /** A failure after admission ends the call with its status (`triton_grpc_error: true`). */
+  readonly #errorEndsCall: boolean;
   readonly #stopWatchingBudget: () => void;
   /** Aborts the requests in flight when the stream goes away. */
   readonly #controller = new AbortController();
@@ -217,6 +232,8 @@ export class StreamInferSession {
     // The stream's trace context (its call's metadata) goes with each of its requests.
     [this.#traceparent] = call.metadata.get("traceparent");
     [this.#tracestate] = call.metadata.get("tracestate");
+    // Triton takes the value "true" only, as it is.
+    this.#errorEndsCall = call.metadata.get(TRITON_GRPC_ERROR_METADATA)[0] === "true";
     // One listener per request in flight, so up to maxInflight: not a leak.
     setMaxListeners(0, this.#controller.signal);
     call.on("data", (message: ModelInferRequestMessage) => this.#accept(message));
@@ -430,7 +447,7 @@ export class StreamInferSession {
   /**
    * An error answered in-band. `admittedBy`: the model that took the request before it
    * failed, as the request named it; Triton's stream then names it so and flags the answer
-   * final, as a response.
+   * final, as a response, or, asked to (`triton_grpc_error`), ends the call with it.
    */
   #failure(error: unknown, requestId: string | undefined, admittedBy?: NamedModel): Outgoing | undefined {
     const serverError = asServerError(error);
@@ -450,7 +467,12 @@ export class StreamInferSession {
               parameters: { triton_final_response: { bool_param: true } },
             },
           };
-    return this.#hold({ message, bytes: errorBytes(message) });
+    const endsCall = admittedBy !== undefined && this.#errorEndsCall ? statusOf(serverError) : undefined;
+    return this.#hold({
+      message,
+      bytes: errorBytes(message),
+      ...(endsCall === undefined ? {} : { endsCall }),
+    });
   }
 
   /**
@@ -503,6 +525,11 @@ export class StreamInferSession {
     }
     if (next === undefined) {
       this.#maybeFinish();
+      return;
+    }
+    if (next.endsCall !== undefined) {
+      this.#budget.give(next.bytes);
+      this.#endWithError(next.endsCall);
       return;
     }
     this.#inWrite = next;
@@ -624,6 +651,20 @@ export class StreamInferSession {
     this.#logger.warn({ event: "stream_overflow" }, details);
     this.#abandon("the client did not read its responses");
     this.#call.emit("error", statusOf(new ServerError("RESOURCE_EXHAUSTED", details)));
+  }
+
+  /**
+   * A request the model had taken failed on a stream opened with `triton_grpc_error: true`:
+   * the answers before it have been written, and the call ends with its status, as
+   * Triton's, the stream's other requests as on any end of the stream.
+   */
+  #endWithError(status: GrpcErrorStatus): void {
+    this.#logger.debug(
+      { code: status.code },
+      "ModelStreamInfer stream ended by a request's error (triton_grpc_error)",
+    );
+    this.#abandon("the stream ended with a request's error");
+    this.#call.emit("error", status);
   }
 
   #close(): void {
