@@ -145,7 +145,7 @@ export const FLAGS: readonly FlagSpec[] = [
     name: "grpc-max-inflight-per-stream",
     value: "n",
     default: String(DEFAULT_SERVER_OPTIONS.grpcMaxInflightPerStream),
-    help: "Requests a ModelStreamInfer stream may have in flight before the server stops reading it.",
+    help: "Requests a ModelStreamInfer stream may have in flight before the server stops reading it; requests waiting for a sequence slot (bounded by --max-queued-start-bytes) and answered ones waiting for their turn are not counted.",
   },
   {
     name: "http-stream-max-inflight",

@@ -198,7 +198,7 @@ const LIMIT_FLAGS: readonly [FlagSpec, keyof LimitOptions, number][] = [
       "max-held-request-bytes",
       "bytes",
       "maxHeldRequestBytes",
-      "Request bytes a stream (gRPC ModelStreamInfer, a WebSocket) may hold received and not yet answered; past it the stream reads no more until answers go out.",
+      "Request bytes a stream (gRPC ModelStreamInfer, a WebSocket) may hold received and not yet answered; past it the stream reads no more until answers go out. A gRPC stream leaves out requests waiting for a sequence slot (bounded by --max-queued-start-bytes) and answered ones waiting for their turn.",
     ),
     "maxHeldRequestBytes",
     1,

@@ -41,6 +41,14 @@ export interface SequenceControl {
    */
   readonly onStarted?: () => void;
   /**
+   * Told `true` when the request begins to wait for its sequence to get a slot, its input
+   * bytes held meanwhile in the server's budget of waiting requests (--max-queued-start-bytes,
+   * queue-budget.ts), and `false` when it stops (handed to a model instance, or answered):
+   * while it waits, that budget bounds what it holds, and a frontend that bounds what its
+   * stream holds need not count it (stream-infer.ts).
+   */
+  readonly onWaitingForSlot?: (waiting: boolean) => void;
+  /**
    * The sequence this START begins ends (reason "forced") if the START fails, as one with
    * a server-assigned id does: for a client that never continues a sequence whose start
    * failed (a WebSocket stream starts again). Otherwise, as in Triton, it stays live.

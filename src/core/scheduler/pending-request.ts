@@ -127,6 +127,7 @@ export class PendingRequest {
     to.budget.take(bytes, to.model, this.request.id, sequence);
     this.#queueBudget = to.budget;
     this.#queuedBytes = bytes;
+    this.request.sequence?.onWaitingForSlot?.(true);
   }
 
   /**
@@ -139,6 +140,7 @@ export class PendingRequest {
     if (budget === undefined) return;
     this.#queueBudget = undefined;
     budget.give(this.#queuedBytes);
+    this.request.sequence?.onWaitingForSlot?.(false);
   }
 
   markDispatched(): void {

@@ -25,6 +25,7 @@ import type { ModelInferRequestMessage, ModelStreamInferResponseMessage } from "
 import { encodeStreamInferResponse } from "./proto-definitions.ts";
 import { resetCall } from "./reset-stream.ts";
 import { namedSequenceId, SequenceOrders } from "./sequence-orders.ts";
+import { SlotWaits } from "./slot-waits.ts";
 
 // One ModelStreamInfer call. Requests start as they arrive, so many requests (of many
 // sequences) are in flight on one stream, and their answers are written in the order the
@@ -52,8 +53,16 @@ import { namedSequenceId, SequenceOrders } from "./sequence-orders.ts";
 // handed over one at a time, so those a client does not read wait here, counted, not in
 // grpc-js's queue. A decoupled request's responses count from when they arrive, before
 // they are taken (decoupled-responses.ts). Reading stops while `maxInflight` requests are
-// unanswered or while the connection's budget is half used; a decoupled request's next
-// response waits while answers wait to be written. An answer that would take the connection past its budget
+// unanswered (or they hold `maxHeldRequestBytes`) or while the connection's budget is half
+// used; a decoupled request's next response waits while answers wait to be written. Not
+// counted against `maxInflight` and `maxHeldRequestBytes`: a request waiting for its
+// sequence to get a slot (the server's budget of waiting requests bounds it), and one the
+// core has answered whose answer waits for its turn (the connection's budget holds the
+// answer). Counted, the backlogged STARTs of a stream carrying more sequences than the
+// model has slots, and the answers behind them, kept the ENDs that free the slots from
+// being read (slot-waits.ts). A request still counted has a slot or needs none (unless
+// its sequence waits behind a START another stream sent): it needs no further read of
+// this stream to be answered. An answer that would take the connection past its budget
 // ends the stream (RESOURCE_EXHAUSTED), and its requests in flight are cancelled.
 // Time: an answer grpc-js has not handed to HTTP/2 within `stallTimeoutMs` (the client's
 // flow-control window stayed shut) means the client has stopped reading: the stream is
@@ -189,6 +198,11 @@ export class StreamInferSession {
   #inflight = 0;
   /** Tensor bytes of the requests received and not yet answered: a count alone bounds nothing. */
   #heldRequestBytes = 0;
+  /** Of those requests and bytes, what waits for a sequence slot: the limits leave them out. */
+  readonly #slotWaits = new SlotWaits(() => this.#updateFlow());
+  /** Of those, the requests the core has answered whose answers wait for their turn: left out too. */
+  #awaitingTurn = 0;
+  #awaitingTurnBytes = 0;
   readonly #maxHeldRequestBytes: number;
   /** Decoupled requests waiting for the outbox to empty before their next response. */
   #drainWaiters: Promise<void> | undefined;
@@ -257,8 +271,26 @@ export class StreamInferSession {
     const bytes = heldBytes(message);
     this.#heldRequestBytes += bytes;
     let sharedOutputs: SharedMemoryHold | undefined;
+    let slotWaitEnded: (() => void) | undefined;
+    let awaitsTurn = false;
+    // The core has answered it: its answer, held in the connection's budget, waits for its
+    // turn, and the request no longer counts against the stream's limits. Counted, the
+    // answers waiting behind a START that waits for a slot stopped reading as well.
+    const settled = (): void => {
+      slotWaitEnded?.();
+      if (awaitsTurn) return;
+      awaitsTurn = true;
+      this.#awaitingTurn++;
+      this.#awaitingTurnBytes += bytes;
+      this.#updateFlow();
+    };
     const answered = (): void => {
       sharedOutputs?.use.release();
+      slotWaitEnded?.();
+      if (awaitsTurn) {
+        this.#awaitingTurn--;
+        this.#awaitingTurnBytes -= bytes;
+      }
       this.#answered(bytes);
     };
     this.#updateFlow();
@@ -282,11 +314,17 @@ export class StreamInferSession {
       });
       sharedOutputs = decoded.sharedMemory;
       const classification = classificationFor(model, decoded.classification);
-      request = withTraceContext(
-        withRoutedSequenceId(decoded.request, this.#routedId, model),
-        this.#traceparent,
-        this.#tracestate,
+      const slotWait = this.#slotWaits.track(
+        model,
+        withTraceContext(
+          withRoutedSequenceId(decoded.request, this.#routedId, model),
+          this.#traceparent,
+          this.#tracestate,
+        ),
+        bytes,
       );
+      request = slotWait.request;
+      slotWaitEnded = slotWait.answered;
       if (model.decoupled === true) {
         // Its responses go out as they come: it holds no place in the order.
         order?.complete(turn, () => {});
@@ -311,18 +349,25 @@ export class StreamInferSession {
         order = this.#sequenceOrders.of(model, namedSequenceId(message) ?? routed);
         if (order !== undefined) turn = order.issue();
       }
-      this.#answerInTurn(order, turn, this.#failure(error, message.id), answered);
+      this.#answerInTurn(order, turn, this.#failure(error, message.id), answered, settled);
       return;
     }
     pending.then(
       (response) =>
-        this.#answerInTurn(order, turn, this.#prepare(response, message.id, sharedOutputs), answered),
+        this.#answerInTurn(
+          order,
+          turn,
+          this.#prepare(response, message.id, sharedOutputs),
+          answered,
+          settled,
+        ),
       (error: unknown) =>
         this.#answerInTurn(
           order,
           turn,
           this.#failure(error, message.id, failedAfterAdmission(error) ? namedAs(message) : undefined),
           answered,
+          settled,
         ),
     );
   }
@@ -333,13 +378,17 @@ export class StreamInferSession {
     turn: number,
     outgoing: Outgoing | undefined,
     answered: () => void,
+    settled: () => void,
   ): void {
     const write = (): void => {
       if (outgoing !== undefined) this.#send(outgoing);
       answered();
     };
     if (order === undefined) write();
-    else order.complete(turn, write);
+    else {
+      settled();
+      order.complete(turn, write);
+    }
   }
 
   /**
@@ -616,8 +665,8 @@ export class StreamInferSession {
     const hold =
       this.#budget.saturated ||
       this.#outbox.length >= WRITE_HIGH_WATER ||
-      this.#heldRequestBytes >= this.#maxHeldRequestBytes ||
-      this.#inflight >= this.#maxInflight;
+      this.#heldRequestBytes - this.#slotWaits.bytes - this.#awaitingTurnBytes >= this.#maxHeldRequestBytes ||
+      this.#inflight - this.#slotWaits.requests - this.#awaitingTurn >= this.#maxInflight;
     if (hold && !this.#paused) {
       this.#paused = true;
       this.#call.pause();
