@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { stateEntryBytes } from "../../src/core/sequence/state-store.ts";
 import { OnnxModelBuilder } from "../../tools/onnx/onnx-model-builder.ts";
 import { accumulatorModel, scaledAccumulatorConfig } from "../../tools/onnx/sequence-models.ts";
 import { type LogLine, memoryLogger } from "../security/support/memory-logger.ts";
@@ -211,6 +212,10 @@ async function add3(model: string, values: readonly number[], sequence: Paramete
   const answer = await infer(server.url, model, row3(values), sequence);
   return answer;
 }
+
+/** A grown STATE of `elements` INT32 values as held apart from the slab: its entry's key and overhead, and its data. */
+const grownStateBytes = (elements: number) =>
+  stateEntryBytes("STATE", { datatype: "INT32", shape: [0], data: new Int32Array(0) }) + 4 * elements;
 
 /** Rounds a (normal, positive) number to the nearest FP16 value, ties to even: independent of the server's code. */
 function roundToFloat16(value: number): number {
@@ -464,7 +469,7 @@ describe("implicit state and shared inputs", { timeout: 60_000 }, () => {
       sums.push(outputData(await step(value, sequence), "OUTPUT")[0] as number);
     }
     // The state is counted as it is held: [0, 1, 2] INT32.
-    assert.equal((await findSequence(server.url, "growing_nobatch", 81))?.stateBytes, 12);
+    assert.equal((await findSequence(server.url, "growing_nobatch", 81))?.stateBytes, grownStateBytes(3));
     sums.push(outputData(await step(3, { id: 81, end: true }), "OUTPUT")[0] as number);
     assert.deepEqual(sums, [1, 3, 6]);
     assert.equal(await findSequence(server.url, "growing_nobatch", 81), undefined);
@@ -499,8 +504,8 @@ describe("implicit state and shared inputs", { timeout: 60_000 }, () => {
       [13, 10, 4],
     );
     assert.deepEqual(await Promise.all([step(72, 1), step(73, 2)]), [11, 6]);
-    assert.equal((await findSequence(server.url, "growing", 71))?.stateBytes, 16);
-    assert.equal((await findSequence(server.url, "growing", 72))?.stateBytes, 12);
+    assert.equal((await findSequence(server.url, "growing", 71))?.stateBytes, grownStateBytes(4));
+    assert.equal((await findSequence(server.url, "growing", 72))?.stateBytes, grownStateBytes(3));
     assert.deepEqual(
       await Promise.all([step(71, 2, { end: true }), step(72, 0, { end: true }), step(73, 0, { end: true })]),
       [15, 11, 6],

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { type ServiceError, status } from "@grpc/grpc-js";
 import { securityOptions } from "../../src/config/security-options.ts";
+import { stateEntryBytes } from "../../src/core/sequence/state-store.ts";
 import { growingStateConfig, growingStateModel } from "../../tools/onnx/sequence-models.ts";
 import { infer, outputData, postJson } from "../support/http-client.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
@@ -16,8 +17,11 @@ import { controlTensor, floatTensor, sequenceIdTensor, TfsClient } from "../tfs/
 // SageMaker session whose opening is refused is told that no sequence was started.
 
 const MODEL = "growing";
-/** The growing model's state after a START: 8 bytes, the whole budget. */
-const BUDGET = 8;
+/**
+ * The growing model's state after a START, the whole budget: its CACHE entry as held in
+ * memory (the entry's key and overhead, and its 8 bytes of data).
+ */
+const BUDGET = stateEntryBytes("CACHE", { datatype: "FP32", shape: [0], data: new Float32Array(0) }) + 8;
 const FULL = `more than the server's sequence state memory has left (--max-state-bytes ${BUDGET}, for every model's sequences together): the sequence is not started`;
 
 let server: TestServer;
@@ -67,7 +71,7 @@ test("KServe HTTP: 429 with Retry-After", async () => {
   assert.equal(refused.status, 429, JSON.stringify(refused.body));
   assert.equal(refused.headers["retry-after"], "1");
   assert.deepEqual(refused.body, {
-    error: `the state of a new sequence 2 of model '${MODEL}' would hold 8 bytes, ${FULL}`,
+    error: `the state of a new sequence 2 of model '${MODEL}' would hold ${BUDGET} bytes, ${FULL}`,
   });
 });
 
@@ -78,7 +82,7 @@ test("TF-Serving REST: OVMS's 503 with Retry-After, in seqserve's words", async 
   assert.equal(refused.status, 503, JSON.stringify(refused.body));
   assert.equal(refused.headers["retry-after"], "1");
   assert.deepEqual(refused.body, {
-    error: `the state of a new sequence 3 of model '${MODEL}' would hold 8 bytes, ${FULL}`,
+    error: `the state of a new sequence 3 of model '${MODEL}' would hold ${BUDGET} bytes, ${FULL}`,
   });
 });
 
@@ -100,7 +104,7 @@ test("TF-Serving gRPC: UNAVAILABLE with grpc-retry-pushback-ms", async () => {
   assert.deepEqual(error.metadata.get("grpc-retry-pushback-ms"), ["1000"]);
   assert.equal(
     error.details,
-    `the state of a new sequence 4 of model '${MODEL}' would hold 8 bytes, ${FULL}`,
+    `the state of a new sequence 4 of model '${MODEL}' would hold ${BUDGET} bytes, ${FULL}`,
   );
 });
 
@@ -114,6 +118,9 @@ test("SageMaker: a session's opening refused is 503 ServiceUnavailable with Retr
   assert.equal(response.status, 503, JSON.stringify(body));
   assert.equal(response.headers.get("x-amzn-errortype"), "ServiceUnavailable");
   assert.equal(response.headers.get("retry-after"), "1");
-  assert.match(body.message, /^the state of a new sequence \S+ of model 'growing' would hold 8 bytes, /);
+  assert.match(
+    body.message,
+    new RegExp(`^the state of a new sequence \\S+ of model 'growing' would hold ${BUDGET} bytes, `),
+  );
   assert.ok(body.message.endsWith(FULL), body.message);
 });

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { createServer, type Server, Socket } from "node:net";
 import { after, before, describe, it } from "node:test";
+import { stateEntryBytes } from "../../src/core/sequence/state-store.ts";
 import { growingStateConfig, growingStateModel } from "../../tools/onnx/sequence-models.ts";
 import { type HttpAnswer, infer, outputData, type SequenceParams } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
@@ -15,8 +16,8 @@ import { missingTools, RedisServer, Replica } from "./support/scale-kit.ts";
 
 const MODEL = "growing";
 const CONFIG = growingStateConfig("max_sequence_idle_microseconds: 60000000");
-/** The growing model's cache: 8 bytes after its START, 4 more each step. */
-const AFTER_START = 8;
+/** The growing model's CACHE entry as held (key and overhead): 8 bytes of data after its START, 4 more each step. */
+const AFTER_START = stateEntryBytes("CACHE", { datatype: "FP32", shape: [0], data: new Float32Array(0) }) + 8;
 
 const skip = missingTools(["redis-server", "redis-cli"]);
 
