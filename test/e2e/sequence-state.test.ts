@@ -124,6 +124,10 @@ function growingStateModel(batched: boolean): Uint8Array {
     .toBytes();
 }
 
+/** A grown STATE of `elements` INT32 values as held apart from the slab: its entry's key and overhead, and its data. */
+const grownStateBytes = (elements: number) =>
+  stateEntryBytes("STATE", { datatype: "INT32", shape: [0], data: new Int32Array(0) }) + 4 * elements;
+
 const growingConfig = (name: string, maxBatchSize: number, fields = "") => `
 name: "${name}"
 backend: "onnxruntime"
@@ -197,6 +201,12 @@ before(async () => {
         ),
         onnx: growingStateModel(false),
       },
+      // Its state may grow to three INT32 values, held apart from the slab.
+      growing_limited: {
+        config: `${growingConfig("growing_limited", 0)}
+parameters [ { key: "sequence_state_max_bytes" value: { string_value: "${grownStateBytes(3)}" } } ]`,
+        onnx: growingStateModel(false),
+      },
     },
     {},
     memoryLogger(lines),
@@ -212,10 +222,6 @@ async function add3(model: string, values: readonly number[], sequence: Paramete
   const answer = await infer(server.url, model, row3(values), sequence);
   return answer;
 }
-
-/** A grown STATE of `elements` INT32 values as held apart from the slab: its entry's key and overhead, and its data. */
-const grownStateBytes = (elements: number) =>
-  stateEntryBytes("STATE", { datatype: "INT32", shape: [0], data: new Int32Array(0) }) + 4 * elements;
 
 /** Rounds a (normal, positive) number to the nearest FP16 value, ties to even: independent of the server's code. */
 function roundToFloat16(value: number): number {
@@ -473,6 +479,26 @@ describe("implicit state and shared inputs", { timeout: 60_000 }, () => {
     sums.push(outputData(await step(3, { id: 81, end: true }), "OUTPUT")[0] as number);
     assert.deepEqual(sums, [1, 3, 6]);
     assert.equal(await findSequence(server.url, "growing_nobatch", 81), undefined);
+  });
+
+  it("a state grown past the config's dims is held to sequence_state_max_bytes as it is held", async () => {
+    const step = (value: number, sequence: { id: number; start?: boolean; end?: boolean }) =>
+      infer(
+        server.url,
+        "growing_limited",
+        [{ name: "INPUT", datatype: "INT32", shape: [1], data: [value] }],
+        sequence,
+      );
+    assert.deepEqual(outputData(await step(1, { id: 91, start: true }), "OUTPUT"), [1]);
+    assert.deepEqual(outputData(await step(2, { id: 91 }), "OUTPUT"), [3]);
+    // A fourth value would pass the limit: refused, and the state stays [0, 1, 2].
+    const refused = await step(4, { id: 91 });
+    assert.equal(refused.status, 429, JSON.stringify(refused.body));
+    assert.deepEqual(refused.body, {
+      error: `the state of sequence 91 of model 'growing_limited' would hold ${grownStateBytes(4)} bytes, more than its sequence_state_max_bytes (${grownStateBytes(3)}): the step is not applied, and the state stays as it was`,
+    });
+    assert.equal((await findSequence(server.url, "growing_limited", 91))?.stateBytes, grownStateBytes(3));
+    assert.deepEqual(outputData(await step(3, { id: 91, end: true }), "OUTPUT"), [6]);
   });
 
   it("use_growable_memory and use_same_buffer_for_input_output are accepted, each with a line saying what seqserve does instead", () => {

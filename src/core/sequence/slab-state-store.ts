@@ -86,21 +86,9 @@ export class SlabStateStore implements StateStore {
   }
 
   set(key: string, state: SequenceState): void {
-    // Check before taking a row: a state that cannot be kept leaves the store as it was.
-    let laidOut = true;
-    for (let i = 0; i < this.#layouts.length; i++) {
-      const layout = this.#layouts[i]!;
-      // Slabs keep implicit-state tensors only (models whose config gives every state a fixed shape).
-      const tensor = state.get(layout.inputName) as Tensor | undefined;
-      if (tensor === undefined || tensor.datatype !== layout.datatype) {
-        throw internal(
-          `state '${layout.inputName}' must be ${layout.datatype} to be kept, ` +
-            `got ${tensor === undefined ? "none" : tensor.datatype}`,
-        );
-      }
-      if (!sameShape(tensor.shape, layout.shape) || !sameSize(tensor, this.#elements[i]!)) laidOut = false;
-    }
-    if (!laidOut) {
+    // Checked before taking a row: a state that cannot be kept leaves the store as it was.
+    this.#checkTypes(state);
+    if (!this.#fitsRow(state)) {
       this.#leaveRow(key);
       this.#outgrown.set(key, state);
       return;
@@ -126,9 +114,36 @@ export class SlabStateStore implements StateStore {
     this.#outgrown.delete(key);
   }
 
-  /** A row, whatever the state: its tensors have the row's shapes (set refuses others). */
-  bytesFor(_state: SequenceState): number {
-    return this.#rowBytes;
+  /** A row for a state of the row's shapes; one the model gave in others is held apart, as it is. */
+  bytesFor(state: SequenceState): number {
+    return this.#fitsRow(state) ? this.#rowBytes : this.#outgrown.bytesFor(state);
+  }
+
+  /**
+   * Slabs keep implicit-state tensors only (models whose config gives every state a fixed
+   * shape), of the config's types: a state missing one, or of another type, is not kept.
+   */
+  #checkTypes(state: SequenceState): void {
+    for (const layout of this.#layouts) {
+      const tensor = state.get(layout.inputName) as Tensor | undefined;
+      if (tensor === undefined || tensor.datatype !== layout.datatype) {
+        throw internal(
+          `state '${layout.inputName}' must be ${layout.datatype} to be kept, ` +
+            `got ${tensor === undefined ? "none" : tensor.datatype}`,
+        );
+      }
+    }
+  }
+
+  /** Whether `state` fits a row: every tensor of the rows' type and shape. */
+  #fitsRow(state: SequenceState): boolean {
+    for (let i = 0; i < this.#layouts.length; i++) {
+      const layout = this.#layouts[i]!;
+      const tensor = state.get(layout.inputName) as Tensor | undefined;
+      if (tensor === undefined || tensor.datatype !== layout.datatype) return false;
+      if (!sameShape(tensor.shape, layout.shape) || !sameSize(tensor, this.#elements[i]!)) return false;
+    }
+    return true;
   }
 
   bytesOf(key: string): number {
