@@ -126,6 +126,7 @@ export async function startServer(
   };
   const calls = registryCalls();
   for (const notice of options.notices) logger.info({ event: "option_notice" }, notice);
+  for (const warning of options.warnings) logger.warn({ event: "option_deprecated" }, warning);
   const metrics: ServerMetrics | undefined =
     options.metricsPort === undefined && !options.metricsOnHttpPort
       ? undefined

@@ -478,16 +478,14 @@ export function parseCommandLine(
     modelLoadThreadCount: clampedInteger("model-load-thread-count", get("model-load-thread-count"), 1),
     onnxWorkerThreads: parseInteger("onnx-worker-threads", get("onnx-worker-threads"), 0),
     // One line each, logged at start, for flags accepted without effect.
-    notices: [
-      ...ovms.notices,
-      ...backendConfig.notices,
-      // Triton's own warning for the flag, which it still honours (command_line_parser.cc).
-      ...(str("strict-model-config") === undefined
+    notices: [...ovms.notices, ...backendConfig.notices],
+    // Triton's own warning for the flag, which it still honours (command_line_parser.cc).
+    warnings:
+      str("strict-model-config") === undefined
         ? []
         : [
             "Warning: '--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead.",
-          ]),
-    ],
+          ],
     sagemakerPort: port("sagemaker-port", "allow-sagemaker"),
     sagemakerModel: str("sagemaker-model") ?? defaults["sagemaker-model"],
     sagemakerSessionTtlSecs: parseInteger(

@@ -81,6 +81,8 @@ export interface ServerOptions {
   readonly onnxWorkerThreads: number;
   /** One line each for options accepted without effect, logged at start. */
   readonly notices: readonly string[];
+  /** One line each for options honoured but deprecated, logged at start as warnings (as Triton writes them to standard error). */
+  readonly warnings: readonly string[];
   /** The SageMaker inference-container port (0 = any free port); undefined = off. */
   readonly sagemakerPort?: number | undefined;
   /** The model SageMaker invocations go to when they name none; undefined = the only model. */
@@ -159,6 +161,7 @@ export const DEFAULT_SERVER_OPTIONS: ServerOptions = Object.freeze({
   modelLoadThreadCount: 4,
   onnxWorkerThreads: availableParallelism(),
   notices: [],
+  warnings: [],
   sagemakerPort: undefined,
   sagemakerModel: undefined,
   sagemakerSessionTtlSecs: 1200,
