@@ -111,7 +111,7 @@ describe("inference with JSON tensors", () => {
       -0,
     ]);
     assert.equal(request.parameters.threshold, -Infinity);
-    assert.match(text, /"data":\[NaN,NaN,Infinity,-Infinity,Infinity,-Infinity,1\.5,-0\]/);
+    assert.match(text, /"data":\[NaN,NaN,Infinity,-Infinity,Infinity,-Infinity,1\.5,-0\.0\]/);
     assert.match(text, /"data":\["NaN","x Infinity"\]/);
     // Nor does it take one as a member's name; a shape is no place for one, and is told so.
     await refused(

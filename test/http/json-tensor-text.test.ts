@@ -5,7 +5,7 @@ import { jsonTensorData } from "../../src/frontends/common/kserve/json-tensor.ts
 import { encodeGenerateResponse } from "../../src/frontends/http/generate/generate-codec.ts";
 
 // Float outputs are written as JSON with each element's shortest round-trip decimal
-// (Number#toString), -0 with its sign, and non-finite values as Triton's rapidjson writes
+// (Number#toString), -0 as Triton writes it (-0.0), and non-finite values as Triton's rapidjson writes
 // them (NaN, Infinity, -Infinity): element by element, whatever the runs between special
 // values.
 
@@ -14,7 +14,7 @@ function expectedText(values: ArrayLike<number>): string {
   const texts = Array.from(values, (v) => {
     if (Number.isNaN(v)) return "NaN";
     if (!Number.isFinite(v)) return v > 0 ? "Infinity" : "-Infinity";
-    if (v === 0 && 1 / v < 0) return "-0";
+    if (v === 0 && 1 / v < 0) return "-0.0";
     return String(v);
   });
   return `[${texts.join(",")}]`;
@@ -47,19 +47,19 @@ test("a run with no special value, an empty tensor and a lone special", () => {
     "[0.5,-1.25,3,1.0000000116860974e-7]",
   );
   assert.equal(jsonTensorData({ datatype: "FP32", shape: [0], data: new Float32Array(0) }), "[]");
-  assert.equal(jsonTensorData({ datatype: "FP64", shape: [1], data: Float64Array.of(-0) }), "[-0]");
+  assert.equal(jsonTensorData({ datatype: "FP64", shape: [1], data: Float64Array.of(-0) }), "[-0.0]");
   assert.deepEqual(
     JSON.parse(jsonTensorData({ datatype: "FP32", shape: [4], data: plain })),
     Array.from(plain),
   );
 });
 
-test("response parameters: NaN and the infinities as Triton writes them, bigints exact", () => {
+test("response parameters: -0, NaN and the infinities as Triton writes them, bigints exact", () => {
   assert.deepEqual(
-    [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, 2n ** 63n - 1n, 0.5, "NaN"].map(
+    [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, 2n ** 63n - 1n, 0.5, "NaN", -0, 0].map(
       parameterValueText,
     ),
-    ["NaN", "Infinity", "-Infinity", "9223372036854775807", "0.5", '"NaN"'],
+    ["NaN", "Infinity", "-Infinity", "9223372036854775807", "0.5", '"NaN"', "-0.0", "0"],
   );
   assert.equal(
     encodeGenerateResponse({

@@ -11,7 +11,7 @@ import { encodeRawTensor } from "../raw-tensor.ts";
 import { binaryBody } from "./binary-tensor.ts";
 import { classifyOutputs } from "./classification.ts";
 import { isBinaryOutput, type OutputEncoding } from "./infer-request-decoder.ts";
-import { notSentAsJson, sentAsJson } from "./json-tensor.ts";
+import { NEGATIVE_ZERO_TEXT, notSentAsJson, sentAsJson } from "./json-tensor.ts";
 import type { SharedMemoryHold } from "./shared-memory-tensors.ts";
 
 // InferResponse → the KServe v2 HTTP response body. The JSON is written by hand: it is
@@ -25,13 +25,14 @@ export interface EncodedInferResponse {
   readonly headerLength: number | undefined;
 }
 
-/** A response parameter's JSON text: a bigint exact, NaN and the infinities as Triton writes them. */
+/** A response parameter's JSON text: a bigint exact; -0, NaN and the infinities as Triton writes them. */
 export function parameterValueText(value: ParameterValue): string {
   switch (typeof value) {
     case "bigint":
       return value.toString();
     case "number":
-      return Number.isFinite(value) ? String(value) : nonFiniteText(value);
+      if (!Number.isFinite(value)) return nonFiniteText(value);
+      return value === 0 && 1 / value < 0 ? NEGATIVE_ZERO_TEXT : String(value);
     default:
       return JSON.stringify(value);
   }

@@ -28,6 +28,13 @@ import { NON_FINITE_MARKS, nonFiniteText } from "../non-finite-json.ts";
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
+/**
+ * -0 as Triton writes it (rapidjson's dtoa). "-0", which JSON.parse reads back as -0, is
+ * read as the integer 0 by Python's json and by python-rapidjson (tritonclient's reader),
+ * whose clients would get +0.0.
+ */
+export const NEGATIVE_ZERO_TEXT = "-0.0";
+
 function describe(value: unknown): string {
   if (typeof value === "string") {
     // A non-finite token as the client wrote it, not as it was marked.
@@ -359,12 +366,12 @@ export function decodeJsonTensor(
 }
 
 /**
- * The text for a value JSON.stringify cannot write as Triton does (-0; NaN and the
- * infinities, which it writes as null), or undefined.
+ * The text for a value JSON.stringify cannot write as Triton does (-0, which it writes as
+ * 0; NaN and the infinities, which it writes as null), or undefined.
  */
 function specialText(v: number): string | undefined {
   if (v - v !== 0) return nonFiniteText(v);
-  if (v === 0 && 1 / v < 0) return "-0";
+  if (v === 0 && 1 / v < 0) return NEGATIVE_ZERO_TEXT;
   return undefined;
 }
 
@@ -384,9 +391,8 @@ function finiteFloatsText(array: Float32Array | Float64Array): string {
 
 function floatText(array: Float32Array | Float64Array): string {
   // Only the elements that cannot be written as plain numbers are written one by one, and
-  // the runs between them still go in one piece. String() writes -0 as "0"; JSON keeps the
-  // sign ("-0" parses back to -0), and models do produce -0 (Silero VAD's state does), so
-  // write it as Triton does.
+  // the runs between them still go in one piece. String() writes -0 as "0", and models do
+  // produce -0 (Silero VAD's state does), so it is written as Triton writes it: "-0.0".
   let text = "";
   let from = 0;
   for (let i = 0; i < array.length; i++) {
