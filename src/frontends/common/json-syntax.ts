@@ -7,6 +7,7 @@
 import { invalidArg } from "../../core/errors.ts";
 import { checkJsonDepth } from "./json-depth.ts";
 import { parseJsonWithNonFinite } from "./non-finite-json.ts";
+import { firstNotUtf8Byte, notUtf8Description } from "./utf8-body.ts";
 
 export interface JsonSyntaxFault {
   /** rapidjson's description of the fault (GetParseError_En). */
@@ -102,4 +103,19 @@ export function parseRequestJson(text: string): unknown {
     const where = byteOffset === undefined ? "" : ` at ${byteOffset}`;
     throw invalidArg(`failed to parse the request JSON buffer: ${description}${where}`);
   }
+}
+
+/**
+ * The first `length` bytes of a request body as text; a 400 in Triton's words, with the
+ * byte offset, for bytes that are not UTF-8 (the KServe forms, and SageMaker's bodies).
+ */
+export function requestJsonText(body: Buffer, length: number): string {
+  const bytes = body.subarray(0, length);
+  const offset = firstNotUtf8Byte(bytes);
+  if (offset !== undefined) {
+    throw invalidArg(
+      `failed to parse the request JSON buffer: ${notUtf8Description(bytes, offset)} at ${offset}`,
+    );
+  }
+  return bytes.toString("utf8");
 }

@@ -1,8 +1,13 @@
 import { isJsonObject } from "../common/http/json-body.ts";
 import { mayHaveSequenceIdNotInteger } from "../common/json-source-text.ts";
-import { parseRequestJson } from "../common/json-syntax.ts";
+import { parseRequestJson, requestJsonText } from "../common/json-syntax.ts";
 import { flattenLeaves } from "../common/kserve/json-tensor.ts";
-import { mayHaveSpecialInputNotInteger, packRestTensors, parseRestJsonBody } from "../tfs/rest-json.ts";
+import {
+  mayHaveSpecialInputNotInteger,
+  packRestTensors,
+  parseRestJsonBody,
+  restJsonText,
+} from "../tfs/rest-json.ts";
 import type { ParseFindings, ParseForm } from "./json-thread.ts";
 import { type PackedLeaves, packLeaves, packNested } from "./packed-json.ts";
 
@@ -17,6 +22,11 @@ export interface ParsedBody {
 
 /** How deep a bare array is packed (deeper ones are read on the main thread, unpacked). */
 const MAX_ARRAY_RANK = 64;
+
+/** The first `length` bytes of a body of `form` as text, refused in the family's words if not UTF-8. */
+export function bodyText(form: ParseForm, body: Buffer, length: number): string {
+  return form === "tfs" ? restJsonText(body, length) : requestJsonText(body, length);
+}
 
 /** The JSON of a body of `form`. */
 export function parseBody(form: ParseForm, text: string): ParsedBody {

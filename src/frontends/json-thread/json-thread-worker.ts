@@ -1,7 +1,7 @@
 import { getHeapStatistics } from "node:v8";
 import { parentPort } from "node:worker_threads";
 import { ServerError } from "../../core/errors.ts";
-import { packBody, parseBody } from "./body-parsers.ts";
+import { bodyText, packBody, parseBody } from "./body-parsers.ts";
 import type { ParseRequest, ThreadAnswer, WriteRequest } from "./json-thread.ts";
 import { isPackedArray, isPackedRows, packedBuffers } from "./packed-json.ts";
 import { partsText } from "./write-parts.ts";
@@ -40,7 +40,7 @@ function cheapToSend(value: unknown): boolean {
 
 function parse(request: ParseRequest, transfer: ArrayBuffer[]): ThreadAnswer {
   const { id, buffer, byteOffset, length, form } = request;
-  const text = Buffer.from(buffer, byteOffset, length).toString("utf8");
+  const text = bodyText(form, Buffer.from(buffer, byteOffset, length), length);
   const { object, findings } = parseBody(form, text);
   const value = packBody(form, object, (leaves) => transfer.push(...packedBuffers(leaves)));
   if (cheapToSend(value)) return { id, buffer, object: value, findings };

@@ -2,7 +2,7 @@ import type { Worker } from "node:worker_threads";
 import { siblingModule, spawnWorker } from "../../backends/worker/spawn-worker.ts";
 import { type ErrorCode, type ErrorReason, internal, ServerError } from "../../core/errors.ts";
 import type { Tensor } from "../../core/tensor.ts";
-import { parseBody } from "./body-parsers.ts";
+import { bodyText, parseBody } from "./body-parsers.ts";
 
 // Large JSON bodies, of every family that takes them (KServe over HTTP and WebSocket,
 // TF-Serving's REST API, SageMaker's invocations), are read and written on a thread of
@@ -260,7 +260,7 @@ export async function parseJsonOffThread(
 
 /** The first `jsonLength` bytes of `body` parsed as JSON of `form` here, on the calling thread. */
 function parsedInPlace(body: Buffer, jsonLength: number, form: ParseForm): ParsedOffThread {
-  const text = body.toString("utf8", 0, jsonLength);
+  const text = bodyText(form, body, jsonLength);
   const { object, findings } = parseBody(form, text);
   return { value: object, ...findings, text, body };
 }

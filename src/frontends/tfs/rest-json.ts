@@ -8,8 +8,14 @@ import { checkJsonDepth } from "../common/json-depth.ts";
 import { jsonPreview } from "../common/json-preview.ts";
 import { matchesAfter } from "../common/json-source-text.ts";
 import { jsonSyntaxFault } from "../common/json-syntax.ts";
-import { decodeJsonTensor, jsonTensorData, type SourceTokens } from "../common/kserve/json-tensor.ts";
+import {
+  decodeJsonTensor,
+  jsonTensorData,
+  notUtf8Element,
+  type SourceTokens,
+} from "../common/kserve/json-tensor.ts";
 import { parseJsonWithNonFinite } from "../common/non-finite-json.ts";
+import { firstNotUtf8Byte, notUtf8Description } from "../common/utf8-body.ts";
 import {
   isPackedArray,
   ndarray,
@@ -59,7 +65,11 @@ function shapeAndLeaves(
 }
 
 function bytesOf(input: string, leaf: unknown, index: number): Uint8Array {
-  if (typeof leaf === "string") return Buffer.from(leaf, "utf8");
+  if (typeof leaf === "string") {
+    const fault = notUtf8Element(leaf);
+    if (fault !== undefined) throw invalidArg(`element ${index} of input '${input}' ${fault}`);
+    return Buffer.from(leaf, "utf8");
+  }
   if (isB64(leaf)) return Buffer.from(leaf.b64, "base64");
   throw invalidArg(
     `element ${index} of input '${input}' must be a string or {"b64": "..."}, got ${jsonPreview(leaf, 40)}`,
@@ -83,6 +93,22 @@ export function parseRestJsonBody(text: string): { readonly json: unknown; reado
       `The file is not valid json - Error: ${description}${byteOffset === undefined ? "" : ` Offset: ${byteOffset}`}`,
     );
   }
+}
+
+/**
+ * The first `length` bytes of a REST body as text; for bytes that are not UTF-8, OVMS's
+ * JSON_INVALID, as for text that does not parse, with the byte offset.
+ */
+export function restJsonText(body: Buffer, length: number): string {
+  const bytes = body.subarray(0, length);
+  const offset = firstNotUtf8Byte(bytes);
+  if (offset !== undefined) {
+    throw new ServerError(
+      "FAILED_PRECONDITION",
+      `The file is not valid json - Error: ${notUtf8Description(bytes, offset)} Offset: ${offset}`,
+    );
+  }
+  return bytes.toString("utf8");
 }
 
 /**

@@ -1,5 +1,5 @@
 import { invalidArg } from "../../../core/errors.ts";
-import { parseRequestJson } from "../json-syntax.ts";
+import { parseRequestJson, requestJsonText } from "../json-syntax.ts";
 
 // Small JSON request bodies (repository control): optional, and an object when present.
 
@@ -12,7 +12,7 @@ export function isJsonObject(value: unknown): value is JsonObject {
 /** The body as a JSON object; undefined for an empty body. */
 export function readJsonBody(body: Buffer | undefined): JsonObject | undefined {
   if (body === undefined || body.byteLength === 0) return undefined;
-  const json = parseRequestJson(body.toString("utf8"));
+  const json = parseRequestJson(requestJsonText(body, body.byteLength));
   if (!isJsonObject(json)) throw invalidArg("failed to parse the request JSON buffer: expected an object");
   return json;
 }

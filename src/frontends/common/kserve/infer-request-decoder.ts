@@ -19,7 +19,7 @@ import {
   mayHaveSequenceIdNotInteger,
   memberSourceText,
 } from "../json-source-text.ts";
-import { parseRequestJson } from "../json-syntax.ts";
+import { parseRequestJson, requestJsonText } from "../json-syntax.ts";
 import { nonFiniteValue } from "../non-finite-json.ts";
 import { decodeRawTensor, type RawTensorRequest } from "../raw-tensor.ts";
 import { BinaryInputs, rawInputTensor } from "./binary-tensor.ts";
@@ -455,7 +455,7 @@ export function decodeRawBody(body: Buffer, model: ServedModel, options: DecodeO
 export function parseInferJson(body: Buffer, jsonLength: number): InferJson {
   if (jsonLength === 0)
     throw invalidArg("the request body is empty: expected an inference request JSON object");
-  const text = body.toString("utf8", 0, jsonLength);
+  const text = requestJsonText(body, jsonLength);
   return { object: inferJsonObject(parseRequestJson(text)), text };
 }
 

@@ -162,6 +162,24 @@ function fillBools(input: string, target: Uint8Array): Fill {
   };
 }
 
+/**
+ * Why `text` cannot be a BYTES element, or undefined: a lone surrogate (a "\ud800" escape
+ * with no pair), which UTF-8 cannot carry; encoded, it would reach the model as U+FFFD
+ * (ef bf bd). Triton's rapidjson refuses it ("The surrogate pair in string is invalid").
+ */
+export function notUtf8Element(text: string): string | undefined {
+  if ((text as WellFormedCheck).isWellFormed()) return undefined;
+  let lone = 0;
+  for (const character of text) {
+    const code = character.charCodeAt(0);
+    if (character.length === 1 && code >= 0xd800 && code <= 0xdfff) {
+      lone = code;
+      break;
+    }
+  }
+  return `holds a lone surrogate (\\u${lone.toString(16)}), which UTF-8 cannot carry`;
+}
+
 function fillStrings(input: string, target: Uint8Array[]): Fill {
   return (source) => {
     for (let i = 0; i < source.length; i++) {
@@ -170,6 +188,9 @@ function fillStrings(input: string, target: Uint8Array[]): Fill {
         if (Array.isArray(value)) return i;
         throw elementError(input, "BYTES", i, value, "a string");
       }
+      const fault = notUtf8Element(value);
+      if (fault !== undefined)
+        throw invalidArg(`unable to parse 'data' for input '${input}': element ${i} ${fault}`);
       target[i] = encoder.encode(value);
     }
     return -1;
