@@ -6,7 +6,7 @@ import {
   type NumericArray,
   type NumericDataType,
 } from "../../src/core/datatype.ts";
-import { float16BitsToFloat32, float32ToFloat16Bits } from "../../src/core/float16.ts";
+import { float16Bits, float16BitsToFloat32 } from "../../src/core/float16.ts";
 import type { ModelInferRequestMessage } from "../../src/frontends/grpc/messages.ts";
 import {
   type StatefulPair,
@@ -221,7 +221,7 @@ export function randomSegments(
           if (pair.datatype === "INT32") data[i] = Math.floor(random() * 10);
           else if (pair.datatype === "INT8") data[i] = Math.floor(random() * 4);
           else if (pair.datatype === "BOOL") data[i] = random() < 0.15 ? 1 : 0;
-          else if (pair.datatype === "FP16") data[i] = float32ToFloat16Bits(random());
+          else if (pair.datatype === "FP16") data[i] = float16Bits(random());
           else data[i] = random();
         }
         segment.set(tensorNames(pair).input, data);

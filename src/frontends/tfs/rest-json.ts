@@ -175,8 +175,10 @@ export function decodeRestTensor(
     );
   }
   if (datatype === "FP16") {
-    const wide = decodeJsonTensor(input, "FP32", shape, leaves) as NumericTensor;
-    return { datatype, shape, data: toFloat16Array(wide.data as Float32Array) };
+    // Each number rounded to half once, from its double: through float32 it could be
+    // rounded twice, to another half than numpy's float16.
+    const wide = decodeJsonTensor(input, "FP64", shape, leaves) as NumericTensor;
+    return { datatype, shape, data: toFloat16Array(wide.data as Float64Array) };
   }
   return decodeJsonTensor(input, datatype, shape, leaves, tokens);
 }
