@@ -26,7 +26,8 @@ import { timerDelay, untilDeadline } from "../core/timer-delay.ts";
 import type { Logger } from "../observability/logger.ts";
 import { checkInstanceCount, openVersion, parseConfigOverride, prepareModel } from "./model-loader.ts";
 import { type ModelOverride, writeModelOverride } from "./model-override.ts";
-import { discoverModels, type ModelSource, readOvmsSources, sourceSignature } from "./model-source.ts";
+import { discoverModels, type ModelSource, readOvmsSources } from "./model-source.ts";
+import { SIGNATURE_MAX_ENTRIES, sourceSignature } from "./source-signature.ts";
 import { UnloadedSequences } from "./unloaded-sequences.ts";
 import { selectVersions, versionFolders } from "./version-folders.ts";
 
@@ -380,7 +381,7 @@ export class ModelRepository implements ModelRegistry {
       }
       if (entry.versions.size === 0 && entry.state === "UNAVAILABLE" && entry.reason === "unloaded") {
         await this.#load(name).catch(() => {});
-      } else if (sourceSignature(source) !== entry.signature) {
+      } else if (sourceSignature(source).value !== entry.signature) {
         this.#logger.info(
           { event: "model_changed", model: name },
           `model '${name}' changed on disk; reloading`,
@@ -550,7 +551,13 @@ export class ModelRepository implements ModelRegistry {
     entry.reason = "";
     const loaded = new Map<string, LoadedModel>();
     let configJson: Record<string, unknown> | undefined;
-    const signature = sourceSignature(source);
+    const { value: signature, truncated } = sourceSignature(source);
+    if (truncated) {
+      this.#logger.warn(
+        { event: "model_folder_large", model: name },
+        `model '${name}': its folder '${source.dir}' holds more than ${SIGNATURE_MAX_ENTRIES} files and folders; a change past the first ${SIGNATURE_MAX_ENTRIES} (read level by level) is not seen by poll mode nor by a load request`,
+      );
+    }
     const attempt: LoadAttempt = { versions: [], failed: undefined, ignoredTold: false };
     try {
       const opened = await this.#loadSlots(() =>
@@ -1229,6 +1236,6 @@ function servesAsOnDisk(entry: ModelEntry, source: ModelSource): boolean {
     entry.failedVersions.size === 0 &&
     entry.override === undefined &&
     !entry.configOverridden &&
-    sourceSignature(source) === entry.signature
+    sourceSignature(source).value === entry.signature
   );
 }

@@ -107,32 +107,3 @@ export function discoverModels(
   }
   return { sources, problems, duplicates, inRepositories };
 }
-
-/**
- * A fingerprint of what a model's files look like (names, sizes, modification times of
- * the config and the version folders' files), so poll mode reloads only what changed.
- */
-export function sourceSignature(source: ModelSource): string {
-  const parts: string[] = [];
-  const visit = (dir: string, depth: number) => {
-    let entries: string[];
-    try {
-      entries = readdirSync(dir).sort();
-    } catch {
-      return;
-    }
-    for (const entry of entries) {
-      const path = join(dir, entry);
-      try {
-        const stat = statSync(path);
-        if (stat.isDirectory()) {
-          if (depth < 2) visit(path, depth + 1);
-        } else parts.push(`${path}:${stat.size}:${stat.mtimeMs}`);
-      } catch {}
-    }
-  };
-  visit(source.dir, 0);
-  // An OVMS entry changes with its config.json text as well as with its files.
-  if (source.ovms !== undefined) parts.push(source.ovms.entry.definition);
-  return parts.join("|");
-}

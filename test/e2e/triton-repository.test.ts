@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { onnxBackend } from "../../src/app/onnx-backend.ts";
@@ -8,9 +8,11 @@ import { DEFAULT_BACKEND_SETTINGS } from "../../src/config/backend-config.ts";
 import { DEFAULT_SERVER_OPTIONS } from "../../src/config/server-options.ts";
 import type { ModelBackend } from "../../src/core/backend.ts";
 import { silentLogger } from "../../src/observability/logger.ts";
+import { SIGNATURE_MAX_ENTRIES } from "../../src/repository/source-signature.ts";
 import { addSubModel } from "../../tools/onnx/test-models.ts";
+import { handlerRepository } from "../handlers/support/handler-kit.ts";
 import { type LogLine, memoryLogger } from "../security/support/memory-logger.ts";
-import { getJson, postJson } from "../support/http-client.ts";
+import { getJson, outputData, postJson } from "../support/http-client.ts";
 import { type TempRepository, tempRepository } from "../support/model-repository.ts";
 import { waitFor } from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
@@ -20,9 +22,9 @@ import { plusVersionModel, simpleConfig } from "./support/serving.ts";
 // model name in two repositories (also as copies come and go, and between an OVMS config
 // and a Triton repository), a --load-model name the repositories lack, readiness after a
 // failed load and during a reload, version folders with a leading zero (and OVMS's
-// zero-padded ones), an ONNX model stored as a folder with its external data, and poll
-// mode without polls. Each as Triton's model repository manager and ONNX Runtime backend
-// treat it, or OVMS where it is OVMS's.
+// zero-padded ones), an ONNX model stored as a folder with its external data, poll
+// mode without polls, and a change deep in a model's folder. Each as Triton's model
+// repository manager and ONNX Runtime backend treat it, or OVMS where it is OVMS's.
 
 const status = async (url: string): Promise<number> => (await fetch(url)).status;
 const SIMPLE = { config: simpleConfig("simple"), onnx: addSubModel("INT32", [-1, 16]) };
@@ -329,5 +331,112 @@ describe("a load request for a model serving what its folder holds", () => {
     writeFileSync(join(r.path, "m", "config.pbtxt"), 'backend: "onnxruntime"\nversion_policy: { all: {} }\n');
     assert.equal((await postJson(`${server.url}/v2/repository/models/m/load`, {})).status, 200);
     assert.deepEqual((await getJson(`${server.url}/v2/models/m`)).body.versions, ["1", "2"]);
+  });
+});
+
+// Triton's GetPathModifiedTime (model_repository_manager.cc) takes the latest time of
+// everything under a model's folder, at every level, following links (stat()): a load
+// request, and poll mode, see a change however deep it is. seqserve bounds the walk
+// (source-signature.ts): a folder linked into itself is walked once, and one past the
+// bound still has its shallow files looked at, the load saying the rest is not.
+const DEEP_CONFIG = `
+backend: "typescript"
+max_batch_size: 8
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+`;
+const deepHandler = (module: string) => `import { VALUE } from "${module}";
+export default {
+  execute(requests: any[]) {
+    return requests.map(() => ({ outputs: { OUTPUT: { datatype: "INT32", shape: [1, 1], data: Int32Array.of(VALUE) } } }));
+  },
+};
+`;
+/** A handler model answering the VALUE of its 1/lib/sub/value.ts, three levels down its folder. */
+function deepRepository(): { path: string; model: string; setValue: (value: number) => void } {
+  const r = handlerRepository({
+    deep: {
+      config: DEEP_CONFIG,
+      files: {
+        "1/model.ts": deepHandler("./lib/sub/value.ts"),
+        "1/lib/sub/value.ts": "export const VALUE = 1;\n",
+      },
+    },
+  });
+  cleanups.push(() => r.remove());
+  const model = join(r.path, "deep");
+  return {
+    path: r.path,
+    model,
+    setValue: (value) =>
+      writeFileSync(join(model, "1", "lib", "sub", "value.ts"), `export const VALUE = ${value};\n`),
+  };
+}
+const deepValue = async (server: TestServer): Promise<unknown> => {
+  const answer = await postJson(`${server.url}/v2/models/deep/infer`, {
+    inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [0] }],
+  });
+  assert.equal(answer.status, 200, JSON.stringify(answer.body));
+  return outputData(answer, "OUTPUT")[0];
+};
+
+describe("a change three levels down a model's folder (1/lib/sub/value.ts)", () => {
+  it("explicit mode: a load request loads the model anew", async () => {
+    const deep = deepRepository();
+    const server = await started(deep.path, { modelControlMode: "explicit", loadModels: ["deep"] });
+    assert.equal(await deepValue(server), 1);
+    deep.setValue(22);
+    const load = await postJson(`${server.url}/v2/repository/models/deep/load`, {});
+    assert.equal(load.status, 200, JSON.stringify(load.body));
+    assert.equal(await deepValue(server), 22);
+  });
+
+  it("poll mode: the next poll loads the model anew, also with a link looping back up the folder", async () => {
+    const deep = deepRepository();
+    // 1/lib/sub/up is 1/lib, and 1/lib/root the model's folder: each folder is walked once.
+    symlinkSync("..", join(deep.model, "1", "lib", "sub", "up"));
+    symlinkSync(deep.model, join(deep.model, "1", "lib", "root"));
+    const lines: LogLine[] = [];
+    const server = await started(
+      deep.path,
+      { modelControlMode: "poll", repositoryPollSecs: 1 },
+      memoryLogger(lines),
+    );
+    assert.equal(await deepValue(server), 1);
+    deep.setValue(22);
+    await waitFor("the poll to load the changed model", async () =>
+      (await deepValue(server)) === 22 ? true : undefined,
+    );
+    // Walked round the loop, the folder would have seemed past the bound.
+    assert.deepEqual(
+      lines.filter((line) => line.event === "model_folder_large"),
+      [],
+    );
+  });
+
+  it(`a folder of more than ${SIGNATURE_MAX_ENTRIES} files and folders loads, says changes past them are not seen, and a change to its shallow files is`, async () => {
+    const deep = deepRepository();
+    // 1/lib/data sorts before 1/model.ts: walked level by level, model.ts still counts.
+    mkdirSync(join(deep.model, "1", "lib", "data"));
+    for (let i = 0; i <= SIGNATURE_MAX_ENTRIES; i++)
+      writeFileSync(join(deep.model, "1", "lib", "data", `${i}`), "");
+    const lines: LogLine[] = [];
+    const server = await started(
+      deep.path,
+      { modelControlMode: "explicit", loadModels: ["deep"] },
+      memoryLogger(lines),
+    );
+    assert.equal(await deepValue(server), 1);
+    assert.deepEqual(
+      lines.filter((line) => line.event === "model_folder_large").map((line) => line.msg),
+      [
+        `model 'deep': its folder '${deep.model}' holds more than ${SIGNATURE_MAX_ENTRIES} files and folders; a change past the first ${SIGNATURE_MAX_ENTRIES} (read level by level) is not seen by poll mode nor by a load request`,
+      ],
+    );
+    writeFileSync(join(deep.model, "1", "lib", "other.ts"), "export const VALUE = 333;\n");
+    writeFileSync(join(deep.model, "1", "model.ts"), deepHandler("./lib/other.ts"));
+    assert.equal((await postJson(`${server.url}/v2/repository/models/deep/load`, {})).status, 200);
+    assert.equal(await deepValue(server), 333);
   });
 });
