@@ -207,7 +207,7 @@ const LIMIT_FLAGS: readonly [FlagSpec, keyof LimitOptions, number][] = [
     memoryShareLimit(
       "max-queued-start-bytes",
       "bytes",
-      "Bytes the inputs hold of the STARTs every model has queued and not yet running, and of the steps sent behind them, together (a sequence backlog waiting for slots, which Triton leaves unbounded; default: an eighth of the memory the process may use); a START or step that would pass it is refused at once (503 with Retry-After, UNAVAILABLE).",
+      "Bytes held by the STARTs every model has queued and not yet running, and by the steps sent behind them, together, each its inputs plus 6400 for the request itself (a sequence backlog waiting for slots, which Triton leaves unbounded; default: an eighth of the memory the process may use); a START or step that would pass it is refused at once (503 with Retry-After, UNAVAILABLE).",
     ),
     "maxQueuedStartBytes",
     1,

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { securityOptions } from "../../src/config/security-options.ts";
+import { QUEUED_REQUEST_OVERHEAD } from "../../src/core/scheduler/queue-budget.ts";
 import { identityModel } from "../../tools/onnx/test-models.ts";
 import { type HandlerRepository, handlerRepository, LOG_MODEL } from "../handlers/support/handler-kit.ts";
 import { type HttpAnswer, infer, inferBody, outputData, postJson } from "../support/http-client.ts";
@@ -19,7 +20,12 @@ import { startTestServer, type TestServer } from "../support/test-server.ts";
 // hold comes back exactly once, whether they ran, were cancelled, were refused, or moved
 // to a reloaded version: the count is 0 when nothing waits.
 
-const BUDGET = 2500;
+/** What requests waiting with inputs of these sizes hold: each its inputs and itself. */
+const held = (...inputBytes: number[]): number =>
+  inputBytes.reduce((total, bytes) => total + bytes + QUEUED_REQUEST_OVERHEAD, 0);
+
+// Room for three requests and 2500 bytes of their inputs.
+const BUDGET = 2500 + 3 * QUEUED_REQUEST_OVERHEAD;
 
 let repository: HandlerRepository;
 let server: TestServer;
@@ -83,20 +89,20 @@ const note = (id: number, bytes: number, value: number, sequence: { start?: bool
 const kept = (answer: HttpAnswer) => [outputData(answer, "KEPT")[0], outputData(answer, "SUM")[0]];
 
 const refusedMessage = (model: string, bytes: number) =>
-  `[request id: <id_unknown>] model '${model}' cannot queue the START: its ${bytes} bytes of inputs would take the STARTs waiting to run past the server's limit of ${BUDGET} bytes (--max-queued-start-bytes, for every model's together); retry later`;
+  `[request id: <id_unknown>] model '${model}' cannot queue the START: its ${held(bytes)} bytes (inputs, and ${QUEUED_REQUEST_OVERHEAD} for the request itself) would take the STARTs waiting to run past the server's limit of ${BUDGET} bytes (--max-queued-start-bytes, for every model's together); retry later`;
 
 test("a full model's backlog of big STARTs: the START past the budget is refused at once, the running sequences go on", async () => {
   // Tiny sessions take both slots.
   assert.deepEqual(kept(await note(1, 1, 1, { start: true })), [1, 1]);
   assert.deepEqual(kept(await note(2, 1, 2, { start: true })), [1, 2]);
-  // Two big STARTs wait in the backlog, holding 2000 of the 2500 bytes.
+  // Two big STARTs wait in the backlog, holding 2000 of the 2500 bytes of inputs.
   const big11 = note(11, 1000, 1, { start: true });
-  await untilQueued(1000);
+  await untilQueued(held(1000));
   const big12 = note(12, 1000, 2, { start: true });
-  await untilQueued(2000);
+  await untilQueued(held(1000, 1000));
   assert.equal((await listSequences(server.url, "session")).summary.backlog, 2);
 
-  // A third would take 3000: refused before it is queued, as a full backlog refuses.
+  // A third would take 3000 bytes of inputs: refused before it is queued, as a full backlog refuses.
   const refused = await note(13, 1000, 3, { start: true });
   assertError(refused, 503, refusedMessage("session", 1000));
   assert.equal(refused.headers["retry-after"], "1");
@@ -106,7 +112,7 @@ test("a full model's backlog of big STARTs: the START past the budget is refused
     listing.sequences.map((s) => Number(s.id)).sort((a, b) => a - b),
     [1, 2, 11, 12],
   );
-  assert.equal(await queuedBytes(), 2000);
+  assert.equal(await queuedBytes(), held(1000, 1000));
 
   // One that fits waits, until its client gives up: what it held comes back.
   const gaveUp = new AbortController();
@@ -119,21 +125,21 @@ test("a full model's backlog of big STARTs: the START past the budget is refused
     }),
     signal: gaveUp.signal,
   }).catch((error: Error) => error.name);
-  await untilQueued(2400);
+  await untilQueued(held(1000, 1000, 400));
   gaveUp.abort();
   assert.equal(await abandoned, "AbortError");
-  await untilQueued(2000);
+  await untilQueued(held(1000, 1000));
 
   // The running sequences' steps do not count, and are answered as ever.
   assert.deepEqual(kept(await note(1, 2, 5)), [3, 11]);
   assert.deepEqual(kept(await note(2, 3, 1)), [4, 5]);
-  assert.equal(await queuedBytes(), 2000);
+  assert.equal(await queuedBytes(), held(1000, 1000));
 
   // A reload moves the sequences with their queued requests, which keep what they hold.
   touchModel(repository.path, "session");
   const reload = await postJson(`${server.url}/v2/repository/models/session/load`, {});
   assert.equal(reload.status, 200, JSON.stringify(reload.body));
-  assert.equal(await queuedBytes(), 2000);
+  assert.equal(await queuedBytes(), held(1000, 1000));
 
   // Slots free up: the big STARTs run, and the budget has room again.
   assert.deepEqual(kept(await note(1, 1, 0, { end: true })), [4, 11]);
@@ -153,9 +159,9 @@ test("only STARTs that wait count: with the budget full, the running sequences' 
   assert.deepEqual(kept(await note(21, 1, 1, { start: true })), [1, 1]);
   assert.deepEqual(kept(await note(22, 1, 2, { start: true })), [1, 2]);
   const big31 = note(31, 1200, 1, { start: true });
-  await untilQueued(1200);
+  await untilQueued(held(1200));
   const big32 = note(32, 1200, 2, { start: true });
-  await untilQueued(2400);
+  await untilQueued(held(1200, 1200));
   assertError(await note(33, 200, 3, { start: true }), 503, refusedMessage("session", 200));
   // A START that finds a free slot waits for nothing: it holds nothing, and is served.
   const roomy = await infer(
@@ -169,26 +175,28 @@ test("only STARTs that wait count: with the budget full, the running sequences' 
     },
   );
   assert.deepEqual(kept(roomy), [1000, 1000]);
-  // Steps larger than what is left, of the sequences holding the slots, and a stateless request.
-  assert.deepEqual(kept(await note(21, 2000, 1)), [2001, 2001]);
+  // Steps larger than the whole budget, of the sequences holding the slots, and a stateless request.
+  const large = BUDGET + 1;
+  assert.deepEqual(kept(await note(21, large, 1)), [large + 1, large + 1]);
   const plain = await infer(server.url, "plain", [
-    { name: "INPUT0", datatype: "UINT8", shape: [1, 3000], data: new Array(3000).fill(9) },
+    { name: "INPUT0", datatype: "UINT8", shape: [1, large], data: new Array(large).fill(9) },
   ]);
-  assert.deepEqual(outputData(plain, "OUTPUT0"), new Array(3000).fill(9));
-  assert.equal(await queuedBytes(), 2400);
+  assert.deepEqual(outputData(plain, "OUTPUT0"), new Array(large).fill(9));
+  assert.equal(await queuedBytes(), held(1200, 1200));
   // The ENDs free the slots the STARTs wait for.
-  assert.deepEqual(kept(await note(21, 1, 0, { end: true })), [2002, 2001]);
+  assert.deepEqual(kept(await note(21, 1, 0, { end: true })), [large + 2, large + 1]);
   assert.deepEqual(kept(await big31), [1200, 1200]);
   assert.deepEqual(kept(await note(22, 1, 0, { end: true })), [2, 2]);
   assert.deepEqual(kept(await big32), [1200, 2400]);
   assert.equal(await queuedBytes(), 0);
 
   // With both slots taken, a START larger than the whole budget waits, alone: others are refused.
-  const huge = note(33, 3000, 3, { start: true });
-  await untilQueued(3000);
+  const hugeBytes = BUDGET;
+  const huge = note(33, hugeBytes, 3, { start: true });
+  await untilQueued(held(hugeBytes));
   assertError(await note(34, 1, 4, { start: true }), 503, refusedMessage("session", 1));
   await note(31, 1, 0, { end: true });
-  assert.deepEqual(kept(await huge), [3000, 9000]);
+  assert.deepEqual(kept(await huge), [hugeBytes, 3 * hugeBytes]);
   for (const id of [32, 33]) await note(id, 1, 0, { end: true });
   assert.equal(await queuedBytes(), 0);
   assert.equal(await refusals(), refusedBefore + 2);
@@ -200,21 +208,21 @@ test("the steps sent behind a START that waits in the backlog count with it: the
   assert.deepEqual(kept(await note(62, 1, 2, { start: true })), [1, 2]);
   // A 4-byte START waits for a slot; its client goes on sending steps, which wait behind it.
   const start = note(71, 4, 1, { start: true });
-  await untilQueued(4);
+  await untilQueued(held(4));
   const first = note(71, 1000, 1);
-  await untilQueued(1004);
+  await untilQueued(held(4, 1000));
   const second = note(71, 1000, 1);
-  await untilQueued(2004);
-  // A third would take 3004: refused at once, as a START past the budget is.
+  await untilQueued(held(4, 1000, 1000));
+  // A third would take 3004 (and a fourth request): refused at once, as a START past the budget is.
   const refused = await note(71, 1000, 1);
   assertError(
     refused,
     503,
-    `[request id: <id_unknown>] model 'session' cannot queue a step of sequence 71, whose START waits in the backlog for a slot: its 1000 bytes of inputs would take the requests waiting for a sequence slot past the server's limit of ${BUDGET} bytes (--max-queued-start-bytes, for every model's together); retry later`,
+    `[request id: <id_unknown>] model 'session' cannot queue a step of sequence 71, whose START waits in the backlog for a slot: its ${held(1000)} bytes (inputs, and ${QUEUED_REQUEST_OVERHEAD} for the request itself) would take the requests waiting for a sequence slot past the server's limit of ${BUDGET} bytes (--max-queued-start-bytes, for every model's together); retry later`,
   );
   assert.equal(refused.headers["retry-after"], "1");
   assert.equal(await refusals(), refusedBefore + 1);
-  assert.equal(await queuedBytes(), 2004);
+  assert.equal(await queuedBytes(), held(4, 1000, 1000));
   // A slot frees: the START and its steps run, the refused one not among them, and what
   // they held comes back.
   await note(61, 1, 0, { end: true });

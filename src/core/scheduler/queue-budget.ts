@@ -19,7 +19,11 @@ import { type Tensor, tensorHeldBytes } from "../tensor.ts";
 // the model drains as fast as it runs) and calls from model code; each is bounded by its
 // connection or stream (--max-held-request-bytes, the body and message limits).
 //
-// A request that waits for its sequence's slot holds its input bytes here from when it is
+// A request counts what it holds in memory: its inputs' bytes and the request itself
+// (QUEUED_REQUEST_OVERHEAD, some 5 KB: counted by their inputs alone, 10,000 steps of an
+// INT32 [1] queued behind a START counted 40 KB and held 50 MB).
+//
+// A request that waits for its sequence's slot holds its bytes here from when it is
 // queued until it is handed to a model instance or answered, whichever comes first
 // (PendingRequest gives them back, once, on either: a backlogged sequence dropped answers
 // its steps); one moved to a reloaded version keeps what it holds; a START that finds a
@@ -45,7 +49,7 @@ export class QueueBudget {
   }
 
   /**
-   * Counts `bytes` of a request of `model` about to wait for a slot: a START, or a step of
+   * Counts `bytes` (queuedBytesOf) of a request of `model` about to wait for a slot: a START, or a step of
    * `sequence` (as messages write it) queued behind its START; throws UNAVAILABLE, and
    * counts nothing, when they would take the total past the budget (unless nothing else
    * is held: one request larger than the budget waits alone).
@@ -62,7 +66,7 @@ export class QueueBudget {
             ];
       throw new ServerError(
         "UNAVAILABLE",
-        `${requestLabel(requestId)}model '${model}' cannot queue ${what}: its ${bytes} bytes of inputs would take ${waiting} past the server's limit of ${this.maxBytes} bytes (--max-queued-start-bytes, for every model's together); retry later`,
+        `${requestLabel(requestId)}model '${model}' cannot queue ${what}: its ${bytes} bytes (inputs, and ${QUEUED_REQUEST_OVERHEAD} for the request itself) would take ${waiting} past the server's limit of ${this.maxBytes} bytes (--max-queued-start-bytes, for every model's together); retry later`,
         { retryAfterSeconds: 1 },
       );
     }
@@ -75,11 +79,26 @@ export class QueueBudget {
 }
 
 /**
- * What a request's inputs count in the budget: the bytes they hold in memory
- * (tensorHeldBytes: a tensor of empty strings is not free to hold).
+ * What a request waiting for a slot holds in memory beyond its inputs' data: its decoded
+ * message, the InferRequest and PendingRequest with their promise, its tensors' typed
+ * arrays and its stream's bookkeeping; a START also its sequence's record. Measured on a
+ * gRPC ModelStreamInfer stream (a model with one slot, taken; INT32 [1] requests sent
+ * behind a START that waits, or STARTs of new sequences), as process.memoryUsage()
+ * (heapUsed + external + arrayBuffers, after gc()) before and after, Node 20: a step
+ * 4.9 to 5.2 KB each (2,000 and 10,000 of them; 7 to 9 KB each in RSS), a START 6.3 KB
+ * (1,000). Counted at their tensor bytes alone, 10,000 steps of an INT32 [1] counted
+ * 40 KB and held 50 MB. Every waiting request counts the larger figure, so that the budget
+ * does not count less than the requests hold.
+ */
+export const QUEUED_REQUEST_OVERHEAD = 6400;
+
+/**
+ * What a waiting request counts in the budget: the bytes its inputs hold in memory
+ * (tensorHeldBytes: a tensor of empty strings is not free to hold), plus what the request
+ * itself holds (QUEUED_REQUEST_OVERHEAD).
  */
 export function queuedBytesOf(inputs: ReadonlyMap<string, Tensor>): number {
-  let bytes = 0;
+  let bytes = QUEUED_REQUEST_OVERHEAD;
   for (const tensor of inputs.values()) bytes += tensorHeldBytes(tensor);
   return bytes;
 }
