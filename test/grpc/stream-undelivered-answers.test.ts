@@ -11,7 +11,9 @@ import { TestClient } from "./support/grpc-harness.ts";
 // waited, in request order, behind a slower answer of another sequence) when the stream
 // went away: its step was applied, and its sequence goes on, as in Triton (a completed
 // request leaves the stream's in-flight set; its response is simply not written). The
-// request still waiting when the stream went away is cancelled and its sequence ends.
+// request still waiting when the stream went away is cancelled and its sequence ends. So
+// does the sequence of a START sent without an id whose answer was never written: that
+// answer alone told its client the id the server gave it.
 //
 // The slower answer is made to wait deterministically, without timing:
 //   gated  Direct, 2 slots, minimum_slot_utilization 1: a batch runs only when both
@@ -138,5 +140,30 @@ test(
     );
     assert.equal((await second.end()).code, status.OK);
     assert.equal(await cancelledCount(ACC), cancelledBefore);
+  },
+);
+
+test(
+  "a START sent without an id whose answer, naming the id the server gave it, is never written: its sequence ends",
+  WAIT,
+  async () => {
+    const live = (await sequences(ACC)).sequences.length;
+    const cancelledBefore = await cancelledCount(ACC);
+    const call = new StreamCall(client, "unnamed-");
+    // A lone gated request waits; the START without an id runs at once, and its answer
+    // (the only place its id is told) waits behind the gated one.
+    call.send(accumulatorRequest(GATED, 1, { id: 82, start: true })).catch(() => {});
+    await waitForSequences(GATED, (a) => entry(a, 82)?.queued === 1, "the gated request should wait");
+    call.send(accumulatorRequest(ACC, 5, { id: 0, start: true })).catch(() => {});
+    await waitForSequences(
+      ACC,
+      (a) => a.sequences.length === live + 1 && a.sequences.some((s) => s.steps === 1),
+      "the START without an id should have run",
+    );
+    assert.equal((await call.cancel()).code, status.CANCELLED);
+
+    // Nobody knows its id: it does not wait for its idle timeout (10 minutes) holding a slot.
+    await waitForSequences(ACC, (a) => a.sequences.length === live, "the unreachable sequence should end");
+    assert.equal(await cancelledCount(ACC), cancelledBefore + 1);
   },
 );

@@ -11,6 +11,7 @@ import { Deque } from "../../core/scheduler/request-queue.ts";
 import type { SharedMemoryRegions } from "../../core/shared-memory.ts";
 import { timerDelay } from "../../core/timer-delay.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { type AssignedSequence, assignedSequence, endUnreachable } from "../common/assigned-sequence.ts";
 import { cutToBytes } from "../common/cut-text.ts";
 import { type Classification, classificationFor, classifyOutputs } from "../common/kserve/classification.ts";
 import { relayResponses, type WaitingResponses } from "../common/kserve/decoupled-responses.ts";
@@ -78,7 +79,12 @@ import { SlotWaits } from "./slot-waits.ts";
 // cancelled: its step was applied, and its sequence goes on without that answer, as in
 // Triton (a completed request leaves the stream's in-flight set, and its response is just
 // not written). Its client learns the sequence's state from its next step, or, for a step
-// numbered with `sequence_step`, gets that answer again by sending the step again.
+// numbered with `sequence_step`, gets that answer again by sending the step again. Not so
+// a START sent without an id: the server assigned one, and only its answer names it
+// (`sequence_id`). Not delivered (the stream closed, or ended for want of budget), it
+// leaves a sequence nobody can reach, holding its slot and state until its idle timeout:
+// that sequence ends (reason `cancelled`), as the WebSocket stream ends a sequence it
+// started when its client leaves.
 
 // Responses: errors go out as messages; successful answers already encoded (see #prepare).
 /**
@@ -98,6 +104,8 @@ interface Outgoing {
   readonly bytes: number;
   /** The status the call ends with instead, in the answer's turn (`triton_grpc_error`). */
   readonly endsCall?: GrpcErrorStatus;
+  /** The sequence the server gave the START it answers, sent without an id: the answer alone names it. */
+  readonly assigned?: AssignedSequence;
 }
 
 /** What an in-band error holds: its text, its request's id and model, and the message around them. */
@@ -357,7 +365,7 @@ export class StreamInferSession {
         this.#answerInTurn(
           order,
           turn,
-          this.#prepare(response, message.id, sharedOutputs),
+          this.#prepare(response, message.id, sharedOutputs, assignedSequence(model, request, response)),
           answered,
           settled,
         ),
@@ -404,6 +412,8 @@ export class StreamInferSession {
   ): void {
     const requestId = message.id;
     const stream = inferStream(model, request);
+    // A server-assigned id is told by the first response that names it.
+    let idTold = false;
     relayResponses(
       model,
       stream,
@@ -413,10 +423,13 @@ export class StreamInferSession {
           stream.cancel();
           return undefined;
         }
+        const assigned = idTold ? undefined : assignedSequence(model, request, response);
+        if (assigned !== undefined) idTold = true;
         const outgoing = this.#prepare(
           classifyOutputs(response, outputs.classification),
           requestId,
           outputs.sharedMemory,
+          assigned,
         );
         if (outgoing === undefined) {
           stream.cancel();
@@ -461,6 +474,7 @@ export class StreamInferSession {
     response: InferResponse,
     requestId: string | undefined,
     sharedMemory: SharedMemoryHold | undefined,
+    assigned?: AssignedSequence,
   ): Outgoing | undefined {
     let message: ModelStreamInferResponseMessage | Uint8Array;
     let bytes: number;
@@ -490,7 +504,7 @@ export class StreamInferSession {
       message = this.#inBandError(asServerError(error).message, requestId);
       bytes = errorBytes(message);
     }
-    return this.#hold({ message, bytes });
+    return this.#hold({ message, bytes, ...(assigned === undefined ? {} : { assigned }) });
   }
 
   /**
@@ -544,18 +558,29 @@ export class StreamInferSession {
   /**
    * Counts an answer in the budget; past it, the stream ends and the answer is dropped.
    * An answer dropped (here, or once the stream is gone) ends nothing: its step ran, and
-   * its sequence goes on, as Triton's does (see Cancellation above).
+   * its sequence goes on, as Triton's does (see Cancellation above); unless it was to tell
+   * its client the id the server gave its START (#dropped).
    */
   #hold(outgoing: Outgoing): Outgoing | undefined {
-    if (this.#closed) return undefined;
-    if (this.#budget.take(outgoing.bytes)) return outgoing;
-    this.#overflow();
+    if (!this.#closed && this.#budget.take(outgoing.bytes)) return outgoing;
+    if (!this.#closed) this.#overflow();
+    this.#dropped(outgoing);
     return undefined;
+  }
+
+  /**
+   * An answer that will not reach its client. One naming the id the server gave a START
+   * sent without one leaves a sequence its client cannot reach: it ends, as cancelled,
+   * rather than hold its slot and state until its idle timeout (assigned-sequence.ts).
+   */
+  #dropped(outgoing: Outgoing): void {
+    endUnreachable(outgoing.assigned);
   }
 
   #send(outgoing: Outgoing): void {
     if (this.#closed) {
       this.#budget.give(outgoing.bytes);
+      this.#dropped(outgoing);
       return;
     }
     this.#outbox.push(outgoing);
@@ -585,7 +610,7 @@ export class StreamInferSession {
     this.#watchForStall();
     this.#call.write(next.message, () => {
       // Called back after the stream closed, the answer may never have reached the client.
-      if (!this.#writeDone(next) || this.#closed) return;
+      if (!this.#writeDone(next, !this.#closed) || this.#closed) return;
       this.#writeNext();
       this.#updateFlow();
     });
@@ -595,15 +620,16 @@ export class StreamInferSession {
    * The answer with grpc-js is done with: written (its callback), or gone with the call.
    * grpc-js does not call back a write it refuses on a call it has ended itself (a
    * deadline, a message over its limit), so the call's end settles it too, once. False
-   * when it was settled already.
+   * when it was settled already. `delivered`: written before the call ended.
    */
-  #writeDone(outgoing: Outgoing): boolean {
+  #writeDone(outgoing: Outgoing, delivered: boolean): boolean {
     if (this.#inWrite !== outgoing) return false;
     this.#inWrite = undefined;
     if (this.#closed) this.#stopWatchingForStall();
     // Gone with the call, it may never have reached the client; its step ran all the same,
-    // and its sequence goes on.
+    // and its sequence goes on (unless only this answer named it).
     this.#budget.give(outgoing.bytes);
+    if (!delivered) this.#dropped(outgoing);
     if (this.#closed && this.#releasePending) {
       this.#releasePending = false;
       this.#budget.release();
@@ -722,9 +748,12 @@ export class StreamInferSession {
     // again holds it there until the stream is reset.
     if (this.#inWrite === undefined) this.#stopWatchingForStall();
     this.#stopWatchingBudget();
-    // Answers never written are given back (their steps ran: their sequences go on); the
-    // one with grpc-js when it is done with.
-    for (const outgoing of this.#outbox.drain()) this.#budget.give(outgoing.bytes);
+    // Answers never written are given back (their steps ran: their sequences go on, but for
+    // a START's whose id only its answer named); the one with grpc-js when it is done with.
+    for (const outgoing of this.#outbox.drain()) {
+      this.#budget.give(outgoing.bytes);
+      this.#dropped(outgoing);
+    }
     if (this.#inWrite !== undefined) this.#releasePending = true;
     else this.#budget.release();
   }
@@ -733,7 +762,7 @@ export class StreamInferSession {
   #abandon(why: string): void {
     if (!this.#closed) this.#close();
     // The call has ended: an answer still with grpc-js will not be called back for.
-    if (this.#inWrite !== undefined) this.#writeDone(this.#inWrite);
+    if (this.#inWrite !== undefined) this.#writeDone(this.#inWrite, false);
     if (this.#inflight === 0) return;
     // Decoupled requests waiting to write see the stream closed and stop (their model is told).
     this.#releaseDrain?.();
