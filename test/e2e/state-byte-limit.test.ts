@@ -63,7 +63,10 @@ describe("sequence_state_max_bytes on a START", () => {
       "max_sequence_idle_microseconds: 60000000",
       `parameters [ { key: "sequence_state_max_bytes" value: { string_value: "${CACHE + 4}" } } ]`,
     );
-    server = await startTestServer({ growing: { config, onnx: growingStateModel() } });
+    server = await startTestServer(
+      { growing: { config, onnx: growingStateModel() } },
+      { sagemakerPort: 0, sagemakerModel: "growing" },
+    );
   });
   after(() => server.stop());
 
@@ -82,5 +85,24 @@ describe("sequence_state_max_bytes on a START", () => {
     const next = await step(false);
     assert.equal(next.status, 400);
     assert.match(String((next.body as { error: string }).error), /must specify the START flag/);
+  });
+
+  // Past the model's own limit a retry fails the same way: not ServiceUnavailable (which
+  // the SDKs retry) nor ModelNotReadyException (a model still loading), but a request the
+  // model cannot take.
+  it("SageMaker: a session whose opening would pass it is refused 400 ValidationError, not to be retried", async () => {
+    const response = await fetch(`http://127.0.0.1:${server.server.sagemakerPort!}/invocations`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-amzn-sagemaker-session-id": "NEW_SESSION" },
+      body: JSON.stringify({ inputs: [{ name: "INPUT", datatype: "FP32", shape: [1, 1], data: [1] }] }),
+    });
+    const body = (await response.json()) as { message: string };
+    assert.equal(response.status, 400, JSON.stringify(body));
+    assert.equal(response.headers.get("x-amzn-errortype"), "ValidationError");
+    assert.equal(response.headers.get("retry-after"), null);
+    assert.match(
+      body.message,
+      /more than its sequence_state_max_bytes \(\d+\): the sequence is not started$/,
+    );
   });
 });

@@ -59,10 +59,12 @@ export const SAGEMAKER_HTTP_STATUS: HttpStatusTable = {
  * says so, ServiceUnavailable ("Try your call again"), which the AWS SDKs retry (as any
  * 503), and it is 503; the code's 429 is ModelNotReadyException, which says the model is
  * still loading or being provisioned. Triton has no such budget, and so no status of its
- * own for it.
+ * own for it. A step whose state would pass its model's own limit (sequence_state_max_bytes)
+ * fails the same way when sent again: 400, ValidationError, which the SDKs do not retry.
  */
 const SAGEMAKER_CODES: Partial<Readonly<Record<ErrorReason, ErrorCode>>> = {
   state_budget: "UNAVAILABLE",
+  state_bound: "FAILED_PRECONDITION",
 };
 
 /** `error` as this family answers it: a refusal it answers with another code carries that code. */
