@@ -478,6 +478,7 @@ export class StreamInferSession {
   ): Outgoing | undefined {
     let message: ModelStreamInferResponseMessage | Uint8Array;
     let bytes: number;
+    let answered = false;
     try {
       // Every answer says whether it is its request's last, as Triton's stream says it of
       // every response (clients count requests done by it): a decoupled model's responses
@@ -499,10 +500,17 @@ export class StreamInferSession {
       } else {
         message = encoded;
         bytes = encoded.byteLength;
+        answered = true;
       }
     } catch (error) {
       message = this.#inBandError(asServerError(error).message, requestId);
       bytes = errorBytes(message);
+    }
+    if (!answered) {
+      // The error sent in its place does not name the id the server gave: nobody can
+      // reach that sequence.
+      endUnreachable(assigned);
+      return this.#hold({ message, bytes });
     }
     return this.#hold({ message, bytes, ...(assigned === undefined ? {} : { assigned }) });
   }
