@@ -13,3 +13,12 @@ const LABEL = /^\[request id: [^\]]*\] /;
 export function withoutRequestLabel(message: string): string {
   return message.replace(LABEL, "");
 }
+
+/**
+ * `message`, written for another request (one that opens with requestLabel), opened with
+ * `requestId`'s label: the same refusal told to each request it applies to. A message
+ * without the label is kept as it is.
+ */
+export function relabelled(message: string, requestId: string): string {
+  return LABEL.test(message) ? requestLabel(requestId) + withoutRequestLabel(message) : message;
+}

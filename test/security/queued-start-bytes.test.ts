@@ -6,7 +6,13 @@ import { identityModel } from "../../tools/onnx/test-models.ts";
 import { type HandlerRepository, handlerRepository, LOG_MODEL } from "../handlers/support/handler-kit.ts";
 import { type HttpAnswer, infer, inferBody, outputData, postJson } from "../support/http-client.ts";
 import { touchModel } from "../support/model-repository.ts";
-import { assertError, listSequences, metricValue, waitFor } from "../support/sequence-kit.ts";
+import {
+  assertError,
+  listSequences,
+  metricValue,
+  startFlagMessage,
+  waitFor,
+} from "../support/sequence-kit.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 
 // --max-queued-start-bytes bounds the input bytes of the STARTs every model holds queued
@@ -16,7 +22,8 @@ import { startTestServer, type TestServer } from "../support/test-server.ts";
 // big STARTs wait, and the START that would pass the budget is refused at once as a full
 // backlog is (503, Retry-After), while the running sequences' steps and ENDs (which free
 // the slots) and every other model's requests go on: only STARTs count, and the steps
-// sent behind a START while it waits (held for the same slot). What the STARTs
+// sent behind a START while it waits (held for the same slot; the one past the budget
+// withdraws the sequence, which has not begun, its START and steps refused with it). What the STARTs
 // hold comes back exactly once, whether they ran, were cancelled, were refused, or moved
 // to a reloaded version: the count is 0 when nothing waits.
 
@@ -202,8 +209,9 @@ test("only STARTs that wait count: with the budget full, the running sequences' 
   assert.equal(await refusals(), refusedBefore + 2);
 });
 
-test("the steps sent behind a START that waits in the backlog count with it: the one past the budget is refused, the sequence goes on", async () => {
+test("the steps sent behind a START that waits in the backlog count with it: the one past the budget withdraws the sequence, which never began", async () => {
   const refusedBefore = await refusals();
+  const endedBefore = (await listSequences(server.url, "session")).summary.ended;
   assert.deepEqual(kept(await note(61, 1, 1, { start: true })), [1, 1]);
   assert.deepEqual(kept(await note(62, 1, 2, { start: true })), [1, 2]);
   // A 4-byte START waits for a slot; its client goes on sending steps, which wait behind it.
@@ -213,25 +221,31 @@ test("the steps sent behind a START that waits in the backlog count with it: the
   await untilQueued(held(4, 1000));
   const second = note(71, 1000, 1);
   await untilQueued(held(4, 1000, 1000));
-  // A third would take 3004 (and a fourth request): refused at once, as a START past the budget is.
-  const refused = await note(71, 1000, 1);
-  assertError(
-    refused,
-    503,
-    `[request id: <id_unknown>] model 'session' cannot queue a step of sequence 71, whose START waits in the backlog for a slot: its ${held(1000)} bytes (inputs, and ${QUEUED_REQUEST_OVERHEAD} for the request itself) would take the requests waiting for a sequence slot past the server's limit of ${BUDGET} bytes (--max-queued-start-bytes, for every model's together); retry later`,
-  );
-  assert.equal(refused.headers["retry-after"], "1");
+  // A third would take 3004 (and a fourth request): refused at once, as a START past the
+  // budget is, and with it the START and the steps before it: going on without it would
+  // apply the client's next steps without it.
+  const refusal = `[request id: <id_unknown>] model 'session' cannot queue a step of sequence 71, whose START waits in the backlog for a slot: its ${held(1000)} bytes (inputs, and ${QUEUED_REQUEST_OVERHEAD} for the request itself) would take the requests waiting for a sequence slot past the server's limit of ${BUDGET} bytes (--max-queued-start-bytes, for every model's together); the sequence is withdrawn, not started: its START and every step sent behind it are refused alike, and its next request must be its START again; retry later`;
+  for (const answer of [await note(71, 1000, 1), await start, await first, await second]) {
+    assertError(answer, 503, refusal);
+    assert.equal(answer.headers["retry-after"], "1");
+  }
   assert.equal(await refusals(), refusedBefore + 1);
-  assert.equal(await queuedBytes(), held(4, 1000, 1000));
-  // A slot frees: the START and its steps run, the refused one not among them, and what
-  // they held comes back.
-  await note(61, 1, 0, { end: true });
-  assert.deepEqual(kept(await start), [4, 4]);
-  assert.deepEqual(kept(await first), [1004, 1004]);
-  assert.deepEqual(kept(await second), [2004, 2004]);
   assert.equal(await queuedBytes(), 0);
-  // Steps of a sequence that holds its slot wait for nothing, and count nothing.
-  assert.deepEqual(kept(await note(71, 1000, 1)), [3004, 3004]);
+  assert.deepEqual(
+    (await listSequences(server.url, "session")).sequences.map((s) => Number(s.id)).sort((a, b) => a - b),
+    [61, 62],
+  );
+  // No sequence 71 is left to go on: its next step is told to START.
+  assertError(await note(71, 1, 1), 400, startFlagMessage(71, "session"));
+  // A slot frees: sent again, the sequence begins from scratch.
+  await note(61, 1, 0, { end: true });
+  assert.deepEqual(kept(await note(71, 4, 1, { start: true })), [4, 4]);
+  assert.deepEqual(kept(await note(71, 1000, 1)), [1004, 1004]);
   for (const id of [62, 71]) await note(id, 1, 0, { end: true });
   assert.equal(await queuedBytes(), 0);
+  // Three sequences ended, as their ENDs asked: the withdrawn one ended nothing.
+  assert.deepEqual((await listSequences(server.url, "session")).summary.ended, {
+    ...endedBefore,
+    end: (endedBefore.end ?? 0) + 3,
+  });
 });

@@ -118,13 +118,14 @@ export class PendingRequest {
    * The request waits for its sequence's slot: its input bytes are held in its
    * backlogBudget until it is dispatched or settles, whichever comes first; throws (holding
    * nothing) when they do not fit. `sequence`: for a step behind the START, its sequence
-   * as messages write it (undefined for the START).
+   * as messages write it (undefined for the START); `withdraws`: refused, the step
+   * withdraws that sequence (its START has not run).
    */
-  holdWhileWaiting(sequence?: string): void {
+  holdWhileWaiting(sequence?: string, withdraws = false): void {
     const to = this.backlogBudget;
     if (to === undefined || this.#queueBudget !== undefined) return;
     const bytes = queuedBytesOf(this.#validated.inputs);
-    to.budget.take(bytes, to.model, this.request.id, sequence);
+    to.budget.take(bytes, to.model, this.request.id, sequence, withdraws);
     this.#queueBudget = to.budget;
     this.#queuedBytes = bytes;
     this.request.sequence?.onWaitingForSlot?.(true);

@@ -28,8 +28,11 @@ import { type Tensor, tensorHeldBytes } from "../tensor.ts";
 // (PendingRequest gives them back, once, on either: a backlogged sequence dropped answers
 // its steps); one moved to a reloaded version keeps what it holds; a START that finds a
 // slot holds nothing. One that would take the total past the budget is refused instead of
-// being queued, as a full backlog refuses a START: UNAVAILABLE (503) with Retry-After; a
-// step so refused leaves its sequence as it was. One larger than the whole budget is
+// being queued, as a full backlog refuses a START: UNAVAILABLE (503) with Retry-After. A
+// step so refused behind a START that still waits withdraws its sequence, which never
+// began: the START and the steps queued behind it are refused alike, so that the client's
+// later steps are told to START rather than applied without the refused one (a hole in
+// the sequence that no error would show). One larger than the whole budget is
 // taken while nothing else is held, so that it is not told to retry for ever. The count
 // is an add and a compare per request.
 
@@ -52,9 +55,10 @@ export class QueueBudget {
    * Counts `bytes` (queuedBytesOf) of a request of `model` about to wait for a slot: a START, or a step of
    * `sequence` (as messages write it) queued behind its START; throws UNAVAILABLE, and
    * counts nothing, when they would take the total past the budget (unless nothing else
-   * is held: one request larger than the budget waits alone).
+   * is held: one request larger than the budget waits alone). `withdraws`: refused, the
+   * step withdraws its sequence, which never started (the refusal says so).
    */
-  take(bytes: number, model: string, requestId: string, sequence?: string): void {
+  take(bytes: number, model: string, requestId: string, sequence?: string, withdraws = false): void {
     if (this.#heldBytes > 0 && this.#heldBytes + bytes > this.maxBytes) {
       this.#refusals?.refused("queued_start_bytes");
       const [what, waiting] =
@@ -64,9 +68,12 @@ export class QueueBudget {
               `a step of sequence ${sequence}, whose START waits in the backlog for a slot`,
               "the requests waiting for a sequence slot",
             ];
+      const retry = withdraws
+        ? `; the sequence is withdrawn, not started: its START and every step sent behind it are refused alike, and its next request must be its START again; retry later`
+        : "; retry later";
       throw new ServerError(
         "UNAVAILABLE",
-        `${requestLabel(requestId)}model '${model}' cannot queue ${what}: its ${bytes} bytes (inputs, and ${QUEUED_REQUEST_OVERHEAD} for the request itself) would take ${waiting} past the server's limit of ${this.maxBytes} bytes (--max-queued-start-bytes, for every model's together); retry later`,
+        `${requestLabel(requestId)}model '${model}' cannot queue ${what}: its ${bytes} bytes (inputs, and ${QUEUED_REQUEST_OVERHEAD} for the request itself) would take ${waiting} past the server's limit of ${this.maxBytes} bytes (--max-queued-start-bytes, for every model's together)${retry}`,
         { retryAfterSeconds: 1 },
       );
     }

@@ -14,6 +14,7 @@ import {
 } from "../model.ts";
 import { type ModelConfig, type SequenceBatchingConfig, usableSequenceSlots } from "../model-config.ts";
 import type { Refusals } from "../refusals.ts";
+import { relabelled } from "../request-label.ts";
 import { validateRequest } from "../request-validation.ts";
 import type { BatchObserver } from "../scheduler/batch-observer.ts";
 import { OrderedRelease, takePlace } from "../scheduler/ordered-release.ts";
@@ -485,9 +486,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       if (sequence.expiresAtMs !== undefined) this.#armExpiry(sequence, sequence.expiresAtMs);
     } else {
       sequence = existing!;
-      // A step behind a START that waits in the backlog waits as long, for the same slot:
-      // its bytes count with the START's (queue-budget.ts).
-      if (sequence.status === "backlogged") pending.holdWhileWaiting(formatSequenceId(id));
+      if (sequence.status === "backlogged") this.#holdBehindStart(sequence, pending);
     }
 
     const endIfStartFails = control?.id === undefined || (starts && control.endIfStartFails === true);
@@ -675,6 +674,38 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
       this.#backlog.remove((s) => s === sequence);
       throw error;
     }
+  }
+
+  /**
+   * A step behind a START that waits in the backlog waits as long, for the same slot: its
+   * bytes count with the START's (queue-budget.ts). Refused for want of room there, it
+   * withdraws the sequence, which has not begun (#withdraw): going on without the step
+   * would apply the client's later steps without it, where Triton, whose backlog has no
+   * bound, refuses none of them.
+   */
+  #holdBehindStart(sequence: Sequence, pending: PendingRequest): void {
+    const withdraws = this.#waitsToStart(sequence);
+    try {
+      pending.holdWhileWaiting(formatSequenceId(sequence.id), withdraws);
+    } catch (error) {
+      if (withdraws) this.#withdraw(sequence, asServerError(error));
+      throw error;
+    }
+  }
+
+  /**
+   * Whether `sequence` is a life that has not begun: its START, queued, waits for a slot
+   * (in the backlog, or for the slot of the life it restarts), and nothing of it has run.
+   * A sequence taken up from the tier or moved from another version, or a session opened
+   * without a START, has begun, though it may wait in the backlog.
+   */
+  #waitsToStart(sequence: Sequence): boolean {
+    return (
+      sequence.holder === undefined &&
+      sequence.steps === 0 &&
+      !sequence.running &&
+      sequence.queue.peek()?.request.sequence?.start === true
+    );
   }
 
   /** A sequence can be placed (#place): a slot is free, or the backlog has room. */
@@ -977,21 +1008,28 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
 
   // ---- ends ----
 
-  /** The one place a sequence ends: frees its state and slot, counts the reason, serves the next. */
-  #finish(sequence: Sequence, failQueued?: ServerError): void {
+  /**
+   * The one place a sequence ends: frees its state and slot, counts the reason, serves the
+   * next. `withdrawn`: the sequence never began (#withdraw), and leaves no trace: no end
+   * is counted, told to model code or written to the tier.
+   */
+  #finish(sequence: Sequence, failQueued?: ServerError, withdrawn = false): void {
     if (!this.#all.delete(sequence)) return;
     const reason = sequence.endReason ?? "end";
     // A sequence handed over to another replica has not ended: it is neither counted nor told.
     const leaving = sequence.tier?.leaving === true;
     if (leaving) this.#handedOver++;
-    else this.#ended[reason]++;
+    else if (!withdrawn) this.#ended[reason]++;
     this.#releaseId(sequence);
     this.#forgetEnding(sequence);
     for (const p of sequence.queue.drain())
       p.reject(failQueued ?? cancelled(`sequence ${formatSequenceId(sequence.id)} ended`));
-    // Model code that keeps per-sequence data hears why, with the state, before it is freed.
-    if (!leaving) sequence.holder?.sequenceEnded(sequence, reason, this.#model.store.get(sequence.key));
-    this.#endInTier(sequence, reason);
+    if (withdrawn) sequence.tier?.closing?.resolve();
+    else {
+      // Model code that keeps per-sequence data hears why, with the state, before it is freed.
+      if (!leaving) sequence.holder?.sequenceEnded(sequence, reason, this.#model.store.get(sequence.key));
+      this.#endInTier(sequence, reason);
+    }
     this.#model.store.delete(sequence.key);
     this.#clearBacklogTimeout(sequence);
     this.#clearExpiry(sequence);
@@ -1050,6 +1088,33 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     this.#releaseId(sequence);
     for (const p of sequence.queue.drain()) p.reject(error);
     if (sequence.idle) this.#finish(sequence);
+  }
+
+  /**
+   * Withdraws `sequence`, a life that has not begun (#waitsToStart): its START and every
+   * request queued behind it are refused with `refusal` (each under its own request id),
+   * their bytes in the backlog's budget given back, and it leaves nothing behind: no end is
+   * counted, model code is not told (it never saw the sequence), the tier is not written,
+   * and its id is not remembered as ended, so the client's next request on the id is told
+   * to START, as after a START refused before it was queued. The one way a START waiting
+   * for its slot is undone: a step behind it refused for want of room
+   * (--max-queued-start-bytes).
+   */
+  #withdraw(sequence: Sequence, refusal: ServerError): void {
+    const key = idKey(sequence.id);
+    if (this.#live.get(key) === sequence) this.#live.delete(key);
+    for (const p of sequence.queue.drain()) {
+      const message = relabelled(refusal.message, p.request.id);
+      p.reject(
+        message === refusal.message
+          ? refusal
+          : new ServerError(refusal.code, message, {
+              retryAfterSeconds: refusal.retryAfterSeconds,
+              reason: refusal.reason,
+            }),
+      );
+    }
+    this.#finish(sequence, undefined, true);
   }
 
   /** A client gave up on a request that had not run: Triton ends the whole sequence. */
