@@ -206,6 +206,45 @@ test(
   },
 );
 
+test(
+  "cancelling a stream drops a numbered START that waited in the backlog: it leaves no sequence, and ends none",
+  WAIT,
+  async () => {
+    const cancelledBefore = await cancelledCount(SINGLE);
+    const endedBefore = (await sequences(SINGLE)).summary.ended;
+    const step = (n: number) => ({ parameters: { sequence_step: { int64_param: n } } });
+    const holder = new StreamCall(client, "holder-");
+    assert.equal(int32Output(await holder.send(accumulatorRequest(SINGLE, 1, { id: 23, start: true }))), 1);
+    // Sequence 24's START, numbered, waits for the only slot, a step behind it; its stream goes away.
+    const first = new StreamCall(client, "first-");
+    const start = first.send(accumulatorRequest(SINGLE, 10, { id: 24, start: true }, step(1)));
+    const next = first.send(accumulatorRequest(SINGLE, 20, { id: 24 }, step(2)));
+    await waitForSequences(SINGLE, (a) => entry(a, 24)?.queued === 2, "24 should wait with two requests");
+    assert.equal((await first.cancel()).code, status.CANCELLED);
+    await assert.rejects(start);
+    await assert.rejects(next);
+
+    // It never began: nothing is left of it, and nothing ended.
+    const afterwards = await waitForSequences(SINGLE, (a) => entry(a, 24) === undefined, "24 should be gone");
+    assert.equal(afterwards.summary.backlog, 0);
+    assert.deepEqual(afterwards.summary.ended, endedBefore);
+    // Its client sends it again, from its START: it waits, and runs from scratch.
+    const second = new StreamCall(client, "second-");
+    const again = second.send(accumulatorRequest(SINGLE, 10, { id: 24, start: true }, step(1)));
+    await waitForSequences(SINGLE, (a) => entry(a, 24)?.status === "backlogged", "24 should wait again");
+    assert.equal(int32Output(await holder.send(accumulatorRequest(SINGLE, 2, { id: 23, end: true }))), 3);
+    assert.equal(int32Output(await again), 10);
+    assert.equal(int32Output(await second.send(accumulatorRequest(SINGLE, 20, { id: 24 }, step(2)))), 30);
+    assert.equal(
+      int32Output(await second.send(accumulatorRequest(SINGLE, 5, { id: 24, end: true }, step(3)))),
+      35,
+    );
+    assert.equal((await second.end()).code, status.OK);
+    assert.equal((await holder.end()).code, status.OK);
+    assert.equal(await cancelledCount(SINGLE), cancelledBefore);
+  },
+);
+
 test("a stream the client half-closes still answers its requests that had to wait", WAIT, async () => {
   const cancelledBefore = await cancelledCount(GATED);
   const first = new StreamCall(client, "first-");

@@ -1098,7 +1098,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
    * and its id is not remembered as ended, so the client's next request on the id is told
    * to START, as after a START refused before it was queued. The one way a START waiting
    * for its slot is undone: a step behind it refused for want of room
-   * (--max-queued-start-bytes).
+   * (--max-queued-start-bytes), or the START dropped (#undoStart).
    */
   #withdraw(sequence: Sequence, refusal: ServerError): void {
     const key = idKey(sequence.id);
@@ -1160,6 +1160,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   /**
    * Ends the life `request` (a START that will not run, naming its id) began, before it
    * applied anything; whether it did. A server-assigned id ends with its failed START (#accept).
+   * A life still waiting for its slot had not begun: it is withdrawn, not ended (#withdraw).
    */
   #undoStart(sequence: Sequence, request: PendingRequest, how: "refused" | "dropped" = "refused"): boolean {
     const control = request.request.sequence;
@@ -1168,6 +1169,15 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     // Its id is the life's, live, or ending by this same request's END.
     const ownEnd = control.end === true && this.#ending.get(key) === sequence && !this.#live.has(key);
     if (this.#live.get(key) !== sequence && !ownEnd) return false;
+    if (sequence.holder === undefined && sequence.steps === 0 && !sequence.running) {
+      this.#withdraw(
+        sequence,
+        cancelled(
+          `sequence ${formatSequenceId(sequence.id)} is withdrawn, not started: its START request was ${how} while it waited for a slot; send the START again`,
+        ),
+      );
+      return true;
+    }
     // Dropped, its client gave up on it; refused, it failed: `forced`, as a failed START
     // with a server-assigned id ends (its handler may have run it, and is told so).
     const reason = how === "dropped" ? "cancelled" : "forced";
