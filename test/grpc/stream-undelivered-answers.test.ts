@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { status } from "@grpc/grpc-js";
 import { accumulatorConfig, accumulatorModel } from "../../tools/onnx/sequence-models.ts";
-import { accumulatorRequest, int32Output, StreamCall } from "../support/grpc-stream-call.ts";
+import { accumulatorRequest, errorOf, int32Output, StreamCall } from "../support/grpc-stream-call.ts";
 import { getJson } from "../support/http-client.ts";
 import { startTestServer, type TestServer } from "../support/test-server.ts";
 import { TestClient } from "./support/grpc-harness.ts";
@@ -165,5 +165,41 @@ test(
     // Nobody knows its id: it does not wait for its idle timeout (10 minutes) holding a slot.
     await waitForSequences(ACC, (a) => a.sequences.length === live, "the unreachable sequence should end");
     assert.equal(await cancelledCount(ACC), cancelledBefore + 1);
+  },
+);
+
+test(
+  "a numbered END that ran but was never answered is answered again when resent: its sequence does not start again",
+  WAIT,
+  async () => {
+    const endedBefore = (await sequences(ACC)).summary.ended.end ?? 0;
+    const call = await stepHeldBehindGated(91, 92, true);
+    // The END (step 3) runs at once; its answer waits, in request order, behind the gated one.
+    call.send(accumulatorRequest(ACC, 100, { id: 91, end: true }, step(3))).catch(() => {});
+    await waitForSequences(
+      ACC,
+      (a) => entry(a, 91) === undefined && (a.summary.ended.end ?? 0) === endedBefore + 1,
+      "the END should have run",
+    );
+    assert.equal((await call.cancel()).code, status.CANCELLED);
+    await waitForSequences(GATED, (a) => entry(a, 92) === undefined, "the gated sequence should end");
+
+    // On one server, without a store: the END sent again gets its answer (5 + 3 + 100), as
+    // does its step 2, and nothing runs or begins.
+    const second = new StreamCall(client, "end-retry-");
+    assert.equal(
+      int32Output(await second.send(accumulatorRequest(ACC, 100, { id: 91, end: true }, step(3)))),
+      108,
+    );
+    assert.equal(int32Output(await second.send(accumulatorRequest(ACC, 3, { id: 91 }, step(2)))), 8);
+    // A step it never applied is told to START: the sequence is over.
+    assert.match(
+      errorOf(await second.send(accumulatorRequest(ACC, 1, { id: 91 }, step(4)))),
+      /must specify the START flag/,
+    );
+    assert.equal((await second.end()).code, status.OK);
+    const after = await sequences(ACC);
+    assert.equal(entry(after, 91), undefined);
+    assert.equal(after.summary.ended.end ?? 0, endedBefore + 1);
   },
 );

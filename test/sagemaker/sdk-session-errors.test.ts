@@ -124,13 +124,21 @@ describe("session ids", { timeout: 60_000 }, () => {
       requestType: "CLOSE",
       inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [1] }],
     });
-    await invoke(client, { body: close, sessionId: id, customAttributes: "sequence_step=2" });
-    // The numbered CLOSE retried too: without a state store, no record of the end keeps
-    // its answer (with one, the retry gets it: test/scale).
+    const first = await invoke(client, { body: close, sessionId: id, customAttributes: "sequence_step=2" });
+    const closedSum = (answer: typeof first): number[] =>
+      (jsonAnswer(answer) as { outputs: { data: number[] }[] }).outputs[0]!.data;
+    assert.deepEqual(closedSum(first), [6]);
+    // The numbered CLOSE retried (its answer lost) gets that answer again, also without a
+    // state store: the server keeps the answers of a sequence ended by its END a while.
+    const retried = await invoke(client, { body: close, sessionId: id, customAttributes: "sequence_step=2" });
+    assert.equal(retried.ClosedSessionId, id);
+    assert.deepEqual(closedSum(retried), [6]);
+    // Anything else, or the CLOSE unnumbered, hears that the session is closed.
     for (const [body, customAttributes] of [
       [value(1), undefined],
       [JSON.stringify({ requestType: "CLOSE" }), undefined],
-      [close, "sequence_step=2"],
+      [close, undefined],
+      [value(1), "sequence_step=3"],
     ] as const) {
       const error = await sdkError(
         invoke(client, {

@@ -28,6 +28,7 @@ import { timerDelay } from "../timer-delay.ts";
 import { checkCorrelationIdType, takesStringIds } from "./control-tensors.ts";
 import { CopyChecks } from "./copy-checks.ts";
 import { DirectInstance } from "./direct-instance.ts";
+import { EndedAnswersMemory } from "./ended-answers.ts";
 import { IdReservation } from "./id-reservation.ts";
 import { initialStateTensor } from "./initial-state.ts";
 import { keepsSequenceOnCancel } from "./keeps-sequence-on-cancel.ts";
@@ -227,6 +228,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
   readonly #firstRequestWindow: number;
   /** Why ids that are no longer live ended, for lookup(). */
   readonly #recentEnds = new RecentEnds();
+  /** Without a tier: the answers of sequences ended by their END, for their retries (#answerFromEndedHere). */
+  readonly #endedAnswers = new EndedAnswersMemory();
   /** Live sequences by last arrival, oldest first (re-inserted on each arrival). */
   readonly #byArrival = new Map<Sequence, true>();
   readonly #idleMs: number | undefined;
@@ -435,6 +438,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     // is answered from the recorded answer) instead of starting it again.
     const starts = start && !(control?.step !== undefined && existing !== undefined && existing.applied > 0);
     if (!starts && existing === undefined) {
+      if (this.#answerFromEndedHere(pending, key)) return;
       // Lost with the tier's data, or with a model instance that failed: say so rather
       // than ask for a START as if its client had ended it.
       const recent = this.#recentEnds.get(key);
@@ -1021,6 +1025,7 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (leaving) this.#handedOver++;
     else if (!withdrawn) this.#ended[reason]++;
     this.#releaseId(sequence);
+    this.#keepEndedAnswers(sequence, reason);
     this.#forgetEnding(sequence);
     for (const p of sequence.queue.drain())
       p.reject(failQueued ?? cancelled(`sequence ${formatSequenceId(sequence.id)} ended`));
@@ -2381,6 +2386,38 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     if (body.owner !== request.request.principal)
       request.reject(this.#ownerError(request.request.sequence!.id!));
     else request.resolve(this.#recorded(request, answer));
+    return true;
+  }
+
+  /**
+   * Without a tier, a sequence that ended by its END (or a close) keeps the answers of its
+   * last numbered steps a while, as the tier's ended record keeps them: a retried END
+   * whose answer was lost gets it (#answerFromEndedHere). Any other end of the id, with or
+   * without answers, replaces what an earlier life left.
+   */
+  #keepEndedAnswers(sequence: Sequence, reason: SequenceEndReason): void {
+    const key = idKey(sequence.id);
+    if (this.#tier !== undefined || this.#live.has(key) || sequence.tier?.leaving === true) return;
+    if (reason === "end" && sequence.answers !== undefined)
+      this.#endedAnswers.remember(key, { owner: sequence.owner, answers: sequence.answers });
+    else this.#endedAnswers.forget(key);
+  }
+
+  /**
+   * Answers a numbered request (not a START) for id `key`, which no sequence holds, from
+   * the answers its sequence left when it ended here by its END; false when it left none
+   * for its step. As #answerFromEnded does with a tier's ended record.
+   */
+  #answerFromEndedHere(request: PendingRequest, key: string): boolean {
+    const step = request.request.sequence?.step;
+    // A life of the id whose END is still running left nothing yet: its step is not judged on an older life's answers.
+    if (this.#tier !== undefined || step === undefined || this.#ending.has(key)) return false;
+    const ended = this.#endedAnswers.get(key);
+    const answer = ended?.answers.get(step);
+    if (ended === undefined || answer === undefined) return false;
+    if (ended.owner !== request.request.principal) throw this.#ownerError(request.request.sequence!.id!);
+    this.#leave(request);
+    request.resolve(this.#recorded(request, answer));
     return true;
   }
 

@@ -44,6 +44,11 @@ export class StepAnswers {
     return this.#answers;
   }
 
+  /** What the answers hold (estimated), at most STEP_ANSWERS_MAX_BYTES. */
+  get bytes(): number {
+    return this.#bytes;
+  }
+
   /** Keeps `answer` (it owns its tensors), forgetting the oldest beyond the bounds. */
   record(answer: StepAnswer): void {
     const bytes = answerBytes(answer);
