@@ -100,9 +100,13 @@ export const internal = (message: string, cause?: unknown): ServerError =>
 export const SERVER_EXITING = "Server exiting";
 /** Triton's answer to a model readiness check, or a repository call, while the server is not READY (stopping). */
 export const SERVER_NOT_READY = "Server not ready";
-/** A refusal because the server is stopping (reason "server_stopping"): UNAVAILABLE, to be retried elsewhere or later. */
+/**
+ * A refusal because the server is stopping (reason "server_stopping"): UNAVAILABLE, to be
+ * retried elsewhere or later, and said so with a Retry-After (grpc-retry-pushback-ms) in
+ * every family, as a client behind a load balancer should send it to another replica.
+ */
 export const stopping = (message: string): ServerError =>
-  new ServerError("UNAVAILABLE", message, { reason: "server_stopping" });
+  new ServerError("UNAVAILABLE", message, { reason: "server_stopping", retryAfterSeconds: 1 });
 export const cancelled = (message = "request cancelled"): ServerError =>
   new ServerError("CANCELLED", message);
 

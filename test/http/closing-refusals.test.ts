@@ -74,6 +74,8 @@ test("a request arriving while the server closes gets the family's 503, and the 
   assert.ok(answers[0]!.endsWith("\r\n\r\nheld"), answers[0]);
   assert.match(answers[1]!, /^HTTP\/1\.1 503 /);
   assert.match(answers[1]!, /\r\nconnection: close\r\n/i);
+  // A client behind a balancer retries it on another replica.
+  assert.match(answers[1]!, /\r\nretry-after: 1\r\n/i);
   assert.ok(
     answers[1]!.endsWith('\r\n\r\n{"error":"the server is stopping: it takes no new requests"}'),
     answers[1],

@@ -232,7 +232,12 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     firstRequest?.begun(request.raw.socket);
     if (!closing) done();
     else
-      done(new HttpError(503, "the server is stopping: it takes no new requests", { connection: "close" }));
+      done(
+        new HttpError(503, "the server is stopping: it takes no new requests", {
+          connection: "close",
+          "retry-after": "1",
+        }),
+      );
   });
   if (options.access !== undefined)
     guardHttpApp(app as unknown as FastifyInstance, {
