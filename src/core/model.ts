@@ -148,6 +148,13 @@ export interface SequenceAdmin {
    * id is not live. With a `caller`, refuses (PERMISSION_DENIED) a sequence it does not own.
    */
   close(id: SequenceId, caller?: SequenceCaller): boolean | Promise<boolean>;
+  /**
+   * Ends a sequence opened without a request (open) whose first request was refused before
+   * it ran, as if it had never been opened: no end is counted, none is remembered, as a
+   * START refused before it ran leaves nothing. False, doing nothing, when the id is not
+   * live or its sequence has run or holds a request (end it instead).
+   */
+  withdraw?(id: SequenceId): boolean;
   /** Whether `id` is live, ended recently (kept within a bounded memory), or unknown. */
   lookup(id: SequenceId): SequenceLookup;
   /**

@@ -63,6 +63,8 @@ output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
   server = await startTestServer(repository.path, {
     modelControlMode: "explicit",
     loadModels: ["session", "roomy", "plain"],
+    sagemakerPort: 0,
+    sagemakerModel: "session",
     security: securityOptions({ limits: { ...securityOptions().limits, maxQueuedStartBytes: BUDGET } }),
   });
 });
@@ -248,4 +250,46 @@ test("the steps sent behind a START that waits in the backlog count with it: the
     ...endedBefore,
     end: (endedBefore.end ?? 0) + 3,
   });
+});
+
+test("a SageMaker session whose opening step would pass the budget is refused as a START is: it leaves no session, and no end is counted", async () => {
+  const refusedBefore = await refusals();
+  const endedBefore = (await listSequences(server.url, "session")).summary.ended;
+  assert.deepEqual(kept(await note(81, 1, 1, { start: true })), [1, 1]);
+  assert.deepEqual(kept(await note(82, 1, 2, { start: true })), [1, 2]);
+  // Two big STARTs wait for a slot, holding 2000 of the 2500 bytes of inputs.
+  const big91 = note(91, 1000, 1, { start: true });
+  await untilQueued(held(1000));
+  const big92 = note(92, 1000, 2, { start: true });
+  await untilQueued(held(1000, 1000));
+
+  // The session is opened, waits for a slot, and its opening step would take 3000 bytes.
+  const opened = await fetch(`http://127.0.0.1:${server.server.sagemakerPort!}/invocations`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-amzn-sagemaker-session-id": "NEW_SESSION" },
+    body: JSON.stringify({
+      inputs: [{ name: "IN", datatype: "UINT8", shape: [1000], data: new Array(1000).fill(3) }],
+    }),
+  });
+  const body = await opened.text();
+  assert.equal(opened.status, 503, body);
+  assert.equal(opened.headers.get("retry-after"), "1");
+  assert.equal(opened.headers.get("x-amzn-sagemaker-new-session-id"), null);
+  assert.equal(await refusals(), refusedBefore + 1);
+  const listing = await listSequences(server.url, "session");
+  assert.deepEqual(
+    listing.sequences.map((s) => Number(s.id)).sort((a, b) => a - b),
+    [81, 82, 91, 92],
+  );
+  // Nothing ended: no session was left behind to end (it was ended, counted `forced`).
+  assert.deepEqual(listing.summary.ended, endedBefore);
+  assert.equal(await queuedBytes(), held(1000, 1000));
+
+  await note(81, 1, 0, { end: true });
+  assert.deepEqual(kept(await big91), [1000, 1000]);
+  await note(82, 1, 0, { end: true });
+  assert.deepEqual(kept(await big92), [1000, 2000]);
+  for (const id of [91, 92]) await note(id, 1, 0, { end: true });
+  const ended = (await listSequences(server.url, "session")).summary.ended;
+  assert.deepEqual(ended, { ...endedBefore, end: (endedBefore.end ?? 0) + 4 });
 });

@@ -882,7 +882,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
     const key = idKey(sequence.id);
     if (this.#live.get(key) === sequence) {
       this.#live.delete(key);
-      this.#recentEnds.remember(key, { reason: sequence.endReason ?? "end", endedAtMs: Date.now() });
+      if (!sequence.withdrawn)
+        this.#recentEnds.remember(key, { reason: sequence.endReason ?? "end", endedAtMs: Date.now() });
     }
     this.#byArrival.delete(sequence);
     if (sequence.status !== "backlogged") sequence.status = "ending";
@@ -1014,27 +1015,26 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
 
   /**
    * The one place a sequence ends: frees its state and slot, counts the reason, serves the
-   * next. `withdrawn`: the sequence never began (#withdraw), and leaves no trace: no end
-   * is counted, told to model code or written to the tier.
+   * next. A sequence withdrawn never began (#withdraw, withdraw): no end is counted or told
+   * to model code, and the tier is written only for a record another replica may have read.
    */
-  #finish(sequence: Sequence, failQueued?: ServerError, withdrawn = false): void {
+  #finish(sequence: Sequence, failQueued?: ServerError): void {
     if (!this.#all.delete(sequence)) return;
     const reason = sequence.endReason ?? "end";
     // A sequence handed over to another replica has not ended: it is neither counted nor told.
     const leaving = sequence.tier?.leaving === true;
     if (leaving) this.#handedOver++;
-    else if (!withdrawn) this.#ended[reason]++;
+    else if (!sequence.withdrawn) this.#ended[reason]++;
     this.#releaseId(sequence);
     this.#keepEndedAnswers(sequence, reason);
     this.#forgetEnding(sequence);
     for (const p of sequence.queue.drain())
       p.reject(failQueued ?? cancelled(`sequence ${formatSequenceId(sequence.id)} ended`));
-    if (withdrawn) sequence.tier?.closing?.resolve();
-    else {
-      // Model code that keeps per-sequence data hears why, with the state, before it is freed.
-      if (!leaving) sequence.holder?.sequenceEnded(sequence, reason, this.#model.store.get(sequence.key));
-      this.#endInTier(sequence, reason);
-    }
+    // Model code that keeps per-sequence data hears why, with the state, before it is freed.
+    // A sequence withdrawn had run nothing: model code never saw it.
+    if (!leaving && !sequence.withdrawn)
+      sequence.holder?.sequenceEnded(sequence, reason, this.#model.store.get(sequence.key));
+    this.#endInTier(sequence, reason);
     this.#model.store.delete(sequence.key);
     this.#clearBacklogTimeout(sequence);
     this.#clearExpiry(sequence);
@@ -1119,7 +1119,8 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
             }),
       );
     }
-    this.#finish(sequence, undefined, true);
+    sequence.withdrawn = true;
+    this.#finish(sequence);
   }
 
   /** A client gave up on a request that had not run: Triton ends the whole sequence. */
@@ -2964,6 +2965,22 @@ export class SequenceBatcher implements Scheduler, SequenceAdmin, SequenceOwner 
           });
     if (sequence.idle) this.#finish(sequence);
     return written;
+  }
+
+  withdraw(id: SequenceId): boolean {
+    const sequence = this.#live.get(idKey(id));
+    if (sequence === undefined || sequence.steps > 0 || !sequence.idle || sequence.endReason !== undefined)
+      return false;
+    sequence.withdrawn = true;
+    // `forced` for a store's record of it, which another replica may have read: it ends there.
+    this.#endNow(
+      sequence,
+      "forced",
+      cancelled(
+        `sequence ${formatSequenceId(id)} of model '${this.#config.name}' was withdrawn: its first request was refused`,
+      ),
+    );
+    return true;
   }
 
   checkCaller(id: SequenceId, principal: string | undefined): void {

@@ -92,6 +92,13 @@ export class Sequence {
    * would otherwise be refused as a START on a live id).
    */
   startNotKept: PendingRequest | undefined;
+  /**
+   * Withdrawn before it began: a START still waiting for its slot undone (the batcher's
+   * #withdraw), or a sequence opened without a request whose first was refused
+   * (SequenceAdmin.withdraw). It ends as if it had never been, counting no end, telling
+   * model code nothing and leaving no recent end.
+   */
+  withdrawn = false;
   /** The answers of its last steps that carried `sequence_step`. */
   answers: StepAnswers | undefined;
   /** Its place in the model's sequence tier, when it has one. */

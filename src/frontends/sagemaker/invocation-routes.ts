@@ -374,8 +374,12 @@ export async function invocationRoutes(
             );
             // Its id never reached the client (the headers go out only with an answer):
             // nobody could use or close the session. The open's own failure is what the
-            // client hears, whatever becomes of this end.
-            await Promise.resolve(model.sequences?.end(session.id, "forced")).catch(() => {});
+            // client hears, whatever becomes of this end. An opening step refused before it
+            // ran (no room for it to wait: --max-queued-start-bytes) leaves no session, as a
+            // START so refused leaves no sequence, and no end is counted; one that ran ends
+            // the session `forced`, as a START refused after it ran ends its sequence.
+            if (model.sequences?.withdraw?.(session.id) !== true)
+              await Promise.resolve(model.sequences?.end(session.id, "forced")).catch(() => {});
             throw told;
           }
         }
