@@ -217,13 +217,13 @@ describe("TypeScript handlers, compiled without a loader", () => {
   });
 
   it("whose nearest tsconfig.json does not parse fail their load, naming it", async () => {
-    assert.equal((await infer("stray_tsconfig")).status, 503);
+    assert.equal((await infer("stray_tsconfig")).status, 404, "no version serves: Triton's NOT_FOUND");
     assert.match(await loadFailure("stray_tsconfig"), /stray_tsconfig[\\/]1[\\/]tsconfig\.json:1:2: /);
   });
 
   it("that do not compile fail their load with the compiler's message, file and line", async () => {
     const { status } = await infer("broken");
-    assert.equal(status, 503, "the model is unavailable");
+    assert.equal(status, 404, "no version serves: Triton's NOT_FOUND");
     const reason = await loadFailure("broken");
     assert.match(
       reason,
