@@ -381,7 +381,7 @@ export class ModelRepository implements ModelRegistry {
       }
       if (entry.versions.size === 0 && entry.state === "UNAVAILABLE" && entry.reason === "unloaded") {
         await this.#load(name).catch(() => {});
-      } else if (sourceSignature(source).value !== entry.signature) {
+      } else if ((await sourceSignature(source)).value !== entry.signature) {
         this.#logger.info(
           { event: "model_changed", model: name },
           `model '${name}' changed on disk; reloading`,
@@ -511,7 +511,7 @@ export class ModelRepository implements ModelRegistry {
     return this.#afterTransition(entry, async () => {
       const source = entry.source;
       if (source === undefined) throw notInRepository(name);
-      if (unlessUnchanged && servesAsOnDisk(entry, source)) {
+      if (unlessUnchanged && (await servesAsOnDisk(entry, source))) {
         this.#logger.debug(
           { event: "model_load_skipped", model: name },
           `model '${name}' not reloaded: no change in the model's directory`,
@@ -551,7 +551,7 @@ export class ModelRepository implements ModelRegistry {
     entry.reason = "";
     const loaded = new Map<string, LoadedModel>();
     let configJson: Record<string, unknown> | undefined;
-    const { value: signature, truncated } = sourceSignature(source);
+    const { value: signature, truncated } = await sourceSignature(source);
     if (truncated) {
       this.#logger.warn(
         { event: "model_folder_large", model: name },
@@ -1228,7 +1228,7 @@ async function openModelVersions(
  * A change in the folder, a version whose last load failed, or versions loaded from a
  * request's config or files (the folder's own are then new to it) make it a reload.
  */
-function servesAsOnDisk(entry: ModelEntry, source: ModelSource): boolean {
+async function servesAsOnDisk(entry: ModelEntry, source: ModelSource): Promise<boolean> {
   return (
     entry.state === "READY" &&
     entry.versions.size > 0 &&
@@ -1236,6 +1236,6 @@ function servesAsOnDisk(entry: ModelEntry, source: ModelSource): boolean {
     entry.failedVersions.size === 0 &&
     entry.override === undefined &&
     !entry.configOverridden &&
-    sourceSignature(source).value === entry.signature
+    (await sourceSignature(source)).value === entry.signature
   );
 }

@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
-import { type BigIntStats, opendirSync, statSync } from "node:fs";
+import type { BigIntStats } from "node:fs";
+import { opendir, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { ModelSource } from "./model-source.ts";
 
@@ -10,16 +11,28 @@ import type { ModelSource } from "./model-source.ts";
 // time with its modification time (Triton takes the later of st_mtim and st_ctim): a
 // handler's 1/lib/sub/value.ts counts as much as its 1/model.ts. Triton's walk has no
 // bound (a link loop ends only when the path grows too long for stat()); this one has.
+// Triton walks off its request threads; here the walk is asynchronous (each read and stat
+// on libuv's thread pool), so requests are answered while the poll, or a load request,
+// looks at a large folder: walked synchronously, 4,096 entries held the event loop for
+// some 65 ms, and a poll over 12 such models for 0.8 s each round.
 
 /**
  * The most files and folders a fingerprint looks at. The poll computes every model's at
- * each round, synchronously: 4,096 entries took 60–220 ms here (a stat is 15–50 µs), a
- * bounded pause where models hold a handful of files and a handler's sources some dozens.
- * A folder bundling a whole environment (a Python venv) holds more: its first 4,096
- * entries, level by level (the config and the version folders' own files first), are
- * looked at, and each load warns that changes past them are not seen.
+ * each round: 4,096 entries take some 60–220 ms of stat() calls (15–50 µs each), a bounded
+ * cost where models hold a handful of files and a handler's sources some dozens. A folder
+ * bundling a whole environment (a Python venv) holds more: its first 4,096 entries, level
+ * by level (the config and the version folders' own files first), are looked at, and each
+ * load warns that changes past them are not seen.
  */
 export const SIGNATURE_MAX_ENTRIES = 4096;
+
+/**
+ * The stat() calls one fingerprint has under way at once: libuv's thread pool has 4
+ * threads (unless UV_THREADPOOL_SIZE says otherwise), shared with every other file read,
+ * DNS lookup and compression of the server, so one walk keeps them busy without queueing
+ * far ahead of the server's other work.
+ */
+const STAT_CONCURRENCY = 4;
 
 export interface SourceSignature {
   /** A hash of the names, sizes, and modification and change times of everything looked at. */
@@ -31,13 +44,18 @@ export interface SourceSignature {
 /**
  * The fingerprint of `source`'s folder, read breadth first (each folder's entries sorted),
  * so the shallow files that say what is served always count. A folder reached twice (a
- * link to a folder walked already, a link loop) is walked once.
+ * link to a folder walked already, a link loop) is walked once. A folder's entries are
+ * stat()ed a few at a time, and hashed in their sorted order once all are: the same folder
+ * gives the same fingerprint whichever stat() ends first.
  */
-export function sourceSignature(source: ModelSource, maxEntries = SIGNATURE_MAX_ENTRIES): SourceSignature {
+export async function sourceSignature(
+  source: ModelSource,
+  maxEntries = SIGNATURE_MAX_ENTRIES,
+): Promise<SourceSignature> {
   const hash = createHash("sha256");
   const walked = new Set<string>();
   const folders: string[] = [];
-  const root = statOf(source.dir);
+  const root = await statOf(source.dir);
   if (root?.isDirectory()) {
     walked.add(folderId(root));
     folders.push(source.dir);
@@ -50,14 +68,15 @@ export function sourceSignature(source: ModelSource, maxEntries = SIGNATURE_MAX_
       break;
     }
     const dir = folders[i] as string;
-    const names = readNames(dir, budget);
+    const names = await readNames(dir, budget);
     if (names.more) truncated = true;
-    for (const name of names.read) {
-      budget--;
-      const path = join(dir, name);
-      const stat = statOf(path);
+    budget -= names.read.length;
+    const paths = names.read.map((name) => join(dir, name));
+    const stats = await statsOf(paths);
+    paths.forEach((path, j) => {
+      const stat = stats[j];
       // Unreadable (a dangling link, a file going away): as Triton, not a change by itself.
-      if (stat === undefined) continue;
+      if (stat === undefined) return;
       if (stat.isDirectory()) {
         hash.update(`${path}/\n`);
         const id = folderId(stat);
@@ -66,7 +85,7 @@ export function sourceSignature(source: ModelSource, maxEntries = SIGNATURE_MAX_
           folders.push(path);
         }
       } else hash.update(`${path}\0${stat.size}\0${stat.mtimeNs}\0${stat.ctimeNs}\n`);
-    }
+    });
   }
   // An OVMS entry changes with its config.json text as well as with its files.
   if (source.ovms !== undefined) hash.update(`\0${source.ovms.entry.definition}`);
@@ -75,12 +94,26 @@ export function sourceSignature(source: ModelSource, maxEntries = SIGNATURE_MAX_
 }
 
 /** Follows links, as Triton's stat() does. */
-function statOf(path: string): BigIntStats | undefined {
+async function statOf(path: string): Promise<BigIntStats | undefined> {
   try {
-    return statSync(path, { bigint: true });
+    return await stat(path, { bigint: true });
   } catch {
     return undefined;
   }
+}
+
+/** Each path's stat (in the same order), at most `STAT_CONCURRENCY` under way at once. */
+async function statsOf(paths: readonly string[]): Promise<(BigIntStats | undefined)[]> {
+  const stats = new Array<BigIntStats | undefined>(paths.length);
+  let next = 0;
+  const statNext = async (): Promise<void> => {
+    while (next < paths.length) {
+      const j = next++;
+      stats[j] = await statOf(paths[j] as string);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(STAT_CONCURRENCY, paths.length) }, statNext));
+  return stats;
 }
 
 /** One id for a folder however it is reached (bigint: inode numbers past 2^53 stay apart). */
@@ -92,21 +125,17 @@ function folderId(stat: BigIntStats): string {
  * Up to `limit` of `dir`'s entry names, sorted; `more` when it holds others. A folder of a
  * million files is read no further than the budget left.
  */
-function readNames(dir: string, limit: number): { read: string[]; more: boolean } {
+async function readNames(dir: string, limit: number): Promise<{ read: string[]; more: boolean }> {
   const read: string[] = [];
   let more = false;
   try {
-    const handle = opendirSync(dir);
-    try {
-      for (let entry = handle.readSync(); entry !== null; entry = handle.readSync()) {
-        if (read.length === limit) {
-          more = true;
-          break;
-        }
-        read.push(entry.name);
+    // Leaving the loop (the limit, an error) closes the folder.
+    for await (const entry of await opendir(dir)) {
+      if (read.length === limit) {
+        more = true;
+        break;
       }
-    } finally {
-      handle.closeSync();
+      read.push(entry.name);
     }
   } catch {}
   return { read: read.sort(), more };
