@@ -1,3 +1,4 @@
+import { BoundedMemory } from "./bounded-memory.ts";
 import type { StepAnswers } from "./step-answers.ts";
 
 // The answers of the last numbered steps of sequences that ended by their END, kept a
@@ -6,7 +7,7 @@ import type { StepAnswers } from "./step-answers.ts";
 // without this it was told to START, and a START would begin the sequence anew. With a
 // store the ended record holds these answers (sequence-record.ts); this is that record for
 // one server. Answers hold tensors, so the memory is bounded in bytes and in count, the
-// oldest forgotten first, as the recent ends are (recent-ends.ts).
+// oldest forgotten first, in a BoundedMemory as the recent ends are (recent-ends.ts).
 
 export interface EndedAnswers {
   /** The caller that owned the sequence: another caller is refused, not handed its answers. */
@@ -22,19 +23,15 @@ const ENDED_ANSWERS_KEPT = 1024;
 const ENTRY_OVERHEAD_BYTES = 128;
 
 export class EndedAnswersMemory {
-  readonly #budget: number;
-  readonly #count: number;
-  readonly #ended = new Map<string, { readonly ended: EndedAnswers; readonly bytes: number }>();
-  #bytes = 0;
+  readonly #ended: BoundedMemory<EndedAnswers>;
 
   constructor(budgetBytes = ENDED_ANSWERS_BUDGET_BYTES, count = ENDED_ANSWERS_KEPT) {
-    this.#budget = budgetBytes;
-    this.#count = count;
+    this.#ended = new BoundedMemory(budgetBytes, count);
   }
 
   /** Bytes held now (estimated), never above the budget. */
   get bytes(): number {
-    return this.#bytes;
+    return this.#ended.bytes;
   }
 
   get size(): number {
@@ -43,26 +40,14 @@ export class EndedAnswersMemory {
 
   /** Keeps `ended` for the id `key` (a sequenceKey), in place of what the id's earlier life left. */
   remember(key: string, ended: EndedAnswers): void {
-    this.forget(key);
-    const bytes = 2 * key.length + ENTRY_OVERHEAD_BYTES + ended.answers.bytes;
-    // One sequence may take at most 1/16 of the memory: a few large answers cannot wipe it.
-    if (bytes > this.#budget / 16) return;
-    this.#ended.set(key, { ended, bytes });
-    this.#bytes += bytes;
-    for (const oldest of this.#ended.keys()) {
-      if (this.#bytes <= this.#budget && this.#ended.size <= this.#count) break;
-      this.forget(oldest);
-    }
+    this.#ended.remember(key, ended, 2 * key.length + ENTRY_OVERHEAD_BYTES + ended.answers.bytes);
   }
 
   get(key: string): EndedAnswers | undefined {
-    return this.#ended.get(key)?.ended;
+    return this.#ended.get(key);
   }
 
   forget(key: string): void {
-    const entry = this.#ended.get(key);
-    if (entry === undefined) return;
-    this.#ended.delete(key);
-    this.#bytes -= entry.bytes;
+    this.#ended.forget(key);
   }
 }

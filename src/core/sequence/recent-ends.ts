@@ -1,12 +1,14 @@
 import type { SequenceId } from "../infer.ts";
 import type { SequenceEndReason } from "../model.ts";
+import { BoundedMemory } from "./bounded-memory.ts";
 
 // A short memory of sequences that ended, and why, so that a request naming an id that
 // is no longer live can be told whether it was closed, expired, timed out or never
 // existed. Clients choose ids (KServe string ids can be as long as a request body), so
 // the memory is bounded in bytes: the oldest ends are forgotten first, and an id too
 // long to be worth keeping is not kept at all. The ends of a model version that is
-// unloaded are kept on by its repository, in one such memory for all its models.
+// unloaded are kept on by its repository, in one such memory for all its models. The
+// bounds are a BoundedMemory's (bounded-memory.ts).
 
 export interface RecentEnd {
   readonly reason: SequenceEndReason;
@@ -25,17 +27,15 @@ const RECENT_ENDS_BUDGET_BYTES = 1024 * 1024;
 const ENTRY_OVERHEAD_BYTES = 96;
 
 export class RecentEnds<End extends RecentEnd = RecentEnd> {
-  readonly #budget: number;
-  readonly #ends = new Map<string, End>();
-  #bytes = 0;
+  readonly #ends: BoundedMemory<End>;
 
   constructor(budgetBytes = RECENT_ENDS_BUDGET_BYTES) {
-    this.#budget = budgetBytes;
+    this.#ends = new BoundedMemory(budgetBytes);
   }
 
   /** Bytes held now (estimated), never above the budget. */
   get bytes(): number {
-    return this.#bytes;
+    return this.#ends.bytes;
   }
 
   get size(): number {
@@ -43,16 +43,7 @@ export class RecentEnds<End extends RecentEnd = RecentEnd> {
   }
 
   remember(key: string, end: End): void {
-    const cost = costOf(key);
-    // One id may take at most 1/16 of the memory: a few huge ids cannot wipe it.
-    if (cost > this.#budget / 16) return;
-    this.forget(key);
-    this.#ends.set(key, end);
-    this.#bytes += cost;
-    for (const oldest of this.#ends.keys()) {
-      if (this.#bytes <= this.#budget) break;
-      this.forget(oldest);
-    }
+    this.#ends.remember(key, end, 2 * key.length + ENTRY_OVERHEAD_BYTES);
   }
 
   get(key: string): End | undefined {
@@ -66,10 +57,6 @@ export class RecentEnds<End extends RecentEnd = RecentEnd> {
 
   /** The id is live again (a new START): its old end no longer describes it. */
   forget(key: string): void {
-    if (this.#ends.delete(key)) this.#bytes -= costOf(key);
+    this.#ends.forget(key);
   }
-}
-
-function costOf(key: string): number {
-  return 2 * key.length + ENTRY_OVERHEAD_BYTES;
 }
