@@ -102,7 +102,8 @@ export class LoadedModel implements ServedModel {
   #carriedCounters: CounterTotals | (() => CounterTotals) | undefined;
   #requestObserver: RequestObserver | undefined;
   readonly #checkInputs: ((inputs: ReadonlyMap<string, Tensor>) => void) | undefined;
-  readonly #queueBudget: QueueBudget | undefined;
+  /** The server's budget of requests waiting for a slot, with this model's name for its refusals; made once, handed to every sequence request. */
+  readonly #backlogBudget: { readonly budget: QueueBudget; readonly model: string } | undefined;
   readonly #tier: ModelTier | undefined;
 
   constructor(options: LoadedModelOptions) {
@@ -115,7 +116,8 @@ export class LoadedModel implements ServedModel {
     this.outputs = metadata.outputs;
     this.#executors = options.executors;
     this.#checkInputs = options.checkInputs;
-    this.#queueBudget = options.queueBudget;
+    this.#backlogBudget =
+      options.queueBudget === undefined ? undefined : { budget: options.queueBudget, model: config.name };
     this.labels = options.labels;
     this.loadSeconds = options.loadSeconds;
     this.#statistics = new ModelStatistics(config.name, options.version);
@@ -273,8 +275,7 @@ export class LoadedModel implements ServedModel {
    * they come back if the scheduler refuses it.
    */
   #enqueue(pending: PendingRequest): void {
-    if (this.#queueBudget !== undefined && pending.request.sequence !== undefined)
-      pending.backlogBudget = { budget: this.#queueBudget, model: this.name };
+    if (pending.request.sequence !== undefined) pending.backlogBudget = this.#backlogBudget;
     try {
       this.#scheduler.enqueue(pending);
     } catch (error) {
